@@ -1,0 +1,154 @@
+// Spec types: what the user gives the planner (model, hardware, training job) and what
+// the planner chooses (the parallel plan). Plain structs with units on every field; JSON
+// in and out lives in spec_json.h, validation in validate_specs.h.
+//
+// Thread-safety: plain values, safe to copy and read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llmplan {
+
+// ---------------------------------------------------------------- model
+
+enum class Family { gpt, llama };  // GPT: LayerNorm, GELU, biases, learned positions.
+                                   // Llama: RMSNorm, SwiGLU, no biases, rotary.
+
+struct MoeSpec {                    // Mixture of experts in the MLP of every layer.
+  int experts = 0;                  // routed experts per layer, e.g. 8 (0 = dense model)
+  int experts_per_token = 0;        // top-k, e.g. 2
+  int64_t expert_ffn_hidden = 0;    // inner width of one expert, e.g. 14336
+  int shared_experts = 0;           // always-active experts (DeepSeek style), e.g. 0
+  double capacity_factor = 1.0;     // tokens an expert buffers = cf * tokens * k / experts
+  bool enabled() const { return experts > 0; }
+};
+
+struct ModelSpec {
+  std::string name;                 // preset id, e.g. "llama2-7b"
+  std::string source;               // where the numbers come from (paper, config URL)
+  Family family = Family::llama;
+  int layers = 0;                   // transformer blocks, e.g. 32
+  int64_t hidden = 0;               // model width h, e.g. 4096
+  int heads = 0;                    // attention heads a, e.g. 32
+  int kv_heads = 0;                 // key/value heads (GQA/MQA); == heads for MHA
+  int64_t head_dim = 0;             // per-head width; 0 means hidden / heads
+  int64_t ffn_hidden = 0;           // MLP inner width f, e.g. 11008
+  int64_t vocab = 0;                // vocabulary V, e.g. 32000
+  int64_t max_positions = 0;        // context length the model was built for, e.g. 4096
+  bool tied_embeddings = false;     // LM head shares the token-embedding matrix
+  bool dropout = false;             // dropout layers present (GPT-style training)
+  MoeSpec moe;
+
+  int64_t head_width() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  int64_t q_width() const { return head_width() * heads; }      // columns of W_q
+  int64_t kv_width() const { return head_width() * kv_heads; }  // columns of W_k (= W_v)
+};
+
+// ---------------------------------------------------------------- hardware
+
+enum class Dtype { fp32, tf32, fp16, bf16, fp8 };
+
+struct GpuSpec {
+  std::string name;                  // preset id, e.g. "a100-80g"
+  std::string source;
+  double memory_bytes = 0;           // capacity, bytes (80 GB card: 80e9)
+  double memory_bandwidth = 0;       // HBM, bytes/s
+  double peak_flops[5] = {0, 0, 0, 0, 0};  // dense FLOP/s, indexed by Dtype; 0 = unsupported
+  double peak(Dtype d) const { return peak_flops[static_cast<int>(d)]; }
+};
+
+struct ClusterSpec {
+  std::string name;                  // preset id, e.g. "dgx-a100"
+  std::string source;
+  GpuSpec gpu;
+  int gpus_per_node = 8;
+  int nodes = 1;
+  double intra_node_bandwidth = 0;   // per GPU, one direction, bytes/s (NVLink)
+  double intra_node_latency = 0;     // s
+  double inter_node_bandwidth = 0;   // per GPU, one direction, bytes/s (IB/RoCE)
+  double inter_node_latency = 0;     // s
+  double host_bandwidth = 25e9;      // GPU<->host (PCIe) per GPU, bytes/s, for offload
+  int total_gpus() const { return gpus_per_node * nodes; }
+};
+
+// ---------------------------------------------------------------- training job
+
+enum class TrainMode { pretrain, finetune, lora };
+enum class Precision { fp32, fp16, bf16 };
+enum class AmpLevel { O0, O1, O2, O3 };  // MindSpore names; O0 = no AMP (fp32 only)
+enum class Optimizer { adamw, sgd_momentum };
+// Bytes of gradients in mixed precision: DeepSpeed keeps 16-bit grads (16 B/param with
+// AdamW), Megatron accumulates fp32 main grads (18 B/param).
+enum class GradConvention { deepspeed, megatron };
+
+struct LoraSpec {
+  int rank = 8;                                  // r
+  double alpha = 16;                             // scaling alpha / r
+  std::vector<std::string> targets = {"q", "v"};  // of q k v o gate up down (fc1/fc2 alias up/down)
+};
+
+struct TrainingJob {
+  TrainMode mode = TrainMode::pretrain;
+  LoraSpec lora;                     // used when mode == lora
+  int frozen_layers = 0;             // bottom transformer layers with no trainable weights
+  double frozen_fraction = 0;        // alternative to frozen_layers, 0..1 (rounded down)
+  int64_t seq_len = 2048;            // tokens per sequence
+  int64_t global_batch = 512;        // sequences per optimizer step, all DP replicas
+  Precision precision = Precision::bf16;
+  AmpLevel amp = AmpLevel::O2;       // ignored (O0) for fp32
+  Optimizer optimizer = Optimizer::adamw;
+  GradConvention grads = GradConvention::deepspeed;
+
+  int frozen_layer_count(int layers) const {
+    int k = frozen_layers > 0 ? frozen_layers : static_cast<int>(frozen_fraction * layers);
+    return k < 0 ? 0 : (k > layers ? layers : k);
+  }
+};
+
+// ---------------------------------------------------------------- plan
+
+enum class Recompute { none, selective, full, full_k };  // full_k: k layers per stage full
+enum class Schedule { gpipe, one_f_one_b, interleaved };
+
+struct ParallelPlan {
+  int dp = 1, tp = 1, pp = 1;
+  int vpp = 1;                       // virtual stages per pipeline rank (interleaved when > 1)
+  int cp = 1;                        // context parallel (sequence split for attention)
+  int ep = 1;                        // expert parallel (MoE), inside dp*cp
+  bool sp = false;                   // Megatron sequence parallel (needs tp > 1)
+  int micro_batch = 1;               // sequences per micro-batch per DP rank
+  int grad_accum = 1;                // micro-batches per step = global / (micro * dp)
+  int zero = 0;                      // 0..3
+  Recompute recompute = Recompute::none;
+  int recompute_layers = 0;          // k for Recompute::full_k (per pipeline stage)
+  bool offload_optimizer = false;    // optimizer states and master weights in host memory
+  bool flash_attention = true;       // fused attention: no s*s scores kept
+  Schedule schedule = Schedule::one_f_one_b;
+  int world_size() const { return dp * tp * pp * cp; }
+};
+
+// Short names used in JSON, CLI and tables ("llama", "bf16", "O2", "selective", "1f1b").
+const char* to_string(Family v);
+const char* to_string(Dtype v);
+const char* to_string(TrainMode v);
+const char* to_string(Precision v);
+const char* to_string(AmpLevel v);
+const char* to_string(Optimizer v);
+const char* to_string(GradConvention v);
+const char* to_string(Recompute v);
+const char* to_string(Schedule v);
+
+// Parse the names above; return false (and leave *out untouched) on an unknown name.
+bool parse_enum(const std::string& s, Family* out);
+bool parse_enum(const std::string& s, Dtype* out);
+bool parse_enum(const std::string& s, TrainMode* out);
+bool parse_enum(const std::string& s, Precision* out);
+bool parse_enum(const std::string& s, AmpLevel* out);
+bool parse_enum(const std::string& s, Optimizer* out);
+bool parse_enum(const std::string& s, GradConvention* out);
+bool parse_enum(const std::string& s, Recompute* out);
+bool parse_enum(const std::string& s, Schedule* out);
+
+}  // namespace llmplan
