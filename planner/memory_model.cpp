@@ -1,0 +1,311 @@
+#include "planner/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "planner/plan_check.h"
+
+namespace llmplan {
+
+const char* to_string(MemoryItem item) {
+  static const char* kNames[] = {"weights",      "gradients",       "optimizer_states", "master_weights",
+                                 "activations",  "backward_working", "logits_loss",     "gathered_params",
+                                 "comm_buffers", "workspace",       "cuda_context",     "fragmentation"};
+  return kNames[static_cast<int>(item)];
+}
+
+const char* label(MemoryItem item) {
+  static const char* kLabels[] = {"weights",          "gradients",
+                                  "optimizer states", "master weights",
+                                  "activations",      "backward working set",
+                                  "logits + loss",    "ZeRO-3 gathered params",
+                                  "comm buffers",     "GEMM workspace",
+                                  "CUDA context",     "fragmentation reserve"};
+  return kLabels[static_cast<int>(item)];
+}
+
+const char* to_string(Phase p) {
+  static const char* kNames[] = {"forward", "backward", "optimizer"};
+  return kNames[static_cast<int>(p)];
+}
+
+double StageMemory::model_states() const {
+  return bytes[0] + bytes[1] + bytes[2] + bytes[3];
+}
+
+BytesPerParam bytes_per_param(const TrainingJob& j) {
+  BytesPerParam b{};
+  const double adam = j.optimizer == Optimizer::adamw ? 8 : 4;  // m and v, or momentum, fp32
+  if (j.precision == Precision::fp32) {
+    b = {4, 4, adam, 0, 4};
+    return b;
+  }
+  switch (j.amp) {
+    case AmpLevel::O1:
+      // fp32 weights, grads and optimizer; autocast keeps a 16-bit copy of every weight
+      // it casts, referenced by saved tensors until backward: 4 + 2 bytes of weights.
+      b = {6, 4, adam, 0, 6};
+      break;
+    case AmpLevel::O3:
+      // Pure half precision: 16-bit weights, grads and optimizer moments, no master.
+      b = {2, 2, adam / 2, 0, 2};
+      break;
+    case AmpLevel::O0:
+    case AmpLevel::O2:
+    default:
+      // 16-bit weights, fp32 master and optimizer. DeepSpeed keeps 16-bit grads (16 B),
+      // Megatron accumulates fp32 main grads (18 B).
+      b = {2, j.grads == GradConvention::megatron ? 4.0 : 2.0, adam, 4, 2};
+      break;
+  }
+  return b;
+}
+
+ModelStateBytes model_state_bytes(double trainable, double frozen, const TrainingJob& j, int zero, int shard_group,
+                                  bool offload) {
+  const BytesPerParam b = bytes_per_param(j);
+  const double n = std::max(1, shard_group);
+  ModelStateBytes s;
+  s.weights = trainable * b.weights / (zero >= 3 ? n : 1) + frozen * b.frozen_weights / (zero >= 3 ? n : 1);
+  s.gradients = trainable * b.gradients / (zero >= 2 ? n : 1);
+  s.optimizer_states = trainable * b.optimizer / (zero >= 1 ? n : 1);
+  s.master_weights = trainable * b.master / (zero >= 1 ? n : 1);
+  if (offload) {
+    // ZeRO-Offload: fp32 states live in host memory; gradients stream out by bucket.
+    s.optimizer_states = 0;
+    s.master_weights = 0;
+    s.gradients = 0;
+  }
+  return s;
+}
+
+int64_t microbatches_per_step(const TrainingJob& j, const ParallelPlan& p) {
+  return j.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp);
+}
+
+double inflight_microbatches(const ParallelPlan& p, int64_t m, int stage) {
+  if (p.pp == 1) return 1;
+  const double md = static_cast<double>(m);
+  if (p.schedule == Schedule::gpipe) return md;
+  if (p.vpp > 1) {
+    // Megatron interleaved 1F1B: rank i runs (p-i-1)*2 + (v-1)*p warm-up chunks and holds
+    // one more in steady state; a chunk is 1/v of the stage's layers.
+    const double chunks = (p.pp - stage - 1) * 2.0 + (p.vpp - 1.0) * p.pp + 1.0;
+    return std::min(md, chunks / p.vpp);
+  }
+  return std::min(md, static_cast<double>(p.pp - stage));
+}
+
+LayerRecompute layer_recompute(const ParallelPlan& p, int layer_in_stage) {
+  switch (p.recompute) {
+    case Recompute::none: return LayerRecompute::none;
+    case Recompute::selective: return LayerRecompute::selective;
+    case Recompute::full: return LayerRecompute::full;
+    case Recompute::full_k: return layer_in_stage < p.recompute_layers ? LayerRecompute::full : LayerRecompute::none;
+  }
+  return LayerRecompute::none;
+}
+
+LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int global_layer) {
+  LayerContext c;
+  c.b = p.micro_batch;
+  c.s = j.seq_len / p.cp;
+  c.s_kv = j.seq_len;
+  c.t = p.tp;
+  c.sp = p.sp;
+  c.ep = p.ep;
+  c.act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  c.flash = p.flash_attention;
+  const int frozen = j.frozen_layer_count(m.layers);
+  const bool frozen_layer = global_layer < frozen;
+  // Backward reaches a layer only if something at or below it trains: frozen bottom
+  // layers keep no activations at all.
+  c.grad_flows = !frozen_layer;
+  c.base_trainable = j.mode != TrainMode::lora && !frozen_layer;
+  if (j.mode == TrainMode::lora && !frozen_layer) {
+    c.lora_targets = lora_target_mask(j.lora, m.family);
+    c.lora_rank = j.lora.rank;
+  }
+  return c;
+}
+
+namespace {
+
+double sum_items(const std::array<double, kMemoryItems>& b) {
+  double s = 0;
+  for (double x : b) s += x;
+  return s;
+}
+
+// What every stage shares: parameter counts and per-layer activation bytes for the two
+// kinds of layer (trainable, frozen) under each recompute policy. Computed once per plan
+// so that a stage costs a few dozen arithmetic operations.
+struct PlanMemoryInputs {
+  ParamCounts pc;
+  double layer_bytes[2][3];    // [frozen][LayerRecompute]
+  double working_bytes[2][3];  // [frozen][LayerRecompute]
+};
+
+PlanMemoryInputs plan_memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+  PlanMemoryInputs in;
+  const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+  in.pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+  const int frozen = j.frozen_layer_count(m.layers);
+  for (int f = 0; f < 2; ++f) {
+    // A layer index that is (f=1) or is not (f=0) frozen; contexts differ only in that.
+    const int layer = f ? 0 : m.layers - 1;
+    LayerContext lc = layer_context(m, j, p, layer);
+    if (f == 1 && frozen == 0) lc.grad_flows = false;
+    for (int r = 0; r < 3; ++r) {
+      in.layer_bytes[f][r] = activation_bytes_per_layer(m, lc, static_cast<LayerRecompute>(r));
+      in.working_bytes[f][r] = recompute_working_bytes(m, lc, static_cast<LayerRecompute>(r));
+    }
+  }
+  return in;
+}
+
+StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
+                         const PlanMemoryInputs& in) {
+  StageMemory sm;
+  sm.stage = stage;
+  sm.layers = layers_in_stage(m.layers, p.pp, stage);
+  const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
+  const bool is_first = stage == 0, is_last = stage == p.pp - 1;
+  const int64_t mb = microbatches_per_step(j, p);
+  sm.inflight_microbatches = inflight_microbatches(p, mb, stage);
+  const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  const double seq_div = p.sp ? p.tp : 1.0;
+  const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
+
+  // ---- parameters on this rank
+  const ParamCounts& pc = in.pc;
+  const int frozen_layers = j.frozen_layer_count(m.layers);
+  const int frozen_here = std::clamp(frozen_layers - first_layer, 0, sm.layers);
+  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
+  double trainable = 0, frozen = 0;
+  if (j.mode == TrainMode::lora) {
+    frozen += sm.layers * pc.per_layer_rank;
+    trainable += (sm.layers - frozen_here) * pc.lora_per_layer_rank;
+  } else {
+    trainable += (sm.layers - frozen_here) * pc.per_layer_rank;
+    frozen += frozen_here * pc.per_layer_rank;
+  }
+  if (is_first) (embedding_trainable ? trainable : frozen) += pc.embedding_rank;
+  if (is_last) (j.mode == TrainMode::lora ? frozen : trainable) += pc.head_rank;
+
+  const ModelStateBytes states = model_state_bytes(trainable, frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
+  std::array<double, kMemoryItems> base{};
+  base[static_cast<int>(MemoryItem::weights)] = states.weights;
+  base[static_cast<int>(MemoryItem::gradients)] = states.gradients;
+  base[static_cast<int>(MemoryItem::optimizer_states)] = states.optimizer_states;
+  base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;
+  if (p.zero == 3) {
+    // Current layer + the one prefetched, gathered at full (TP-local) size.
+    base[static_cast<int>(MemoryItem::gathered_params)] = 2 * pc.per_layer_rank * bytes_per_param(j).weights;
+  }
+
+  // ---- activations of one micro-batch through this stage
+  double per_mb = 0, working = 0;
+  for (int i = 0; i < sm.layers; ++i) {
+    const int f = i < frozen_here ? 1 : 0;
+    const int r = static_cast<int>(layer_recompute(p, i));
+    per_mb += in.layer_bytes[f][r];
+    working = std::max(working, in.working_bytes[f][r]);
+  }
+  if (is_first && m.dropout && embedding_trainable) per_mb += tokens * m.hidden / seq_div;  // embedding dropout mask
+  if (is_last) per_mb += 2 * tokens * m.hidden / seq_div * act_bytes;  // final-norm input + LM-head input
+  // Activation gradients flowing through one layer: the output gradient and the widest
+  // intermediate gradient (the MLP's, f/t wide), both in the activation dtype.
+  const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) /
+                         (m.moe.enabled() ? 1 : p.tp);
+  const double act_grads = frozen_here < sm.layers ? (2 * tokens * m.hidden / seq_div + tokens * f_local) * act_bytes : 0;
+  const double activations = per_mb * sm.inflight_microbatches;
+
+  double logits = 0;
+  if (is_last) logits = tokens * static_cast<double>(m.vocab) / p.tp * (act_bytes + 4);  // logits + fp32 softmax
+
+  // ---- buffers
+  double comm = 0;
+  int groups = 0;
+  if (p.dp * p.cp > 1) {
+    comm += 2 * opt.dp_bucket_bytes;
+    ++groups;
+  }
+  if (p.tp > 1) {
+    comm += tokens * m.hidden * act_bytes;  // SP/TP all-gather output of one layer input
+    ++groups;
+  }
+  if (p.pp > 1) {
+    comm += 2 * tokens * m.hidden / seq_div * act_bytes;  // send + receive of one micro-batch
+    ++groups;
+  }
+  if (p.cp > 1) {
+    comm += 2 * tokens * m.kv_width() / p.tp * 2 * act_bytes;  // K and V chunks in flight on the ring
+    ++groups;
+  }
+  if (p.ep > 1) {
+    comm += 2 * tokens / seq_div * m.moe.experts_per_token * m.moe.capacity_factor * m.hidden * act_bytes;
+    ++groups;
+  }
+  comm += groups * opt.nccl_bytes_per_group;
+
+  std::array<double, kMemoryItems> fwd = base, bwd = base, optim = base;
+  for (auto* ph : {&fwd, &bwd, &optim}) {
+    (*ph)[static_cast<int>(MemoryItem::comm_buffers)] = comm;
+    (*ph)[static_cast<int>(MemoryItem::workspace)] = opt.gemm_workspace_bytes;
+    (*ph)[static_cast<int>(MemoryItem::cuda_context)] = opt.cuda_context_bytes;
+  }
+  fwd[static_cast<int>(MemoryItem::activations)] = activations;
+  fwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
+  bwd[static_cast<int>(MemoryItem::activations)] = activations;
+  bwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
+  bwd[static_cast<int>(MemoryItem::backward_working)] = working + act_grads;
+  if (j.mode == TrainMode::lora || trainable > 0) {
+    // Optimizer step: activations are gone; ZeRO>=1 all-gathers updated parameters by bucket.
+    optim[static_cast<int>(MemoryItem::gathered_params)] += p.zero >= 1 ? 2 * opt.dp_bucket_bytes : 0;
+  }
+  const std::array<std::array<double, kMemoryItems>*, 3> phases = {&fwd, &bwd, &optim};
+  for (int ph = 0; ph < 3; ++ph) {
+    auto& b = *phases[ph];
+    const double dynamic = b[static_cast<int>(MemoryItem::activations)] + b[static_cast<int>(MemoryItem::backward_working)] +
+                           b[static_cast<int>(MemoryItem::logits_loss)] + b[static_cast<int>(MemoryItem::gathered_params)] +
+                           b[static_cast<int>(MemoryItem::comm_buffers)];
+    b[static_cast<int>(MemoryItem::fragmentation)] = opt.fragmentation_fraction * dynamic;
+    sm.phase_total[ph] = sum_items(b);
+  }
+  int peak = 0;
+  for (int ph = 1; ph < 3; ++ph)
+    if (sm.phase_total[ph] > sm.phase_total[peak]) peak = ph;
+  sm.peak_phase = static_cast<Phase>(peak);
+  sm.bytes = *phases[peak];
+  sm.total = sm.phase_total[peak];
+  sm.allocator_peak = sm.total - sm.bytes[static_cast<int>(MemoryItem::cuda_context)];
+  return sm;
+}
+
+}  // namespace
+
+StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec&, const TrainingJob& j, const ParallelPlan& p, int stage,
+                                  const MemoryOptions& opt) {
+  return stage_memory(m, j, p, stage, opt, plan_memory_inputs(m, j, p));
+}
+
+MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                             const MemoryOptions& opt) {
+  MemoryReport r;
+  r.capacity = c.gpu.memory_bytes;
+  const PlanMemoryInputs in = plan_memory_inputs(m, j, p);
+  r.first = stage_memory(m, j, p, 0, opt, in);
+  r.worst = r.first;
+  // Middle stages differ from the first only by fewer in-flight micro-batches and the
+  // uneven-layer rule; checking each keeps the worst exact (pp is at most a few hundred).
+  for (int s = 1; s < p.pp; ++s) {
+    StageMemory sm = stage_memory(m, j, p, s, opt, in);
+    if (s == p.pp - 1) r.last = sm;
+    if (sm.total > r.worst.total) r.worst = sm;
+  }
+  if (p.pp == 1) r.last = r.first;
+  return r;
+}
+
+}  // namespace llmplan

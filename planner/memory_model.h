@@ -1,0 +1,113 @@
+// Per-GPU memory model (DESIGN.md "Memory model"): model states by precision scheme and
+// ZeRO stage, activations from the recipe times the micro-batches each pipeline stage
+// holds under its schedule, and every other buffer that makes real runs OOM as a named
+// line. Computed for every pipeline stage; the report keeps the most loaded one, the
+// first and the last (they differ: users are burnt by averages).
+//
+// Pure functions, no allocation (the sweep calls estimate_memory in its hot loop).
+// Thread-safety: pure.
+#pragma once
+
+#include <array>
+
+#include "planner/recipe.h"
+#include "planner/specs.h"
+
+namespace llmplan {
+
+enum class MemoryItem {
+  weights,            // parameters held by the rank (16-bit or fp32 copy used by compute)
+  gradients,
+  optimizer_states,   // Adam m and v (or momentum)
+  master_weights,     // fp32 copy for mixed precision (O2)
+  activations,        // kept between forward and backward, all in-flight micro-batches
+  backward_working,   // recompute re-materialisation + activation gradients of one layer
+  logits_loss,        // logits and fp32 softmax of the LM head (last stage)
+  gathered_params,    // ZeRO-3: full layers gathered for compute (current + prefetch)
+  comm_buffers,       // DP buckets, PP send/recv, TP/SP gather buffers, NCCL
+  workspace,          // GEMM (cuBLAS) workspace
+  cuda_context,       // CUDA context + kernels loaded (outside the allocator)
+  fragmentation,      // caching-allocator reserve beyond what is allocated
+  kCount
+};
+constexpr int kMemoryItems = static_cast<int>(MemoryItem::kCount);
+const char* to_string(MemoryItem item);  // "optimizer_states"
+const char* label(MemoryItem item);      // "optimizer states"
+
+enum class Phase { forward, backward, optimizer };
+const char* to_string(Phase p);
+
+// Framework and hardware constants outside the model. Every default has its reason.
+struct MemoryOptions {
+  // CUDA context with cuBLAS/NCCL kernels loaded, as nvidia-smi shows it for a PyTorch
+  // process on A100/H100 with CUDA 12 lazy loading (~0.5-0.8 GiB measured in the field).
+  // Default: 0.6 GiB.
+  double cuda_context_bytes = 0.6 * 1024 * 1024 * 1024;
+  // cuBLAS workspace on Hopper (PyTorch CUBLAS_WORKSPACE_CONFIG :4096:8 = 32 MiB).
+  double gemm_workspace_bytes = 32.0 * 1024 * 1024;
+  // Data-parallel gradient bucket (PyTorch DDP bucket_cap_mb = 25), double-buffered.
+  double dp_bucket_bytes = 25.0 * 1024 * 1024;
+  // NCCL's own buffers per communicator a rank is part of (NCCL_BUFFSIZE 4 MiB x channels).
+  double nccl_bytes_per_group = 32.0 * 1024 * 1024;
+  // Caching-allocator reserve beyond allocated bytes, as a fraction of the dynamic part
+  // (activations, working sets, buffers). Default: 5%.
+  double fragmentation_fraction = 0.05;
+};
+
+struct StageMemory {
+  int stage = 0;
+  int layers = 0;                  // transformer layers on this stage
+  double inflight_microbatches = 0;  // activation sets held at the peak (1F1B: min(m, p-i))
+  std::array<double, kMemoryItems> bytes{};  // at the peak phase
+  std::array<double, 3> phase_total{};       // forward, backward, optimizer
+  Phase peak_phase = Phase::backward;
+  double total = 0;                // max over phases, bytes
+  double allocator_peak = 0;       // total without CUDA context (what torch.cuda reports)
+  double model_states() const;     // weights + gradients + optimizer + master
+};
+
+struct MemoryReport {
+  StageMemory worst;   // the stage with the largest total
+  StageMemory first;   // stage 0
+  StageMemory last;    // stage pp-1 (== first when pp == 1)
+  double capacity = 0;   // GPU memory, bytes
+  double trainable_params_rank = 0;  // on the worst stage
+  double params_rank = 0;            // all parameters on the worst stage's rank
+  bool fits(double headroom_bytes) const { return worst.total + headroom_bytes <= capacity; }
+};
+
+// Bytes of model states for `trainable` and `frozen` parameters held by one rank, before
+// any ZeRO split: precision scheme, AMP level, optimizer and gradient convention.
+struct BytesPerParam {
+  double weights, gradients, optimizer, master, frozen_weights;
+};
+BytesPerParam bytes_per_param(const TrainingJob& j);
+
+struct ModelStateBytes {
+  double weights = 0, gradients = 0, optimizer_states = 0, master_weights = 0;
+  double total() const { return weights + gradients + optimizer_states + master_weights; }
+};
+// Model states of one rank holding `trainable` + `frozen` parameters, sharded over a
+// data-parallel group of `shard_group` ranks by ZeRO stage `zero` (0-3); offload moves
+// optimizer states, master weights and gradients to the host. The ZeRO paper's formulas
+// (Rajbhandari et al. 2020, Sec. 5) for the DeepSpeed convention.
+ModelStateBytes model_state_bytes(double trainable, double frozen, const TrainingJob& j, int zero, int shard_group, bool offload);
+
+// Micro-batches per step on each pipeline: global / (micro * dp).
+int64_t microbatches_per_step(const TrainingJob& j, const ParallelPlan& p);
+// Activation sets (micro-batch x stage layers) stage `stage` holds at its peak under the
+// plan's schedule: GPipe m; 1F1B min(m, p - stage); interleaved Megatron's warm-up count.
+double inflight_microbatches(const ParallelPlan& p, int64_t microbatches, int stage);
+
+// The LayerContext of a plan for layer `global_layer` (trainability from the job).
+LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int global_layer);
+LayerRecompute layer_recompute(const ParallelPlan& p, int layer_in_stage);
+
+// REQUIRES: check_plan(m, c, j, p, ...) == none.
+MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                             const MemoryOptions& opt = {});
+// One stage only (the sweep and explain use the report; the simulator uses this).
+StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                                  int stage, const MemoryOptions& opt = {});
+
+}  // namespace llmplan

@@ -1,0 +1,264 @@
+#include "planner/recipe.h"
+
+#include <string>
+
+namespace llmplan {
+
+uint32_t lora_target_mask(const LoraSpec& lora, Family family) {
+  uint32_t mask = 0;
+  for (const std::string& name : lora.targets) {
+    if (name == "q") mask |= projection_bit(Projection::q);
+    else if (name == "k") mask |= projection_bit(Projection::k);
+    else if (name == "v") mask |= projection_bit(Projection::v);
+    else if (name == "o") mask |= projection_bit(Projection::o);
+    else if (name == "gate" && family == Family::llama) mask |= projection_bit(Projection::gate);
+    else if (name == "up" || name == "fc1") mask |= projection_bit(Projection::up);
+    else if (name == "down" || name == "fc2") mask |= projection_bit(Projection::down);
+  }
+  return mask;
+}
+
+double SavedTensorList::bytes() const {
+  double sum = 0;
+  for (int i = 0; i < count; ++i) sum += items[i].bytes();
+  return sum;
+}
+
+namespace {
+
+// Input width of each projection, and output width (whole model, before TP).
+struct ProjShape {
+  double in, out;
+  bool column_parallel;  // output split by t (q k v gate up); else input split (o down)
+};
+
+ProjShape projection_shape(const ModelSpec& m, Projection p) {
+  const double h = static_cast<double>(m.hidden);
+  const double f = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden : m.ffn_hidden);
+  switch (p) {
+    case Projection::q: return {h, static_cast<double>(m.q_width()), true};
+    case Projection::k:
+    case Projection::v: return {h, static_cast<double>(m.kv_width()), true};
+    case Projection::o: return {static_cast<double>(m.q_width()), h, false};
+    case Projection::gate:
+    case Projection::up: return {h, f, true};
+    case Projection::down: return {f, h, false};
+  }
+  return {0, 0, true};
+}
+
+bool is_lora(const LayerContext& c, Projection p) { return (c.lora_targets & projection_bit(p)) != 0; }
+// A projection's input must be kept when its weight or its adapter needs a gradient.
+bool needs_input(const LayerContext& c, Projection p) { return c.base_trainable || is_lora(c, p); }
+
+}  // namespace
+
+SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& c) {
+  SavedTensorList out;
+  if (!c.grad_flows) return out;
+  const double t = c.t;
+  const double bs = static_cast<double>(c.b) * static_cast<double>(c.s);
+  const double h = static_cast<double>(m.hidden);
+  const double seq_div = c.sp ? t : 1.0;  // Region::sequence
+  const int act = c.act_bytes;
+  const bool gpt = m.family == Family::gpt;
+  const bool drop = m.dropout;
+  const double a_local = m.heads / t;
+  const double scores = static_cast<double>(c.b) * a_local * static_cast<double>(c.s) * static_cast<double>(c.s_kv);
+
+  // ---- attention half (Korthikanti: 11sbh + 5as^2b for GPT, plus the LayerNorm input)
+  out.add({"ln1.input", bs * h / seq_div, act, false});
+  if (needs_input(c, Projection::q) || needs_input(c, Projection::k) || needs_input(c, Projection::v))
+    out.add({"attn.qkv_input", bs * h / seq_div, act, false});
+  out.add({"attn.q", bs * m.q_width() / t, act, false});
+  out.add({"attn.k", bs * m.kv_width() / t, act, false});
+  out.add({"attn.v", bs * m.kv_width() / t, act, false});
+  if (c.flash) {
+    out.add({"attn.lse", static_cast<double>(c.b) * a_local * static_cast<double>(c.s), 4, false});
+  } else {
+    out.add({"attn.probs", scores, act, true});
+    if (drop) {
+      out.add({"attn.probs_dropout_mask", scores, 1, true});
+      out.add({"attn.probs_dropped", scores, act, true});
+    }
+  }
+  // Flash backward needs its output, which is the output projection's input.
+  if (needs_input(c, Projection::o) || c.flash) out.add({"attn.proj_input", bs * m.q_width() / t, act, false});
+  if (drop) out.add({"attn.resid_dropout_mask", bs * h / seq_div, 1, false});
+
+  // ---- MLP half (GPT: 19sbh with f = 4h; Llama SwiGLU: gate, up and their product)
+  out.add({"ln2.input", bs * h / seq_div, act, false});
+  const bool moe = m.moe.enabled();
+  // MoE: tokens are dispatched to k experts (capacity cf) and experts are split by EP,
+  // not by TP, so expert activations scale with routed tokens, not with 1/t.
+  const double tokens_local = moe ? bs / seq_div * m.moe.experts_per_token * m.moe.capacity_factor : bs;
+  const double f = static_cast<double>(moe ? m.moe.expert_ffn_hidden : m.ffn_hidden);
+  const double f_div = moe ? 1.0 : t;
+  if (moe) out.add({"moe.router_probs", bs / seq_div * m.moe.experts, 4, false});
+  if (needs_input(c, Projection::up) || needs_input(c, Projection::gate))
+    out.add({"mlp.input", (moe ? tokens_local : bs / seq_div) * h, act, false});
+  if (gpt) {
+    out.add({"mlp.fc1_out", tokens_local * f / f_div, act, false});
+  } else {
+    out.add({"mlp.gate_out", tokens_local * f / f_div, act, false});
+    out.add({"mlp.up_out", tokens_local * f / f_div, act, false});
+  }
+  if (needs_input(c, Projection::down)) out.add({"mlp.act_out", tokens_local * f / f_div, act, false});
+  if (moe && m.moe.shared_experts > 0) {
+    const double fs = static_cast<double>(m.ffn_hidden) * m.moe.shared_experts;
+    out.add({"moe.shared_gate_out", bs * fs / t, act, false});
+    out.add({"moe.shared_up_out", bs * fs / t, act, false});
+    out.add({"moe.shared_act_out", bs * fs / t, act, false});
+  }
+  if (drop) out.add({"mlp.resid_dropout_mask", bs * h / seq_div, 1, false});
+
+  // ---- LoRA: the low-rank intermediate x*A^T of each adapter (its input is kept above)
+  static const char* kLoraNames[] = {"lora.q.z", "lora.k.z", "lora.v.z", "lora.o.z", "lora.gate.z", "lora.up.z", "lora.down.z"};
+  for (int p = 0; p < 7; ++p) {
+    if (is_lora(c, static_cast<Projection>(p))) out.add({kLoraNames[p], bs * c.lora_rank, act, false});
+  }
+  return out;
+}
+
+double activation_bytes_per_layer(const ModelSpec& m, const LayerContext& c, LayerRecompute policy) {
+  if (!c.grad_flows) return 0;
+  if (policy == LayerRecompute::full) {
+    const double seq_div = c.sp ? c.t : 1.0;
+    return static_cast<double>(c.b) * c.s * m.hidden / seq_div * c.act_bytes;
+  }
+  const SavedTensorList list = saved_tensors_per_layer(m, c);
+  double sum = 0;
+  for (int i = 0; i < list.count; ++i) {
+    if (policy == LayerRecompute::selective && list.items[i].attention_scores) continue;
+    sum += list.items[i].bytes();
+  }
+  return sum;
+}
+
+double recompute_working_bytes(const ModelSpec& m, const LayerContext& c, LayerRecompute policy) {
+  if (!c.grad_flows || policy == LayerRecompute::none) return 0;
+  const SavedTensorList list = saved_tensors_per_layer(m, c);
+  double sum = 0;
+  for (int i = 0; i < list.count; ++i) {
+    if (policy == LayerRecompute::full || list.items[i].attention_scores) sum += list.items[i].bytes();
+  }
+  return sum;
+}
+
+ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lora_targets, int lora_rank) {
+  ParamCounts pc;
+  const double h = static_cast<double>(m.hidden);
+  const double qw = static_cast<double>(m.q_width());
+  const double kvw = static_cast<double>(m.kv_width());
+  const bool gpt = m.family == Family::gpt;
+  const double norm = gpt ? 2 * h : h;  // LayerNorm has weight and bias; RMSNorm a weight
+
+  // Attention: qkv (column-parallel, bias split), o (row-parallel, bias replicated).
+  const double qkv_w = h * (qw + 2 * kvw), qkv_b = gpt ? qw + 2 * kvw : 0;
+  const double o_w = qw * h, o_b = gpt ? h : 0;
+  const double attn = qkv_w + qkv_b + o_w + o_b;
+  const double attn_rank = (qkv_w + qkv_b + o_w) / t + o_b;
+
+  // One dense MLP of width f: GPT fc1+fc2 with biases, Llama gate+up+down.
+  auto mlp = [&](double f, double div) {
+    if (gpt) return (2 * h * f + f) / div + h;  // fc2 bias is replicated under TP
+    return 3 * h * f / div;
+  };
+  double mlp_full = 0, mlp_rank = 0, mlp_active = 0;
+  if (m.moe.enabled()) {
+    const double fe = static_cast<double>(m.moe.expert_ffn_hidden);
+    const double one = mlp(fe, 1);
+    const double router = h * m.moe.experts;
+    const double shared = m.moe.shared_experts > 0 ? mlp(static_cast<double>(m.ffn_hidden) * m.moe.shared_experts, 1) : 0;
+    mlp_full = m.moe.experts * one + router + shared;
+    // Experts are split over EP; shared experts and the router follow TP like a dense MLP.
+    mlp_rank = m.moe.experts / static_cast<double>(ep) * one + router +
+               (m.moe.shared_experts > 0 ? mlp(static_cast<double>(m.ffn_hidden) * m.moe.shared_experts, t) : 0);
+    mlp_active = m.moe.experts_per_token * one + router + shared;
+  } else {
+    mlp_full = mlp(static_cast<double>(m.ffn_hidden), 1);
+    mlp_rank = mlp(static_cast<double>(m.ffn_hidden), t);
+    mlp_active = mlp_full;
+  }
+  pc.per_layer = attn + mlp_full + 2 * norm;
+  pc.per_layer_rank = attn_rank + mlp_rank + 2 * norm;
+
+  // Embedding: vocabulary split by t; GPT's learned positions are replicated.
+  const double tok = static_cast<double>(m.vocab) * h;
+  const double pos = gpt ? static_cast<double>(m.max_positions) * h : 0;
+  pc.embedding = tok + pos;
+  pc.embedding_rank = tok / t + pos;
+  // Head: final norm plus an LM-head matrix when untied; a tied head on pp > 1 keeps a
+  // copy of the embedding on the last stage (Megatron), which is memory, not a new param.
+  pc.head = norm + (m.tied_embeddings ? 0 : tok);
+  pc.head_rank = norm + ((m.tied_embeddings && pp == 1) ? 0 : tok / t);
+
+  for (int p = 0; p < 7; ++p) {
+    if (!(lora_targets & (1u << p))) continue;
+    const ProjShape ps = projection_shape(m, static_cast<Projection>(p));
+    const double experts = (m.moe.enabled() && p >= 4) ? m.moe.experts : 1;
+    const double experts_rank = (m.moe.enabled() && p >= 4) ? m.moe.experts / static_cast<double>(ep) : 1;
+    pc.lora_per_layer += experts * lora_rank * (ps.in + ps.out);
+    // Column-parallel: A (r x in) replicated, B (out x r) split; row-parallel: the reverse.
+    const double split = (m.moe.enabled() && p >= 4) ? 1 : t;
+    const double per = ps.column_parallel ? lora_rank * (ps.in + ps.out / split) : lora_rank * (ps.in / split + ps.out);
+    pc.lora_per_layer_rank += experts_rank * per;
+  }
+  pc.total = m.layers * pc.per_layer + pc.embedding + pc.head;
+  pc.active_per_token = m.layers * (attn + mlp_active + 2 * norm) + pc.embedding + pc.head;
+  return pc;
+}
+
+LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, double moe_capacity_tokens_factor) {
+  LayerFlops fl;
+  const double t = c.t;
+  const double tokens = static_cast<double>(c.b) * static_cast<double>(c.s);  // GEMMs see full s (after SP gather)
+  const double h = static_cast<double>(m.hidden);
+  const double qw = static_cast<double>(m.q_width()), kvw = static_cast<double>(m.kv_width());
+  const bool gpt = m.family == Family::gpt;
+  // 2*m*n*k per GEMM.
+  fl.gemm_base += 2 * tokens * h * (qw + 2 * kvw) / t;  // q k v
+  fl.gemm_base += 2 * tokens * qw * h / t;              // o
+  if (m.moe.enabled()) {
+    const double fe = static_cast<double>(m.moe.expert_ffn_hidden);
+    const double routed = tokens * m.moe.experts_per_token * moe_capacity_tokens_factor;
+    // With EP the routed tokens are spread over the EP group; with TP + SP each TP rank
+    // routes its own tokens, so a rank's expert work is routed/t.
+    fl.gemm_base += 2 * routed / t * h * fe * (gpt ? 2 : 3);
+    fl.router = 2 * tokens / t * h * m.moe.experts;
+    if (m.moe.shared_experts > 0)
+      fl.gemm_base += 2 * tokens * h * static_cast<double>(m.ffn_hidden) * m.moe.shared_experts * (gpt ? 2 : 3) / t;
+  } else {
+    fl.gemm_base += 2 * tokens * h * static_cast<double>(m.ffn_hidden) * (gpt ? 2 : 3) / t;
+  }
+  // Attention core: QK^T and PV, each 2*b*s*s_kv*d per head.
+  const double core = 2 * 2 * tokens * static_cast<double>(c.s_kv) * qw / t;
+  fl.attention = core;
+  // Causal: each query sees on average half of the keys (s_kv = s without CP).
+  fl.attention_causal = core * 0.5;
+  for (int p = 0; p < 7; ++p) {
+    if (!(c.lora_targets & (1u << p))) continue;
+    const ProjShape ps = projection_shape(m, static_cast<Projection>(p));
+    fl.gemm_lora += 2 * tokens * c.lora_rank * (ps.in + ps.out / t);
+  }
+  // Bandwidth-bound work: each of ~12 (GPT) or ~10 (Llama) elementwise passes reads and
+  // writes a (tokens x h) or (tokens x f) tensor.
+  const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) / t;
+  fl.elementwise_bytes = c.act_bytes * tokens * (8 * h + (gpt ? 3 : 4) * f_local);
+  return fl;
+}
+
+double head_forward_flops(const ModelSpec& m, const LayerContext& c) {
+  return 2.0 * c.b * c.s * static_cast<double>(m.vocab) / c.t * m.hidden;
+}
+
+double model_flops_per_token(const ModelSpec& m, int64_t seq_len) {
+  // 6 * (active non-embedding params + LM head) + attention 12 * L * s * q_width,
+  // the Chowdhery/PaLM convention (attention counted over the full s, not halved).
+  const ParamCounts pc = count_params(m, 1, 1, 1, 0, 0);
+  const double non_embedding = pc.active_per_token - pc.embedding - pc.head;
+  const double head = static_cast<double>(m.vocab) * m.hidden;
+  return 6 * (non_embedding + head) + 12.0 * m.layers * static_cast<double>(seq_len) * m.q_width();
+}
+
+}  // namespace llmplan

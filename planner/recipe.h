@@ -1,0 +1,119 @@
+// The transformer recipe: one source of truth for what a GPT or Llama layer owns,
+// computes and keeps for its backward pass. The memory model sums it, the time model
+// counts its FLOPs, and the executor allocates exactly the tensors it names (the names
+// below are the executor's too), so that prediction and measurement can be diffed.
+//
+// Notation (Korthikanti et al. 2022): b micro-batch, s sequence (per rank, after CP),
+// h hidden, a heads, f FFN width, t tensor-parallel size. All results are per rank and
+// per micro-batch. Pure functions over fixed-size arrays: no allocation, so the sweep
+// can call them in its hot loop.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "planner/specs.h"
+
+namespace llmplan {
+
+// Linear projections of a block; LoRA targets name them. GPT's fc1/fc2 are up/down.
+enum class Projection : uint8_t { q, k, v, o, gate, up, down };
+constexpr uint32_t projection_bit(Projection p) { return 1u << static_cast<int>(p); }
+// Bitmask of LoRA targets from names ("q", "fc1", ...); unknown names are ignored
+// (job_from_json rejects them earlier).
+uint32_t lora_target_mask(const LoraSpec& lora, Family family);
+
+// How TP/SP divide a saved tensor (Korthikanti's 10sbh replicated part is `sequence`).
+enum class Region : uint8_t {
+  sequence,    // outside the TP region: replicated under TP, split by t under SP
+  tensor,      // inside the TP region (between column- and row-parallel GEMMs): split by t
+  replicated,  // never split by t (LoRA low-rank activations)
+};
+
+struct SavedTensor {
+  const char* name = "";      // e.g. "attn.q"; the executor's tensor of the same name
+  double elements = 0;        // per rank per micro-batch, after t/sp/cp division
+  int bytes_per_element = 2;  // activation dtype, 1 for dropout masks, 4 for fp32 stats
+  bool attention_scores = false;  // an s*s tensor: dropped by selective recompute
+  double bytes() const { return elements * bytes_per_element; }
+};
+
+constexpr int kMaxSavedTensors = 40;
+struct SavedTensorList {
+  std::array<SavedTensor, kMaxSavedTensors> items{};
+  int count = 0;
+  void add(const SavedTensor& t) { items[count++] = t; }
+  double bytes() const;
+};
+
+// Everything about one layer's situation that changes what it keeps.
+struct LayerContext {
+  int64_t b = 1;                  // micro-batch, sequences
+  int64_t s = 2048;               // tokens per sequence on this rank (seq_len / cp)
+  int64_t s_kv = 2048;            // keys each query attends to (seq_len)
+  int t = 1;                      // tensor-parallel size
+  bool sp = false;                // sequence parallel
+  int ep = 1;                     // expert parallel (MoE)
+  int act_bytes = 2;              // activation element size: 2 (fp16/bf16) or 4 (fp32)
+  bool flash = true;              // fused attention keeps logsumexp, not probabilities
+  bool grad_flows = true;         // false for frozen layers below every trainable weight
+  bool base_trainable = true;     // base weights receive gradients (not LoRA, not frozen)
+  uint32_t lora_targets = 0;      // projection_bit()s with LoRA adapters
+  int lora_rank = 0;
+};
+
+// The tensors one layer keeps for backward with no recompute (policy none). Tensors a
+// layer does not need — e.g. the input of a frozen projection — are left out.
+SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& c);
+
+enum class LayerRecompute { none, selective, full };
+// Bytes one layer keeps between its forward and backward under a recompute policy:
+// none -> all of saved_tensors_per_layer; selective -> without the attention-score
+// tensors; full -> only the layer input (sbh, /t under SP).
+double activation_bytes_per_layer(const ModelSpec& m, const LayerContext& c, LayerRecompute policy);
+// Bytes re-materialised during one layer's backward by its recompute (the extra working
+// set at the backward peak): the whole layer for full, the score tensors for selective.
+double recompute_working_bytes(const ModelSpec& m, const LayerContext& c, LayerRecompute policy);
+
+// ---------------------------------------------------------------- parameters
+
+struct ParamCounts {
+  double per_layer = 0;       // one transformer layer, whole model (no TP/EP split)
+  double per_layer_rank = 0;  // one layer on one rank (TP and EP split)
+  double embedding = 0;       // token (+ position) embedding, whole model
+  double embedding_rank = 0;  // on the first stage's rank (vocab split by t)
+  double head = 0;            // final norm + LM head weight not shared with the embedding
+  double head_rank = 0;       // on the last stage's rank (a tied head on pp > 1 stores a copy)
+  double lora_per_layer = 0;       // adapter parameters, one layer, whole model
+  double lora_per_layer_rank = 0;  // adapter parameters, one layer, one rank
+  double total = 0;           // whole model (tied head counted once), excluding LoRA
+  double active_per_token = 0;  // parameters that touch a token (MoE: top-k experts only)
+};
+
+// REQUIRES: t divides heads and kv_heads (callers validate the plan first).
+ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lora_targets, int lora_rank);
+
+// ---------------------------------------------------------------- FLOPs
+
+// Forward FLOPs of one layer (or the head) on one rank for one micro-batch, split by
+// kind, because their efficiencies differ and backward treats them differently.
+struct LayerFlops {
+  double gemm_base = 0;        // projections with base weights (2mnk each)
+  double gemm_lora = 0;        // LoRA adapter GEMMs
+  double attention = 0;        // QK^T and PV, full s*s (not halved for the causal mask)
+  double attention_causal = 0; // the same, counting only the causal half that runs
+  double router = 0;           // MoE router
+  double elementwise_bytes = 0;  // memory traffic of norms/activations/softmax (bandwidth-bound)
+};
+
+LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, double moe_capacity_tokens_factor);
+// LM head forward FLOPs (2 * b*s * V/t * h) on the last stage.
+double head_forward_flops(const ModelSpec& m, const LayerContext& c);
+
+// Model FLOPs per step with the conventions of the literature, for MFU:
+// forward+backward (3x forward), attention not halved, LM head included.
+double model_flops_per_token(const ModelSpec& m, int64_t seq_len);
+
+}  // namespace llmplan
