@@ -292,6 +292,7 @@ Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
   r.get_enum("amp", &t.amp, "O0, O1, O2, O3", false);
   r.get_enum("optimizer", &t.optimizer, "adamw, sgd", false);
   r.get_enum("grads", &t.grads, "deepspeed, megatron", false);
+  r.get("fp8_linear", &t.fp8_linear, false);
   if (Status s = r.finish(); !s) return s;
   if (t.precision == Precision::fp32) t.amp = AmpLevel::O0;
   else if (t.amp == AmpLevel::O0) return Status::bad_input(origin + ": field 'job.amp': expected O1, O2 or O3 with " +
@@ -309,6 +310,7 @@ json to_json(const TrainingJob& t) {
             {"amp", to_string(t.amp)},
             {"optimizer", to_string(t.optimizer)},
             {"grads", to_string(t.grads)},
+            {"fp8_linear", t.fp8_linear},
             {"lora", nullptr}};
   if (t.mode == TrainMode::lora) j["lora"] = {{"rank", t.lora.rank}, {"alpha", t.lora.alpha}, {"targets", t.lora.targets}};
   return j;

@@ -100,6 +100,7 @@ struct TrainingJob {
   AmpLevel amp = AmpLevel::O2;       // ignored (O0) for fp32
   Optimizer optimizer = Optimizer::adamw;
   GradConvention grads = GradConvention::deepspeed;
+  bool fp8_linear = false;           // float8 GEMMs in linear layers (torchtitan/TE), bf16 elsewhere
 
   int frozen_layer_count(int layers) const {
     int k = frozen_layers > 0 ? frozen_layers : static_cast<int>(frozen_fraction * layers);

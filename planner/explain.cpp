@@ -1,0 +1,128 @@
+#include "planner/explain.h"
+
+#include <algorithm>
+
+#include "planner/plan_check.h"
+
+namespace llmplan {
+
+namespace {
+
+std::string recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "no recompute";
+    case Recompute::selective: return "selective recompute";
+    case Recompute::full: return "full recompute";
+    case Recompute::full_k: return "full recompute of k layers";
+  }
+  return "?";
+}
+
+// Every single-knob change worth trying, in the field report's order of remedies:
+// precision and recompute, then ZeRO/offload, then smaller micro-batches, then model
+// parallelism. Invalid ones are filtered by check_plan afterwards.
+std::vector<PlanChange> candidate_changes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+  std::vector<PlanChange> out;
+  auto add = [&](std::string d, TrainingJob nj, ParallelPlan np) {
+    np.grad_accum = static_cast<int>(nj.global_batch / (static_cast<int64_t>(np.micro_batch) * np.dp));
+    np.schedule = np.vpp > 1 ? Schedule::interleaved : (p.schedule == Schedule::gpipe ? Schedule::gpipe : Schedule::one_f_one_b);
+    PlanChange c;
+    c.description = std::move(d);
+    c.job = nj;
+    c.plan = np;
+    out.push_back(c);
+  };
+  if (j.precision == Precision::fp32) {
+    TrainingJob nj = j;
+    nj.precision = Precision::bf16;
+    nj.amp = AmpLevel::O2;
+    add("precision fp32 -> bf16 (O2)", nj, p);
+  } else if (j.amp == AmpLevel::O1) {
+    TrainingJob nj = j;
+    nj.amp = AmpLevel::O2;
+    add("AMP O1 -> O2", nj, p);
+  }
+  for (Recompute r : {Recompute::selective, Recompute::full}) {
+    if (static_cast<int>(r) <= static_cast<int>(p.recompute) && p.recompute != Recompute::full_k) continue;
+    ParallelPlan np = p;
+    np.recompute = r;
+    add(recompute_name(p.recompute) + " -> " + recompute_name(r), j, np);
+  }
+  if (!p.flash_attention) {
+    ParallelPlan np = p;
+    np.flash_attention = true;
+    add("flash attention on", j, np);
+  }
+  if (p.tp > 1 && !p.sp) {
+    ParallelPlan np = p;
+    np.sp = true;
+    add("sequence parallel on", j, np);
+  }
+  for (int z = p.zero + 1; z <= 3; ++z) {
+    ParallelPlan np = p;
+    np.zero = z;
+    add("ZeRO-" + std::to_string(p.zero) + " -> " + std::to_string(z), j, np);
+  }
+  if (!p.offload_optimizer) {
+    ParallelPlan np = p;
+    np.offload_optimizer = true;
+    if (np.zero == 0) np.zero = 1;
+    add("optimizer offload to host", j, np);
+  }
+  for (int mb = p.micro_batch / 2; mb >= 1; mb /= 2) {
+    ParallelPlan np = p;
+    np.micro_batch = mb;
+    add("micro-batch " + std::to_string(p.micro_batch) + " -> " + std::to_string(mb), j, np);
+    if (mb == 1) break;
+  }
+  if (p.dp % 2 == 0) {
+    ParallelPlan np = p;
+    np.dp /= 2;
+    np.tp *= 2;
+    np.micro_batch = std::max(1, p.micro_batch);
+    add("tp " + std::to_string(p.tp) + " -> " + std::to_string(np.tp) + " (dp " + std::to_string(p.dp) + " -> " + std::to_string(np.dp) + ")", j, np);
+    np = p;
+    np.dp /= 2;
+    np.pp *= 2;
+    add("pp " + std::to_string(p.pp) + " -> " + std::to_string(np.pp) + " (dp " + std::to_string(p.dp) + " -> " + std::to_string(np.dp) + ")", j, np);
+  }
+  (void)m;
+  return out;
+}
+
+}  // namespace
+
+Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int gpus,
+                         double headroom_bytes, const MemoryOptions& mo, const Efficiency& e) {
+  Explanation ex;
+  ex.memory = estimate_memory(m, c, j, p, mo);
+  ex.time = estimate_time(m, c, j, p, e);
+  ex.headroom_bytes = headroom_bytes;
+  ex.budget_bytes = c.gpu.memory_bytes - headroom_bytes;
+  ex.shortfall_bytes = ex.memory.worst.total - ex.budget_bytes;
+  ex.fits = ex.shortfall_bytes <= 0;
+  int largest = 0;
+  for (int i = 1; i < kMemoryItems; ++i)
+    if (ex.memory.worst.bytes[i] > ex.memory.worst.bytes[largest]) largest = i;
+  ex.largest_item = static_cast<MemoryItem>(largest);
+
+  for (PlanChange& ch : candidate_changes(m, j, p)) {
+    if (check_plan(m, c, ch.job, ch.plan, gpus, /*tp_across_nodes=*/false) != RejectReason::none) continue;
+    const MemoryReport mr = estimate_memory(m, c, ch.job, ch.plan, mo);
+    const StepTime st = estimate_time(m, c, ch.job, ch.plan, e);
+    ch.peak_bytes = mr.worst.total;
+    ch.delta_bytes = mr.worst.total - ex.memory.worst.total;
+    ch.tokens_per_s = st.tokens_per_s;
+    ch.throughput_change = st.tokens_per_s / ex.time.tokens_per_s - 1;
+    ch.fits = mr.worst.total <= ex.budget_bytes;
+    if (ch.delta_bytes < -1) ex.changes.push_back(ch);  // only changes that save memory
+  }
+  std::stable_sort(ex.changes.begin(), ex.changes.end(), [](const PlanChange& a, const PlanChange& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.fits) return a.tokens_per_s > b.tokens_per_s;
+    return a.peak_bytes < b.peak_bytes;
+  });
+  return ex;
+}
+
+}  // namespace llmplan

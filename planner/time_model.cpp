@@ -1,0 +1,321 @@
+#include "planner/time_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "planner/memory_model.h"
+#include "planner/plan_check.h"
+
+namespace llmplan {
+
+Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g) {
+  // Ranks are laid out TP innermost, then CP, DP, PP. A group stays inside a node when
+  // the span of consecutive ranks it covers fits in one node.
+  int64_t span = 1;
+  switch (g) {
+    case Group::tp: span = p.tp; break;
+    case Group::cp: span = static_cast<int64_t>(p.tp) * p.cp; break;
+    case Group::ep:  // EP groups are carved out of DP x CP, after TP
+    case Group::dp: span = static_cast<int64_t>(p.tp) * p.cp * p.dp; break;
+    case Group::pp: span = static_cast<int64_t>(p.tp) * p.cp * p.dp * p.pp; break;
+  }
+  if (g == Group::ep) span = static_cast<int64_t>(p.tp) * p.ep;
+  if (span <= c.gpus_per_node) return {c.intra_node_bandwidth, c.intra_node_latency};
+  return {c.inter_node_bandwidth, c.inter_node_latency};
+}
+
+double allreduce_time(double bytes, int n, const Link& l, const Efficiency& e) {
+  if (n <= 1 || bytes <= 0) return 0;
+  return 2.0 * (n - 1) / n * bytes / (l.bandwidth * e.network) + 2.0 * (n - 1) * l.latency;
+}
+
+double allgather_time(double bytes, int n, const Link& l, const Efficiency& e) {
+  if (n <= 1 || bytes <= 0) return 0;
+  return static_cast<double>(n - 1) / n * bytes / (l.bandwidth * e.network) + (n - 1) * l.latency;
+}
+
+double alltoall_time(double bytes, int n, const Link& l, const Efficiency& e) {
+  return allgather_time(bytes, n, l, e);
+}
+
+double p2p_time(double bytes, const Link& l, const Efficiency& e) {
+  if (bytes <= 0) return 0;
+  return bytes / (l.bandwidth * e.network) + l.latency;
+}
+
+double gemm_time(double m, double n, double k, double elem_bytes, double peak_flops, double bandwidth, const Efficiency& e) {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  const double flops = 2 * m * n * k;
+  const double bytes = elem_bytes * (m * k + k * n + m * n);
+  return std::max(flops / (peak_flops * e.gemm), bytes / (bandwidth * e.memory)) + e.kernel_launch_s;
+}
+
+Dtype compute_dtype(const TrainingJob& j, const GpuSpec& g) {
+  if (j.precision == Precision::bf16) return Dtype::bf16;
+  if (j.precision == Precision::fp16) return Dtype::fp16;
+  return g.peak(Dtype::tf32) > 0 ? Dtype::tf32 : Dtype::fp32;
+}
+
+namespace {
+
+struct Gemm {
+  double m, n, k;
+  bool base;   // base weight (vs LoRA adapter)
+  double count;
+};
+
+}  // namespace
+
+LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const LayerContext& lc,
+                       LayerRecompute policy, const Efficiency& e) {
+  LayerTimes lt;
+  const Dtype dt = compute_dtype(j, c.gpu);
+  const double peak = c.gpu.peak(dt);
+  const double gemm_peak = j.fp8_linear ? peak * e.fp8_gemm_speedup : peak;
+  const double bw = c.gpu.memory_bandwidth;
+  const double eb = lc.act_bytes;
+  const double t = lc.t;
+  const double tokens = static_cast<double>(lc.b) * static_cast<double>(lc.s);
+  const double h = static_cast<double>(m.hidden);
+  const double qw = static_cast<double>(m.q_width()), kvw = static_cast<double>(m.kv_width());
+  const bool gpt = m.family == Family::gpt;
+
+  // ---- GEMMs of the layer on this rank
+  Gemm gemms[12];
+  int ng = 0;
+  gemms[ng++] = {tokens, (qw + 2 * kvw) / t, h, true, 1};
+  gemms[ng++] = {tokens, h, qw / t, true, 1};
+  if (m.moe.enabled()) {
+    const double fe = static_cast<double>(m.moe.expert_ffn_hidden);
+    const double local_experts = static_cast<double>(m.moe.experts) / p.ep;
+    const double routed = tokens / t * m.moe.experts_per_token * m.moe.capacity_factor;  // tokens this rank sends
+    const double per_expert = routed * p.ep / m.moe.experts;                               // tokens a local expert receives
+    gemms[ng++] = {per_expert, (gpt ? 1 : 2) * fe, h, true, local_experts};
+    gemms[ng++] = {per_expert, h, fe, true, local_experts};
+    gemms[ng++] = {tokens / t, static_cast<double>(m.moe.experts), h, true, 1};  // router
+    if (m.moe.shared_experts > 0) {
+      const double fs = static_cast<double>(m.ffn_hidden) * m.moe.shared_experts;
+      gemms[ng++] = {tokens, (gpt ? 1 : 2) * fs / t, h, true, 1};
+      gemms[ng++] = {tokens, h, fs / t, true, 1};
+    }
+  } else {
+    const double f = static_cast<double>(m.ffn_hidden);
+    gemms[ng++] = {tokens, (gpt ? 1 : 2) * f / t, h, true, 1};
+    gemms[ng++] = {tokens, h, f / t, true, 1};
+  }
+  if (lc.lora_targets) {
+    const double r = lc.lora_rank;
+    const int n_targets = __builtin_popcount(lc.lora_targets);
+    // A (in -> r) and B (r -> out); all adapters are about h wide.
+    gemms[ng++] = {tokens, r, h, false, static_cast<double>(n_targets)};
+    gemms[ng++] = {tokens, h / t, r, false, static_cast<double>(n_targets)};
+  }
+  double gemm_fwd = 0, gemm_bwd = 0;
+  for (int i = 0; i < ng; ++i) {
+    const Gemm& g = gemms[i];
+    const double one = g.count * gemm_time(g.m, g.n, g.k, eb, gemm_peak, bw, e);
+    gemm_fwd += one;
+    // Backward: the input gradient always (when gradients flow), the weight gradient
+    // only for weights that train.
+    const bool weight_grad = g.base ? lc.base_trainable : true;
+    gemm_bwd += one * (1 + (weight_grad ? 1 : 0));
+  }
+
+  // ---- attention core
+  const double a_local = m.heads / t;
+  const double core_full = 2 * 2 * tokens * static_cast<double>(lc.s_kv) * qw / t;
+  double attn_fwd = 0, attn_bwd = 0;
+  if (lc.flash) {
+    // Fused kernels skip the masked half; backward does 2.5x the forward's matmuls.
+    attn_fwd = 0.5 * core_full / (peak * e.attention) + e.kernel_launch_s;
+    attn_bwd = 2.5 * attn_fwd;
+  } else {
+    const double head_dim = static_cast<double>(m.head_width());
+    const double score_bytes = static_cast<double>(lc.b) * a_local * static_cast<double>(lc.s) * static_cast<double>(lc.s_kv) * eb;
+    const double passes = m.dropout ? 6 : 4;  // write scores, softmax r/w, (dropout r/w), read for PV
+    // Batched QK^T and PV over b * a/t heads, then softmax/dropout passes over the scores.
+    const double rows = a_local * lc.b * static_cast<double>(lc.s);
+    attn_fwd = gemm_time(rows, static_cast<double>(lc.s_kv), head_dim, eb, peak, bw, e) +
+               gemm_time(rows, head_dim, static_cast<double>(lc.s_kv), eb, peak, bw, e) + passes * score_bytes / (bw * e.memory);
+    attn_bwd = 2 * attn_fwd;
+  }
+
+  // ---- bandwidth-bound elementwise work (norms, activations, residuals, dropout)
+  const LayerFlops fl = forward_flops_per_layer(m, lc, m.moe.capacity_factor);
+  const double elem_fwd = fl.elementwise_bytes / (bw * e.memory);
+
+  if (lc.grad_flows) {
+    lt.forward = gemm_fwd + attn_fwd + elem_fwd;
+    lt.backward = gemm_bwd + attn_bwd + 2 * elem_fwd;
+  } else {
+    lt.forward = gemm_fwd + attn_fwd + elem_fwd;  // frozen bottom layers: forward only
+    lt.backward = 0;
+  }
+  if (lc.grad_flows) {
+    if (policy == LayerRecompute::full) lt.recompute = lt.forward;
+    else if (policy == LayerRecompute::selective && !lc.flash) lt.recompute = attn_fwd;
+  }
+
+  // ---- TP collectives: 2 all-reduces (or AG + RS with SP) forward, 2 backward.
+  if (p.tp > 1) {
+    const double bytes = tokens * h * eb;
+    const Link l = group_link(c, p, Group::tp);
+    const double one = allreduce_time(bytes, p.tp, l, e) + e.kernel_launch_s;
+    lt.tp_comm = (lc.grad_flows ? 4 : 2) * one * (1 - e.tp_overlap);
+    if (policy == LayerRecompute::full && lc.grad_flows) lt.tp_comm += 2 * one * (1 - e.tp_overlap);
+  }
+  // ---- CP ring: K and V chunks pass around the ring, hidden behind attention.
+  if (p.cp > 1) {
+    const double chunk = 2 * tokens * kvw / t * eb;
+    const Link l = group_link(c, p, Group::cp);
+    const double ring = (p.cp - 1) * p2p_time(chunk, l, e);
+    lt.cp_comm_exposed = std::max(0.0, ring - attn_fwd) + (lc.grad_flows ? std::max(0.0, 2 * ring - attn_bwd) : 0);
+  }
+  // ---- EP all-to-all: dispatch and combine, forward and backward.
+  if (m.moe.enabled() && p.ep > 1) {
+    const double bytes = tokens / (p.sp ? t : 1) * m.moe.experts_per_token * m.moe.capacity_factor * h * eb;
+    const Link l = group_link(c, p, Group::ep);
+    lt.ep_comm = (lc.grad_flows ? 4 : 2) * alltoall_time(bytes, p.ep, l, e);
+  }
+  return lt;
+}
+
+StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e) {
+  StepTime st;
+  const int64_t mb = microbatches_per_step(j, p);
+  const double md = static_cast<double>(mb);
+  const int frozen = j.frozen_layer_count(m.layers);
+
+  // Per-layer times for the two kinds of layer and three policies used below.
+  LayerTimes kinds[2][3];
+  for (int f = 0; f < 2; ++f) {
+    LayerContext lc = layer_context(m, j, p, f ? 0 : m.layers - 1);
+    if (f == 1 && frozen == 0) lc.grad_flows = false;
+    for (int r = 0; r < 3; ++r) kinds[f][r] = layer_times(m, c, j, p, lc, static_cast<LayerRecompute>(r), e);
+  }
+  const LayerContext top = layer_context(m, j, p, m.layers - 1);
+  const Dtype dt = compute_dtype(j, c.gpu);
+  const double peak = c.gpu.peak(dt);
+  const double bw = c.gpu.memory_bandwidth;
+  const double tokens_mb = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
+
+  // LM head + cross-entropy on the last stage (always trained unless LoRA).
+  const bool head_trains = j.mode != TrainMode::lora;
+  const double head_fwd = gemm_time(tokens_mb, static_cast<double>(m.vocab) / p.tp, static_cast<double>(m.hidden), top.act_bytes, peak, bw, e) +
+                          3 * tokens_mb * static_cast<double>(m.vocab) / p.tp * 4 / (bw * e.memory);
+  const double head_bwd = head_fwd * (head_trains ? 2 : 1);
+
+  // Per stage per micro-batch: compute, recompute and exposed in-layer communication.
+  double max_stage = 0, sum_stage = 0;
+  double worst_compute = 0, worst_recompute = 0, worst_tp = 0, worst_cp = 0, worst_ep = 0, worst_fwd = 0, worst_bwd = 0;
+  for (int s = 0; s < p.pp; ++s) {
+    const int layers = layers_in_stage(m.layers, p.pp, s);
+    const int first = first_layer_of_stage(m.layers, p.pp, s);
+    const int frozen_here = std::clamp(frozen - first, 0, layers);
+    double fwd = 0, bwd = 0, rc = 0, tp = 0, cp = 0, ep = 0;
+    for (int i = 0; i < layers; ++i) {
+      const LayerTimes& lt = kinds[i < frozen_here ? 1 : 0][static_cast<int>(layer_recompute(p, i))];
+      fwd += lt.forward;
+      bwd += lt.backward;
+      rc += lt.recompute;
+      tp += lt.tp_comm;
+      cp += lt.cp_comm_exposed;
+      ep += lt.ep_comm;
+    }
+    if (s == p.pp - 1) {
+      fwd += head_fwd;
+      bwd += head_bwd;
+    }
+    const double stage_time = fwd + bwd + rc + tp + cp + ep;
+    sum_stage += stage_time;
+    if (stage_time > max_stage) {
+      max_stage = stage_time;
+      worst_compute = fwd + bwd;
+      worst_recompute = rc;
+      worst_tp = tp;
+      worst_cp = cp;
+      worst_ep = ep;
+      worst_fwd = fwd;
+      worst_bwd = bwd + rc;
+    }
+  }
+  st.compute = md * worst_compute;
+  st.recompute = md * worst_recompute;
+  st.tp_comm = md * worst_tp;
+  st.cp_comm = md * worst_cp;
+  st.ep_comm = md * worst_ep;
+  // Fill and drain: every other stage's work once (equal stages: (p-1) * T), divided by
+  // v with interleaving (Narayanan et al. 2021). GPipe has the same bubble.
+  st.bubble = p.pp > 1 ? (sum_stage - max_stage) / p.vpp : 0;
+
+  // ---- PP point-to-point: one send forward and one backward per micro-batch per chunk
+  // hop on the critical path.
+  if (p.pp > 1) {
+    const double bytes = tokens_mb * m.hidden / (p.sp ? p.tp : 1) * top.act_bytes;
+    const Link l = group_link(c, p, Group::pp);
+    st.pp_comm = 2 * (md * p.vpp + p.pp - 2) * p2p_time(bytes, l, e);
+  }
+
+  // ---- DP / ZeRO traffic on the worst stage's rank
+  const BytesPerParam bpp = bytes_per_param(j);
+  // Trainable params on the first stage's rank (the embedding makes it the largest).
+  const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+  const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+  const int layers0 = layers_in_stage(m.layers, p.pp, 0);
+  const int frozen0 = std::clamp(frozen, 0, layers0);
+  double trainable = j.mode == TrainMode::lora ? (layers0 - frozen0) * pc.lora_per_layer_rank : (layers0 - frozen0) * pc.per_layer_rank;
+  if (j.mode != TrainMode::lora && frozen == 0) trainable += pc.embedding_rank;
+  if (p.pp == 1 && j.mode != TrainMode::lora) trainable += pc.head_rank;
+  const double all_params_rank = layers0 * pc.per_layer_rank + pc.embedding_rank + (p.pp == 1 ? pc.head_rank : 0);
+  const int dp_group = p.dp * p.cp;
+  if (dp_group > 1 && trainable > 0) {
+    const Link l = group_link(c, p, Group::dp);
+    const double grad_bytes = trainable * bpp.gradients;
+    const double weight_bytes = (p.zero == 3 ? all_params_rank : trainable) * bpp.weights;
+    const double hide_bwd = e.overlap * worst_bwd, hide_fwd = e.overlap * worst_fwd;
+    const double last_bucket = p2p_time(std::min(grad_bytes, 25.0 * 1024 * 1024), l, e);
+    if (p.zero == 3) {
+      // FSDP: gather weights before forward and again before backward, reduce-scatter
+      // gradients, every micro-batch; prefetch hides them behind compute.
+      const double ag = allgather_time(weight_bytes, dp_group, l, e);
+      const double rs = allgather_time(grad_bytes, dp_group, l, e);
+      st.dp_comm = md * (std::max(0.0, ag - hide_fwd) + std::max(0.0, ag + rs - hide_bwd)) + last_bucket;
+    } else {
+      // Gradients are synchronised once per step, overlapped with the last micro-batch's
+      // backward; ZeRO-1/2 then all-gather updated parameters behind the next forward.
+      double grads = p.zero == 0 ? allreduce_time(grad_bytes, dp_group, l, e) : allgather_time(grad_bytes, dp_group, l, e);
+      double params = p.zero == 0 ? 0 : allgather_time(trainable * bpp.weights, dp_group, l, e);
+      st.dp_comm = std::max(0.0, grads - hide_bwd) + std::max(0.0, params - hide_fwd) + last_bucket;
+    }
+  }
+
+  // ---- optimizer step: bytes read and written per trainable parameter on this rank
+  const double shard = p.zero >= 1 ? dp_group : 1;
+  const double opt_bytes = (2 * bpp.weights + bpp.gradients + 2 * bpp.master + 2 * bpp.optimizer);
+  if (p.offload_optimizer) {
+    const double host = trainable / shard * (bpp.gradients + bpp.weights) / c.host_bandwidth;
+    const double cpu_adam = trainable / shard / (1.5e9 / c.gpus_per_node);  // DeepSpeed CPU-Adam ~1.5 G params/s per host
+    st.offload = host + cpu_adam;
+  } else {
+    st.optimizer = trainable / shard * opt_bytes / (bw * e.memory);
+  }
+
+  st.total = st.compute + st.recompute + st.tp_comm + st.pp_comm + st.dp_comm + st.cp_comm + st.ep_comm + st.offload + st.bubble +
+             st.optimizer;
+  const double step_tokens = static_cast<double>(j.global_batch) * j.seq_len;
+  st.tokens_per_s = step_tokens / st.total;
+  // Model FLOPs: 6N + attention per token for full training; LoRA and frozen layers skip
+  // weight gradients of frozen weights (2N + 2N + small instead of 6N).
+  double per_token = model_flops_per_token(m, j.seq_len);
+  if (j.mode == TrainMode::lora) per_token *= 2.0 / 3.0;
+  else if (frozen > 0) per_token *= 1.0 - (static_cast<double>(frozen) / m.layers) / 3.0;
+  st.model_flops = per_token * step_tokens;
+  const double recompute_share = st.compute > 0 ? st.recompute / st.compute : 0;
+  st.hardware_flops = st.model_flops * (1 + recompute_share);
+  const double gpus = static_cast<double>(p.world_size());
+  st.mfu = st.model_flops / (st.total * gpus * peak);
+  st.hfu = st.hardware_flops / (st.total * gpus * peak);
+  return st;
+}
+
+}  // namespace llmplan
