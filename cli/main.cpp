@@ -1,2 +1,51 @@
+// llmplan: plan, simulate and execute LLM training. One table of subcommands
+// {name, help, register}; each command lives in its own cmd_*.cpp. Only main exits:
+// 0 success, 1 runtime failure (including "no plan fits"), 2 bad input.
 #include <cstdio>
-int main() { std::puts("llmplan"); return 0; }
+#include <map>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* help;
+  llmplan::cli::Runner (*register_fn)(CLI::App*);
+};
+
+constexpr Command kCommands[] = {
+    {"sweep", "evaluate every parallel plan, rank them, write the best as plan JSON", llmplan::cli::register_sweep},
+    {"memory", "per-GPU memory breakdown of one plan (flags or plan JSON)", llmplan::cli::register_memory},
+    {"explain", "does a plan fit, by how much, and the cheapest changes that make it fit", llmplan::cli::register_explain},
+    {"validate", "predict published training runs and report the errors", llmplan::cli::register_validate},
+    {"presets", "list model, GPU and node presets", llmplan::cli::register_presets},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"llmplan: plan, simulate and execute LLM training on limited hardware"};
+  app.require_subcommand(1);
+  std::map<std::string, llmplan::cli::Runner> runners;
+  for (const Command& c : kCommands) {
+    CLI::App* sub = app.add_subcommand(c.name, c.help);
+    runners[c.name] = c.register_fn(sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Bad flags are bad input: exit 2 with CLI11's message naming the flag.
+    app.exit(e);
+    return 2;
+  }
+  for (CLI::App* sub : app.get_subcommands()) return runners[sub->get_name()]();
+  return 2;
+}

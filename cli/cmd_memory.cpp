@@ -1,0 +1,91 @@
+// llmplan memory / explain: one plan's memory breakdown, and why it does (not) fit with
+// the cheapest fixes. Both accept either flags or a plan file.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/print.h"
+#include "planner/explain.h"
+#include "planner/spec_json.h"
+#include "planner/units.h"
+
+namespace llmplan::cli {
+
+namespace {
+
+struct PlanCommand {
+  JobFlags job;
+  PlanFlags plan;
+  std::string plan_file;
+  std::string json_out;
+};
+
+// The plan from a plan file (positional) or from flags.
+Result<Setup> load_setup(const PlanCommand& c) {
+  if (!c.plan_file.empty()) {
+    Result<PlanFile> f = read_plan_file(c.plan_file);
+    if (!f) return f.status();
+    Result<PresetRegistry> reg = load_presets(c.job.data_root);
+    if (!reg) return reg.status();
+    Setup s{std::move(*reg), *f, 0, ""};
+    Result<double> head = parse_bytes(c.job.headroom, "--headroom");
+    if (!head) return head.status();
+    s.headroom_bytes = *head;
+    return s;
+  }
+  Result<Setup> s = setup_from_flags(c.job);
+  if (!s) return s;
+  if (Status st = apply_plan_flags(c.plan, &*s); !st) return st;
+  return s;
+}
+
+}  // namespace
+
+Runner register_memory(CLI::App* sub) {
+  auto c = std::make_shared<PlanCommand>();
+  add_job_flags(sub, &c->job);
+  add_plan_flags(sub, &c->plan);
+  sub->add_option("plan", c->plan_file, "plan JSON (instead of flags)");
+  sub->add_option("--json", c->json_out, "also write the breakdown as JSON to this file ('-' = stdout only JSON)");
+  return [c]() {
+    Result<Setup> s = load_setup(*c);
+    if (!s) return report(s.status());
+    const PlanFile& f = s->file;
+    const MemoryReport mem = estimate_memory(f.model, f.cluster, f.job, f.plan);
+    const StepTime time = estimate_time(f.model, f.cluster, f.job, f.plan);
+    if (c->json_out == "-") {
+      std::printf("%s\n", plan_file_to_json(f, mem, time).dump(2).c_str());
+      return 0;
+    }
+    if (!s->model_note.empty()) std::printf("%s\n", s->model_note.c_str());
+    print_setup(f);
+    print_memory(mem, s->headroom_bytes);
+    if (!c->json_out.empty()) {
+      if (Status st = write_json_file(c->json_out, plan_file_to_json(f, mem, time)); !st) return report(st);
+      std::printf("wrote %s\n", c->json_out.c_str());
+    }
+    return 0;
+  };
+}
+
+Runner register_explain(CLI::App* sub) {
+  auto c = std::make_shared<PlanCommand>();
+  add_job_flags(sub, &c->job);
+  add_plan_flags(sub, &c->plan);
+  sub->add_option("plan", c->plan_file, "plan JSON (instead of flags)");
+  return [c]() {
+    Result<Setup> s = load_setup(*c);
+    if (!s) return report(s.status());
+    const PlanFile& f = s->file;
+    const Explanation e = explain_plan(f.model, f.cluster, f.job, f.plan, f.gpus, s->headroom_bytes);
+    if (!s->model_note.empty()) std::printf("%s\n", s->model_note.c_str());
+    print_setup(f);
+    print_memory(e.memory, s->headroom_bytes);
+    print_time(e.time, f.gpus);
+    print_explanation(e, f);
+    return 0;
+  };
+}
+
+}  // namespace llmplan::cli

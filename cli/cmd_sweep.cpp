@@ -1,0 +1,225 @@
+// llmplan sweep: every plan of a job on N GPUs, ranked; the best written as plan JSON.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/print.h"
+#include "planner/sweep.h"
+#include "planner/units.h"
+
+namespace llmplan::cli {
+
+namespace {
+
+struct SweepCommand {
+  JobFlags job;
+  std::vector<int> tp, pp, vpp, cp, ep, micro_batch, zero;
+  std::vector<std::string> recompute;
+  std::string sp, offload, flash;  // "on", "off" or "" (vary)
+  int max_tp = 0, max_pp = 0;
+  int top = 10;
+  int threads = 0;
+  std::string objective = "tokens-per-s";
+  std::string json_out = "best.json";
+  std::string csv_out;
+  std::string tokens;
+  bool pareto = false;
+  bool tp_across_nodes = false;
+};
+
+Status on_off(const std::string& v, const char* flag, std::vector<int>* out) {
+  if (v.empty()) return Status::ok();
+  if (v == "on") *out = {1};
+  else if (v == "off") *out = {0};
+  else return Status::bad_input(std::string(flag) + ": expected on or off, got '" + v + "'");
+  return Status::ok();
+}
+
+Status positive_list(const std::vector<int>& v, const char* flag) {
+  for (int x : v)
+    if (x < 1) return Status::bad_input(std::string(flag) + ": expected positive integers, got " + std::to_string(x));
+  return Status::ok();
+}
+
+void print_row(int rank, const PlanResult& r) {
+  const ParallelPlan& p = r.plan;
+  std::printf("%4d  %3d %3d %3d %3d %3d %3s %4d %5d %4d %-9s %3s %5s  %s %5s %9.2f %12.0f %6.1f%% %8.3f\n", rank, p.dp, p.tp, p.pp, p.vpp, p.cp,
+              p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? "on" : "-",
+              p.flash_attention ? "on" : "off", to_string(r.precision), to_string(r.amp), r.peak_bytes / kGiB, r.tokens_per_s, 100 * r.mfu,
+              r.step_time_s);
+}
+
+void print_header() {
+  std::printf("%4s  %3s %3s %3s %3s %3s %3s %4s %5s %4s %-9s %3s %5s  %-9s %9s %12s %7s %8s\n", "rank", "dp", "tp", "pp", "vpp", "cp", "sp", "mb",
+              "accum", "zero", "recompute", "off", "flash", "precision", "peak GiB", "tokens/s", "MFU", "step s");
+}
+
+}  // namespace
+
+Runner register_sweep(CLI::App* sub) {
+  auto c = std::make_shared<SweepCommand>();
+  add_job_flags(sub, &c->job);
+  sub->add_option("--tp", c->tp, "pin tensor-parallel degree(s)")->delimiter(',');
+  sub->add_option("--pp", c->pp, "pin pipeline degree(s)")->delimiter(',');
+  sub->add_option("--vpp", c->vpp, "pin virtual stages")->delimiter(',');
+  sub->add_option("--cp", c->cp, "pin context-parallel degree(s)")->delimiter(',');
+  sub->add_option("--ep", c->ep, "pin expert-parallel degree(s)")->delimiter(',');
+  sub->add_option("--micro-batch", c->micro_batch, "pin micro-batch size(s)")->delimiter(',');
+  sub->add_option("--zero", c->zero, "pin ZeRO stage(s)")->delimiter(',');
+  sub->add_option("--recompute", c->recompute, "pin recompute policy (none, selective, full)")->delimiter(',');
+  sub->add_option("--sp", c->sp, "pin sequence parallel: on or off");
+  sub->add_option("--offload", c->offload, "pin optimizer offload: on or off");
+  sub->add_option("--flash", c->flash, "pin flash attention: on or off");
+  sub->add_option("--max-tp", c->max_tp, "upper bound on tp");
+  sub->add_option("--max-pp", c->max_pp, "upper bound on pp");
+  sub->add_flag("--tp-across-nodes", c->tp_across_nodes, "allow tp larger than a node");
+  sub->add_option("--top", c->top, "plans to print")->capture_default_str();
+  sub->add_option("--threads", c->threads, "worker threads (0 = all cores)");
+  sub->add_option("--objective", c->objective, "tokens-per-s, memory or cost")->capture_default_str();
+  sub->add_option("--json", c->json_out, "write the best plan here")->capture_default_str();
+  sub->add_option("--csv", c->csv_out, "write every enumerated plan here");
+  sub->add_option("--tokens", c->tokens, "report time and GPU-hours to train this many tokens (e.g. 1T)");
+  sub->add_flag("--pareto", c->pareto, "print the memory-throughput Pareto front");
+  return [c]() {
+    Result<Setup> setup = setup_from_flags(c->job);
+    if (!setup) return report(setup.status());
+    Setup& s = *setup;
+    SweepSpace space;
+    SweepOptions opt;
+    for (auto [v, flag] : {std::pair{&c->tp, "--tp"}, {&c->pp, "--pp"}, {&c->vpp, "--vpp"}, {&c->cp, "--cp"}, {&c->ep, "--ep"},
+                           {&c->micro_batch, "--micro-batch"}})
+      if (Status st = positive_list(*v, flag); !st) return report(st);
+    space.tp = c->tp;
+    space.pp = c->pp;
+    space.vpp = c->vpp;
+    space.cp = c->cp;
+    space.ep = c->ep;
+    space.micro_batch = c->micro_batch;
+    for (int z : c->zero)
+      if (z < 0 || z > 3) return report(Status::bad_input("--zero: expected 0..3, got " + std::to_string(z)));
+    space.zero = c->zero;
+    for (const auto& r : c->recompute) {
+      Recompute rc;
+      if (!parse_enum(r, &rc) || rc == Recompute::full_k)
+        return report(Status::bad_input("--recompute: expected none, selective or full, got '" + r + "'"));
+      space.recompute.push_back(rc);
+    }
+    if (Status st = on_off(c->sp, "--sp", &space.sp); !st) return report(st);
+    if (Status st = on_off(c->offload, "--offload", &space.offload); !st) return report(st);
+    if (Status st = on_off(c->flash, "--flash", &space.flash); !st) return report(st);
+    if (c->max_tp < 0 || c->max_pp < 0) return report(Status::bad_input("--max-tp/--max-pp: expected positive bounds"));
+    space.max_tp = c->max_tp;
+    space.max_pp = c->max_pp;
+    space.tp_across_nodes = c->tp_across_nodes;
+    if (!c->job.precision.empty()) {
+      space.precision = {s.file.job.precision};
+    } else {
+      // Unpinned: the GPU's 16-bit format (bf16 where it has one) at O2.
+      s.file.job.precision = s.file.cluster.gpu.peak(Dtype::bf16) > 0 ? Precision::bf16 : Precision::fp16;
+      space.precision = {s.file.job.precision};
+    }
+    if (!parse_enum(c->objective, &opt.objective))
+      return report(Status::bad_input("--objective: expected tokens-per-s, memory or cost, got '" + c->objective + "'"));
+    if (c->top < 1) return report(Status::bad_input("--top: expected a positive count, got " + std::to_string(c->top)));
+    opt.top_k = c->top;
+    opt.threads = c->threads;
+    opt.headroom_bytes = s.headroom_bytes;
+    opt.keep_all = !c->csv_out.empty();
+    double train_tokens = 0;
+    if (!c->tokens.empty()) {
+      Result<double> t = parse_count(c->tokens, "--tokens");
+      if (!t) return report(t.status());
+      train_tokens = *t;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    bool printed_progress = false;
+    opt.progress = [&](int64_t done, int64_t total) {
+      if (std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) return;
+      std::fprintf(stderr, "\rsweep: %lld of ~%lld plans evaluated...", static_cast<long long>(done), static_cast<long long>(total));
+      printed_progress = true;
+    };
+
+    if (!s.model_note.empty()) std::printf("%s\n", s.model_note.c_str());
+    const SweepResult r = run_sweep(s.file.model, s.file.cluster, s.file.job, s.file.gpus, space, opt);
+    if (printed_progress) std::fprintf(stderr, "\n");
+
+    std::printf("Sweep of %s on %d x %s: %lld plans enumerated, %lld evaluated, %lld fit, in %.2f s (%.0f plans/s)\n",
+                s.file.model.name.c_str(), s.file.gpus, s.file.cluster.gpu.name.c_str(), static_cast<long long>(r.enumerated),
+                static_cast<long long>(r.evaluated), static_cast<long long>(r.fitting), r.seconds, r.enumerated / std::max(r.seconds, 1e-9));
+    std::printf("Rejected:\n");
+    for (int i = 1; i < static_cast<int>(RejectReason::kCount); ++i)
+      if (r.rejected[i] > 0) std::printf("  %10lld  %s\n", static_cast<long long>(r.rejected[i]), describe(static_cast<RejectReason>(i)));
+
+    if (!c->csv_out.empty()) {
+      std::ofstream csv(c->csv_out);
+      if (!csv) return report(Status::runtime(c->csv_out + ": cannot write file"));
+      csv << "dp,tp,pp,vpp,cp,ep,sp,micro_batch,grad_accum,zero,recompute,offload,flash,precision,amp,status,peak_gib,tokens_per_s,mfu,step_s\n";
+      for (const PlanResult& x : r.all) {
+        const ParallelPlan& p = x.plan;
+        csv << p.dp << ',' << p.tp << ',' << p.pp << ',' << p.vpp << ',' << p.cp << ',' << p.ep << ',' << p.sp << ',' << p.micro_batch << ','
+            << p.grad_accum << ',' << p.zero << ',' << to_string(p.recompute) << ',' << p.offload_optimizer << ',' << p.flash_attention << ','
+            << to_string(x.precision) << ',' << to_string(x.amp) << ',' << (x.reason == RejectReason::none ? "fits" : describe(x.reason)) << ','
+            << x.peak_bytes / kGiB << ',' << x.tokens_per_s << ',' << x.mfu << ',' << x.step_time_s << '\n';
+      }
+      std::printf("wrote %zu plans to %s\n", r.all.size(), c->csv_out.c_str());
+    }
+
+    if (r.top.empty()) {
+      std::printf("\nNo plan fits in %s per GPU", gib(s.file.cluster.gpu.memory_bytes - s.headroom_bytes).c_str());
+      if (r.has_closest) {
+        std::printf("; the closest, %s, needs %s (short by %s).\n", plan_summary(r.closest.plan).c_str(), gib(r.closest.peak_bytes).c_str(),
+                    gib(r.closest.peak_bytes - (s.file.cluster.gpu.memory_bytes - s.headroom_bytes)).c_str());
+      } else {
+        std::printf("; no plan even passed the structural checks above.\n");
+      }
+      return 1;
+    }
+    std::printf("\nTop %zu plans by %s:\n", r.top.size(), to_string(opt.objective));
+    print_header();
+    for (size_t i = 0; i < r.top.size(); ++i) print_row(static_cast<int>(i + 1), r.top[i]);
+    if (c->pareto) {
+      std::printf("\nPareto front (memory vs throughput), %zu plans:\n", r.pareto.size());
+      print_header();
+      for (size_t i = 0; i < r.pareto.size(); ++i) print_row(static_cast<int>(i + 1), r.pareto[i]);
+    }
+
+    PlanFile best = s.file;
+    best.plan = r.top.front().plan;
+    best.job = job_for(s.file.job, r.top.front());
+    const MemoryReport mem = estimate_memory(best.model, best.cluster, best.job, best.plan);
+    const StepTime time = estimate_time(best.model, best.cluster, best.job, best.plan);
+    std::printf("\nBest plan: %s\n", plan_summary(best.plan).c_str());
+    print_memory(mem, s.headroom_bytes);
+    print_time(time, best.gpus);
+    if (train_tokens > 0) {
+      const double seconds = train_tokens / time.tokens_per_s;
+      std::printf("Training %s tokens: %.1f days on %d GPUs, %.0f GPU-hours\n", format_count(train_tokens).c_str(), seconds / 86400, best.gpus,
+                  seconds * best.gpus / 3600);
+    }
+    if (Status st = write_json_file(c->json_out, plan_file_to_json(best, mem, time)); !st) return report(st);
+    std::printf("wrote %s\n", c->json_out.c_str());
+    return 0;
+  };
+}
+
+Runner register_presets(CLI::App* sub) {
+  auto root = std::make_shared<std::string>();
+  sub->add_option("--data-root", *root, "folder with models/ and data/");
+  return [root]() {
+    Result<PresetRegistry> reg = load_presets(*root);
+    if (!reg) return report(reg.status());
+    std::printf("models:");
+    for (const auto& id : reg->model_ids()) std::printf(" %s", id.c_str());
+    std::printf("\ngpus:");
+    for (const auto& id : reg->gpu_ids()) std::printf(" %s", id.c_str());
+    std::printf("\nclusters:");
+    for (const auto& id : reg->cluster_ids()) std::printf(" %s", id.c_str());
+    std::printf("\n");
+    return 0;
+  };
+}
+
+}  // namespace llmplan::cli

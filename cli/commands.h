@@ -1,0 +1,19 @@
+// The llmplan subcommands. Each registers its flags on a CLI11 subcommand and returns a
+// runner; main() holds the one table {name, help, register} that also prints the help.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace llmplan::cli {
+
+using Runner = std::function<int()>;  // returns the process exit code
+
+Runner register_memory(CLI::App* sub);
+Runner register_explain(CLI::App* sub);
+Runner register_sweep(CLI::App* sub);
+Runner register_presets(CLI::App* sub);
+Runner register_validate(CLI::App* sub);
+
+}  // namespace llmplan::cli

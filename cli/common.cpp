@@ -1,0 +1,207 @@
+#include "cli/common.h"
+
+#include <cstdio>
+
+#include "planner/plan_check.h"
+#include "planner/recipe.h"
+#include "planner/units.h"
+
+namespace llmplan::cli {
+
+void add_job_flags(CLI::App* app, JobFlags* f) {
+  app->add_option("--model", f->model, "model preset id, or a path to a model JSON / HF config.json");
+  app->add_option("--params", f->params, "pick the preset nearest to this size (7B, 1.3e9, 350M)");
+  app->add_option("--family", f->family, "restrict --params to a family prefix (gpt2, gpt3, llama2, llama3, mistral)");
+  app->add_option("--gpu", f->gpu, "GPU preset id")->capture_default_str();
+  app->add_option("--cluster", f->cluster, "node/interconnect preset id (sets the GPU too)");
+  app->add_option("--gpus", f->gpus, "number of GPUs")->capture_default_str();
+  app->add_option("--gpus-per-node", f->gpus_per_node, "GPUs per node (default: the node preset's)");
+  app->add_option("--seq", f->seq, "sequence length in tokens")->capture_default_str();
+  app->add_option("--global-batch", f->global_batch, "sequences per optimizer step")->capture_default_str();
+  app->add_option("--mode", f->mode, "pretrain, finetune or lora")->capture_default_str();
+  app->add_option("--lora-rank", f->lora_rank, "LoRA rank r")->capture_default_str();
+  app->add_option("--lora-alpha", f->lora_alpha, "LoRA alpha")->capture_default_str();
+  app->add_option("--lora-targets", f->lora_targets, "LoRA target projections (q k v o gate up down)")->delimiter(',');
+  app->add_option("--frozen-layers", f->frozen_layers, "freeze the bottom N layers");
+  app->add_option("--frozen-fraction", f->frozen_fraction, "freeze this fraction of the bottom layers");
+  app->add_option("--precision", f->precision, "fp32, fp16 or bf16");
+  app->add_option("--amp", f->amp, "AMP level O1, O2 or O3 (MindSpore names)");
+  app->add_option("--optimizer", f->optimizer, "adamw or sgd")->capture_default_str();
+  app->add_option("--grads", f->grads, "gradient convention: deepspeed (16 B/param) or megatron (18 B/param)")->capture_default_str();
+  app->add_flag("--fp8", f->fp8, "float8 linear layers (bf16 elsewhere)");
+  app->add_option("--headroom", f->headroom, "GPU memory to keep free (e.g. 4GiB)")->capture_default_str();
+  app->add_option("--data-root", f->data_root, "folder with models/ and data/ (default: $LLMPLAN_DATA_DIR or the source tree)");
+}
+
+void add_plan_flags(CLI::App* app, PlanFlags* f) {
+  app->add_option("--dp", f->dp, "data-parallel degree (default: gpus/(tp*pp*cp))");
+  app->add_option("--tp", f->tp, "tensor-parallel degree");
+  app->add_option("--pp", f->pp, "pipeline-parallel degree");
+  app->add_option("--vpp", f->vpp, "virtual stages per pipeline rank");
+  app->add_option("--cp", f->cp, "context-parallel degree");
+  app->add_option("--ep", f->ep, "expert-parallel degree (MoE)");
+  app->add_flag("--sp", f->sp, "Megatron sequence parallel");
+  app->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch");
+  app->add_option("--zero", f->zero, "ZeRO stage 0-3");
+  app->add_option("--recompute", f->recompute, "none, selective, full or full_k");
+  app->add_option("--recompute-layers", f->recompute_layers, "k for --recompute full_k");
+  app->add_flag("--offload", f->offload, "offload optimizer states to host memory");
+  app->add_flag("--no-flash", f->no_flash, "materialise attention scores (no fused attention)");
+  app->add_option("--schedule", f->schedule, "gpipe, 1f1b or interleaved");
+}
+
+Result<PresetRegistry> load_presets(const std::string& data_root) {
+  return PresetRegistry::load(data_root.empty() ? default_data_root() : data_root);
+}
+
+namespace {
+
+template <class E>
+Status parse_flag(const std::string& text, E* out, const char* flag, const char* expected) {
+  if (!parse_enum(text, out)) return Status::bad_input(std::string(flag) + ": expected one of " + expected + ", got '" + text + "'");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Setup> setup_from_flags(const JobFlags& f) {
+  Result<PresetRegistry> reg = load_presets(f.data_root);
+  if (!reg) return reg.status();
+  Setup s{std::move(*reg), {}, 0, ""};
+  // ---- model
+  if (!f.model.empty() && !f.params.empty()) return Status::bad_input("--model and --params: give one, not both");
+  if (!f.model.empty()) {
+    Result<ModelSpec> m = s.presets.resolve_model(f.model, "--model");
+    if (!m) return m.status();
+    s.file.model = *m;
+  } else {
+    Result<double> n = parse_count(f.params.empty() ? "7B" : f.params, "--params");
+    if (!n) return n.status();
+    if (*n > 1e14) return Status::bad_input("--params: expected fewer than 1e14 parameters, got " + f.params);
+    Result<ModelSpec> m = s.presets.nearest_model(*n, f.family);
+    if (!m) return m.status().with_context("--params");
+    s.file.model = *m;
+    s.model_note = "--params " + (f.params.empty() ? std::string("7B") : f.params) + ": using preset " + m->name + " (" +
+                   format_count(count_params(*m, 1, 1, 1, 0, 0).total) + " parameters)";
+  }
+  // ---- cluster
+  if (f.gpus < 1) return Status::bad_input("--gpus: expected a positive number of GPUs, got " + std::to_string(f.gpus));
+  if (f.gpus > (1 << 20)) return Status::bad_input("--gpus: expected at most 1048576, got " + std::to_string(f.gpus));
+  if (!f.cluster.empty()) {
+    Result<ClusterPreset> cp = s.presets.cluster(f.cluster);
+    if (!cp) return cp.status().with_context("--cluster");
+    s.file.cluster = cp->cluster;
+  } else {
+    Result<ClusterSpec> c = s.presets.cluster_for_gpu(f.gpu);
+    if (!c) return c.status().with_context("--gpu");
+    s.file.cluster = *c;
+  }
+  if (f.gpus_per_node < 0) return Status::bad_input("--gpus-per-node: expected a positive number, got " + std::to_string(f.gpus_per_node));
+  if (f.gpus_per_node > 0) s.file.cluster.gpus_per_node = f.gpus_per_node;
+  const int gpn = s.file.cluster.gpus_per_node;
+  if (f.gpus < gpn) s.file.cluster.gpus_per_node = f.gpus;  // a partial node
+  s.file.cluster.nodes = (f.gpus + s.file.cluster.gpus_per_node - 1) / s.file.cluster.gpus_per_node;
+  s.file.gpus = f.gpus;
+  // ---- job
+  TrainingJob& j = s.file.job;
+  if (Status st = parse_flag(f.mode, &j.mode, "--mode", "pretrain, finetune, lora"); !st) return st;
+  if (f.seq < 1 || f.seq > (int64_t{1} << 24)) return Status::bad_input("--seq: expected 1..16777216 tokens, got " + std::to_string(f.seq));
+  if (f.global_batch < 1 || f.global_batch > 100000000)
+    return Status::bad_input("--global-batch: expected 1..100000000 sequences, got " + std::to_string(f.global_batch));
+  j.seq_len = f.seq;
+  j.global_batch = f.global_batch;
+  if (f.lora_rank < 1) return Status::bad_input("--lora-rank: expected a positive rank, got " + std::to_string(f.lora_rank));
+  j.lora.rank = f.lora_rank;
+  j.lora.alpha = f.lora_alpha;
+  j.lora.targets = f.lora_targets;
+  for (const auto& t : j.lora.targets) {
+    static const char* kKnown[] = {"q", "k", "v", "o", "gate", "up", "down", "fc1", "fc2"};
+    bool ok = false;
+    for (const char* k : kKnown) ok = ok || t == k;
+    if (!ok) return Status::bad_input("--lora-targets: expected names among q,k,v,o,gate,up,down,fc1,fc2, got '" + t + "'");
+  }
+  if (f.frozen_layers < 0 || f.frozen_layers > s.file.model.layers)
+    return Status::bad_input("--frozen-layers: expected 0.." + std::to_string(s.file.model.layers) + ", got " + std::to_string(f.frozen_layers));
+  if (f.frozen_fraction < 0 || f.frozen_fraction > 1)
+    return Status::bad_input("--frozen-fraction: expected 0..1, got " + std::to_string(f.frozen_fraction));
+  j.frozen_layers = f.frozen_layers;
+  j.frozen_fraction = f.frozen_fraction;
+  j.precision = Precision::bf16;
+  if (!f.precision.empty())
+    if (Status st = parse_flag(f.precision, &j.precision, "--precision", "fp32, fp16, bf16"); !st) return st;
+  j.amp = j.precision == Precision::fp32 ? AmpLevel::O0 : AmpLevel::O2;
+  if (!f.amp.empty()) {
+    if (Status st = parse_flag(f.amp, &j.amp, "--amp", "O1, O2, O3"); !st) return st;
+    if (j.precision == Precision::fp32 && j.amp != AmpLevel::O0)
+      return Status::bad_input("--amp: AMP levels need --precision fp16 or bf16, got fp32");
+  }
+  if (Status st = parse_flag(f.optimizer, &j.optimizer, "--optimizer", "adamw, sgd"); !st) return st;
+  if (Status st = parse_flag(f.grads, &j.grads, "--grads", "deepspeed, megatron"); !st) return st;
+  j.fp8_linear = f.fp8;
+  Result<double> head = parse_bytes(f.headroom, "--headroom");
+  if (!head) return head.status();
+  s.headroom_bytes = *head;
+  if (Status st = check_inputs(s.file.model, j, "flags"); !st) return st;
+  return s;
+}
+
+Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
+  ParallelPlan& p = s->file.plan;
+  auto pos = [](int v, const char* flag) -> Status {
+    if (v == 0 || v < -1) return Status::bad_input(std::string(flag) + ": expected a positive integer, got " + std::to_string(v));
+    return Status::ok();
+  };
+  for (auto [v, flag] : {std::pair{pf.dp, "--dp"}, {pf.tp, "--tp"}, {pf.pp, "--pp"}, {pf.vpp, "--vpp"}, {pf.cp, "--cp"}, {pf.ep, "--ep"},
+                         {pf.micro_batch, "--micro-batch"}})
+    if (Status st = pos(v, flag); !st) return st;
+  p.tp = pf.tp > 0 ? pf.tp : 1;
+  p.pp = pf.pp > 0 ? pf.pp : 1;
+  p.cp = pf.cp > 0 ? pf.cp : 1;
+  p.vpp = pf.vpp > 0 ? pf.vpp : 1;
+  p.ep = pf.ep > 0 ? pf.ep : 1;
+  const int64_t mp = static_cast<int64_t>(p.tp) * p.pp * p.cp;
+  if (pf.dp > 0) {
+    p.dp = pf.dp;
+  } else {
+    if (s->file.gpus % mp != 0)
+      return Status::bad_input("--gpus: " + std::to_string(s->file.gpus) + " GPUs cannot be split by tp*pp*cp = " + std::to_string(mp));
+    p.dp = static_cast<int>(s->file.gpus / mp);
+  }
+  p.sp = pf.sp;
+  p.micro_batch = pf.micro_batch > 0 ? pf.micro_batch : 1;
+  if (pf.zero < -1 || pf.zero > 3) return Status::bad_input("--zero: expected 0, 1, 2 or 3, got " + std::to_string(pf.zero));
+  p.zero = pf.zero >= 0 ? pf.zero : 0;
+  if (!pf.recompute.empty())
+    if (Status st = parse_flag(pf.recompute, &p.recompute, "--recompute", "none, selective, full, full_k"); !st) return st;
+  p.recompute_layers = pf.recompute_layers;
+  p.offload_optimizer = pf.offload;
+  p.flash_attention = !pf.no_flash;
+  p.schedule = p.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
+  if (!pf.schedule.empty())
+    if (Status st = parse_flag(pf.schedule, &p.schedule, "--schedule", "gpipe, 1f1b, interleaved"); !st) return st;
+  const int64_t world = static_cast<int64_t>(p.dp) * mp;
+  if (world != s->file.gpus)
+    return Status::bad_input("--dp/--tp/--pp/--cp: the plan uses dp*tp*pp*cp = " + std::to_string(world) + " GPUs but --gpus is " +
+                             std::to_string(s->file.gpus) + " (expected equal)");
+  if (Status st = check_plan_status(s->file.model, s->file.cluster, s->file.job, p, s->file.gpus, "flags"); !st) return st;
+  p.grad_accum = static_cast<int>(s->file.job.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp));
+  return Status::ok();
+}
+
+int report(const Status& s) {
+  if (!s.is_ok()) std::fprintf(stderr, "llmplan: %s\n", s.message().c_str());
+  return s.exit_code();
+}
+
+std::string gib(double bytes) { return format_gib(bytes); }
+
+std::string plan_summary(const ParallelPlan& p) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "dp%d tp%d pp%d%s%s%s mb%d ga%d zero%d %s%s%s", p.dp, p.tp, p.pp,
+                p.vpp > 1 ? (" vpp" + std::to_string(p.vpp)).c_str() : "", p.cp > 1 ? (" cp" + std::to_string(p.cp)).c_str() : "",
+                p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? " offload" : "",
+                p.flash_attention ? "" : " no-flash");
+  return buf;
+}
+
+}  // namespace llmplan::cli

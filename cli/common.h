@@ -1,0 +1,78 @@
+// Shared CLI plumbing: the flags that describe a model, cluster, job and plan, turned into
+// spec structs; exit-code mapping; small table printers. Only main() exits.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "planner/plan_file.h"
+#include "planner/presets.h"
+#include "planner/specs.h"
+#include "planner/status.h"
+
+namespace llmplan::cli {
+
+// Flags for "what to train on what": every command that builds a job from flags.
+struct JobFlags {
+  std::string model;            // preset id or path
+  std::string params;           // "7B": nearest preset
+  std::string family;           // restricts --params
+  std::string gpu = "a100-80g";
+  std::string cluster;          // node preset id; overrides --gpu
+  int gpus = 8;
+  int gpus_per_node = 0;        // 0 = the preset's
+  int64_t seq = 2048;
+  int64_t global_batch = 512;
+  std::string mode = "pretrain";
+  int lora_rank = 8;
+  double lora_alpha = 16;
+  std::vector<std::string> lora_targets{"q", "v"};
+  int frozen_layers = 0;
+  double frozen_fraction = 0;
+  std::string precision;        // "" = bf16 (or the sweep's choice)
+  std::string amp;
+  std::string optimizer = "adamw";
+  std::string grads = "deepspeed";
+  bool fp8 = false;
+  std::string headroom = "0";
+  std::string data_root;        // "" = default_data_root()
+};
+
+// Flags for a single plan (memory, explain). -1 / "" = not given.
+struct PlanFlags {
+  int dp = -1, tp = -1, pp = -1, vpp = -1, cp = -1, ep = -1;
+  bool sp = false;
+  int micro_batch = -1;
+  int zero = -1;
+  std::string recompute;
+  int recompute_layers = 0;
+  bool offload = false;
+  bool no_flash = false;
+  std::string schedule;
+};
+
+void add_job_flags(CLI::App* app, JobFlags* f);
+void add_plan_flags(CLI::App* app, PlanFlags* f);
+
+struct Setup {
+  PresetRegistry presets;
+  PlanFile file;             // model, cluster, job (+ plan for plan commands)
+  double headroom_bytes = 0;
+  std::string model_note;    // e.g. "--params 7B: picked llama2-7b (6.74B parameters)"
+};
+
+Result<PresetRegistry> load_presets(const std::string& data_root);
+// Model, cluster and job from flags; validates sizes (bad_input naming the flag).
+Result<Setup> setup_from_flags(const JobFlags& f);
+// The plan from flags on top of a setup (dp derived from --gpus when not given).
+Status apply_plan_flags(const PlanFlags& pf, Setup* s);
+
+// Prints "llmplan: <message>" on stderr and returns the status's exit code.
+int report(const Status& s);
+
+std::string gib(double bytes);  // "12.34 GiB"
+std::string plan_summary(const ParallelPlan& p);  // "dp4 tp2 pp1 mb2 ga64 zero1 selective"
+
+}  // namespace llmplan::cli
