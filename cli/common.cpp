@@ -159,6 +159,10 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   p.cp = pf.cp > 0 ? pf.cp : 1;
   p.vpp = pf.vpp > 0 ? pf.vpp : 1;
   p.ep = pf.ep > 0 ? pf.ep : 1;
+  const ModelSpec& m = s->file.model;
+  if (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0)
+    return Status::bad_input("--tp: expected a divisor of heads (" + std::to_string(m.heads) + ") and kv_heads (" +
+                             std::to_string(m.kv_heads) + "), got " + std::to_string(p.tp));
   const int64_t mp = static_cast<int64_t>(p.tp) * p.pp * p.cp;
   if (pf.dp > 0) {
     p.dp = pf.dp;

@@ -256,8 +256,10 @@ double model_flops_per_token(const ModelSpec& m, int64_t seq_len) {
   // 6 * (active non-embedding params + LM head) + attention 12 * L * s * q_width,
   // the Chowdhery/PaLM convention (attention counted over the full s, not halved).
   const ParamCounts pc = count_params(m, 1, 1, 1, 0, 0);
-  const double non_embedding = pc.active_per_token - pc.embedding - pc.head;
   const double head = static_cast<double>(m.vocab) * m.hidden;
+  // Non-embedding parameters: layers and the final norm, not the token/position tables
+  // nor an untied LM-head matrix (counted once below as the head GEMM).
+  const double non_embedding = pc.active_per_token - pc.embedding - (m.tied_embeddings ? 0 : head);
   return 6 * (non_embedding + head) + 12.0 * m.layers * static_cast<double>(seq_len) * m.q_width();
 }
 

@@ -1,0 +1,154 @@
+// End-to-end checks of the llmplan binary: exit codes and messages for bad input, and
+// the files it writes. Each case runs the real executable.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+#include "planner/plan_file.h"
+#include "planner/spec_json.h"
+
+namespace {
+
+struct CliRun {
+  int exit_code;
+  std::string output;  // stdout + stderr
+};
+
+CliRun run(const std::string& args) {
+  const std::string cmd = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/llmplan_cli_" + name; }
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// Each bad input: exit 2, a one-line message naming the flag/file/field, no crash.
+struct BadCase {
+  const char* args;
+  const char* must_mention;
+};
+
+class BadInput : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadInput, ExitsTwoNamingTheField) {
+  const CliRun r = run(GetParam().args);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(GetParam().must_mention), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cli, BadInput,
+    ::testing::Values(BadCase{"memory --model no-such-model", "unknown model preset 'no-such-model'"},
+                      BadCase{"memory --model llama2-7b --gpus 0", "--gpus"},
+                      BadCase{"memory --model llama2-7b --gpus -4", "--gpus"},
+                      BadCase{"memory --model llama2-7b --gpus 8 --tp 3", "--tp: expected a divisor of heads"},
+                      BadCase{"memory --model llama2-7b --gpus 8 --tp 2 --dp 8", "expected equal"},
+                      BadCase{"memory --model llama2-7b --seq 1099511627776", "--seq"},
+                      BadCase{"memory --model llama2-7b --seq 0", "--seq"},
+                      BadCase{"memory --params 1e15", "--params"},
+                      BadCase{"memory --params -7B", "--params"},
+                      BadCase{"memory --params 7Q", "--params"},
+                      BadCase{"memory --model llama2-7b --gpu no-such-gpu", "unknown GPU preset"},
+                      BadCase{"memory --model llama2-7b --zero 5", "--zero"},
+                      BadCase{"memory --model llama2-7b --recompute sometimes", "--recompute"},
+                      BadCase{"memory --model llama2-7b --global-batch 510 --gpus 8", "job.global_batch"},
+                      BadCase{"memory --model llama2-7b --headroom 4parsecs", "--headroom"},
+                      BadCase{"sweep --params 7B --gpus 0", "--gpus"},
+                      BadCase{"sweep --params 7B --objective speed", "--objective"},
+                      BadCase{"memory --model /nonexistent/model.json", "/nonexistent/model.json"},
+                      BadCase{"memory --bogus-flag", "bogus"}));
+
+TEST(Cli, MalformedModelFileNamesFileAndPosition) {
+  const std::string p = temp_path("bad.json");
+  write(p, "{\"name\": \"x\", \"layers\": ");
+  const CliRun r = run("memory --model " + p);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find(p), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("malformed JSON"), std::string::npos) << r.output;
+}
+
+TEST(Cli, ModelFileWithWrongFieldNamesTheField) {
+  const std::string p = temp_path("neg.json");
+  write(p, R"({"name":"x","family":"llama","layers":-3,"hidden":4096,"heads":32,"vocab":32000})");
+  const CliRun r = run("memory --model " + p);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("field 'layers'"), std::string::npos) << r.output;
+  write(p, R"({"name":"x","family":"llama","layers":2,"hidden":4096,"heads":32,"vocab":32000,"colour":"red"})");
+  const CliRun u = run("memory --model " + p);
+  EXPECT_EQ(u.exit_code, 2);
+  EXPECT_NE(u.output.find("unknown field 'colour'"), std::string::npos) << u.output;
+}
+
+TEST(Cli, AbsurdModelIsRejected) {
+  const std::string p = temp_path("huge.json");
+  write(p, R"({"name":"huge","family":"gpt","layers":10000,"hidden":1048576,"heads":8192,"vocab":100000})");
+  const CliRun r = run("memory --model " + p);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("1e14"), std::string::npos) << r.output;
+}
+
+TEST(Cli, SweepWritesAPlanThatExplainReads) {
+  const std::string best = temp_path("best.json");
+  const CliRun s = run("sweep --gpus 8 --params 7B --json " + best);
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("llama2-7b"), std::string::npos);
+  EXPECT_NE(s.output.find("Rejected"), std::string::npos);
+  const auto f = llmplan::read_plan_file(best);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(f->plan.world_size(), 8);
+  const CliRun e = run("explain " + best);
+  EXPECT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("The plan fits"), std::string::npos) << e.output;
+}
+
+TEST(Cli, PlanFileErrorsNameTheField) {
+  const std::string best = temp_path("best2.json");
+  ASSERT_EQ(run("sweep --gpus 8 --params 7B --json " + best).exit_code, 0);
+  auto j = *llmplan::read_json_file(best);
+  j["plan"]["tp"] = 3;
+  const std::string bad = temp_path("bad_plan.json");
+  write(bad, j.dump());
+  const CliRun r = run("explain " + bad);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find(bad), std::string::npos) << r.output;
+  j = *llmplan::read_json_file(best);
+  j["plan"].erase("micro_batch");
+  write(bad, j.dump());
+  const CliRun m = run("explain " + bad);
+  EXPECT_EQ(m.exit_code, 2);
+  EXPECT_NE(m.output.find("plan.micro_batch"), std::string::npos) << m.output;
+}
+
+TEST(Cli, NoPlanFitsExitsOneWithReasonsAndShortfall) {
+  const CliRun r = run("sweep --model llama3-405b --gpus 8 --gpu a100-40g --json " + temp_path("none.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("No plan fits"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("short by"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("does not fit in GPU memory"), std::string::npos) << r.output;
+}
+
+TEST(Cli, GlobalBatchNotDivisibleByAnyDpIsExplained) {
+  // 7 sequences cannot be split over 2, 4 or 8 data-parallel ranks; dp = 1 needs tp*pp = 8.
+  const CliRun r = run("sweep --params 7B --gpus 8 --global-batch 7 --max-tp 1 --max-pp 1 --json " + temp_path("gb.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("global batch not divisible"), std::string::npos) << r.output;
+}
+
+TEST(Cli, ParamsPicksNearestPresetAndSaysSo) {
+  const CliRun r = run("memory --params 7B --gpus 8");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--params 7B: using preset llama2-7b"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,78 @@
+#include <gtest/gtest.h>
+
+#include "planner/presets.h"
+#include "planner/sweep.h"
+
+namespace llmplan {
+namespace {
+
+PresetRegistry presets() { return std::move(PresetRegistry::load(LLMPLAN_SOURCE_ROOT)).value(); }
+
+TEST(Sweep, Llama7bOnEightA100sBestPlanFitsAndRejectedPlansDoNot) {
+  const PresetRegistry reg = presets();
+  const ModelSpec m = *reg.model("llama2-7b");
+  ClusterSpec c = *reg.cluster_for_gpu("a100-80g");
+  TrainingJob j;
+  j.seq_len = 2048;
+  j.global_batch = 512;
+  SweepOptions opt;
+  opt.keep_all = true;
+  opt.threads = 2;
+  const SweepResult r = run_sweep(m, c, j, 8, SweepSpace{}, opt);
+  ASSERT_FALSE(r.top.empty());
+  EXPECT_LE(r.top.front().peak_bytes, c.gpu.memory_bytes);
+  EXPECT_EQ(r.fitting + r.rejected[static_cast<int>(RejectReason::does_not_fit)], r.evaluated);
+  int64_t checked = 0;
+  for (const PlanResult& x : r.all) {
+    if (x.reason != RejectReason::does_not_fit) continue;
+    // Independently re-evaluated: a rejected plan really exceeds the card.
+    EXPECT_GT(estimate_memory(m, c, job_for(j, x), x.plan).worst.total, c.gpu.memory_bytes);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  for (size_t i = 1; i < r.top.size(); ++i) EXPECT_GE(r.top[i - 1].tokens_per_s, r.top[i].tokens_per_s);
+  // Pareto front: memory increases while throughput increases.
+  for (size_t i = 1; i < r.pareto.size(); ++i) {
+    EXPECT_GT(r.pareto[i].peak_bytes, r.pareto[i - 1].peak_bytes);
+    EXPECT_GT(r.pareto[i].tokens_per_s, r.pareto[i - 1].tokens_per_s);
+  }
+}
+
+TEST(Sweep, Gpt3OnThousandGpusUsesTensorInNodeAndPipelineAcross) {
+  const PresetRegistry reg = presets();
+  const ModelSpec m = *reg.model("gpt3-175b");
+  ClusterSpec c = *reg.cluster_for_gpu("a100-80g");
+  c.nodes = 128;
+  TrainingJob j;
+  j.seq_len = 2048;
+  j.global_batch = 1536;
+  SweepSpace space;
+  space.flash = {1};
+  SweepOptions opt;
+  opt.threads = 2;
+  const SweepResult r = run_sweep(m, c, j, 1024, space, opt);
+  ASSERT_FALSE(r.top.empty());
+  const ParallelPlan& best = r.top.front().plan;
+  EXPECT_GT(best.tp, 1);
+  EXPECT_LE(best.tp, c.gpus_per_node);
+  EXPECT_GT(best.pp, 1);
+  EXPECT_GT(static_cast<int64_t>(best.tp) * best.cp * best.dp * best.pp, c.gpus_per_node);
+}
+
+TEST(Sweep, SameResultWhateverTheThreadCount) {
+  const PresetRegistry reg = presets();
+  const ModelSpec m = *reg.model("llama2-13b");
+  ClusterSpec c = *reg.cluster_for_gpu("a100-80g");
+  TrainingJob j;
+  SweepOptions one, two;
+  one.threads = 1;
+  two.threads = 2;
+  const SweepResult a = run_sweep(m, c, j, 8, SweepSpace{}, one);
+  const SweepResult b = run_sweep(m, c, j, 8, SweepSpace{}, two);
+  ASSERT_EQ(a.top.size(), b.top.size());
+  for (size_t i = 0; i < a.top.size(); ++i) EXPECT_EQ(a.top[i].tokens_per_s, b.top[i].tokens_per_s) << i;
+  EXPECT_EQ(a.evaluated, b.evaluated);
+}
+
+}  // namespace
+}  // namespace llmplan
