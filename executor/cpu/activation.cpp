@@ -1,39 +1,38 @@
 #include "executor/cpu/activation.h"
 
-#include <cmath>
-
 #include "executor/cpu/kernel_util.h"
 
 namespace llmplan::exec::cpu {
 using detail::load;
+using detail::sigmoid;
 using detail::store;
 
 namespace {
 template <class A> constexpr A kGeluK = A(0.79788456080286535588);  // sqrt(2/pi)
 template <class A> constexpr A kGeluC = A(0.044715);
-template <class A> A sigmoid(A x) { return A(1) / (A(1) + std::exp(-x)); }
 }  // namespace
 
+// 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = k (x + c x^3): the same function, without the
+// cancellation of 1 + tanh(u) for negative x, and with an exp that vectorises.
 template <class S>
 void gelu_forward(const S* x, S* y, int64_t n) {
   using A = acc_t<S>;
   for (int64_t i = 0; i < n; ++i) {
     const A v = load(x[i]);
-    const A t = std::tanh(kGeluK<A> * (v + kGeluC<A> * v * v * v));
-    y[i] = store<S>(A(0.5) * v * (A(1) + t));
+    const A u = kGeluK<A> * (v + kGeluC<A> * v * v * v);
+    y[i] = store<S>(v * sigmoid(A(2) * u));
   }
 }
 
-// dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2), t = tanh(k (x + c x^3)).
+// dy/dx = s + x s (1 - s) 2 du/dx,  s = sigmoid(2u),  du/dx = k (1 + 3 c x^2).
 template <class S>
 void gelu_backward(const S* x, const S* dy, S* dx, int64_t n) {
   using A = acc_t<S>;
   for (int64_t i = 0; i < n; ++i) {
     const A v = load(x[i]);
-    const A t = std::tanh(kGeluK<A> * (v + kGeluC<A> * v * v * v));
-    const A dt = kGeluK<A> * (A(1) + A(3) * kGeluC<A> * v * v);
-    const A grad = A(0.5) * (A(1) + t) + A(0.5) * v * (A(1) - t * t) * dt;
-    dx[i] = store<S>(load(dy[i]) * grad);
+    const A s = sigmoid(A(2) * kGeluK<A> * (v + kGeluC<A> * v * v * v));
+    const A du = kGeluK<A> * (A(1) + A(3) * kGeluC<A> * v * v);
+    dx[i] = store<S>(load(dy[i]) * (s + v * s * (A(1) - s) * A(2) * du));
   }
 }
 

@@ -1,7 +1,8 @@
 // MLP activations on the CPU.
 //
 //   GELU (tanh approximation, as GPT-2): y = 0.5 x (1 + tanh(k (x + 0.044715 x^3))),
-//     k = sqrt(2/pi). Backward from the saved input x.
+//     k = sqrt(2/pi), computed as x sigmoid(2 k (x + 0.044715 x^3)), the same function.
+//     Backward from the saved input x.
 //   SwiGLU (Llama): y = silu(gate) * up, silu(g) = g sigmoid(g). Backward from the saved
 //     gate and up.
 //

@@ -9,8 +9,11 @@
 namespace llmplan::exec::cpu {
 using detail::Carver;
 using detail::carved_bytes;
+using detail::exp_acc;
+using detail::exp_shifted;
 using detail::gemm;
 using detail::load;
+using detail::max_of;
 using detail::store;
 
 namespace {
@@ -44,6 +47,14 @@ struct Mask {
   const int32_t* docs;
   bool allowed(int64_t i, int64_t j) const { return j <= i && (docs == nullptr || docs[j] == docs[i]); }
 };
+
+// Scores row (cols) of query i against keys j0 .. j0 + cols - 1: -inf where not allowed,
+// so that e^(score - max) is 0 there.
+template <class A>
+void mask_row(A* row, int64_t i, int64_t j0, int64_t cols, const Mask& mask) {
+  const A neg_inf = -std::numeric_limits<A>::infinity();
+  for (int64_t c = 0; c < cols; ++c) row[c] = mask.allowed(i, j0 + c) ? row[c] : neg_inf;
+}
 
 template <class A>
 A score_scale(const AttentionDims& dm) {
@@ -102,16 +113,11 @@ void attention_forward_materialized(const S* q, const S* k, const S* v, const in
         S* probs_h = probs + (bi * dm.heads + h) * s * s;
         for (int64_t i = 0; i < s; ++i) {  // row softmax over the allowed keys
           A* row = P + i * s;
-          A mx = -std::numeric_limits<A>::infinity();
-          for (int64_t j = 0; j <= i; ++j)
-            if (mask.allowed(i, j)) mx = std::max(mx, row[j]);
-          A sum = 0;
+          mask_row(row, i, 0, s, mask);
+          const A sum = exp_shifted(row, s, max_of(row, i + 1));  // keys after i are masked
+          const A inv = A(1) / sum;
           for (int64_t j = 0; j < s; ++j) {
-            row[j] = mask.allowed(i, j) ? std::exp(row[j] - mx) : A(0);
-            sum += row[j];
-          }
-          for (int64_t j = 0; j < s; ++j) {
-            row[j] /= sum;
+            row[j] *= inv;
             probs_h[i * s + j] = store<S>(row[j]);
           }
         }
@@ -209,21 +215,15 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
               A* t = T + r * B;
-              A mx = neg_inf;
-              for (int64_t cc = 0; cc < cols; ++cc)
-                if (mask.allowed(i, j0 + cc)) mx = std::max(mx, t[cc]);
+              mask_row(t, i, j0, cols, mask);
+              const A mx = max_of(t, cols);
               if (mx == neg_inf) {  // no allowed key in this tile: contributes nothing
                 std::fill(t, t + cols, A(0));
                 continue;
               }
               const A m_new = std::max(m[i], mx);
-              const A corr = std::exp(m[i] - m_new);  // 0 while m[i] is still -inf
-              A sum = 0;
-              for (int64_t cc = 0; cc < cols; ++cc) {
-                t[cc] = mask.allowed(i, j0 + cc) ? std::exp(t[cc] - m_new) : A(0);
-                sum += t[cc];
-              }
-              l[i] = l[i] * corr + sum;
+              const A corr = exp_acc(m[i] - m_new);  // 0 while m[i] is still -inf
+              l[i] = l[i] * corr + exp_shifted(t, cols, m_new);
               m[i] = m_new;
               for (int64_t cc = 0; cc < d; ++cc) O[i * d + cc] *= corr;
             }
@@ -289,10 +289,12 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
             gemm(false, true, rows, cols, d, A(1), dO + i0 * d, d, V + j0 * d, d, A(0), dP, B);
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
+              A* p = P + r * B;
+              A* dp = dP + r * B;
+              mask_row(p, i, j0, cols, mask);
               for (int64_t cc = 0; cc < cols; ++cc) {
-                A& p = P[r * B + cc];
-                p = mask.allowed(i, j0 + cc) ? std::exp(p - lse_h[i]) : A(0);
-                dP[r * B + cc] = p * (dP[r * B + cc] - D[i]);
+                p[cc] = exp_acc(p[cc] - lse_h[i]);  // 0 where masked
+                dp[cc] = p[cc] * (dp[cc] - D[i]);
               }
             }
             gemm(false, false, rows, d, cols, scale, dP, B, K + j0 * d, d, A(1), dQ + i0 * d, d);

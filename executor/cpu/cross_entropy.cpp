@@ -1,8 +1,6 @@
 #include "executor/cpu/cross_entropy.h"
 
-#include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "executor/cpu/kernel_util.h"
 
@@ -20,12 +18,8 @@ struct RowLse {
 };
 template <class S>
 RowLse<S> row_lse(const S* x, int64_t v) {
-  using A = acc_t<S>;
-  A m = -std::numeric_limits<A>::infinity();
-  for (int64_t j = 0; j < v; ++j) m = std::max(m, load(x[j]));
-  A sum = 0;
-  for (int64_t j = 0; j < v; ++j) sum += std::exp(load(x[j]) - m);
-  return {m, std::log(sum)};
+  const acc_t<S> m = detail::max_of(x, v);
+  return {m, std::log(detail::sum_exp(x, v, m))};
 }
 
 double count_targets(const int32_t* targets, int64_t n) {
@@ -67,9 +61,13 @@ void cross_entropy_backward(const S* logits, const int32_t* targets, S* dlogits,
     }
     const S* row = logits + r * v;
     const RowLse<S> lse = row_lse(row, v);  // before drow (which may be row) is written
-    for (int64_t j = 0; j < v; ++j) {
-      const A p = std::exp((load(row[j]) - lse.max) - lse.log_sum);
-      drow[j] = store<S>(scale * (j == t ? p - A(1) : p));
+    auto grad = [&](int64_t j, A z) {       // dloss/denom * (softmax - onehot)
+      return store<S>(scale * (detail::exp_acc((z - lse.max) - lse.log_sum) - (j == t ? A(1) : A(0))));
+    };
+    if (drow == row) {  // one pointer: the loop vectorises without a run-time overlap check
+      for (int64_t j = 0; j < v; ++j) drow[j] = grad(j, load(drow[j]));
+    } else {
+      for (int64_t j = 0; j < v; ++j) drow[j] = grad(j, load(row[j]));
     }
   }
 }

@@ -1,14 +1,21 @@
 // Internal to the CPU ops (include only from executor/cpu/*.cpp, which are compiled with
-// -mavx2 -mfma -mf16c): element loads/stores into the accumulation type, a typed GEMM over
-// CBLAS, a carver for caller-provided workspace, and the instantiation lists.
+// -mavx2 -mfma -mf16c -O3 -fno-math-errno -fno-trapping-math): element loads/stores into
+// the accumulation type, a vectorisable exp and the row reductions built on it, a typed
+// GEMM over CBLAS, a carver for caller-provided workspace, and the instantiation lists.
+// Loops over float data are written plainly so that GCC vectorises them (measured: GELU
+// 19x, cross-entropy 5x, attention softmax 1.5-2x against libm's scalar expf/tanhf).
 #pragma once
 
 #include <cassert>
 #include <cblas.h>
 #include <immintrin.h>
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "executor/dtype.h"
@@ -27,6 +34,70 @@ template <> inline double store<double>(double x) { return x; }
 template <> inline bf16_t store<bf16_t>(float x) { return float_to_bf16(x); }
 template <> inline f16_t store<f16_t>(float x) {
   return f16_t{static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT))};
+}
+
+// e^x in the math type. double: std::exp. float: the Cephes expf polynomial (relative error
+// below 1e-7 over the range), written branch-free so that loops calling it vectorise (libm's
+// expf does not); 0 below -87.34 (so e^-inf = 0), saturating at 3.4e38 above 88.72.
+inline double exp_acc(double x) { return std::exp(x); }
+inline float exp_acc(float x) {
+  const float xc = std::min(std::max(x, -87.33654f), 88.72283f);
+  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);  // x = n ln2 + r, |r| <= ln2/2
+  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;     // ln2 in two parts
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * r * r + r + 1.0f;                                   // e^r
+  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);  // 2^n
+  return x < -87.33654f ? 0.0f : er * two_n;
+}
+template <class A> inline A sigmoid(A x) { return A(1) / (A(1) + exp_acc(-x)); }
+
+// Row reductions with 8 independent lanes: they vectorise, and the summation order is
+// fixed (results do not depend on threads or alignment).
+template <class S> inline acc_t<S> max_of(const S* x, int64_t n) {  // -inf when n == 0
+  using A = acc_t<S>;
+  A lane[8];
+  std::fill(lane, lane + 8, -std::numeric_limits<A>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) lane[k] = std::max(lane[k], load(x[j + k]));
+  for (; j < n; ++j) lane[0] = std::max(lane[0], load(x[j]));
+  return *std::max_element(lane, lane + 8);
+}
+template <> inline float max_of<float>(const float* x, int64_t n) {  // GCC 12 does not vectorise the above
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
+  float lane[8];
+  _mm256_storeu_ps(lane, m);
+  for (; j < n; ++j) lane[0] = std::max(lane[0], x[j]);
+  return *std::max_element(lane, lane + 8);
+}
+template <class S> inline acc_t<S> sum_exp(const S* x, int64_t n, acc_t<S> shift) {  // sum e^(x - shift)
+  using A = acc_t<S>;
+  A lane[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) lane[k] += exp_acc(load(x[j + k]) - shift);
+  for (; j < n; ++j) lane[0] += exp_acc(load(x[j]) - shift);
+  A s = 0;
+  for (int k = 0; k < 8; ++k) s += lane[k];
+  return s;
+}
+// x[j] = e^(x[j] - shift) in place over x (n); returns their sum (8 lanes, fixed order).
+template <class A> inline A exp_shifted(A* x, int64_t n, A shift) {
+  A lane[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) lane[k] += (x[j + k] = exp_acc(x[j + k] - shift));
+  for (; j < n; ++j) lane[0] += (x[j] = exp_acc(x[j] - shift));
+  A s = 0;
+  for (int k = 0; k < 8; ++k) s += lane[k];
+  return s;
 }
 
 // Bulk conversions (F16C / AVX2 for the 16-bit formats; same rounding as load/store).

@@ -346,3 +346,59 @@ TEST(CrossEntropy, LargeLogitsStayFiniteAndAllIgnoredIsZero) {
 
 }  // namespace
 }  // namespace llmplan::exec
+
+namespace llmplan::exec {
+namespace {
+// The float path uses its own vectorisable exp (cpu/kernel_util.h): check the ops built on
+// it against the float64 path, over inputs that reach the exp's extremes.
+TEST(FloatMath, ExpBasedOpsMatchFloat64) {
+  using testing::grads_match;
+  Rng rng(test_seed());
+  const int64_t n = 4000;
+  Vec xd = rng.vec(n, -12, 12), ud = rng.vec(n, -3, 3), dyd = rng.vec(n);
+  xd[0] = -200, xd[1] = 200, xd[2] = 0;  // saturated sigmoids
+  std::vector<float> x(xd.begin(), xd.end()), u(ud.begin(), ud.end()), dy(dyd.begin(), dyd.end());
+  xd.assign(x.begin(), x.end());  // the same (float) values in both paths
+  ud.assign(u.begin(), u.end());
+  dyd.assign(dy.begin(), dy.end());
+  // Elementwise: 1e-5 relative, since the exp argument itself carries float rounding
+  // (e^(x + dx) for |x| ~ 30 is off by 30 * 6e-8 relative, whatever the exp), plus 1e-7 of
+  // the largest value for outputs that cancel to near 0 (swiglu's dgate near g = -1.28).
+  auto check = [&](const char* what, const std::vector<float>& f, const Vec& d) {
+    EXPECT_TRUE(grads_match(what, Vec(f.begin(), f.end()), d, 1e-6));
+    double scale = 0;
+    for (double di : d) scale = std::max(scale, std::abs(di));
+    for (size_t i = 0; i < f.size(); ++i)
+      ASSERT_NEAR(f[i], d[i], 1e-5 * std::abs(d[i]) + 1e-7 * scale) << what << " " << i;
+  };
+  std::vector<float> yf(n), gf(n);
+  Vec yd(n), gd(n);
+  cpu::gelu_forward<float>(x.data(), yf.data(), n);
+  cpu::gelu_forward<double>(xd.data(), yd.data(), n);
+  check("gelu", yf, yd);
+  cpu::gelu_backward<float>(x.data(), dy.data(), yf.data(), n);
+  cpu::gelu_backward<double>(xd.data(), dyd.data(), yd.data(), n);
+  check("gelu backward", yf, yd);
+  cpu::swiglu_forward<float>(x.data(), u.data(), yf.data(), n);
+  cpu::swiglu_forward<double>(xd.data(), ud.data(), yd.data(), n);
+  check("swiglu", yf, yd);
+  cpu::swiglu_backward<float>(x.data(), u.data(), dy.data(), yf.data(), gf.data(), n);
+  cpu::swiglu_backward<double>(xd.data(), ud.data(), dyd.data(), yd.data(), gd.data(), n);
+  check("swiglu dgate", yf, yd);
+  check("swiglu dup", gf, gd);
+
+  const int64_t rows = 40, v = 100;  // logits spread over +-12 (and +-200 in row 0)
+  std::vector<int32_t> t(rows);
+  for (auto& ti : t) ti = static_cast<int32_t>(rng.integer(-1, v - 1));
+  t[0] = 5;
+  const double lf = cpu::cross_entropy_forward<float>(x.data(), t.data(), rows, v);
+  const double ld = cpu::cross_entropy_forward<double>(xd.data(), t.data(), rows, v);
+  EXPECT_NEAR(lf, ld, 1e-6 * std::abs(ld));
+  std::vector<float> dlf(rows * v);
+  Vec dld(rows * v);
+  cpu::cross_entropy_backward<float>(x.data(), t.data(), dlf.data(), rows, v, 1.0);
+  cpu::cross_entropy_backward<double>(xd.data(), t.data(), dld.data(), rows, v, 1.0);
+  EXPECT_TRUE(grads_match("dlogits", Vec(dlf.begin(), dlf.end()), dld, 1e-6));
+}
+}  // namespace
+}  // namespace llmplan::exec
