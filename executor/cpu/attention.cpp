@@ -1,0 +1,329 @@
+#include "executor/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "executor/cpu/kernel_util.h"
+
+namespace llmplan::exec::cpu {
+using detail::Carver;
+using detail::carved_bytes;
+using detail::exp_acc;
+using detail::exp_shifted;
+using detail::gemm;
+using detail::load;
+using detail::max_of;
+using detail::store;
+
+namespace {
+// Index helpers over the (b, s, heads, d) layout of one sequence `bi` and one head `hd`.
+struct HeadView {
+  int64_t bi, hd, heads, s, d;
+  int64_t at(int64_t t) const { return ((bi * s + t) * heads + hd) * d; }
+};
+
+// dst (s, d) = that head's rows, in the math type.
+template <class S, class A>
+void gather(const S* x, A* dst, const HeadView& v) {
+  for (int64_t t = 0; t < v.s; ++t)
+    for (int64_t c = 0; c < v.d; ++c) dst[t * v.d + c] = load(x[v.at(t) + c]);
+}
+
+// That head's rows of x = src (s, d), rounded into the storage type.
+template <class S, class A>
+void scatter(const A* src, S* x, const HeadView& v) {
+  for (int64_t t = 0; t < v.s; ++t)
+    for (int64_t c = 0; c < v.d; ++c) x[v.at(t) + c] = store<S>(src[t * v.d + c]);
+}
+
+template <class A>
+void zero(A* p, int64_t n) {
+  std::fill(p, p + n, A(0));
+}
+
+// The causal + document mask of one sequence: docs is (s) or nullptr.
+struct Mask {
+  const int32_t* docs;
+  bool allowed(int64_t i, int64_t j) const { return j <= i && (docs == nullptr || docs[j] == docs[i]); }
+};
+
+// Scores row (cols) of query i against keys j0 .. j0 + cols - 1: -inf where not allowed,
+// so that e^(score - max) is 0 there.
+template <class A>
+void mask_row(A* row, int64_t i, int64_t j0, int64_t cols, const Mask& mask) {
+  const A neg_inf = -std::numeric_limits<A>::infinity();
+  for (int64_t c = 0; c < cols; ++c) row[c] = mask.allowed(i, j0 + c) ? row[c] : neg_inf;
+}
+
+template <class A>
+A score_scale(const AttentionDims& dm) {
+  return static_cast<A>(dm.scale != 0 ? dm.scale : 1.0 / std::sqrt(static_cast<double>(dm.head_dim)));
+}
+
+int64_t group(const AttentionDims& dm) {
+  assert(dm.kv_heads > 0 && dm.heads % dm.kv_heads == 0);
+  return dm.heads / dm.kv_heads;
+}
+
+int64_t tile(const AttentionDims& dm) { return std::max<int64_t>(1, std::min(dm.block, dm.s)); }
+
+template <class A>
+int64_t workspace_bytes(const AttentionDims& dm, bool flash) {
+  const int64_t sd = carved_bytes<A>(dm.s * dm.head_dim);
+  if (flash) {
+    const int64_t t = carved_bytes<A>(tile(dm) * tile(dm));
+    const int64_t fwd = 4 * sd + t + 2 * carved_bytes<A>(dm.s);  // K V Q O, a tile, m and l
+    const int64_t bwd = 7 * sd + 2 * t + carved_bytes<A>(dm.s);  // K V dK dV Q dO dQ, P dP, D
+    return std::max(fwd, bwd);
+  }
+  const int64_t ss = carved_bytes<A>(dm.s * dm.s);
+  return std::max(4 * sd + ss, 7 * sd + 2 * ss);  // K V Q O P; backward adds dK dV dO dQ dP
+}
+}  // namespace
+
+int64_t attention_workspace_bytes(DType st, const AttentionDims& dm, bool flash) {
+  return st == DType::f64 ? workspace_bytes<double>(dm, flash) : workspace_bytes<float>(dm, flash);
+}
+
+// ---------------------------------------------------------------- materialized
+
+template <class S>
+void attention_forward_materialized(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
+                                    S* probs, const AttentionDims& dm, std::span<std::byte> ws) {
+  using A = acc_t<S>;
+  const int64_t s = dm.s, d = dm.head_dim, g = group(dm);
+  const A scale = score_scale<A>(dm);
+  Carver c(ws);
+  A* K = c.take<A>(s * d);
+  A* V = c.take<A>(s * d);
+  A* Q = c.take<A>(s * d);
+  A* O = c.take<A>(s * d);
+  A* P = c.take<A>(s * s);
+  for (int64_t bi = 0; bi < dm.b; ++bi) {
+    const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
+    for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
+      const HeadView kvv{bi, kh, dm.kv_heads, s, d};
+      gather(k, K, kvv);
+      gather(v, V, kvv);
+      for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
+        const HeadView qv{bi, h, dm.heads, s, d};
+        gather(q, Q, qv);
+        gemm(false, true, s, s, d, scale, Q, d, K, d, A(0), P, s);  // P (s, s) = scale Q K^T
+        S* probs_h = probs + (bi * dm.heads + h) * s * s;
+        for (int64_t i = 0; i < s; ++i) {  // row softmax over the allowed keys
+          A* row = P + i * s;
+          mask_row(row, i, 0, s, mask);
+          const A sum = exp_shifted(row, s, max_of(row, i + 1));  // keys after i are masked
+          const A inv = A(1) / sum;
+          for (int64_t j = 0; j < s; ++j) {
+            row[j] *= inv;
+            probs_h[i * s + j] = store<S>(row[j]);
+          }
+        }
+        gemm(false, false, s, d, s, A(1), P, s, V, d, A(0), O, d);  // O (s, d) = P V
+        scatter(O, o, qv);
+      }
+    }
+  }
+}
+
+// dP = dO V^T;  dS = P (dP - rowsum(P dP));  dQ = scale dS K;  dK += scale dS^T Q;  dV += P^T dO.
+template <class S>
+void attention_backward_materialized(const S* q, const S* k, const S* v, const S* probs,
+                                     const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dm,
+                                     std::span<std::byte> ws) {
+  using A = acc_t<S>;
+  const int64_t s = dm.s, d = dm.head_dim, g = group(dm);
+  const A scale = score_scale<A>(dm);
+  Carver c(ws);
+  A* K = c.take<A>(s * d);
+  A* V = c.take<A>(s * d);
+  A* dK = c.take<A>(s * d);
+  A* dV = c.take<A>(s * d);
+  A* Q = c.take<A>(s * d);
+  A* dO = c.take<A>(s * d);
+  A* dQ = c.take<A>(s * d);
+  A* P = c.take<A>(s * s);
+  A* dP = c.take<A>(s * s);
+  for (int64_t bi = 0; bi < dm.b; ++bi) {
+    for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
+      const HeadView kvv{bi, kh, dm.kv_heads, s, d};
+      gather(k, K, kvv);
+      gather(v, V, kvv);
+      zero(dK, s * d);
+      zero(dV, s * d);
+      for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
+        const HeadView qv{bi, h, dm.heads, s, d};
+        gather(q, Q, qv);
+        gather(dout, dO, qv);
+        const S* probs_h = probs + (bi * dm.heads + h) * s * s;
+        for (int64_t i = 0; i < s * s; ++i) P[i] = load(probs_h[i]);
+        gemm(false, true, s, s, d, A(1), dO, d, V, d, A(0), dP, s);  // dP (s, s) = dO V^T
+        for (int64_t i = 0; i < s; ++i) {
+          A D = 0;
+          for (int64_t j = 0; j < s; ++j) D += P[i * s + j] * dP[i * s + j];
+          for (int64_t j = 0; j < s; ++j) dP[i * s + j] = P[i * s + j] * (dP[i * s + j] - D);  // dS
+        }
+        gemm(false, false, s, d, s, scale, dP, s, K, d, A(0), dQ, d);  // dQ = scale dS K
+        gemm(true, false, s, d, s, scale, dP, s, Q, d, A(1), dK, d);   // dK += scale dS^T Q
+        gemm(true, false, s, d, s, A(1), P, s, dO, d, A(1), dV, d);    // dV += P^T dO
+        scatter(dQ, dq, qv);
+      }
+      scatter(dK, dk, kvv);
+      scatter(dV, dv, kvv);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- flash
+
+// Online softmax over key tiles (Dao et al. 2022, FlashAttention, Algorithm 1), per row i:
+// m = running max, l = running sum of exp(score - m), O = running sum of exp(score - m) v.
+template <class S>
+void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
+                             acc_t<S>* lse, const AttentionDims& dm, std::span<std::byte> ws) {
+  using A = acc_t<S>;
+  const int64_t s = dm.s, d = dm.head_dim, g = group(dm), B = tile(dm);
+  const A scale = score_scale<A>(dm);
+  const A neg_inf = -std::numeric_limits<A>::infinity();
+  Carver c(ws);
+  A* K = c.take<A>(s * d);
+  A* V = c.take<A>(s * d);
+  A* Q = c.take<A>(s * d);
+  A* O = c.take<A>(s * d);
+  A* T = c.take<A>(B * B);  // scores, then probabilities, of one tile (rows, cols), ld B
+  A* m = c.take<A>(s);
+  A* l = c.take<A>(s);
+  for (int64_t bi = 0; bi < dm.b; ++bi) {
+    const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
+    for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
+      const HeadView kvv{bi, kh, dm.kv_heads, s, d};
+      gather(k, K, kvv);
+      gather(v, V, kvv);
+      for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
+        const HeadView qv{bi, h, dm.heads, s, d};
+        gather(q, Q, qv);
+        zero(O, s * d);
+        std::fill(m, m + s, neg_inf);
+        zero(l, s);
+        for (int64_t i0 = 0; i0 < s; i0 += B) {
+          const int64_t rows = std::min(B, s - i0);
+          for (int64_t j0 = 0; j0 < i0 + rows; j0 += B) {  // causal: tiles left of the diagonal
+            const int64_t cols = std::min(B, s - j0);
+            gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), T, B);
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t i = i0 + r;
+              A* t = T + r * B;
+              mask_row(t, i, j0, cols, mask);
+              const A mx = max_of(t, cols);
+              if (mx == neg_inf) {  // no allowed key in this tile: contributes nothing
+                std::fill(t, t + cols, A(0));
+                continue;
+              }
+              const A m_new = std::max(m[i], mx);
+              const A corr = exp_acc(m[i] - m_new);  // 0 while m[i] is still -inf
+              l[i] = l[i] * corr + exp_shifted(t, cols, m_new);
+              m[i] = m_new;
+              for (int64_t cc = 0; cc < d; ++cc) O[i * d + cc] *= corr;
+            }
+            gemm(false, false, rows, d, cols, A(1), T, B, V + j0 * d, d, A(1), O + i0 * d, d);
+          }
+        }
+        A* lse_h = lse + (bi * dm.heads + h) * s;
+        for (int64_t i = 0; i < s; ++i) {
+          for (int64_t cc = 0; cc < d; ++cc) O[i * d + cc] /= l[i];
+          lse_h[i] = m[i] + std::log(l[i]);
+        }
+        scatter(O, o, qv);
+      }
+    }
+  }
+}
+
+// Per tile: P = exp(scale Q K^T - lse) on allowed entries, dP = dO V^T, dS = P (dP - D),
+// D_i = dO_i . O_i;  dQ += scale dS K,  dK += scale dS^T Q,  dV += P^T dO (FlashAttention-2
+// backward, Dao 2023, Algorithm 2).
+template <class S>
+void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t* doc, const S* o,
+                              const acc_t<S>* lse, const S* dout, S* dq, S* dk, S* dv,
+                              const AttentionDims& dm, std::span<std::byte> ws) {
+  using A = acc_t<S>;
+  const int64_t s = dm.s, d = dm.head_dim, g = group(dm), B = tile(dm);
+  const A scale = score_scale<A>(dm);
+  Carver c(ws);
+  A* K = c.take<A>(s * d);
+  A* V = c.take<A>(s * d);
+  A* dK = c.take<A>(s * d);
+  A* dV = c.take<A>(s * d);
+  A* Q = c.take<A>(s * d);
+  A* dO = c.take<A>(s * d);
+  A* dQ = c.take<A>(s * d);
+  A* P = c.take<A>(B * B);   // tile (rows, cols), ld B
+  A* dP = c.take<A>(B * B);  // tile, then dS
+  A* D = c.take<A>(s);
+  for (int64_t bi = 0; bi < dm.b; ++bi) {
+    const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
+    for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
+      const HeadView kvv{bi, kh, dm.kv_heads, s, d};
+      gather(k, K, kvv);
+      gather(v, V, kvv);
+      zero(dK, s * d);
+      zero(dV, s * d);
+      for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
+        const HeadView qv{bi, h, dm.heads, s, d};
+        gather(q, Q, qv);
+        gather(dout, dO, qv);
+        for (int64_t i = 0; i < s; ++i) {
+          A acc = 0;
+          for (int64_t cc = 0; cc < d; ++cc) acc += dO[i * d + cc] * load(o[qv.at(i) + cc]);
+          D[i] = acc;
+        }
+        zero(dQ, s * d);
+        const A* lse_h = lse + (bi * dm.heads + h) * s;
+        for (int64_t i0 = 0; i0 < s; i0 += B) {
+          const int64_t rows = std::min(B, s - i0);
+          for (int64_t j0 = 0; j0 < i0 + rows; j0 += B) {
+            const int64_t cols = std::min(B, s - j0);
+            gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), P, B);
+            gemm(false, true, rows, cols, d, A(1), dO + i0 * d, d, V + j0 * d, d, A(0), dP, B);
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t i = i0 + r;
+              A* p = P + r * B;
+              A* dp = dP + r * B;
+              mask_row(p, i, j0, cols, mask);
+              for (int64_t cc = 0; cc < cols; ++cc) {
+                p[cc] = exp_acc(p[cc] - lse_h[i]);  // 0 where masked
+                dp[cc] = p[cc] * (dp[cc] - D[i]);
+              }
+            }
+            gemm(false, false, rows, d, cols, scale, dP, B, K + j0 * d, d, A(1), dQ + i0 * d, d);
+            gemm(true, false, cols, d, rows, scale, dP, B, Q + i0 * d, d, A(1), dK + j0 * d, d);
+            gemm(true, false, cols, d, rows, A(1), P, B, dO + i0 * d, d, A(1), dV + j0 * d, d);
+          }
+        }
+        scatter(dQ, dq, qv);
+      }
+      scatter(dK, dk, kvv);
+      scatter(dV, dv, kvv);
+    }
+  }
+}
+
+#define INST(S)                                                                                 \
+  template void attention_forward_materialized<S>(const S*, const S*, const S*, const int32_t*, \
+                                                  S*, S*, const AttentionDims&,                 \
+                                                  std::span<std::byte>);                        \
+  template void attention_backward_materialized<S>(const S*, const S*, const S*, const S*,      \
+                                                   const S*, S*, S*, S*, const AttentionDims&,  \
+                                                   std::span<std::byte>);                       \
+  template void attention_forward_flash<S>(const S*, const S*, const S*, const int32_t*, S*,    \
+                                           acc_t<S>*, const AttentionDims&,                     \
+                                           std::span<std::byte>);                               \
+  template void attention_backward_flash<S>(const S*, const S*, const S*, const int32_t*,       \
+                                            const S*, const acc_t<S>*, const S*, S*, S*, S*,    \
+                                            const AttentionDims&, std::span<std::byte>);
+LLMPLAN_FOR_STORAGE(INST)
+#undef INST
+
+}  // namespace llmplan::exec::cpu

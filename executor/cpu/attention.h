@@ -1,0 +1,72 @@
+// Causal self-attention core on the CPU, with grouped-query attention (GQA) and an
+// optional document mask for packed sequences.
+//
+//   o[b, i, h] = sum_j P[b, h, i, j] v[b, j, h / g],  g = heads / kv_heads
+//   P[b, h, i, :] = softmax_j (scale * q[b, i, h] . k[b, j, h / g])  over allowed j
+//   allowed(i, j): j <= i, and doc[b, j] == doc[b, i] when doc ids are given
+//
+// Query head h reads key/value head h / g (as Hugging Face repeat_kv). Two variants with
+// the same results:
+//   materialized: forward saves probs P (b, heads, s, s) in the storage type (0 where not
+//     allowed); backward reads P and needs no softmax recomputation.
+//   flash: forward saves only the output o and the per-row log-sum-exp of the scaled
+//     scores, lse (b, heads, s) in acc_t<S> (fp32; fp64 for double); backward recomputes
+//     the scores block by block (dims.block rows and columns at a time).
+// Both backwards also need q, k, v (the caller keeps them) and overwrite dq, dk, dv.
+//
+// Storage types S: float, double, bf16_t, f16_t; math in acc_t<S>, GEMMs through CBLAS on
+// one (batch, head) at a time gathered into contiguous workspace. `ws` must be 64-byte
+// aligned with attention_workspace_bytes(...) bytes (a few (s, d) panels plus an (s, s)
+// matrix for the materialized variant or two (block, block) tiles for flash).
+// REQUIRES: kv_heads divides heads; every doc id run is contiguous in practice (the mask
+// itself only compares ids).
+// Thread-safety: pure functions of their arguments; OpenBLAS threads the GEMMs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "executor/dtype.h"
+
+namespace llmplan::exec::cpu {
+
+struct AttentionDims {
+  int64_t b = 0;          // sequences in the micro-batch
+  int64_t s = 0;          // sequence length
+  int64_t heads = 0;      // query heads a
+  int64_t kv_heads = 0;   // key/value heads a_kv (== heads without GQA)
+  int64_t head_dim = 0;   // d
+  double scale = 0;       // score scale; 0 means 1 / sqrt(d). Default: 0
+  int64_t block = 64;     // flash tile size (query and key rows). Default: 64
+};
+
+// q (b, s, heads, d), k, v (b, s, kv_heads, d), doc (b, s) or nullptr ->
+// o (b, s, heads, d), probs (b, heads, s, s).
+template <class S>
+void attention_forward_materialized(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
+                                    S* probs, const AttentionDims& dims, std::span<std::byte> ws);
+
+// q, k, v, probs as saved; dout (b, s, heads, d) -> dq (b, s, heads, d), dk, dv (b, s,
+// kv_heads, d). (The mask is already in probs.)
+template <class S>
+void attention_backward_materialized(const S* q, const S* k, const S* v, const S* probs,
+                                     const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dims,
+                                     std::span<std::byte> ws);
+
+// q, k, v, doc as above -> o (b, s, heads, d), lse (b, heads, s).
+template <class S>
+void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
+                             acc_t<S>* lse, const AttentionDims& dims, std::span<std::byte> ws);
+
+// q, k, v, doc, o, lse as saved; dout -> dq, dk, dv (shapes as above).
+template <class S>
+void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t* doc, const S* o,
+                              const acc_t<S>* lse, const S* dout, S* dq, S* dk, S* dv,
+                              const AttentionDims& dims, std::span<std::byte> ws);
+
+// Workspace bytes for storage `s` (f32 or f64 math width follows it); the larger of the
+// variant's forward and backward needs.
+int64_t attention_workspace_bytes(DType s, const AttentionDims& dims, bool flash);
+
+}  // namespace llmplan::exec::cpu

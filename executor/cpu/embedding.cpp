@@ -1,0 +1,48 @@
+#include "executor/cpu/embedding.h"
+
+#include "executor/cpu/kernel_util.h"
+
+namespace llmplan::exec::cpu {
+using detail::load;
+using detail::store;
+
+template <class S>
+void embedding_forward(const int32_t* ids, const S* table, S* out, int64_t n, int64_t h,
+                       bool accumulate) {
+  for (int64_t i = 0; i < n; ++i) {
+    assert(ids[i] >= 0);
+    const S* row = table + static_cast<int64_t>(ids[i]) * h;
+    S* o = out + i * h;
+    if (accumulate) {
+      for (int64_t j = 0; j < h; ++j) o[j] = store<S>(load(o[j]) + load(row[j]));
+    } else {
+      for (int64_t j = 0; j < h; ++j) o[j] = row[j];
+    }
+  }
+}
+
+template <class S, class G>
+void embedding_backward(const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h) {
+  for (int64_t i = 0; i < n; ++i) {
+    assert(ids[i] >= 0);
+    G* row = dtable + static_cast<int64_t>(ids[i]) * h;
+    const S* d = dout + i * h;
+    for (int64_t j = 0; j < h; ++j) row[j] = store<G>(load(row[j]) + load(d[j]));
+  }
+}
+
+void fill_positions(int32_t* positions, int64_t b, int64_t s) {
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t t = 0; t < s; ++t) positions[i * s + t] = static_cast<int32_t>(t);
+}
+
+#define INST(S) \
+  template void embedding_forward<S>(const int32_t*, const S*, S*, int64_t, int64_t, bool);
+LLMPLAN_FOR_STORAGE(INST)
+#undef INST
+#define INSTG(S, G) \
+  template void embedding_backward<S, G>(const int32_t*, const S*, G*, int64_t, int64_t);
+LLMPLAN_FOR_STORAGE_GRAD(INSTG)
+#undef INSTG
+
+}  // namespace llmplan::exec::cpu

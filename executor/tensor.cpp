@@ -1,0 +1,95 @@
+#include "executor/tensor.h"
+
+#include <cassert>
+#include <cstring>
+#include <utility>
+
+namespace llmplan::exec {
+
+const char* to_string(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    case DType::u8: return "u8";
+    case DType::i32: return "i32";
+  }
+  return "?";
+}
+
+const char* to_string(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+
+Shape::Shape(std::initializer_list<int64_t> d) {
+  assert(d.size() <= kMaxDims);
+  for (int64_t v : d) {
+    assert(v >= 0);
+    dims[static_cast<size_t>(rank++)] = v;
+  }
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[static_cast<size_t>(i)];
+  return n;
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (rank != o.rank) return false;
+  for (int i = 0; i < rank; ++i) {
+    if (dims[static_cast<size_t>(i)] != o.dims[static_cast<size_t>(i)]) return false;
+  }
+  return true;
+}
+
+std::string Shape::to_string() const {
+  std::string s = "(";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[static_cast<size_t>(i)]);
+  return s + ")";
+}
+
+Result<Tensor> Tensor::empty(TrackingAllocator& alloc, Shape shape, DType dtype, Category c,
+                             std::string name) {
+  Result<Block> b = alloc.allocate(shape.numel() * dtype_size(dtype), c, name);
+  if (!b.ok()) return b.status();
+  Tensor t;
+  t.block_ = std::move(b).value();
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.name_ = std::move(name);
+  return t;
+}
+
+Result<Tensor> Tensor::zeros(TrackingAllocator& alloc, Shape shape, DType dtype, Category c,
+                             std::string name) {
+  Result<Tensor> t = empty(alloc, shape, dtype, c, std::move(name));
+  if (t.ok() && t->bytes() > 0) std::memset(t->raw(), 0, static_cast<size_t>(t->bytes()));
+  return t;
+}
+
+Device Tensor::device() const {
+  return block_.allocator() != nullptr ? block_.allocator()->device() : Device::cpu;
+}
+
+template <class T>
+T* Tensor::data() const {
+  assert(dtype_of<T> == dtype_);
+  return static_cast<T*>(block_.data());
+}
+template float* Tensor::data<float>() const;
+template double* Tensor::data<double>() const;
+template bf16_t* Tensor::data<bf16_t>() const;
+template f16_t* Tensor::data<f16_t>() const;
+template uint8_t* Tensor::data<uint8_t>() const;
+template int32_t* Tensor::data<int32_t>() const;
+
+Status Tensor::reshape(Shape s) {
+  if (s.numel() != shape_.numel()) {
+    return Status::bad_input("reshape of '" + name_ + "' from " + shape_.to_string() + " to " +
+                             s.to_string() + ": element counts differ");
+  }
+  shape_ = s;
+  return Status::ok();
+}
+
+}  // namespace llmplan::exec
