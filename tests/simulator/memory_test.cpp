@@ -1,0 +1,97 @@
+// Memory over the step against the analytic memory model: the simulated peak of every
+// stage must equal estimate_stage_memory(...).total. Each item is tracked over time
+// (activations of the micro-batch-chunks in flight, backward working set, logits,
+// buffers), so a disagreement here means the analytic model's in-flight accounting and
+// what the schedule really holds differ: it fails, it is not a tolerance to widen. The
+// 1-byte tolerance absorbs only the order of floating-point sums of ~1e10-byte values
+// (one ulp there is ~1e-6 byte); the smallest real item (a dropout mask) is > 1 MiB.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "planner/memory_model.h"
+#include "sim_fixtures.h"
+#include "simulator/step_simulator.h"
+
+namespace llmplan {
+namespace {
+
+using testing::dgx_a100;
+
+struct MemCase {
+  std::string name;
+  ModelSpec model;
+  int nodes;
+  int64_t seq, global_batch;
+  ParallelPlan plan;
+};
+
+ParallelPlan mk(int dp, int tp, int pp, int vpp, Schedule sched, Recompute rc, int zero, int micro, int64_t gb) {
+  ParallelPlan p = testing::plan(dp, tp, pp, vpp, sched, micro, gb);
+  p.recompute = rc;
+  p.zero = zero;
+  return p;
+}
+
+void expect_peaks_equal(const MemCase& mc) {
+  SCOPED_TRACE(mc.name);
+  const ClusterSpec c = dgx_a100(mc.nodes);
+  const TrainingJob j = testing::job(mc.seq, mc.global_batch);
+  SimOptions opt;
+  opt.record_events = false;
+  auto r = simulate_step(mc.model, c, j, mc.plan, opt);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  for (const StageResult& st : r->stages) {
+    const StageMemory am = estimate_stage_memory(mc.model, c, j, mc.plan, st.stage);
+    EXPECT_NEAR(st.peak_bytes, am.total, 1.0)
+        << "stage " << st.stage << ": simulated " << st.peak_bytes << " B (" << st.peak_inflight
+        << " micro-batches in flight, phase " << to_string(st.peak_phase) << "), analytic " << am.total << " B ("
+        << am.inflight_microbatches << " in flight, phase " << to_string(am.peak_phase) << "), difference "
+        << st.peak_bytes - am.total << " B";
+    EXPECT_EQ(st.peak_phase, am.peak_phase) << "stage " << st.stage;
+    for (int i = 0; i < kMemoryItems; ++i) {
+      EXPECT_NEAR(st.peak_items[i], am.bytes[i], 1.0) << "stage " << st.stage << " item " << to_string(static_cast<MemoryItem>(i));
+    }
+  }
+}
+
+const ModelSpec kLlama = testing::llama2_7b();
+const ModelSpec kGpt = testing::gpt3_1_3b();
+
+TEST(SimMemory, PeakEqualsAnalyticPipelineDepths) {
+  expect_peaks_equal({"llama7b dp8", kLlama, 1, 4096, 64, mk(8, 1, 1, 1, Schedule::one_f_one_b, Recompute::full, 1, 1, 64)});
+  expect_peaks_equal({"llama7b tp2 pp2 dp2 1f1b", kLlama, 1, 4096, 64, mk(2, 2, 2, 1, Schedule::one_f_one_b, Recompute::selective, 0, 1, 64)});
+  expect_peaks_equal({"llama7b tp2 pp4 1f1b", kLlama, 1, 4096, 32, mk(1, 2, 4, 1, Schedule::one_f_one_b, Recompute::none, 0, 1, 32)});
+  expect_peaks_equal({"llama7b tp2 pp4 1f1b m<p", kLlama, 1, 4096, 2, mk(1, 2, 4, 1, Schedule::one_f_one_b, Recompute::selective, 0, 1, 2)});
+}
+
+TEST(SimMemory, PeakEqualsAnalyticRecomputeAndZero) {
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    for (int zero : {0, 3}) {
+      expect_peaks_equal({std::string("llama7b pp2 dp4 ") + to_string(rc) + " zero" + std::to_string(zero), kLlama, 1, 4096, 64,
+                          mk(4, 1, 2, 1, Schedule::one_f_one_b, rc, zero, 1, 64)});
+    }
+  }
+  ParallelPlan k = mk(2, 2, 2, 1, Schedule::one_f_one_b, Recompute::full_k, 1, 1, 64);
+  k.recompute_layers = 4;
+  expect_peaks_equal({"llama7b pp2 full_k 4", kLlama, 1, 4096, 64, k});
+}
+
+TEST(SimMemory, PeakEqualsAnalyticGPipe) {
+  expect_peaks_equal({"llama7b tp2 pp4 gpipe", kLlama, 1, 4096, 16, mk(1, 2, 4, 1, Schedule::gpipe, Recompute::selective, 0, 1, 16)});
+}
+
+TEST(SimMemory, PeakEqualsAnalyticInterleaved) {
+  expect_peaks_equal(
+      {"llama7b tp2 pp4 vpp2", kLlama, 1, 4096, 16, mk(1, 2, 4, 2, Schedule::interleaved, Recompute::selective, 0, 1, 16)});
+  expect_peaks_equal(
+      {"llama7b pp4 vpp2 dp2 zero1 m=p", kLlama, 1, 4096, 8, mk(2, 1, 4, 2, Schedule::interleaved, Recompute::full, 1, 1, 8)});
+}
+
+TEST(SimMemory, PeakEqualsAnalyticInterleavedWithDropout) {
+  // GPT (embedding dropout mask on stage 0's chunk 0).
+  expect_peaks_equal({"gpt1.3b tp2 pp4 vpp2", kGpt, 1, 2048, 32, mk(1, 2, 4, 2, Schedule::interleaved, Recompute::selective, 0, 1, 32)});
+}
+
+}  // namespace
+}  // namespace llmplan
