@@ -73,8 +73,8 @@ class StepBuilder {
   int add_dp(int stage, Stream stream, EventKind kind, double bytes, bool allreduce, int mb, int chunk, int layer);
   // Appends the blocking in-layer collectives of one pass after task `prev`; returns the last task.
   int add_layer_comm(int stage, const LayerCost& L, Pass pass, int prev, int mb, int chunk);
-  // ZeRO-3: gathers one layer's weights before the compute-stream visit `visit`, holding
-  // at most two gathered layers (the current one and one prefetched).
+  // ZeRO-3: gathers one layer's weights before its next compute-stream visit, holding at
+  // most two gathered layers (the current one and one prefetched).
   int zero3_gather(int stage, double bytes, int mb, int chunk, int layer);
   void build_stage(int s);
 
@@ -204,8 +204,8 @@ void StepBuilder::build_stage(int s) {
         if (s == pp_ - 1 && c == vpp_ - 1 && jl == per_chunk - 1) bytes += sc.head_trainable_weight_bytes;
         if (bytes <= 0) continue;
         waiting.push_back(li);
-        bk.add(bytes, emit);
-        if (bk.empty()) waiting.clear();  // its last byte went out with the bucket just emitted
+        bk.add(bytes, emit);  // emit() hands the waiting layers the bucket and clears them
+        if (!bk.empty() && (waiting.empty() || waiting.back() != li)) waiting.push_back(li);  // its tail is still pending
       }
       bk.flush(emit);
     }

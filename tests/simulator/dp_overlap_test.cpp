@@ -91,6 +91,41 @@ TEST(DpOverlap, SlowLinkExposesWhatTheBucketFormulaSays) {
   std::printf("DP exposed, slow link: simulated %.3f s, analytic formula %.3f s (overlap = 1)\n", exposed, analytic);
 }
 
+// ZeRO-3 with one layer of prefetch: every gather but the first hides behind the previous
+// layer's compute, every reduce-scatter but the last behind the next layer's backward
+// (gathers and reduce-scatters share the link while they overlap, and still fit).
+TEST(DpOverlap, Zero3PrefetchExposesFirstGatherAndLastReduceScatter) {
+  const ModelSpec m = testing::gpt3_1_3b();  // 24 layers
+  ClusterSpec cl = testing::dgx_a100(2);
+  cl.gpus_per_node = 1;
+  const TrainingJob j = testing::job(2048, 2);
+  ParallelPlan p = testing::plan(2, 1, 1, 1, Schedule::one_f_one_b, 1, 2);  // m = 1
+  p.zero = 3;
+  SimCosts costs = default_costs(m, cl, j, p);
+  testing::make_uniform(&costs, 1.0, 2.0);
+  costs.dp_group = 2;
+  costs.zero = 3;
+  costs.dp_link = {1e6, 0.0};
+  costs.efficiency.network = 1.0;
+  for (StageCost& st : costs.stages) {
+    for (LayerCost& l : st.layers) l.grad_bytes = l.weight_bytes = 1e6;  // 0.5 s each way
+    st.embedding_grad_bytes = st.head_grad_bytes = st.embedding_weight_bytes = st.head_weight_bytes = 0;
+  }
+  const double g = allgather_time(1e6, 2, costs.dp_link, costs.efficiency);
+  ASSERT_DOUBLE_EQ(g, 0.5);
+  auto r = simulate_step(m, cl, j, p, costs);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_DOUBLE_EQ(r->total, g + 24 * (1.0 + 2.0) + g);
+  EXPECT_DOUBLE_EQ(r->breakdown.dp_comm, 2 * g);
+  int gathers = 0, reduces = 0;
+  for (const SimEvent& e : r->events) {
+    gathers += e.kind == EventKind::dp_param_gather;
+    reduces += e.kind == EventKind::dp_grad_sync;
+  }
+  EXPECT_EQ(gathers, 2 * 24);  // before every forward and every backward
+  EXPECT_EQ(reduces, 24);
+}
+
 // Two collectives crossing the same tier of the same rank at once share it; a collective
 // on the other tier does not slow them.
 TEST(EventEngine, LinkSharingDividesBandwidth) {

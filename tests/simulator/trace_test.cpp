@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "sim_fixtures.h"
+#include "simulator/sim_json.h"
 
 namespace llmplan {
 namespace {
@@ -108,6 +109,18 @@ TEST(Trace, Zero3AndGPipeAreValid) {
   p.zero = 3;
   p.recompute = Recompute::full;
   expect_valid_trace(simulate(p, 1, 16), "sim_trace_zero3.json");
+}
+
+TEST(SimJson, SummaryHasStepTimeAnalyticAndStages) {
+  ParallelPlan p = testing::plan(1, 2, 4, 1, Schedule::one_f_one_b, 1, 8);
+  const SimResult r = simulate(p, 1, 8);
+  const nlohmann::json j = sim_result_to_json(r);
+  EXPECT_DOUBLE_EQ(j["step_time_s"].get<double>(), r.total);
+  EXPECT_EQ(j["schedule"], "1f1b");
+  EXPECT_TRUE(j["analytic"].is_object());
+  ASSERT_EQ(j["stages"].size(), 4u);
+  EXPECT_DOUBLE_EQ(j["stages"][3]["peak_bytes"].get<double>(), r.stages[3].peak_bytes);
+  EXPECT_DOUBLE_EQ(j["breakdown"]["total_s"].get<double>(), r.total);
 }
 
 TEST(Trace, UnwritablePathIsARuntimeError) {
