@@ -256,18 +256,42 @@ void StepBuilder::build_stage(int s) {
       }
     } else {
       const bool reduce_now = bucketed && i == last_b[c];
-      Bucketizer bk(costs_.bucket_bytes);
+      // Gradient buckets of the last backward of a chunk: a bucket is reduced as soon as
+      // the backward has produced its last byte. A pass producing gradients is split at
+      // the bucket boundaries, its time spread evenly over the bytes it produces.
+      double pending = 0;
       int producer = -1;
       auto emit = [&](double bytes) {
         const int id = add_dp(s, Stream::dp_reduce, EventKind::dp_grad_sync, bytes, costs_.zero == 0, -1, c, -1);
         engine_.depend(producer, id);
       };
+      auto producing_pass = [&](EventKind kind, double seconds, double grads, int layer) {
+        const double cap = costs_.bucket_bytes > 0 ? costs_.bucket_bytes : kInf;
+        double done = 0;
+        auto segment = [&](double upto) {
+          const double share = grads > 0 ? (upto - done) / grads : 1.0;
+          const int t = add_compute(s, kind, seconds * share, mb, c, layer);
+          first_compute(t);
+          engine_.depend(prev, t);
+          prev = producer = t;
+          done = upto;
+          return t;
+        };
+        if (!reduce_now || grads <= 0) return segment(grads);
+        int t = -1;
+        while (pending + (grads - done) >= cap) {
+          t = segment(done + (cap - pending));
+          emit(cap);
+          pending = 0;
+        }
+        if (done < grads || t < 0) {
+          pending += grads - done;
+          t = segment(grads);
+        }
+        return t;
+      };
       if (k == last_virtual) {
-        const int t = add_compute(s, EventKind::head_backward, sc.head_backward, mb, c, -1);
-        first_compute(t);
-        prev = t;
-        producer = t;
-        if (reduce_now) bk.add(sc.head_grad_bytes, emit);
+        producing_pass(EventKind::head_backward, sc.head_backward, sc.head_grad_bytes * (zero3 ? 0 : 1), -1);
       }
       for (int jl = per_chunk - 1; jl >= 0; --jl) {
         const int li = c * per_chunk + jl;
@@ -289,25 +313,32 @@ void StepBuilder::build_stage(int s) {
           visit = t;
           prev = add_layer_comm(s, L, Pass::recompute, t, mb, c);
         }
-        const int b = add_compute(s, EventKind::backward, L.compute[1], mb, c, L.global_layer);
-        first_compute(b);
-        engine_.depend(prev, b);
-        engine_.depend(gather, b);
-        if (visit < 0) visit = b;
+        const size_t before = engine_.tasks().size();
+        const int b = producing_pass(EventKind::backward, L.compute[1], zero3 ? 0 : L.grad_bytes, L.global_layer);
+        engine_.depend(gather, static_cast<int>(before));  // the pass's first segment
+        if (visit < 0) visit = static_cast<int>(before);
         if (zero3) visits_.push_back(visit);
         prev = add_layer_comm(s, L, Pass::backward, b, mb, c);
-        producer = b;
-        double grads = L.grad_bytes;
-        if (s == 0 && c == 0 && jl == 0) grads += sc.embedding_grad_bytes;
-        if (k == last_virtual && jl == per_chunk - 1) grads += sc.head_grad_bytes * (zero3 ? 1 : 0);
-        if (zero3 && grads > 0) {
-          const int rs = add_dp(s, Stream::dp_reduce, EventKind::dp_grad_sync, grads, false, mb, c, L.global_layer);
-          engine_.depend(b, rs);
-        } else if (reduce_now) {
-          bk.add(grads, emit);
+        if (zero3) {
+          double grads = L.grad_bytes;
+          if (s == 0 && c == 0 && jl == 0) grads += sc.embedding_grad_bytes;
+          if (k == last_virtual && jl == per_chunk - 1) grads += sc.head_grad_bytes;
+          if (grads > 0) {
+            const int rs = add_dp(s, Stream::dp_reduce, EventKind::dp_grad_sync, grads, false, mb, c, L.global_layer);
+            engine_.depend(b, rs);
+          }
         }
       }
-      if (reduce_now) bk.flush(emit);
+      if (reduce_now) {
+        // The embedding's gradients come last, all at once, then the partial bucket.
+        if (s == 0 && c == 0) pending += sc.embedding_grad_bytes;
+        const double cap = costs_.bucket_bytes > 0 ? costs_.bucket_bytes : kInf;
+        while (pending >= cap) {
+          emit(cap);
+          pending -= cap;
+        }
+        if (pending > 0) emit(pending);
+      }
       ref.last = prev;
       if (k > 0) {
         ref.send = add_comm(s, Stream::pp_send_prev, EventKind::pp_send, costs_.p2p, mb, c, -1, costs_.p2p_bytes, (k - 1) % pp_);

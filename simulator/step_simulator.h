@@ -11,7 +11,8 @@
 // each layer of each chunk with its blocking TP/SP (CP, EP) collectives; PP sends between
 // virtual stages (the compute stream waits for its own sends when `blocking_p2p`, as
 // Megatron's non-overlapped p2p does); DP gradient all-reduce (ZeRO-0) or reduce-scatter
-// (ZeRO >= 1) by bucket as the last micro-batch's backward of each chunk produces them;
+// (ZeRO >= 1) by bucket as the last micro-batch's backward of each chunk produces them
+// (a layer's gradient bytes appear evenly over its backward, the embedding's after it);
 // ZeRO-1/2 parameter all-gathers, issued at the start of the step and awaited by each
 // layer's first forward (they overlap the step's first forwards, as the next step's do
 // in steady state); ZeRO-3 all-gathers before every layer's forward and backward with
@@ -32,6 +33,9 @@
 // LM-head inputs and the logits on the last stage's last chunk); during each backward,
 // the recompute working set and activation gradients; during the optimizer step, its
 // buffers; the fragmentation reserve as a fraction of the dynamic bytes at each moment.
+//
+// Size: events and tasks grow as pp * m * (layers per stage) -- pp * m * v * (layers per
+// chunk) -- plus the gradient buckets, whatever dp and tp are.
 //
 // Thread-safety: simulate_step is pure (no shared state); run plans on many threads.
 #pragma once

@@ -10,7 +10,9 @@
 //    after the last backward starts) on, so exposed = L c - (L - 1) t_b.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "planner/time_model.h"
 #include "sim_fixtures.h"
@@ -89,6 +91,39 @@ TEST(DpOverlap, SlowLinkExposesWhatTheBucketFormulaSays) {
   e.network = 1.0;
   const double analytic = std::max(0.0, 24 * r.c - 24 * 2.0) + p2p_time(1e6, {2.5e5, 0.0}, e);
   std::printf("DP exposed, slow link: simulated %.3f s, analytic formula %.3f s (overlap = 1)\n", exposed, analytic);
+}
+
+// Buckets smaller than a layer's gradients: each leaves as soon as the backward has
+// produced its last byte (a layer's backward produces its bytes evenly over its time).
+TEST(DpOverlap, BucketsLeaveAsTheirLastByteIsProduced) {
+  const ModelSpec m = testing::gpt3_1_3b();  // 24 layers
+  ClusterSpec cl = testing::dgx_a100(2);
+  cl.gpus_per_node = 1;
+  const TrainingJob j = testing::job(2048, 2);
+  const ParallelPlan p = testing::plan(2, 1, 1, 1, Schedule::one_f_one_b, 1, 2);  // m = 1
+  SimCosts costs = default_costs(m, cl, j, p);
+  testing::make_uniform(&costs, 1.0, 2.0);
+  costs.dp_group = 2;
+  costs.zero = 0;
+  costs.bucket_bytes = 1e6;
+  costs.dp_link = {1e9, 0.0};  // 1 ms per bucket: never the bottleneck
+  costs.efficiency.network = 1.0;
+  for (StageCost& st : costs.stages) {
+    for (LayerCost& l : st.layers) l.grad_bytes = 2e6;  // two buckets per layer
+    st.embedding_grad_bytes = st.head_grad_bytes = 0;
+  }
+  auto r = simulate_step(m, cl, j, p, costs);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::vector<double> starts;
+  for (const SimEvent& e : r->events)
+    if (e.kind == EventKind::dp_grad_sync) starts.push_back(e.start);
+  ASSERT_EQ(starts.size(), 48u);
+  std::sort(starts.begin(), starts.end());
+  const double backward_start = 24 * 1.0;
+  for (size_t i = 0; i < starts.size(); ++i) EXPECT_NEAR(starts[i], backward_start + (i + 1) * 1.0, 1e-9) << "bucket " << i;
+  // Splitting the backward at bucket boundaries changes no compute time.
+  EXPECT_NEAR(r->breakdown.compute, 24 * 3.0, 1e-9);
+  EXPECT_NEAR(r->total, 24 * 3.0 + 1e-3, 1e-9);
 }
 
 // ZeRO-3 with one layer of prefetch: every gather but the first hides behind the previous

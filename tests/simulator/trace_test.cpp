@@ -91,16 +91,24 @@ TEST(Trace, InterleavedTpPpDpIsValid) {
   p.recompute = Recompute::selective;
   const SimResult r = simulate(p, 2, 32);
   expect_valid_trace(r, "sim_trace_interleaved.json");
-  // Every layer's forward and backward of every micro-batch is a slice on its stage.
+  // Every layer's forward and backward of every micro-batch is on its stage (a backward
+  // producing gradient buckets is cut at the bucket boundaries: one or more slices).
   for (int s = 0; s < 4; ++s) {
-    int f = 0, b = 0;
+    std::set<std::pair<int, int>> f, b;
+    double compute = 0;
     for (const SimEvent& e : r.events) {
       if (e.stage != s) continue;
-      f += e.kind == EventKind::forward;
-      b += e.kind == EventKind::backward;
+      if (e.kind == EventKind::forward) f.insert({e.microbatch, e.layer});
+      if (e.kind == EventKind::backward) b.insert({e.microbatch, e.layer});
+      if (e.kind == EventKind::forward || e.kind == EventKind::backward || e.kind == EventKind::head_forward ||
+          e.kind == EventKind::head_backward) {
+        compute += e.end - e.start;
+      }
     }
-    EXPECT_EQ(f, 16 * 8) << "stage " << s;
-    EXPECT_EQ(b, 16 * 8) << "stage " << s;
+    EXPECT_EQ(f.size(), 16u * 8) << "stage " << s;
+    EXPECT_EQ(b.size(), 16u * 8) << "stage " << s;
+    // The slices account for exactly the compute the breakdown reports.
+    EXPECT_NEAR(compute, r.stages[s].breakdown.compute, 1e-9 * compute) << "stage " << s;
   }
 }
 
