@@ -78,7 +78,7 @@ TEST(SimVsAnalytic, PrintDifferences) {
   {
     ParallelPlan p = testing::plan(2, 8, 4, 1, Schedule::gpipe, 1, 64);
     p.recompute = Recompute::full;
-    print_comparison("GPT-3 13B-like (1.3B shape) GPipe pp4 tp8 dp2", testing::gpt3_1_3b(), testing::dgx_a100(8), testing::job(2048, 64), p);
+    print_comparison("GPT-3 1.3B, 64 A100, GPipe pp4 tp8 dp2 full recompute", testing::gpt3_1_3b(), testing::dgx_a100(8), testing::job(2048, 64), p);
   }
 }
 
