@@ -1,0 +1,98 @@
+// Step simulator speed: one training step of GPT-3 175B on 1024 A100-80G (128 DGX
+// nodes), tp 8, pp 16 with 2 virtual stages (interleaved 1F1B), dp 8, micro-batch 1,
+// global batch 512 (64 micro-batches per pipeline), selective recompute, SP. The issue's
+// target: well under a second per simulation.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "planner/presets.h"
+#include "simulator/step_simulator.h"
+#include "simulator/trace.h"
+
+namespace llmplan {
+namespace {
+
+struct Gpt3Case {
+  ModelSpec model;
+  ClusterSpec cluster;
+  TrainingJob job;
+  ParallelPlan plan;
+};
+
+const Gpt3Case& gpt3_case() {
+  static const Gpt3Case c = [] {
+    Gpt3Case g;
+    auto reg = PresetRegistry::load(default_data_root());
+    if (!reg.ok()) {
+      std::fprintf(stderr, "presets: %s\n", reg.status().message().c_str());
+      std::exit(1);
+    }
+    auto m = reg->model("gpt3-175b");
+    auto cl = reg->cluster("dgx-a100");  // 8 x A100-80G, 300 / 25 GB/s, 5 / 10 us
+    if (!m.ok() || !cl.ok()) {
+      std::fprintf(stderr, "presets: gpt3-175b or dgx-a100 missing\n");
+      std::exit(1);
+    }
+    g.model = *m;
+    g.cluster = cl->cluster;
+    g.cluster.nodes = 128;
+    g.job.seq_len = 2048;
+    g.job.global_batch = 512;
+    g.plan.tp = 8;
+    g.plan.pp = 16;
+    g.plan.vpp = 2;
+    g.plan.dp = 8;
+    g.plan.sp = true;
+    g.plan.micro_batch = 1;
+    g.plan.grad_accum = 64;
+    g.plan.recompute = Recompute::selective;
+    g.plan.schedule = Schedule::interleaved;
+    return g;
+  }();
+  return c;
+}
+
+void run(benchmark::State& state, bool events) {
+  const Gpt3Case& g = gpt3_case();
+  SimOptions opt;
+  opt.record_events = events;
+  opt.record_memory = events;
+  size_t n_events = 0;
+  double step = 0;
+  for (auto _ : state) {
+    auto r = simulate_step(g.model, g.cluster, g.job, g.plan, opt);
+    if (!r.ok()) {
+      state.SkipWithError(r.status().message().c_str());
+      return;
+    }
+    n_events = r->events.size();
+    step = r->total;
+    benchmark::DoNotOptimize(r->total);
+  }
+  state.counters["events"] = static_cast<double>(n_events);
+  state.counters["step_s"] = step;
+}
+
+// Full result: every event (for the trace) and every memory curve.
+void BM_SimulateGpt3_175B_1024Gpus(benchmark::State& state) { run(state, true); }
+// Summary only, as `llmplan sweep --simulate-top K` re-ranks plans.
+void BM_SimulateGpt3_175B_1024Gpus_SummaryOnly(benchmark::State& state) { run(state, false); }
+// The full result plus building the Chrome trace JSON.
+void BM_SimulateGpt3_175B_1024Gpus_WithTraceJson(benchmark::State& state) {
+  const Gpt3Case& g = gpt3_case();
+  for (auto _ : state) {
+    auto r = simulate_step(g.model, g.cluster, g.job, g.plan);
+    benchmark::DoNotOptimize(chrome_trace_json(*r).size());
+  }
+}
+
+BENCHMARK(BM_SimulateGpt3_175B_1024Gpus)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimulateGpt3_175B_1024Gpus_SummaryOnly)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimulateGpt3_175B_1024Gpus_WithTraceJson)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace llmplan
+
+BENCHMARK_MAIN();

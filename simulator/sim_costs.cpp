@@ -1,0 +1,260 @@
+#include "simulator/sim_costs.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "planner/plan_check.h"
+#include "planner/recipe.h"
+
+namespace llmplan {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The tier group_link() picks for group g, read back by giving the two tiers distinct
+// bandwidths (so the rank-layout rule lives only in the planner).
+LinkTier group_tier(const ClusterSpec& c, const ParallelPlan& p, Group g) {
+  ClusterSpec probe = c;
+  probe.intra_node_bandwidth = 1;
+  probe.inter_node_bandwidth = 2;
+  return group_link(probe, p, g).bandwidth == 1 ? LinkTier::intra_node : LinkTier::inter_node;
+}
+
+// The same cluster with infinitely fast links: the planner's communication formulas then
+// return their latency (alpha) terms only.
+ClusterSpec latency_only(ClusterSpec c) {
+  c.intra_node_bandwidth = kInf;
+  c.inter_node_bandwidth = kInf;
+  return c;
+}
+
+CommCost split(double total, double latency, LinkTier tier) {
+  CommCost cc;
+  cc.latency = std::min(latency, total);
+  cc.transfer = std::max(0.0, total - cc.latency);
+  cc.tier = tier;
+  return cc;
+}
+
+// ============================================================================
+// REPLICAS of planner formulas that are not public (planner/time_model.cpp
+// estimate_time and planner/memory_model.cpp stage_memory). Kept together here so a
+// change in the planner has one place to follow; the simulator tests compare the
+// simulated step time and memory peak with estimate_time / estimate_stage_memory in
+// the cases where they must agree, so a drift fails a test.
+// ============================================================================
+
+struct PlanConstants {
+  double tokens = 0;     // per micro-batch on this rank: micro_batch * seq_len / cp
+  double seq_div = 1;    // SP splits the sequence-region tensors by tp
+  double act_bytes = 2;  // activation element size
+};
+
+PlanConstants plan_constants(const TrainingJob& j, const ParallelPlan& p) {
+  PlanConstants k;
+  k.tokens = static_cast<double>(p.micro_batch) * static_cast<double>(j.seq_len / p.cp);
+  k.seq_div = p.sp ? p.tp : 1.0;
+  k.act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  return k;
+}
+
+// time_model.cpp estimate_time: "LM head + cross-entropy on the last stage".
+void replica_head_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e,
+                        double* fwd, double* bwd) {
+  const LayerContext top = layer_context(m, j, p, m.layers - 1);
+  const double peak = c.gpu.peak(compute_dtype(j, c.gpu));
+  const double bw = c.gpu.memory_bandwidth;
+  const double tokens_mb = static_cast<double>(p.micro_batch) * static_cast<double>(j.seq_len / p.cp);
+  const bool head_trains = j.mode != TrainMode::lora;
+  *fwd = gemm_time(tokens_mb, static_cast<double>(m.vocab) / p.tp, static_cast<double>(m.hidden), top.act_bytes, peak, bw, e) +
+         3 * tokens_mb * static_cast<double>(m.vocab) / p.tp * 4 / (bw * e.memory);
+  *bwd = *fwd * (head_trains ? 2 : 1);
+}
+
+// time_model.cpp estimate_time: "optimizer step: bytes read and written per trainable
+// parameter on this rank" (and the offload branch). Evaluated per stage here; the
+// analytic model evaluates it for stage 0's rank.
+double replica_optimizer_time(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable) {
+  const BytesPerParam bpp = bytes_per_param(j);
+  const double shard = p.zero >= 1 ? p.dp * p.cp : 1;
+  const double opt_bytes = (2 * bpp.weights + bpp.gradients + 2 * bpp.master + 2 * bpp.optimizer);
+  if (p.offload_optimizer) {
+    const double host = trainable / shard * (bpp.gradients + bpp.weights) / c.host_bandwidth;
+    const double cpu_adam = trainable / shard / (1.5e9 / c.gpus_per_node);
+    return host + cpu_adam;
+  }
+  return trainable / shard * opt_bytes / (c.gpu.memory_bandwidth * e.memory);
+}
+
+// memory_model.cpp stage_memory: the per-micro-batch activation extras of a stage, the
+// backward activation-gradient working set, the logits, the ZeRO-3 gathered-layer pool
+// and the optimizer-phase buffers.
+void replica_stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const MemoryOptions& opt,
+                                 const ParamCounts& pc, int stage, int frozen_here, int layers, double trainable, StageCost* sc) {
+  const PlanConstants k = plan_constants(j, p);
+  const bool is_first = stage == 0, is_last = stage == p.pp - 1;
+  const int frozen_layers = j.frozen_layer_count(m.layers);
+  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
+  const double h = static_cast<double>(m.hidden);
+  if (is_first && m.dropout && embedding_trainable) sc->first_chunk_extra_bytes = k.tokens * h / k.seq_div;  // dropout mask
+  if (is_last) sc->last_chunk_extra_bytes = 2 * k.tokens * h / k.seq_div * k.act_bytes;  // final-norm + LM-head inputs
+  if (is_last) sc->logits_bytes = k.tokens * static_cast<double>(m.vocab) / p.tp * (k.act_bytes + 4);
+  const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) /
+                         (m.moe.enabled() ? 1 : p.tp);
+  sc->activation_grad_bytes = frozen_here < layers ? (2 * k.tokens * h / k.seq_div + k.tokens * f_local) * k.act_bytes : 0;
+  sc->static_bytes[static_cast<int>(MemoryItem::gathered_params)] = p.zero == 3 ? 2 * pc.per_layer_rank * bytes_per_param(j).weights : 0;
+  sc->optimizer_buffer_bytes = (j.mode == TrainMode::lora || trainable > 0) && p.zero >= 1 ? 2 * opt.dp_bucket_bytes : 0;
+}
+
+// memory_model.cpp stage_memory: trainable parameters on a stage's rank.
+double replica_stage_trainable(const ModelSpec& m, const TrainingJob& j, const ParamCounts& pc, int stage, int pp, int layers,
+                               int frozen_here) {
+  const int frozen_layers = j.frozen_layer_count(m.layers);
+  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
+  double trainable = j.mode == TrainMode::lora ? (layers - frozen_here) * pc.lora_per_layer_rank : (layers - frozen_here) * pc.per_layer_rank;
+  if (stage == 0 && embedding_trainable) trainable += pc.embedding_rank;
+  if (stage == pp - 1 && j.mode != TrainMode::lora) trainable += pc.head_rank;
+  return trainable;
+}
+
+// layer_times() returns each in-layer collective kind summed over the passes; the
+// planner counts, per layer and micro-batch, 2 TP collectives forward, 2 backward (when
+// gradients flow) and 2 more for full recompute; 2 + 2 EP all-to-alls. CP's exposed
+// ring time is max(0, ring - attention) per pass, which cannot be split from outside:
+// 1/3 forward, 2/3 backward (the ring runs once forward, twice backward).
+void split_layer_comm(const LayerTimes& lt, const LayerTimes& lt_latency, LayerRecompute policy, bool grad_flows, LinkTier tp_tier,
+                      LinkTier cp_tier, LinkTier ep_tier, LayerCost* lc) {
+  const double nf = 2, nb = grad_flows ? 2 : 0, nr = (policy == LayerRecompute::full && grad_flows) ? 2 : 0;
+  const double n_tp = nf + nb + nr;
+  auto& tp = lc->comm[static_cast<int>(LayerComm::tp)];
+  tp[0] = split(lt.tp_comm * nf / n_tp, lt_latency.tp_comm * nf / n_tp, tp_tier);
+  tp[1] = split(lt.tp_comm * nb / n_tp, lt_latency.tp_comm * nb / n_tp, tp_tier);
+  tp[2] = split(lt.tp_comm * nr / n_tp, lt_latency.tp_comm * nr / n_tp, tp_tier);
+  auto& ep = lc->comm[static_cast<int>(LayerComm::ep)];
+  const double n_ep = nf + nb;
+  ep[0] = split(lt.ep_comm * nf / n_ep, lt_latency.ep_comm * nf / n_ep, ep_tier);
+  ep[1] = split(lt.ep_comm * nb / n_ep, lt_latency.ep_comm * nb / n_ep, ep_tier);
+  auto& cp = lc->comm[static_cast<int>(LayerComm::cp)];
+  const double cp_fwd = grad_flows ? lt.cp_comm_exposed / 3 : lt.cp_comm_exposed;
+  cp[0] = split(cp_fwd, cp_fwd, cp_tier);  // exposed remainder: not a bandwidth term any more
+  cp[1] = split(lt.cp_comm_exposed - cp_fwd, lt.cp_comm_exposed - cp_fwd, cp_tier);
+}
+
+// ============================================================================ end of replicas
+
+}  // namespace
+
+SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e,
+                       const MemoryOptions& mem) {
+  SimCosts sc;
+  sc.efficiency = e;
+  sc.zero = p.zero;
+  sc.dp_group = p.dp * p.cp;
+  sc.dp_link = group_link(c, p, Group::dp);
+  sc.dp_tier = group_tier(c, p, Group::dp);
+  sc.bucket_bytes = mem.dp_bucket_bytes;
+
+  const ClusterSpec c_lat = latency_only(c);
+  const LinkTier tp_tier = group_tier(c, p, Group::tp), cp_tier = group_tier(c, p, Group::cp), ep_tier = group_tier(c, p, Group::ep);
+  const PlanConstants k = plan_constants(j, p);
+
+  if (p.pp > 1) {
+    const double bytes = k.tokens * static_cast<double>(m.hidden) / k.seq_div * k.act_bytes;
+    const Link l = group_link(c, p, Group::pp);
+    sc.p2p_bytes = bytes;
+    sc.p2p = split(p2p_time(bytes, l, e), p2p_time(bytes, Link{kInf, l.latency}, e), group_tier(c, p, Group::pp));
+  }
+
+  const BytesPerParam bpp = bytes_per_param(j);
+  const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+  const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+  const int frozen_layers = j.frozen_layer_count(m.layers);
+  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
+  double head_fwd = 0, head_bwd = 0;
+  replica_head_times(m, c, j, p, e, &head_fwd, &head_bwd);
+
+  // Per-layer costs for the kinds of layer a model has: [frozen][policy], computed once.
+  struct Kind {
+    bool done = false;
+    LayerTimes lt, lt_lat;
+    double act = 0, working = 0;
+    bool grad_flows = true, base_trainable = true;
+  } kinds[2][3];
+  auto kind = [&](int global_layer, LayerRecompute policy) -> const Kind& {
+    const bool frozen = global_layer < frozen_layers;
+    Kind& kd = kinds[frozen ? 1 : 0][static_cast<int>(policy)];
+    if (!kd.done) {
+      const LayerContext lc = layer_context(m, j, p, global_layer);
+      kd.lt = layer_times(m, c, j, p, lc, policy, e);
+      kd.lt_lat = layer_times(m, c_lat, j, p, lc, policy, e);
+      kd.act = activation_bytes_per_layer(m, lc, policy);
+      kd.working = recompute_working_bytes(m, lc, policy);
+      kd.grad_flows = lc.grad_flows;
+      kd.base_trainable = lc.base_trainable;
+      kd.done = true;
+    }
+    return kd;
+  };
+
+  sc.stages.resize(p.pp);
+  for (int s = 0; s < p.pp; ++s) {
+    StageCost& st = sc.stages[s];
+    const int n = layers_in_stage(m.layers, p.pp, s);
+    const int first = first_layer_of_stage(m.layers, p.pp, s);
+    const int per_chunk = n / p.vpp;
+    int frozen_here = 0;
+    st.layers.resize(n);
+    for (int i = 0; i < n; ++i) {
+      // Interleaved: stage-local layer i is layer j of chunk c, virtual stage c*pp + s.
+      const int global = p.vpp > 1 ? (i / per_chunk * p.pp + s) * per_chunk + i % per_chunk : first + i;
+      const LayerRecompute policy = layer_recompute(p, i);
+      const Kind& kd = kind(global, policy);
+      LayerCost& lc = st.layers[i];
+      lc.global_layer = global;
+      lc.compute = {kd.lt.forward, kd.lt.backward, kd.lt.recompute};
+      split_layer_comm(kd.lt, kd.lt_lat, policy, kd.grad_flows, tp_tier, cp_tier, ep_tier, &lc);
+      const bool trains = j.mode == TrainMode::lora ? global >= frozen_layers : kd.base_trainable;
+      const double trainable_params = j.mode == TrainMode::lora ? (trains ? pc.lora_per_layer_rank : 0) : (trains ? pc.per_layer_rank : 0);
+      lc.grad_bytes = trainable_params * bpp.gradients;
+      lc.weight_bytes = pc.per_layer_rank * bpp.weights;
+      lc.trainable_weight_bytes = trainable_params * bpp.weights;
+      lc.activation_bytes = kd.act;
+      lc.working_bytes = kd.working;
+      lc.grad_flows = kd.grad_flows;
+      if (global < frozen_layers) ++frozen_here;
+    }
+    const bool is_first = s == 0, is_last = s == p.pp - 1;
+    if (is_first) {
+      st.embedding_weight_bytes = pc.embedding_rank * bpp.weights;
+      if (embedding_trainable) {
+        st.embedding_grad_bytes = pc.embedding_rank * bpp.gradients;
+        st.embedding_trainable_weight_bytes = pc.embedding_rank * bpp.weights;
+      }
+    }
+    if (is_last) {
+      st.head_forward = head_fwd;
+      st.head_backward = head_bwd;
+      st.head_weight_bytes = pc.head_rank * bpp.weights;
+      if (j.mode != TrainMode::lora) {
+        st.head_grad_bytes = pc.head_rank * bpp.gradients;
+        st.head_trainable_weight_bytes = pc.head_rank * bpp.weights;
+      }
+    }
+    const double trainable = replica_stage_trainable(m, j, pc, s, p.pp, n, frozen_here);
+    st.optimizer = replica_optimizer_time(c, j, p, e, trainable);
+    st.optimizer_offloaded = p.offload_optimizer;
+
+    // Static memory: everything the planner holds constant over the step.
+    const StageMemory sm = estimate_stage_memory(m, c, j, p, s, mem);
+    for (MemoryItem it : {MemoryItem::weights, MemoryItem::gradients, MemoryItem::optimizer_states, MemoryItem::master_weights,
+                          MemoryItem::comm_buffers, MemoryItem::workspace, MemoryItem::cuda_context}) {
+      st.static_bytes[static_cast<int>(it)] = sm.bytes[static_cast<int>(it)];
+    }
+    replica_stage_memory_extras(m, j, p, mem, pc, s, frozen_here, n, trainable, &st);
+    st.fragmentation_fraction = mem.fragmentation_fraction;
+  }
+  return sc;
+}
+
+}  // namespace llmplan

@@ -1,0 +1,102 @@
+// What each simulated operation costs: durations of every compute and communication
+// operation of one step, and the bytes each one allocates, per pipeline stage. The
+// default costs come from the planner (one source of truth): per-layer times from
+// layer_times(), collectives from allreduce_time / allgather_time / p2p_time over
+// group_link(), memory from activation_bytes_per_layer() and estimate_stage_memory().
+// Tests replace fields to check the simulator against closed forms.
+//
+// A few planner formulas are not public (the LM-head time, the optimizer step, the
+// per-micro-batch extras of a stage's activations, trainable parameters per stage); they
+// are replicated in one marked section of sim_costs.cpp and cross-checked by the tests
+// (simulated memory peak == estimate_stage_memory; simulated time == estimate_time where
+// the analytic model is exact).
+//
+// Thread-safety: plain values; default_costs is pure.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "planner/memory_model.h"
+#include "planner/specs.h"
+#include "planner/time_model.h"
+
+namespace llmplan {
+
+// Which link a transfer crosses. Transfers that cross the same tier of the same rank at
+// the same time share its bandwidth (each direction separately).
+enum class LinkTier : uint8_t { intra_node, inter_node };
+
+// A communication operation alone on its link: `latency` (alpha terms and kernel launch,
+// never shared) followed by `transfer` (beta terms: seconds at the tier's full bandwidth,
+// stretched while other transfers share the tier).
+struct CommCost {
+  double latency = 0;   // s
+  double transfer = 0;  // s at full bandwidth
+  LinkTier tier = LinkTier::intra_node;
+  double total() const { return latency + transfer; }
+};
+
+enum class Pass : uint8_t { forward, backward, recompute };
+constexpr int kPasses = 3;
+// Blocking collectives inside a layer: the compute stream waits for them.
+enum class LayerComm : uint8_t { tp, cp, ep };
+constexpr int kLayerComms = 3;
+
+// One transformer layer on one rank for one micro-batch.
+struct LayerCost {
+  int global_layer = 0;                  // index in the model, 0..layers-1
+  std::array<double, kPasses> compute{};  // s: forward, backward, recompute (extra forward work in backward)
+  std::array<std::array<CommCost, kPasses>, kLayerComms> comm{};  // [LayerComm][Pass], blocking, after the compute
+  double grad_bytes = 0;            // gradient bytes its backward produces (DP buckets), per rank
+  double weight_bytes = 0;          // 16-bit weight bytes of the layer on this rank (ZeRO-3 gathers)
+  double trainable_weight_bytes = 0;  // of which trainable (ZeRO-1/2 parameter all-gather)
+  double activation_bytes = 0;      // kept from its forward to its backward, one micro-batch
+  double working_bytes = 0;         // re-materialised during its backward (recompute working set)
+  bool grad_flows = true;           // false: frozen below every trainable weight (no backward)
+};
+
+// One pipeline stage (one representative rank of it).
+struct StageCost {
+  std::vector<LayerCost> layers;  // stage order: with v chunks, chunk c holds the c-th n/v block
+  double head_forward = 0;        // s, LM head + loss after the last layer (last stage only)
+  double head_backward = 0;       // s
+  double embedding_grad_bytes = 0;    // produced after chunk 0's backward on stage 0
+  double head_grad_bytes = 0;         // produced by the head backward on the last stage
+  double embedding_weight_bytes = 0;  // ZeRO gathers of the embedding (stage 0) ...
+  double head_weight_bytes = 0;       // ... and of the LM head (last stage)
+  double embedding_trainable_weight_bytes = 0, head_trainable_weight_bytes = 0;
+  double optimizer = 0;           // s, optimizer step on the GPU, or host transfers + CPU step when offloaded
+  bool optimizer_offloaded = false;
+
+  // ---- memory, bytes per rank
+  std::array<double, kMemoryItems> static_bytes{};  // held all step: model states, ZeRO-3 gathered-layer
+                                                    // pool, comm buffers, workspace, CUDA context
+  double first_chunk_extra_bytes = 0;  // per micro-batch with chunk 0 (stage 0: embedding dropout mask)
+  double last_chunk_extra_bytes = 0;   // per micro-batch with the last chunk (last stage: final-norm and LM-head inputs)
+  double logits_bytes = 0;             // per micro-batch on the last stage, head forward to its backward
+  double activation_grad_bytes = 0;    // during a backward: output gradient + widest intermediate gradient
+  double optimizer_buffer_bytes = 0;   // during the optimizer step (ZeRO >= 1 parameter all-gather buckets)
+  double fragmentation_fraction = 0.05;  // allocator reserve, fraction of the dynamic bytes at each moment
+};
+
+struct SimCosts {
+  std::vector<StageCost> stages;  // pp entries
+  CommCost p2p;                   // one micro-batch's boundary activation (or its gradient) between stages
+  double p2p_bytes = 0;           // its size, bytes (for the trace)
+  // Data-parallel / ZeRO collectives, timed per bucket with the planner's allreduce_time
+  // (ZeRO-0 gradients) and allgather_time (reduce-scatter, parameter gathers).
+  int dp_group = 1;               // ranks sharing a gradient: dp * cp
+  int zero = 0;                   // ZeRO stage 0..3
+  Link dp_link;                   // planner group_link(Group::dp)
+  LinkTier dp_tier = LinkTier::inter_node;
+  double bucket_bytes = 25.0 * 1024 * 1024;  // gradient bucket (MemoryOptions::dp_bucket_bytes)
+  Efficiency efficiency;          // for the per-bucket collectives
+};
+
+// The costs of every operation of one step of plan p, from the planner's time and
+// memory models. REQUIRES: check_plan(m, c, j, p, p.world_size(), true) == none.
+SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e = {},
+                       const MemoryOptions& mem = {});
+
+}  // namespace llmplan

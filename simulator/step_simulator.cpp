@@ -1,0 +1,711 @@
+#include "simulator/step_simulator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+#include "planner/plan_check.h"
+#include "simulator/event_engine.h"
+
+namespace llmplan {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Tasks of one pass (forward or backward of one chunk for one micro-batch) on a stage.
+struct OpRef {
+  int first = -1;  // first compute-stream task (where the input arrives)
+  int last = -1;   // last task of the pass (compute or its trailing blocking collective)
+  int send = -1;   // the pipeline send of its output (-1: none)
+};
+
+// Splits a stream of bytes into buckets of `cap` bytes; never spans a flush.
+class Bucketizer {
+ public:
+  explicit Bucketizer(double cap) : cap_(cap > 0 ? cap : kInf) {}
+  // Adds bytes; calls emit(bytes) for every bucket that fills up.
+  template <class F>
+  void add(double bytes, F&& emit) {
+    pending_ += bytes;
+    while (pending_ >= cap_) {
+      emit(cap_);
+      pending_ -= cap_;
+    }
+  }
+  template <class F>
+  void flush(F&& emit) {
+    if (pending_ > 0) emit(pending_);
+    pending_ = 0;
+  }
+  bool empty() const { return pending_ <= 0; }
+
+ private:
+  double cap_;
+  double pending_ = 0;
+};
+
+class StepBuilder {
+ public:
+  StepBuilder(const SimCosts& costs, EffectiveSchedule sched, int pp, int vpp, int64_t m, const SimOptions& opt)
+      : costs_(costs), pp_(pp), vpp_(vpp), m_(m), opt_(opt), engine_(pp),
+        programs_(pipeline_schedule(sched, pp, vpp, m)) {}
+
+  Status build_and_run();
+
+  const EventEngine& engine() const { return engine_; }
+  const std::vector<StageProgram>& programs() const { return programs_; }
+  const OpRef& op(int stage, bool fwd, int chunk, int mb) const {
+    return ops_[stage][fwd ? 0 : 1][static_cast<size_t>(chunk) * m_ + mb];
+  }
+  const std::vector<int>& compute_tasks(int stage) const { return compute_[stage]; }
+  const std::vector<int>& dp_tasks(int stage) const { return dp_[stage]; }
+  int last_task(int stage) const { return last_[stage]; }
+  int barrier() const { return barrier_; }
+  int vpp() const { return vpp_; }
+
+ private:
+  bool dp_active() const { return costs_.dp_group > 1; }
+  CommCost dp_cost(double bytes, bool allreduce) const;
+  int add_compute(int stage, EventKind kind, double seconds, int mb, int chunk, int layer);
+  int add_comm(int stage, Stream stream, EventKind kind, const CommCost& cc, int mb, int chunk, int layer, double bytes,
+               int peer = -1);
+  int add_dp(int stage, Stream stream, EventKind kind, double bytes, bool allreduce, int mb, int chunk, int layer);
+  // Appends the blocking in-layer collectives of one pass after task `prev`; returns the last task.
+  int add_layer_comm(int stage, const LayerCost& L, Pass pass, int prev, int mb, int chunk);
+  // ZeRO-3: gathers one layer's weights before its next compute-stream visit, holding at
+  // most two gathered layers (the current one and one prefetched).
+  int zero3_gather(int stage, double bytes, int mb, int chunk, int layer);
+  void build_stage(int s);
+
+  const SimCosts& costs_;
+  int pp_, vpp_;
+  int64_t m_;
+  const SimOptions& opt_;
+  EventEngine engine_;
+  std::vector<StageProgram> programs_;
+  std::vector<std::array<std::vector<OpRef>, 2>> ops_;
+  std::vector<std::vector<int>> compute_, dp_;
+  std::vector<int> last_;    // per stage: the last task of its last pass
+  std::vector<int> visits_;  // ZeRO-3: compute task of each layer visit of the current stage
+  int barrier_ = -1;
+};
+
+CommCost StepBuilder::dp_cost(double bytes, bool allreduce) const {
+  const Link& l = costs_.dp_link;
+  const Link lat{kInf, l.latency};
+  const Efficiency& e = costs_.efficiency;
+  const int n = costs_.dp_group;
+  const double total = allreduce ? allreduce_time(bytes, n, l, e) : allgather_time(bytes, n, l, e);
+  const double fixed = allreduce ? allreduce_time(bytes, n, lat, e) : allgather_time(bytes, n, lat, e);
+  CommCost cc;
+  cc.latency = std::min(fixed, total);
+  cc.transfer = std::max(0.0, total - cc.latency);
+  cc.tier = costs_.dp_tier;
+  return cc;
+}
+
+int StepBuilder::add_compute(int stage, EventKind kind, double seconds, int mb, int chunk, int layer) {
+  EngineTask t;
+  t.stage = stage;
+  t.stream = Stream::compute;
+  t.kind = kind;
+  t.latency = seconds;
+  t.microbatch = mb;
+  t.chunk = chunk;
+  t.layer = layer;
+  const int id = engine_.add(t);
+  compute_[stage].push_back(id);
+  return id;
+}
+
+int StepBuilder::add_comm(int stage, Stream stream, EventKind kind, const CommCost& cc, int mb, int chunk, int layer, double bytes,
+                          int peer) {
+  EngineTask t;
+  t.stage = stage;
+  t.stream = stream;
+  t.kind = kind;
+  t.latency = cc.latency;
+  t.transfer = cc.transfer;
+  t.tier = cc.tier;
+  t.peer = peer;
+  t.microbatch = mb;
+  t.chunk = chunk;
+  t.layer = layer;
+  t.bytes = bytes;
+  return engine_.add(t);
+}
+
+int StepBuilder::add_dp(int stage, Stream stream, EventKind kind, double bytes, bool allreduce, int mb, int chunk, int layer) {
+  const int id = add_comm(stage, stream, kind, dp_cost(bytes, allreduce), mb, chunk, layer, bytes);
+  dp_[stage].push_back(id);
+  return id;
+}
+
+int StepBuilder::add_layer_comm(int stage, const LayerCost& L, Pass pass, int prev, int mb, int chunk) {
+  static constexpr Stream kStream[kLayerComms] = {Stream::tp, Stream::cp, Stream::ep};
+  static constexpr EventKind kKind[kLayerComms] = {EventKind::tp_comm, EventKind::cp_comm, EventKind::ep_comm};
+  for (int k = 0; k < kLayerComms; ++k) {
+    const CommCost& cc = L.comm[k][static_cast<int>(pass)];
+    if (cc.total() <= 0) continue;
+    const int id = add_comm(stage, kStream[k], kKind[k], cc, mb, chunk, L.global_layer, 0);
+    engine_.depend(prev, id);
+    prev = id;
+  }
+  return prev;
+}
+
+int StepBuilder::zero3_gather(int stage, double bytes, int mb, int chunk, int layer) {
+  const int id = add_dp(stage, Stream::dp_gather, EventKind::dp_param_gather, bytes, false, mb, chunk, layer);
+  // Two buffers: this gather may start once the visit two before it has computed.
+  const size_t n = visits_.size();
+  if (n >= 2) engine_.depend(visits_[n - 2], id);
+  return id;
+}
+
+void StepBuilder::build_stage(int s) {
+  const StageCost& sc = costs_.stages[s];
+  const int n = static_cast<int>(sc.layers.size());
+  const int per_chunk = n / vpp_;
+  const int last_virtual = pp_ * vpp_ - 1;
+  const StageProgram& prog = programs_[s];
+  const bool zero3 = dp_active() && costs_.zero == 3;
+  const bool bucketed = dp_active() && costs_.zero < 3;
+  visits_.clear();
+
+  // The last backward of each chunk reduces its gradients; the first forward of each
+  // chunk waits for the ZeRO-1/2 parameter gathers.
+  std::vector<int> last_b(vpp_, -1), first_f(vpp_, -1), chunk_order;
+  for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
+    const PipelineOp& o = prog[i];
+    if (!o.forward) last_b[o.chunk] = i;
+    if (o.forward && first_f[o.chunk] < 0) {
+      first_f[o.chunk] = i;
+      chunk_order.push_back(o.chunk);
+    }
+  }
+
+  // ZeRO-1/2: the updated parameters are all-gathered by bucket in the order the
+  // forwards need them; each layer's first forward waits for the bucket holding its last byte.
+  std::vector<int> param_gather(n, -1);
+  if (bucketed && costs_.zero >= 1) {
+    for (int c : chunk_order) {
+      Bucketizer bk(costs_.bucket_bytes);
+      std::vector<int> waiting;
+      auto emit = [&](double bytes) {
+        const int id = add_dp(s, Stream::dp_gather, EventKind::dp_param_gather, bytes, false, -1, c, -1);
+        for (int li : waiting) param_gather[li] = id;
+        waiting.clear();
+      };
+      for (int jl = 0; jl < per_chunk; ++jl) {
+        const int li = c * per_chunk + jl;
+        double bytes = sc.layers[li].trainable_weight_bytes;
+        if (s == 0 && c == 0 && jl == 0) bytes += sc.embedding_trainable_weight_bytes;
+        if (s == pp_ - 1 && c == vpp_ - 1 && jl == per_chunk - 1) bytes += sc.head_trainable_weight_bytes;
+        if (bytes <= 0) continue;
+        waiting.push_back(li);
+        bk.add(bytes, emit);  // emit() hands the waiting layers the bucket and clears them
+        if (!bk.empty() && (waiting.empty() || waiting.back() != li)) waiting.push_back(li);  // its tail is still pending
+      }
+      bk.flush(emit);
+    }
+  }
+
+  int prev_send = -1, prev_last = -1;
+  for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
+    const PipelineOp& o = prog[i];
+    const int c = o.chunk, mb = o.microbatch;
+    const int k = c * pp_ + s;
+    OpRef ref;
+    int prev = -1;
+    auto first_compute = [&](int id) {
+      if (ref.first < 0) {
+        ref.first = id;
+        engine_.depend(prev_last, id);  // the previous pass's trailing blocking collective
+        if (opt_.blocking_p2p) engine_.depend(prev_send, id);
+      }
+    };
+    if (o.forward) {
+      for (int jl = 0; jl < per_chunk; ++jl) {
+        const int li = c * per_chunk + jl;
+        const LayerCost& L = sc.layers[li];
+        int gather = -1;
+        if (zero3) {
+          double bytes = L.weight_bytes;
+          if (s == 0 && c == 0 && jl == 0) bytes += sc.embedding_weight_bytes;
+          if (k == last_virtual && jl == per_chunk - 1) bytes += sc.head_weight_bytes;
+          gather = zero3_gather(s, bytes, mb, c, L.global_layer);
+        }
+        const int t = add_compute(s, EventKind::forward, L.compute[0], mb, c, L.global_layer);
+        first_compute(t);
+        engine_.depend(prev, t);
+        engine_.depend(gather, t);
+        if (i == first_f[c]) engine_.depend(param_gather[li], t);
+        if (zero3) visits_.push_back(t);
+        prev = add_layer_comm(s, L, Pass::forward, t, mb, c);
+      }
+      if (k == last_virtual) {
+        const int t = add_compute(s, EventKind::head_forward, sc.head_forward, mb, c, -1);
+        engine_.depend(prev, t);
+        prev = t;
+      }
+      ref.last = prev;
+      if (k < last_virtual) {
+        ref.send = add_comm(s, Stream::pp_send_next, EventKind::pp_send, costs_.p2p, mb, c, -1, costs_.p2p_bytes, (k + 1) % pp_);
+        engine_.depend(ref.last, ref.send);
+      }
+    } else {
+      const bool reduce_now = bucketed && i == last_b[c];
+      // Gradient buckets of the last backward of a chunk: a bucket is reduced as soon as
+      // the backward has produced its last byte. A pass producing gradients is split at
+      // the bucket boundaries, its time spread evenly over the bytes it produces.
+      double pending = 0;
+      int producer = -1;
+      auto emit = [&](double bytes) {
+        const int id = add_dp(s, Stream::dp_reduce, EventKind::dp_grad_sync, bytes, costs_.zero == 0, -1, c, -1);
+        engine_.depend(producer, id);
+      };
+      auto producing_pass = [&](EventKind kind, double seconds, double grads, int layer) {
+        const double cap = costs_.bucket_bytes > 0 ? costs_.bucket_bytes : kInf;
+        double done = 0;
+        auto segment = [&](double upto) {
+          const double share = grads > 0 ? (upto - done) / grads : 1.0;
+          const int t = add_compute(s, kind, seconds * share, mb, c, layer);
+          first_compute(t);
+          engine_.depend(prev, t);
+          prev = producer = t;
+          done = upto;
+          return t;
+        };
+        if (!reduce_now || grads <= 0) return segment(grads);
+        int t = -1;
+        while (pending + (grads - done) >= cap) {
+          t = segment(done + (cap - pending));
+          emit(cap);
+          pending = 0;
+        }
+        if (done < grads || t < 0) {
+          pending += grads - done;
+          t = segment(grads);
+        }
+        return t;
+      };
+      if (k == last_virtual) {
+        producing_pass(EventKind::head_backward, sc.head_backward, sc.head_grad_bytes * (zero3 ? 0 : 1), -1);
+      }
+      for (int jl = per_chunk - 1; jl >= 0; --jl) {
+        const int li = c * per_chunk + jl;
+        const LayerCost& L = sc.layers[li];
+        int gather = -1;
+        if (zero3) {
+          double bytes = L.weight_bytes;
+          if (s == 0 && c == 0 && jl == 0) bytes += sc.embedding_weight_bytes;
+          if (k == last_virtual && jl == per_chunk - 1) bytes += sc.head_weight_bytes;
+          gather = zero3_gather(s, bytes, mb, c, L.global_layer);
+        }
+        const bool recompute = L.compute[2] > 0 || L.comm[0][2].total() > 0 || L.comm[1][2].total() > 0 || L.comm[2][2].total() > 0;
+        int visit = -1;
+        if (recompute) {
+          const int t = add_compute(s, EventKind::recompute, L.compute[2], mb, c, L.global_layer);
+          first_compute(t);
+          engine_.depend(prev, t);
+          engine_.depend(gather, t);
+          visit = t;
+          prev = add_layer_comm(s, L, Pass::recompute, t, mb, c);
+        }
+        const size_t before = engine_.tasks().size();
+        const int b = producing_pass(EventKind::backward, L.compute[1], zero3 ? 0 : L.grad_bytes, L.global_layer);
+        engine_.depend(gather, static_cast<int>(before));  // the pass's first segment
+        if (visit < 0) visit = static_cast<int>(before);
+        if (zero3) visits_.push_back(visit);
+        prev = add_layer_comm(s, L, Pass::backward, b, mb, c);
+        if (zero3) {
+          double grads = L.grad_bytes;
+          if (s == 0 && c == 0 && jl == 0) grads += sc.embedding_grad_bytes;
+          if (k == last_virtual && jl == per_chunk - 1) grads += sc.head_grad_bytes;
+          if (grads > 0) {
+            const int rs = add_dp(s, Stream::dp_reduce, EventKind::dp_grad_sync, grads, false, mb, c, L.global_layer);
+            engine_.depend(b, rs);
+          }
+        }
+      }
+      if (reduce_now) {
+        // The embedding's gradients come last, all at once, then the partial bucket.
+        if (s == 0 && c == 0) pending += sc.embedding_grad_bytes;
+        const double cap = costs_.bucket_bytes > 0 ? costs_.bucket_bytes : kInf;
+        while (pending >= cap) {
+          emit(cap);
+          pending -= cap;
+        }
+        if (pending > 0) emit(pending);
+      }
+      ref.last = prev;
+      if (k > 0) {
+        ref.send = add_comm(s, Stream::pp_send_prev, EventKind::pp_send, costs_.p2p, mb, c, -1, costs_.p2p_bytes, (k - 1) % pp_);
+        engine_.depend(ref.last, ref.send);
+      }
+    }
+    ops_[s][o.forward ? 0 : 1][static_cast<size_t>(c) * m_ + mb] = ref;
+    prev_send = ref.send;
+    prev_last = ref.last;
+  }
+  last_[s] = prev_last;
+}
+
+Status StepBuilder::build_and_run() {
+  ops_.resize(pp_);
+  compute_.resize(pp_);
+  dp_.resize(pp_);
+  last_.assign(pp_, -1);
+  size_t layers = 0;
+  for (const StageCost& sc : costs_.stages) layers += sc.layers.size();
+  engine_.reserve(static_cast<size_t>(m_) * layers * 6 + static_cast<size_t>(pp_) * m_ * vpp_ * 4 + 1024);
+  for (int s = 0; s < pp_; ++s) {
+    ops_[s][0].assign(static_cast<size_t>(m_) * vpp_, OpRef{});
+    ops_[s][1].assign(static_cast<size_t>(m_) * vpp_, OpRef{});
+  }
+  for (int s = 0; s < pp_; ++s) build_stage(s);
+
+  // Between stages: a forward needs the previous virtual stage's activation, a backward
+  // the next virtual stage's gradient.
+  const int last_virtual = pp_ * vpp_ - 1;
+  for (int s = 0; s < pp_; ++s) {
+    for (int c = 0; c < vpp_; ++c) {
+      const int k = c * pp_ + s;
+      for (int mb = 0; mb < m_; ++mb) {
+        if (k > 0) engine_.depend(op((k - 1) % pp_, true, (k - 1) / pp_, mb).send, op(s, true, c, mb).first);
+        if (k < last_virtual) engine_.depend(op((k + 1) % pp_, false, (k + 1) / pp_, mb).send, op(s, false, c, mb).first);
+      }
+    }
+  }
+
+  // Every stage's gradients reduced -> global gradient norm -> optimizer step.
+  EngineTask bar;
+  bar.kind = EventKind::barrier;
+  barrier_ = engine_.add(bar);
+  for (int s = 0; s < pp_; ++s) {
+    engine_.depend(last_[s], barrier_);
+    for (int id : dp_[s]) engine_.depend(id, barrier_);
+  }
+  for (int s = 0; s < pp_; ++s) {
+    const int t = add_compute(s, EventKind::optimizer, costs_.stages[s].optimizer, -1, -1, -1);
+    engine_.depend(barrier_, t);
+  }
+  return engine_.run(opt_.link_sharing);
+}
+
+// ---------------------------------------------------------------- analysis
+
+// Splits each stage's compute-stream timeline into what it ran and what it waited for.
+void account_time(const StepBuilder& b, const SimCosts& costs, double total, int s, StageResult* r) {
+  const auto& tasks = b.engine().tasks();
+  SimBreakdown& bd = r->breakdown;
+  double dp_done = 0;
+  for (int id : b.dp_tasks(s)) dp_done = std::max(dp_done, tasks[id].end);
+  double prev_end = 0;
+  for (int id : b.compute_tasks(s)) {
+    const EngineTask& t = tasks[id];
+    const double gap = t.start - prev_end;
+    if (gap > 0) {
+      const EngineTask* w = t.binding >= 0 ? &tasks[t.binding] : nullptr;
+      const EventKind wk = w ? w->kind : EventKind::barrier;
+      switch (wk) {
+        case EventKind::tp_comm: bd.tp_comm += gap; break;
+        case EventKind::cp_comm: bd.cp_comm += gap; break;
+        case EventKind::ep_comm: bd.ep_comm += gap; break;
+        case EventKind::dp_grad_sync:
+        case EventKind::dp_param_gather: bd.dp_comm += gap; break;
+        case EventKind::pp_send: {
+          // In flight from w->start: that part of the wait is the transfer, before it the sender's work.
+          const double in_flight = std::max(0.0, t.start - std::max(prev_end, w->start));
+          bd.pp_comm += in_flight;
+          bd.bubble += gap - in_flight;
+          break;
+        }
+        case EventKind::barrier: {
+          // Own trailing blocking collective, then own gradient reduction, then the others.
+          const EngineTask& last = tasks[b.last_task(s)];
+          const double trailing = std::clamp(last.end - prev_end, 0.0, gap);
+          if (last.kind == EventKind::tp_comm) bd.tp_comm += trailing;
+          if (last.kind == EventKind::cp_comm) bd.cp_comm += trailing;
+          if (last.kind == EventKind::ep_comm) bd.ep_comm += trailing;
+          const double own = w ? std::clamp(dp_done - prev_end - trailing, 0.0, gap - trailing) : 0.0;
+          bd.dp_comm += own;
+          bd.bubble += gap - trailing - own;
+          break;
+        }
+        default: bd.bubble += gap; break;
+      }
+    }
+    const double d = t.end - t.start;
+    switch (t.kind) {
+      case EventKind::forward:
+      case EventKind::backward:
+      case EventKind::head_forward:
+      case EventKind::head_backward: bd.compute += d; break;
+      case EventKind::recompute: bd.recompute += d; break;
+      case EventKind::optimizer: (costs.stages[s].optimizer_offloaded ? bd.offload : bd.optimizer) += d; break;
+      default: break;
+    }
+    if (t.kind != EventKind::optimizer) r->compute_end = t.end;
+    prev_end = t.end;
+  }
+  bd.bubble += std::max(0.0, total - prev_end);
+  bd.total = total;
+  r->busy = bd.compute + bd.recompute;
+}
+
+// Memory over the step from the pass times: allocations at a pass's start, frees at a
+// backward's end (frees first at equal times).
+void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool record, StageResult* r) {
+  const auto& tasks = b.engine().tasks();
+  const StageCost& sc = costs.stages[s];
+  const int pp = static_cast<int>(costs.stages.size());
+  const StageProgram& prog = b.programs()[s];
+  const int vpp = b.vpp();
+  const int n = static_cast<int>(sc.layers.size());
+  const int per_chunk = n / vpp;
+  const int last_virtual = pp * vpp - 1;
+
+  // Per chunk: activations one micro-batch keeps, and the backward's working set.
+  std::vector<double> act(vpp, 0), work(vpp, 0), logits(vpp, 0);
+  for (int c = 0; c < vpp; ++c) {
+    bool grads = false;
+    for (int jl = 0; jl < per_chunk; ++jl) {
+      const LayerCost& L = sc.layers[c * per_chunk + jl];
+      act[c] += L.activation_bytes;
+      if (L.grad_flows) {
+        work[c] = std::max(work[c], L.working_bytes);
+        grads = true;
+      }
+    }
+    if (c == 0) act[c] += sc.first_chunk_extra_bytes;
+    if (c * pp + s == last_virtual) {
+      act[c] += sc.last_chunk_extra_bytes;
+      logits[c] = sc.logits_bytes;
+    }
+    if (grads) work[c] += sc.activation_grad_bytes;
+  }
+
+  struct Delta {
+    double time;
+    int order;  // 0 frees, 1 allocations
+    int op;     // program index (-1: optimizer)
+    double act, work, logits, buffers;
+  };
+  std::vector<Delta> deltas;
+  deltas.reserve(prog.size() * 2 + 2);
+  for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
+    const PipelineOp& o = prog[i];
+    const OpRef& ref = b.op(s, o.forward, o.chunk, o.microbatch);
+    const double start = tasks[ref.first].start;
+    if (o.forward) {
+      deltas.push_back({start, 1, i, act[o.chunk], 0, logits[o.chunk], 0});
+    } else {
+      deltas.push_back({start, 1, i, 0, work[o.chunk], 0, 0});
+      deltas.push_back({tasks[ref.last].end, 0, i, -act[o.chunk], -work[o.chunk], -logits[o.chunk], 0});
+    }
+  }
+  const EngineTask& optim = tasks[b.compute_tasks(s).back()];
+  deltas.push_back({optim.start, 1, -1, 0, 0, 0, sc.optimizer_buffer_bytes});
+  deltas.push_back({optim.end, 0, -1, 0, 0, 0, -sc.optimizer_buffer_bytes});
+  std::stable_sort(deltas.begin(), deltas.end(),
+                   [](const Delta& x, const Delta& y) { return x.time != y.time ? x.time < y.time : x.order < y.order; });
+
+  std::array<double, kMemoryItems> cur = sc.static_bytes;
+  const int A = static_cast<int>(MemoryItem::activations), W = static_cast<int>(MemoryItem::backward_working),
+            L = static_cast<int>(MemoryItem::logits_loss), G = static_cast<int>(MemoryItem::gathered_params),
+            C = static_cast<int>(MemoryItem::comm_buffers), F = static_cast<int>(MemoryItem::fragmentation);
+  std::vector<int> held(vpp, 0);
+  int64_t held_total = 0;
+  r->peak_bytes = -1;
+  if (record) r->memory.reserve(deltas.size() + 1);
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    const Delta& d = deltas[i];
+    cur[A] += d.act;
+    cur[W] += d.work;
+    cur[L] += d.logits;
+    cur[G] += d.buffers;
+    if (d.op >= 0 && prog[d.op].forward) {
+      ++held[prog[d.op].chunk];
+      ++held_total;
+    } else if (d.op >= 0 && d.order == 0) {
+      --held[prog[d.op].chunk];
+      --held_total;
+    }
+    r->max_inflight_chunks = std::max(r->max_inflight_chunks, held_total);
+    // The planner's expression: fragmentation is a fraction of the dynamic bytes, and the
+    // total sums the items in their order.
+    cur[F] = sc.fragmentation_fraction * (cur[A] + cur[W] + cur[L] + cur[G] + cur[C]);
+    double total = 0;
+    for (double x : cur) total += x;
+    if (total > r->peak_bytes) {
+      r->peak_bytes = total;
+      r->peak_time = d.time;
+      r->peak_items = cur;
+      r->peak_inflight = static_cast<double>(held_total) / vpp;
+      if (d.op < 0) {
+        r->peak_phase = Phase::optimizer;
+        r->peak_microbatch = r->peak_chunk = -1;
+      } else {
+        r->peak_phase = prog[d.op].forward ? Phase::forward : Phase::backward;
+        r->peak_microbatch = prog[d.op].microbatch;
+        r->peak_chunk = prog[d.op].chunk;
+      }
+    }
+    if (record && (i + 1 == deltas.size() || deltas[i + 1].time != d.time)) {
+      if (r->memory.empty()) {
+        std::array<double, kMemoryItems> base = sc.static_bytes;
+        base[F] = sc.fragmentation_fraction * (base[G] + base[C]);
+        double t0 = 0;
+        for (double x : base) t0 += x;
+        r->memory.push_back({0, t0});
+      }
+      r->memory.push_back({d.time, total});
+    }
+  }
+}
+
+void record_events(const StepBuilder& b, SimResult* res) {
+  const auto& tasks = b.engine().tasks();
+  res->events.reserve(tasks.size() + tasks.size() / 8);
+  for (const EngineTask& t : tasks) {
+    if (t.stage < 0 || t.kind == EventKind::barrier || !(t.end > t.start)) continue;
+    SimEvent e;
+    e.stage = t.stage;
+    e.stream = t.stream;
+    e.kind = t.kind;
+    e.microbatch = t.microbatch;
+    e.chunk = t.chunk;
+    e.layer = t.layer;
+    e.peer = t.peer;
+    e.bytes = t.bytes;
+    e.start = t.start;
+    e.end = t.end;
+    res->events.push_back(e);
+    if (t.kind == EventKind::pp_send) {  // the receiver's view of the same transfer
+      SimEvent r = e;
+      r.stage = t.peer;
+      r.peer = t.stage;
+      r.kind = EventKind::pp_recv;
+      r.stream = t.stream == Stream::pp_send_next ? Stream::pp_recv_prev : Stream::pp_recv_next;
+      res->events.push_back(r);
+    }
+  }
+}
+
+Status check_costs(const ModelSpec& m, const ParallelPlan& p, const SimCosts& costs) {
+  if (static_cast<int>(costs.stages.size()) != p.pp) {
+    return Status::bad_input("simulate_step: costs have " + std::to_string(costs.stages.size()) + " stages, the plan " +
+                             std::to_string(p.pp));
+  }
+  for (int s = 0; s < p.pp; ++s) {
+    const int n = static_cast<int>(costs.stages[s].layers.size());
+    if (n != layers_in_stage(m.layers, p.pp, s) || n % p.vpp != 0 || n == 0) {
+      return Status::bad_input("simulate_step: stage " + std::to_string(s) + " costs have " + std::to_string(n) +
+                               " layers, expected " + std::to_string(layers_in_stage(m.layers, p.pp, s)) +
+                               " (a multiple of vpp " + std::to_string(p.vpp) + ")");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+int SimResult::worst_memory_stage() const {
+  int w = 0;
+  for (int s = 1; s < static_cast<int>(stages.size()); ++s)
+    if (stages[s].peak_bytes > stages[w].peak_bytes) w = s;
+  return w;
+}
+
+Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                                const SimOptions& opt) {
+  const Status ok = check_plan_status(m, c, j, p, p.world_size(), "simulate_step");
+  if (!ok) return ok;
+  return simulate_step(m, c, j, p, default_costs(m, c, j, p, opt.efficiency, opt.memory), opt);
+}
+
+Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                                const SimCosts& costs, const SimOptions& opt) {
+  Status ok = check_plan_status(m, c, j, p, p.world_size(), "simulate_step");
+  if (!ok) return ok;
+  ok = check_costs(m, p, costs);
+  if (!ok) return ok;
+
+  SimResult res;
+  res.schedule = effective_schedule(p);
+  res.pp = p.pp;
+  res.vpp = p.vpp;
+  res.microbatches = microbatches_per_step(j, p);
+  res.ranks_per_stage = p.dp * p.tp * p.cp;
+
+  StepBuilder b(costs, res.schedule, p.pp, p.vpp, res.microbatches, opt);
+  ok = b.build_and_run();
+  if (!ok) return ok;
+
+  const auto& tasks = b.engine().tasks();
+  for (int s = 0; s < p.pp; ++s) res.total = std::max(res.total, tasks[b.compute_tasks(s).back()].end);
+  res.stages.resize(p.pp);
+  double most_work = -1;
+  for (int s = 0; s < p.pp; ++s) {
+    StageResult& r = res.stages[s];
+    r.stage = s;
+    r.layers = static_cast<int>(costs.stages[s].layers.size());
+    account_time(b, costs, res.total, s, &r);
+    account_memory(b, costs, s, opt.record_memory, &r);
+    r.analytic = estimate_stage_memory(m, c, j, p, s, opt.memory);
+    const double work = r.busy + r.breakdown.tp_comm + r.breakdown.cp_comm + r.breakdown.ep_comm;
+    if (work > most_work) {
+      most_work = work;
+      res.critical_stage = s;
+    }
+  }
+  res.breakdown = res.stages[res.critical_stage].breakdown;
+  res.bubble_fraction = res.total > 0 ? res.breakdown.bubble / res.total : 0;
+  res.analytic = estimate_time(m, c, j, p, opt.efficiency);
+  const double tokens = static_cast<double>(j.global_batch) * static_cast<double>(j.seq_len);
+  res.tokens_per_s = res.total > 0 ? tokens / res.total : 0;
+  const double peak = c.gpu.peak(compute_dtype(j, c.gpu));
+  res.mfu = res.total > 0 && peak > 0 ? res.analytic.model_flops / (res.total * p.world_size() * peak) : 0;
+  if (opt.record_events) record_events(b, &res);
+  return res;
+}
+
+std::string event_name(const SimEvent& e) {
+  char buf[96];
+  const char* pass = "";
+  switch (e.kind) {
+    case EventKind::forward: pass = "F"; break;
+    case EventKind::backward: pass = "B"; break;
+    case EventKind::recompute: pass = "R"; break;
+    default: break;
+  }
+  const double mib = e.bytes / (1024.0 * 1024.0);
+  switch (e.kind) {
+    case EventKind::forward:
+    case EventKind::backward:
+    case EventKind::recompute:
+      std::snprintf(buf, sizeof buf, "%s mb%d c%d L%d", pass, e.microbatch, e.chunk, e.layer);
+      break;
+    case EventKind::head_forward: std::snprintf(buf, sizeof buf, "head F mb%d", e.microbatch); break;
+    case EventKind::head_backward: std::snprintf(buf, sizeof buf, "head B mb%d", e.microbatch); break;
+    case EventKind::tp_comm:
+    case EventKind::cp_comm:
+    case EventKind::ep_comm: std::snprintf(buf, sizeof buf, "%s mb%d L%d", to_string(e.kind), e.microbatch, e.layer); break;
+    case EventKind::pp_send:
+      std::snprintf(buf, sizeof buf, "send %s mb%d c%d -> s%d", e.stream == Stream::pp_send_next ? "act" : "grad", e.microbatch,
+                    e.chunk, e.peer);
+      break;
+    case EventKind::pp_recv:
+      std::snprintf(buf, sizeof buf, "recv %s mb%d <- s%d", e.stream == Stream::pp_recv_prev ? "act" : "grad", e.microbatch, e.peer);
+      break;
+    case EventKind::dp_grad_sync: std::snprintf(buf, sizeof buf, "grad sync %.1f MiB", mib); break;
+    case EventKind::dp_param_gather: std::snprintf(buf, sizeof buf, "param gather %.1f MiB", mib); break;
+    case EventKind::optimizer: std::snprintf(buf, sizeof buf, "optimizer"); break;
+    default: std::snprintf(buf, sizeof buf, "%s", to_string(e.kind)); break;
+  }
+  return buf;
+}
+
+}  // namespace llmplan

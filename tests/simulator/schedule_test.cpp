@@ -1,0 +1,91 @@
+// Pipeline schedules: every pass exactly once, backward after forward, the published
+// orders, and the activation sets each schedule really holds against the analytic
+// memory model's in-flight count.
+#include "simulator/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+
+#include "planner/memory_model.h"
+
+namespace llmplan {
+namespace {
+
+void expect_complete(const std::vector<StageProgram>& progs, int pp, int vpp, int64_t m) {
+  ASSERT_EQ(static_cast<int>(progs.size()), pp);
+  for (int s = 0; s < pp; ++s) {
+    std::set<std::tuple<bool, int, int>> seen;
+    for (const PipelineOp& o : progs[s]) {
+      EXPECT_TRUE(seen.insert({o.forward, o.microbatch, o.chunk}).second) << "stage " << s << " repeats a pass";
+      if (!o.forward) {
+        EXPECT_TRUE(seen.count({true, o.microbatch, o.chunk})) << "stage " << s << " backward before forward";
+      }
+    }
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), 2 * m * vpp) << "stage " << s;
+  }
+}
+
+TEST(Schedule, EveryPassOnceBackwardAfterForward) {
+  for (int pp : {1, 2, 4, 8}) {
+    for (int64_t m : {1, 3, 8, 16}) {
+      expect_complete(pipeline_schedule(pp == 1 ? EffectiveSchedule::sequential : EffectiveSchedule::one_f_one_b, pp, 1, m), pp, 1, m);
+      expect_complete(pipeline_schedule(EffectiveSchedule::gpipe, pp, 2, m), pp, 2, m);
+      if (pp > 1 && m % pp == 0) {
+        for (int v : {2, 3}) expect_complete(pipeline_schedule(EffectiveSchedule::interleaved, pp, v, m), pp, v, m);
+      }
+    }
+  }
+}
+
+TEST(Schedule, OneFOneBOrder) {
+  // PipeDream-Flush (Narayanan et al. 2021, Fig. 4 top): stage 0 of 4 with 8 micro-batches
+  // runs 3 warm-up forwards, then alternates, then drains.
+  const auto progs = pipeline_schedule(EffectiveSchedule::one_f_one_b, 4, 1, 8);
+  std::string got;
+  for (const PipelineOp& o : progs[0]) got += (o.forward ? "F" : "B") + std::to_string(o.microbatch) + " ";
+  EXPECT_EQ(got, "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7 ");
+  got.clear();
+  for (const PipelineOp& o : progs[3]) got += (o.forward ? "F" : "B") + std::to_string(o.microbatch) + " ";
+  EXPECT_EQ(got, "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 ");
+}
+
+TEST(Schedule, InterleavedOrderIsMegatrons) {
+  // Megatron-LM forward_backward_pipelining_with_interleaving, pp 2, v 2, m 4, rank 0:
+  // warm-up 2(pp-1) + (v-1)pp = 4 forwards in groups of pp per chunk, backwards over
+  // chunks in reverse.
+  const auto progs = pipeline_schedule(EffectiveSchedule::interleaved, 2, 2, 4);
+  std::string got;
+  for (const PipelineOp& o : progs[0])
+    got += std::string(o.forward ? "F" : "B") + std::to_string(o.chunk) + "." + std::to_string(o.microbatch) + " ";
+  EXPECT_EQ(got,
+            "F0.0 F0.1 F1.0 F1.1 F0.2 B1.0 F0.3 B1.1 F1.2 B0.0 F1.3 B0.1 "
+            "B1.2 B1.3 B0.2 B0.3 ");
+  EXPECT_EQ(warmup_forwards(EffectiveSchedule::interleaved, 2, 2, 4, 1), 2);
+}
+
+// What the schedule really holds (a forward adds an activation set, its backward frees
+// it) against planner/memory_model.cpp inflight_microbatches, in micro-batches.
+TEST(Schedule, InflightMatchesAnalyticCount) {
+  struct Case { Schedule sched; int pp, vpp; int64_t m; };
+  const Case cases[] = {{Schedule::one_f_one_b, 4, 1, 8},  {Schedule::one_f_one_b, 4, 1, 2},  {Schedule::one_f_one_b, 8, 1, 64},
+                        {Schedule::gpipe, 4, 1, 8},        {Schedule::gpipe, 2, 1, 3},        {Schedule::interleaved, 4, 2, 8},
+                        {Schedule::interleaved, 4, 2, 4},  {Schedule::interleaved, 2, 3, 6},  {Schedule::interleaved, 16, 2, 64},
+                        {Schedule::interleaved, 8, 4, 16}, {Schedule::one_f_one_b, 1, 1, 8}};
+  for (const Case& c : cases) {
+    ParallelPlan p;
+    p.pp = c.pp;
+    p.vpp = c.vpp;
+    p.schedule = c.sched;
+    const auto progs = pipeline_schedule(effective_schedule(p), c.pp, c.vpp, c.m);
+    for (int s = 0; s < c.pp; ++s) {
+      const double held = static_cast<double>(max_inflight_chunks(progs[s], c.vpp)) / c.vpp;
+      EXPECT_DOUBLE_EQ(held, inflight_microbatches(p, c.m, s))
+          << to_string(c.sched) << " pp " << c.pp << " vpp " << c.vpp << " m " << c.m << " stage " << s;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace llmplan
