@@ -96,14 +96,36 @@ double inflight_microbatches(const ParallelPlan& p, int64_t m, int stage) {
   return std::min(md, static_cast<double>(p.pp - stage));
 }
 
-LayerRecompute layer_recompute(const ParallelPlan& p, int layer_in_stage) {
+LayerRecompute layer_recompute(const ParallelPlan& p, int layer_in_stage, int layers_in_stage) {
   switch (p.recompute) {
     case Recompute::none: return LayerRecompute::none;
     case Recompute::selective: return LayerRecompute::selective;
     case Recompute::full: return LayerRecompute::full;
-    case Recompute::full_k: return layer_in_stage < p.recompute_layers ? LayerRecompute::full : LayerRecompute::none;
+    case Recompute::full_k: {
+      // Megatron applies --recompute-num-layers per model chunk: with v virtual stages the
+      // first k layers of every chunk are recomputed, so chunks stay alike.
+      const int chunk_layers = p.vpp > 1 ? std::max(1, layers_in_stage / p.vpp) : layers_in_stage;
+      const int in_chunk = chunk_layers > 0 ? layer_in_stage % chunk_layers : layer_in_stage;
+      return in_chunk < p.recompute_layers ? LayerRecompute::full : LayerRecompute::none;
+    }
   }
   return LayerRecompute::none;
+}
+
+double first_chunk_sets(const ParallelPlan& p, int64_t m) {
+  if (p.pp == 1) return 1;
+  const double md = static_cast<double>(m);
+  if (p.schedule == Schedule::gpipe) return md;
+  // Interleaved rank 0 runs p chunk-0 forwards, then the other chunks, then p-1 more
+  // chunk-0 forwards in warm-up, plus one in steady state: 2p before a chunk-0 backward.
+  if (p.vpp > 1) return std::min(md, 2.0 * p.pp);
+  return std::min(md, static_cast<double>(p.pp));
+}
+
+double last_chunk_sets(const ParallelPlan& p, int64_t m) {
+  // The last virtual stage runs each micro-batch's backward right after its forward,
+  // except under GPipe, where every forward comes first.
+  return (p.pp > 1 && p.schedule == Schedule::gpipe) ? static_cast<double>(m) : 1.0;
 }
 
 LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int global_layer) {
@@ -208,21 +230,24 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   double per_mb = 0, working = 0;
   for (int i = 0; i < sm.layers; ++i) {
     const int f = i < frozen_here ? 1 : 0;
-    const int r = static_cast<int>(layer_recompute(p, i));
+    const int r = static_cast<int>(layer_recompute(p, i, sm.layers));
     per_mb += in.layer_bytes[f][r];
     working = std::max(working, in.working_bytes[f][r]);
   }
-  if (is_first && m.dropout && embedding_trainable) per_mb += tokens * m.hidden / seq_div;  // embedding dropout mask
-  if (is_last) per_mb += 2 * tokens * m.hidden / seq_div * act_bytes;  // final-norm input + LM-head input
+  // Tensors that belong to the first chunk (embedding) or the last (head) are held by as
+  // many micro-batches as that chunk has in flight, not by the stage's average.
+  double edge = 0;
+  if (is_first && m.dropout && embedding_trainable) edge += first_chunk_sets(p, mb) * tokens * m.hidden / seq_div;  // embedding dropout mask
+  if (is_last) edge += last_chunk_sets(p, mb) * 2 * tokens * m.hidden / seq_div * act_bytes;  // final-norm + LM-head inputs
   // Activation gradients flowing through one layer: the output gradient and the widest
   // intermediate gradient (the MLP's, f/t wide), both in the activation dtype.
   const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) /
                          (m.moe.enabled() ? 1 : p.tp);
   const double act_grads = frozen_here < sm.layers ? (2 * tokens * m.hidden / seq_div + tokens * f_local) * act_bytes : 0;
-  const double activations = per_mb * sm.inflight_microbatches;
+  const double activations = per_mb * sm.inflight_microbatches + edge;
 
   double logits = 0;
-  if (is_last) logits = tokens * static_cast<double>(m.vocab) / p.tp * (act_bytes + 4);  // logits + fp32 softmax
+  if (is_last) logits = last_chunk_sets(p, mb) * tokens * static_cast<double>(m.vocab) / p.tp * (act_bytes + 4);  // logits + fp32 softmax
 
   // ---- buffers
   double comm = 0;

@@ -101,7 +101,13 @@ double inflight_microbatches(const ParallelPlan& p, int64_t microbatches, int st
 
 // The LayerContext of a plan for layer `global_layer` (trainability from the job).
 LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int global_layer);
-LayerRecompute layer_recompute(const ParallelPlan& p, int layer_in_stage);
+// Recompute policy of stage-local layer `layer_in_stage` of a stage of `layers_in_stage`
+// layers (full_k: the first k layers of each model chunk).
+LayerRecompute layer_recompute(const ParallelPlan& p, int layer_in_stage, int layers_in_stage);
+// Micro-batches whose first-chunk (embedding) / last-chunk (head, logits) tensors a stage
+// holds at its peak: GPipe m; 1F1B min(m, p) / 1; interleaved min(m, 2p) / 1.
+double first_chunk_sets(const ParallelPlan& p, int64_t microbatches);
+double last_chunk_sets(const ParallelPlan& p, int64_t microbatches);
 
 // REQUIRES: check_plan(m, c, j, p, ...) == none.
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,

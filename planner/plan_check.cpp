@@ -22,7 +22,7 @@ const char* describe(RejectReason r) {
     case RejectReason::batch_divisibility: return "global batch not divisible by micro-batch*dp";
     case RejectReason::interleave_microbatches: return "interleaved schedule needs micro-batches divisible by pp";
     case RejectReason::zero_offload: return "optimizer offload needs ZeRO >= 1 and no pipeline";
-    case RejectReason::recompute_layers: return "recompute_layers outside 1..layers per stage";
+    case RejectReason::recompute_layers: return "recompute_layers outside 1..layers per model chunk";
     case RejectReason::lora_zero3: return "ZeRO-3 with LoRA is not supported";
     case RejectReason::precision_unsupported: return "GPU has no peak for this precision";
     case RejectReason::frozen_all: return "every layer is frozen";
@@ -60,7 +60,7 @@ RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const Training
   if (p.vpp > 1 && micro_batches % p.pp != 0) return RejectReason::interleave_microbatches;
   if (p.offload_optimizer && (p.zero == 0 || p.pp > 1)) return RejectReason::zero_offload;
   if (p.recompute == Recompute::full_k &&
-      (p.recompute_layers < 1 || p.recompute_layers > layers_in_stage(m.layers, p.pp, p.pp - 1)))
+      (p.recompute_layers < 1 || p.recompute_layers > layers_in_stage(m.layers, p.pp, 0) / p.vpp))
     return RejectReason::recompute_layers;
   if (j.mode == TrainMode::lora && p.zero == 3) return RejectReason::lora_zero3;
   const Dtype d = j.precision == Precision::fp32 ? Dtype::fp32 : (j.precision == Precision::bf16 ? Dtype::bf16 : Dtype::fp16);

@@ -214,7 +214,7 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const int frozen_here = std::clamp(frozen - first, 0, layers);
     double fwd = 0, bwd = 0, rc = 0, tp = 0, cp = 0, ep = 0;
     for (int i = 0; i < layers; ++i) {
-      const LayerTimes& lt = kinds[i < frozen_here ? 1 : 0][static_cast<int>(layer_recompute(p, i))];
+      const LayerTimes& lt = kinds[i < frozen_here ? 1 : 0][static_cast<int>(layer_recompute(p, i, layers))];
       fwd += lt.forward;
       bwd += lt.backward;
       rc += lt.recompute;

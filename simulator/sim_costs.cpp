@@ -208,7 +208,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     for (int i = 0; i < n; ++i) {
       // Interleaved: stage-local layer i is layer j of chunk c, virtual stage c*pp + s.
       const int global = p.vpp > 1 ? (i / per_chunk * p.pp + s) * per_chunk + i % per_chunk : first + i;
-      const LayerRecompute policy = layer_recompute(p, i);
+      const LayerRecompute policy = layer_recompute(p, i, n);
       const Kind& kd = kind(global, policy);
       LayerCost& lc = st.layers[i];
       lc.global_layer = global;
