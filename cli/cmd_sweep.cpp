@@ -9,6 +9,7 @@
 #include "cli/print.h"
 #include "planner/sweep.h"
 #include "planner/units.h"
+#include "simulator/step_simulator.h"
 
 namespace llmplan::cli {
 
@@ -28,6 +29,7 @@ struct SweepCommand {
   std::string tokens;
   bool pareto = false;
   bool tp_across_nodes = false;
+  int simulate_top = 0;
 };
 
 Status on_off(const std::string& v, const char* flag, std::vector<int>* out) {
@@ -50,6 +52,32 @@ void print_row(int rank, const PlanResult& r) {
               p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? "on" : "-",
               p.flash_attention ? "on" : "off", to_string(r.precision), to_string(r.amp), r.peak_bytes / kGiB, r.tokens_per_s, 100 * r.mfu,
               r.step_time_s);
+}
+
+// Simulates the first k plans and returns them ordered by simulated step time (its
+// tokens/s written into each result), followed by the rest in analytic order.
+std::vector<PlanResult> rerank_by_simulation(const PlanFile& base, const std::vector<PlanResult>& top, int k) {
+  const size_t n = std::min<size_t>(top.size(), static_cast<size_t>(k));
+  std::vector<PlanResult> sim(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(n));
+  std::printf("\nSimulating the analytic top %zu:\n  %-52s %12s %12s %8s\n", n, "plan", "analytic s", "simulated s", "diff");
+  SimOptions so;
+  so.record_events = false;
+  so.record_memory = false;
+  const double tokens = static_cast<double>(base.job.global_batch) * base.job.seq_len;
+  for (PlanResult& x : sim) {
+    Result<SimResult> r = simulate_step(base.model, base.cluster, job_for(base.job, x), x.plan, so);
+    if (!r) {
+      report(r.status());
+      return {};
+    }
+    std::printf("  %-52s %12.4f %12.4f %+7.1f%%\n", plan_summary(x.plan).c_str(), x.step_time_s, r->total, 100 * (r->total / x.step_time_s - 1));
+    x.mfu *= x.step_time_s / r->total;
+    x.step_time_s = r->total;
+    x.tokens_per_s = tokens / r->total;
+  }
+  std::stable_sort(sim.begin(), sim.end(), [](const PlanResult& a, const PlanResult& b) { return a.step_time_s < b.step_time_s; });
+  sim.insert(sim.end(), top.begin() + static_cast<std::ptrdiff_t>(n), top.end());
+  return sim;
 }
 
 void print_header() {
@@ -83,6 +111,7 @@ Runner register_sweep(CLI::App* sub) {
   sub->add_option("--csv", c->csv_out, "write every enumerated plan here");
   sub->add_option("--tokens", c->tokens, "report time and GPU-hours to train this many tokens (e.g. 1T)");
   sub->add_flag("--pareto", c->pareto, "print the memory-throughput Pareto front");
+  sub->add_option("--simulate-top", c->simulate_top, "re-rank the analytic top K by simulated step time");
   return [c]() {
     Result<Setup> setup = setup_from_flags(c->job);
     if (!setup) return report(setup.status());
@@ -124,7 +153,8 @@ Runner register_sweep(CLI::App* sub) {
     if (!parse_enum(c->objective, &opt.objective))
       return report(Status::bad_input("--objective: expected tokens-per-s, memory or cost, got '" + c->objective + "'"));
     if (c->top < 1) return report(Status::bad_input("--top: expected a positive count, got " + std::to_string(c->top)));
-    opt.top_k = c->top;
+    if (c->simulate_top < 0) return report(Status::bad_input("--simulate-top: expected a count >= 0, got " + std::to_string(c->simulate_top)));
+    opt.top_k = std::max(c->top, c->simulate_top);
     opt.threads = c->threads;
     opt.headroom_bytes = s.headroom_bytes;
     opt.keep_all = !c->csv_out.empty();
@@ -177,9 +207,15 @@ Runner register_sweep(CLI::App* sub) {
       }
       return 1;
     }
-    std::printf("\nTop %zu plans by %s:\n", r.top.size(), to_string(opt.objective));
+    std::vector<PlanResult> ranked = r.top;
+    if (c->simulate_top > 0) {
+      ranked = rerank_by_simulation(s.file, r.top, c->simulate_top);
+      if (ranked.empty()) return 1;
+    }
+    const size_t shown = std::min<size_t>(ranked.size(), static_cast<size_t>(c->top));
+    std::printf("\nTop %zu plans by %s%s:\n", shown, to_string(opt.objective), c->simulate_top > 0 ? " (simulated step time)" : "");
     print_header();
-    for (size_t i = 0; i < r.top.size(); ++i) print_row(static_cast<int>(i + 1), r.top[i]);
+    for (size_t i = 0; i < shown; ++i) print_row(static_cast<int>(i + 1), ranked[i]);
     if (c->pareto) {
       std::printf("\nPareto front (memory vs throughput), %zu plans:\n", r.pareto.size());
       print_header();
@@ -187,8 +223,8 @@ Runner register_sweep(CLI::App* sub) {
     }
 
     PlanFile best = s.file;
-    best.plan = r.top.front().plan;
-    best.job = job_for(s.file.job, r.top.front());
+    best.plan = ranked.front().plan;
+    best.job = job_for(s.file.job, ranked.front());
     const MemoryReport mem = estimate_memory(best.model, best.cluster, best.job, best.plan);
     const StepTime time = estimate_time(best.model, best.cluster, best.job, best.plan);
     std::printf("\nBest plan: %s\n", plan_summary(best.plan).c_str());

@@ -15,5 +15,6 @@ Runner register_explain(CLI::App* sub);
 Runner register_sweep(CLI::App* sub);
 Runner register_presets(CLI::App* sub);
 Runner register_validate(CLI::App* sub);
+Runner register_simulate(CLI::App* sub);
 
 }  // namespace llmplan::cli

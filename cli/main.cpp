@@ -19,6 +19,7 @@ struct Command {
 
 constexpr Command kCommands[] = {
     {"sweep", "evaluate every parallel plan, rank them, write the best as plan JSON", llmplan::cli::register_sweep},
+    {"simulate", "play one step of a plan event by event; Chrome trace for Perfetto", llmplan::cli::register_simulate},
     {"memory", "per-GPU memory breakdown of one plan (flags or plan JSON)", llmplan::cli::register_memory},
     {"explain", "does a plan fit, by how much, and the cheapest changes that make it fit", llmplan::cli::register_explain},
     {"validate", "predict published training runs and report the errors", llmplan::cli::register_validate},

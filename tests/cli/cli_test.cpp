@@ -152,3 +152,29 @@ TEST(Cli, ParamsPicksNearestPresetAndSaysSo) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Cli, SimulateReadsTheSweepPlanAndWritesATrace) {
+  const std::string best = temp_path("sim_best.json");
+  ASSERT_EQ(run("sweep --gpus 8 --params 7B --pp 2 --json " + best).exit_code, 0);
+  const std::string trace = temp_path("trace.json");
+  const CliRun r = run("simulate " + best + " --trace " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Bubble fraction"), std::string::npos) << r.output;
+  const auto t = llmplan::read_json_file(trace);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_TRUE(t->contains("traceEvents"));
+  EXPECT_GT((*t)["traceEvents"].size(), 10u);
+  const CliRun bad = run("simulate " + temp_path("missing.json"));
+  EXPECT_EQ(bad.exit_code, 2);
+}
+
+TEST(Cli, SimulateTopReranksBySimulatedTime) {
+  const CliRun r = run("sweep --gpus 8 --params 7B --pp 2 --simulate-top 3 --top 3 --json " + temp_path("simtop.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Simulating the analytic top 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(simulated step time)"), std::string::npos) << r.output;
+}
+
+}  // namespace
