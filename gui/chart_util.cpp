@@ -1,0 +1,53 @@
+#include "gui/chart_util.h"
+
+#include <QChart>
+#include <QChartView>
+#include <QLegend>
+#include <QValueAxis>
+
+namespace llmplan::gui {
+
+QValueAxis* make_value_axis(const QString& title, double lo, double hi, const QString& label_format, bool nice) {
+  auto* axis = new QValueAxis;
+  axis->setTitleText(title);
+  if (!(hi > lo)) hi = lo + 1;
+  axis->setRange(lo, hi);
+  axis->setLabelFormat(label_format);
+  if (nice) axis->applyNiceNumbers();
+  return axis;
+}
+
+QChart* make_chart(const QString& title, Qt::Alignment legend) {
+  auto* chart = new QChart;
+  chart->setTitle(title);
+  chart->setAnimationOptions(QChart::NoAnimation);
+  chart->legend()->setAlignment(legend);
+  chart->setMargins(QMargins(4, 4, 4, 4));
+  QFont f = chart->titleFont();
+  f.setBold(true);
+  chart->setTitleFont(f);
+  return chart;
+}
+
+QChartView* make_chart_view(QChart* chart) {
+  auto* view = new QChartView(chart);
+  view->setRenderHint(QPainter::Antialiasing);
+  view->setMinimumSize(320, 220);
+  return view;
+}
+
+void attach(QChart* chart, QAbstractSeries* series) {
+  chart->addSeries(series);
+  const auto h = chart->axes(Qt::Horizontal), v = chart->axes(Qt::Vertical);
+  if (!h.isEmpty()) series->attachAxis(h.first());
+  if (!v.isEmpty()) series->attachAxis(v.first());
+}
+
+QColor palette_color(int i) {
+  static const QColor kColors[] = {QColor(0x4c, 0x72, 0xb0), QColor(0xdd, 0x84, 0x52), QColor(0x55, 0xa8, 0x68), QColor(0xc4, 0x4e, 0x52),
+                                   QColor(0x81, 0x72, 0xb3), QColor(0x93, 0x78, 0x60), QColor(0xda, 0x8b, 0xc3), QColor(0x8c, 0x8c, 0x8c),
+                                   QColor(0xcc, 0xb9, 0x74), QColor(0x64, 0xb5, 0xcd), QColor(0x2f, 0x4b, 0x7c), QColor(0xa0, 0xcb, 0xe8)};
+  return kColors[((i % 12) + 12) % 12];
+}
+
+}  // namespace llmplan::gui

@@ -1,0 +1,29 @@
+// Small helpers shared by the charts: titled value axes with explicit ranges (axes added
+// by hand take their range from the first attached series only, so every chart sets its
+// ranges), a chart view with antialiasing, and the colours of memory items and slices.
+//
+// Thread-safety: GUI thread only.
+#pragma once
+
+#include <QColor>
+#include <QString>
+
+class QAbstractSeries;
+class QChart;
+class QChartView;
+class QValueAxis;
+
+namespace llmplan::gui {
+
+// A value axis titled `title` over [lo, hi] (widened to nice numbers when `nice`).
+QValueAxis* make_value_axis(const QString& title, double lo, double hi, const QString& label_format, bool nice = true);
+// A chart with the house look: legend at the bottom, no animation, small margins.
+QChart* make_chart(const QString& title, Qt::Alignment legend = Qt::AlignBottom);
+QChartView* make_chart_view(QChart* chart);
+// Attaches `series` to the chart and to its first horizontal and vertical axes.
+void attach(QChart* chart, QAbstractSeries* series);
+
+// Stable colours by index (a 12-colour qualitative palette).
+QColor palette_color(int i);
+
+}  // namespace llmplan::gui

@@ -1,0 +1,162 @@
+#include "gui/execute_panel.h"
+
+#include <QFileInfo>
+#include <QFontDatabase>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QProcessEnvironment>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include "planner/plan_file.h"
+
+namespace llmplan::gui {
+
+ExecutePanel::ExecutePanel(QWidget* parent) : QWidget(parent) {
+  auto* layout = new QVBoxLayout(this);
+  summary_ = new QLabel;
+  summary_->setWordWrap(true);
+  layout->addWidget(summary_);
+  auto* row = new QHBoxLayout;
+  row->addWidget(new QLabel(tr("Extra arguments:")));
+  extra_ = new QLineEdit;
+  extra_->setPlaceholderText(tr("e.g. --steps 20 (passed to llmplan execute after the plan file)"));
+  row->addWidget(extra_, 1);
+  run_ = new QPushButton(tr("Execute"));
+  stop_ = new QPushButton(tr("Stop"));
+  row->addWidget(run_);
+  row->addWidget(stop_);
+  layout->addLayout(row);
+  command_ = new QLabel;
+  command_->setWordWrap(true);
+  command_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  command_->setStyleSheet(QStringLiteral("color: #555"));
+  layout->addWidget(command_);
+  status_ = new QLabel;
+  layout->addWidget(status_);
+  const QFont mono = QFontDatabase::systemFont(QFontDatabase::FixedFont);
+  preview_ = new QPlainTextEdit;
+  preview_->setReadOnly(true);
+  preview_->setFont(mono);
+  preview_->setLineWrapMode(QPlainTextEdit::WidgetWidth);
+  log_ = new QPlainTextEdit;
+  log_->setReadOnly(true);
+  log_->setFont(mono);
+  log_->setPlaceholderText(tr("The output of llmplan execute appears here while it runs; the new run then appears in the Profiles tab."));
+  log_->setMaximumBlockCount(20000);
+  auto boxed = [](const QString& title, QWidget* w) {
+    auto* box = new QWidget;
+    auto* v = new QVBoxLayout(box);
+    v->setContentsMargins(0, 0, 0, 0);
+    v->addWidget(new QLabel(title));
+    v->addWidget(w, 1);
+    return box;
+  };
+  auto* split = new QSplitter;
+  split->addWidget(boxed(tr("Plan file passed to llmplan execute:"), preview_));
+  split->addWidget(boxed(tr("Live log:"), log_));
+  split->setStretchFactor(0, 2);
+  split->setStretchFactor(1, 3);
+  layout->addWidget(split, 1);
+
+  process_.setProcessChannelMode(QProcess::MergedChannels);
+  connect(&process_, &QProcess::readyReadStandardOutput, this, [this] { append(QString::fromLocal8Bit(process_.readAllStandardOutput())); });
+  connect(&process_, &QProcess::finished, this, &ExecutePanel::on_finished);
+  connect(&process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
+    if (e == QProcess::FailedToStart) {
+      append(tr("\n[could not start %1: %2]\n").arg(program_, process_.errorString()));
+      update_state();
+    }
+  });
+  connect(run_, &QPushButton::clicked, this, &ExecutePanel::start);
+  connect(stop_, &QPushButton::clicked, this, &ExecutePanel::stop);
+  connect(extra_, &QLineEdit::textChanged, this, &ExecutePanel::update_state);
+  update_state();
+}
+
+ExecutePanel::~ExecutePanel() {
+  if (running()) {
+    process_.kill();
+    process_.waitForFinished(2000);
+  }
+}
+
+void ExecutePanel::set_plan(const PlanDetails* d) {
+  plan_ = d ? std::make_unique<PlanDetails>(*d) : nullptr;
+  preview_->setPlainText(plan_ ? QString::fromStdString(plan_file_to_json(plan_->file, plan_->memory, plan_->time).dump(2)) : QString());
+  update_state();
+}
+
+QString ExecutePanel::log_text() const { return log_->toPlainText(); }
+
+void ExecutePanel::append(const QString& text) {
+  log_->moveCursor(QTextCursor::End);
+  log_->insertPlainText(text);
+  log_->moveCursor(QTextCursor::End);
+}
+
+void ExecutePanel::update_state() {
+  const bool busy = running();
+  if (plan_) {
+    summary_->setText(tr("<b>Plan:</b> %1 — %2 on %3 × %4")
+                          .arg(QString::fromStdString(plan_summary(plan_->file.plan)).toHtmlEscaped(),
+                               QString::fromStdString(plan_->file.model.name).toHtmlEscaped())
+                          .arg(plan_->file.gpus)
+                          .arg(QString::fromStdString(plan_->file.cluster.gpu.name).toHtmlEscaped()));
+  } else {
+    summary_->setText(tr("<i>Select a plan in the Plans tab to execute it.</i>"));
+  }
+  command_->setText(tr("Runs: %1 execute <plan.json> %2   (LLMPLAN_DB=%3)").arg(program_, extra_->text(), database_));
+  run_->setEnabled(plan_ != nullptr && !busy);
+  stop_->setEnabled(busy);
+}
+
+bool ExecutePanel::start() {
+  if (running() || !plan_) return false;
+  if (program_.isEmpty() || !QFileInfo(program_).isExecutable()) {
+    append(tr("[llmplan not found at '%1': build the CLI (build/cli/llmplan) or set its path in File > Settings]\n").arg(program_));
+    return false;
+  }
+  if (!tmp_) tmp_ = std::make_unique<QTemporaryDir>();
+  const QString plan_path = tmp_->filePath(QStringLiteral("plan-%1.json").arg(++runs_));
+  const PlanFile& f = plan_->file;
+  if (Status st = write_json_file(plan_path.toStdString(), plan_file_to_json(f, plan_->memory, plan_->time)); !st) {
+    append(tr("[cannot write the plan file: %1]\n").arg(QString::fromStdString(st.message())));
+    return false;
+  }
+  QStringList args = {QStringLiteral("execute"), plan_path};
+  args += QProcess::splitCommand(extra_->text());
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  if (!database_.isEmpty()) env.insert(QStringLiteral("LLMPLAN_DB"), database_);
+  process_.setProcessEnvironment(env);
+  log_->clear();
+  append(QStringLiteral("$ %1 %2\n").arg(program_, args.join(' ')));
+  status_->setText(tr("running…"));
+  process_.start(program_, args);
+  update_state();
+  return true;
+}
+
+void ExecutePanel::stop() {
+  if (!running()) return;
+  append(tr("\n[stopping]\n"));
+  process_.terminate();
+  QTimer::singleShot(3000, this, [this] {
+    if (running()) process_.kill();
+  });
+}
+
+void ExecutePanel::on_finished(int code, QProcess::ExitStatus status) {
+  append(QString::fromLocal8Bit(process_.readAllStandardOutput()));
+  const bool crashed = status == QProcess::CrashExit;
+  status_->setText(crashed ? tr("stopped (killed or crashed)") : tr("finished with exit code %1").arg(code));
+  append(crashed ? tr("\n[stopped]\n") : tr("\n[exit code %1]\n").arg(code));
+  update_state();
+  emit finished(code, crashed);
+}
+
+}  // namespace llmplan::gui

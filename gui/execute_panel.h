@@ -1,0 +1,68 @@
+// Runs `llmplan execute <plan.json>` on the selected plan as a child process (QProcess):
+// the plan file is written to a temporary folder, the profile database is passed as
+// $LLMPLAN_DB, stdout and stderr stream into the log, Stop terminates (then kills) the
+// process, and finished() tells the main window to reload the Profiles tab.
+//
+// Thread-safety: GUI thread only.
+#pragma once
+
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QWidget>
+#include <memory>
+
+#include "gui/plan_details.h"
+
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+
+namespace llmplan::gui {
+
+class ExecutePanel : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit ExecutePanel(QWidget* parent = nullptr);
+  ~ExecutePanel() override;  // stops a running child
+
+  // The plan to run (nullptr: none selected).
+  void set_plan(const PlanDetails* d);
+  void set_program(const QString& llmplan_path) { program_ = llmplan_path; update_state(); }
+  void set_database(const QString& db_path) { database_ = db_path; }
+  QString program() const { return program_; }
+
+  // Starts the child; false (with the reason in the log) when it cannot.
+  bool start();
+  void stop();
+  bool running() const { return process_.state() != QProcess::NotRunning; }
+  QString log_text() const;
+  QLineEdit* extra_args() const { return extra_; }
+  QPushButton* run_button() const { return run_; }
+  QPushButton* stop_button() const { return stop_; }
+
+ signals:
+  void finished(int exit_code, bool crashed);
+
+ private:
+  void append(const QString& text);
+  void update_state();
+  void on_finished(int code, QProcess::ExitStatus status);
+
+  QProcess process_;
+  std::unique_ptr<QTemporaryDir> tmp_;
+  std::unique_ptr<PlanDetails> plan_;
+  QString program_, database_;
+  int runs_ = 0;
+  QLabel* summary_;
+  QLineEdit* extra_;
+  QLabel* command_;
+  QPushButton* run_;
+  QPushButton* stop_;
+  QLabel* status_;
+  QPlainTextEdit* preview_;
+  QPlainTextEdit* log_;
+};
+
+}  // namespace llmplan::gui

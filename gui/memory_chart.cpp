@@ -1,0 +1,109 @@
+#include "gui/memory_chart.h"
+
+#include <QBarCategoryAxis>
+#include <QBarSet>
+#include <QChart>
+#include <QChartView>
+#include <QHorizontalStackedBarSeries>
+#include <QLineSeries>
+#include <QValueAxis>
+#include <QVBoxLayout>
+#include <algorithm>
+
+#include "gui/chart_util.h"
+#include "planner/units.h"
+
+namespace llmplan::gui {
+
+MemoryChart::MemoryChart(QWidget* parent) : QWidget(parent) {
+  chart_ = make_chart(tr("Memory per GPU"), Qt::AlignRight);
+  view_ = make_chart_view(chart_);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(view_);
+  clear();
+}
+
+void MemoryChart::clear() {
+  chart_->removeAllSeries();
+  for (QAbstractAxis* a : chart_->axes()) {
+    chart_->removeAxis(a);
+    delete a;
+  }
+  categories_.clear();
+  chart_->setTitle(tr("Memory per GPU: select a plan"));
+}
+
+QBarSet* MemoryChart::bar_set(const QString& label) const {
+  for (QAbstractSeries* s : chart_->series())
+    if (auto* bars = qobject_cast<QHorizontalStackedBarSeries*>(s))
+      for (QBarSet* set : bars->barSets())
+        if (set->label() == label) return set;
+  return nullptr;
+}
+
+void MemoryChart::show_plan(const PlanDetails& d, double headroom_bytes) {
+  clear();
+  const MemoryReport& r = d.memory;
+  // The stages worth a bar: first, worst (the peak), last; each once, in stage order.
+  std::vector<const StageMemory*> stages = {&r.first, &r.worst, &r.last};
+  std::sort(stages.begin(), stages.end(), [](const StageMemory* a, const StageMemory* b) { return a->stage < b->stage; });
+  stages.erase(std::unique(stages.begin(), stages.end(), [](const StageMemory* a, const StageMemory* b) { return a->stage == b->stage; }),
+               stages.end());
+  const int last_stage = d.file.plan.pp - 1;
+  for (const StageMemory* s : stages) {
+    QStringList tags;
+    if (s->stage == 0) tags << tr("first");
+    if (s->stage == last_stage && last_stage > 0) tags << tr("last");
+    if (s->stage == r.worst.stage) tags << tr("peak");
+    categories_ << tr("stage %1 (%2)").arg(s->stage).arg(tags.join(", "));
+  }
+
+  auto* series = new QHorizontalStackedBarSeries;
+  for (int i = 0; i < kMemoryItems; ++i) {
+    bool any = false;
+    for (const StageMemory* s : stages) any = any || s->bytes[static_cast<size_t>(i)] > 0;
+    if (!any) continue;
+    auto* set = new QBarSet(label(static_cast<MemoryItem>(i)));
+    set->setColor(palette_color(i));
+    set->setBorderColor(palette_color(i));
+    for (const StageMemory* s : stages) set->append(s->bytes[static_cast<size_t>(i)] / kGiB);
+    series->append(set);
+  }
+  series->setBarWidth(0.6);
+  chart_->addSeries(series);
+
+  const double cap = r.capacity / kGiB, budget = (r.capacity - headroom_bytes) / kGiB;
+  double hi = cap;
+  for (const StageMemory* s : stages) hi = std::max(hi, s->total / kGiB);
+  auto* ax = make_value_axis(tr("Memory per GPU (GiB)"), 0, hi * 1.05, QStringLiteral("%.0f"));
+  auto* ay = new QBarCategoryAxis;
+  ay->append(categories_);
+  chart_->addAxis(ax, Qt::AlignBottom);
+  chart_->addAxis(ay, Qt::AlignLeft);
+  series->attachAxis(ax);
+  series->attachAxis(ay);
+
+  // Capacity (and budget) lines over the bars; the category axis spans -0.5..n-0.5.
+  auto add_line = [&](double x, const QString& name, Qt::PenStyle style) {
+    auto* line = new QLineSeries;
+    line->setName(name);
+    line->setPen(QPen(QColor(40, 40, 40), 2, style));
+    line->append(x, -0.5);
+    line->append(x, categories_.size() - 0.5);
+    chart_->addSeries(line);
+    line->attachAxis(ax);
+    line->attachAxis(ay);
+  };
+  add_line(cap, tr("GPU memory %1 GiB").arg(cap, 0, 'f', 1), Qt::SolidLine);
+  if (headroom_bytes > 0) add_line(budget, tr("budget %1 GiB (after headroom)").arg(budget, 0, 'f', 1), Qt::DashLine);
+
+  const StageMemory& w = r.worst;
+  chart_->setTitle(w.total + headroom_bytes <= r.capacity
+                       ? tr("Memory per GPU: peak %1 GiB on stage %2 (%3), fits with %4 GiB to spare")
+                             .arg(w.total / kGiB, 0, 'f', 2).arg(w.stage).arg(to_string(w.peak_phase)).arg(budget - w.total / kGiB, 0, 'f', 2)
+                       : tr("Memory per GPU: peak %1 GiB on stage %2 (%3), does NOT fit: %4 GiB over the budget")
+                             .arg(w.total / kGiB, 0, 'f', 2).arg(w.stage).arg(to_string(w.peak_phase)).arg(w.total / kGiB - budget, 0, 'f', 2));
+}
+
+}  // namespace llmplan::gui

@@ -1,0 +1,40 @@
+// Everything the panels show about one selected plan, computed from the planner in one
+// call so that every panel shows the same numbers: the plan file, the per-stage memory
+// report, the step-time breakdown, the explanation (fit and cheapest fixes) and the
+// timeline.
+//
+// Qt-free. Thread-safety: pure.
+#pragma once
+
+#include "gui/timeline.h"
+#include "planner/explain.h"
+#include "planner/plan_file.h"
+#include "planner/sweep.h"
+
+namespace llmplan::gui {
+
+// The inputs a sweep's plans share: model, cluster, job, GPUs and the memory budget.
+struct SweepContext {
+  PlanFile base;             // plan unset
+  double headroom_bytes = 0;
+  Objective objective = Objective::tokens_per_s;
+};
+
+struct PlanDetails {
+  PlanFile file;             // base with the plan and its precision applied
+  MemoryReport memory;
+  StepTime time;
+  Explanation explanation;
+  Timeline timeline;
+};
+
+// REQUIRES: r passed the structural checks (r.reason is none or does_not_fit).
+PlanDetails compute_plan_details(const SweepContext& ctx, const PlanResult& r);
+
+// The PlanResult of a single plan (for a plan opened from a file): costed like the sweep.
+PlanResult evaluate_plan(const PlanFile& f, double headroom_bytes);
+
+// "dp4 tp2 pp1 mb2 ga64 zero1 selective" (the CLI's plan_summary).
+std::string plan_summary(const ParallelPlan& p);
+
+}  // namespace llmplan::gui

@@ -1,0 +1,555 @@
+// QtTest suite of llmplan-gui, run headless (QT_QPA_PLATFORM=offscreen, set by ctest):
+// the form's sweep fills the table with the CLI's plans in the CLI's order; selecting a
+// row (or a chart point) updates the breakdowns with that plan's numbers; the Profiles tab
+// lists the runs of a temporary database; bad inputs show a message and leave the window
+// usable; Execute runs a child process; the file actions round-trip; the timeline adapter
+// agrees with the time model.
+#include <QBarSet>
+#include <QChartView>
+#include <QComboBox>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QLabel>
+#include <QLineEdit>
+#include <QLineSeries>
+#include <QProcess>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QScatterSeries>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTableView>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QTest>
+#include <memory>
+
+#include "gui/execute_panel.h"
+#include "gui/explain_panel.h"
+#include "gui/main_window.h"
+#include "gui/memory_chart.h"
+#include "gui/plan_table_model.h"
+#include "gui/profiles_tab.h"
+#include "gui/scatter_chart.h"
+#include "gui/sweep_form.h"
+#include "gui/sweep_request.h"
+#include "gui/sweep_runner.h"
+#include "gui/time_chart.h"
+#include "gui/timeline.h"
+#include "gui/timeline_view.h"
+#include "planner/plan_check.h"
+#include "planner/units.h"
+#include "tests/gui/sample_profiles.h"
+
+using namespace llmplan;
+using namespace llmplan::gui;
+
+Q_DECLARE_METATYPE(llmplan::gui::SweepInputs)
+
+namespace {
+
+// The CLI's printed top list, one row of 18 fields per plan (rank dropped; amp split).
+QList<QStringList> cli_top_rows(const QString& output) {
+  QList<QStringList> rows;
+  const QStringList lines = output.split('\n');
+  int i = 0;
+  while (i < lines.size() && !lines[i].startsWith(QStringLiteral("Top "))) ++i;
+  for (i += 2; i < lines.size() && !lines[i].trimmed().isEmpty(); ++i) {
+    QStringList f = lines[i].split(' ', Qt::SkipEmptyParts);
+    if (f.size() != 19) break;
+    f.removeFirst();            // rank
+    f[16].chop(1);              // "76.1%" -> "76.1"
+    rows << f;
+  }
+  return rows;
+}
+
+// The same fields from the GUI's table (the view's order).
+QStringList gui_row(const QAbstractItemModel& m, int row) {
+  QStringList f;
+  for (int c = PlanTableModel::kDp; c <= PlanTableModel::kStepS; ++c) {
+    const QString v = m.index(row, c).data().toString();
+    if (c == PlanTableModel::kPrecision) f << v.split(' ');
+    else f << v;
+  }
+  return f;
+}
+
+bool same_plan(const PlanResult& a, const PlanResult& b) {
+  const ParallelPlan &p = a.plan, &q = b.plan;
+  return p.dp == q.dp && p.tp == q.tp && p.pp == q.pp && p.vpp == q.vpp && p.cp == q.cp && p.ep == q.ep && p.sp == q.sp &&
+         p.micro_batch == q.micro_batch && p.grad_accum == q.grad_accum && p.zero == q.zero && p.recompute == q.recompute &&
+         p.offload_optimizer == q.offload_optimizer && p.flash_attention == q.flash_attention && a.precision == b.precision && a.amp == b.amp &&
+         a.peak_bytes == b.peak_bytes && a.tokens_per_s == b.tokens_per_s;
+}
+
+}  // namespace
+
+class GuiTest : public QObject {
+  Q_OBJECT
+
+ private:
+  QTemporaryDir tmp_;
+  std::unique_ptr<PresetRegistry> presets_;
+  QString settings_path_;
+  QString cli_;
+
+  std::unique_ptr<QSettings> settings_;
+  std::unique_ptr<MainWindow> window_;
+
+  MainWindow& w() { return *window_; }
+
+  std::unique_ptr<MainWindow> make_window(QSettings* s) {
+    auto w = std::make_unique<MainWindow>(*presets_, s);
+    w->resize(1280, 800);
+    w->show();
+    return w;
+  }
+
+  // Sets the form, clicks Run and waits for the sweep.
+  bool run_from_form(const SweepInputs& in) {
+    w().form()->set_inputs(in);
+    QSignalSpy done(&w(), &MainWindow::sweep_done);
+    QTest::mouseClick(w().form()->run_button(), Qt::LeftButton);
+    if (!w().form()->error_text().isEmpty()) return false;
+    return done.count() > 0 || done.wait(20000);
+  }
+
+  SweepInputs small_inputs() {
+    SweepInputs in;
+    in.model = "gpt2-355m";
+    in.gpus = 4;
+    in.global_batch = 64;
+    in.seq = 1024;
+    return in;
+  }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(tmp_.isValid());
+    Result<PresetRegistry> reg = PresetRegistry::load(default_data_root());
+    QVERIFY2(reg.ok(), reg.status().message().c_str());
+    presets_ = std::make_unique<PresetRegistry>(std::move(*reg));
+    cli_ = QStringLiteral(LLMPLAN_BINARY_DIR "/cli/llmplan");
+    QVERIFY2(QFileInfo(cli_).isExecutable(), qPrintable(cli_));
+  }
+
+  void init() {
+    // A fresh settings file per test: never the user's settings or database.
+    static int n = 0;
+    settings_path_ = tmp_.filePath(QStringLiteral("settings-%1.ini").arg(++n));
+    settings_ = std::make_unique<QSettings>(settings_path_, QSettings::IniFormat);
+    settings_->setValue("profiles/database", tmp_.filePath(QStringLiteral("empty-%1.db").arg(n)));
+    settings_->setValue("execute/llmplan", cli_);
+    window_ = make_window(settings_.get());
+  }
+
+  void cleanup() {
+    window_.reset();
+    settings_.reset();
+  }
+
+  // ---- the sweep from the form equals the CLI's, plan for plan and in order
+  void sweep_matches_cli_data() {
+    QTest::addColumn<SweepInputs>("inputs");
+    SweepInputs a;  // the CLI's defaults with a 7B preset: llmplan sweep --model llama2-7b --gpus 8
+    QTest::newRow("llama2-7b on 8 x a100-80g") << a;
+    SweepInputs b;
+    b.model = "llama2-13b";
+    b.gpus = 4;
+    b.gpu = "a100-40g";
+    b.mode = "lora";
+    b.lora_rank = 16;
+    b.lora_targets = {"q", "k", "v", "o"};
+    b.precision = "fp16";
+    b.headroom_gib = 4;
+    b.objective = "memory";
+    b.seq = 4096;
+    b.global_batch = 128;
+    QTest::newRow("LoRA llama2-13b, fp16, headroom, memory objective") << b;
+    SweepInputs c;
+    c.model = QStringLiteral(LLMPLAN_SOURCE_DIR "/examples/hf/gpt2-config.json").toStdString();
+    c.cluster = "dgx-h100";
+    c.gpus = 16;
+    c.max_tp = 2;
+    c.objective = "cost";
+    c.mode = "finetune";
+    c.amp = "O1";
+    QTest::newRow("HF config.json on 2 DGX-H100 nodes, max tp 2, cost") << c;
+  }
+
+  void sweep_matches_cli() {
+    QFETCH(SweepInputs, inputs);
+    QVERIFY2(run_from_form(inputs), qPrintable(w().form()->error_text()));
+    const QAbstractItemModel& view = *w().table()->model();
+    QVERIFY(view.rowCount() > 20);
+    QCOMPARE(w().form()->progress_bar()->value(), w().form()->progress_bar()->maximum());
+
+    // 1. The real CLI binary with the form's equivalent arguments.
+    SweepInputs top20 = inputs;
+    top20.top = 20;
+    QStringList args = {QStringLiteral("sweep")};
+    for (const std::string& a : cli_args(top20)) args << QString::fromStdString(a);
+    args << "--json" << tmp_.filePath("cli-best.json");
+    QProcess cli;
+    cli.start(cli_, args);
+    QVERIFY(cli.waitForFinished(30000));
+    const QString out = QString::fromLocal8Bit(cli.readAllStandardOutput());
+    QVERIFY2(cli.exitCode() == 0, qPrintable(QString::fromLocal8Bit(cli.readAllStandardError())));
+    const QList<QStringList> rows = cli_top_rows(out);
+    QCOMPARE(rows.size(), 20);
+    for (int i = 0; i < rows.size(); ++i) {
+      QCOMPARE(view.index(i, PlanTableModel::kRank).data().toInt(), i + 1);
+      QCOMPARE(gui_row(view, i), rows[i]);
+    }
+
+    // 2. The planner call the CLI makes, over all ranked plans.
+    Result<SweepRequest> req = make_sweep_request(inputs, *presets_);
+    QVERIFY(req.ok());
+    const SweepResult r = run_sweep(req->base.model, req->base.cluster, req->base.job, req->base.gpus, req->space, req->options);
+    QCOMPARE(static_cast<int>(r.top.size()), inputs.top);
+    const auto* proxy = w().proxy();
+    for (int i = 0; i < inputs.top; ++i) {
+      const PlanTableModel::Row& row = w().plan_model()->plan_row(proxy->source_row(i));
+      QCOMPARE(row.rank, i + 1);
+      QVERIFY2(same_plan(row.result, r.top[static_cast<size_t>(i)]), qPrintable(QStringLiteral("row %1 differs").arg(i)));
+    }
+    // Every costed plan is in the table.
+    QCOMPARE(w().plan_model()->plan_count(), static_cast<int>(r.evaluated));
+    // The best plan is selected and shown.
+    QCOMPARE(w().selected_source_row(), proxy->source_row(0));
+  }
+
+  // ---- selection: table -> breakdown charts and scatter; scatter -> table
+  void selecting_a_row_updates_the_breakdown() {
+    SweepInputs in;
+    in.model = "llama2-13b";
+    in.gpus = 16;
+    QVERIFY(run_from_form(in));
+    QTableView* table = w().table();
+    const QModelIndex idx = table->model()->index(7, PlanTableModel::kPeakGib);
+    table->scrollTo(idx);
+    QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, table->visualRect(idx).center());
+    const int src = w().proxy()->source_row(7);
+    QCOMPARE(w().selected_source_row(), src);
+
+    const SweepContext& ctx = w().plan_model()->context();
+    const PlanResult& pr = w().plan_model()->plan_row(src).result;
+    const TrainingJob job = job_for(ctx.base.job, pr);
+    const MemoryReport mem = estimate_memory(ctx.base.model, ctx.base.cluster, job, pr.plan);
+    const StepTime st = estimate_time(ctx.base.model, ctx.base.cluster, job, pr.plan);
+    QCOMPARE(mem.worst.total, pr.peak_bytes);
+
+    // The bar of the peak stage holds exactly this plan's components, in GiB.
+    const QStringList cats = w().memory_chart()->categories();
+    int bar = -1;
+    for (int i = 0; i < cats.size(); ++i)
+      if (cats[i].startsWith(QStringLiteral("stage %1 (").arg(mem.worst.stage))) bar = i;
+    QVERIFY(bar >= 0);
+    int checked = 0;
+    for (int i = 0; i < kMemoryItems; ++i) {
+      const double want = mem.worst.bytes[static_cast<size_t>(i)] / kGiB;
+      QBarSet* set = w().memory_chart()->bar_set(label(static_cast<MemoryItem>(i)));
+      if (want == 0 && !set) continue;
+      QVERIFY2(set, label(static_cast<MemoryItem>(i)));
+      QVERIFY(qAbs(set->at(bar) - want) < 1e-9);
+      ++checked;
+    }
+    QVERIFY(checked >= 6);
+    QBarSet* compute = w().time_chart()->bar_set(QStringLiteral("compute (fwd + bwd)"));
+    QVERIFY(compute);
+    QVERIFY(qAbs(compute->at(0) - st.compute) < 1e-12);
+    QVERIFY(w().time_chart()->chart()->title().contains(QString::number(st.total, 'f', 3)));
+    // The scatter rings the same plan; explain and timeline show it.
+    QCOMPARE(w().scatter()->selected_series()->count(), 1);
+    QCOMPARE(w().scatter()->selected_series()->at(0), QPointF(pr.peak_bytes / kGiB, pr.tokens_per_s));
+    QVERIFY(w().explain()->toHtml().contains(QString::fromStdString(plan_summary(pr.plan))));
+    QVERIFY(!w().timeline()->view()->timeline().slices.empty());
+
+    // Back: clicking a point in the scatter selects its plan in the table.
+    const int other = w().proxy()->source_row(30);
+    const PlanResult& po = w().plan_model()->plan_row(other).result;
+    QScatterSeries* series = w().plan_model()->plan_row(other).fits() ? w().scatter()->fitting_series() : w().scatter()->nonfitting_series();
+    emit series->clicked(QPointF(po.peak_bytes / kGiB, po.tokens_per_s));
+    QCOMPARE(w().proxy()->mapToSource(table->currentIndex()).row(), w().scatter()->nearest_row(QPointF(po.peak_bytes / kGiB, po.tokens_per_s)));
+    const int now = w().selected_source_row();
+    QCOMPARE(w().plan_model()->plan_row(now).result.peak_bytes, po.peak_bytes);
+    QCOMPARE(w().plan_model()->plan_row(now).result.tokens_per_s, po.tokens_per_s);
+  }
+
+  // ---- filter and sort share the model with the chart
+  void filter_and_sort() {
+    QVERIFY(run_from_form(small_inputs()));
+    const int all = w().proxy()->rowCount();
+    w().filter_edit()->setText(QStringLiteral("tp2 zero1"));
+    QVERIFY(w().proxy()->rowCount() > 0 && w().proxy()->rowCount() < all);
+    for (int i = 0; i < w().proxy()->rowCount(); ++i) {
+      const ParallelPlan& p = w().plan_model()->plan_row(w().proxy()->source_row(i)).result.plan;
+      QVERIFY(p.tp == 2 && p.zero == 1);
+    }
+    w().filter_edit()->setText(QStringLiteral("peak<5 tps>1000"));
+    for (int i = 0; i < w().proxy()->rowCount(); ++i) QVERIFY(w().plan_model()->plan_row(w().proxy()->source_row(i)).result.peak_bytes < 5 * kGiB);
+    QCOMPARE(w().proxy()->set_query(QStringLiteral("peak<<5")).isEmpty(), false);
+    w().filter_edit()->clear();
+    QCOMPARE(w().proxy()->rowCount(), all);
+    // The scatter follows the filter (after the event loop runs its rebuild).
+    w().filter_edit()->setText(QStringLiteral("nofit"));
+    QTRY_COMPARE(w().scatter()->fitting_series()->count(), 0);
+    w().filter_edit()->clear();
+    // Sorting by peak memory orders the view.
+    w().table()->sortByColumn(PlanTableModel::kPeakGib, Qt::AscendingOrder);
+    double last = 0;
+    for (int i = 0; i < w().proxy()->rowCount(); ++i) {
+      const double v = w().plan_model()->plan_row(w().proxy()->source_row(i)).result.peak_bytes;
+      QVERIFY(v >= last);
+      last = v;
+    }
+  }
+
+  // ---- Profiles tab
+  void profiles_tab_lists_runs_of_a_temporary_database() {
+    const QString db = tmp_.filePath(QStringLiteral("runs.db"));
+    Result<gui_test::SampleSummary> sum = gui_test::write_sample_profiles(db.toStdString());
+    QVERIFY2(sum.ok(), sum.status().message().c_str());
+    QCOMPARE(w().profiles()->run_count(), 0);
+    w().set_database(db);
+    ProfilesTab* p = w().profiles();
+    QCOMPARE(p->run_count(), sum->runs);
+    QCOMPARE(p->table()->rowCount(), sum->runs);
+    QVERIFY(p->message().isEmpty());
+    QCOMPARE(p->memory_points(), sum->measured);
+    QCOMPARE(p->time_points(), sum->measured);
+    QCOMPARE(p->loss_points(), sum->steps_of_last);  // the newest run is selected
+    p->select_run(0);
+    QCOMPARE(p->loss_points(), 60);
+    // The y = x line is drawn in both comparisons.
+    int diagonals = 0;
+    for (QChart* c : {p->memory_chart(), p->time_chart()})
+      for (QAbstractSeries* s : c->series()) diagonals += s->name().startsWith(QStringLiteral("y = x")) ? 1 : 0;
+    QCOMPARE(diagonals, 2);
+    // The path persists in the settings: a new window opens the same database.
+    QSettings again(settings_path_, QSettings::IniFormat);
+    QCOMPARE(again.value("profiles/database").toString(), db);
+    auto second = make_window(&again);
+    QCOMPARE(second->profiles()->run_count(), sum->runs);
+    // A file that is not a database: a message, no crash, the tab stays usable.
+    const QString junk = tmp_.filePath(QStringLiteral("junk.db"));
+    QFile f(junk);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("this is not sqlite");
+    f.close();
+    QVERIFY(!p->set_database(junk));
+    QVERIFY(!p->message().isEmpty());
+    QVERIFY(p->set_database(db));
+  }
+
+  // ---- bad inputs: a message, the window stays usable
+  void invalid_inputs_show_a_message() {
+    QVERIFY(run_from_form(small_inputs()));
+    const int rows = w().plan_model()->plan_count();
+    SweepInputs in = small_inputs();
+    in.gpus = 0;
+    QVERIFY(!run_from_form(in));
+    QVERIFY2(w().form()->error_text().contains(QStringLiteral("GPUs")), qPrintable(w().form()->error_text()));
+    QVERIFY(!w().runner()->running());
+    QVERIFY(w().form()->run_button()->isEnabled());
+    QCOMPARE(w().plan_model()->plan_count(), rows);  // previous results kept
+
+    in = small_inputs();
+    in.model = tmp_.filePath(QStringLiteral("missing/config.json")).toStdString();
+    QVERIFY(!run_from_form(in));
+    QVERIFY2(w().form()->error_text().contains(QStringLiteral("missing/config.json")), qPrintable(w().form()->error_text()));
+
+    const QString garbage = tmp_.filePath(QStringLiteral("garbage.json"));
+    QFile f(garbage);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("{ not json");
+    f.close();
+    in.model = garbage.toStdString();
+    QVERIFY(!run_from_form(in));
+    QVERIFY2(w().form()->error_text().contains(QStringLiteral("garbage.json")), qPrintable(w().form()->error_text()));
+    QVERIFY(!w().open_plan(garbage));  // not a plan file either
+
+    // Fixed inputs run again, and the message goes away.
+    in.model = QStringLiteral(LLMPLAN_SOURCE_DIR "/examples/hf/gpt2-config.json").toStdString();
+    in.gpus = 4;
+    QVERIFY(run_from_form(in));
+    QVERIFY(w().form()->error_text().isEmpty());
+    QVERIFY(w().plan_model()->plan_count() > 0);
+  }
+
+  void no_plan_fits_says_so() {
+    SweepInputs in;
+    in.model = "llama2-70b";
+    in.gpus = 1;
+    QVERIFY(run_from_form(in) || w().form()->error_text().contains(QStringLiteral("No plan fits")));
+    QVERIFY(w().form()->error_text().contains(QStringLiteral("No plan fits")));
+    QVERIFY(w().selected_details() != nullptr);  // the closest plan, with its explanation
+    QVERIFY(!w().selected_details()->explanation.fits);
+  }
+
+  void cancel_leaves_the_window_usable() {
+    SweepInputs in;
+    in.model = "llama3-405b";
+    in.gpus = 1024;
+    in.seq = 8192;
+    w().form()->set_inputs(in);
+    QSignalSpy done(&w(), &MainWindow::sweep_done);
+    QVERIFY(w().start_sweep());
+    QVERIFY(!w().form()->run_button()->isEnabled());
+    QVERIFY(w().form()->cancel_button()->isEnabled());
+    QTest::mouseClick(w().form()->cancel_button(), Qt::LeftButton);
+    QVERIFY(done.count() > 0 || done.wait(20000));
+    QVERIFY(!w().runner()->running());
+    QVERIFY(w().form()->run_button()->isEnabled());
+    QVERIFY(run_from_form(small_inputs()));
+  }
+
+  // ---- file actions
+  void save_open_export() {
+    QVERIFY(run_from_form(small_inputs()));
+    QVERIFY(w().select_source_row(w().proxy()->source_row(3)));
+    const ParallelPlan chosen = w().selected_details()->file.plan;
+    const QString plan = tmp_.filePath(QStringLiteral("saved.json"));
+    QVERIFY(w().save_plan(plan));
+    Result<PlanFile> back = read_plan_file(plan.toStdString());
+    QVERIFY2(back.ok(), back.status().message().c_str());
+    QCOMPARE(back->plan.dp, chosen.dp);
+    QCOMPARE(back->plan.micro_batch, chosen.micro_batch);
+    QCOMPARE(back->plan.zero, chosen.zero);
+
+    const QString csv = tmp_.filePath(QStringLiteral("plans.csv"));
+    QVERIFY(w().export_csv(csv));
+    QFile f(csv);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QStringList lines = QString::fromUtf8(f.readAll()).split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), w().proxy()->rowCount() + 1);
+    QVERIFY(lines[0].startsWith(QStringLiteral("rank,dp,tp,pp")));
+    QVERIFY(lines[0].contains(QStringLiteral("peak (GiB)")));
+
+    const QString dir = tmp_.filePath(QStringLiteral("charts"));
+    QVERIFY(QDir().mkpath(dir));
+    QCOMPARE(w().export_charts(dir).size(), 5);
+
+    QVERIFY(w().open_plan(plan));
+    QCOMPARE(w().plan_model()->plan_count(), 1);
+    QCOMPARE(w().selected_details()->file.plan.zero, chosen.zero);
+    QCOMPARE(w().tabs()->currentIndex(), int(MainWindow::kSelectedTab));
+  }
+
+  // ---- Execute: a child process with a live log and a stop button
+  void execute_runs_a_child_process() {
+    const QString fake = tmp_.filePath(QStringLiteral("fake-llmplan"));
+    QFile f(fake);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("#!/bin/sh\n"
+            "echo \"command: $1\"\n"
+            "test -s \"$2\" && echo \"plan file ok\"\n"
+            "echo \"db: $LLMPLAN_DB\"\n"
+            "if [ \"$3\" = \"--slow\" ]; then sleep 30; fi\n"
+            "exit 3\n");
+    f.close();
+    f.setPermissions(f.permissions() | QFileDevice::ExeUser);
+    w().set_llmplan_path(fake);
+    QVERIFY(run_from_form(small_inputs()));
+    ExecutePanel* ex = w().execute();
+    QVERIFY(ex->run_button()->isEnabled());
+    QSignalSpy finished(ex, &ExecutePanel::finished);
+    QTest::mouseClick(ex->run_button(), Qt::LeftButton);
+    QVERIFY(finished.wait(10000));
+    QCOMPARE(finished.at(0).at(0).toInt(), 3);
+    QVERIFY(ex->log_text().contains(QStringLiteral("command: execute")));
+    QVERIFY(ex->log_text().contains(QStringLiteral("plan file ok")));
+    QVERIFY(ex->log_text().contains(QStringLiteral("db: ") + w().profiles()->database()));
+
+    ex->extra_args()->setText(QStringLiteral("--slow"));
+    QVERIFY(ex->start());
+    QVERIFY(ex->stop_button()->isEnabled());
+    QTRY_VERIFY(ex->log_text().contains(QStringLiteral("db: ")));
+    QTest::mouseClick(ex->stop_button(), Qt::LeftButton);
+    QVERIFY(finished.wait(10000));
+    QVERIFY(!ex->running());
+    QVERIFY(ex->run_button()->isEnabled());
+
+    w().set_llmplan_path(tmp_.filePath(QStringLiteral("no-such-binary")));
+    QVERIFY(!ex->start());
+    QVERIFY(ex->log_text().contains(QStringLiteral("not found")));
+  }
+
+  // ---- the timeline adapter against the time model
+  void timeline_matches_the_time_model() {
+    Result<ModelSpec> m = presets_->model("llama2-13b");
+    Result<ClusterSpec> c = presets_->cluster_for_gpu("a100-80g");
+    QVERIFY(m.ok() && c.ok());
+    struct Case {
+      int dp, tp, pp, vpp, mb, zero;
+      Schedule schedule;
+      double tolerance;  // relative, against estimate_time's total
+    };
+    const Case cases[] = {{8, 1, 1, 1, 2, 1, Schedule::one_f_one_b, 1e-9}, {2, 1, 4, 1, 1, 1, Schedule::one_f_one_b, 0.06},
+                          {2, 2, 2, 1, 2, 0, Schedule::gpipe, 0.06},       {1, 2, 4, 2, 1, 1, Schedule::interleaved, 0.08}};
+    for (const Case& k : cases) {
+      PlanFile f;
+      f.model = *m;
+      f.cluster = *c;
+      f.gpus = 8;
+      f.job.global_batch = 64;
+      f.job.seq_len = 2048;
+      f.plan.dp = k.dp;
+      f.plan.tp = k.tp;
+      f.plan.pp = k.pp;
+      f.plan.vpp = k.vpp;
+      f.plan.micro_batch = k.mb;
+      f.plan.zero = k.zero;
+      f.plan.schedule = k.schedule;
+      f.plan.grad_accum = static_cast<int>(f.job.global_batch / (k.mb * k.dp));
+      QCOMPARE(int(check_plan(f.model, f.cluster, f.job, f.plan, f.gpus)), int(RejectReason::none));
+      const Timeline t = analytic_timeline(f);
+      const StepTime st = estimate_time(f.model, f.cluster, f.job, f.plan);
+      QVERIFY2(t.note.find("stalled") == std::string::npos, t.note.c_str());
+      QVERIFY2(qAbs(t.end_s / st.total - 1) <= k.tolerance,
+               qPrintable(QStringLiteral("pp%1 %2: timeline %3 s, model %4 s").arg(k.pp).arg(to_string(k.schedule)).arg(t.end_s).arg(st.total)));
+      // Every micro-batch's forward and backward is there; compute slices never overlap.
+      const int64_t fwd_per_stage = f.job.global_batch / (k.mb * k.dp) * (k.schedule == Schedule::interleaved ? k.vpp : 1);
+      for (int s = 0; s < k.pp; ++s) {
+        int64_t fwd = 0, bwd = 0, idle = 0;
+        double last_end = 0;
+        for (const TimelineSlice& x : t.slices) {
+          if (x.stage != s || x.stream != "compute") continue;
+          QVERIFY(x.start_s >= last_end - 1e-12);
+          last_end = x.end_s;
+          fwd += x.kind == SliceKind::forward;
+          bwd += x.kind == SliceKind::backward;
+          idle += x.kind == SliceKind::idle;
+        }
+        QCOMPARE(fwd, fwd_per_stage);
+        QCOMPARE(bwd, fwd_per_stage);
+        if (k.pp > 1) QVERIFY(idle > 0);  // the bubble is visible
+      }
+    }
+  }
+
+  void timeline_view_zooms_and_pans() {
+    SweepInputs in;
+    in.model = "llama2-13b";
+    in.gpus = 8;
+    QVERIFY(run_from_form(in));
+    TimelineView* v = w().timeline()->view();
+    w().tabs()->setCurrentIndex(MainWindow::kTimelineTab);
+    QVERIFY(!v->rows().empty());
+    const double full = v->view_end() - v->view_start();
+    v->zoom(4, v->width() / 2.0);
+    QVERIFY(qAbs((v->view_end() - v->view_start()) - full / 4) < full * 1e-9);
+    const double t0 = v->view_start();
+    v->pan_pixels(-100, 0);
+    QVERIFY(v->view_start() > t0);
+    v->fit();
+    QCOMPARE(v->view_start(), 0.0);
+    QVERIFY(!v->grab().isNull());
+  }
+};
+
+QTEST_MAIN(GuiTest)
+#include "gui_test.moc"
