@@ -12,7 +12,7 @@ PlanDetails compute_plan_details(const SweepContext& ctx, const PlanResult& r) {
   d.explanation = explain_plan(d.file.model, d.file.cluster, d.file.job, d.file.plan, d.file.gpus, ctx.headroom_bytes);
   d.memory = d.explanation.memory;
   d.time = d.explanation.time;
-  d.timeline = analytic_timeline(d.file);
+  d.timeline = simulated_timeline(d.file);
   return d;
 }
 

@@ -2,10 +2,7 @@
 // each on one pipeline stage and one stream of that stage, with a kind that picks its
 // colour. The view knows nothing else, so any source can fill it.
 //
-// Today the only source is analytic_timeline(), an ADAPTER that lays out a 1F1B (GPipe,
-// interleaved 1F1B) schedule from the planner's per-layer times. When the step simulator
-// (simulator/) lands, replace the body of analytic_timeline() -- the one place -- by a
-// conversion of its SimEvents (stage, stream, kind, start, end) into TimelineSlices.
+// The source is simulated_timeline(): the step simulator's events.
 //
 // Qt-free. Thread-safety: plain values and pure functions.
 #pragma once
@@ -39,13 +36,11 @@ struct Timeline {
   std::string note;       // approximations worth a sentence ("first 1024 micro-batches")
 };
 
-// ADAPTER (replace with the simulator's events): an analytic schedule of one optimizer
-// step of `f.plan`. Per stage and micro-batch, forward/backward/recompute times are the
-// time model's layer_times summed over the stage's layers (+ LM head on the last stage);
-// exposed TP/CP/EP collectives follow each pass on the stage's comm stream; PP sends cost
-// p2p_time; the exposed DP/ZeRO sync and the optimizer step (estimate_time's numbers)
-// close the step. Waiting on the compute stream is drawn as idle (the bubble).
-// REQUIRES: check_plan(f.model, f.cluster, f.job, f.plan, f.gpus) == none.
-Timeline analytic_timeline(const PlanFile& f, const Efficiency& e = {});
+// One optimizer step of `f.plan` from the step simulator (simulator/step_simulator.h):
+// the compute stream's passes (all layers of one chunk of one micro-batch merged into a
+// slice), each communication stream's runs of back-to-back transfers, and the compute
+// stream's waits as idle slices (the bubble and exposed communication). On a simulation
+// error, an empty timeline whose source says why.
+Timeline simulated_timeline(const PlanFile& f, const Efficiency& e = {});
 
 }  // namespace llmplan::gui
