@@ -16,5 +16,7 @@ Runner register_sweep(CLI::App* sub);
 Runner register_presets(CLI::App* sub);
 Runner register_validate(CLI::App* sub);
 Runner register_simulate(CLI::App* sub);
+Runner register_execute(CLI::App* sub);   // cmd_execute.cpp
+Runner register_profiles(CLI::App* sub);  // cmd_profiles.cpp
 
 }  // namespace llmplan::cli

@@ -24,6 +24,8 @@ constexpr Command kCommands[] = {
     {"explain", "does a plan fit, by how much, and the cheapest changes that make it fit", llmplan::cli::register_explain},
     {"validate", "predict published training runs and report the errors", llmplan::cli::register_validate},
     {"presets", "list model, GPU and node presets", llmplan::cli::register_presets},
+    {"execute", "run a plan for N steps on this machine and compare measured with predicted", llmplan::cli::register_execute},
+    {"profiles", "list, show, export or delete recorded runs (profile database)", llmplan::cli::register_profiles},
 };
 
 }  // namespace

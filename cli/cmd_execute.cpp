@@ -1,0 +1,168 @@
+// llmplan execute: run a plan file's job for N steps on this machine, print per-step loss,
+// time and tokens/s, then predicted vs measured (memory per category, step time); store
+// the run in the profile database. Exit 1 on out-of-memory (with phase, layer and the
+// planner's fixes) after recording the run as status "oom"; exit 2 on bad input.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "executor/runner.h"
+#include "planner/units.h"
+#include "profiles/profile_store.h"
+
+namespace llmplan::cli {
+
+namespace {
+
+struct ExecuteCommand {
+  std::string plan_file;
+  std::string backend = "cpu";
+  int steps = 20;
+  int warmup = 3;
+  int layers = 0;
+  std::string data;
+  std::string memory_limit;
+  std::string json_out;
+  std::string db;
+  double lr = 1e-3;
+  uint64_t seed = 1234;
+};
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return "cpu: " + line.substr(line.find(':') + 2);
+  return "cpu";
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  return gethostname(buf, sizeof buf - 1) == 0 ? buf : "";
+}
+
+std::string mib(double bytes) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.3f MiB", bytes / (1024.0 * 1024.0));
+  return b;
+}
+
+void print_table(const exec::RunReport& r) {
+  std::printf("\npredicted vs measured (executed config: %s)\n", r.label.c_str());
+  std::printf("  %-24s %16s %16s %9s  %s\n", "memory line", "predicted", "measured", "error", "note");
+  for (const exec::CompareLine& l : r.memory_lines) {
+    if (l.gpu_only) {
+      std::printf("  %-24s %16s %16s %9s  GPU-only: %s\n", l.name.c_str(), mib(l.predicted).c_str(), "n/a", "", l.note.c_str());
+      continue;
+    }
+    char err[32] = "";
+    if (l.predicted != 0) std::snprintf(err, sizeof err, "%+.2f%%", 100 * l.rel_error());
+    else if (l.measured != 0) std::snprintf(err, sizeof err, "(pred 0)");
+    std::printf("  %-24s %16s %16s %9s  %s\n", l.name.c_str(), mib(l.predicted).c_str(), mib(l.measured).c_str(), err,
+                l.note.c_str());
+  }
+  if (!r.oom)
+    std::printf("  %-24s %14.4f s %14.4f s %+8.1f%%  %s\n", "step time", r.step_time.predicted, r.step_time.measured,
+                100 * r.step_time.rel_error(), r.step_time.note.c_str());
+  if (!r.oom)
+    std::printf("  %-24s %16.1f %16.1f\n", "tokens/s", r.predicted_time.tokens_per_s, r.tokens_per_s);
+}
+
+}  // namespace
+
+Runner register_execute(CLI::App* sub) {
+  auto c = std::make_shared<ExecuteCommand>();
+  sub->add_option("plan", c->plan_file, "plan JSON (from llmplan sweep --json)")->required();
+  sub->add_option("--backend", c->backend, "cpu (cuda later)")->capture_default_str();
+  sub->add_option("--steps", c->steps, "measured optimizer steps")->capture_default_str();
+  sub->add_option("--warmup", c->warmup, "warm-up steps before measuring")->capture_default_str();
+  sub->add_option("--layers", c->layers, "run this many layers instead of the model's (the prediction follows)");
+  sub->add_option("--data", c->data, "token file (.bin uint16, .u32.bin), .txt, or a folder of .txt (byte-level); default synthetic");
+  sub->add_option("--memory-limit", c->memory_limit, "fail like a GPU of this size (e.g. 8GiB)");
+  sub->add_option("--json", c->json_out, "also write the report as JSON to this file");
+  sub->add_option("--db", c->db, "profile database (default $LLMPLAN_DB or ~/.local/share/llmplan/profiles.db)");
+  sub->add_option("--lr", c->lr, "learning rate")->capture_default_str();
+  sub->add_option("--seed", c->seed, "seed for init, data and dropout")->capture_default_str();
+  return [c]() {
+    Result<PlanFile> f = read_plan_file(c->plan_file);
+    if (!f) return report(f.status());
+    exec::RunOptions o;
+    o.backend = c->backend;
+    o.steps = c->steps;
+    o.warmup = c->warmup;
+    o.layers = c->layers;
+    o.data = c->data;
+    o.seed = c->seed;
+    o.trainer.lr = c->lr;
+    if (!c->memory_limit.empty()) {
+      Result<double> lim = parse_bytes(c->memory_limit, "--memory-limit");
+      if (!lim) return report(lim.status());
+      if (*lim <= 0) return report(Status::bad_input("--memory-limit: expected a positive size, got " + c->memory_limit));
+      o.memory_limit = static_cast<int64_t>(*lim);
+    }
+    Result<std::string> db_path = default_db_path(c->db);
+    if (!db_path) return report(db_path.status());
+    Result<ProfileStore> store = ProfileStore::open(*db_path);
+    if (!store) return report(store.status());
+
+    o.on_step = [](int step, int total, bool warm, double loss, double t, double tps) {
+      std::printf("step %3d/%d%s  loss %.4f  %.3f s  %.1f tokens/s\n", step + 1, total, warm ? " (warm-up)" : "", loss, t, tps);
+      std::fflush(stdout);
+    };
+    std::printf("executing %s on cpu: %d warm-up + %d steps\n", c->plan_file.c_str(), o.warmup, o.steps);
+    Result<exec::RunReport> r = exec::run_plan(*f, o);
+    if (!r) return report(r.status());
+    const nlohmann::json rj = exec::report_to_json(*r);
+
+    // ---- profile store: the run, its steps and how it ended
+    RunRecord rec;
+    rec.plan_json = plan_file_to_json(*f, estimate_memory(f->model, f->cluster, f->job, f->plan),
+                                      estimate_time(f->model, f->cluster, f->job, f->plan)).dump();
+    rec.model = r->executed.model.name + (r->executed.model.layers != f->model.layers ? " (" + std::to_string(r->executed.model.layers) + " layers)" : "");
+    rec.hardware = cpu_name();
+    rec.host = host_name();
+    rec.backend = "cpu";
+    rec.versions = "llmplan 0.1.0";
+    rec.predicted_json = nlohmann::json{{"memory", rj["predicted_gpu"]}, {"time", rj["predicted_time"]}}.dump();
+    rec.steps_planned = o.warmup + o.steps;
+    rec.predicted_peak_bytes = static_cast<int64_t>(r->predicted_alloc.total);
+    rec.predicted_step_time_s = r->predicted_time.total;
+    Result<int64_t> id = store->insert_run(rec);
+    if (!id) return report(id.status());
+    std::vector<StepRecord> steps;
+    for (const exec::StepMeasure& s : r->steps) steps.push_back({s.step, s.loss, s.time_s, s.tokens_per_s, s.peak_bytes});
+    if (Status st = store->add_steps(*id, steps); !st) return report(st);
+    RunOutcome out;
+    out.status = r->oom ? RunStatus::oom : RunStatus::ok;
+    out.error_message = r->oom_message;
+    out.measured_json = rj.dump();
+    out.tokens_per_s = r->tokens_per_s;
+    out.step_time_s = r->median_step_s;
+    out.peak_bytes = r->memory.peak_total;
+    if (Status st = store->finish_run(*id, out); !st) return report(st);
+
+    print_table(*r);
+    if (!c->json_out.empty()) {
+      if (Status st = write_json_file(c->json_out, rj); !st) return report(st);
+      std::printf("wrote %s\n", c->json_out.c_str());
+    }
+    std::printf("recorded as run %lld in %s\n", static_cast<long long>(*id), store->path().c_str());
+    if (r->oom) {
+      std::fprintf(stderr, "llmplan: out of memory in %s, %s%s: %s\n", exec::to_string(r->oom_where.phase), r->oom_where.part.c_str(),
+                   r->oom_where.layer >= 0 ? (" " + std::to_string(r->oom_where.layer)).c_str() : "", r->oom_message.c_str());
+      if (!r->fixes.empty()) {
+        std::fprintf(stderr, "planner's suggested fixes (cheapest first):\n");
+        for (const std::string& fx : r->fixes) std::fprintf(stderr, "  - %s\n", fx.c_str());
+      }
+      return 1;
+    }
+    return 0;
+  };
+}
+
+}  // namespace llmplan::cli

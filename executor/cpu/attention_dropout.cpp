@@ -1,0 +1,157 @@
+#include "executor/cpu/attention_dropout.h"
+
+#include <cmath>
+#include <limits>
+
+#include "executor/cpu/dropout.h"
+#include "executor/cpu/kernel_util.h"
+
+namespace llmplan::exec::cpu {
+using detail::Carver;
+using detail::carved_bytes;
+using detail::exp_shifted;
+using detail::gemm;
+using detail::load;
+using detail::max_of;
+using detail::store;
+
+namespace {
+// Rows of one (sequence, head) of a (b, s, heads, d) tensor.
+int64_t at(int64_t bi, int64_t t, int64_t hd, int64_t heads, int64_t s, int64_t d) {
+  return ((bi * s + t) * heads + hd) * d;
+}
+template <class S, class A>
+void gather(const S* x, A* dst, int64_t bi, int64_t hd, int64_t heads, int64_t s, int64_t d) {
+  for (int64_t t = 0; t < s; ++t)
+    for (int64_t c = 0; c < d; ++c) dst[t * d + c] = load(x[at(bi, t, hd, heads, s, d) + c]);
+}
+template <class S, class A>
+void scatter(const A* src, S* x, int64_t bi, int64_t hd, int64_t heads, int64_t s, int64_t d) {
+  for (int64_t t = 0; t < s; ++t)
+    for (int64_t c = 0; c < d; ++c) x[at(bi, t, hd, heads, s, d) + c] = store<S>(src[t * d + c]);
+}
+template <class A>
+A scale_of(const AttentionDims& dm) {
+  return static_cast<A>(dm.scale != 0 ? dm.scale : 1.0 / std::sqrt(static_cast<double>(dm.head_dim)));
+}
+template <class A>
+int64_t ws_bytes(const AttentionDims& dm) {
+  return 7 * carved_bytes<A>(dm.s * dm.head_dim) + 3 * carved_bytes<A>(dm.s * dm.s);
+}
+}  // namespace
+
+int64_t attention_dropout_workspace_bytes(DType st, const AttentionDims& dm) {
+  return st == DType::f64 ? ws_bytes<double>(dm) : ws_bytes<float>(dm);
+}
+
+template <class S>
+void attention_forward_dropout(const S* q, const S* k, const S* v, const int32_t* doc, S* o, S* probs,
+                               uint8_t* mask, S* dropped, const AttentionDims& dm, double p, uint64_t seed,
+                               std::span<std::byte> ws) {
+  using A = acc_t<S>;
+  const int64_t s = dm.s, d = dm.head_dim, g = dm.heads / dm.kv_heads;
+  const A scale = scale_of<A>(dm);
+  const A keep_scale = static_cast<A>(1.0 / (1.0 - p));
+  const A neg_inf = -std::numeric_limits<A>::infinity();
+  Carver c(ws);
+  A* K = c.take<A>(s * d);
+  A* V = c.take<A>(s * d);
+  A* Q = c.take<A>(s * d);
+  A* O = c.take<A>(s * d);
+  A* P = c.take<A>(s * s);
+  for (int64_t bi = 0; bi < dm.b; ++bi) {
+    const int32_t* docs = doc != nullptr ? doc + bi * s : nullptr;
+    for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
+      gather(k, K, bi, kh, dm.kv_heads, s, d);
+      gather(v, V, bi, kh, dm.kv_heads, s, d);
+      for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
+        gather(q, Q, bi, h, dm.heads, s, d);
+        gemm(false, true, s, s, d, scale, Q, d, K, d, A(0), P, s);
+        const int64_t base = (bi * dm.heads + h) * s * s;
+        for (int64_t i = 0; i < s; ++i) {
+          A* row = P + i * s;
+          for (int64_t j = 0; j < s; ++j)
+            if (!(j <= i && (docs == nullptr || docs[j] == docs[i]))) row[j] = neg_inf;
+          const A sum = exp_shifted(row, s, max_of(row, i + 1));
+          const A inv = A(1) / sum;
+          for (int64_t j = 0; j < s; ++j) {
+            const int64_t e = base + i * s + j;
+            const A pr = row[j] * inv;
+            probs[e] = store<S>(pr);
+            const bool keep = dropout_uniform(seed, static_cast<uint64_t>(e)) >= p;
+            mask[e] = keep ? 1 : 0;
+            row[j] = keep ? pr * keep_scale : A(0);
+            dropped[e] = store<S>(row[j]);
+          }
+        }
+        gemm(false, false, s, d, s, A(1), P, s, V, d, A(0), O, d);  // O = D V
+        scatter(O, o, bi, h, dm.heads, s, d);
+      }
+    }
+  }
+}
+
+template <class S>
+void attention_backward_dropout(const S* q, const S* k, const S* v, const S* probs, const uint8_t* mask,
+                                const S* dropped, const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dm,
+                                double p, std::span<std::byte> ws) {
+  using A = acc_t<S>;
+  const int64_t s = dm.s, d = dm.head_dim, g = dm.heads / dm.kv_heads;
+  const A scale = scale_of<A>(dm);
+  const A keep_scale = static_cast<A>(1.0 / (1.0 - p));
+  Carver c(ws);
+  A* K = c.take<A>(s * d);
+  A* V = c.take<A>(s * d);
+  A* dK = c.take<A>(s * d);
+  A* dV = c.take<A>(s * d);
+  A* Q = c.take<A>(s * d);
+  A* dO = c.take<A>(s * d);
+  A* dQ = c.take<A>(s * d);
+  A* P = c.take<A>(s * s);
+  A* D = c.take<A>(s * s);
+  A* dP = c.take<A>(s * s);
+  for (int64_t bi = 0; bi < dm.b; ++bi) {
+    for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
+      gather(k, K, bi, kh, dm.kv_heads, s, d);
+      gather(v, V, bi, kh, dm.kv_heads, s, d);
+      std::fill(dK, dK + s * d, A(0));
+      std::fill(dV, dV + s * d, A(0));
+      for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
+        gather(q, Q, bi, h, dm.heads, s, d);
+        gather(dout, dO, bi, h, dm.heads, s, d);
+        const int64_t base = (bi * dm.heads + h) * s * s;
+        for (int64_t i = 0; i < s * s; ++i) {
+          P[i] = load(probs[base + i]);
+          D[i] = load(dropped[base + i]);
+        }
+        gemm(true, false, s, d, s, A(1), D, s, dO, d, A(1), dV, d);    // dV += D^T dO
+        gemm(false, true, s, s, d, A(1), dO, d, V, d, A(0), dP, s);    // dD = dO V^T
+        for (int64_t i = 0; i < s; ++i) {
+          A* row = dP + i * s;
+          A sum = 0;
+          for (int64_t j = 0; j < s; ++j) {
+            row[j] = mask[base + i * s + j] ? row[j] * keep_scale : A(0);  // dP
+            sum += P[i * s + j] * row[j];
+          }
+          for (int64_t j = 0; j < s; ++j) row[j] = P[i * s + j] * (row[j] - sum);  // dS
+        }
+        gemm(false, false, s, d, s, scale, dP, s, K, d, A(0), dQ, d);  // dQ = scale dS K
+        gemm(true, false, s, d, s, scale, dP, s, Q, d, A(1), dK, d);   // dK += scale dS^T Q
+        scatter(dQ, dq, bi, h, dm.heads, s, d);
+      }
+      scatter(dK, dk, bi, kh, dm.kv_heads, s, d);
+      scatter(dV, dv, bi, kh, dm.kv_heads, s, d);
+    }
+  }
+}
+
+#define INST(S)                                                                                                    \
+  template void attention_forward_dropout<S>(const S*, const S*, const S*, const int32_t*, S*, S*, uint8_t*, S*,   \
+                                             const AttentionDims&, double, uint64_t, std::span<std::byte>);        \
+  template void attention_backward_dropout<S>(const S*, const S*, const S*, const S*, const uint8_t*, const S*,    \
+                                              const S*, S*, S*, S*, const AttentionDims&, double,                  \
+                                              std::span<std::byte>);
+LLMPLAN_FOR_STORAGE(INST)
+#undef INST
+
+}  // namespace llmplan::exec::cpu

@@ -1,0 +1,685 @@
+#include "executor/model.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <span>
+#include <type_traits>
+
+#include "executor/cpu/attention_dropout.h"
+#include "executor/cpu/ops.h"
+#include "planner/memory_model.h"
+
+namespace llmplan::exec {
+
+#define LL_TRY(expr)              \
+  do {                            \
+    Status ll_s_ = (expr);        \
+    if (!ll_s_) return ll_s_;     \
+  } while (0)
+
+LayerContext model_layer_context(const ModelConfig& c, int layer) {
+  LayerContext lc = layer_context(c.spec, c.job, c.plan, layer);
+  lc.act_bytes = static_cast<int>(dtype_size(c.storage));
+  return lc;
+}
+
+namespace {
+
+enum class Mode { keep, discard, recompute };  // training forward / loss only / backward's re-run
+
+Status make(TrackingAllocator& a, Tensor& t, int64_t numel, DType dt, Category c, const std::string& name) {
+  Result<Tensor> r = Tensor::empty(a, Shape{numel}, dt, c, name);
+  if (!r) return r.status();
+  t = std::move(*r);
+  return Status::ok();
+}
+
+// Scratch bytes for an op's workspace, counted under Category::workspace.
+struct Scratch {
+  Block block;
+  std::span<std::byte> span() { return {static_cast<std::byte*>(block.data()), static_cast<size_t>(block.bytes())}; }
+};
+Status scratch(TrackingAllocator& a, Scratch& s, int64_t bytes, const char* what) {
+  s.block.reset();
+  if (bytes <= 0) return Status::ok();
+  Result<Block> b = a.allocate(bytes, Category::workspace, what);
+  if (!b) return b.status();
+  s.block = std::move(*b);
+  return Status::ok();
+}
+
+void fill_values(Tensor& t, const std::vector<double>& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    switch (t.dtype()) {
+      case DType::f32: t.data<float>()[i] = static_cast<float>(v[i]); break;
+      case DType::f64: t.data<double>()[i] = v[i]; break;
+      case DType::bf16: t.data<bf16_t>()[i] = float_to_bf16(static_cast<float>(v[i])); break;
+      case DType::f16: t.data<f16_t>()[i] = float_to_f16(static_cast<float>(v[i])); break;
+      default: break;
+    }
+  }
+}
+
+const char* kLoraZ[] = {"lora.q.z", "lora.k.z", "lora.v.z", "lora.o.z", "lora.gate.z", "lora.up.z", "lora.down.z"};
+const char* kProjName[] = {"q", "k", "v", "o", "gate", "up", "down"};
+
+template <class S, class G>
+class ModelImpl final : public Model {
+  using A = acc_t<S>;  // math type; also the softmax buffer's type (fp32, fp64 for double)
+  static constexpr bool kWide = std::is_same_v<S, float> || std::is_same_v<S, double>;
+
+  struct Linear {
+    Projection proj{};
+    int64_t in = 0, out = 0;
+    Tensor w, b, gw, gb;
+    bool lora = false;
+    Tensor la, lb, gla, glb;  // A (r, in), B (out, r)
+  };
+  struct Norm {
+    Tensor w, b, gw, gb;
+  };
+  // The recipe's tensors of one layer (ln1.input is inputs_[layer]).
+  struct Saved {
+    Tensor qkv_input, q, k, v, lse, probs, probs_mask, probs_dropped, proj_input, attn_mask, ln2_input, mlp_input,
+        fc1_out, gate_out, up_out, act_out, mlp_mask;
+    Tensor lora_z[7];
+    void clear() { *this = Saved{}; }
+  };
+  struct Layer {
+    int index = 0;
+    LayerContext ctx;
+    LayerRecompute policy = LayerRecompute::none;
+    SavedTensorList recipe;
+    Norm ln1, ln2;
+    Linear q, k, v, o, gate, up, down;
+    Saved sv;
+  };
+
+ public:
+  ModelImpl(TrackingAllocator& a, ModelConfig c) : a_(a), c_(std::move(c)) {}
+
+  Status init() {
+    const ModelSpec& m = c_.spec;
+    gpt_ = m.family == Family::gpt;
+    h_ = m.hidden;
+    n_ = static_cast<int64_t>(c_.plan.micro_batch) * c_.job.seq_len;
+    V_ = m.vocab;
+    f_ = m.ffn_hidden;
+    drop_ = m.dropout;
+    p_ = c_.options.dropout_p;
+    rng_.seed(c_.options.seed);
+    const bool lora = c_.job.mode == TrainMode::lora;
+    const int frozen = c_.job.frozen_layer_count(m.layers);
+    embed_trainable_ = !lora && frozen == 0;
+    head_trainable_ = !lora;
+    lora_scale_ = c_.job.lora.rank > 0 ? c_.job.lora.alpha / c_.job.lora.rank : 0;
+    // Embedding (first stage) and head (last stage): pp = 1, so both here.
+    LL_TRY(param(wte_, gwte_, V_ * h_, "embed.tokens", embed_trainable_, true, c_.options.init_std));
+    if (gpt_) LL_TRY(param(wpe_, gwpe_, m.max_positions * h_, "embed.positions", embed_trainable_, true, c_.options.init_std));
+    layers_.resize(static_cast<size_t>(m.layers));
+    for (int i = 0; i < m.layers; ++i) LL_TRY(init_layer(layers_[static_cast<size_t>(i)], i));
+    LL_TRY(init_norm(fnorm_, "final_norm", head_trainable_));
+    if (!m.tied_embeddings) LL_TRY(param(whead_, gwhead_, V_ * h_, "head.weight", head_trainable_, true, c_.options.init_std));
+    positions_.resize(static_cast<size_t>(n_));
+    inputs_.resize(layers_.size() + 1);
+    return Status::ok();
+  }
+
+  // ---------------------------------------------------------------- Model
+
+  Result<double> forward_backward(const Batch& b, double loss_scale, double denom, uint64_t seed) override {
+    return run(b, loss_scale, denom, seed, true);
+  }
+  Result<double> forward_loss(const Batch& b, double denom, uint64_t seed) override {
+    return run(b, 1.0, denom, seed, false);
+  }
+  std::vector<ParamRef>& params() override { return params_; }
+  void zero_grads() override {
+    for (ParamRef& p : params_)
+      if (p.grad != nullptr) std::memset(p.grad->raw(), 0, static_cast<size_t>(p.grad->bytes()));
+  }
+  const ModelConfig& config() const override { return c_; }
+  const Where& where() const override { return where_; }
+
+ private:
+  // ---------------------------------------------------------------- parameters
+
+  Status param(Tensor& w, Tensor& g, int64_t numel, const std::string& name, bool trainable, bool decay, double std,
+               double constant = 0) {
+    LL_TRY(make(a_, w, numel, c_.storage, Category::weights, name));
+    std::vector<double> v(static_cast<size_t>(numel), constant);
+    if (std > 0) {
+      std::normal_distribution<double> nd(0.0, std);
+      for (double& x : v) x = nd(rng_);
+    } else if (c_.options.randomize_all) {
+      std::uniform_real_distribution<double> ud(-0.5, 0.5);
+      for (double& x : v) x += ud(rng_);
+    }
+    fill_values(w, v);
+    if (trainable) {
+      Result<Tensor> r = Tensor::zeros(a_, Shape{numel}, c_.grad, Category::gradients, name + ".grad");
+      if (!r) return r.status();
+      g = std::move(*r);
+    }
+    params_.push_back({name, &w, trainable ? &g : nullptr, decay});
+    return Status::ok();
+  }
+
+  Status init_norm(Norm& nm, const std::string& name, bool trainable) {
+    LL_TRY(param(nm.w, nm.gw, h_, name + ".weight", trainable, false, 0, 1.0));
+    if (gpt_) LL_TRY(param(nm.b, nm.gb, h_, name + ".bias", trainable, false, 0, 0.0));
+    return Status::ok();
+  }
+
+  Status init_linear(Layer& L, Linear& li, Projection p, int64_t in, int64_t out) {
+    li.proj = p;
+    li.in = in;
+    li.out = out;
+    const std::string base = "layer" + std::to_string(L.index) + "." + kProjName[static_cast<int>(p)];
+    const bool train = L.ctx.base_trainable;
+    LL_TRY(param(li.w, li.gw, in * out, base + ".weight", train, true, c_.options.init_std));
+    if (gpt_) LL_TRY(param(li.b, li.gb, out, base + ".bias", train, false, 0, 0.0));
+    if (L.ctx.lora_targets & projection_bit(p)) {
+      li.lora = true;
+      const int64_t r = L.ctx.lora_rank;
+      LL_TRY(param(li.la, li.gla, r * in, base + ".lora_A", true, false, 1.0 / std::sqrt(static_cast<double>(in))));
+      // B starts at zero (Hu et al. 2021), so the adapted model equals the base one.
+      LL_TRY(param(li.lb, li.glb, out * r, base + ".lora_B", true, false, c_.options.randomize_all ? 0.02 : 0.0));
+    }
+    return Status::ok();
+  }
+
+  Status init_layer(Layer& L, int i) {
+    const ModelSpec& m = c_.spec;
+    L.index = i;
+    L.ctx = model_layer_context(c_, i);
+    L.policy = layer_recompute(c_.plan, i);
+    L.recipe = saved_tensors_per_layer(m, L.ctx);
+    const std::string pre = "layer" + std::to_string(i);
+    LL_TRY(init_norm(L.ln1, pre + ".ln1", L.ctx.base_trainable));
+    LL_TRY(init_linear(L, L.q, Projection::q, h_, m.q_width()));
+    LL_TRY(init_linear(L, L.k, Projection::k, h_, m.kv_width()));
+    LL_TRY(init_linear(L, L.v, Projection::v, h_, m.kv_width()));
+    LL_TRY(init_linear(L, L.o, Projection::o, m.q_width(), h_));
+    LL_TRY(init_norm(L.ln2, pre + ".ln2", L.ctx.base_trainable));
+    if (!gpt_) LL_TRY(init_linear(L, L.gate, Projection::gate, h_, f_));
+    LL_TRY(init_linear(L, L.up, Projection::up, h_, f_));
+    LL_TRY(init_linear(L, L.down, Projection::down, f_, h_));
+    return Status::ok();
+  }
+
+  // ---------------------------------------------------------------- helpers
+
+  const SavedTensor* recipe_item(const Layer& L, const char* name) const {
+    for (int i = 0; i < L.recipe.count; ++i)
+      if (std::string_view(L.recipe.items[static_cast<size_t>(i)].name) == name) return &L.recipe.items[static_cast<size_t>(i)];
+    return nullptr;
+  }
+  // Kept between forward and backward: listed by the recipe and not dropped by the policy.
+  bool kept(const Layer& L, const char* name) const {
+    if (!L.ctx.grad_flows || L.policy == LayerRecompute::full) return false;
+    const SavedTensor* it = recipe_item(L, name);
+    return it != nullptr && !(L.policy == LayerRecompute::selective && it->attention_scores);
+  }
+  // A tensor of layer L named as the recipe names it: in activations when kept.
+  Status lmake(Layer& L, Tensor& t, const char* name, int64_t numel, DType dt, Mode mode) {
+    const bool keep = mode == Mode::keep && kept(L, name);
+    if (keep) {
+      const SavedTensor* it = recipe_item(L, name);
+      if (static_cast<double>(numel) != it->elements)
+        return Status::runtime(std::string("recipe mismatch: layer ") + std::to_string(L.index) + " " + name + ": executor " +
+                               std::to_string(numel) + " elements, recipe " + std::to_string(it->elements));
+    }
+    return make(a_, t, numel, dt, keep ? Category::activations : Category::workspace, name);
+  }
+  Status ws(Tensor& t, int64_t numel, const char* name, DType dt = DType::f32) {
+    return make(a_, t, numel, dt == DType::f32 ? c_.storage : dt, Category::workspace, name);
+  }
+  static S* d(Tensor& t) { return t.data<S>(); }
+  static S* dopt(Tensor& t) { return t.defined() ? t.data<S>() : nullptr; }
+  static G* g(Tensor& t) { return t.defined() ? t.data<G>() : nullptr; }
+  static constexpr int64_t kChunk = 256;  // rows per 16-bit GEMM (bounds the fp32 workspace)
+  int64_t chunk_rows(int64_t n) const { return kWide ? n : std::min<int64_t>(n, kChunk); }
+
+  uint64_t site_seed(uint64_t seed, int layer, int site) const {
+    return cpu::splitmix64_at(seed, static_cast<uint64_t>(layer + 1) * 16 + static_cast<uint64_t>(site));
+  }
+
+  Status lin_base_fwd(const S* x, const S* w, const S* b, S* y, int64_t n, int64_t in, int64_t out) {
+    Scratch sc;
+    const int64_t rows = chunk_rows(n);
+    LL_TRY(scratch(a_, sc, cpu::linear_workspace_bytes(c_.storage, rows, in, out), "linear.workspace"));
+    for (int64_t r = 0; r < n; r += rows) {
+      const int64_t nr = std::min(rows, n - r);
+      cpu::linear_forward<S>(x + r * in, w, b, y + r * out, nr, in, out, sc.span());
+    }
+    return Status::ok();
+  }
+  Status lin_base_bwd(const S* dy, const S* x, const S* w, S* dx, G* dw, G* db, int64_t n, int64_t in, int64_t out) {
+    Scratch sc;
+    const int64_t rows = chunk_rows(n);
+    LL_TRY(scratch(a_, sc, cpu::linear_workspace_bytes(c_.storage, rows, in, out), "linear.workspace"));
+    for (int64_t r = 0; r < n; r += rows) {
+      const int64_t nr = std::min(rows, n - r);
+      cpu::linear_backward<S, G>(dy + r * out, x ? x + r * in : nullptr, w, dx ? dx + r * in : nullptr, dw, db, nr, in,
+                                 out, sc.span());
+    }
+    return Status::ok();
+  }
+  void scale_inplace(S* x, int64_t n, double s) {
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (kWide) x[i] = static_cast<S>(x[i] * s);
+      else if constexpr (std::is_same_v<S, bf16_t>) x[i] = float_to_bf16(static_cast<float>(bf16_to_float(x[i]) * s));
+      else x[i] = float_to_f16(static_cast<float>(f16_to_float(x[i]) * s));
+    }
+  }
+
+  // y (n, out) = x W^T + b (+ LoRA: scale x A^T B^T, z = scale x A^T kept as lora.<p>.z).
+  Status lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
+    LL_TRY(lin_base_fwd(x, d(li.w), dopt(li.b), y, n_, li.in, li.out));
+    if (li.lora) {
+      const int64_t r = L.ctx.lora_rank;
+      Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
+      LL_TRY(lmake(L, z, kLoraZ[static_cast<int>(li.proj)], n_ * r, c_.storage, mode));
+      LL_TRY(lin_base_fwd(x, d(li.la), nullptr, d(z), n_, li.in, r));
+      scale_inplace(d(z), n_ * r, lora_scale_);
+      Tensor tmp;
+      LL_TRY(ws(tmp, n_ * li.out, "lora.out"));
+      LL_TRY(lin_base_fwd(d(z), d(li.lb), nullptr, d(tmp), n_, r, li.out));
+      cpu::add_inplace<S>(y, d(tmp), n_ * li.out);
+    }
+    return Status::ok();
+  }
+  // dx (n, in) = dy W (+ LoRA); weight gradients accumulate. x may be nullptr when the
+  // base weight is frozen and the projection has no adapter.
+  Status lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx) {
+    Tensor dxl;
+    if (li.lora) {
+      const int64_t r = L.ctx.lora_rank;
+      Tensor dz;
+      LL_TRY(ws(dz, n_ * r, "lora.dz"));
+      Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
+      LL_TRY(lin_base_bwd(dy, d(z), d(li.lb), d(dz), g(li.glb), nullptr, n_, r, li.out));
+      scale_inplace(d(dz), n_ * r, lora_scale_);
+      if (dx) LL_TRY(ws(dxl, n_ * li.in, "lora.dx"));
+      LL_TRY(lin_base_bwd(d(dz), x, d(li.la), dx ? d(dxl) : nullptr, g(li.gla), nullptr, n_, li.in, r));
+    }
+    LL_TRY(lin_base_bwd(dy, x, d(li.w), dx, g(li.gw), g(li.gb), n_, li.in, li.out));
+    if (dx && dxl.defined()) cpu::add_inplace<S>(dx, d(dxl), n_ * li.in);
+    return Status::ok();
+  }
+
+  void norm_fwd(Norm& nm, const S* x, S* y) {
+    if (gpt_) cpu::layernorm_forward<S>(x, d(nm.w), d(nm.b), y, n_, h_, c_.options.norm_eps);
+    else cpu::rmsnorm_forward<S>(x, d(nm.w), y, n_, h_, c_.options.norm_eps);
+  }
+  Status norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, bool accumulate) {
+    Scratch sc;
+    LL_TRY(scratch(a_, sc, cpu::norm_workspace_bytes(c_.grad, h_), "norm.workspace"));
+    if (gpt_)
+      cpu::layernorm_backward<S, G>(x, d(nm.w), dy, dx, g(nm.gw), g(nm.gb), n_, h_, c_.options.norm_eps, accumulate, sc.span());
+    else
+      cpu::rmsnorm_backward<S, G>(x, d(nm.w), dy, dx, g(nm.gw), n_, h_, c_.options.norm_eps, accumulate, sc.span());
+    return Status::ok();
+  }
+
+  cpu::AttentionDims dims() const {
+    cpu::AttentionDims dm;
+    dm.b = c_.plan.micro_batch;
+    dm.s = c_.job.seq_len;
+    dm.heads = c_.spec.heads;
+    dm.kv_heads = c_.spec.kv_heads;
+    dm.head_dim = c_.spec.head_width();
+    return dm;
+  }
+
+  // Materialised attention forward into L.sv (probs, and the dropout tensors), output o.
+  Status attn_scores_fwd(Layer& L, S* o, Mode mode, uint64_t seed) {
+    const cpu::AttentionDims dm = dims();
+    const int64_t ss = dm.b * dm.heads * dm.s * dm.s;
+    Saved& sv = L.sv;
+    LL_TRY(lmake(L, sv.probs, "attn.probs", ss, c_.storage, mode));
+    Scratch sc;
+    if (drop_) {
+      LL_TRY(lmake(L, sv.probs_mask, "attn.probs_dropout_mask", ss, DType::u8, mode));
+      LL_TRY(lmake(L, sv.probs_dropped, "attn.probs_dropped", ss, c_.storage, mode));
+      LL_TRY(scratch(a_, sc, cpu::attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
+      cpu::attention_forward_dropout<S>(d(sv.q), d(sv.k), d(sv.v), doc_, o, d(sv.probs), sv.probs_mask.template data<uint8_t>(),
+                                        d(sv.probs_dropped), dm, p_, site_seed(seed, L.index, 1), sc.span());
+    } else {
+      LL_TRY(scratch(a_, sc, cpu::attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
+      cpu::attention_forward_materialized<S>(d(sv.q), d(sv.k), d(sv.v), doc_, o, d(sv.probs), dm, sc.span());
+    }
+    return Status::ok();
+  }
+
+  // ---------------------------------------------------------------- layer forward
+
+  // x (n, h) -> out (n, h) in `out_cat`; the recipe's tensors land in L.sv.
+  Status layer_fwd(Layer& L, const S* x, Tensor& out, Category out_cat, Mode mode, uint64_t seed) {
+    const ModelSpec& m = c_.spec;
+    Saved& sv = L.sv;
+    const int64_t n = n_, qw = m.q_width(), kvw = m.kv_width();
+    // ---- attention
+    LL_TRY(lmake(L, sv.qkv_input, "attn.qkv_input", n * h_, c_.storage, mode));
+    norm_fwd(L.ln1, x, d(sv.qkv_input));
+    LL_TRY(lmake(L, sv.q, "attn.q", n * qw, c_.storage, mode));
+    LL_TRY(lmake(L, sv.k, "attn.k", n * kvw, c_.storage, mode));
+    LL_TRY(lmake(L, sv.v, "attn.v", n * kvw, c_.storage, mode));
+    LL_TRY(lin_fwd(L, L.q, d(sv.qkv_input), d(sv.q), mode));
+    LL_TRY(lin_fwd(L, L.k, d(sv.qkv_input), d(sv.k), mode));
+    LL_TRY(lin_fwd(L, L.v, d(sv.qkv_input), d(sv.v), mode));
+    if (!gpt_) {
+      cpu::rope_forward<S>(d(sv.q), positions_.data(), d(sv.q), n, m.heads, m.head_width(), c_.options.rope_theta);
+      cpu::rope_forward<S>(d(sv.k), positions_.data(), d(sv.k), n, m.kv_heads, m.head_width(), c_.options.rope_theta);
+    }
+    LL_TRY(lmake(L, sv.proj_input, "attn.proj_input", n * qw, c_.storage, mode));
+    if (c_.plan.flash_attention) {
+      const cpu::AttentionDims dm = dims();
+      LL_TRY(lmake(L, sv.lse, "attn.lse", dm.b * dm.heads * dm.s, std::is_same_v<S, double> ? DType::f64 : DType::f32, mode));
+      Scratch sc;
+      LL_TRY(scratch(a_, sc, cpu::attention_workspace_bytes(c_.storage, dm, true), "attention.workspace"));
+      cpu::attention_forward_flash<S>(d(sv.q), d(sv.k), d(sv.v), doc_, d(sv.proj_input), sv.lse.template data<A>(), dm,
+                                      sc.span());
+    } else {
+      LL_TRY(attn_scores_fwd(L, d(sv.proj_input), mode, seed));
+    }
+    Tensor branch;
+    LL_TRY(ws(branch, n * h_, "attn.out"));
+    LL_TRY(lin_fwd(L, L.o, d(sv.proj_input), d(branch), mode));
+    if (drop_) {
+      LL_TRY(lmake(L, sv.attn_mask, "attn.resid_dropout_mask", n * h_, DType::u8, mode));
+      cpu::dropout_forward<S>(d(branch), d(branch), sv.attn_mask.template data<uint8_t>(), n * h_, p_, site_seed(seed, L.index, 2));
+    }
+    LL_TRY(lmake(L, sv.ln2_input, "ln2.input", n * h_, c_.storage, mode));
+    cpu::add<S>(x, d(branch), d(sv.ln2_input), n * h_);
+    // ---- MLP
+    LL_TRY(lmake(L, sv.mlp_input, "mlp.input", n * h_, c_.storage, mode));
+    norm_fwd(L.ln2, d(sv.ln2_input), d(sv.mlp_input));
+    LL_TRY(lmake(L, sv.act_out, "mlp.act_out", n * f_, c_.storage, mode));
+    if (gpt_) {
+      LL_TRY(lmake(L, sv.fc1_out, "mlp.fc1_out", n * f_, c_.storage, mode));
+      LL_TRY(lin_fwd(L, L.up, d(sv.mlp_input), d(sv.fc1_out), mode));
+      cpu::gelu_forward<S>(d(sv.fc1_out), d(sv.act_out), n * f_);
+    } else {
+      LL_TRY(lmake(L, sv.gate_out, "mlp.gate_out", n * f_, c_.storage, mode));
+      LL_TRY(lmake(L, sv.up_out, "mlp.up_out", n * f_, c_.storage, mode));
+      LL_TRY(lin_fwd(L, L.gate, d(sv.mlp_input), d(sv.gate_out), mode));
+      LL_TRY(lin_fwd(L, L.up, d(sv.mlp_input), d(sv.up_out), mode));
+      cpu::swiglu_forward<S>(d(sv.gate_out), d(sv.up_out), d(sv.act_out), n * f_);
+    }
+    LL_TRY(lin_fwd(L, L.down, d(sv.act_out), d(branch), mode));
+    if (drop_) {
+      LL_TRY(lmake(L, sv.mlp_mask, "mlp.resid_dropout_mask", n * h_, DType::u8, mode));
+      cpu::dropout_forward<S>(d(branch), d(branch), sv.mlp_mask.template data<uint8_t>(), n * h_, p_, site_seed(seed, L.index, 3));
+    }
+    LL_TRY(make(a_, out, n * h_, c_.storage, out_cat, L.index + 1 < static_cast<int>(layers_.size()) ? "ln1.input" : "final_norm.input"));
+    cpu::add<S>(d(sv.ln2_input), d(branch), d(out), n * h_);
+    if (mode != Mode::recompute) drop_transients(sv);
+    return Status::ok();
+  }
+
+  // Frees what the forward made but backward does not keep (everything in workspace).
+  static void drop_transients(Saved& sv) {
+    for (Tensor* t : {&sv.qkv_input, &sv.q, &sv.k, &sv.v, &sv.lse, &sv.probs, &sv.probs_mask, &sv.probs_dropped,
+                      &sv.proj_input, &sv.attn_mask, &sv.ln2_input, &sv.mlp_input, &sv.fc1_out, &sv.gate_out,
+                      &sv.up_out, &sv.act_out, &sv.mlp_mask})
+      if (t->defined() && t->category() != Category::activations) t->reset();
+    for (Tensor& t : sv.lora_z)
+      if (t.defined() && t.category() != Category::activations) t.reset();
+  }
+
+  // ---------------------------------------------------------------- layer backward
+
+  // dx (n, h): the gradient of the layer output in, of its input out (in place).
+  Status layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed) {
+    const ModelSpec& m = c_.spec;
+    const int64_t n = n_, qw = m.q_width(), kvw = m.kv_width();
+    if (L.policy == LayerRecompute::full) {  // re-run the forward; its output is discarded
+      Tensor out;
+      L.sv.clear();
+      LL_TRY(layer_fwd(L, x, out, Category::workspace, Mode::recompute, seed));
+    } else if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention) {
+      Tensor o;
+      LL_TRY(ws(o, n * qw, "attn.recompute_out"));
+      LL_TRY(attn_scores_fwd(L, d(o), Mode::recompute, seed));
+    }
+    Saved& sv = L.sv;
+    // ---- MLP
+    Tensor dbranch, dact, dmid;
+    const S* dy = dx;
+    if (drop_) {
+      LL_TRY(ws(dbranch, n * h_, "mlp.d_out"));
+      cpu::dropout_backward<S>(dx, sv.mlp_mask.template data<uint8_t>(), d(dbranch), n * h_, p_);
+      dy = d(dbranch);
+    }
+    LL_TRY(ws(dact, n * f_, "mlp.d_act"));
+    LL_TRY(lin_bwd(L, L.down, dy, dopt(sv.act_out), d(dact)));
+    dbranch.reset();
+    LL_TRY(ws(dmid, n * h_, "mlp.d_input"));
+    if (gpt_) {
+      cpu::gelu_backward<S>(d(sv.fc1_out), d(dact), d(dact), n * f_);
+      LL_TRY(lin_bwd(L, L.up, d(dact), dopt(sv.mlp_input), d(dmid)));
+      dact.reset();
+    } else {
+      Tensor dup, tmp;
+      LL_TRY(ws(dup, n * f_, "mlp.d_up"));
+      cpu::swiglu_backward<S>(d(sv.gate_out), d(sv.up_out), d(dact), d(dact), d(dup), n * f_);
+      LL_TRY(lin_bwd(L, L.gate, d(dact), dopt(sv.mlp_input), d(dmid)));
+      dact.reset();
+      LL_TRY(ws(tmp, n * h_, "mlp.d_input_up"));
+      LL_TRY(lin_bwd(L, L.up, d(dup), dopt(sv.mlp_input), d(tmp)));
+      dup.reset();
+      cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
+    }
+    LL_TRY(norm_bwd(L.ln2, d(sv.ln2_input), d(dmid), dx, true));
+    dmid.reset();
+    // ---- attention
+    dy = dx;
+    if (drop_) {
+      LL_TRY(ws(dbranch, n * h_, "attn.d_out"));
+      cpu::dropout_backward<S>(dx, sv.attn_mask.template data<uint8_t>(), d(dbranch), n * h_, p_);
+      dy = d(dbranch);
+    }
+    Tensor dproj, dq, dk, dv;
+    LL_TRY(ws(dproj, n * qw, "attn.d_proj_input"));
+    LL_TRY(lin_bwd(L, L.o, dy, dopt(sv.proj_input), d(dproj)));
+    dbranch.reset();
+    LL_TRY(ws(dq, n * qw, "attn.dq"));
+    LL_TRY(ws(dk, n * kvw, "attn.dk"));
+    LL_TRY(ws(dv, n * kvw, "attn.dv"));
+    {
+      const cpu::AttentionDims dm = dims();
+      Scratch sc;
+      if (c_.plan.flash_attention) {
+        LL_TRY(scratch(a_, sc, cpu::attention_workspace_bytes(c_.storage, dm, true), "attention.workspace"));
+        cpu::attention_backward_flash<S>(d(sv.q), d(sv.k), d(sv.v), doc_, d(sv.proj_input), sv.lse.template data<A>(),
+                                         d(dproj), d(dq), d(dk), d(dv), dm, sc.span());
+      } else if (drop_) {
+        LL_TRY(scratch(a_, sc, cpu::attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
+        cpu::attention_backward_dropout<S>(d(sv.q), d(sv.k), d(sv.v), d(sv.probs), sv.probs_mask.template data<uint8_t>(),
+                                           d(sv.probs_dropped), d(dproj), d(dq), d(dk), d(dv), dm, p_, sc.span());
+      } else {
+        LL_TRY(scratch(a_, sc, cpu::attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
+        cpu::attention_backward_materialized<S>(d(sv.q), d(sv.k), d(sv.v), d(sv.probs), d(dproj), d(dq), d(dk), d(dv), dm,
+                                                sc.span());
+      }
+    }
+    dproj.reset();
+    sv.probs.reset();
+    sv.probs_mask.reset();
+    sv.probs_dropped.reset();
+    if (!gpt_) {
+      cpu::rope_backward<S>(d(dq), positions_.data(), d(dq), n, m.heads, m.head_width(), c_.options.rope_theta);
+      cpu::rope_backward<S>(d(dk), positions_.data(), d(dk), n, m.kv_heads, m.head_width(), c_.options.rope_theta);
+    }
+    Tensor tmp;
+    LL_TRY(ws(dmid, n * h_, "attn.d_input"));
+    LL_TRY(lin_bwd(L, L.q, d(dq), dopt(sv.qkv_input), d(dmid)));
+    dq.reset();
+    LL_TRY(ws(tmp, n * h_, "attn.d_input_kv"));
+    LL_TRY(lin_bwd(L, L.k, d(dk), dopt(sv.qkv_input), d(tmp)));
+    cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
+    dk.reset();
+    LL_TRY(lin_bwd(L, L.v, d(dv), dopt(sv.qkv_input), d(tmp)));
+    cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
+    dv.reset();
+    tmp.reset();
+    LL_TRY(norm_bwd(L.ln1, x, d(dmid), dx, true));
+    sv.clear();
+    return Status::ok();
+  }
+
+  // ---------------------------------------------------------------- the step
+
+  void set_where(Phase ph, int layer, const char* part) {
+    a_.set_phase(ph);
+    where_ = {ph, layer, part};
+  }
+
+  Result<double> run(const Batch& b, double loss_scale, double denom, uint64_t seed, bool train) {
+    Result<double> r = run_inner(b, loss_scale, denom, seed, train);
+    if (!r) release_all();  // after OOM: leave nothing of the step live
+    return r;
+  }
+
+  void release_all() {
+    for (Layer& L : layers_) L.sv.clear();
+    for (Tensor& t : inputs_) t.reset();
+  }
+
+  Result<double> run_inner(const Batch& b, double loss_scale, double denom, uint64_t seed, bool train) {
+    const ModelSpec& m = c_.spec;
+    const int64_t n = n_, s = c_.job.seq_len;
+    const Mode mode = train ? Mode::keep : Mode::discard;
+    doc_ = b.doc_ids;
+    for (int64_t i = 0; i < n; ++i) {  // positions restart per sequence and per document
+      const int64_t t = i % s;
+      positions_[static_cast<size_t>(i)] =
+          (t == 0 || doc_ == nullptr || doc_[i] != doc_[i - 1]) ? 0 : positions_[static_cast<size_t>(i - 1)] + 1;
+    }
+    // ---- embedding -> layer 0's ln1.input
+    set_where(Phase::forward, -1, "embedding");
+    const int nl = static_cast<int>(layers_.size());
+    auto input_cat = [&](int i) {  // layer i's input (i == nl: the final norm's) kept?
+      const bool keep = train && (i == nl || layers_[static_cast<size_t>(i)].ctx.grad_flows);
+      return keep ? Category::activations : Category::workspace;
+    };
+    LL_TRY(make(a_, inputs_[0], n * h_, c_.storage, input_cat(0), nl > 0 ? "ln1.input" : "final_norm.input"));
+    cpu::embedding_forward<S>(b.tokens, d(wte_), d(inputs_[0]), n, h_);
+    if (gpt_) cpu::embedding_forward<S>(positions_.data(), d(wpe_), d(inputs_[0]), n, h_, true);
+    Tensor emb_mask;
+    if (drop_) {
+      const bool keep = train && embed_trainable_;
+      LL_TRY(make(a_, emb_mask, n * h_, DType::u8, keep ? Category::activations : Category::workspace, "embed.dropout_mask"));
+      cpu::dropout_forward<S>(d(inputs_[0]), d(inputs_[0]), emb_mask.template data<uint8_t>(), n * h_, p_, site_seed(seed, -1, 0));
+      if (!keep) emb_mask.reset();
+    }
+    // ---- layers
+    for (int i = 0; i < nl; ++i) {
+      Layer& L = layers_[static_cast<size_t>(i)];
+      set_where(Phase::forward, i, "layer");
+      LL_TRY(layer_fwd(L, d(inputs_[static_cast<size_t>(i)]), inputs_[static_cast<size_t>(i + 1)], input_cat(i + 1), mode, seed));
+      if (!train || !L.ctx.grad_flows) inputs_[static_cast<size_t>(i)].reset();
+      if (!train) L.sv.clear();
+    }
+    // ---- final norm, head, loss
+    set_where(Phase::forward, -1, "final_norm");
+    Tensor head_in;
+    LL_TRY(make(a_, head_in, n * h_, c_.storage, train ? Category::activations : Category::workspace, "head.input"));
+    norm_fwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), d(head_in));
+    if (!train) inputs_[static_cast<size_t>(nl)].reset();
+    set_where(Phase::forward, -1, "head");
+    Tensor& W = m.tied_embeddings ? wte_ : whead_;
+    Tensor& gW = m.tied_embeddings ? gwte_ : gwhead_;
+    Tensor logits, sm;
+    LL_TRY(make(a_, logits, n * V_, c_.storage, Category::logits_loss, "logits"));
+    LL_TRY(lin_base_fwd(d(head_in), d(W), nullptr, d(logits), n, h_, V_));
+    set_where(Phase::forward, -1, "loss");
+    LL_TRY(make(a_, sm, n * V_, std::is_same_v<S, double> ? DType::f64 : DType::f32, Category::logits_loss, "loss.softmax_fp32"));
+    cpu::cast<S, A>(d(logits), sm.template data<A>(), n * V_);
+    const double loss = cpu::cross_entropy_forward<A>(sm.template data<A>(), b.targets, n, V_, denom);
+    if (!train) return loss;
+    // ---- backward
+    set_where(Phase::backward, -1, "loss");
+    cpu::cross_entropy_backward<A>(sm.template data<A>(), b.targets, sm.template data<A>(), n, V_, loss_scale, denom);
+    cpu::cast<A, S>(sm.template data<A>(), d(logits), n * V_);  // dlogits over the logits
+    sm.reset();
+    set_where(Phase::backward, -1, "head");
+    Tensor dhead, dx;
+    LL_TRY(ws(dhead, n * h_, "head.d_input"));
+    LL_TRY(lin_base_bwd(d(logits), d(head_in), d(W), d(dhead), g(gW), nullptr, n, h_, V_));
+    logits.reset();
+    head_in.reset();
+    set_where(Phase::backward, -1, "final_norm");
+    LL_TRY(ws(dx, n * h_, "layer.d_output"));
+    LL_TRY(norm_bwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), d(dhead), d(dx), false));
+    dhead.reset();
+    inputs_[static_cast<size_t>(nl)].reset();
+    for (int i = nl - 1; i >= 0; --i) {
+      Layer& L = layers_[static_cast<size_t>(i)];
+      if (!L.ctx.grad_flows) break;
+      set_where(Phase::backward, i, "layer");
+      LL_TRY(layer_bwd(L, d(inputs_[static_cast<size_t>(i)]), d(dx), seed));
+      inputs_[static_cast<size_t>(i)].reset();
+    }
+    if (embed_trainable_) {
+      set_where(Phase::backward, -1, "embedding");
+      if (emb_mask.defined()) cpu::dropout_backward<S>(d(dx), emb_mask.template data<uint8_t>(), d(dx), n * h_, p_);
+      cpu::embedding_backward<S, G>(b.tokens, d(dx), g(gwte_), n, h_);
+      if (gpt_) cpu::embedding_backward<S, G>(positions_.data(), d(dx), g(gwpe_), n, h_);
+    }
+    release_all();
+    return loss;
+  }
+
+  TrackingAllocator& a_;
+  ModelConfig c_;
+  std::mt19937_64 rng_;
+  bool gpt_ = true, drop_ = false, embed_trainable_ = true, head_trainable_ = true;
+  int64_t h_ = 0, n_ = 0, V_ = 0, f_ = 0;
+  double p_ = 0, lora_scale_ = 0;
+  Tensor wte_, gwte_, wpe_, gwpe_, whead_, gwhead_;
+  Norm fnorm_;
+  std::vector<Layer> layers_;
+  std::vector<Tensor> inputs_;  // inputs_[i]: layer i's ln1.input; inputs_[L]: final_norm.input
+  std::vector<int32_t> positions_;
+  const int32_t* doc_ = nullptr;
+  std::vector<ParamRef> params_;
+  Where where_;
+};
+
+template <class S, class G>
+Result<std::unique_ptr<Model>> build(TrackingAllocator& a, const ModelConfig& c) {
+  auto m = std::make_unique<ModelImpl<S, G>>(a, c);
+  if (Status s = m->init(); !s) return s;
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& c) {
+  const ModelSpec& m = c.spec;
+  if (c.plan.tp != 1 || c.plan.pp != 1 || c.plan.cp != 1)
+    return Status::bad_input("executor: tp, pp and cp must be 1 in a single-rank model (got " + std::to_string(c.plan.tp) +
+                             "/" + std::to_string(c.plan.pp) + "/" + std::to_string(c.plan.cp) + ")");
+  if (m.moe.enabled()) return Status::bad_input("executor: MoE models are not implemented (model " + m.name + ")");
+  if (m.heads <= 0 || m.kv_heads <= 0 || m.heads % m.kv_heads != 0 || m.hidden <= 0 || m.vocab <= 0)
+    return Status::bad_input("executor: model " + m.name + ": heads, kv_heads, hidden, vocab must be positive, kv_heads | heads");
+  if (m.family == Family::gpt && c.job.seq_len > m.max_positions)
+    return Status::bad_input("executor: seq_len " + std::to_string(c.job.seq_len) + " exceeds the model's max_positions " +
+                             std::to_string(m.max_positions));
+  if (m.dropout && !(c.options.dropout_p >= 0 && c.options.dropout_p < 1))
+    return Status::bad_input("executor: dropout_p must be in [0, 1)");
+  const DType s = c.storage, g = c.grad;
+  if (s == DType::f32 && g == DType::f32) return build<float, float>(alloc, c);
+  if (s == DType::f64 && g == DType::f64) return build<double, double>(alloc, c);
+  if (s == DType::bf16 && g == DType::bf16) return build<bf16_t, bf16_t>(alloc, c);
+  if (s == DType::bf16 && g == DType::f32) return build<bf16_t, float>(alloc, c);
+  if (s == DType::f16 && g == DType::f16) return build<f16_t, f16_t>(alloc, c);
+  if (s == DType::f16 && g == DType::f32) return build<f16_t, float>(alloc, c);
+  return Status::bad_input(std::string("executor: unsupported storage/gradient dtypes ") + to_string(s) + "/" + to_string(g));
+}
+
+}  // namespace llmplan::exec

@@ -1,0 +1,108 @@
+// GPT and Llama language models for the executor, built from the planner's recipe.
+//
+// Parameters are exactly those of planner count_params (GPT: LayerNorm, GELU MLP with
+// biases, learned positions, tied head; Llama: RMSNorm, SwiGLU, no biases, rotary, GQA,
+// untied head unless tied_embeddings). Between forward and backward every layer keeps
+// EXACTLY the tensors that planner saved_tensors_per_layer() lists for it (same names,
+// element counts and dtypes), allocated in Category::activations under the recipe's name;
+// recompute policies drop them as the recipe says and re-run the forward in backward:
+//   none       all listed tensors
+//   selective  without the attention-score tensors (probs, probs_dropout_mask,
+//              probs_dropped); the scores are recomputed from the saved q, k
+//   full       only the layer input ("ln1.input"); the layer forward is re-run in backward
+// Chain of ownership: the embedding output is layer 0's "ln1.input", layer i's output is
+// layer i+1's "ln1.input", the last layer's output is "final_norm.input", the final norm's
+// output "head.input" (the planner's 2*tokens*h on the last stage). Logits (activation
+// dtype) and the fp32 softmax (b*s*V each) are in Category::logits_loss, the planner's
+// b*s*V*(act+4). Everything transient (activation gradients, recomputed tensors, op
+// scratch) is in Category::workspace; weights, gradients in theirs. Master weights and
+// optimizer states belong to the Trainer (trainer.h).
+//
+// Parallel slices plug in later: a layer carries its planner LayerContext (t, sp) and a
+// model is one pipeline stage (first_layer, layers); today t = 1 and pp = 1 are required.
+//
+// Errors: out-of-memory from the allocator is returned as its Status (runtime); where()
+// says which phase and layer were running. Thread-safety: none; one thread drives a model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/allocator.h"
+#include "executor/tensor.h"
+#include "planner/recipe.h"
+#include "planner/specs.h"
+#include "planner/status.h"
+
+namespace llmplan::exec {
+
+struct ModelOptions {
+  double dropout_p = 0.1;       // probability for every dropout site when spec.dropout. Default: 0.1
+  double norm_eps = 1e-5;       // LayerNorm / RMSNorm epsilon. Default: 1e-5
+  double rope_theta = 10000.0;  // Default: 10000
+  double init_std = 0.02;       // N(0, std) for matrices; norms 1, biases 0. Default: 0.02
+  uint64_t seed = 1234;         // initialisation. Default: 1234
+  bool randomize_all = false;   // tests: random norms, biases and LoRA B too. Default: false
+};
+
+// What one rank builds: the job and plan (micro_batch, recompute, flash_attention, tp, pp)
+// and the storage dtypes (weights/activations, weight gradients).
+struct ModelConfig {
+  ModelSpec spec;
+  TrainingJob job;
+  ParallelPlan plan;
+  int stage = 0;                 // pipeline stage (only 0 with pp = 1 today)
+  DType storage = DType::f32;    // weights and activations: f32, f64, bf16, f16
+  DType grad = DType::f32;       // weight gradients: storage, or f32 for 16-bit storage
+  ModelOptions options;
+};
+
+// One micro-batch, (b, s) row-major int32 each. targets -1 = ignored. doc_ids (nullable):
+// packed documents; attention is masked to the document and positions restart with it.
+struct Batch {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+  const int32_t* doc_ids = nullptr;
+};
+
+struct ParamRef {
+  std::string name;      // "layer3.attn.q.weight", "embed.tokens", "lora.layer0.q.A"
+  Tensor* weight = nullptr;
+  Tensor* grad = nullptr;  // nullptr: frozen (no gradient, no optimizer state)
+  bool decay = true;       // weight decay applies (matrices), not norms and biases
+};
+
+struct Where {
+  Phase phase = Phase::other;
+  int layer = -1;          // global layer index, -1 outside the layers
+  std::string part;        // "embedding", "layer", "final_norm", "head", "loss"
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Forward and backward of one micro-batch; weight gradients accumulate (+=). Returns the
+  // loss sum / denom (denom: counted target tokens of the whole step; 0 = this batch's).
+  // loss_scale multiplies the backward (fp16 dynamic loss scaling). dropout_seed fixes
+  // every dropout mask of this micro-batch.
+  virtual Result<double> forward_backward(const Batch& b, double loss_scale, double denom, uint64_t dropout_seed) = 0;
+  // Forward only (nothing kept): the same loss.
+  virtual Result<double> forward_loss(const Batch& b, double denom, uint64_t dropout_seed) = 0;
+  virtual std::vector<ParamRef>& params() = 0;
+  virtual void zero_grads() = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual const Where& where() const = 0;
+  int64_t tokens_per_microbatch() const { return config().plan.micro_batch * config().job.seq_len; }
+};
+
+// Builds the model's weights (initialised) and gradients in `alloc`. Errors: bad_input
+// for what is not implemented (tp/pp/cp > 1, MoE, storage/grad pairs), runtime for OOM.
+// REQUIRES: alloc outlives the model.
+Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& config);
+
+// The recipe's context of global layer `layer` for this config (act_bytes from storage).
+LayerContext model_layer_context(const ModelConfig& config, int layer);
+
+}  // namespace llmplan::exec

@@ -1,0 +1,285 @@
+#include "executor/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "executor/data.h"
+#include "planner/explain.h"
+#include "planner/plan_check.h"
+
+namespace llmplan::exec {
+
+GpuSpec cpu_host_gpu(double memory_bytes) {
+  GpuSpec g;
+  g.name = "cpu-host";
+  g.source = "PLATFORM.md: 2 Zen 3 cores, sgemm 145-160 GFLOP/s; ~20 GB/s memory bandwidth";
+  g.memory_bytes = memory_bytes;
+  g.memory_bandwidth = 20e9;
+  g.peak_flops[static_cast<int>(Dtype::fp32)] = 150e9;
+  g.peak_flops[static_cast<int>(Dtype::fp16)] = 150e9;
+  g.peak_flops[static_cast<int>(Dtype::bf16)] = 150e9;
+  return g;
+}
+
+namespace {
+
+// The single-rank config this machine runs for `f`, and the label saying what changed.
+PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label) {
+  PlanFile e = f;
+  std::vector<std::string> changes;
+  const ParallelPlan& p = f.plan;
+  const int64_t micro_per_step = microbatches_per_step(f.job, p);
+  if (p.world_size() > 1 || p.ep > 1) {
+    changes.push_back("runs the dp=1/tp=1/pp=1 equivalent of dp" + std::to_string(p.dp) + " tp" + std::to_string(p.tp) +
+                      " pp" + std::to_string(p.pp) + " cp" + std::to_string(p.cp) + " (rank 0's share needs the distributed executor)");
+  }
+  if (p.zero > 0) changes.push_back("ZeRO-" + std::to_string(p.zero) + " dropped (no data-parallel group)");
+  if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
+  e.plan.dp = e.plan.tp = e.plan.pp = e.plan.cp = e.plan.ep = e.plan.vpp = 1;
+  e.plan.sp = false;
+  e.plan.zero = 0;
+  e.plan.offload_optimizer = false;
+  e.plan.schedule = Schedule::one_f_one_b;
+  e.plan.grad_accum = static_cast<int>(micro_per_step);
+  e.job.global_batch = micro_per_step * p.micro_batch;
+  if (o.layers > 0 && o.layers != f.model.layers) {
+    changes.push_back("layers " + std::to_string(f.model.layers) + " -> " + std::to_string(o.layers));
+    e.model.layers = o.layers;
+    e.plan.recompute_layers = std::min(e.plan.recompute_layers, o.layers);
+  }
+  e.gpus = 1;
+  e.cluster.nodes = 1;
+  e.cluster.gpus_per_node = 1;
+  e.cluster.gpu = cpu_host_gpu(o.memory_limit > 0 ? static_cast<double>(o.memory_limit) : 1e15);
+  e.cluster.name = "cpu-host";
+  changes.push_back("device cpu-host (150 GFLOP/s, 20 GB/s)");
+  std::string s;
+  for (const std::string& c : changes) s += (s.empty() ? "" : "; ") + c;
+  *label = s;
+  return e;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+MemoryItem item_of(Category c) {
+  switch (c) {
+    case Category::weights: return MemoryItem::weights;
+    case Category::gradients: return MemoryItem::gradients;
+    case Category::optimizer_states: return MemoryItem::optimizer_states;
+    case Category::master_weights: return MemoryItem::master_weights;
+    case Category::activations: return MemoryItem::activations;
+    case Category::logits_loss: return MemoryItem::logits_loss;
+    case Category::workspace: return MemoryItem::backward_working;
+    case Category::communication: return MemoryItem::comm_buffers;
+  }
+  return MemoryItem::weights;
+}
+
+void compare(RunReport& r) {
+  const StageMemory& pa = r.predicted_alloc;
+  for (int c = 0; c < kCategories; ++c) {
+    const Category cat = static_cast<Category>(c);
+    CompareLine l;
+    l.name = to_string(cat);
+    l.predicted = pa.bytes[static_cast<int>(item_of(cat))];
+    l.measured = static_cast<double>(r.memory.peak[c]);
+    if (cat == Category::workspace)
+      l.note = "vs planner backward_working: activation gradients + recompute + op scratch (CPU 16-bit GEMMs add fp32 copies)";
+    r.memory_lines.push_back(l);
+  }
+  for (MemoryItem it : {MemoryItem::workspace, MemoryItem::cuda_context, MemoryItem::fragmentation}) {
+    CompareLine l;
+    l.name = to_string(it);
+    l.predicted = r.predicted_gpu.bytes[static_cast<int>(it)];
+    l.gpu_only = true;
+    l.note = it == MemoryItem::workspace ? "cuBLAS workspace" : it == MemoryItem::cuda_context ? "CUDA context" : "caching allocator";
+    r.memory_lines.push_back(l);
+  }
+  CompareLine total;
+  total.name = "peak (allocator side)";
+  total.predicted = pa.total;
+  total.measured = static_cast<double>(r.memory.peak_total);
+  total.note = std::string("predicted peak phase ") + to_string(pa.peak_phase) + ", measured " + to_string(r.memory.peak_phase);
+  r.memory_lines.push_back(total);
+  const char* phases[] = {"forward", "backward", "optimizer"};
+  for (int ph = 0; ph < 3; ++ph) {
+    CompareLine l;
+    l.name = std::string("peak in ") + phases[ph];
+    l.predicted = pa.phase_total[static_cast<size_t>(ph)];
+    l.measured = static_cast<double>(r.memory.phase[static_cast<size_t>(ph)].total);
+    r.memory_lines.push_back(l);
+  }
+}
+
+}  // namespace
+
+Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
+  if (o.backend != "cpu") return Status::bad_input("--backend: only 'cpu' is implemented, got '" + o.backend + "'");
+  if (o.steps < 1 || o.warmup < 0) return Status::bad_input("--steps must be >= 1 and --warmup >= 0");
+  if (o.layers < 0) return Status::bad_input("--layers must be >= 1");
+  RunReport r;
+  r.original = f;
+  r.executed = single_rank(f, o, &r.label);
+  const PlanFile& e = r.executed;
+  if (Status s = check_plan_status(e.model, e.cluster, e.job, e.plan, 1, "executed config"); !s) return s;
+  MemoryOptions gpu_only_zero;
+  gpu_only_zero.cuda_context_bytes = 0;
+  gpu_only_zero.gemm_workspace_bytes = 0;
+  gpu_only_zero.fragmentation_fraction = 0;
+  r.predicted_gpu = estimate_memory(e.model, e.cluster, e.job, e.plan).worst;
+  r.predicted_alloc = estimate_memory(e.model, e.cluster, e.job, e.plan, gpu_only_zero).worst;
+  r.predicted_time = estimate_time(e.model, e.cluster, e.job, e.plan);
+  r.tokens_per_step = e.job.global_batch * e.job.seq_len;
+
+  // ---- data
+  const int64_t b = e.plan.micro_batch, s = e.job.seq_len;
+  std::optional<DataLoader> loader;
+  if (!o.data.empty()) {
+    Result<TokenData> td = read_token_data(o.data);
+    if (!td) return td.status();
+    if (td->vocab > e.model.vocab)
+      return Status::bad_input(o.data + ": token ids up to " + std::to_string(td->vocab - 1) + " exceed the model's vocab " +
+                               std::to_string(e.model.vocab));
+    Result<DataLoader> dl = DataLoader::create(std::move(*td), s, 1, 0);
+    if (!dl) return dl.status();
+    loader.emplace(std::move(*dl));
+  }
+
+  CpuAllocator alloc;
+  if (o.memory_limit > 0) alloc.set_limit(o.memory_limit);
+  const PrecisionScheme ps = precision_scheme(e.job);
+  ModelConfig mc;
+  mc.spec = e.model;
+  mc.job = e.job;
+  mc.plan = e.plan;
+  mc.storage = ps.storage;
+  mc.grad = ps.grad;
+  mc.options = o.model;
+  mc.options.seed = o.seed;
+
+  auto fail_oom = [&](const Status& st, const Where& w) -> Result<RunReport> {
+    if (!alloc.last_oom()) return st;
+    r.oom = true;
+    r.oom_message = st.message();
+    r.oom_where = w;
+    r.memory = alloc.stats();
+    const Explanation ex = explain_plan(e.model, e.cluster, e.job, e.plan, 1, 0);
+    for (const PlanChange& c : ex.changes) {
+      if (r.fixes.size() >= 5) break;
+      r.fixes.push_back(c.description + (c.fits ? " (fits" : " (does not fit") + ", " +
+                        std::to_string(static_cast<int>(c.throughput_change * 100)) + "% throughput)");
+    }
+    compare(r);
+    return r;
+  };
+
+  Result<std::unique_ptr<Model>> model = build_model(alloc, mc);
+  if (!model) return fail_oom(model.status(), Where{Phase::other, -1, "weights and gradients"});
+  Result<std::unique_ptr<Trainer>> trainer = Trainer::create(alloc, **model, e.job, ps, o.trainer);
+  if (!trainer) return fail_oom(trainer.status(), Where{Phase::other, -1, "optimizer states and master weights"});
+  Model& m = **model;
+  Trainer& t = **trainer;
+
+  const int total = o.warmup + o.steps;
+  PackedBatch batch;
+  std::vector<double> times;
+  const int64_t accum = e.plan.grad_accum;
+  const double denom = static_cast<double>(accum * b * s);  // every target counts (no ignored ids)
+  for (int step = 0; step < total; ++step) {
+    if (step == o.warmup) alloc.reset_peaks();  // measured peaks cover the measured steps
+    const int64_t before_peak = alloc.stats().peak_total;
+    (void)before_peak;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.zero_grads();
+    double loss = 0;
+    for (int64_t mb = 0; mb < accum; ++mb) {
+      if (loader) loader->next(b, &batch);
+      else synthetic_batch(b, s, e.model.vocab, o.seed * 1000003 + static_cast<uint64_t>(step * accum + mb), &batch);
+      Result<double> l = m.forward_backward({batch.tokens.data(), batch.targets.data(), loader ? batch.doc_ids.data() : nullptr},
+                                            t.loss_scale(), denom, o.seed + static_cast<uint64_t>(step * accum + mb));
+      if (!l) return fail_oom(l.status(), m.where());
+      loss += *l;
+    }
+    alloc.set_phase(Phase::optimizer);
+    const StepOutcome so = t.step();
+    alloc.set_phase(Phase::other);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    StepMeasure sm;
+    sm.step = step;
+    sm.warmup = step < o.warmup;
+    sm.loss = loss;
+    sm.time_s = dt;
+    sm.tokens_per_s = static_cast<double>(r.tokens_per_step) / dt;
+    sm.skipped = so.skipped;
+    sm.loss_scale = so.loss_scale;
+    sm.grad_norm = so.grad_norm;
+    sm.peak_bytes = alloc.stats().peak_total;
+    r.steps.push_back(sm);
+    if (!sm.warmup) times.push_back(dt);
+    if (o.on_step) o.on_step(step, total, sm.warmup, loss, dt, sm.tokens_per_s);
+  }
+  r.memory = alloc.stats();
+  r.median_step_s = median(times);
+  r.tokens_per_s = r.median_step_s > 0 ? static_cast<double>(r.tokens_per_step) / r.median_step_s : 0;
+  compare(r);
+  r.step_time.name = "step time";
+  r.step_time.predicted = r.predicted_time.total;
+  r.step_time.measured = r.median_step_s;
+  r.step_time.note = "median of measured steps; predicted on cpu-host";
+  return r;
+}
+
+nlohmann::json report_to_json(const RunReport& r) {
+  using nlohmann::json;
+  json j;
+  j["label"] = r.label;
+  j["executed"] = {{"model", r.executed.model.name},
+                   {"layers", r.executed.model.layers},
+                   {"micro_batch", r.executed.plan.micro_batch},
+                   {"grad_accum", r.executed.plan.grad_accum},
+                   {"seq_len", r.executed.job.seq_len},
+                   {"precision", to_string(r.executed.job.precision)},
+                   {"amp", to_string(r.executed.job.amp)},
+                   {"recompute", to_string(r.executed.plan.recompute)},
+                   {"flash_attention", r.executed.plan.flash_attention},
+                   {"tokens_per_step", r.tokens_per_step}};
+  json steps = json::array();
+  for (const StepMeasure& s : r.steps)
+    steps.push_back({{"step", s.step}, {"warmup", s.warmup}, {"loss", s.loss}, {"time_s", s.time_s},
+                     {"tokens_per_s", s.tokens_per_s}, {"skipped", s.skipped}, {"loss_scale", s.loss_scale},
+                     {"grad_norm", s.grad_norm}, {"peak_bytes", s.peak_bytes}});
+  j["steps"] = steps;
+  json mem = json::array();
+  for (const CompareLine& l : r.memory_lines) {
+    json x = {{"name", l.name}, {"predicted_bytes", l.predicted}, {"gpu_only", l.gpu_only}, {"note", l.note}};
+    if (!l.gpu_only) {
+      x["measured_bytes"] = l.measured;
+      x["rel_error"] = l.rel_error();
+    }
+    mem.push_back(x);
+  }
+  j["memory"] = mem;
+  json per_cat = json::object();
+  for (int c = 0; c < kCategories; ++c) per_cat[to_string(static_cast<Category>(c))] = r.memory.peak[static_cast<size_t>(c)];
+  j["measured_peak_per_category"] = per_cat;
+  j["measured_peak_bytes"] = r.memory.peak_total;
+  j["measured_peak_phase"] = to_string(r.memory.peak_phase);
+  j["predicted_gpu"] = memory_to_json(r.predicted_gpu);
+  j["predicted_time"] = time_to_json(r.predicted_time);
+  j["step_time"] = {{"predicted_s", r.step_time.predicted}, {"measured_s", r.step_time.measured},
+                    {"rel_error", r.step_time.rel_error()}};
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["oom"] = r.oom;
+  if (r.oom) {
+    j["oom_detail"] = {{"message", r.oom_message}, {"phase", to_string(r.oom_where.phase)},
+                       {"layer", r.oom_where.layer}, {"part", r.oom_where.part}, {"fixes", r.fixes}};
+  }
+  return j;
+}
+
+}  // namespace llmplan::exec

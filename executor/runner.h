@@ -1,0 +1,104 @@
+// Runner: executes a plan file's training job for N steps on the CPU and compares what it
+// measured with what the planner predicts for exactly what ran.
+//
+// What runs (single rank, until the distributed executor lands): the dp=1/tp=1/pp=1/cp=1
+// equivalent of the plan, with micro_batch, grad_accum (= global / (micro * dp) of the
+// plan), recompute, flash attention, precision, optimizer, LoRA/freezing kept; ZeRO and
+// offload dropped (no data-parallel group to shard over); `layers` > 0 scales the depth.
+// The report's `label` says which of these changes were made. The prediction is
+// recomputed (estimate_memory / estimate_time) for that executed config on the "cpu-host"
+// device (cpu_host_gpu below), never read from the file.
+//
+// Measured: per-step loss, wall time, tokens/s; allocator peaks per Category, per Phase
+// and overall. Compared with the planner's lines on the allocator side: weights,
+// gradients, optimizer states, master weights, activations, logits+loss, and the
+// backward working set against the measured workspace category (activation gradients,
+// recompute, op scratch). GPU-only lines (CUDA context, cuBLAS workspace, NCCL buffers,
+// caching-allocator fragmentation) have no CPU counterpart and are listed as such.
+//
+// Out of memory against `memory_limit` is a result, not an error: the report has oom set,
+// with the phase, layer and part where it happened and the planner's suggested fixes.
+// Errors (Status) are for bad input (bad_input) and failures other than OOM (runtime).
+// Thread-safety: one run per thread; OpenBLAS threads the GEMMs (OPENBLAS_NUM_THREADS).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "executor/allocator.h"
+#include "executor/model.h"
+#include "executor/trainer.h"
+#include "planner/memory_model.h"
+#include "planner/plan_file.h"
+#include "planner/time_model.h"
+
+namespace llmplan::exec {
+
+// The CPU as a planner "GPU": peak 150 GFLOP/s in every dtype (16-bit storage computes in
+// fp32 here), 20 GB/s memory bandwidth (PLATFORM.md: this machine's 2 Zen 3 cores reach
+// 145-160 GFLOP/s in sgemm), capacity = `memory_bytes`.
+GpuSpec cpu_host_gpu(double memory_bytes);
+
+struct RunOptions {
+  std::string backend = "cpu";  // only "cpu" today. Default: cpu
+  int steps = 20;               // optimizer steps measured. Default: 20
+  int warmup = 3;               // extra steps first, not in the medians. Default: 3
+  int layers = 0;               // > 0: run this many layers instead of the model's
+  std::string data;             // token file / .txt / folder; "" = synthetic tokens
+  int64_t memory_limit = 0;     // bytes; 0 = none
+  uint64_t seed = 1234;         // init, data order, dropout
+  TrainerOptions trainer;
+  ModelOptions model;
+  std::function<void(int step, int total, bool warmup, double loss, double time_s, double tokens_per_s)> on_step;
+};
+
+struct StepMeasure {
+  int step = 0;             // 0-based, warm-up steps included
+  bool warmup = false;
+  double loss = 0;          // mean over the step's micro-batches (per token)
+  double time_s = 0;
+  double tokens_per_s = 0;
+  bool skipped = false;     // fp16 overflow: no update
+  double loss_scale = 1;
+  double grad_norm = 0;
+  int64_t peak_bytes = 0;   // allocator peak during this step
+};
+
+struct CompareLine {
+  std::string name;         // "activations", "peak (allocator side)", "step time"
+  double predicted = 0;     // bytes or s
+  double measured = 0;
+  bool gpu_only = false;    // no CPU counterpart: measured is n/a
+  std::string note;
+  double rel_error() const { return predicted != 0 ? (measured - predicted) / predicted : 0; }
+};
+
+struct RunReport {
+  PlanFile original;
+  PlanFile executed;            // the single-rank config that ran
+  std::string label;            // what was changed to run it here
+  int64_t tokens_per_step = 0;
+  std::vector<StepMeasure> steps;
+  MemoryStats memory;           // allocator stats over the measured steps (bytes)
+  StageMemory predicted_gpu;    // the planner's full per-GPU prediction
+  StageMemory predicted_alloc;  // the same with GPU-only lines set to 0
+  StepTime predicted_time;      // on cpu_host_gpu
+  std::vector<CompareLine> memory_lines;
+  CompareLine step_time;
+  double median_step_s = 0, tokens_per_s = 0;
+  bool oom = false;
+  std::string oom_message;
+  Where oom_where;
+  std::vector<std::string> fixes;  // planner explain: fitting changes first
+};
+
+// Builds the model and trainer, runs warmup + steps, measures and compares. Errors: see top.
+Result<RunReport> run_plan(const PlanFile& plan, const RunOptions& options);
+
+nlohmann::json report_to_json(const RunReport& r);
+
+}  // namespace llmplan::exec

@@ -1,0 +1,192 @@
+#include "executor/trainer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "executor/cpu/ops.h"
+
+namespace llmplan::exec {
+
+PrecisionScheme precision_scheme(const TrainingJob& j, bool f64) {
+  PrecisionScheme p;
+  if (f64) {
+    p.storage = p.grad = p.optimizer = DType::f64;
+    return p;
+  }
+  if (j.precision == Precision::fp32) return p;
+  const DType half = j.precision == Precision::bf16 ? DType::bf16 : DType::f16;
+  p.storage = half;
+  p.loss_scaling = j.precision == Precision::fp16;
+  switch (j.amp) {
+    case AmpLevel::O1:
+      p.grad = DType::f32;
+      p.f32_weight_copy = true;
+      break;
+    case AmpLevel::O3:
+      p.grad = half;
+      p.optimizer = half;
+      break;
+    case AmpLevel::O0:
+    case AmpLevel::O2:
+      p.grad = j.grads == GradConvention::megatron ? DType::f32 : half;
+      p.master = true;
+      break;
+  }
+  return p;
+}
+
+namespace {
+
+Status make(TrackingAllocator& a, Tensor& t, int64_t n, DType dt, Category c, const std::string& name) {
+  Result<Tensor> r = Tensor::zeros(a, Shape{n}, dt, c, name);
+  if (!r) return r.status();
+  t = std::move(*r);
+  return Status::ok();
+}
+
+// Any dtype -> f32 / f32 -> any dtype, n elements.
+void to_f32(const Tensor& t, int64_t off, float* out, int64_t n) {
+  switch (t.dtype()) {
+    case DType::f32: std::memcpy(out, t.data<float>() + off, static_cast<size_t>(n) * 4); break;
+    case DType::bf16: cpu::cast<bf16_t, float>(t.data<bf16_t>() + off, out, n); break;
+    case DType::f16: cpu::cast<f16_t, float>(t.data<f16_t>() + off, out, n); break;
+    default: break;
+  }
+}
+void from_f32(const float* in, Tensor& t, int64_t off, int64_t n) {
+  switch (t.dtype()) {
+    case DType::f32: std::memcpy(t.data<float>() + off, in, static_cast<size_t>(n) * 4); break;
+    case DType::bf16: cpu::cast<float, bf16_t>(in, t.data<bf16_t>() + off, n); break;
+    case DType::f16: cpu::cast<float, f16_t>(in, t.data<f16_t>() + off, n); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& model, const TrainingJob& job,
+                                                 const PrecisionScheme& scheme, const TrainerOptions& options) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->model_ = &model;
+  t->job_ = job;
+  t->scheme_ = scheme;
+  t->opt_ = options;
+  t->loss_scale_ = scheme.loss_scaling ? options.initial_loss_scale : 1.0;
+  const bool adam = job.optimizer == Optimizer::adamw;
+  for (ParamRef& p : model.params()) {
+    const int64_t n = p.weight->numel();
+    if (p.grad == nullptr) {
+      if (scheme.f32_weight_copy) {
+        Tensor c;
+        if (Status s = make(a, c, n, DType::f32, Category::weights, p.name + ".f32"); !s) return s;
+        to_f32(*p.weight, 0, c.data<float>(), n);
+        t->frozen_copies_.push_back(std::move(c));
+      }
+      continue;
+    }
+    State st;
+    st.param = &p;
+    if (scheme.master || scheme.f32_weight_copy) {
+      const Category c = scheme.master ? Category::master_weights : Category::weights;
+      if (Status s = make(a, st.master, n, DType::f32, c, p.name + (scheme.master ? ".master" : ".f32")); !s) return s;
+      to_f32(*p.weight, 0, st.master.data<float>(), n);
+    }
+    if (Status s = make(a, st.m, n, scheme.optimizer, Category::optimizer_states, p.name + (adam ? ".exp_avg" : ".momentum")); !s)
+      return s;
+    if (adam)
+      if (Status s = make(a, st.v, n, scheme.optimizer, Category::optimizer_states, p.name + ".exp_avg_sq"); !s) return s;
+    t->states_.push_back(std::move(st));
+  }
+  return t;
+}
+
+void Trainer::update(State& s, double grad_scale) {
+  const bool adam = job_.optimizer == Optimizer::adamw;
+  ParamRef& p = *s.param;
+  const int64_t n = p.weight->numel();
+  cpu::AdamWOptions ao{opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, p.decay ? opt_.weight_decay : 0.0};
+  cpu::SgdOptions so{opt_.lr, opt_.momentum, p.decay ? opt_.weight_decay : 0.0};
+  const int64_t step = updates_ + 1;
+  if (p.weight->dtype() == DType::f64) {
+    double* w = p.weight->data<double>();
+    const double* g = p.grad->data<double>();
+    if (adam) cpu::adamw_step<double, double>(w, g, s.m.data<double>(), s.v.data<double>(), n, ao, step, grad_scale);
+    else cpu::sgd_step<double, double>(w, g, s.m.data<double>(), n, so, grad_scale);
+    return;
+  }
+  if (p.weight->dtype() == DType::f32) {
+    float* w = p.weight->data<float>();
+    const float* g = p.grad->data<float>();
+    if (adam) cpu::adamw_step<float, float>(w, g, s.m.data<float>(), s.v.data<float>(), n, ao, step, grad_scale);
+    else cpu::sgd_step<float, float>(w, g, s.m.data<float>(), n, so, grad_scale);
+    return;
+  }
+  if (s.master.defined()) {  // O1 / O2: update the f32 copy, round into the 16-bit weights
+    float* w = s.master.data<float>();
+    float* m = s.m.data<float>();
+    float* v = adam ? s.v.data<float>() : nullptr;
+    switch (p.grad->dtype()) {
+      case DType::f32:
+        if (adam) cpu::adamw_step<float, float>(w, p.grad->data<float>(), m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, float>(w, p.grad->data<float>(), m, n, so, grad_scale);
+        break;
+      case DType::bf16:
+        if (adam) cpu::adamw_step<float, bf16_t>(w, p.grad->data<bf16_t>(), m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, bf16_t>(w, p.grad->data<bf16_t>(), m, n, so, grad_scale);
+        break;
+      case DType::f16:
+        if (adam) cpu::adamw_step<float, f16_t>(w, p.grad->data<f16_t>(), m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, f16_t>(w, p.grad->data<f16_t>(), m, n, so, grad_scale);
+        break;
+      default: break;
+    }
+    from_f32(w, *p.weight, 0, n);
+    return;
+  }
+  // O3: everything 16-bit; update in f32 chunks (stack scratch, 4 x 16 KiB).
+  constexpr int64_t kChunk = 4096;
+  float w[kChunk], g[kChunk], m[kChunk], v[kChunk];
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t c = std::min(kChunk, n - off);
+    to_f32(*p.weight, off, w, c);
+    to_f32(*p.grad, off, g, c);
+    to_f32(s.m, off, m, c);
+    if (adam) {
+      to_f32(s.v, off, v, c);
+      cpu::adamw_step<float, float>(w, g, m, v, c, ao, step, grad_scale);
+      from_f32(v, s.v, off, c);
+    } else {
+      cpu::sgd_step<float, float>(w, g, m, c, so, grad_scale);
+    }
+    from_f32(m, s.m, off, c);
+    from_f32(w, *p.weight, off, c);
+  }
+}
+
+StepOutcome Trainer::step() {
+  StepOutcome out;
+  out.loss_scale = loss_scale_;
+  std::vector<cpu::GradRef> grads;
+  for (State& s : states_) grads.push_back({s.param->grad->raw(), s.param->grad->numel(), s.param->grad->dtype()});
+  const double norm = cpu::global_grad_norm(grads) / loss_scale_;
+  out.grad_norm = norm;
+  if (!std::isfinite(norm)) {
+    out.skipped = true;
+    if (scheme_.loss_scaling) {
+      loss_scale_ *= opt_.backoff;
+      good_steps_ = 0;
+    }
+    return out;
+  }
+  const double clip = opt_.clip_norm > 0 ? cpu::clip_factor(norm, opt_.clip_norm) : 1.0;
+  const double grad_scale = clip / loss_scale_;
+  for (State& s : states_) update(s, grad_scale);
+  ++updates_;
+  if (scheme_.loss_scaling && ++good_steps_ >= opt_.growth_interval) {
+    loss_scale_ *= 2;
+    good_steps_ = 0;
+  }
+  return out;
+}
+
+}  // namespace llmplan::exec

@@ -1,0 +1,95 @@
+// Trainer: the optimizer side of a model -- precision scheme (master weights, gradient and
+// optimizer-state dtypes as planner bytes_per_param defines them), AdamW or SGD-momentum
+// with weight decay, gradient-norm clipping and fp16 dynamic loss scaling.
+//
+//   fp32        weights f32, grads f32, optimizer f32 (no master)        16 B/param (AdamW)
+//   O2 (and O0) weights 16-bit, grads 16-bit (deepspeed) or f32 (megatron), f32 master
+//               in Category::master_weights, optimizer f32
+//   O1          16-bit compute weights + an f32 copy of every weight (Category::weights,
+//               4 + 2 B), grads f32, optimizer f32, no master
+//   O3          weights, grads and optimizer moments all 16-bit, no master
+// Frozen parameters (ParamRef::grad == nullptr) get no optimizer state and no master.
+// Optimizer states and master weights are allocated at creation (the planner counts them
+// in every phase).
+//
+// Loss scaling (fp16 only): the model's backward is multiplied by loss_scale(); step()
+// checks every gradient for inf/NaN, and on overflow skips the update and multiplies the
+// scale by `backoff`; after `growth_interval` clean steps it doubles the scale.
+// Thread-safety: none.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "executor/allocator.h"
+#include "executor/model.h"
+#include "executor/tensor.h"
+#include "planner/specs.h"
+#include "planner/status.h"
+
+namespace llmplan::exec {
+
+// Storage dtypes of a job's precision scheme.
+struct PrecisionScheme {
+  DType storage = DType::f32;    // weights used by compute, activations
+  DType grad = DType::f32;       // weight gradients
+  DType optimizer = DType::f32;  // Adam moments / momentum
+  bool master = false;           // f32 master copy in Category::master_weights (O2)
+  bool f32_weight_copy = false;  // f32 copy of every weight in Category::weights (O1)
+  bool loss_scaling = false;     // fp16 dynamic loss scaling
+};
+// From precision, amp and grads; f64 = true gives the float64 mode of the gradient tests.
+PrecisionScheme precision_scheme(const TrainingJob& job, bool f64 = false);
+
+struct TrainerOptions {
+  double lr = 1e-3;               // Default: 1e-3
+  double beta1 = 0.9;             // Default: 0.9
+  double beta2 = 0.95;            // Default: 0.95 (GPT-3 / Llama pre-training)
+  double eps = 1e-8;              // Default: 1e-8
+  double weight_decay = 0.1;      // on matrices only (ParamRef::decay). Default: 0.1
+  double momentum = 0.9;          // SGD. Default: 0.9
+  double clip_norm = 1.0;         // global gradient-norm clip; 0 = off. Default: 1.0
+  double initial_loss_scale = 65536.0;  // fp16. Default: 2^16
+  int growth_interval = 2000;     // clean steps before the scale doubles. Default: 2000
+  double backoff = 0.5;           // scale factor on overflow. Default: 0.5
+};
+
+struct StepOutcome {
+  bool skipped = false;       // overflow: no update was applied
+  double grad_norm = 0;       // of the unscaled gradients (inf/NaN when skipped)
+  double loss_scale = 1;      // the scale the step's backward used
+};
+
+class Trainer {
+ public:
+  // Allocates master weights / fp32 copies and optimizer states for `model`'s params.
+  // REQUIRES: model and alloc outlive the trainer. Errors: runtime (OOM).
+  static Result<std::unique_ptr<Trainer>> create(TrackingAllocator& alloc, Model& model, const TrainingJob& job,
+                                                 const PrecisionScheme& scheme, const TrainerOptions& options);
+  // The loss scale to pass to Model::forward_backward (1 without loss scaling).
+  double loss_scale() const { return loss_scale_; }
+  // Applies the accumulated gradients (call zero_grads on the model afterwards).
+  StepOutcome step();
+  int64_t updates() const { return updates_; }
+
+ private:
+  struct State {
+    ParamRef* param = nullptr;
+    Tensor master;  // f32 (O2 master, O1 weight copy); undefined otherwise
+    Tensor m, v;    // optimizer states (v unused by SGD)
+  };
+  Trainer() = default;
+  void update(State& s, double grad_scale);
+
+  Model* model_ = nullptr;
+  TrainingJob job_;
+  PrecisionScheme scheme_;
+  TrainerOptions opt_;
+  std::vector<State> states_;
+  std::vector<Tensor> frozen_copies_;  // O1: f32 copies of frozen weights (planner counts 6 B)
+  double loss_scale_ = 1;
+  int good_steps_ = 0;
+  int64_t updates_ = 0;
+};
+
+}  // namespace llmplan::exec

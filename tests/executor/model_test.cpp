@@ -1,0 +1,243 @@
+// GPT and Llama models: float64 gradients against central finite differences, recompute
+// that changes memory but not one bit of the losses, and the measured activation bytes of
+// every recompute policy and precision equal to the planner recipe's, to the byte.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "executor/model.h"
+#include "executor/trainer.h"
+#include "planner/memory_model.h"
+#include "planner/recipe.h"
+#include "tests/executor/test_util.h"
+
+namespace llmplan::exec {
+namespace {
+
+using testing::grads_match;
+using testing::Rng;
+using testing::test_seed;
+
+ModelSpec tiny_gpt(bool dropout) {
+  ModelSpec m;
+  m.name = "tiny-gpt";
+  m.family = Family::gpt;
+  m.layers = 2;
+  m.hidden = 16;
+  m.heads = 2;
+  m.kv_heads = 2;
+  m.ffn_hidden = 64;
+  m.vocab = 32;
+  m.max_positions = 16;
+  m.tied_embeddings = true;
+  m.dropout = dropout;
+  return m;
+}
+
+ModelSpec tiny_llama() {
+  ModelSpec m;
+  m.name = "tiny-llama";
+  m.family = Family::llama;
+  m.layers = 2;
+  m.hidden = 16;
+  m.heads = 4;
+  m.kv_heads = 2;  // GQA
+  m.ffn_hidden = 40;
+  m.vocab = 32;
+  m.max_positions = 64;
+  m.tied_embeddings = false;
+  return m;
+}
+
+ModelConfig config(const ModelSpec& m, Precision prec, Recompute rc, bool flash, bool f64 = false) {
+  ModelConfig c;
+  c.spec = m;
+  c.job.seq_len = 8;
+  c.job.global_batch = 2;
+  c.job.precision = prec;
+  c.job.amp = AmpLevel::O2;
+  c.plan.micro_batch = 2;
+  c.plan.recompute = rc;
+  c.plan.recompute_layers = 1;
+  c.plan.flash_attention = flash;
+  const PrecisionScheme ps = precision_scheme(c.job, f64);
+  c.storage = ps.storage;
+  c.grad = ps.grad;
+  return c;
+}
+
+struct Data {
+  std::vector<int32_t> tokens, targets, docs;
+  Batch batch(bool with_docs) const { return {tokens.data(), targets.data(), with_docs ? docs.data() : nullptr}; }
+};
+Data random_data(const ModelConfig& c, uint64_t seed) {
+  Rng rng(seed);
+  Data d;
+  const int64_t n = c.plan.micro_batch * c.job.seq_len;
+  for (int64_t i = 0; i < n; ++i) {
+    d.tokens.push_back(static_cast<int32_t>(rng.integer(0, c.spec.vocab - 1)));
+    d.targets.push_back(static_cast<int32_t>(rng.integer(0, c.spec.vocab - 1)));
+    d.docs.push_back(static_cast<int32_t>((i % c.job.seq_len) < 3 ? 0 : 1));  // two documents per sequence
+  }
+  d.targets[1] = -1;  // one ignored target
+  return d;
+}
+
+// Analytic gradients of a sample of every parameter against central differences.
+void check_gradients(ModelConfig c, bool with_docs) {
+  c.options.randomize_all = true;
+  c.options.dropout_p = 0.2;
+  CpuAllocator alloc;
+  auto model = build_model(alloc, c);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  Model& m = **model;
+  const Data data = random_data(c, test_seed());
+  const uint64_t seed = 77;
+  m.zero_grads();
+  ASSERT_TRUE(m.forward_backward(data.batch(with_docs), 1.0, 0, seed).ok());
+  Rng rng(test_seed() + 1);
+  std::vector<double> analytic, numeric;
+  for (ParamRef& p : m.params()) {
+    ASSERT_NE(p.grad, nullptr) << p.name;
+    double* w = p.weight->data<double>();
+    const double* g = p.grad->data<double>();
+    for (int k = 0; k < 3; ++k) {  // three random elements of each parameter
+      const int64_t i = rng.integer(0, p.weight->numel() - 1);
+      const double w0 = w[i], h = 1e-5;
+      w[i] = w0 + h;
+      const double fp = *m.forward_loss(data.batch(with_docs), 0, seed);
+      w[i] = w0 - h;
+      const double fm = *m.forward_loss(data.batch(with_docs), 0, seed);
+      w[i] = w0;
+      analytic.push_back(g[i]);
+      numeric.push_back((fp - fm) / (2 * h));
+    }
+  }
+  const ::testing::AssertionResult r = grads_match(c.spec.name, analytic, numeric, 1e-6);
+  EXPECT_TRUE(r);
+  std::printf("%s (%zu elements)\n", r.message(), analytic.size());
+}
+
+TEST(ModelGrad, GptMaterializedWithDropoutFloat64) {
+  check_gradients(config(tiny_gpt(true), Precision::fp32, Recompute::none, false, true), false);
+}
+TEST(ModelGrad, GptFlashFullRecomputeFloat64) {
+  check_gradients(config(tiny_gpt(false), Precision::fp32, Recompute::full, true, true), true);
+}
+TEST(ModelGrad, LlamaGqaPackedFloat64) {
+  check_gradients(config(tiny_llama(), Precision::fp32, Recompute::none, true, true), true);
+}
+TEST(ModelGrad, LlamaMaterializedSelectiveFloat64) {
+  check_gradients(config(tiny_llama(), Precision::fp32, Recompute::selective, false, true), false);
+}
+
+// What the planner says the activation category holds at the end of the forward: every
+// layer's recipe bytes under its policy, the final-norm and LM-head inputs, and GPT's
+// embedding dropout mask (memory_model.cpp's last-stage and first-stage terms).
+int64_t planned_activation_bytes(const ModelConfig& c) {
+  double sum = 0;
+  for (int i = 0; i < c.spec.layers; ++i)
+    sum += activation_bytes_per_layer(c.spec, model_layer_context(c, i), layer_recompute(c.plan, i));
+  const double tokens = static_cast<double>(c.plan.micro_batch) * c.job.seq_len;
+  const int act = static_cast<int>(dtype_size(c.storage));
+  sum += 2 * tokens * c.spec.hidden * act;
+  const bool embed_trainable = c.job.mode != TrainMode::lora && c.job.frozen_layer_count(c.spec.layers) == 0;
+  if (c.spec.dropout && embed_trainable) sum += tokens * c.spec.hidden;
+  return static_cast<int64_t>(sum);
+}
+
+int64_t measured_activation_bytes(const ModelConfig& c) {
+  CpuAllocator alloc;
+  auto model = build_model(alloc, c);
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  if (!model.ok()) return -1;
+  const Data data = random_data(c, 5);
+  alloc.reset_peaks();
+  auto loss = (*model)->forward_backward(data.batch(true), 1.0, 0, 3);
+  EXPECT_TRUE(loss.ok()) << loss.status().message();
+  EXPECT_EQ(alloc.stats().live[static_cast<int>(Category::activations)], 0) << "activations leaked past the step";
+  return alloc.stats().peak[static_cast<int>(Category::activations)];
+}
+
+TEST(ModelRecipe, ActivationBytesEqualRecipeForEveryPolicyAndPrecision) {
+  int checked = 0;
+  for (const ModelSpec& spec : {tiny_gpt(true), tiny_gpt(false), tiny_llama()})
+    for (Precision prec : {Precision::fp32, Precision::bf16, Precision::fp16})
+      for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full, Recompute::full_k})
+        for (bool flash : {false, true}) {
+          const ModelConfig c = config(spec, prec, rc, flash);
+          SCOPED_TRACE(spec.name + std::string(" dropout=") + (spec.dropout ? "1" : "0") + " " + to_string(prec) + " " +
+                       to_string(rc) + (flash ? " flash" : " materialized"));
+          const int64_t measured = measured_activation_bytes(c), planned = planned_activation_bytes(c);
+          EXPECT_EQ(measured, planned);
+          if (checked % 8 == 0) std::printf("%s: measured %lld B, recipe %lld B\n", c.spec.name.c_str(), static_cast<long long>(measured), static_cast<long long>(planned));
+          ++checked;
+        }
+  EXPECT_EQ(checked, 72);
+}
+
+TEST(ModelRecipe, LoraAndFrozenLayersKeepWhatTheRecipeSays) {
+  for (const ModelSpec& spec : {tiny_gpt(true), tiny_llama()}) {
+    ModelConfig lora = config(spec, Precision::bf16, Recompute::none, false);
+    lora.job.mode = TrainMode::lora;
+    lora.job.lora.rank = 2;
+    lora.job.lora.targets = {"q", "v", "down"};
+    EXPECT_EQ(measured_activation_bytes(lora), planned_activation_bytes(lora)) << spec.name << " lora";
+    ModelConfig frozen = config(spec, Precision::fp32, Recompute::selective, false);
+    frozen.job.frozen_layers = 1;
+    const int64_t fb = measured_activation_bytes(frozen);
+    EXPECT_EQ(fb, planned_activation_bytes(frozen)) << spec.name << " frozen";
+    // A frozen layer keeps nothing: less than the unfrozen model.
+    ModelConfig unfrozen = frozen;
+    unfrozen.job.frozen_layers = 0;
+    EXPECT_LT(fb, measured_activation_bytes(unfrozen));
+  }
+}
+
+// Five training steps; losses of each step.
+std::vector<double> train_losses(const ModelConfig& c, int steps, int64_t* act_peak) {
+  CpuAllocator alloc;
+  auto model = build_model(alloc, c);
+  EXPECT_TRUE(model.ok());
+  TrainerOptions to;
+  to.lr = 1e-2;
+  auto trainer = Trainer::create(alloc, **model, c.job, precision_scheme(c.job), to);
+  EXPECT_TRUE(trainer.ok());
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    const Data data = random_data(c, 100 + s);
+    (*model)->zero_grads();
+    losses.push_back(*(*model)->forward_backward(data.batch(true), (*trainer)->loss_scale(), 0, 1000 + s));
+    (*trainer)->step();
+  }
+  *act_peak = alloc.stats().peak[static_cast<int>(Category::activations)];
+  return losses;
+}
+
+TEST(ModelRecompute, BitIdenticalLossesAndLessActivationMemory) {
+  for (const ModelSpec& spec : {tiny_gpt(true), tiny_llama()}) {
+    int64_t none_peak = 0, sel_peak = 0, full_peak = 0;
+    const ModelConfig cn = config(spec, Precision::fp32, Recompute::none, false);
+    const ModelConfig cs = config(spec, Precision::fp32, Recompute::selective, false);
+    const ModelConfig cf = config(spec, Precision::fp32, Recompute::full, false);
+    const std::vector<double> none = train_losses(cn, 5, &none_peak);
+    const std::vector<double> sel = train_losses(cs, 5, &sel_peak);
+    const std::vector<double> full = train_losses(cf, 5, &full_peak);
+    for (size_t i = 0; i < none.size(); ++i) {
+      EXPECT_EQ(std::memcmp(&none[i], &sel[i], sizeof(double)), 0) << spec.name << " step " << i << ": " << none[i] << " vs " << sel[i];
+      EXPECT_EQ(std::memcmp(&none[i], &full[i], sizeof(double)), 0) << spec.name << " step " << i << ": " << none[i] << " vs " << full[i];
+    }
+    EXPECT_LT(none.back(), none.front()) << "training made progress";
+    EXPECT_EQ(none_peak, planned_activation_bytes(cn));
+    EXPECT_EQ(sel_peak, planned_activation_bytes(cs));
+    EXPECT_EQ(full_peak, planned_activation_bytes(cf));
+    EXPECT_LT(sel_peak, none_peak);
+    EXPECT_LT(full_peak, sel_peak);
+  }
+}
+
+}  // namespace
+}  // namespace llmplan::exec

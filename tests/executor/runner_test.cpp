@@ -1,0 +1,261 @@
+// Runner, trainer and data: peak memory against the planner's allocator-side prediction,
+// the loss falling on the shipped corpus, LoRA freezing, fp16 loss scaling, OOM reports,
+// and disjoint data shards.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "executor/data.h"
+#include "executor/runner.h"
+#include "executor/trainer.h"
+
+namespace llmplan::exec {
+namespace {
+
+PlanFile tiny_plan(Family fam, Precision prec, Recompute rc, bool flash) {
+  PlanFile f;
+  ModelSpec& m = f.model;
+  m.name = fam == Family::gpt ? "tiny-gpt" : "tiny-llama";
+  m.family = fam;
+  m.layers = 2;
+  m.hidden = 64;
+  m.heads = 4;
+  m.kv_heads = fam == Family::gpt ? 4 : 2;
+  m.ffn_hidden = fam == Family::gpt ? 256 : 176;
+  m.vocab = kByteVocab;
+  m.max_positions = 256;
+  m.tied_embeddings = fam == Family::gpt;
+  m.dropout = false;
+  f.cluster.gpu = cpu_host_gpu(1e12);
+  f.cluster.gpus_per_node = 1;
+  f.job.seq_len = 64;
+  f.job.global_batch = 16;
+  f.job.precision = prec;
+  f.job.amp = AmpLevel::O2;
+  f.plan.micro_batch = 8;
+  f.plan.grad_accum = 2;
+  f.plan.recompute = rc;
+  f.plan.flash_attention = flash;
+  return f;
+}
+
+const std::string kCorpus = std::string(LLMPLAN_SOURCE_ROOT) + "/data/corpus";
+
+// Total measured peak within 3% of the planner's allocator-side lines: weights, gradients,
+// optimizer states, master weights, activations, backward working set, logits + loss
+// (the GPU-only lines -- CUDA context, cuBLAS workspace, NCCL, fragmentation -- zeroed).
+TEST(Runner, PeakWithinThreePercentOfAllocatorSidePrediction) {
+  for (Family fam : {Family::gpt, Family::llama})
+    for (Precision prec : {Precision::fp32, Precision::bf16})
+      for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+        const PlanFile f = tiny_plan(fam, prec, rc, rc != Recompute::selective);
+        RunOptions o;
+        o.steps = 1;
+        o.warmup = 0;
+        Result<RunReport> r = run_plan(f, o);
+        ASSERT_TRUE(r.ok()) << r.status().message();
+        const double pred_fwd = r->predicted_alloc.phase_total[0], pred_peak = r->predicted_alloc.total;
+        const double meas = static_cast<double>(r->memory.peak_total);
+        const double meas_bwd = static_cast<double>(r->memory.phase[static_cast<int>(Phase::backward)].total);
+        std::printf("%s %s %s: peak measured %.0f B (%s); planner forward %.0f B (%+.2f%%), planner peak %.0f B (%s, %+.2f%%); "
+                    "backward measured %.0f B vs planner %.0f B (%+.2f%%)\n",
+                    f.model.name.c_str(), to_string(prec), to_string(rc), meas, to_string(r->memory.peak_phase), pred_fwd,
+                    100 * (meas / pred_fwd - 1), pred_peak, to_string(r->predicted_alloc.peak_phase), 100 * (meas / pred_peak - 1),
+                    meas_bwd, r->predicted_alloc.phase_total[1], 100 * (meas_bwd / r->predicted_alloc.phase_total[1] - 1));
+        // The planner's backward phase adds the backward working set on top of the logits,
+        // but the logits are freed before the first layer's backward: the peak is
+        // states + activations + max(logits + loss, backward working set).
+        const auto& pb = r->predicted_alloc.bytes;
+        auto item = [&](MemoryItem it) { return pb[static_cast<int>(it)]; };
+        const double states = item(MemoryItem::weights) + item(MemoryItem::gradients) + item(MemoryItem::optimizer_states) +
+                              item(MemoryItem::master_weights);
+        const double sequential = states + item(MemoryItem::activations) +
+                                  std::max(item(MemoryItem::logits_loss), item(MemoryItem::backward_working));
+        std::printf("   states + activations + max(logits, working) = %.0f B (%+.2f%%)\n", sequential, 100 * (meas / sequential - 1));
+        if (rc != Recompute::full) {
+          // No recompute: the peak is the end of the forward, states + activations + logits.
+          EXPECT_NEAR(meas / pred_fwd, 1.0, 0.03) << f.model.name << " " << to_string(prec) << " " << to_string(rc);
+        }
+        EXPECT_LE(meas, pred_peak) << "the planner's peak is an upper bound";
+        // The model-state and activation lines are exact.
+        for (const CompareLine& l : r->memory_lines) {
+          if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
+              l.name == "activations" || l.name == "logits_loss") {
+            EXPECT_EQ(l.measured, l.predicted) << l.name;
+          }
+        }
+      }
+}
+
+TEST(Runner, LossFallsOnTheShippedCorpus) {
+  PlanFile f = tiny_plan(Family::llama, Precision::fp32, Recompute::none, true);
+  f.job.global_batch = 8;
+  f.plan.grad_accum = 1;
+  RunOptions o;
+  o.steps = 150;
+  o.warmup = 0;
+  o.data = kCorpus;
+  o.trainer.lr = 3e-3;
+  o.trainer.weight_decay = 0;
+  Result<RunReport> r = run_plan(f, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  auto avg = [&](size_t from, size_t n) {
+    double s = 0;
+    for (size_t i = from; i < from + n; ++i) s += r->steps[i].loss;
+    return s / static_cast<double>(n);
+  };
+  const double first = r->steps.front().loss, last = avg(r->steps.size() - 10, 10);
+  std::printf("loss %.3f -> %.3f (mean of the last 10 of %zu steps), %.0f tokens/s\n", first, last, r->steps.size(), r->tokens_per_s);
+  EXPECT_NEAR(first, std::log(static_cast<double>(kByteVocab)), 0.3);
+  EXPECT_LT(last, 0.7 * first);
+}
+
+TEST(Trainer, LoraBaseWeightsGetNoGradientAndNoOptimizerState) {
+  PlanFile f = tiny_plan(Family::llama, Precision::bf16, Recompute::none, true);
+  f.job.mode = TrainMode::lora;
+  f.job.lora.rank = 4;
+  f.job.lora.targets = {"q", "v"};
+  ModelConfig c;
+  c.spec = f.model;
+  c.job = f.job;
+  c.plan = f.plan;
+  const PrecisionScheme ps = precision_scheme(c.job);
+  c.storage = ps.storage;
+  c.grad = ps.grad;
+  CpuAllocator alloc;
+  auto model = build_model(alloc, c);
+  ASSERT_TRUE(model.ok());
+  int trainable = 0;
+  int64_t adapter_params = 0;
+  for (ParamRef& p : (*model)->params()) {
+    const bool adapter = p.name.find("lora_") != std::string::npos;
+    EXPECT_EQ(p.grad != nullptr, adapter) << p.name;
+    if (adapter) {
+      ++trainable;
+      adapter_params += p.weight->numel();
+    }
+  }
+  EXPECT_EQ(trainable, 2 * 2 * 2);  // 2 layers x (q, v) x (A, B)
+  const int64_t grads_before = alloc.stats().live[static_cast<int>(Category::gradients)];
+  EXPECT_EQ(grads_before, adapter_params * 2);  // bf16 gradients of the adapters only
+  auto trainer = Trainer::create(alloc, **model, c.job, ps, TrainerOptions{});
+  ASSERT_TRUE(trainer.ok());
+  // AdamW: m and v in fp32 and an fp32 master, for adapter parameters only.
+  EXPECT_EQ(alloc.stats().live[static_cast<int>(Category::optimizer_states)], adapter_params * 8);
+  EXPECT_EQ(alloc.stats().live[static_cast<int>(Category::master_weights)], adapter_params * 4);
+  // A step changes adapters and leaves every base weight bit-identical.
+  std::vector<std::vector<uint8_t>> before;
+  for (ParamRef& p : (*model)->params())
+    before.emplace_back(static_cast<uint8_t*>(p.weight->raw()), static_cast<uint8_t*>(p.weight->raw()) + p.weight->bytes());
+  PackedBatch b;
+  synthetic_batch(8, 64, kByteVocab, 3, &b);
+  (*model)->zero_grads();
+  ASSERT_TRUE((*model)->forward_backward({b.tokens.data(), b.targets.data(), nullptr}, 1, 0, 1).ok());
+  (*trainer)->step();
+  size_t i = 0;
+  int changed = 0;
+  for (ParamRef& p : (*model)->params()) {
+    const bool same = std::equal(before[i].begin(), before[i].end(), static_cast<uint8_t*>(p.weight->raw()));
+    if (p.grad == nullptr) EXPECT_TRUE(same) << p.name;
+    else changed += same ? 0 : 1;
+    ++i;
+  }
+  EXPECT_GT(changed, 0);
+}
+
+TEST(Trainer, Fp16LossScalingSkipsAStepOnOverflowAndBacksOff) {
+  PlanFile f = tiny_plan(Family::gpt, Precision::fp16, Recompute::none, true);
+  ModelConfig c;
+  c.spec = f.model;
+  c.job = f.job;
+  c.plan = f.plan;
+  const PrecisionScheme ps = precision_scheme(c.job);
+  ASSERT_TRUE(ps.loss_scaling);
+  c.storage = ps.storage;
+  c.grad = ps.grad;
+  CpuAllocator alloc;
+  auto model = build_model(alloc, c);
+  ASSERT_TRUE(model.ok());
+  TrainerOptions to;
+  to.initial_loss_scale = std::ldexp(1.0, 40);  // injected overflow: fp16 gradients become inf
+  auto trainer = Trainer::create(alloc, **model, c.job, ps, to);
+  ASSERT_TRUE(trainer.ok());
+  Tensor* w = (*model)->params()[0].weight;
+  const std::vector<uint8_t> w0(static_cast<uint8_t*>(w->raw()), static_cast<uint8_t*>(w->raw()) + w->bytes());
+  PackedBatch b;
+  synthetic_batch(8, 64, kByteVocab, 3, &b);
+  int skipped = 0;
+  double scale = (*trainer)->loss_scale();
+  for (int s = 0; s < 40 && (*trainer)->updates() == 0; ++s) {
+    (*model)->zero_grads();
+    ASSERT_TRUE((*model)->forward_backward({b.tokens.data(), b.targets.data(), nullptr}, (*trainer)->loss_scale(), 0, 1).ok());
+    const StepOutcome so = (*trainer)->step();
+    if (so.skipped) {
+      ++skipped;
+      EXPECT_EQ((*trainer)->loss_scale(), scale * 0.5);
+      EXPECT_TRUE(std::equal(w0.begin(), w0.end(), static_cast<uint8_t*>(w->raw()))) << "a skipped step changed weights";
+    }
+    scale = (*trainer)->loss_scale();
+  }
+  EXPECT_GE(skipped, 1);
+  EXPECT_EQ((*trainer)->updates(), 1) << "a finite scale was reached and one update applied";
+  EXPECT_LT((*trainer)->loss_scale(), std::ldexp(1.0, 40));
+  EXPECT_FALSE(std::equal(w0.begin(), w0.end(), static_cast<uint8_t*>(w->raw())));
+}
+
+TEST(Runner, OutOfMemoryIsReportedWithPhaseLayerAndFixes) {
+  const PlanFile f = tiny_plan(Family::gpt, Precision::fp32, Recompute::none, false);
+  RunOptions o;
+  o.steps = 1;
+  o.warmup = 0;
+  Result<RunReport> full = run_plan(f, o);
+  ASSERT_TRUE(full.ok());
+  // Enough for the model states and part of the activations, not for the whole forward.
+  o.memory_limit = full->memory.at_peak[static_cast<int>(Category::weights)] * 4 + 20000;
+  Result<RunReport> r = run_plan(f, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->oom);
+  EXPECT_EQ(r->oom_where.phase, Phase::forward);
+  EXPECT_FALSE(r->oom_where.part.empty());
+  EXPECT_NE(r->oom_message.find("out of memory"), std::string::npos) << r->oom_message;
+  std::printf("OOM: %s, %s %d: %s\n", to_string(r->oom_where.phase), r->oom_where.part.c_str(), r->oom_where.layer,
+              r->oom_message.c_str());
+  EXPECT_FALSE(r->fixes.empty());
+}
+
+TEST(Data, PackingMasksDocumentsAndShardsAreDisjoint) {
+  TokenData d;
+  for (int doc = 0; doc < 40; ++doc) {
+    for (int i = 0; i < 5 + doc % 7; ++i) d.tokens.push_back(doc * 10 + i % 10);
+    d.tokens.push_back(kByteEot);
+  }
+  std::set<std::vector<int32_t>> seen[3];
+  for (int shard = 0; shard < 3; ++shard) {
+    auto l = DataLoader::create(d, 16, 3, shard);
+    ASSERT_TRUE(l.ok());
+    PackedBatch b;
+    for (int64_t k = 0; k < l->windows_in_shard(); ++k) {
+      l->next(1, &b);
+      for (int i = 0; i < 15; ++i) {
+        EXPECT_EQ(b.targets[static_cast<size_t>(i)], b.tokens[static_cast<size_t>(i + 1)]);
+        // A document id changes exactly after an EOT.
+        EXPECT_EQ(b.doc_ids[static_cast<size_t>(i + 1)] - b.doc_ids[static_cast<size_t>(i)],
+                  b.tokens[static_cast<size_t>(i)] == kByteEot ? 1 : 0);
+      }
+      seen[shard].insert(b.tokens);
+    }
+  }
+  for (int a = 0; a < 3; ++a)
+    for (int b = a + 1; b < 3; ++b)
+      for (const auto& w : seen[a]) EXPECT_EQ(seen[b].count(w), 0u) << "shards " << a << " and " << b << " share a sequence";
+  EXPECT_FALSE(read_token_data("/nonexistent.bin").ok());
+  auto corpus = read_token_data(kCorpus);
+  ASSERT_TRUE(corpus.ok());
+  EXPECT_EQ(corpus->tokens.size(), 45345u + 9330u + 2u);
+}
+
+}  // namespace
+}  // namespace llmplan::exec
