@@ -194,7 +194,7 @@ class ModelImpl final : public Model {
     const ModelSpec& m = c_.spec;
     L.index = i;
     L.ctx = model_layer_context(c_, i);
-    L.policy = layer_recompute(c_.plan, i);
+    L.policy = layer_recompute(c_.plan, i, m.layers);  // one stage holds every layer
     L.recipe = saved_tensors_per_layer(m, L.ctx);
     const std::string pre = "layer" + std::to_string(i);
     LL_TRY(init_norm(L.ln1, pre + ".ln1", L.ctx.base_trainable));

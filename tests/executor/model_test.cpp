@@ -140,7 +140,7 @@ TEST(ModelGrad, LlamaMaterializedSelectiveFloat64) {
 int64_t planned_activation_bytes(const ModelConfig& c) {
   double sum = 0;
   for (int i = 0; i < c.spec.layers; ++i)
-    sum += activation_bytes_per_layer(c.spec, model_layer_context(c, i), layer_recompute(c.plan, i));
+    sum += activation_bytes_per_layer(c.spec, model_layer_context(c, i), layer_recompute(c.plan, i, c.spec.layers));
   const double tokens = static_cast<double>(c.plan.micro_batch) * c.job.seq_len;
   const int act = static_cast<int>(dtype_size(c.storage));
   sum += 2 * tokens * c.spec.hidden * act;
