@@ -9,19 +9,26 @@
 namespace llmplan {
 
 Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g) {
-  // Ranks are laid out TP innermost, then CP, DP, PP. A group stays inside a node when
-  // the span of consecutive ranks it covers fits in one node.
-  int64_t span = 1;
+  // Ranks are laid out TP innermost, then CP, DP, PP: group g is `size` ranks `stride`
+  // apart. It stays inside a node when the span it covers fits in one node.
+  int64_t stride = 1, size = 1;
   switch (g) {
-    case Group::tp: span = p.tp; break;
-    case Group::cp: span = static_cast<int64_t>(p.tp) * p.cp; break;
-    case Group::ep:  // EP groups are carved out of DP x CP, after TP
-    case Group::dp: span = static_cast<int64_t>(p.tp) * p.cp * p.dp; break;
-    case Group::pp: span = static_cast<int64_t>(p.tp) * p.cp * p.dp * p.pp; break;
+    case Group::tp: size = p.tp; break;
+    case Group::cp: stride = p.tp, size = p.cp; break;
+    case Group::ep: stride = p.tp, size = p.ep; break;  // EP groups are carved out of DP x CP, after TP
+    case Group::dp: stride = static_cast<int64_t>(p.tp) * p.cp, size = p.dp; break;
+    case Group::pp: stride = static_cast<int64_t>(p.tp) * p.cp * p.dp, size = p.pp; break;
   }
-  if (g == Group::ep) span = static_cast<int64_t>(p.tp) * p.ep;
-  if (span <= c.gpus_per_node) return {c.intra_node_bandwidth, c.intra_node_latency};
-  return {c.inter_node_bandwidth, c.inter_node_latency};
+  if (stride * size <= c.gpus_per_node) return {c.intra_node_bandwidth, c.intra_node_latency};
+  // k ranks of the group share a node; NCCL's ring channels leave the node through k
+  // NICs (collectives only: PP sends and the CP ring are point-to-point, one NIC).
+  const int64_t k = stride >= c.gpus_per_node ? 1 : std::min<int64_t>(size, c.gpus_per_node / stride);
+  const int64_t nodes = (size + k - 1) / k;
+  const bool channels = g == Group::tp || g == Group::dp || g == Group::ep;
+  Link l;
+  l.bandwidth = c.inter_node_bandwidth * static_cast<double>(channels ? k : 1);
+  l.latency = ((k - 1) * c.intra_node_latency + (nodes - 1) * c.inter_node_latency) / static_cast<double>(size - 1);
+  return l;
 }
 
 double allreduce_time(double bytes, int n, const Link& l, const Efficiency& e) {
@@ -46,8 +53,11 @@ double p2p_time(double bytes, const Link& l, const Efficiency& e) {
 double gemm_time(double m, double n, double k, double elem_bytes, double peak_flops, double bandwidth, const Efficiency& e) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   const double flops = 2 * m * n * k;
+  const double d = std::min({m, n, k});
+  const double compute = flops / (peak_flops * e.gemm * d / (d + e.gemm_half_dim)) + flops * e.gemm_traffic / bandwidth;
+  // Roofline: a GEMM too thin to be compute-bound streams its operands once.
   const double bytes = elem_bytes * (m * k + k * n + m * n);
-  return std::max(flops / (peak_flops * e.gemm), bytes / (bandwidth * e.memory)) + e.kernel_launch_s;
+  return std::max(compute, bytes / (bandwidth * e.memory)) + e.kernel_launch_s;
 }
 
 Dtype compute_dtype(const TrainingJob& j, const GpuSpec& g) {
@@ -126,8 +136,12 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   const double core_full = 2 * 2 * tokens * static_cast<double>(lc.s_kv) * qw / t;
   double attn_fwd = 0, attn_bwd = 0;
   if (lc.flash) {
-    // Fused kernels skip the masked half; backward does 2.5x the forward's matmuls.
-    attn_fwd = 0.5 * core_full / (peak * e.attention) + e.kernel_launch_s;
+    // Fused kernels skip the masked half; backward does 2.5x the forward's matmuls
+    // (recomputed QK^T, dV, dP, dQ, dK). Narrow heads and short sequences use the tensor
+    // cores less well (Dao 2023, FlashAttention-2, Fig. 5-6).
+    const double d = static_cast<double>(m.head_width()), skv = static_cast<double>(lc.s_kv);
+    const double eff = e.attention * d / (d + e.gemm_half_dim) * skv / (skv + e.attention_half_seq);
+    attn_fwd = 0.5 * core_full * (1 / (peak * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
     attn_bwd = 2.5 * attn_fwd;
   } else {
     const double head_dim = static_cast<double>(m.head_width());
@@ -270,7 +284,9 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   const int dp_group = p.dp * p.cp;
   if (dp_group > 1 && trainable > 0) {
     const Link l = group_link(c, p, Group::dp);
-    const double grad_bytes = trainable * bpp.gradients;
+    // Mixed precision reduces gradients in fp32 (Megatron's main grads, PyTorch FSDP's
+    // reduce_dtype in torchtitan and llm-foundry); pure 16-bit or fp32 jobs in their own.
+    const double grad_bytes = trainable * (bpp.master > 0 ? 4.0 : bpp.gradients);
     const double weight_bytes = (p.zero == 3 ? all_params_rank : trainable) * bpp.weights;
     const double hide_bwd = e.overlap * worst_bwd, hide_fwd = e.overlap * worst_fwd;
     const double last_bucket = p2p_time(std::min(grad_bytes, 25.0 * 1024 * 1024), l, e);

@@ -12,21 +12,43 @@
 
 namespace llmplan {
 
-// Efficiency constants: the only tunables of the model, all in one place. Defaults are
-// fitted to the published runs in data/reference by `llmplan validate --fit` (see
-// README "Validation"); calibration from measured profiles replaces them per machine.
+// Efficiency constants: the only tunables of the model, all in one place. The defaults
+// are fitted to the published runs in data/reference by `llmplan validate --fit` (fit
+// on the even half of each group's fully specified throughput records, odd half held
+// out; see planner/validate.h); calibration from measured profiles replaces them per
+// machine. Fields the fit does not tune keep a physical default stated on the line.
 struct Efficiency {
-  double gemm = 0.80;          // fraction of dense peak a large GEMM reaches
-  double attention = 0.55;     // fused (flash) attention fraction of peak, fwd+bwd average
-  double memory = 0.75;        // fraction of HBM bandwidth reached by elementwise kernels
-  double network = 0.80;       // fraction of link bandwidth reached by NCCL collectives
-  double kernel_launch_s = 4e-6;  // fixed cost per GEMM/collective kernel
-  double overlap = 0.90;       // fraction of DP/ZeRO traffic that overlap can hide
-  double tp_overlap = 0.0;     // fraction of TP traffic hidden behind GEMMs
-  double fp8_gemm_speedup = 1.5;  // fp8 linear layers versus bf16 (GEMM-only)
+  // GEMMs: time = 2mnk / (peak * gemm * d/(d + gemm_half_dim)) + 2mnk * gemm_traffic / bw,
+  // d = the smallest of m, n, k. The first term is the tensor-core work at the sustained
+  // fraction of peak, lowered for thin GEMMs (tile and wave quantization, the prologue of
+  // each K loop); the second is the HBM traffic of operand tiles re-read from memory
+  // that the kernel does not hide, which costs more on GPUs with a high peak/bandwidth
+  // ratio (H100: 295 FLOP/B against A100's 153).
+  double gemm = 0.80;            // fraction of dense peak a large GEMM sustains
+  double gemm_half_dim = 64;     // elements: efficiency is half of `gemm` at this dimension
+  double gemm_traffic = 0;       // bytes of unhidden HBM traffic per GEMM FLOP
+  // Fused (flash) attention: causal FLOPs (forward + 2.5x backward) at attention *
+  // d/(d + gemm_half_dim) * s/(s + attention_half_seq) of peak (d head width, s keys),
+  // plus the K/V tiles each query block streams: FLOPs * attention_traffic / bw.
+  double attention = 0.55;       // fraction of peak at long sequences and wide heads
+  double attention_half_seq = 0; // keys: efficiency is halved at this sequence length
+  double attention_traffic = 0;  // bytes of unhidden HBM/L2 traffic per attention FLOP
+  double memory = 0.75;          // fraction of HBM bandwidth reached by elementwise kernels
+  double network = 0.80;         // fraction of link bandwidth reached by NCCL collectives
+  double kernel_launch_s = 4e-6; // fixed cost per GEMM/collective kernel, s
+  double overlap = 0.90;         // fraction of compute that can hide DP/ZeRO traffic
+  double tp_overlap = 0.0;       // fraction of TP traffic hidden behind GEMMs
+  double fp8_gemm_speedup = 1.5; // fp8 linear layers versus bf16 (GEMM-only)
 };
 
 // Which link a collective crosses, from the rank layout (TP innermost, then CP, DP, PP).
+// A group inside one node uses NVLink. A group that spans nodes with k ranks in each
+// node runs its NCCL rings over k channels that leave the node through k different
+// NICs, so its bus bandwidth per rank is k x the per-GPU NIC bandwidth (nccl-tests on
+// 8-GPU nodes with 4 x 200 Gb/s NICs reach about 91-96 GB/s busbw, i.e. the node's
+// aggregate); PP sends and the CP ring are point-to-point and use one NIC (k = 1).
+// The latency is per ring step, averaged so that (n-1) steps cost (k-1) NVLink hops and
+// (nodes-1) network hops, as a hierarchical ring does.
 struct Link {
   double bandwidth = 0;  // bytes/s per GPU, one direction
   double latency = 0;    // s per hop
