@@ -121,8 +121,9 @@ void print_fit(const FitReport& f) {
   const auto names = efficiency_field_names();
   Efficiency start = f.start, fitted = f.fitted;
   for (size_t i = 0; i < names.size(); ++i)
-    std::printf("  %-12s %.4f -> %.4f\n", names[i].c_str(), *efficiency_field(&start, static_cast<int>(i)),
+    std::printf("  %-20s %-10.4g -> %.6g\n", names[i].c_str(), *efficiency_field(&start, static_cast<int>(i)),
                 *efficiency_field(&fitted, static_cast<int>(i)));
+  std::printf("(planner/time_model.h keeps these as the Efficiency defaults; the rows below use them)\n");
 }
 
 // The rebuilt job of one record with the planner's memory and time breakdowns.
@@ -163,7 +164,9 @@ int run_validate(const ValidateCommand& c) {
   opt.sweep_threads = c.threads;
   const bool json_only = c.json_out == "-";
   if (c.fit) {
-    const FitReport f = fit_efficiency(*set, *presets, opt);
+    ValidationOptions start = opt;
+    start.efficiency = fit_prior();
+    const FitReport f = fit_efficiency(*set, *presets, start);
     if (!json_only) print_fit(f);
     opt.efficiency = f.fitted;
   }

@@ -539,21 +539,24 @@ std::vector<SummaryLine> summarize_by_confidence(const std::vector<ValidationRow
 namespace {
 
 // The fields the fit tunes, with their physical ranges and the simplex's first step.
+// `network` is not among them: it trades off exactly against `overlap` and
+// `tp_overlap` on these records, so it keeps its measured value (nccl-tests reach
+// 0.8-0.95 of link bandwidth); `gemm` stops at 0.95 (no kernel sustains more).
 struct FitField {
   const char* name;
   double Efficiency::*field;
   double lo, hi, step;
 };
 const FitField kFitFields[] = {
-    {"gemm", &Efficiency::gemm, 0.2, 1.0, 0.05},
+    {"gemm", &Efficiency::gemm, 0.2, 0.95, 0.05},
     {"gemm_half_dim", &Efficiency::gemm_half_dim, 0, 2048, 32},
     {"gemm_traffic", &Efficiency::gemm_traffic, 0, 0.05, 0.0005},
     {"attention", &Efficiency::attention, 0.1, 1.0, 0.05},
     {"attention_half_seq", &Efficiency::attention_half_seq, 0, 65536, 256},
     {"attention_traffic", &Efficiency::attention_traffic, 0, 0.05, 0.001},
     {"memory", &Efficiency::memory, 0.2, 1.0, 0.05},
-    {"network", &Efficiency::network, 0.2, 1.0, 0.05},
     {"overlap", &Efficiency::overlap, 0.0, 1.0, 0.05},
+    {"gather_overlap", &Efficiency::gather_overlap, 0.0, 1.0, 0.05},
     {"tp_overlap", &Efficiency::tp_overlap, 0.0, 1.0, 0.1},
     {"fp8_gemm_speedup", &Efficiency::fp8_gemm_speedup, 1.0, 2.0, 0.1},
 };
@@ -571,21 +574,25 @@ double* efficiency_field(Efficiency* e, int index) { return index >= 0 && index 
 
 namespace {
 
-// Mean |log(predicted/published)| over the fitting subset plus a quarter of the worst:
-// log errors treat over- and under-prediction alike; the max term keeps outliers in check.
+// The fit's objective over the fitting subset, on e = |log(predicted/published)| (over-
+// and under-prediction alike): half the median (the target) plus half the mean (which
+// keeps the landscape smooth enough for the simplex) plus a tenth of the worst (guards
+// the tail). The weights were chosen by comparing held-out errors of a few variants.
 double fit_objective(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& opt, int* rows_used) {
   const std::vector<ValidationRow> rows = validate_records(set, presets, opt);
-  double sum = 0, worst = 0;
-  int n = 0;
+  std::vector<double> errs;
+  double sum = 0;
   for (const ValidationRow& r : rows) {
     if (!r.fitting_subset || r.predicted <= 0) continue;
-    const double e = std::fabs(std::log(r.predicted / r.published));
-    sum += e;
-    worst = std::max(worst, e);
-    ++n;
+    errs.push_back(std::fabs(std::log(r.predicted / r.published)));
+    sum += errs.back();
   }
-  if (rows_used) *rows_used = n;
-  return n ? sum / n + 0.25 * worst : 1e9;
+  const size_t n = errs.size();
+  if (rows_used) *rows_used = static_cast<int>(n);
+  if (n == 0) return 1e9;
+  std::sort(errs.begin(), errs.end());
+  const double median = n % 2 ? errs[n / 2] : 0.5 * (errs[n / 2 - 1] + errs[n / 2]);
+  return 0.5 * median + 0.5 * sum / static_cast<double>(n) + 0.1 * errs.back();
 }
 
 // The simplex works on x = field / step so that every coordinate moves on the same
@@ -651,6 +658,24 @@ std::vector<double> nelder_mead(const F& eval, std::vector<double> x0, int max_i
 }
 
 }  // namespace
+
+Efficiency fit_prior() {
+  Efficiency e;
+  e.gemm = 0.80;
+  e.gemm_half_dim = 64;
+  e.gemm_traffic = 0;
+  e.attention = 0.55;
+  e.attention_half_seq = 0;
+  e.attention_traffic = 0;
+  e.memory = 0.75;
+  e.network = 0.80;
+  e.kernel_launch_s = 4e-6;
+  e.overlap = 0.90;
+  e.gather_overlap = 0.90;
+  e.tp_overlap = 0;
+  e.fp8_gemm_speedup = 1.5;
+  return e;
+}
 
 FitReport fit_efficiency(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& start) {
   FitReport rep;

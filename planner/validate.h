@@ -211,9 +211,16 @@ struct FitReport {
   int evaluations = 0;
   int rows = 0;                // rows the objective used
 };
-// Nelder-Mead over the Efficiency fields named in efficiency_field_names(), minimising
-// the mean of |log(predicted/published)| plus a penalty on the worst, on the fitting
-// subset. Deterministic: the same file and presets give the same constants.
+// The fit's fixed starting point: physical priors (large GEMMs at 80% of peak, flash
+// attention at 55%, no traffic terms, 90% of DP traffic hidden, 75% of HBM bandwidth,
+// 80% of link bandwidth, fp8 GEMMs 1.5x). Independent of the compiled-in defaults, so
+// that `llmplan validate --fit` reproduces the defaults whatever they currently are.
+Efficiency fit_prior();
+
+// Nelder-Mead (with restarts) from `start.efficiency` over the Efficiency fields named in
+// efficiency_field_names(), minimising on the fitting subset, with e = |log(pred/pub)|:
+// 0.5 median(e) + 0.5 mean(e) + 0.1 max(e). Deterministic: the same file, presets and
+// start give the same constants.
 FitReport fit_efficiency(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& start);
 
 // The Efficiency fields the fit tunes, in order, with access by index (for printing).
