@@ -578,7 +578,8 @@ namespace {
 // and under-prediction alike): half the median (the target) plus half the mean (which
 // keeps the landscape smooth enough for the simplex) plus a tenth of the worst (guards
 // the tail). The weights were chosen by comparing held-out errors of a few variants.
-double fit_objective(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& opt, int* rows_used) {
+double objective_and_rows(const ReferenceSet& set, const PresetRegistry& presets, ValidationOptions opt, int* rows_used) {
+  opt.fully_specified_throughput_only = true;
   const std::vector<ValidationRow> rows = validate_records(set, presets, opt);
   std::vector<double> errs;
   double sum = 0;
@@ -677,6 +678,10 @@ Efficiency fit_prior() {
   return e;
 }
 
+double fit_objective(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& opt) {
+  return objective_and_rows(set, presets, opt, nullptr);
+}
+
 FitReport fit_efficiency(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& start) {
   FitReport rep;
   rep.start = start.efficiency;
@@ -685,7 +690,7 @@ FitReport fit_efficiency(const ReferenceSet& set, const PresetRegistry& presets,
   auto eval = [&](const std::vector<double>& x) {
     set_fields(x, &opt.efficiency);
     ++rep.evaluations;
-    return fit_objective(set, presets, opt, &rep.rows);
+    return objective_and_rows(set, presets, opt, &rep.rows);
   };
   std::vector<double> x(kFitDim);
   for (int i = 0; i < kFitDim; ++i) x[i] = start.efficiency.*kFitFields[i].field / kFitFields[i].step;

@@ -223,6 +223,9 @@ Efficiency fit_prior();
 // start give the same constants.
 FitReport fit_efficiency(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& start);
 
+// The fit's objective for `opt.efficiency` on the fitting subset (lower is better).
+double fit_objective(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& opt);
+
 // The Efficiency fields the fit tunes, in order, with access by index (for printing).
 std::vector<std::string> efficiency_field_names();
 double* efficiency_field(Efficiency* e, int index);
