@@ -48,24 +48,26 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return s;
 }
 
+// One line per comparison: id, group, kind (record kind / compared metric), the values,
+// the set it belongs to, and the plan with every assumption and note.
 void print_rows(const std::vector<ValidationRow>& rows) {
-  std::printf("%-52s %-7s %-8s %10s %10s %8s %-3s %-4s  %s\n", "id", "metric", "unit", "published", "predicted", "error", "set", "oom?",
-              "plan; assumptions");
+  const char* fmt = "%-50s %-20s %-18s %10s %10s %8s %-3s %-4s %s\n";
+  std::printf(fmt, "id", "group", "kind/metric", "published", "predicted", "error", "set", "oom?", "plan; assumptions; notes");
   for (const ValidationRow& r : rows) {
+    const std::string kind = std::string(r.throughput ? "thru" : "mem") + (r.unit.empty() ? "" : " " + r.unit);
     if (r.skipped) {
-      std::printf("%-52s %-7s %-8s %10s %10s %8s %-3s %-4s  skipped: %s\n", r.id.c_str(), r.throughput ? "thru" : "mem", r.unit.c_str(), "-",
-                  "-", "-", "-", "", r.skip_reason.c_str());
+      std::printf(fmt, r.id.c_str(), r.group.c_str(), kind.c_str(), "-", "-", "-", "-", "", ("skipped: " + r.skip_reason).c_str());
       continue;
     }
     const char* set = r.assumed ? "A" : (r.throughput ? (r.fitting_subset ? "F" : "H") : "S");
     std::string tail = r.plan;
     if (!r.assumptions.empty()) tail += "; assumed " + join(r.assumptions, ", ");
     if (!r.notes.empty()) tail += "; " + join(r.notes, ", ");
-    std::printf("%-52s %-7s %-8s %10s %10s %8s %-3s %-4s  %s\n", r.id.c_str(), r.throughput ? "thru" : "mem", r.unit.c_str(),
-                value_text(r.published, r.metric).c_str(), value_text(r.predicted, r.metric).c_str(), percent(r.error).c_str(), set,
-                r.predicted_oom ? "OOM" : "", tail.c_str());
+    std::printf(fmt, r.id.c_str(), r.group.c_str(), kind.c_str(), value_text(r.published, r.metric).c_str(),
+                value_text(r.predicted, r.metric).c_str(), percent(r.error).c_str(), set, r.predicted_oom ? "OOM" : "", tail.c_str());
   }
-  std::printf("set: F = fitting subset, H = held out (fully specified throughput), S = fully specified memory, A = assumed (a null field filled by a rule)\n");
+  std::printf("set: F fitting half, H held-out half (fully specified throughput); S fully specified memory; A assumed (a null field filled by a stated rule)\n");
+  std::printf("oom?: the planner says the plan does not fit, although the run completed\n");
 }
 
 std::string stats_text(const ErrorStats& s) {

@@ -1,7 +1,7 @@
 // Predicting published runs (data/reference/README.md "How to compare"). A record is
-// turned into spec structs by prepare(); null fields are skipped or filled by the rules
-// below, each fill listed on the row. Then throughput and memory are compared by the
-// README's rules. The fit lives at the end of this file.
+// turned into spec structs by prepare_record(); null fields are skipped or filled by the
+// rules below, each fill listed on the row. Then throughput and memory are compared by
+// the README's rules. The fit lives at the end of this file.
 #include "planner/validate.h"
 
 #include <algorithm>
@@ -83,6 +83,8 @@ void prepare_model(const ReferenceRecord& r, Prepared* p) {
   // ALiBi: approximated by the GPT block); a gated (SwiGLU) MLP is the Llama block.
   const bool gated = rm.family == "llama" || (rm.activation && *rm.activation == "swiglu");
   m.family = gated ? Family::llama : Family::gpt;
+  if (rm.family != "gpt" && rm.family != "llama")
+    p->notes.push_back(rm.family + " block approximated by the " + (gated ? "Llama" : "GPT") + " block (biases, positions)");
   m.layers = *rm.layers;
   m.hidden = *rm.hidden;
   m.heads = *rm.heads;
@@ -216,23 +218,28 @@ void prepare_plan(const ReferenceRecord& r, Prepared* p) {
   // llm.c with cuDNN) run fused attention.
   const bool old_stack = r.framework == "megatron" || r.framework == "deepspeed" || r.framework == "hf";
   pl.flash_attention = p->job.precision != Precision::fp32 && !old_stack;
-  if (!r.job.global_batch && !p->has_architecture) {
-    p->job.global_batch = 1;  // params-only model-state formulas do not use it
-  } else if (!r.job.global_batch) {
-    if (rp.micro_batch) {
-      p->job.global_batch = static_cast<int64_t>(pl.micro_batch) * pl.dp;
-      p->assumptions.push_back("global_batch=" + str(p->job.global_batch) + " (gradient accumulation 1)");
-    } else {
-      p->skip = "missing global_batch";
-    }
-  } else {
+  if (!pl.flash_attention && p->has_architecture) p->notes.push_back("attention scores materialised (" + r.framework + ", " + to_string(p->job.precision) + ")");
+}
+
+// global_batch: given, or micro_batch x dp (gradient accumulation 1, the README's example
+// rule) when only the micro-batch is known.
+void prepare_global_batch(const ReferenceRecord& r, Prepared* p) {
+  ParallelPlan& pl = p->plan;
+  if (r.job.global_batch) {
     p->job.global_batch = *r.job.global_batch;
+  } else if (!p->has_architecture) {
+    p->job.global_batch = 1;  // params-only model-state formulas do not use it
+  } else if (r.plan.micro_batch) {
+    p->job.global_batch = static_cast<int64_t>(pl.micro_batch) * pl.dp;
+    p->assumptions.push_back("global_batch=" + str(p->job.global_batch) + " (gradient accumulation 1)");
+  } else {
+    p->skip = "missing global_batch";
   }
   pl.grad_accum = static_cast<int>(p->job.global_batch / std::max<int64_t>(1, static_cast<int64_t>(pl.micro_batch) * pl.dp));
 }
 
 // Fills the null plan knobs with the fastest plan that fits, every given field pinned.
-void sweep_missing_knobs(const ReferenceRecord& r, const ValidationOptions& opt, Prepared* p) {
+void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
   const ParallelPlan& pl = p->plan;
   auto has = [&](const char* k) { return std::find(p->sweep_knobs.begin(), p->sweep_knobs.end(), k) != p->sweep_knobs.end(); };
   SweepSpace space;
@@ -271,7 +278,6 @@ void sweep_missing_knobs(const ReferenceRecord& r, const ValidationOptions& opt,
     p->assumptions.push_back(k + "=" + v + " (sweep: fastest plan that fits)");
   }
   p->plan = best;
-  (void)r;
 }
 
 }  // namespace
@@ -284,6 +290,7 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
   if (!p.skip.empty()) return p;
   prepare_job(r, &p);
   prepare_plan(r, &p);
+  prepare_global_batch(r, &p);
   if (!p.skip.empty() || !p.has_architecture) return p;
   if (Status s = check_inputs(p.model, p.job, r.id); !s) {
     p.skip = s.message();
@@ -292,7 +299,7 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
   if (!p.sweep_knobs.empty() && opt.fully_specified_throughput_only) {
     p.skip = "plan knobs missing (left out of the fit)";
   } else if (!p.sweep_knobs.empty()) {
-    sweep_missing_knobs(r, opt, &p);
+    sweep_missing_knobs(opt, &p);
   } else if (Status s = check_plan_status(p.model, p.cluster, p.job, p.plan, p.gpus, r.id); !s) {
     p.skip = s.message();
   }
