@@ -1,13 +1,210 @@
 // llmplan validate: predict published training runs with their own plans and report the
 // relative errors (see data/reference/README.md for the format and the comparison rules).
+// --fit re-fits the time model's Efficiency constants on the fitting half of the fully
+// specified throughput records and reports errors with them; paste the printed constants
+// into planner/time_model.h to make them the defaults.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/print.h"
+#include "planner/plan_file.h"
+#include "planner/validate.h"
 
 namespace llmplan::cli {
 
+namespace {
+
+struct ValidateCommand {
+  std::string data;        // "" = the shipped published_runs.json
+  std::string data_root;   // presets
+  std::string json_out;    // "" = none, "-" = stdout (JSON only)
+  std::string group;       // "" = every group
+  std::string explain;     // one record id: print its plan and breakdowns
+  bool fit = false;
+  bool quiet_rows = false;
+  int threads = 1;
+};
+
+std::string percent(double e) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%+.1f%%", 100 * e);
+  return b;
+}
+
+std::string value_text(double v, Metric m) {
+  char b[32];
+  if (m == Metric::mfu || m == Metric::hfu) std::snprintf(b, sizeof b, "%.3f", v);
+  else if (v >= 1000) std::snprintf(b, sizeof b, "%.0f", v);
+  else std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+// One line per comparison: id, group, kind (record kind / compared metric), the values,
+// the set it belongs to, and the plan with every assumption and note.
+void print_rows(const std::vector<ValidationRow>& rows) {
+  const char* fmt = "%-50s %-20s %-18s %10s %10s %8s %-3s %-4s %s\n";
+  std::printf(fmt, "id", "group", "kind/metric", "published", "predicted", "error", "set", "oom?", "plan; assumptions; notes");
+  for (const ValidationRow& r : rows) {
+    const std::string kind = std::string(r.throughput ? "thru" : "mem") + (r.unit.empty() ? "" : " " + r.unit);
+    if (r.skipped) {
+      std::printf(fmt, r.id.c_str(), r.group.c_str(), kind.c_str(), "-", "-", "-", "-", "", ("skipped: " + r.skip_reason).c_str());
+      continue;
+    }
+    const char* set = r.assumed ? "A" : (r.throughput ? (r.fitting_subset ? "F" : "H") : "S");
+    std::string tail = r.plan;
+    if (!r.assumptions.empty()) tail += "; assumed " + join(r.assumptions, ", ");
+    if (!r.notes.empty()) tail += "; " + join(r.notes, ", ");
+    std::printf(fmt, r.id.c_str(), r.group.c_str(), kind.c_str(), value_text(r.published, r.metric).c_str(),
+                value_text(r.predicted, r.metric).c_str(), percent(r.error).c_str(), set, r.predicted_oom ? "OOM" : "", tail.c_str());
+  }
+  std::printf("set: F fitting half, H held-out half (fully specified throughput); S fully specified memory; A assumed (a null field filled by a stated rule)\n");
+  std::printf("oom?: the planner says the plan does not fit, although the run completed\n");
+}
+
+std::string stats_text(const ErrorStats& s) {
+  if (s.n == 0) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, "n=%d med %.1f%% max %.1f%%", s.n, 100 * s.median_abs, 100 * s.max_abs);
+  return b;
+}
+
+void print_summary(const std::vector<SummaryLine>& lines, const char* title) {
+  std::printf("\n%s\n", title);
+  std::printf("%-22s %-10s %-9s %-30s %-30s %-30s %s\n", "group", "metric", "set", "all", "fitted half", "held-out half", "skipped/OOM");
+  for (const SummaryLine& l : lines) {
+    const bool split = l.throughput && !l.assumed;
+    std::printf("%-22s %-10s %-9s %-30s %-30s %-30s %d/%d\n", l.group.c_str(), l.throughput ? "throughput" : "memory",
+                l.assumed ? "assumed" : "specified", stats_text(l.all).c_str(), split ? stats_text(l.fitted).c_str() : "",
+                split ? stats_text(l.held_out).c_str() : "", l.skipped, l.predicted_oom);
+  }
+}
+
+nlohmann::json stats_json(const ErrorStats& s) {
+  return {{"n", s.n}, {"median_abs_error", s.median_abs}, {"max_abs_error", s.max_abs}, {"worst_id", s.worst_id}};
+}
+
+nlohmann::json efficiency_json(Efficiency e) {
+  nlohmann::json j;
+  const auto names = efficiency_field_names();
+  for (size_t i = 0; i < names.size(); ++i) j[names[i]] = *efficiency_field(&e, static_cast<int>(i));
+  return j;
+}
+
+nlohmann::json to_json(const std::vector<ValidationRow>& rows, const std::vector<SummaryLine>& lines, const std::string& data) {
+  nlohmann::json j = {{"schema", "llmplan-validation/1"}, {"data", data}, {"rows", nlohmann::json::array()}, {"summary", nlohmann::json::array()}};
+  for (const ValidationRow& r : rows) {
+    nlohmann::json x = {{"id", r.id},           {"group", r.group},       {"confidence", r.confidence},     {"kind", r.kind},
+                        {"throughput", r.throughput}, {"metric", to_string(r.metric)}, {"unit", r.unit},   {"skipped", r.skipped},
+                        {"assumed", r.assumed}, {"assumptions", r.assumptions}, {"notes", r.notes}, {"fitting_subset", r.fitting_subset},
+                        {"predicted_oom", r.predicted_oom}, {"plan", r.plan}, {"peak_fraction", r.peak_fraction}};
+    if (r.skipped) x["skip_reason"] = r.skip_reason;
+    else x.update({{"published", r.published}, {"predicted", r.predicted}, {"error", r.error}});
+    j["rows"].push_back(x);
+  }
+  for (const SummaryLine& l : lines)
+    j["summary"].push_back({{"group", l.group}, {"throughput", l.throughput}, {"assumed", l.assumed}, {"all", stats_json(l.all)},
+                            {"fitted", stats_json(l.fitted)}, {"held_out", stats_json(l.held_out)}, {"skipped", l.skipped},
+                            {"predicted_oom", l.predicted_oom}});
+  return j;
+}
+
+void print_fit(const FitReport& f) {
+  std::printf("Fit: Nelder-Mead on %d fitting-subset throughput rows, %d evaluations; objective %.4f -> %.4f\n", f.rows, f.evaluations,
+              f.objective_start, f.objective_fitted);
+  const auto names = efficiency_field_names();
+  Efficiency start = f.start, fitted = f.fitted;
+  for (size_t i = 0; i < names.size(); ++i)
+    std::printf("  %-20s %-10.4g -> %.6g\n", names[i].c_str(), *efficiency_field(&start, static_cast<int>(i)),
+                *efficiency_field(&fitted, static_cast<int>(i)));
+  std::printf("(planner/time_model.h keeps these as the Efficiency defaults; the rows below use them)\n");
+}
+
+// The rebuilt job of one record with the planner's memory and time breakdowns.
+int explain_record(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& opt, const std::string& id) {
+  for (const ReferenceRecord& r : set.records) {
+    if (r.id != id) continue;
+    const PreparedRecord p = prepare_record(r, presets, opt);
+    std::printf("%s (%s, %s)\n", r.id.c_str(), r.group.c_str(), r.kind.c_str());
+    for (const auto& a : p.assumptions) std::printf("  assumed: %s\n", a.c_str());
+    for (const auto& n : p.notes) std::printf("  note: %s\n", n.c_str());
+    if (!p.skip.empty()) return report(Status::runtime(id + ": skipped: " + p.skip));
+    if (!p.has_architecture) return report(Status::runtime(id + ": no architecture (params-only analytic record)"));
+    PlanFile f;
+    f.model = p.model;
+    f.cluster = p.cluster;
+    f.job = p.job;
+    f.plan = p.plan;
+    f.gpus = p.gpus;
+    print_setup(f);
+    print_memory(estimate_memory(p.model, p.cluster, p.job, p.plan, opt.memory), 0);
+    print_time(estimate_time(p.model, p.cluster, p.job, p.plan, opt.efficiency), p.gpus);
+    return 0;
+  }
+  return report(Status::bad_input("--explain: no record with id '" + id + "'"));
+}
+
+int run_validate(const ValidateCommand& c) {
+  const std::string path = c.data.empty() ? default_reference_path() : c.data;
+  Result<ReferenceSet> set = load_reference_runs(path);
+  if (!set) return report(set.status());
+  if (!c.group.empty()) {
+    std::erase_if(set->records, [&](const ReferenceRecord& r) { return r.group != c.group; });
+    if (set->records.empty()) return report(Status::bad_input("--group: no record of group '" + c.group + "' in " + path));
+  }
+  Result<PresetRegistry> presets = load_presets(c.data_root);
+  if (!presets) return report(presets.status());
+  ValidationOptions opt;
+  opt.sweep_threads = c.threads;
+  const bool json_only = c.json_out == "-";
+  if (c.fit) {
+    ValidationOptions start = opt;
+    start.efficiency = fit_prior();
+    const FitReport f = fit_efficiency(*set, *presets, start);
+    if (!json_only) print_fit(f);
+    opt.efficiency = f.fitted;
+  }
+  if (!c.explain.empty()) return explain_record(*set, *presets, opt, c.explain);
+  const std::vector<ValidationRow> rows = validate_records(*set, *presets, opt);
+  const std::vector<SummaryLine> lines = summarize(rows);
+  if (json_only) {
+    std::printf("%s\n", to_json(rows, lines, path).dump(2).c_str());
+    return 0;
+  }
+  std::printf("Validation of %s: %zu records, %zu comparisons\n\n", path.c_str(), set->records.size(), rows.size());
+  if (!c.quiet_rows) print_rows(rows);
+  print_summary(lines, "Error |predicted/published - 1| per group (fitted/held-out: the fit's deterministic halves):");
+  print_summary(summarize_by_confidence(rows), "Per confidence level:");
+  if (!c.json_out.empty()) {
+    nlohmann::json j = to_json(rows, lines, path);
+    if (c.fit) j["fitted_efficiency"] = efficiency_json(opt.efficiency);
+    if (Status s = write_json_file(c.json_out, j); !s) return report(s);
+    std::printf("wrote %s\n", c.json_out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
 Runner register_validate(CLI::App* sub) {
-  (void)sub;
-  return []() { return report(Status::runtime("validate: not implemented yet")); };
+  auto c = std::make_shared<ValidateCommand>();
+  sub->add_option("--data", c->data, "reference runs file (schema llmplan-reference-runs/1; default: data/reference/published_runs.json)");
+  sub->add_option("--data-root", c->data_root, "folder with models/ and data/ for the GPU presets");
+  sub->add_option("--json", c->json_out, "write rows and summaries as JSON to this file ('-' = stdout, JSON only)");
+  sub->add_option("--group", c->group, "only the records of this group");
+  sub->add_option("--explain", c->explain, "print one record's rebuilt plan with the memory and time breakdowns");
+  sub->add_flag("--fit", c->fit, "re-fit the time model's efficiency constants on the fitting half first, and print them");
+  sub->add_flag("--summary-only", c->quiet_rows, "print the summaries without the per-record table");
+  sub->add_option("--threads", c->threads, "threads for the sweeps that fill missing plan knobs")->capture_default_str();
+  return [c]() { return run_validate(*c); };
 }
 
 }  // namespace llmplan::cli

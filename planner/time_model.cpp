@@ -9,19 +9,26 @@
 namespace llmplan {
 
 Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g) {
-  // Ranks are laid out TP innermost, then CP, DP, PP. A group stays inside a node when
-  // the span of consecutive ranks it covers fits in one node.
-  int64_t span = 1;
+  // Ranks are laid out TP innermost, then CP, DP, PP: group g is `size` ranks `stride`
+  // apart. It stays inside a node when the span it covers fits in one node.
+  int64_t stride = 1, size = 1;
   switch (g) {
-    case Group::tp: span = p.tp; break;
-    case Group::cp: span = static_cast<int64_t>(p.tp) * p.cp; break;
-    case Group::ep:  // EP groups are carved out of DP x CP, after TP
-    case Group::dp: span = static_cast<int64_t>(p.tp) * p.cp * p.dp; break;
-    case Group::pp: span = static_cast<int64_t>(p.tp) * p.cp * p.dp * p.pp; break;
+    case Group::tp: size = p.tp; break;
+    case Group::cp: stride = p.tp, size = p.cp; break;
+    case Group::ep: stride = p.tp, size = p.ep; break;  // EP groups are carved out of DP x CP, after TP
+    case Group::dp: stride = static_cast<int64_t>(p.tp) * p.cp, size = p.dp; break;
+    case Group::pp: stride = static_cast<int64_t>(p.tp) * p.cp * p.dp, size = p.pp; break;
   }
-  if (g == Group::ep) span = static_cast<int64_t>(p.tp) * p.ep;
-  if (span <= c.gpus_per_node) return {c.intra_node_bandwidth, c.intra_node_latency};
-  return {c.inter_node_bandwidth, c.inter_node_latency};
+  if (size <= 1 || stride * size <= c.gpus_per_node) return {c.intra_node_bandwidth, c.intra_node_latency};
+  // k ranks of the group share a node; NCCL's ring channels leave the node through k
+  // NICs (collectives only: PP sends and the CP ring are point-to-point, one NIC).
+  const int64_t k = stride >= c.gpus_per_node ? 1 : std::min<int64_t>(size, c.gpus_per_node / stride);
+  const int64_t nodes = (size + k - 1) / k;
+  const bool channels = g == Group::tp || g == Group::dp || g == Group::ep;
+  Link l;
+  l.bandwidth = c.inter_node_bandwidth * static_cast<double>(channels ? k : 1);
+  l.latency = ((k - 1) * c.intra_node_latency + (nodes - 1) * c.inter_node_latency) / static_cast<double>(size - 1);
+  return l;
 }
 
 double allreduce_time(double bytes, int n, const Link& l, const Efficiency& e) {
@@ -46,8 +53,12 @@ double p2p_time(double bytes, const Link& l, const Efficiency& e) {
 double gemm_time(double m, double n, double k, double elem_bytes, double peak_flops, double bandwidth, const Efficiency& e) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   const double flops = 2 * m * n * k;
+  const double d = std::min({m, n, k});
+  // The traffic term is per FLOP at 16-bit operands: fp8 operands move half the bytes.
+  const double compute = flops / (peak_flops * e.gemm * d / (d + e.gemm_half_dim)) + flops * e.gemm_traffic * elem_bytes / 2 / bandwidth;
+  // Roofline: a GEMM too thin to be compute-bound streams its operands once.
   const double bytes = elem_bytes * (m * k + k * n + m * n);
-  return std::max(flops / (peak_flops * e.gemm), bytes / (bandwidth * e.memory)) + e.kernel_launch_s;
+  return std::max(compute, bytes / (bandwidth * e.memory)) + e.kernel_launch_s;
 }
 
 Dtype compute_dtype(const TrainingJob& j, const GpuSpec& g) {
@@ -57,6 +68,13 @@ Dtype compute_dtype(const TrainingJob& j, const GpuSpec& g) {
 }
 
 namespace {
+
+// Time a collective of duration `comm` adds to a step when `hide` seconds of compute run
+// beside it (prefetch and bucketed overlap): what does not fit behind the compute.
+double exposed(double comm, double hide) { return std::max(0.0, comm - hide); }
+
+// PyTorch DDP's bucket_cap_mb (25 MiB): gradients are all-reduced in buckets this size.
+constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;
 
 struct Gemm {
   double m, n, k;
@@ -113,7 +131,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   double gemm_fwd = 0, gemm_bwd = 0;
   for (int i = 0; i < ng; ++i) {
     const Gemm& g = gemms[i];
-    const double one = g.count * gemm_time(g.m, g.n, g.k, eb, gemm_peak, bw, e);
+    const double one = g.count * gemm_time(g.m, g.n, g.k, j.fp8_linear && g.base ? 1 : eb, gemm_peak, bw, e);
     gemm_fwd += one;
     // Backward: the input gradient always (when gradients flow), the weight gradient
     // only for weights that train.
@@ -126,8 +144,12 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   const double core_full = 2 * 2 * tokens * static_cast<double>(lc.s_kv) * qw / t;
   double attn_fwd = 0, attn_bwd = 0;
   if (lc.flash) {
-    // Fused kernels skip the masked half; backward does 2.5x the forward's matmuls.
-    attn_fwd = 0.5 * core_full / (peak * e.attention) + e.kernel_launch_s;
+    // Fused kernels skip the masked half; backward does 2.5x the forward's matmuls
+    // (recomputed QK^T, dV, dP, dQ, dK). Narrow heads and short sequences use the tensor
+    // cores less well (Dao 2023, FlashAttention-2, Fig. 5-6).
+    const double d = static_cast<double>(m.head_width()), skv = static_cast<double>(lc.s_kv);
+    const double eff = e.attention * d / (d + e.gemm_half_dim) * skv / (skv + e.attention_half_seq);
+    attn_fwd = 0.5 * core_full * (1 / (peak * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
     attn_bwd = 2.5 * attn_fwd;
   } else {
     const double head_dim = static_cast<double>(m.head_width());
@@ -269,23 +291,39 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   const double all_params_rank = layers0 * pc.per_layer_rank + pc.embedding_rank + (p.pp == 1 ? pc.head_rank : 0);
   const int dp_group = p.dp * p.cp;
   if (dp_group > 1 && trainable > 0) {
-    const Link l = group_link(c, p, Group::dp);
-    const double grad_bytes = trainable * bpp.gradients;
+    // Gradients are reduced over DP x CP (both hold replicas of the stage's weights).
+    ParallelPlan reduce_group = p;
+    reduce_group.dp = dp_group;
+    reduce_group.cp = 1;
+    const Link l = group_link(c, reduce_group, Group::dp);
+    // Mixed precision reduces gradients in fp32 (Megatron's main grads, PyTorch FSDP's
+    // reduce_dtype in torchtitan and llm-foundry); pure 16-bit or fp32 jobs in their own.
+    const double grad_bytes = trainable * (bpp.master > 0 ? 4.0 : bpp.gradients);
     const double weight_bytes = (p.zero == 3 ? all_params_rank : trainable) * bpp.weights;
-    const double hide_bwd = e.overlap * worst_bwd, hide_fwd = e.overlap * worst_fwd;
-    const double last_bucket = p2p_time(std::min(grad_bytes, 25.0 * 1024 * 1024), l, e);
+    const double hide_bwd = e.overlap * worst_bwd, gather_fwd = e.gather_overlap * worst_fwd, gather_bwd = e.gather_overlap * worst_bwd;
+    const double last_bucket = p2p_time(std::min(grad_bytes, kDdpBucketBytes), l, e);
+    // Each collective pays its own ring latency: FSDP/ZeRO-2/3 issue one per layer (the
+    // wrapping unit, plus the embedding/head), DDP one per 25 MiB bucket, and the
+    // distributed optimizer (ZeRO-1) one per bucket of max(40M, 1M x dp) parameters
+    // (Megatron-Core's default, sized to keep the ring latency small at scale).
+    const double layer_units = layers0 + 1.0;
+    const double zero1_bucket_params = std::max(40e6, 1e6 * dp_group);
+    const double buckets = p.zero == 0 ? std::max(1.0, std::ceil(grad_bytes / kDdpBucketBytes))
+                                       : std::max(1.0, std::ceil(trainable / zero1_bucket_params));
+    auto gather = [&](double bytes, double units) { return units * allgather_time(bytes / units, dp_group, l, e); };
     if (p.zero == 3) {
       // FSDP: gather weights before forward and again before backward, reduce-scatter
       // gradients, every micro-batch; prefetch hides them behind compute.
-      const double ag = allgather_time(weight_bytes, dp_group, l, e);
-      const double rs = allgather_time(grad_bytes, dp_group, l, e);
-      st.dp_comm = md * (std::max(0.0, ag - hide_fwd) + std::max(0.0, ag + rs - hide_bwd)) + last_bucket;
+      const double ag = gather(weight_bytes, layer_units);
+      const double rs = gather(grad_bytes, layer_units);
+      st.dp_comm = md * (exposed(ag, gather_fwd) + exposed(ag, gather_bwd) + exposed(rs, hide_bwd)) + last_bucket;
     } else {
       // Gradients are synchronised once per step, overlapped with the last micro-batch's
       // backward; ZeRO-1/2 then all-gather updated parameters behind the next forward.
-      double grads = p.zero == 0 ? allreduce_time(grad_bytes, dp_group, l, e) : allgather_time(grad_bytes, dp_group, l, e);
-      double params = p.zero == 0 ? 0 : allgather_time(trainable * bpp.weights, dp_group, l, e);
-      st.dp_comm = std::max(0.0, grads - hide_bwd) + std::max(0.0, params - hide_fwd) + last_bucket;
+      const double grads = p.zero == 0 ? buckets * allreduce_time(grad_bytes / buckets, dp_group, l, e)
+                                       : gather(grad_bytes, p.zero == 2 ? layer_units : buckets);
+      const double params = p.zero == 0 ? 0 : gather(trainable * bpp.weights, p.zero == 2 ? layer_units : buckets);
+      st.dp_comm = exposed(grads, hide_bwd) + exposed(params, gather_fwd) + last_bucket;
     }
   }
 

@@ -12,21 +12,56 @@
 
 namespace llmplan {
 
-// Efficiency constants: the only tunables of the model, all in one place. Defaults are
-// fitted to the published runs in data/reference by `llmplan validate --fit` (see
-// README "Validation"); calibration from measured profiles replaces them per machine.
+// Efficiency constants: the only tunables of the model, all in one place. The defaults
+// below are the output of `llmplan validate --fit` (planner/validate.h): Nelder-Mead from
+// fit_prior() on the even half of each group's fully specified throughput records in
+// data/reference/published_runs.json (77 records, mostly llm-foundry MPT sweeps, plus
+// Narayanan 2021, torchtitan and llm.c); the odd half is held out. Re-run it after a
+// change to the model and paste the printed values here (a test checks they are still
+// the fit's optimum). `network` and `kernel_launch_s` are not fitted (see their lines).
+// Calibration from measured profiles replaces the defaults per machine.
 struct Efficiency {
-  double gemm = 0.80;          // fraction of dense peak a large GEMM reaches
-  double attention = 0.55;     // fused (flash) attention fraction of peak, fwd+bwd average
-  double memory = 0.75;        // fraction of HBM bandwidth reached by elementwise kernels
-  double network = 0.80;       // fraction of link bandwidth reached by NCCL collectives
-  double kernel_launch_s = 4e-6;  // fixed cost per GEMM/collective kernel
-  double overlap = 0.90;       // fraction of DP/ZeRO traffic that overlap can hide
-  double tp_overlap = 0.0;     // fraction of TP traffic hidden behind GEMMs
-  double fp8_gemm_speedup = 1.5;  // fp8 linear layers versus bf16 (GEMM-only)
+  // GEMMs: time = 2mnk / (peak * gemm * d/(d + gemm_half_dim)) + 2mnk * gemm_traffic / bw,
+  // d = the smallest of m, n, k. The first term is the tensor-core work at the sustained
+  // fraction of peak, lowered for thin GEMMs (tile and wave quantization, the prologue of
+  // each K loop); the second is the HBM traffic of operand tiles re-read from memory
+  // that the kernel does not hide, which costs more on GPUs with a high peak/bandwidth
+  // ratio (H100: 295 FLOP/B against A100's 153). Fitted: a large bf16 GEMM reaches
+  // 1/(1/0.895 + 0.00206*peak/bw) of peak: 0.70 on A100-80GB, 0.58 on H100 SXM.
+  double gemm = 0.895127;           // fraction of dense peak, before the traffic term
+  double gemm_half_dim = 8.80918;   // elements: efficiency is half of `gemm` at this dimension
+  double gemm_traffic = 0.00205935; // bytes of unhidden HBM traffic per GEMM FLOP (16-bit operands)
+  // Fused (flash) attention: causal FLOPs (forward + 2.5x backward) at attention *
+  // d/(d + gemm_half_dim) * s/(s + attention_half_seq) of peak (d head width, s keys),
+  // plus the K/V tiles each query block streams: FLOPs * attention_traffic / bw.
+  // Fitted: 0.33 of peak on A100-80GB, 0.25 on H100 SXM (head width 128).
+  double attention = 0.559732;        // fraction of peak at long sequences and wide heads
+  double attention_half_seq = 0;      // keys: efficiency is halved here (the fit finds no effect)
+  double attention_traffic = 0.00717739;  // bytes of unhidden HBM/L2 traffic per attention FLOP
+  double memory = 0.727721;         // fraction of HBM bandwidth reached by elementwise kernels
+  // Not fitted: it trades off exactly against the overlaps on these records; nccl-tests
+  // reach 0.8-0.95 of the link (and of the node's NICs across nodes).
+  double network = 0.80;            // fraction of link bandwidth reached by NCCL collectives
+  double kernel_launch_s = 4e-6;    // fixed cost per GEMM/collective kernel, s (not fitted)
+  // Gradient reduction has no consumer until the optimizer step and hides behind
+  // backward; fitted: fully.
+  double overlap = 1.0;             // fraction of backward compute that can hide gradient reduction
+  // Parameter all-gathers gate the next layer's compute (ZeRO-3 before every layer, every
+  // micro-batch; ZeRO-1/2 after the step), so only prefetch can hide them. Fitted: almost
+  // not at all on these runs (FSDP1 with rate-limited all-gathers, NCCL taking SMs).
+  double gather_overlap = 0.0125032;  // fraction of compute that can hide parameter all-gathers
+  double tp_overlap = 0.218971;     // fraction of TP traffic hidden behind GEMMs
+  double fp8_gemm_speedup = 1.21765;  // fp8 linear GEMMs versus bf16 at equal efficiency (peak ratio 2)
 };
 
 // Which link a collective crosses, from the rank layout (TP innermost, then CP, DP, PP).
+// A group inside one node uses NVLink. A group that spans nodes with k ranks in each
+// node runs its NCCL rings over k channels that leave the node through k different
+// NICs, so its bus bandwidth per rank is k x the per-GPU NIC bandwidth (nccl-tests on
+// 8-GPU nodes with 4 x 200 Gb/s NICs reach about 91-96 GB/s busbw, i.e. the node's
+// aggregate); PP sends and the CP ring are point-to-point and use one NIC (k = 1).
+// The latency is per ring step, averaged so that (n-1) steps cost (k-1) NVLink hops and
+// (nodes-1) network hops, as a hierarchical ring does.
 struct Link {
   double bandwidth = 0;  // bytes/s per GPU, one direction
   double latency = 0;    // s per hop

@@ -1,0 +1,190 @@
+// Reader for the reference-runs format (data/reference/README.md "Schema"). Every key is
+// required to be present; null is allowed where the README allows it. Errors name the
+// file and the field path ("records[12].plan.micro_batch").
+#include <initializer_list>
+
+#include "planner/json_fields.h"
+#include "planner/presets.h"
+#include "planner/spec_json.h"
+#include "planner/validate.h"
+
+namespace llmplan {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kSchema = "llmplan-reference-runs/1";
+
+// FieldReader plus "present but maybe null" keys and enum names kept as strings.
+class RecordReader {
+ public:
+  RecordReader(const json& obj, std::string origin, std::string prefix)
+      : obj_(obj), origin_(origin), prefix_(prefix), r_(obj, std::move(origin), std::move(prefix)) {}
+
+  template <class T, class... Range>
+  void req(const char* key, T* out, Range... range) {
+    if (present(key)) r_.get(key, out, range...);
+  }
+  template <class T, class... Range>
+  void opt(const char* key, std::optional<T>* out, Range... range) {
+    if (!present(key)) return;
+    if (obj_.at(key).is_null()) {
+      r_.allow(key);
+      return;
+    }
+    T v{};
+    r_.get(key, &v, range...);
+    if (r_.status().is_ok()) *out = v;
+  }
+  void req_enum(const char* key, std::string* out, std::initializer_list<const char*> names) {
+    req(key, out);
+    if (r_.status().is_ok()) check_name(key, *out, names);
+  }
+  void opt_enum(const char* key, std::optional<std::string>* out, std::initializer_list<const char*> names) {
+    opt(key, out);
+    if (r_.status().is_ok() && out->has_value()) check_name(key, **out, names);
+  }
+  // A nested object; a missing key or a non-object is an error recorded here.
+  RecordReader child(const char* key) {
+    static const json kEmpty = json::object();
+    if (!present(key)) return RecordReader(kEmpty, origin_, r_.field_name(key));
+    r_.allow(key);
+    if (!obj_.at(key).is_object()) r_.fail(key, "expected a JSON object, got " + json_value_text(obj_.at(key)));
+    return RecordReader(obj_.at(key).is_object() ? obj_.at(key) : kEmpty, origin_, r_.field_name(key));
+  }
+  Status finish() const { return r_.finish(/*reject_unknown=*/true); }
+
+ private:
+  bool present(const char* key) {
+    if (obj_.is_object() && obj_.contains(key)) return true;
+    r_.fail(key, "missing (every key of the schema must be present, null when unknown)");
+    return false;
+  }
+  void check_name(const char* key, const std::string& v, std::initializer_list<const char*> names) {
+    std::string list;
+    for (const char* n : names) {
+      if (v == n) return;
+      list += (list.empty() ? "" : ", ") + std::string(n);
+    }
+    r_.fail(key, "expected one of " + list + ", got \"" + v + "\"");
+  }
+  const json& obj_;
+  std::string origin_, prefix_;
+  FieldReader r_;
+};
+
+constexpr int64_t kBig = int64_t{1} << 40;
+
+Status read_model(RecordReader r, RefModel* m) {
+  r.req("name", &m->name);
+  r.req_enum("family", &m->family, {"gpt", "llama", "mpt", "bloom", "bert", "t5", "other"});
+  r.opt("params", &m->params, 1.0, 1e16);
+  r.opt("layers", &m->layers, 1, 100000);
+  r.opt("hidden", &m->hidden, 1, 10000000);
+  r.opt("heads", &m->heads, 1, 100000);
+  r.opt("kv_heads", &m->kv_heads, 1, 100000);
+  r.opt("ffn_hidden", &m->ffn_hidden, 1, 100000000);
+  r.opt("vocab", &m->vocab, 1, 100000000);
+  r.opt("seq_len", &m->seq_len, 1, int64_t{1} << 30);
+  r.opt_enum("activation", &m->activation, {"gelu", "swiglu", "relu"});
+  r.opt_enum("norm", &m->norm, {"layernorm", "rmsnorm"});
+  r.opt("tied_embeddings", &m->tied_embeddings);
+  return r.finish();
+}
+
+Status read_cluster(RecordReader r, RefCluster* c) {
+  r.req_enum("gpu", &c->gpu,
+             {"v100-16g", "v100-32g", "a100-40g", "a100-80g", "h100-sxm", "h100-96g-500w", "h200", "mi250x", "mi300x", "other"});
+  r.opt("gpu_description", &c->gpu_description);
+  r.opt("peak_tflops", &c->peak_tflops, 1e-3, 1e6);
+  r.opt("n_gpus", &c->n_gpus, 1, 10000000);
+  r.opt("gpus_per_node", &c->gpus_per_node, 1, 4096);
+  return r.finish();
+}
+
+Status read_job(RecordReader r, RefJob* j) {
+  r.opt_enum("precision", &j->precision, {"fp32", "fp16", "bf16", "fp8"});
+  r.opt("global_batch", &j->global_batch, 1, kBig);
+  r.req_enum("mode", &j->mode, {"pretrain", "finetune", "lora"});
+  return r.finish();
+}
+
+Status read_plan(RecordReader r, RefPlan* p) {
+  for (auto [key, out] : {std::pair{"dp", &p->dp}, {"tp", &p->tp}, {"pp", &p->pp}, {"cp", &p->cp}, {"vpp", &p->vpp}})
+    r.opt(key, out, 1, 10000000);
+  r.req("ep", &p->ep, 1, 10000000);
+  r.opt("sp", &p->sp);
+  r.opt("micro_batch", &p->micro_batch, 1, 10000000);
+  r.opt_enum("recompute", &p->recompute, {"none", "selective", "full"});
+  r.opt("zero", &p->zero, 0, 3);
+  r.opt("offload", &p->offload);
+  return r.finish();
+}
+
+Status read_measured(RecordReader r, RefMeasured* m) {
+  r.opt("tflops_per_gpu", &m->tflops_per_gpu, 0.0, 1e6);
+  r.opt_enum("flops_convention", &m->flops_convention, {"model", "hardware"});
+  r.opt_enum("flops_formula", &m->flops_formula, {"megatron_eq3", "megatron_core", "llm_foundry", "chowdhery_mfu"});
+  r.opt("mfu", &m->mfu, 0.0, 1.0);
+  r.opt("hfu", &m->hfu, 0.0, 1.0);
+  r.opt("tokens_per_s_per_gpu", &m->tokens_per_s_per_gpu, 0.0, 1e12);
+  r.opt("step_time_s", &m->step_time_s, 0.0, 1e9);
+  r.opt("memory_gib_per_gpu", &m->memory_gib_per_gpu, 0.0, 1e6);
+  r.opt("memory_includes_context", &m->memory_includes_context);
+  r.opt_enum("memory_scope", &m->memory_scope, {"allocator_peak", "nvml_used", "model_states", "activations"});
+  r.opt("oom", &m->oom);
+  return r.finish();
+}
+
+Status read_record(const json& obj, const std::string& origin, const std::string& prefix, ReferenceRecord* rec) {
+  RecordReader r(obj, origin, prefix);
+  r.req("id", &rec->id);
+  r.req("group", &rec->group);
+  r.req("source", &rec->source);
+  r.req("quote", &rec->quote);
+  r.req_enum("confidence", &rec->confidence, {"high", "medium", "low"});
+  r.req("notes", &rec->notes);
+  r.req_enum("kind", &rec->kind, {"throughput", "memory", "throughput+memory", "memory_analytic"});
+  r.req_enum("framework", &rec->framework,
+             {"megatron", "megatron-core", "deepspeed", "torchtitan", "llm-foundry", "llm.c", "picotron", "metaseq", "hf", "peft", "other"});
+  // Children are read in order; the first error wins.
+  if (Status s = read_model(r.child("model"), &rec->model); !s) return s;
+  if (Status s = read_cluster(r.child("cluster"), &rec->cluster); !s) return s;
+  if (Status s = read_job(r.child("job"), &rec->job); !s) return s;
+  if (Status s = read_plan(r.child("plan"), &rec->plan); !s) return s;
+  if (Status s = read_measured(r.child("measured"), &rec->measured); !s) return s;
+  return r.finish();
+}
+
+}  // namespace
+
+Result<ReferenceSet> parse_reference_runs(const json& doc, const std::string& origin) {
+  ReferenceSet set;
+  set.origin = origin;
+  FieldReader top(doc, origin, "");
+  std::string schema;
+  top.get("schema", &schema);
+  if (top.status().is_ok() && schema != kSchema)
+    top.fail("schema", std::string("expected \"") + kSchema + "\", got \"" + schema + "\"");
+  top.get("description", &set.description);
+  const json* records = top.raw("records");
+  if (top.status().is_ok() && (!records || !records->is_array())) top.fail("records", "expected an array of records");
+  if (Status s = top.finish(); !s) return s;
+  for (size_t i = 0; i < records->size(); ++i) {
+    ReferenceRecord rec;
+    if (Status s = read_record((*records)[i], origin, "records[" + std::to_string(i) + "]", &rec); !s) return s;
+    set.records.push_back(std::move(rec));
+  }
+  return set;
+}
+
+Result<ReferenceSet> load_reference_runs(const std::string& path) {
+  Result<json> doc = read_json_file(path);
+  if (!doc) return doc.status();
+  return parse_reference_runs(*doc, path);
+}
+
+std::string default_reference_path() { return default_data_root() + "/data/reference/published_runs.json"; }
+
+}  // namespace llmplan

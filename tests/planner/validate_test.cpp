@@ -1,0 +1,311 @@
+// `llmplan validate` against the shipped published runs (data/reference): the accuracy
+// bounds of the time and memory models, the source FLOP formulas, the analytic ZeRO /
+// DeepSpeed-estimator references, the reader's errors, and that the shipped Efficiency
+// defaults are still what `llmplan validate --fit` finds. A change that loses accuracy
+// fails here; tighten the bounds when the model improves.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "planner/presets.h"
+#include "planner/spec_json.h"
+#include "planner/units.h"
+#include "planner/validate.h"
+
+namespace llmplan {
+namespace {
+
+struct Shipped {
+  ReferenceSet set;
+  PresetRegistry presets;
+  std::vector<ValidationRow> rows;
+};
+
+// Loaded once: validating all 187 records takes milliseconds, but the sweeps that fill
+// missing knobs and the fit are worth sharing between tests.
+const Shipped& shipped() {
+  static const Shipped s = [] {
+    Result<ReferenceSet> set = load_reference_runs(default_reference_path());
+    EXPECT_TRUE(set.ok()) << set.status().message();
+    Result<PresetRegistry> reg = PresetRegistry::load(default_data_root());
+    EXPECT_TRUE(reg.ok()) << reg.status().message();
+    Shipped out{std::move(*set), std::move(*reg), {}};
+    out.rows = validate_records(out.set, out.presets, ValidationOptions{});
+    return out;
+  }();
+  return s;
+}
+
+const SummaryLine& line(const std::vector<SummaryLine>& lines, const std::string& group, bool throughput, bool assumed) {
+  for (const SummaryLine& l : lines)
+    if (l.group == group && l.throughput == throughput && l.assumed == assumed) return l;
+  static const SummaryLine none;
+  ADD_FAILURE() << "no summary line " << group << (throughput ? " throughput" : " memory") << (assumed ? " assumed" : "");
+  return none;
+}
+
+const ValidationRow& row(const std::string& id, bool throughput) {
+  for (const ValidationRow& r : shipped().rows)
+    if (r.id == id && r.throughput == throughput) return r;
+  static const ValidationRow none;
+  ADD_FAILURE() << "no row " << id;
+  return none;
+}
+
+// ---------------------------------------------------------------- FLOP formulas
+
+// formulas.md §2c consistency check: the MPT-7B row on 8 x A100-80GB at seq 2048
+// (4641 tok/s/GPU, N = 6,658,859,008) is 200.4 model TFLOP/s by llm-foundry's formula.
+TEST(SourceFlops, LlmFoundryReproducesTheMpt7bRow) {
+  const double per_token = llm_foundry_flops(1, 2048, 6658859008.0, 32, 4096, false) / 2048;
+  EXPECT_NEAR(per_token * 4641 / 1e12, 200.4, 0.05);
+  // HFU multiplies by 4/3 with activation checkpointing.
+  EXPECT_DOUBLE_EQ(llm_foundry_flops(1, 2048, 1e9, 32, 4096, true), 4.0 / 3.0 * llm_foundry_flops(1, 2048, 1e9, 32, 4096, false));
+}
+
+// Narayanan et al. 2021 Eq. 3 with c = 4 is the 96·B·s·l·h² form; as written (and as
+// Megatron-DeepSpeed's throughput_calculator computes it) c scales every term, the logit
+// term included (formulas.md §2a's remark that it does not is about the paper's c = 4).
+TEST(SourceFlops, MegatronEq3) {
+  const double B = 512, s = 2048, l = 24, h = 2304, V = 51200;
+  const double eq3 = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+  EXPECT_NEAR(megatron_eq3_flops(B, s, l, h, V, 4) / eq3, 1.0, 1e-12);
+  EXPECT_NEAR(megatron_eq3_flops(B, s, l, h, V, 3) / eq3, 0.75, 1e-12);
+  // The 1.7B row: 137 TFLOP/s per GPU on 32 GPUs is a 3.53 s iteration.
+  EXPECT_NEAR(eq3 / (137e12 * 32), 3.53, 0.01);
+}
+
+// Megatron-Core's count for a standard GPT is 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)).
+TEST(SourceFlops, MegatronCoreForStandardGpt) {
+  const double B = 192, s = 4096, L = 24, h = 2048, V = 131072;
+  const double expected = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h));
+  EXPECT_NEAR(megatron_core_flops(B, s, L, h, 16, 16, 128, 4 * h, false, V) / expected, 1.0, 1e-12);
+  // GQA shrinks the K/V projections; SwiGLU's third matrix adds half the MLP.
+  EXPECT_LT(megatron_core_flops(B, s, L, h, 16, 4, 128, 4 * h, false, V), megatron_core_flops(B, s, L, h, 16, 16, 128, 4 * h, false, V));
+}
+
+TEST(SourceFlops, ChowdheryIsSixNPlusFullAttention) {
+  EXPECT_DOUBLE_EQ(chowdhery_flops(2, 1024, 1e9, 12, 768), 2 * 1024 * (6e9 + 12.0 * 12 * 768 * 1024));
+}
+
+// ---------------------------------------------------------------- accuracy bounds
+
+// The throughput targets of the issue: median |error| <= 10% (met: 6.0% overall, 6.1%
+// on the held-out half) and no record worse than 25% (NOT met: 8 of 154 fully specified
+// records are between 25% and 37%, mostly MPT's 2023 long-sequence H100 runs, whose
+// Triton attention is slower than torchtitan's on the same GPU). The bounds below are the
+// ones reached, with a little margin, so a regression fails.
+TEST(ValidateShipped, ThroughputOfFullySpecifiedRecords) {
+  const std::vector<SummaryLine> lines = summarize(shipped().rows);
+  const SummaryLine& all = line(lines, "ALL", true, false);
+  EXPECT_GE(all.all.n, 150);
+  EXPECT_LE(all.all.median_abs, 0.10);  // the target
+  EXPECT_LE(all.all.median_abs, 0.07);  // reached: 6.0%
+  EXPECT_LE(all.held_out.median_abs, 0.07) << "held-out half (not fitted)";
+  EXPECT_LE(all.all.max_abs, 0.40) << all.all.worst_id;  // target 25%; reached 36.4%
+  int within = 0, n = 0;
+  for (const ValidationRow& r : shipped().rows) {
+    if (!r.throughput || r.skipped || r.assumed) continue;
+    ++n;
+    within += std::fabs(r.error) <= 0.25;
+  }
+  EXPECT_GE(within, static_cast<int>(0.94 * n)) << within << " of " << n << " within 25%";  // reached: 146 of 154
+
+  // Per source group: TP/PP-heavy, FSDP-only and FSDP+TP/PP/CP behave differently.
+  const std::map<std::string, std::pair<double, double>> bounds = {
+      {"narayanan2021_table1", {0.05, 0.10}},  // reached 2.0% / 5.6%
+      {"mpt", {0.08, 0.40}},                   // reached 6.3% / 36.4%
+      {"torchtitan", {0.12, 0.25}},            // reached 9.8% / 23.3%
+      {"llmc", {0.20, 0.30}},                  // reached 18.1% / 24.8% ("up to ~60%" MFU claims)
+  };
+  for (const auto& [group, b] : bounds) {
+    const SummaryLine& l = line(lines, group, true, false);
+    EXPECT_GT(l.all.n, 0) << group;
+    EXPECT_LE(l.all.median_abs, b.first) << group;
+    EXPECT_LE(l.all.max_abs, b.second) << group << " worst " << l.all.worst_id;
+  }
+}
+
+// Records with null plan knobs are predicted with the sweep's fastest fitting plan and
+// reported apart; the bound is loose because the knobs are guesses.
+TEST(ValidateShipped, AssumedRecordsAreKeptApartAndListTheirRules) {
+  int assumed = 0;
+  for (const ValidationRow& r : shipped().rows) {
+    if (r.skipped) continue;
+    EXPECT_EQ(r.assumed, !r.assumptions.empty()) << r.id;
+    if (r.assumed && r.throughput) {
+      ++assumed;
+      EXPECT_FALSE(r.fitting_subset) << r.id;
+    }
+  }
+  EXPECT_GE(assumed, 10);
+  const SummaryLine& all = line(summarize(shipped().rows), "ALL", true, true);
+  EXPECT_LE(all.all.median_abs, 0.25);  // reached: 15% (Megatron-Core, torchtitan 405B, DeepSpeed-Azure)
+  const ValidationRow& mcore = row("mcore_h100_weak_7.1B", true);
+  bool sweep_rule = false;
+  for (const std::string& a : mcore.assumptions) sweep_rule |= a.find("micro_batch=") == 0 && a.find("sweep") != std::string::npos;
+  EXPECT_TRUE(sweep_rule) << "micro_batch is null in the record: the sweep must fill it and say so";
+}
+
+// Only records whose null fields cannot be filled by a stated rule are skipped.
+TEST(ValidateShipped, SkipsOnlyWithAReason) {
+  std::map<std::string, int> reasons;
+  for (const ValidationRow& r : shipped().rows)
+    if (r.skipped) ++reasons[r.skip_reason];
+  EXPECT_EQ(reasons["missing seq_len"], 8);  // torchtitan async-TP rows
+  int total = 0;
+  for (const auto& [reason, n] : reasons) total += n;
+  EXPECT_LE(total, 10);  // + DeepSpeed-Azure 1T/2T: no plan fits (ZeRO-3 gathers two 8-16B-param layers)
+}
+
+// Every record with oom: false ran; the planner says "does not fit" for only a few, all
+// within a few percent of the card (torchtitan's per-op SAC keeps less than the planner's
+// "selective"; MPT 350M at the 40 GB edge).
+TEST(ValidateShipped, FewRunsThatRanArePredictedNotToFit) {
+  int oom = 0;
+  for (const ValidationRow& r : shipped().rows) oom += r.throughput && r.predicted_oom;
+  EXPECT_LE(oom, 3);
+}
+
+// The ZeRO paper's model-state figures (Rajbhandari et al. 2020 §5, 7.5B, N_d = 64):
+// exact to the paper's rounding (it prints 1.9 GB for 1.875 GB).
+TEST(ValidateShipped, ZeroPaperModelStatesToRounding) {
+  for (const char* id : {"zero_paper_7p5B_nd64_baseline_dp", "zero_paper_7p5B_nd64_zero1_Pos", "zero_paper_7p5B_nd64_zero2_Pos+g",
+                         "zero_paper_7p5B_nd64_zero3_Pos+g+p"}) {
+    const ValidationRow& r = row(id, false);
+    EXPECT_FALSE(r.skipped) << id << ": " << r.skip_reason;
+    EXPECT_FALSE(r.assumed) << id;
+    EXPECT_LE(std::fabs(r.error), 0.015) << id;
+  }
+}
+
+// DeepSpeed's estimator (t5-3b, 2851M params, 8 GPUs). ZeRO-2 with optimizer offload is
+// 2 bytes/param on the GPU: exact. The others differ by convention, not by rounding, and
+// are pinned to the planner's values so that a change of convention is deliberate:
+// - ZeRO-2, no offload: the record comes from DeepSpeed's older doc formula 4Ψ + 16Ψ/N
+//   (README); the planner's ZeRO paper convention gives 2Ψ + 14Ψ/N = 9.96 GiB.
+// - ZeRO-3: the estimator counts 18 bytes/param (it adds an fp32 gradient partition) plus
+//   4 x its largest layer (32M params, given only in the record's notes); the planner
+//   counts 16/N: 5.31 GiB without offload, 2Ψ/N = 0.66 GiB with offload.
+// - ZeRO-3 with parameter offload: the planner does not model parameter offload (the
+//   record's `offload` cannot say which state is offloaded), so 0.66 against 0.12.
+TEST(ValidateShipped, DeepSpeedEstimatorModelStates) {
+  EXPECT_LE(std::fabs(row("deepspeed_estimator_t5_3b_8gpu_zero2_offload_optimizer_cpu", false).error), 0.005);
+  const double psi = 2851e6;
+  EXPECT_NEAR(row("deepspeed_estimator_t5_3b_8gpu_zero2_no_offload", false).predicted, (2 * psi + 14 * psi / 8) / kGiB, 1e-9);
+  EXPECT_NEAR(row("deepspeed_estimator_t5_3b_8gpu_zero3_no_offload_zero_init", false).predicted, 16 * psi / 8 / kGiB, 1e-9);
+  EXPECT_NEAR(row("deepspeed_estimator_t5_3b_8gpu_zero3_offload_optimizer_zero_init", false).predicted, 2 * psi / 8 / kGiB, 1e-9);
+  EXPECT_NEAR(row("deepspeed_estimator_t5_3b_8gpu_zero3_offload_all_zero_init", false).predicted, 2 * psi / 8 / kGiB, 1e-9);
+}
+
+// Measured memory. The 10% target is NOT met for torchtitan: its "selective" is per-op
+// SAC (keeps about half the matmul outputs; the planner's selective with flash attention
+// keeps everything), and its figure is PyTorch's peak *reserved* memory, which sits near
+// 84 GiB of 96 for every long-sequence run whatever the need. Bounds reached, with margin.
+TEST(ValidateShipped, MeasuredMemory) {
+  const std::vector<SummaryLine> lines = summarize(shipped().rows);
+  const SummaryLine& tt = line(lines, "torchtitan", false, false);
+  EXPECT_EQ(tt.all.n, 8);
+  EXPECT_LE(tt.all.median_abs, 0.40);  // reached 34.0%
+  EXPECT_LE(tt.all.max_abs, 0.90);     // reached 86.5% (H200 run, 48 GiB measured)
+  // BERT-large fine-tuning on one V100, nvidia-smi: vocab derived from params (assumed).
+  const ValidationRow& bert = row("hf_memory_anatomy_bert_large_v100", false);
+  EXPECT_TRUE(bert.assumed);
+  EXPECT_LE(std::fabs(bert.error), 0.15);  // reached -10.8%
+  // The ZeRO paper's activation figures are "about" values: order of magnitude only.
+  for (const char* id : {"zero_paper_gpt2_1p5B_activations_no_ckpt", "zero_paper_gpt2_1p5B_activations_ckpt"}) {
+    const ValidationRow& r = row(id, false);
+    EXPECT_GT(r.predicted / r.published, 0.3) << id;
+    EXPECT_LT(r.predicted / r.published, 3.0) << id;
+  }
+}
+
+// ---------------------------------------------------------------- the fit
+
+TEST(ValidateFit, HalvesAreDeterministicAndDisjoint) {
+  std::map<std::string, std::pair<int, int>> halves;  // group -> (fitted, held out)
+  for (const ValidationRow& r : shipped().rows) {
+    if (!r.throughput || r.skipped || r.assumed) continue;
+    (r.fitting_subset ? halves[r.group].first : halves[r.group].second)++;
+  }
+  for (const auto& [group, h] : halves) EXPECT_LE(std::abs(h.first - h.second), 1) << group;
+  EXPECT_TRUE(in_fitting_subset(0));
+  EXPECT_FALSE(in_fitting_subset(1));
+}
+
+// The shipped Efficiency defaults are the fit's output: re-fitting from the prior cannot
+// do better than them (stale defaults after a model change fail here: run
+// `llmplan validate --fit` and paste the printed constants into planner/time_model.h).
+TEST(ValidateFit, ShippedDefaultsAreTheFitsOptimum) {
+  const Shipped& s = shipped();
+  ValidationOptions start;
+  start.efficiency = fit_prior();
+  const FitReport fit = fit_efficiency(s.set, s.presets, start);
+  EXPECT_LT(fit.objective_fitted, fit.objective_start);
+  EXPECT_GE(fit.rows, 70);
+  const double shipped_objective = fit_objective(s.set, s.presets, ValidationOptions{});
+  EXPECT_LE(shipped_objective, fit.objective_fitted + 1e-3);
+}
+
+// ---------------------------------------------------------------- the reader
+
+nlohmann::json shipped_json() {
+  Result<nlohmann::json> j = read_json_file(default_reference_path());
+  EXPECT_TRUE(j.ok());
+  return *j;
+}
+
+void expect_bad_input(const nlohmann::json& doc, const std::string& field, const std::string& what) {
+  Result<ReferenceSet> r = parse_reference_runs(doc, "runs.json");
+  ASSERT_FALSE(r.ok()) << field;
+  EXPECT_EQ(r.status().exit_code(), 2);
+  EXPECT_NE(r.status().message().find("runs.json"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().message();
+}
+
+TEST(ValidateReader, MissingFieldIsNamed) {
+  nlohmann::json doc = shipped_json();
+  doc["records"][3]["plan"].erase("micro_batch");
+  expect_bad_input(doc, "records[3].plan.micro_batch", "missing");
+}
+
+TEST(ValidateReader, WrongTypeUnknownFieldAndSchemaAreNamed) {
+  nlohmann::json doc = shipped_json();
+  doc["records"][5]["model"]["layers"] = "many";
+  expect_bad_input(doc, "records[5].model.layers", "expected an integer");
+  doc = shipped_json();
+  doc["records"][1]["plan"]["pipeline"] = 2;
+  expect_bad_input(doc, "records[1].plan.pipeline", "unknown field");
+  doc = shipped_json();
+  doc["records"][0]["measured"]["memory_scope"] = "everything";
+  expect_bad_input(doc, "records[0].measured.memory_scope", "expected one of");
+  doc = shipped_json();
+  doc["schema"] = "llmplan-reference-runs/2";
+  expect_bad_input(doc, "schema", "llmplan-reference-runs/1");
+}
+
+// Any file of the format works: a one-record file with a null micro-batch is predicted
+// with a filled knob, and a null seq_len is skipped with its reason.
+TEST(ValidateReader, AnyFileOfTheFormat) {
+  const nlohmann::json full = shipped_json();
+  nlohmann::json doc = {{"schema", "llmplan-reference-runs/1"}, {"description", "test"}, {"records", nlohmann::json::array()}};
+  nlohmann::json rec = full["records"][0];  // narayanan2021_table1_1.7B
+  rec["plan"]["micro_batch"] = nullptr;
+  doc["records"].push_back(rec);
+  rec["id"] = "no_seq";
+  rec["model"]["seq_len"] = nullptr;
+  doc["records"].push_back(rec);
+  Result<ReferenceSet> set = parse_reference_runs(doc, "mini.json");
+  ASSERT_TRUE(set.ok()) << set.status().message();
+  const std::vector<ValidationRow> rows = validate_records(*set, shipped().presets, ValidationOptions{});
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_FALSE(rows[0].skipped) << rows[0].skip_reason;
+  EXPECT_TRUE(rows[0].assumed);
+  EXPECT_TRUE(rows[1].skipped);
+  EXPECT_EQ(rows[1].skip_reason, "missing seq_len");
+}
+
+}  // namespace
+}  // namespace llmplan
