@@ -490,8 +490,8 @@ class GuiTest : public QObject {
       double tolerance;  // relative, against estimate_time's total
     };
     // pp1 dp8: the simulator waits for the first gradient bucket and the ZeRO parameter
-    // gathers that the analytic model hides entirely (0.1%).
-    const Case cases[] = {{8, 1, 1, 1, 2, 1, Schedule::one_f_one_b, 0.005}, {2, 1, 4, 1, 1, 1, Schedule::one_f_one_b, 0.06},
+    // gathers that the analytic model hides by its overlap constants (1.4%).
+    const Case cases[] = {{8, 1, 1, 1, 2, 1, Schedule::one_f_one_b, 0.02}, {2, 1, 4, 1, 1, 1, Schedule::one_f_one_b, 0.06},
                           {2, 2, 2, 1, 2, 0, Schedule::gpipe, 0.06},       {1, 2, 4, 2, 1, 1, Schedule::interleaved, 0.08}};
     for (const Case& k : cases) {
       PlanFile f;
