@@ -15,16 +15,6 @@ namespace {
 using testing::check;
 using testing::ctx;
 
-TEST(CudaAllocator, RoundsToSizeClasses) {
-  EXPECT_EQ(CudaAllocator::rounded_size(0), 512);
-  EXPECT_EQ(CudaAllocator::rounded_size(1), 512);
-  EXPECT_EQ(CudaAllocator::rounded_size(512), 512);
-  EXPECT_EQ(CudaAllocator::rounded_size(513), 1024);
-  EXPECT_EQ(CudaAllocator::rounded_size((1 << 20) - 1), 1 << 20);
-  EXPECT_EQ(CudaAllocator::rounded_size(1 << 20), 2 << 20);
-  EXPECT_EQ(CudaAllocator::rounded_size(3 << 20), 4 << 20);
-}
-
 // The same allocation sequence (categories, phases, frees) on a CPU and a CUDA allocator
 // leaves identical statistics: the accounting is the base class's, not the backend's.
 TEST(CudaAllocator, AccountsExactlyLikeTheCpuAllocator) {
