@@ -53,6 +53,8 @@ Status attention_backward_flash(CudaContext& ctx, const S* q, const S* k, const 
                                 const AttentionDims& dims, std::span<std::byte> ws);
 
 // Device workspace bytes for storage `s`: the larger of the variant's forward and backward.
+// Call it qualified (cuda::attention_workspace_bytes): argument-dependent lookup through
+// cpu::AttentionDims also finds cpu::attention_workspace_bytes, of the same signature.
 int64_t attention_workspace_bytes(DType s, const AttentionDims& dims, bool flash);
 
 }  // namespace llmplan::exec::cuda
