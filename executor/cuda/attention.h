@@ -1,0 +1,60 @@
+// Causal self-attention with GQA and a document mask on the GPU: the CPU ops of
+// executor/cpu/attention.h (same formulas, layouts, saved tensors and overwrite semantics),
+// in two variants whose choice the planner's memory model must know (the plan's
+// flash_attention flag: materialized keeps attn.probs, flash keeps attn.lse).
+//
+//   materialized: q, k, v are copied head-major into workspace; batched cuBLASLt GEMMs make
+//     the fp32 scores of one kv-head group at a time (the g query heads that share a kv head
+//     are one (g s, d) matrix); a softmax kernel writes probs (b, heads, s, s) in the
+//     storage type (0 where masked); o = probs v. Backward: dP = dO v^T (fp32),
+//     dS = P (dP - rowsum(P dP)) in the storage type, dq = scale dS k, dk = scale dS^T q,
+//     dv = P^T dO, each a batched GEMM over the group. Workspace holds the head-major copies
+//     and one (b, heads, s, s) fp32 score matrix (plus dS in the backward).
+//   flash: a fused kernel, one warp per query row, key/value tiles of 32 rows in shared
+//     memory, online softmax (Dao et al. 2022, Algorithm 1); saves lse (b, heads, s) fp32.
+//     Backward recomputes the probabilities: one kernel for dq (a warp per query row, which
+//     also stores D_i = dO_i . o_i), one for dk and dv (a warp per key row over the queries of
+//     every head in its group); no atomics, deterministic. Workspace: D, b heads s fp32.
+//     Written for correctness first: plain fp32 FMAs, not tensor cores.
+//     REQUIRES: head_dim <= kFlashMaxHeadDim. dims.block is not used (the tile is fixed).
+//
+// Storage types S: float, bf16_t, f16_t; lse is fp32 (acc_t<S>). Device pointers; `ws`
+// device workspace of attention_workspace_bytes(...). Enqueued on ctx.compute_stream().
+// Thread-safety: as CudaContext.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "executor/cpu/attention.h"
+#include "executor/cuda/context.h"
+#include "executor/dtype.h"
+
+namespace llmplan::exec::cuda {
+
+using cpu::AttentionDims;
+inline constexpr int64_t kFlashMaxHeadDim = 128;
+
+template <class S>
+Status attention_forward_materialized(CudaContext& ctx, const S* q, const S* k, const S* v, const int32_t* doc,
+                                      S* o, S* probs, const AttentionDims& dims, std::span<std::byte> ws);
+template <class S>
+Status attention_backward_materialized(CudaContext& ctx, const S* q, const S* k, const S* v, const S* probs,
+                                       const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dims,
+                                       std::span<std::byte> ws);
+
+template <class S>
+Status attention_forward_flash(CudaContext& ctx, const S* q, const S* k, const S* v, const int32_t* doc, S* o,
+                               float* lse, const AttentionDims& dims, std::span<std::byte> ws);
+template <class S>
+Status attention_backward_flash(CudaContext& ctx, const S* q, const S* k, const S* v, const int32_t* doc,
+                                const S* o, const float* lse, const S* dout, S* dq, S* dk, S* dv,
+                                const AttentionDims& dims, std::span<std::byte> ws);
+
+// Device workspace bytes for storage `s`: the larger of the variant's forward and backward.
+// Call it qualified (cuda::attention_workspace_bytes): argument-dependent lookup through
+// cpu::AttentionDims also finds cpu::attention_workspace_bytes, of the same signature.
+int64_t attention_workspace_bytes(DType s, const AttentionDims& dims, bool flash);
+
+}  // namespace llmplan::exec::cuda

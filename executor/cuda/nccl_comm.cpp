@@ -1,0 +1,102 @@
+#include "executor/cuda/nccl_comm.h"
+
+#include <string>
+
+#include "executor/cuda/check.h"
+
+namespace llmplan::exec::cuda {
+
+namespace {
+Status nccl_status(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return Status::ok();
+  return Status::runtime(std::string(what) + ": " + ncclGetErrorString(r));
+}
+
+Result<ncclDataType_t> nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    case DType::i32: return ncclInt32;
+    case DType::u8: return ncclUint8;
+  }
+  return Status::bad_input("nccl: unsupported dtype");
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+}  // namespace
+
+Result<ncclUniqueId> NcclComm::unique_id() {
+  ncclUniqueId id{};
+  if (Status s = nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId"); !s) return s;
+  return id;
+}
+
+Result<std::unique_ptr<NcclComm>> NcclComm::init(CudaContext& ctx, const ncclUniqueId& id, int nranks, int rank) {
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    return Status::bad_input("nccl init: rank " + std::to_string(rank) + " of " + std::to_string(nranks));
+  }
+  LLMPLAN_CUDA_TRY(cudaSetDevice(ctx.device()));
+  ncclComm_t comm = nullptr;
+  if (Status s = nccl_status(ncclCommInitRank(&comm, nranks, id, rank), "ncclCommInitRank"); !s) return s;
+  return std::unique_ptr<NcclComm>(new NcclComm(ctx, comm, nranks, rank));
+}
+
+NcclComm::~NcclComm() {
+  if (comm_ != nullptr) ncclCommDestroy(comm_);
+}
+
+Status NcclComm::all_reduce(const void* send, void* recv, int64_t count, DType t, ReduceOp op) {
+  Result<ncclDataType_t> nt = nccl_type(t);
+  if (!nt.ok()) return nt.status();
+  return nccl_status(ncclAllReduce(send, recv, static_cast<size_t>(count), *nt, nccl_op(op), comm_, ctx_.comm_stream()),
+                     "ncclAllReduce");
+}
+
+Status NcclComm::reduce_scatter(const void* send, void* recv, int64_t recv_count, DType t, ReduceOp op) {
+  Result<ncclDataType_t> nt = nccl_type(t);
+  if (!nt.ok()) return nt.status();
+  return nccl_status(ncclReduceScatter(send, recv, static_cast<size_t>(recv_count), *nt, nccl_op(op), comm_,
+                                       ctx_.comm_stream()),
+                     "ncclReduceScatter");
+}
+
+Status NcclComm::all_gather(const void* send, void* recv, int64_t send_count, DType t) {
+  Result<ncclDataType_t> nt = nccl_type(t);
+  if (!nt.ok()) return nt.status();
+  return nccl_status(ncclAllGather(send, recv, static_cast<size_t>(send_count), *nt, comm_, ctx_.comm_stream()),
+                     "ncclAllGather");
+}
+
+Status NcclComm::broadcast(const void* send, void* recv, int64_t count, DType t, int root) {
+  Result<ncclDataType_t> nt = nccl_type(t);
+  if (!nt.ok()) return nt.status();
+  return nccl_status(ncclBroadcast(send, recv, static_cast<size_t>(count), *nt, root, comm_, ctx_.comm_stream()),
+                     "ncclBroadcast");
+}
+
+Status NcclComm::send(const void* buf, int64_t count, DType t, int peer) {
+  Result<ncclDataType_t> nt = nccl_type(t);
+  if (!nt.ok()) return nt.status();
+  return nccl_status(ncclSend(buf, static_cast<size_t>(count), *nt, peer, comm_, ctx_.comm_stream()), "ncclSend");
+}
+
+Status NcclComm::recv(void* buf, int64_t count, DType t, int peer) {
+  Result<ncclDataType_t> nt = nccl_type(t);
+  if (!nt.ok()) return nt.status();
+  return nccl_status(ncclRecv(buf, static_cast<size_t>(count), *nt, peer, comm_, ctx_.comm_stream()), "ncclRecv");
+}
+
+Status NcclComm::group_start() { return nccl_status(ncclGroupStart(), "ncclGroupStart"); }
+Status NcclComm::group_end() { return nccl_status(ncclGroupEnd(), "ncclGroupEnd"); }
+
+}  // namespace llmplan::exec::cuda

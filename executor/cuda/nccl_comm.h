@@ -1,0 +1,67 @@
+// NcclComm: a thin wrapper of one NCCL communicator for the GPU side of the executor's
+// collectives. Every collective runs on the context's communication stream and returns
+// once enqueued (order it against compute with CudaContext::order_after). Errors come back
+// as runtime Status values naming the call and NCCL's message.
+//
+// Bootstrapping: rank 0 calls unique_id(), the id's bytes travel to every rank over MPI
+// (the CPU communicator, which comes with the distributed issue), then every rank calls
+// init() with the same id. The communicator interface shared with the MPI side (the
+// executor's Communicator) also comes with that issue; this class is what its NCCL
+// implementation will hold.
+//
+// Data types: f32, bf16, f16, f64, i32, u8. Counts are elements. Only compiled where NCCL
+// was found (cmake/Cuda.cmake); linked shared (no static NCCL exists).
+// Thread-safety: as CudaContext; one communicator per (context, group).
+#pragma once
+
+#include <nccl.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "executor/cuda/context.h"
+#include "executor/dtype.h"
+#include "planner/status.h"
+
+namespace llmplan::exec::cuda {
+
+enum class ReduceOp { sum, avg, max, min };
+
+class NcclComm {
+ public:
+  // A fresh id for a new communicator (rank 0 only).
+  static Result<ncclUniqueId> unique_id();
+  // Joins the communicator `id` as `rank` of `nranks` on ctx's device. Blocks until every
+  // rank has joined.
+  static Result<std::unique_ptr<NcclComm>> init(CudaContext& ctx, const ncclUniqueId& id, int nranks, int rank);
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return nranks_; }
+
+  // recv (count) = op over ranks of send (count); send may equal recv (in place).
+  Status all_reduce(const void* send, void* recv, int64_t count, DType t, ReduceOp op);
+  // recv (recv_count) = this rank's slice of op over ranks of send (recv_count * size()).
+  Status reduce_scatter(const void* send, void* recv, int64_t recv_count, DType t, ReduceOp op);
+  // recv (send_count * size()) = every rank's send (send_count), in rank order.
+  Status all_gather(const void* send, void* recv, int64_t send_count, DType t);
+  // recv (count) = root's send (count).
+  Status broadcast(const void* send, void* recv, int64_t count, DType t, int root);
+  // Point-to-point (pipeline stages). A matching send and recv must be enqueued on both
+  // sides; pair them in group_start/group_end to avoid ordering deadlocks.
+  Status send(const void* buf, int64_t count, DType t, int peer);
+  Status recv(void* buf, int64_t count, DType t, int peer);
+  static Status group_start();
+  static Status group_end();
+
+ private:
+  NcclComm(CudaContext& ctx, ncclComm_t comm, int nranks, int rank)
+      : ctx_(ctx), comm_(comm), nranks_(nranks), rank_(rank) {}
+  CudaContext& ctx_;
+  ncclComm_t comm_;
+  int nranks_, rank_;
+};
+
+}  // namespace llmplan::exec::cuda

@@ -1,0 +1,209 @@
+// Elementwise CUDA ops (pointwise.h): one grid-stride kernel (for_each_index) over an
+// element function, one device lambda per op with the CPU op's formula.
+#include "executor/cuda/pointwise.h"
+
+#include "executor/cuda/check.h"
+#include "executor/cuda/device_util.cuh"
+
+namespace llmplan::exec::cuda {
+using dev::load;
+using dev::store;
+
+namespace {
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+constexpr float kGeluK = 0.79788456080286535588f;  // sqrt(2/pi)
+constexpr float kGeluC = 0.044715f;
+
+// cpu::splitmix64_at and cpu::dropout_uniform, bit for bit.
+__device__ __forceinline__ uint64_t splitmix64_at(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + (index + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+__device__ __forceinline__ double dropout_uniform(uint64_t seed, uint64_t index) {
+  return static_cast<double>(splitmix64_at(seed, index) >> 11) * 0x1.0p-53;
+}
+
+__device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(bf16_t* p, float v) {
+  atomicAdd(reinterpret_cast<__nv_bfloat16*>(p), __float2bfloat16_rn(v));
+}
+__device__ __forceinline__ void atomic_add(f16_t* p, float v) {
+  atomicAdd(reinterpret_cast<__half*>(p), __float2half_rn(v));
+}
+}  // namespace
+
+template <class S>
+Status add(CudaContext& ctx, const S* a, const S* b, S* y, int64_t n) {
+  return for_each_index(ctx, n, [=] __device__(int64_t i) { y[i] = store<S>(load(a[i]) + load(b[i])); }, "add");
+}
+
+template <class S>
+Status add_inplace(CudaContext& ctx, S* y, const S* x, int64_t n) {
+  return for_each_index(ctx, n, [=] __device__(int64_t i) { y[i] = store<S>(load(y[i]) + load(x[i])); }, "add_inplace");
+}
+
+template <class S>
+Status add_row_bias(CudaContext& ctx, S* y, const S* b, int64_t rows, int64_t out) {
+  return for_each_index(ctx, rows * out, [=] __device__(int64_t i) { y[i] = store<S>(load(y[i]) + load(b[i % out])); },
+                  "add_row_bias");
+}
+
+template <class Src, class Dst>
+Status cast(CudaContext& ctx, const Src* x, Dst* y, int64_t n) {
+  return for_each_index(ctx, n, [=] __device__(int64_t i) { y[i] = store<Dst>(load(x[i])); }, "cast");
+}
+
+template <class S>
+Status has_nonfinite(CudaContext& ctx, const S* x, int64_t n, int32_t* flag) {
+  return for_each_index(ctx, n, [=] __device__(int64_t i) {
+    if (!isfinite(load(x[i]))) *flag = 1;  // every writer stores 1: no atomic needed
+  }, "has_nonfinite");
+}
+
+// y = x sigmoid(2u), u = k (x + c x^3)  (= 0.5 x (1 + tanh(u)); see cpu/activation.cpp).
+template <class S>
+Status gelu_forward(CudaContext& ctx, const S* x, S* y, int64_t n) {
+  return for_each_index(ctx, n, [=] __device__(int64_t i) {
+    const float v = load(x[i]);
+    const float u = kGeluK * (v + kGeluC * v * v * v);
+    y[i] = store<S>(v * sigmoid(2.0f * u));
+  }, "gelu_forward");
+}
+
+template <class S>
+Status gelu_backward(CudaContext& ctx, const S* x, const S* dy, S* dx, int64_t n) {
+  return for_each_index(ctx, n, [=] __device__(int64_t i) {
+    const float v = load(x[i]);
+    const float s = sigmoid(2.0f * kGeluK * (v + kGeluC * v * v * v));
+    const float du = kGeluK * (1.0f + 3.0f * kGeluC * v * v);
+    dx[i] = store<S>(load(dy[i]) * (s + v * s * (1.0f - s) * 2.0f * du));
+  }, "gelu_backward");
+}
+
+template <class S>
+Status swiglu_forward(CudaContext& ctx, const S* gate, const S* up, S* y, int64_t n) {
+  return for_each_index(ctx, n, [=] __device__(int64_t i) {
+    const float g = load(gate[i]);
+    y[i] = store<S>(g * sigmoid(g) * load(up[i]));
+  }, "swiglu_forward");
+}
+
+template <class S>
+Status swiglu_backward(CudaContext& ctx, const S* gate, const S* up, const S* dy, S* dgate, S* dup, int64_t n) {
+  return for_each_index(ctx, n, [=] __device__(int64_t i) {
+    const float g = load(gate[i]), u = load(up[i]), d = load(dy[i]);
+    const float sg = sigmoid(g);
+    dgate[i] = store<S>(d * u * sg * (1.0f + g * (1.0f - sg)));
+    dup[i] = store<S>(d * g * sg);
+  }, "swiglu_backward");
+}
+
+template <class S>
+Status dropout_forward(CudaContext& ctx, const S* x, S* y, uint8_t* mask, int64_t n, double p,
+                       uint64_t seed, uint64_t offset) {
+  const float scale = static_cast<float>(1.0 / (1.0 - p));  // as the CPU op: double, then rounded
+  return for_each_index(ctx, n, [=] __device__(int64_t i) {
+    const bool keep = dropout_uniform(seed, offset + static_cast<uint64_t>(i)) >= p;
+    mask[i] = keep ? 1 : 0;
+    y[i] = store<S>(keep ? load(x[i]) * scale : 0.0f);
+  }, "dropout_forward");
+}
+
+template <class S>
+Status dropout_backward(CudaContext& ctx, const S* dy, const uint8_t* mask, S* dx, int64_t n, double p) {
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  return for_each_index(ctx, n, [=] __device__(int64_t i) {
+    dx[i] = store<S>(mask[i] ? load(dy[i]) * scale : 0.0f);
+  }, "dropout_backward");
+}
+
+template <class S>
+Status embedding_forward(CudaContext& ctx, const int32_t* ids, const S* table, S* out, int64_t n,
+                         int64_t h, bool accumulate) {
+  return for_each_index(ctx, n * h, [=] __device__(int64_t e) {
+    const int64_t i = e / h, j = e - i * h;
+    const S v = table[static_cast<int64_t>(ids[i]) * h + j];
+    out[e] = accumulate ? store<S>(load(out[e]) + load(v)) : v;
+  }, "embedding_forward");
+}
+
+template <class S, class G>
+Status embedding_backward(CudaContext& ctx, const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h) {
+  return for_each_index(ctx, n * h, [=] __device__(int64_t e) {
+    const int64_t i = e / h, j = e - i * h;
+    atomic_add(dtable + static_cast<int64_t>(ids[i]) * h + j, load(dout[e]));
+  }, "embedding_backward");
+}
+
+Status fill_positions(CudaContext& ctx, int32_t* positions, int64_t b, int64_t s) {
+  return for_each_index(ctx, b * s, [=] __device__(int64_t e) { positions[e] = static_cast<int32_t>(e % s); },
+                  "fill_positions");
+}
+
+namespace {
+// One thread per (token, pair index i): the angle once, then every head (cpu/rope.cpp).
+template <class S>
+Status rotate(CudaContext& ctx, const S* x, const int32_t* positions, S* y, int64_t tokens, int64_t heads,
+              int64_t d, double theta, double sign, const char* name) {
+  const int64_t half = d / 2;
+  return for_each_index(ctx, tokens * half, [=] __device__(int64_t e) {
+    const int64_t t = e / half, i = e - t * half;
+    const double angle = positions[t] * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    double sn, cs;
+    sincos(angle, &sn, &cs);
+    const float c = static_cast<float>(cs);
+    const float s = static_cast<float>(sign * sn);
+    for (int64_t hd = 0; hd < heads; ++hd) {
+      const int64_t base = (t * heads + hd) * d;
+      const float x1 = load(x[base + i]);
+      const float x2 = load(x[base + i + half]);
+      y[base + i] = store<S>(x1 * c - x2 * s);
+      y[base + i + half] = store<S>(x2 * c + x1 * s);
+    }
+  }, name);
+}
+}  // namespace
+
+template <class S>
+Status rope_forward(CudaContext& ctx, const S* x, const int32_t* positions, S* y, int64_t tokens,
+                    int64_t heads, int64_t d, double theta) {
+  return rotate(ctx, x, positions, y, tokens, heads, d, theta, 1.0, "rope_forward");
+}
+
+template <class S>
+Status rope_backward(CudaContext& ctx, const S* dy, const int32_t* positions, S* dx, int64_t tokens,
+                     int64_t heads, int64_t d, double theta) {
+  return rotate(ctx, dy, positions, dx, tokens, heads, d, theta, -1.0, "rope_backward");
+}
+
+#define INST(S)                                                                                      \
+  template Status add<S>(CudaContext&, const S*, const S*, S*, int64_t);                             \
+  template Status add_inplace<S>(CudaContext&, S*, const S*, int64_t);                               \
+  template Status add_row_bias<S>(CudaContext&, S*, const S*, int64_t, int64_t);                     \
+  template Status has_nonfinite<S>(CudaContext&, const S*, int64_t, int32_t*);                       \
+  template Status gelu_forward<S>(CudaContext&, const S*, S*, int64_t);                              \
+  template Status gelu_backward<S>(CudaContext&, const S*, const S*, S*, int64_t);                   \
+  template Status swiglu_forward<S>(CudaContext&, const S*, const S*, S*, int64_t);                  \
+  template Status swiglu_backward<S>(CudaContext&, const S*, const S*, const S*, S*, S*, int64_t);   \
+  template Status dropout_forward<S>(CudaContext&, const S*, S*, uint8_t*, int64_t, double, uint64_t, \
+                                     uint64_t);                                                      \
+  template Status dropout_backward<S>(CudaContext&, const S*, const uint8_t*, S*, int64_t, double);  \
+  template Status embedding_forward<S>(CudaContext&, const int32_t*, const S*, S*, int64_t, int64_t, \
+                                       bool);                                                        \
+  template Status rope_forward<S>(CudaContext&, const S*, const int32_t*, S*, int64_t, int64_t,      \
+                                  int64_t, double);                                                  \
+  template Status rope_backward<S>(CudaContext&, const S*, const int32_t*, S*, int64_t, int64_t,     \
+                                   int64_t, double);
+LLMPLAN_CUDA_FOR_STORAGE(INST)
+#undef INST
+#define INSTG(S, G) \
+  template Status embedding_backward<S, G>(CudaContext&, const int32_t*, const S*, G*, int64_t, int64_t);
+LLMPLAN_CUDA_FOR_STORAGE_GRAD(INSTG)
+#undef INSTG
+#define CAST(A, B) template Status cast<A, B>(CudaContext&, const A*, B*, int64_t);
+CAST(float, bf16_t) CAST(float, f16_t) CAST(float, float) CAST(bf16_t, float) CAST(f16_t, float)
+#undef CAST
+
+}  // namespace llmplan::exec::cuda

@@ -1,0 +1,77 @@
+// Elementwise CUDA ops: residual add, casts, the non-finite check, GELU and SwiGLU,
+// dropout, embeddings and rotary embeddings. Each mirrors the CPU op of the same name in
+// executor/cpu/ (same arguments after the context, same formulas, same overwrite or
+// accumulate semantics); the CPU header is the reference for the math.
+//
+// Storage types S: float, bf16_t, f16_t (no double on the GPU); math in fp32, one rounding
+// per stored result. Gradient types G: S, or float for 16-bit S. All pointers are device
+// pointers; ids and positions are int32 on the device. Outputs may alias the same-index
+// input where the CPU op allows it.
+// Every function enqueues on ctx.compute_stream() and returns at once; the Status reports
+// a launch failure only (execution errors surface at the next synchronisation).
+// Thread-safety: as CudaContext.
+#pragma once
+
+#include <cstdint>
+
+#include "executor/cuda/context.h"
+#include "executor/dtype.h"
+
+namespace llmplan::exec::cuda {
+
+// y (n) = a (n) + b (n).  (cpu::add)
+template <class S> Status add(CudaContext& ctx, const S* a, const S* b, S* y, int64_t n);
+// y (n) += x (n).  (cpu::add_inplace)
+template <class S> Status add_inplace(CudaContext& ctx, S* y, const S* x, int64_t n);
+// y (n) += b (out) on every row of y (rows, out): the bias, where a GEMM epilogue cannot.
+template <class S> Status add_row_bias(CudaContext& ctx, S* y, const S* b, int64_t rows, int64_t out);
+
+// y (n) = x (n) converted, round to nearest even. Pairs: float -> bf16_t, f16_t, float;
+// bf16_t, f16_t -> float.  (cpu::cast)
+template <class Src, class Dst> Status cast(CudaContext& ctx, const Src* x, Dst* y, int64_t n);
+
+// *flag = 1 when any of x (n) is an infinity or a NaN; *flag is left alone otherwise, so
+// one zeroed flag can collect many tensors (fp16 loss scaling checks all gradients, then
+// reads the flag once).  (cpu::has_nonfinite, with the answer kept on the device)
+template <class S> Status has_nonfinite(CudaContext& ctx, const S* x, int64_t n, int32_t* flag);
+
+// GELU, tanh approximation, and its backward from the saved input.  (cpu::gelu_*)
+template <class S> Status gelu_forward(CudaContext& ctx, const S* x, S* y, int64_t n);
+template <class S> Status gelu_backward(CudaContext& ctx, const S* x, const S* dy, S* dx, int64_t n);
+// SwiGLU y = silu(gate) up, and its backward from the saved gate and up.  (cpu::swiglu_*)
+template <class S> Status swiglu_forward(CudaContext& ctx, const S* gate, const S* up, S* y, int64_t n);
+template <class S>
+Status swiglu_backward(CudaContext& ctx, const S* gate, const S* up, const S* dy, S* dgate, S* dup, int64_t n);
+
+// Dropout with the CPU op's counter-based RNG: element i keeps when
+// cpu::dropout_uniform(seed, offset + i) >= p, so the mask bits equal the CPU's for the
+// same (seed, offset).  (cpu::dropout_*)
+template <class S>
+Status dropout_forward(CudaContext& ctx, const S* x, S* y, uint8_t* mask, int64_t n, double p,
+                       uint64_t seed, uint64_t offset = 0);
+template <class S>
+Status dropout_backward(CudaContext& ctx, const S* dy, const uint8_t* mask, S* dx, int64_t n, double p);
+
+// ids (n), table (rows, h) -> out (n, h) = table[ids], or += with accumulate.
+// (cpu::embedding_forward)
+template <class S>
+Status embedding_forward(CudaContext& ctx, const int32_t* ids, const S* table, S* out, int64_t n,
+                         int64_t h, bool accumulate = false);
+// dtable (rows, h) += scatter-add of dout (n, h) at ids, with atomic adds: in fp32 for
+// G = float; for 16-bit G with the GPU's 16-bit atomics, each add rounded once as the CPU
+// op does (the order of repeated ids differs).  (cpu::embedding_backward)
+template <class S, class G>
+Status embedding_backward(CudaContext& ctx, const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h);
+// positions (b, s) = 0 .. s-1 per sequence.  (cpu::fill_positions)
+Status fill_positions(CudaContext& ctx, int32_t* positions, int64_t b, int64_t s);
+
+// Rotary embedding, rotate-half, angles in double from the positions. y may alias x,
+// dx may alias dy.  (cpu::rope_*)
+template <class S>
+Status rope_forward(CudaContext& ctx, const S* x, const int32_t* positions, S* y, int64_t tokens,
+                    int64_t heads, int64_t d, double theta = 10000.0);
+template <class S>
+Status rope_backward(CudaContext& ctx, const S* dy, const int32_t* positions, S* dx, int64_t tokens,
+                     int64_t heads, int64_t d, double theta = 10000.0);
+
+}  // namespace llmplan::exec::cuda
