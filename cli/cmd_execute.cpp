@@ -25,6 +25,9 @@ struct ExecuteCommand {
   int steps = 20;
   int warmup = 3;
   int layers = 0;
+  int64_t seq = 0;
+  int micro_batch = 0;
+  int grad_accum = 0;
   std::string data;
   std::string memory_limit;
   std::string json_out;
@@ -82,6 +85,9 @@ Runner register_execute(CLI::App* sub) {
   sub->add_option("--steps", c->steps, "measured optimizer steps")->capture_default_str();
   sub->add_option("--warmup", c->warmup, "warm-up steps before measuring")->capture_default_str();
   sub->add_option("--layers", c->layers, "run this many layers instead of the model's (the prediction follows)");
+  sub->add_option("--seq", c->seq, "sequence length instead of the plan's (the prediction follows)");
+  sub->add_option("--micro-batch", c->micro_batch, "micro-batch instead of the plan's (the prediction follows)");
+  sub->add_option("--grad-accum", c->grad_accum, "micro-batches per step instead of the plan's (the prediction follows)");
   sub->add_option("--data", c->data, "token file (.bin uint16, .u32.bin), .txt, or a folder of .txt (byte-level); default synthetic");
   sub->add_option("--memory-limit", c->memory_limit, "fail like a GPU of this size (e.g. 8GiB)");
   sub->add_option("--json", c->json_out, "also write the report as JSON to this file");
@@ -96,6 +102,9 @@ Runner register_execute(CLI::App* sub) {
     o.steps = c->steps;
     o.warmup = c->warmup;
     o.layers = c->layers;
+    o.seq_len = c->seq;
+    o.micro_batch = c->micro_batch;
+    o.grad_accum = c->grad_accum;
     o.data = c->data;
     o.seed = c->seed;
     o.trainer.lr = c->lr;

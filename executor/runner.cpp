@@ -48,6 +48,20 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label)
     e.model.layers = o.layers;
     e.plan.recompute_layers = std::min(e.plan.recompute_layers, o.layers);
   }
+  // Scaling the job down to what a CPU runs in seconds; the prediction follows.
+  if (o.seq_len > 0 && o.seq_len != e.job.seq_len) {
+    changes.push_back("seq " + std::to_string(e.job.seq_len) + " -> " + std::to_string(o.seq_len));
+    e.job.seq_len = o.seq_len;
+  }
+  if (o.micro_batch > 0 && o.micro_batch != e.plan.micro_batch) {
+    changes.push_back("micro-batch " + std::to_string(e.plan.micro_batch) + " -> " + std::to_string(o.micro_batch));
+    e.plan.micro_batch = o.micro_batch;
+  }
+  if (o.grad_accum > 0 && o.grad_accum != e.plan.grad_accum) {
+    changes.push_back("accumulation " + std::to_string(e.plan.grad_accum) + " -> " + std::to_string(o.grad_accum));
+    e.plan.grad_accum = o.grad_accum;
+  }
+  e.job.global_batch = static_cast<int64_t>(e.plan.grad_accum) * e.plan.micro_batch;
   e.gpus = 1;
   e.cluster.nodes = 1;
   e.cluster.gpus_per_node = 1;
@@ -122,6 +136,8 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   if (o.backend != "cpu") return Status::bad_input("--backend: only 'cpu' is implemented, got '" + o.backend + "'");
   if (o.steps < 1 || o.warmup < 0) return Status::bad_input("--steps must be >= 1 and --warmup >= 0");
   if (o.layers < 0) return Status::bad_input("--layers must be >= 1");
+  if (o.seq_len < 0 || o.seq_len > (int64_t{1} << 24)) return Status::bad_input("--seq: expected 1..16777216 tokens");
+  if (o.micro_batch < 0 || o.grad_accum < 0) return Status::bad_input("--micro-batch/--grad-accum: expected positive integers");
   RunReport r;
   r.original = f;
   r.executed = single_rank(f, o, &r.label);

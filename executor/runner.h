@@ -48,6 +48,9 @@ struct RunOptions {
   int steps = 20;               // optimizer steps measured. Default: 20
   int warmup = 3;               // extra steps first, not in the medians. Default: 3
   int layers = 0;               // > 0: run this many layers instead of the model's
+  int64_t seq_len = 0;          // > 0: sequence length instead of the job's
+  int micro_batch = 0;          // > 0: micro-batch instead of the plan's
+  int grad_accum = 0;           // > 0: micro-batches per step instead of the plan's
   std::string data;             // token file / .txt / folder; "" = synthetic tokens
   int64_t memory_limit = 0;     // bytes; 0 = none
   uint64_t seed = 1234;         // init, data order, dropout
