@@ -38,7 +38,7 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
                       comm->name() + (comm->modelled() ? " (communication modelled, not run)" : ""));
     if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
     e.plan.offload_optimizer = false;
-    e.plan.grad_accum = static_cast<int>(micro_per_step / p.dp);
+    e.plan.grad_accum = static_cast<int>(micro_per_step);  // per DP rank already
     if (o.layers > 0 && o.layers != f.model.layers) {
       changes.push_back("layers " + std::to_string(f.model.layers) + " -> " + std::to_string(o.layers));
       e.model.layers = o.layers;
