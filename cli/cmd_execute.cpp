@@ -4,13 +4,19 @@
 // planner's fixes) after recording the run as status "oom"; exit 2 on bad input.
 #include <unistd.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "executor/comm/mpi_communicator.h"
 #include "executor/runner.h"
 #include "planner/units.h"
 #include "profiles/profile_store.h"
@@ -34,7 +40,32 @@ struct ExecuteCommand {
   std::string db;
   double lr = 1e-3;
   uint64_t seed = 1234;
+  int proxy_rank = -1;
+  double watchdog_s = 300;
 };
+
+// Rank 0 of a distributed run: if the launcher terminates this process (a peer died and
+// mpirun kills the job), a thread that waits for SIGTERM records the run as failed before
+// exiting, so the profile store never keeps a dead run as "running".
+void record_failure_on_sigterm(std::string db_path, int64_t run_id) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // inherited by threads started later (MPI's)
+  std::thread([set, db_path, run_id] {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) return;
+    std::fprintf(stderr, "llmplan: rank 0 terminated by the launcher (another rank failed); recording run %lld as failed\n",
+                 static_cast<long long>(run_id));
+    if (Result<ProfileStore> st = ProfileStore::open(db_path)) {
+      RunOutcome out;
+      out.status = RunStatus::failed;
+      out.error_message = "terminated by the launcher: another rank died or aborted";
+      (void)st->finish_run(run_id, out);
+    }
+    std::_Exit(143);
+  }).detach();
+}
 
 std::string cpu_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -94,10 +125,31 @@ Runner register_execute(CLI::App* sub) {
   sub->add_option("--db", c->db, "profile database (default $LLMPLAN_DB or ~/.local/share/llmplan/profiles.db)");
   sub->add_option("--lr", c->lr, "learning rate")->capture_default_str();
   sub->add_option("--seed", c->seed, "seed for init, data and dropout")->capture_default_str();
+  sub->add_option("--proxy-rank", c->proxy_rank, "run rank R's share of a multi-rank plan in this one process (communication modelled)");
+  sub->add_option("--watchdog", c->watchdog_s, "seconds without a finished step before a rank aborts the job")->capture_default_str();
   return [c]() {
     Result<PlanFile> f = read_plan_file(c->plan_file);
     if (!f) return report(f.status());
+    // ---- which rank this process is: single process, MPI rank, or rank proxy
+    const int world = f->plan.world_size();
+    std::unique_ptr<exec::Communicator> comm;
+    if (c->proxy_rank >= 0) {
+      if (c->proxy_rank >= world)
+        return report(Status::bad_input("--proxy-rank " + std::to_string(c->proxy_rank) + ": the plan has ranks 0.." + std::to_string(world - 1)));
+      comm = std::make_unique<exec::LocalCommunicator>(f->plan, c->proxy_rank);
+    } else if (world > 1) {
+      if (exec::launcher_world_size() == 0)
+        return report(Status::bad_input("this plan uses " + std::to_string(world) + " ranks; start one process per rank with MPI:\n  " +
+                                        exec::launch_command(world, c->plan_file) +
+                                        "\n(or run one rank's share here with --proxy-rank R)"));
+      Result<std::unique_ptr<exec::Communicator>> mc = exec::create_mpi_communicator(f->plan, c->watchdog_s);
+      if (!mc) return report(mc.status());
+      comm = std::move(*mc);
+    }
+    const int my_rank = comm ? comm->rank(exec::Group::world) : 0;
+    const bool leader = my_rank == 0 || c->proxy_rank >= 0;  // prints, stores
     exec::RunOptions o;
+    o.comm = comm.get();
     o.backend = c->backend;
     o.steps = c->steps;
     o.warmup = c->warmup;
@@ -116,33 +168,56 @@ Runner register_execute(CLI::App* sub) {
     }
     Result<std::string> db_path = default_db_path(c->db);
     if (!db_path) return report(db_path.status());
+    if (!leader) {  // ranks > 0 compute and communicate; rank 0 prints and records
+      Result<exec::RunReport> r = exec::run_plan(*f, o);
+      if (!r) return report(r.status());
+      return r->oom ? 1 : 0;
+    }
     Result<ProfileStore> store = ProfileStore::open(*db_path);
     if (!store) return report(store.status());
+
+    // ---- profile store: the run is recorded before it starts, so a failure is kept
+    RunRecord rec;
+    rec.plan_json = plan_file_to_json(*f, estimate_memory(f->model, f->cluster, f->job, f->plan),
+                                      estimate_time(f->model, f->cluster, f->job, f->plan)).dump();
+    rec.model = f->model.name + (c->layers > 0 && c->layers != f->model.layers ? " (" + std::to_string(c->layers) + " layers)" : "");
+    rec.hardware = cpu_name() + (comm && !comm->modelled() ? " x" + std::to_string(world) + " ranks (mpi)" : "") +
+                   (c->proxy_rank >= 0 ? " (proxy of rank " + std::to_string(c->proxy_rank) + ")" : "");
+    rec.host = host_name();
+    rec.backend = "cpu";
+    rec.versions = "llmplan 0.1.0";
+    rec.steps_planned = o.warmup + o.steps;
+    Result<exec::RunReport> pred = exec::predict_run(*f, o);
+    if (!pred) return report(pred.status());
+    {
+      const nlohmann::json pj = exec::report_to_json(*pred);
+      rec.predicted_json = nlohmann::json{{"memory", pj["predicted_gpu"]}, {"time", pj["predicted_time"]}}.dump();
+      rec.predicted_peak_bytes = static_cast<int64_t>(pred->predicted_alloc.total);
+      rec.predicted_step_time_s = pred->predicted_time.total;
+      rec.model = pred->executed.model.name +
+                  (pred->executed.model.layers != f->model.layers ? " (" + std::to_string(pred->executed.model.layers) + " layers)" : "");
+    }
+    Result<int64_t> id = store->insert_run(rec);
+    if (!id) return report(id.status());
+    if (comm && !comm->modelled()) record_failure_on_sigterm(*db_path, *id);
 
     o.on_step = [](int step, int total, bool warm, double loss, double t, double tps) {
       std::printf("step %3d/%d%s  loss %.4f  %.3f s  %.1f tokens/s\n", step + 1, total, warm ? " (warm-up)" : "", loss, t, tps);
       std::fflush(stdout);
     };
-    std::printf("executing %s on cpu: %d warm-up + %d steps\n", c->plan_file.c_str(), o.warmup, o.steps);
+    std::printf("executing %s on cpu: %d warm-up + %d steps%s\n", c->plan_file.c_str(), o.warmup, o.steps,
+                comm ? (comm->modelled() ? (" as a proxy of rank " + std::to_string(c->proxy_rank) + " (communication modelled)").c_str()
+                                         : (" on " + std::to_string(world) + " MPI ranks").c_str())
+                     : "");
     Result<exec::RunReport> r = exec::run_plan(*f, o);
-    if (!r) return report(r.status());
+    if (!r) {
+      RunOutcome out;
+      out.status = RunStatus::failed;
+      out.error_message = r.status().message();
+      (void)store->finish_run(*id, out);
+      return report(r.status());
+    }
     const nlohmann::json rj = exec::report_to_json(*r);
-
-    // ---- profile store: the run, its steps and how it ended
-    RunRecord rec;
-    rec.plan_json = plan_file_to_json(*f, estimate_memory(f->model, f->cluster, f->job, f->plan),
-                                      estimate_time(f->model, f->cluster, f->job, f->plan)).dump();
-    rec.model = r->executed.model.name + (r->executed.model.layers != f->model.layers ? " (" + std::to_string(r->executed.model.layers) + " layers)" : "");
-    rec.hardware = cpu_name();
-    rec.host = host_name();
-    rec.backend = "cpu";
-    rec.versions = "llmplan 0.1.0";
-    rec.predicted_json = nlohmann::json{{"memory", rj["predicted_gpu"]}, {"time", rj["predicted_time"]}}.dump();
-    rec.steps_planned = o.warmup + o.steps;
-    rec.predicted_peak_bytes = static_cast<int64_t>(r->predicted_alloc.total);
-    rec.predicted_step_time_s = r->predicted_time.total;
-    Result<int64_t> id = store->insert_run(rec);
-    if (!id) return report(id.status());
     std::vector<StepRecord> steps;
     for (const exec::StepMeasure& s : r->steps) steps.push_back({s.step, s.loss, s.time_s, s.tokens_per_s, s.peak_bytes});
     if (Status st = store->add_steps(*id, steps); !st) return report(st);

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 
+#include "executor/comm/data_parallel.h"
 #include "executor/data.h"
 #include "planner/explain.h"
 #include "planner/plan_check.h"
@@ -25,11 +27,34 @@ GpuSpec cpu_host_gpu(double memory_bytes) {
 namespace {
 
 // The single-rank config this machine runs for `f`, and the label saying what changed.
-PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label) {
+PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label, const Communicator* comm = nullptr) {
   PlanFile e = f;
   std::vector<std::string> changes;
   const ParallelPlan& p = f.plan;
   const int64_t micro_per_step = microbatches_per_step(f.job, p);
+  if (comm) {  // distributed data parallel: the plan's dp and ZeRO stay
+    changes.push_back(std::string(comm->modelled() ? "rank proxy of" : "rank") + " " + std::to_string(comm->rank(Group::world)) +
+                      " of dp" + std::to_string(p.dp) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
+                      comm->name() + (comm->modelled() ? " (communication modelled, not run)" : ""));
+    if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
+    e.plan.offload_optimizer = false;
+    e.plan.grad_accum = static_cast<int>(micro_per_step);  // per DP rank already
+    if (o.layers > 0 && o.layers != f.model.layers) {
+      changes.push_back("layers " + std::to_string(f.model.layers) + " -> " + std::to_string(o.layers));
+      e.model.layers = o.layers;
+      e.plan.recompute_layers = std::min(e.plan.recompute_layers, o.layers);
+    }
+    e.gpus = p.world_size();
+    e.cluster.nodes = 1;
+    e.cluster.gpus_per_node = p.world_size();
+    e.cluster.gpu = cpu_host_gpu(o.memory_limit > 0 ? static_cast<double>(o.memory_limit) : 1e15);
+    e.cluster.name = "cpu-host";
+    changes.push_back("device cpu-host (150 GFLOP/s, 20 GB/s)");
+    std::string s;
+    for (const std::string& c : changes) s += (s.empty() ? "" : "; ") + c;
+    *label = s;
+    return e;
+  }
   if (p.world_size() > 1 || p.ep > 1) {
     changes.push_back("runs the dp=1/tp=1/pp=1 equivalent of dp" + std::to_string(p.dp) + " tp" + std::to_string(p.tp) +
                       " pp" + std::to_string(p.pp) + " cp" + std::to_string(p.cp) + " (rank 0's share needs the distributed executor)");
@@ -132,7 +157,7 @@ void compare(RunReport& r) {
 
 }  // namespace
 
-Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
+Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   if (o.backend != "cpu") return Status::bad_input("--backend: only 'cpu' is implemented, got '" + o.backend + "'");
   if (o.steps < 1 || o.warmup < 0) return Status::bad_input("--steps must be >= 1 and --warmup >= 0");
   if (o.layers < 0) return Status::bad_input("--layers must be >= 1");
@@ -140,17 +165,45 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   if (o.micro_batch < 0 || o.grad_accum < 0) return Status::bad_input("--micro-batch/--grad-accum: expected positive integers");
   RunReport r;
   r.original = f;
-  r.executed = single_rank(f, o, &r.label);
+  const ParallelPlan& fp = f.plan;
+  const Communicator* comm = o.comm && fp.world_size() > 1 ? o.comm : nullptr;
+  if (comm) {
+    if (fp.tp > 1 || fp.pp > 1 || fp.cp > 1 || fp.ep > 1)
+      return Status::bad_input("distributed executor: only data parallelism (dp, ZeRO 0-2) is implemented so far; this plan has tp" +
+                               std::to_string(fp.tp) + " pp" + std::to_string(fp.pp) + " cp" + std::to_string(fp.cp) + " ep" +
+                               std::to_string(fp.ep));
+    if (fp.zero > 2) return Status::bad_input("distributed executor: ZeRO-3 is not implemented yet (ZeRO 0-2 are)");
+    if (comm->size(Group::world) != fp.world_size())
+      return Status::bad_input("communicator has " + std::to_string(comm->size(Group::world)) + " ranks, the plan needs " +
+                               std::to_string(fp.world_size()));
+    r.rank = comm->rank(Group::world);
+    r.coords = comm->coords();
+    r.comm_modelled = comm->modelled();
+  }
+  r.executed = single_rank(f, o, &r.label, comm);
   const PlanFile& e = r.executed;
-  if (Status s = check_plan_status(e.model, e.cluster, e.job, e.plan, 1, "executed config"); !s) return s;
-  MemoryOptions gpu_only_zero;
+  if (Status s = check_plan_status(e.model, e.cluster, e.job, e.plan, e.gpus, "executed config"); !s) return s;
+  MemoryOptions gpu_opt;
+  gpu_opt.dp_bucket_bytes = static_cast<double>(o.bucket_bytes);
+  MemoryOptions gpu_only_zero = gpu_opt;
   gpu_only_zero.cuda_context_bytes = 0;
   gpu_only_zero.gemm_workspace_bytes = 0;
   gpu_only_zero.fragmentation_fraction = 0;
-  r.predicted_gpu = estimate_memory(e.model, e.cluster, e.job, e.plan).worst;
+  gpu_only_zero.nccl_bytes_per_group = 0;
+  r.predicted_gpu = estimate_memory(e.model, e.cluster, e.job, e.plan, gpu_opt).worst;
   r.predicted_alloc = estimate_memory(e.model, e.cluster, e.job, e.plan, gpu_only_zero).worst;
   r.predicted_time = estimate_time(e.model, e.cluster, e.job, e.plan);
   r.tokens_per_step = e.job.global_batch * e.job.seq_len;
+
+  return r;
+}
+
+Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
+  Result<RunReport> prepared = predict_run(f, o);
+  if (!prepared) return prepared.status();
+  RunReport r = std::move(*prepared);
+  const PlanFile& e = r.executed;
+  const Communicator* comm = o.comm && f.plan.world_size() > 1 ? o.comm : nullptr;
 
   // ---- data
   const int64_t b = e.plan.micro_batch, s = e.job.seq_len;
@@ -161,7 +214,8 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     if (td->vocab > e.model.vocab)
       return Status::bad_input(o.data + ": token ids up to " + std::to_string(td->vocab - 1) + " exceed the model's vocab " +
                                std::to_string(e.model.vocab));
-    Result<DataLoader> dl = DataLoader::create(std::move(*td), s, 1, 0);
+    Result<DataLoader> dl = comm ? DataLoader::create(std::move(*td), s, comm->size(Group::dp), comm->rank(Group::dp))
+                                 : DataLoader::create(std::move(*td), s, 1, 0);
     if (!dl) return dl.status();
     loader.emplace(std::move(*dl));
   }
@@ -196,16 +250,29 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
 
   Result<std::unique_ptr<Model>> model = build_model(alloc, mc);
   if (!model) return fail_oom(model.status(), Where{Phase::other, -1, "weights and gradients"});
-  Result<std::unique_ptr<Trainer>> trainer = Trainer::create(alloc, **model, e.job, ps, o.trainer);
+  std::unique_ptr<DataParallel> dpar;
+  std::optional<TrainerShard> shard;
+  if (comm) {
+    Result<std::unique_ptr<DataParallel>> d = DataParallel::create(alloc, **model, *o.comm, e.plan.zero, o.bucket_bytes);
+    if (!d) return fail_oom(d.status(), Where{Phase::other, -1, "data-parallel buckets"});
+    dpar = std::move(*d);
+    if (e.plan.zero >= 1) shard = dpar->shard();
+  }
+  Result<std::unique_ptr<Trainer>> trainer = Trainer::create(alloc, **model, e.job, ps, o.trainer, shard ? &*shard : nullptr);
   if (!trainer) return fail_oom(trainer.status(), Where{Phase::other, -1, "optimizer states and master weights"});
   Model& m = **model;
   Trainer& t = **trainer;
+  // Global micro-batch index of this rank's first micro-batch in a step: DP rank d takes
+  // the d-th contiguous share, so data and dropout equal a single-process run's.
+  const int64_t dp_rank = comm ? comm->rank(Group::dp) : 0;
+  const int64_t dp_size = comm ? comm->size(Group::dp) : 1;
 
   const int total = o.warmup + o.steps;
   PackedBatch batch;
   std::vector<double> times;
   const int64_t accum = e.plan.grad_accum;
-  const double denom = static_cast<double>(accum * b * s);  // every target counts (no ignored ids)
+  const int64_t global_accum = accum * dp_size;
+  const double denom = static_cast<double>(global_accum * b * s);  // every target of the global step counts (no ignored ids)
   for (int step = 0; step < total; ++step) {
     if (step == o.warmup) alloc.reset_peaks();  // measured peaks cover the measured steps
     const int64_t before_peak = alloc.stats().peak_total;
@@ -215,15 +282,26 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     double loss = 0;
     for (int64_t mb = 0; mb < accum; ++mb) {
       if (loader) loader->next(b, &batch);
-      else synthetic_batch(b, s, e.model.vocab, o.seed * 1000003 + static_cast<uint64_t>(step * accum + mb), &batch);
+      const int64_t g = step * global_accum + dp_rank * accum + mb;  // global micro-batch index
+      if (!loader) synthetic_batch(b, s, e.model.vocab, o.seed * 1000003 + static_cast<uint64_t>(g), &batch);
       Result<double> l = m.forward_backward({batch.tokens.data(), batch.targets.data(), loader ? batch.doc_ids.data() : nullptr},
-                                            t.loss_scale(), denom, o.seed + static_cast<uint64_t>(step * accum + mb));
+                                            t.loss_scale(), denom, o.seed + static_cast<uint64_t>(g));
       if (!l) return fail_oom(l.status(), m.where());
       loss += *l;
     }
+    if (const char* die = std::getenv("LLMPLAN_TEST_DIE_AT_STEP"); die && comm && comm->rank(Group::world) == comm->size(Group::world) - 1 &&
+                                                                    std::atoi(die) == step)
+      std::_Exit(9);  // tests: the last rank dies mid-step, before the gradient sync
+    if (dpar) {
+      if (Status st = dpar->sync_grads(); !st) return st;
+      if (Status st = o.comm->all_reduce_sum(&loss, 1, DType::f64, Group::dp); !st) return st;
+    }
     alloc.set_phase(Phase::optimizer);
     const StepOutcome so = t.step();
+    if (dpar && !so.skipped)
+      if (Status st = dpar->gather_weights(); !st) return st;
     alloc.set_phase(Phase::other);
+    if (o.comm) o.comm->progress();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     StepMeasure sm;
     sm.step = step;
@@ -239,6 +317,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     if (!sm.warmup) times.push_back(dt);
     if (o.on_step) o.on_step(step, total, sm.warmup, loss, dt, sm.tokens_per_s);
   }
+  if (o.on_done) o.on_done(m);
   r.memory = alloc.stats();
   r.median_step_s = median(times);
   r.tokens_per_s = r.median_step_s > 0 ? static_cast<double>(r.tokens_per_step) / r.median_step_s : 0;
@@ -254,6 +333,9 @@ nlohmann::json report_to_json(const RunReport& r) {
   using nlohmann::json;
   json j;
   j["label"] = r.label;
+  j["rank"] = r.rank;
+  j["coords"] = {{"tp", r.coords.tp}, {"cp", r.coords.cp}, {"dp", r.coords.dp}, {"pp", r.coords.pp}};
+  j["communication"] = r.comm_modelled ? "modelled (rank proxy)" : "executed";
   j["executed"] = {{"model", r.executed.model.name},
                    {"layers", r.executed.model.layers},
                    {"micro_batch", r.executed.plan.micro_batch},

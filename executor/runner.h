@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/allocator.h"
+#include "executor/comm/communicator.h"
 #include "executor/model.h"
 #include "executor/trainer.h"
 #include "planner/memory_model.h"
@@ -57,6 +58,12 @@ struct RunOptions {
   TrainerOptions trainer;
   ModelOptions model;
   std::function<void(int step, int total, bool warmup, double loss, double time_s, double tokens_per_s)> on_step;
+  // Distributed (world size > 1): this rank's communicator -- an MpiCommunicator, or a
+  // LocalCommunicator for a rank proxy. nullptr: the single-rank equivalent runs (above).
+  // Implemented so far: data parallel with ZeRO 0, 1, 2 (tp = pp = cp = 1).
+  Communicator* comm = nullptr;
+  int64_t bucket_bytes = 25 * 1024 * 1024;  // DP bucket (also the prediction's dp_bucket_bytes). Default: 25 MiB
+  std::function<void(Model&)> on_done;      // tests: called with the trained model before teardown
 };
 
 struct StepMeasure {
@@ -82,7 +89,10 @@ struct CompareLine {
 
 struct RunReport {
   PlanFile original;
-  PlanFile executed;            // the single-rank config that ran
+  PlanFile executed;            // the config that ran (this rank's share of it when distributed)
+  int rank = 0;                 // world rank that ran (distributed / proxy), else 0
+  RankCoords coords;            // its place in the layout
+  bool comm_modelled = false;   // rank proxy: collectives were local stand-ins
   std::string label;            // what was changed to run it here
   int64_t tokens_per_step = 0;
   std::vector<StepMeasure> steps;
@@ -101,6 +111,9 @@ struct RunReport {
 
 // Builds the model and trainer, runs warmup + steps, measures and compares. Errors: see top.
 Result<RunReport> run_plan(const PlanFile& plan, const RunOptions& options);
+// What run_plan would execute and predict (executed, label, rank, predicted_*), without
+// running anything. Errors: as run_plan's bad_input.
+Result<RunReport> predict_run(const PlanFile& plan, const RunOptions& options);
 
 nlohmann::json report_to_json(const RunReport& r);
 

@@ -1,5 +1,6 @@
 #include "executor/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -65,7 +66,8 @@ void from_f32(const float* in, Tensor& t, int64_t off, int64_t n) {
 }  // namespace
 
 Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& model, const TrainingJob& job,
-                                                 const PrecisionScheme& scheme, const TrainerOptions& options) {
+                                                 const PrecisionScheme& scheme, const TrainerOptions& options,
+                                                 const TrainerShard* shard) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->model_ = &model;
   t->job_ = job;
@@ -73,8 +75,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
   t->opt_ = options;
   t->loss_scale_ = scheme.loss_scaling ? options.initial_loss_scale : 1.0;
   const bool adam = job.optimizer == Optimizer::adamw;
+  if (shard) t->shard_ = *shard;
+  int64_t flat = 0;  // start of this param in the flat trainable order
   for (ParamRef& p : model.params()) {
-    const int64_t n = p.weight->numel();
+    int64_t n = p.weight->numel();
     if (p.grad == nullptr) {
       if (scheme.f32_weight_copy) {
         Tensor c;
@@ -86,10 +90,18 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
     }
     State st;
     st.param = &p;
+    st.count = n;
+    if (shard) {  // the intersection of [flat, flat + n) with the shard
+      const int64_t lo = std::max(flat, shard->begin), hi = std::min(flat + n, shard->end);
+      flat += n;
+      if (hi <= lo) continue;
+      st.offset = lo - (flat - n);
+      st.count = n = hi - lo;
+    }
     if (scheme.master || scheme.f32_weight_copy) {
       const Category c = scheme.master ? Category::master_weights : Category::weights;
       if (Status s = make(a, st.master, n, DType::f32, c, p.name + (scheme.master ? ".master" : ".f32")); !s) return s;
-      to_f32(*p.weight, 0, st.master.data<float>(), n);
+      to_f32(*p.weight, st.offset, st.master.data<float>(), n);
     }
     if (Status s = make(a, st.m, n, scheme.optimizer, Category::optimizer_states, p.name + (adam ? ".exp_avg" : ".momentum")); !s)
       return s;
@@ -103,20 +115,20 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
 void Trainer::update(State& s, double grad_scale) {
   const bool adam = job_.optimizer == Optimizer::adamw;
   ParamRef& p = *s.param;
-  const int64_t n = p.weight->numel();
+  const int64_t n = s.count, o = s.offset;
   cpu::AdamWOptions ao{opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, p.decay ? opt_.weight_decay : 0.0};
   cpu::SgdOptions so{opt_.lr, opt_.momentum, p.decay ? opt_.weight_decay : 0.0};
   const int64_t step = updates_ + 1;
   if (p.weight->dtype() == DType::f64) {
-    double* w = p.weight->data<double>();
-    const double* g = p.grad->data<double>();
+    double* w = p.weight->data<double>() + o;
+    const double* g = p.grad->data<double>() + o;
     if (adam) cpu::adamw_step<double, double>(w, g, s.m.data<double>(), s.v.data<double>(), n, ao, step, grad_scale);
     else cpu::sgd_step<double, double>(w, g, s.m.data<double>(), n, so, grad_scale);
     return;
   }
   if (p.weight->dtype() == DType::f32) {
-    float* w = p.weight->data<float>();
-    const float* g = p.grad->data<float>();
+    float* w = p.weight->data<float>() + o;
+    const float* g = p.grad->data<float>() + o;
     if (adam) cpu::adamw_step<float, float>(w, g, s.m.data<float>(), s.v.data<float>(), n, ao, step, grad_scale);
     else cpu::sgd_step<float, float>(w, g, s.m.data<float>(), n, so, grad_scale);
     return;
@@ -127,20 +139,20 @@ void Trainer::update(State& s, double grad_scale) {
     float* v = adam ? s.v.data<float>() : nullptr;
     switch (p.grad->dtype()) {
       case DType::f32:
-        if (adam) cpu::adamw_step<float, float>(w, p.grad->data<float>(), m, v, n, ao, step, grad_scale);
-        else cpu::sgd_step<float, float>(w, p.grad->data<float>(), m, n, so, grad_scale);
+        if (adam) cpu::adamw_step<float, float>(w, p.grad->data<float>() + o, m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, float>(w, p.grad->data<float>() + o, m, n, so, grad_scale);
         break;
       case DType::bf16:
-        if (adam) cpu::adamw_step<float, bf16_t>(w, p.grad->data<bf16_t>(), m, v, n, ao, step, grad_scale);
-        else cpu::sgd_step<float, bf16_t>(w, p.grad->data<bf16_t>(), m, n, so, grad_scale);
+        if (adam) cpu::adamw_step<float, bf16_t>(w, p.grad->data<bf16_t>() + o, m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, bf16_t>(w, p.grad->data<bf16_t>() + o, m, n, so, grad_scale);
         break;
       case DType::f16:
-        if (adam) cpu::adamw_step<float, f16_t>(w, p.grad->data<f16_t>(), m, v, n, ao, step, grad_scale);
-        else cpu::sgd_step<float, f16_t>(w, p.grad->data<f16_t>(), m, n, so, grad_scale);
+        if (adam) cpu::adamw_step<float, f16_t>(w, p.grad->data<f16_t>() + o, m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, f16_t>(w, p.grad->data<f16_t>() + o, m, n, so, grad_scale);
         break;
       default: break;
     }
-    from_f32(w, *p.weight, 0, n);
+    from_f32(w, *p.weight, o, n);
     return;
   }
   // O3: everything 16-bit; update in f32 chunks (stack scratch, 4 x 16 KiB).
@@ -148,8 +160,8 @@ void Trainer::update(State& s, double grad_scale) {
   float w[kChunk], g[kChunk], m[kChunk], v[kChunk];
   for (int64_t off = 0; off < n; off += kChunk) {
     const int64_t c = std::min(kChunk, n - off);
-    to_f32(*p.weight, off, w, c);
-    to_f32(*p.grad, off, g, c);
+    to_f32(*p.weight, o + off, w, c);
+    to_f32(*p.grad, o + off, g, c);
     to_f32(s.m, off, m, c);
     if (adam) {
       to_f32(s.v, off, v, c);
@@ -159,7 +171,7 @@ void Trainer::update(State& s, double grad_scale) {
       cpu::sgd_step<float, float>(w, g, m, c, so, grad_scale);
     }
     from_f32(m, s.m, off, c);
-    from_f32(w, *p.weight, off, c);
+    from_f32(w, *p.weight, o + off, c);
   }
 }
 
@@ -167,8 +179,13 @@ StepOutcome Trainer::step() {
   StepOutcome out;
   out.loss_scale = loss_scale_;
   std::vector<cpu::GradRef> grads;
-  for (State& s : states_) grads.push_back({s.param->grad->raw(), s.param->grad->numel(), s.param->grad->dtype()});
-  const double norm = cpu::global_grad_norm(grads) / loss_scale_;
+  for (State& s : states_) {
+    const int64_t es = dtype_size(s.param->grad->dtype());
+    grads.push_back({static_cast<char*>(s.param->grad->raw()) + s.offset * es, s.count, s.param->grad->dtype()});
+  }
+  double raw_norm = cpu::global_grad_norm(grads);
+  if (shard_) raw_norm = std::sqrt(shard_->reduce_sum(raw_norm * raw_norm));
+  const double norm = raw_norm / loss_scale_;
   out.grad_norm = norm;
   if (!std::isfinite(norm)) {
     out.skipped = true;

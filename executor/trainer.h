@@ -18,7 +18,9 @@
 // Thread-safety: none.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "executor/allocator.h"
@@ -54,6 +56,17 @@ struct TrainerOptions {
   double backoff = 0.5;           // scale factor on overflow. Default: 0.5
 };
 
+// ZeRO-1/2: this rank owns elements [begin, end) of the flat concatenation of the
+// trainable parameters (model.params() order, frozen ones skipped); optimizer states and
+// master weights exist only for that range, step() updates only it (the caller
+// all-gathers the updated weights), and the gradient norm is the square root of the sum
+// of every rank's partial sum of squares, summed by `reduce_sum` (an all-reduce over DP).
+struct TrainerShard {
+  int64_t begin = 0;                                 // elements
+  int64_t end = 0;                                   // elements, exclusive
+  std::function<double(double)> reduce_sum;          // REQUIRES: non-null
+};
+
 struct StepOutcome {
   bool skipped = false;       // overflow: no update was applied
   double grad_norm = 0;       // of the unscaled gradients (inf/NaN when skipped)
@@ -65,7 +78,8 @@ class Trainer {
   // Allocates master weights / fp32 copies and optimizer states for `model`'s params.
   // REQUIRES: model and alloc outlive the trainer. Errors: runtime (OOM).
   static Result<std::unique_ptr<Trainer>> create(TrackingAllocator& alloc, Model& model, const TrainingJob& job,
-                                                 const PrecisionScheme& scheme, const TrainerOptions& options);
+                                                 const PrecisionScheme& scheme, const TrainerOptions& options,
+                                                 const TrainerShard* shard = nullptr);
   // The loss scale to pass to Model::forward_backward (1 without loss scaling).
   double loss_scale() const { return loss_scale_; }
   // Applies the accumulated gradients (call zero_grads on the model afterwards).
@@ -77,6 +91,7 @@ class Trainer {
     ParamRef* param = nullptr;
     Tensor master;  // f32 (O2 master, O1 weight copy); undefined otherwise
     Tensor m, v;    // optimizer states (v unused by SGD)
+    int64_t offset = 0, count = 0;  // elements of the param this state covers (ZeRO shard)
   };
   Trainer() = default;
   void update(State& s, double grad_scale);
@@ -86,6 +101,7 @@ class Trainer {
   PrecisionScheme scheme_;
   TrainerOptions opt_;
   std::vector<State> states_;
+  std::optional<TrainerShard> shard_;
   std::vector<Tensor> frozen_copies_;  // O1: f32 copies of frozen weights (planner counts 6 B)
   double loss_scale_ = 1;
   int good_steps_ = 0;

@@ -1,0 +1,99 @@
+#include "executor/comm/communicator.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace llmplan::exec {
+
+int rank_of(const ParallelPlan& p, const RankCoords& c) { return ((c.pp * p.dp + c.dp) * p.cp + c.cp) * p.tp + c.tp; }
+
+RankCoords coords_of(const ParallelPlan& p, int rank) {
+  RankCoords c;
+  c.tp = rank % p.tp;
+  rank /= p.tp;
+  c.cp = rank % p.cp;
+  rank /= p.cp;
+  c.dp = rank % p.dp;
+  c.pp = rank / p.dp;
+  return c;
+}
+
+const char* to_string(Group g) {
+  switch (g) {
+    case Group::world: return "world";
+    case Group::tp: return "tp";
+    case Group::cp: return "cp";
+    case Group::dp: return "dp";
+    case Group::pp: return "pp";
+  }
+  return "?";
+}
+
+LocalCommunicator::LocalCommunicator(const ParallelPlan& plan, int rank)
+    : plan_(plan), c_(coords_of(plan, rank)), rank_(rank), world_(plan.world_size()) {}
+
+int LocalCommunicator::rank(Group g) const {
+  switch (g) {
+    case Group::world: return rank_;
+    case Group::tp: return c_.tp;
+    case Group::cp: return c_.cp;
+    case Group::dp: return c_.dp;
+    case Group::pp: return c_.pp;
+  }
+  return 0;
+}
+
+int LocalCommunicator::size(Group g) const {
+  switch (g) {
+    case Group::world: return world_;
+    case Group::tp: return plan_.tp;
+    case Group::cp: return plan_.cp;
+    case Group::dp: return plan_.dp;
+    case Group::pp: return plan_.pp;
+  }
+  return 1;
+}
+
+Status LocalCommunicator::reduce_scatter_sum(const void* in, void* out, int64_t count, DType t, Group g) {
+  const int64_t b = count * dtype_size(t);
+  std::memmove(out, static_cast<const char*>(in) + rank(g) * b, static_cast<size_t>(b));
+  return Status::ok();
+}
+
+Status LocalCommunicator::all_gather(const void* in, void* out, int64_t count, DType t, Group g) {
+  const int64_t b = count * dtype_size(t);
+  for (int i = 0; i < size(g); ++i)
+    if (static_cast<const char*>(out) + i * b != in) std::memmove(static_cast<char*>(out) + i * b, in, static_cast<size_t>(b));
+  return Status::ok();
+}
+
+Status LocalCommunicator::recv(void* buf, int64_t count, DType t, int, Group, int) {
+  std::memset(buf, 0, static_cast<size_t>(count * dtype_size(t)));
+  return Status::ok();
+}
+
+int launcher_world_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
+    if (const char* s = std::getenv(v); s && *s) {
+      // SLURM_NTASKS is set in a batch allocation even outside srun; trust it only with a step.
+      if (std::strcmp(v, "SLURM_NTASKS") == 0 && !std::getenv("SLURM_STEP_ID")) continue;
+      return std::atoi(s);
+    }
+  }
+  return 0;
+}
+
+std::string launch_command(int world, const std::string& plan_path, const std::string& extra_args) {
+  std::string cmd = "mpirun";
+  if (geteuid() == 0) cmd += " --allow-run-as-root";
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores == 0 || static_cast<unsigned>(world) > cores) cmd += " --oversubscribe";
+  cmd += " -np " + std::to_string(world) + " llmplan execute " + plan_path;
+  if (!extra_args.empty()) cmd += " " + extra_args;
+  return cmd;
+}
+
+}  // namespace llmplan::exec

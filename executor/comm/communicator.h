@@ -1,0 +1,106 @@
+// Communicator: the collectives the distributed executor needs, over the rank groups of
+// one ParallelPlan, and the rank layout that places ranks in those groups.
+//
+// Rank layout (the planner's, so predictions and execution agree on which groups cross
+// nodes): TP innermost, then CP, DP, PP outermost:
+//   rank = ((pp_rank * dp + dp_rank) * cp + cp_rank) * tp + tp_rank
+// rank_of / coords_of are the ONE place this formula lives; everything else calls them.
+// A group (tp, cp, dp, pp) is the set of ranks that differ only in that coordinate; its
+// members are numbered by that coordinate (the TP group's rank i has tp_rank i).
+//
+// Sides of the interface:
+//   MpiCommunicator   (mpi_communicator.h) MPI_Comm_split of MPI_COMM_WORLD into the groups
+//   LocalCommunicator (here) one process standing in for one rank: world size 1, or a
+//                     rank proxy. Every collective produces a buffer of the right shape and
+//                     size locally (all-reduce: unchanged; reduce-scatter: this rank's
+//                     slice; all-gather: this rank's slice copied to every slot; broadcast,
+//                     barrier: nothing; recv: zeros), so memory and compute are the rank's
+//                     real ones; the traffic is only modelled (modelled() is true).
+//   NcclCommunicator  (CUDA issue) the same interface over NCCL.
+// Counts are elements of `dtype`; buffers are host memory for the CPU backend. Sums are
+// element-wise in the dtype (f32 sums in f32). Errors: runtime Status carrying the MPI
+// message; a peer that died surfaces as such an error or as the watchdog (see MpiCommunicator).
+// Thread-safety: one thread drives a communicator.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "executor/dtype.h"
+#include "planner/specs.h"
+#include "planner/status.h"
+
+namespace llmplan::exec {
+
+struct RankCoords {
+  int tp = 0, cp = 0, dp = 0, pp = 0;  // this rank's index in each group
+  bool operator==(const RankCoords&) const = default;
+};
+
+// REQUIRES: 0 <= c.x < plan.x for every coordinate.
+int rank_of(const ParallelPlan& plan, const RankCoords& c);
+// REQUIRES: 0 <= rank < plan.world_size().
+RankCoords coords_of(const ParallelPlan& plan, int rank);
+
+enum class Group : uint8_t { world, tp, cp, dp, pp };
+const char* to_string(Group g);  // "world", "tp", "cp", "dp", "pp"
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank(Group g) const = 0;  // this process's index in g
+  virtual int size(Group g) const = 0;
+  virtual bool modelled() const = 0;    // true: collectives are local stand-ins (proxy)
+  virtual std::string name() const = 0; // "mpi", "local"
+
+  // In place: buf (count) = sum over the group.
+  virtual Status all_reduce_sum(void* buf, int64_t count, DType t, Group g) = 0;
+  // in (count * size(g)) summed over the group; out (count) = this rank's slice.
+  virtual Status reduce_scatter_sum(const void* in, void* out, int64_t count, DType t, Group g) = 0;
+  // in (count) from every rank; out (count * size(g)) = the slices in group-rank order.
+  virtual Status all_gather(const void* in, void* out, int64_t count, DType t, Group g) = 0;
+  virtual Status broadcast(void* buf, int64_t count, DType t, int root, Group g) = 0;
+  // Point to point, peer = group rank. tag distinguishes concurrent streams (micro-batch).
+  virtual Status send(const void* buf, int64_t count, DType t, int peer, Group g, int tag) = 0;
+  virtual Status recv(void* buf, int64_t count, DType t, int peer, Group g, int tag) = 0;
+  virtual Status barrier(Group g) = 0;
+  // The caller made progress (a step finished); resets the watchdog. No-op by default.
+  virtual void progress() {}
+
+  RankCoords coords() const { return {rank(Group::tp), rank(Group::cp), rank(Group::dp), rank(Group::pp)}; }
+};
+
+// Stands in for rank `rank` of `plan` in one process (rank 0 of a 1-rank plan: size 1).
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(const ParallelPlan& plan, int rank);
+  int rank(Group g) const override;
+  int size(Group g) const override;
+  bool modelled() const override { return world_ > 1; }
+  std::string name() const override { return "local"; }
+  Status all_reduce_sum(void*, int64_t, DType, Group) override { return Status::ok(); }
+  Status reduce_scatter_sum(const void* in, void* out, int64_t count, DType t, Group g) override;
+  Status all_gather(const void* in, void* out, int64_t count, DType t, Group g) override;
+  Status broadcast(void*, int64_t, DType, int, Group) override { return Status::ok(); }
+  Status send(const void*, int64_t, DType, int, Group, int) override { return Status::ok(); }
+  Status recv(void* buf, int64_t count, DType t, int, Group, int) override;
+  Status barrier(Group) override { return Status::ok(); }
+
+ private:
+  ParallelPlan plan_;
+  RankCoords c_;
+  int rank_ = 0, world_ = 1;
+};
+
+// ---- launching
+
+// World size the launcher started this process with, from the environment
+// (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_SIZE, SLURM_NTASKS under srun); 0 = not launched by one.
+int launcher_world_size();
+// The exact command that runs `plan_path` on `world` processes with OpenMPI here
+// (root needs --allow-run-as-root; --oversubscribe when world exceeds the cores):
+//   mpirun --allow-run-as-root --oversubscribe -np 8 llmplan execute best.json
+std::string launch_command(int world, const std::string& plan_path, const std::string& extra_args = {});
+
+}  // namespace llmplan::exec

@@ -1,0 +1,180 @@
+#include "executor/comm/mpi_communicator.h"
+
+#ifdef LLMPLAN_HAVE_MPI
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#endif
+
+namespace llmplan::exec {
+
+#ifndef LLMPLAN_HAVE_MPI
+bool mpi_built() { return false; }
+Result<std::unique_ptr<Communicator>> create_mpi_communicator(const ParallelPlan&, double) {
+  return Status::bad_input("this llmplan was built without MPI (install libopenmpi-dev and reconfigure)");
+}
+#else
+bool mpi_built() { return true; }
+
+namespace {
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::u8: return MPI_UINT8_T;
+    case DType::bf16:
+    case DType::f16: return MPI_UINT16_T;  // moved, not summed (16-bit sums go through f32)
+  }
+  return MPI_BYTE;
+}
+
+Status check(int rc, const char* what, Group g) {
+  if (rc == MPI_SUCCESS) return Status::ok();
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  int r = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return Status::runtime("rank " + std::to_string(r) + ": MPI " + what + " on the " + to_string(g) +
+                         " group failed (a peer rank may have died): " + std::string(msg, static_cast<size_t>(len)));
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    for (MPI_Comm& c : comms_)
+      if (c != MPI_COMM_WORLD && c != MPI_COMM_NULL) MPI_Comm_free(&c);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+  }
+
+  static Result<std::unique_ptr<Communicator>> create(const ParallelPlan& plan, double watchdog_s) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    int level = MPI_THREAD_SINGLE;
+    if (!inited) MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &level);
+    else MPI_Query_thread(&level);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    auto c = std::unique_ptr<MpiCommunicator>(new MpiCommunicator());
+    c->plan_ = plan;
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->world_size_);
+    c->thread_multiple_ = level >= MPI_THREAD_MULTIPLE;
+    if (c->world_size_ != plan.world_size())
+      return Status::bad_input("started with " + std::to_string(c->world_size_) + " MPI processes but the plan needs " +
+                               std::to_string(plan.world_size()) + " (dp" + std::to_string(plan.dp) + " tp" + std::to_string(plan.tp) +
+                               " pp" + std::to_string(plan.pp) + " cp" + std::to_string(plan.cp) + "): " +
+                               launch_command(plan.world_size(), "<plan>"));
+    c->c_ = coords_of(plan, c->world_rank_);
+    c->comms_[0] = MPI_COMM_WORLD;
+    const RankCoords k = c->c_;
+    // colour: the coordinates other than the group's; key: the group's coordinate.
+    const struct { Group g; int colour, key; } splits[] = {
+        {Group::tp, (k.pp * plan.dp + k.dp) * plan.cp + k.cp, k.tp},
+        {Group::cp, (k.pp * plan.dp + k.dp) * plan.tp + k.tp, k.cp},
+        {Group::dp, (k.pp * plan.cp + k.cp) * plan.tp + k.tp, k.dp},
+        {Group::pp, (k.dp * plan.cp + k.cp) * plan.tp + k.tp, k.pp},
+    };
+    for (const auto& s : splits) {
+      MPI_Comm& out = c->comms_[static_cast<int>(s.g)];
+      if (Status st = check(MPI_Comm_split(MPI_COMM_WORLD, s.colour, s.key, &out), "Comm_split", s.g); !st) return st;
+      MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN);
+    }
+    if (watchdog_s > 0) c->start_watchdog(watchdog_s);
+    return std::unique_ptr<Communicator>(std::move(c));
+  }
+
+  int rank(Group g) const override {
+    int r = 0;
+    MPI_Comm_rank(comms_[static_cast<int>(g)], &r);
+    return r;
+  }
+  int size(Group g) const override {
+    int n = 1;
+    MPI_Comm_size(comms_[static_cast<int>(g)], &n);
+    return n;
+  }
+  bool modelled() const override { return false; }
+  std::string name() const override { return "mpi"; }
+
+  Status all_reduce_sum(void* buf, int64_t n, DType t, Group g) override {
+    return check(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(n), mpi_type(t), MPI_SUM, comm(g)), "Allreduce", g);
+  }
+  Status reduce_scatter_sum(const void* in, void* out, int64_t n, DType t, Group g) override {
+    return check(MPI_Reduce_scatter_block(in, out, static_cast<int>(n), mpi_type(t), MPI_SUM, comm(g)), "Reduce_scatter", g);
+  }
+  Status all_gather(const void* in, void* out, int64_t n, DType t, Group g) override {
+    return check(MPI_Allgather(in, static_cast<int>(n), mpi_type(t), out, static_cast<int>(n), mpi_type(t), comm(g)), "Allgather", g);
+  }
+  Status broadcast(void* buf, int64_t n, DType t, int root, Group g) override {
+    return check(MPI_Bcast(buf, static_cast<int>(n), mpi_type(t), root, comm(g)), "Bcast", g);
+  }
+  Status send(const void* buf, int64_t n, DType t, int peer, Group g, int tag) override {
+    return check(MPI_Send(buf, static_cast<int>(n), mpi_type(t), peer, tag, comm(g)), "Send", g);
+  }
+  Status recv(void* buf, int64_t n, DType t, int peer, Group g, int tag) override {
+    return check(MPI_Recv(buf, static_cast<int>(n), mpi_type(t), peer, tag, comm(g), MPI_STATUS_IGNORE), "Recv", g);
+  }
+  Status barrier(Group g) override { return check(MPI_Barrier(comm(g)), "Barrier", g); }
+  void progress() override { last_ = clock_now(); }
+
+ private:
+  MpiCommunicator() = default;
+  MPI_Comm comm(Group g) const { return comms_[static_cast<int>(g)]; }
+  static double clock_now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  void start_watchdog(double seconds) {
+    last_ = clock_now();
+    watchdog_ = std::thread([this, seconds] {
+      std::unique_lock<std::mutex> l(mu_);
+      while (!stop_) {
+        cv_.wait_for(l, std::chrono::milliseconds(200));
+        if (stop_) break;
+        const double idle = clock_now() - last_.load();
+        if (idle > seconds) {
+          std::fprintf(stderr,
+                       "llmplan: rank %d: no progress for %.0f s (a peer rank probably died or hangs); aborting the job\n",
+                       world_rank_, idle);
+          std::fflush(stderr);
+          if (thread_multiple_) MPI_Abort(MPI_COMM_WORLD, 3);
+          std::_Exit(3);  // the launcher then terminates the other ranks
+        }
+      }
+    });
+  }
+
+  ParallelPlan plan_;
+  RankCoords c_;
+  int world_rank_ = 0, world_size_ = 1;
+  bool thread_multiple_ = false;
+  MPI_Comm comms_[5] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  std::atomic<double> last_{0};
+  std::thread watchdog_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> create_mpi_communicator(const ParallelPlan& plan, double watchdog_seconds) {
+  return MpiCommunicator::create(plan, watchdog_seconds);
+}
+#endif
+
+}  // namespace llmplan::exec
