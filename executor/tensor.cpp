@@ -62,6 +62,10 @@ Result<Tensor> Tensor::empty(TrackingAllocator& alloc, Shape shape, DType dtype,
 
 Result<Tensor> Tensor::zeros(TrackingAllocator& alloc, Shape shape, DType dtype, Category c,
                              std::string name) {
+  // Host memset cannot touch device memory: device tensors are zeroed by their backend
+  // (cuda::zeros), so asking here is a programming error reported as a Status, not a crash.
+  if (alloc.device() != Device::cpu)
+    return Status::runtime("Tensor::zeros(" + name + "): device tensors must be zeroed by their backend (cuda::zeros)");
   Result<Tensor> t = empty(alloc, shape, dtype, c, std::move(name));
   if (t.ok() && t->bytes() > 0) std::memset(t->raw(), 0, static_cast<size_t>(t->bytes()));
   return t;
