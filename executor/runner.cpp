@@ -125,10 +125,12 @@ void compare(RunReport& r) {
     const Category cat = static_cast<Category>(c);
     CompareLine l;
     l.name = to_string(cat);
-    l.predicted = pa.bytes[static_cast<int>(item_of(cat))];
+    // Each category's own peak over the step against the planner's largest value of that
+    // line at any moment (they need not coincide with the total's peak).
+    l.predicted = pa.item_peak[static_cast<int>(item_of(cat))];
     l.measured = static_cast<double>(r.memory.peak[c]);
     if (cat == Category::workspace)
-      l.note = "vs planner backward_working: activation gradients + recompute + op scratch (CPU 16-bit GEMMs add fp32 copies)";
+      l.note = "vs planner backward_working (forward transient or recompute + activation gradients) + op scratch (CPU 16-bit GEMMs add fp32 copies)";
     r.memory_lines.push_back(l);
   }
   for (MemoryItem it : {MemoryItem::workspace, MemoryItem::cuda_context, MemoryItem::fragmentation}) {

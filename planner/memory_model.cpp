@@ -151,6 +151,109 @@ LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const Paral
   return c;
 }
 
+double layer_rematerialised_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy) {
+  const double checkpoint = policy == LayerRecompute::full ? activation_bytes_per_layer(m, lc, policy) : 0;
+  return recompute_working_bytes(m, lc, policy) - checkpoint;
+}
+
+double layer_forward_transient_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy) {
+  const double seq_div = lc.sp ? lc.t : 1.0;
+  const double branch = static_cast<double>(lc.b) * lc.s * m.hidden / seq_div * lc.act_bytes;
+  if (lc.grad_flows) return branch + layer_rematerialised_bytes(m, lc, policy);
+  // A frozen layer below every trainable weight keeps nothing: its whole forward set is
+  // transient, as under full recompute.
+  LayerContext trains = lc;
+  trains.grad_flows = true;
+  trains.base_trainable = true;
+  return branch + layer_rematerialised_bytes(m, trains, LayerRecompute::full);
+}
+
+double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+  const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  const double seq_div = p.sp ? p.tp : 1.0;
+  const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
+  const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) /
+                         (m.moe.enabled() ? 1 : p.tp);
+  const double mlp_grads = m.family == Family::gpt ? 1 : 2;  // GELU: d(fc1); SwiGLU: d(gate) and d(up)
+  return (2 * tokens * m.hidden / seq_div + mlp_grads * tokens * f_local) * act_bytes;
+}
+
+StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage) {
+  const int layers = layers_in_stage(m.layers, p.pp, stage);
+  const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
+  const int frozen_layers = j.frozen_layer_count(m.layers);
+  const int frozen_here = std::clamp(frozen_layers - first_layer, 0, layers);
+  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
+  StageParams sp;
+  if (j.mode == TrainMode::lora) {
+    sp.frozen += layers * pc.per_layer_rank;
+    sp.trainable += (layers - frozen_here) * pc.lora_per_layer_rank;
+  } else {
+    sp.trainable += (layers - frozen_here) * pc.per_layer_rank;
+    sp.frozen += frozen_here * pc.per_layer_rank;
+  }
+  if (stage == 0) (embedding_trainable ? sp.trainable : sp.frozen) += pc.embedding_rank;
+  if (stage == p.pp - 1) (j.mode == TrainMode::lora ? sp.frozen : sp.trainable) += pc.head_rank;
+  return sp;
+}
+
+StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage) {
+  const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+  return stage_params(m, j, p, count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank), stage);
+}
+
+StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, double trainable,
+                                      const MemoryOptions& opt) {
+  StageMemoryExtras x;
+  const int layers = layers_in_stage(m.layers, p.pp, stage);
+  const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
+  const int frozen_layers = j.frozen_layer_count(m.layers);
+  const int frozen_here = std::clamp(frozen_layers - first_layer, 0, layers);
+  const bool is_first = stage == 0, is_last = stage == p.pp - 1;
+  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
+  const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  const double seq_div = p.sp ? p.tp : 1.0;
+  const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
+  const double h = static_cast<double>(m.hidden);
+  if (is_first && m.dropout && embedding_trainable) x.first_chunk_set = tokens * h / seq_div;  // embedding dropout mask
+  if (is_last) {
+    x.head_input = tokens * h / seq_div * act_bytes;
+    x.last_chunk_set = 2 * x.head_input;  // final-norm input (the last layer's output) + LM-head input
+    x.logits_set = tokens * static_cast<double>(m.vocab) / p.tp * (act_bytes + 4);  // logits + fp32 softmax
+  }
+  x.activation_grads = frozen_here < layers ? activation_gradient_bytes(m, j, p) : 0;
+  if (p.zero == 3) {
+    const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+    const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+    x.gathered_pool = 2 * pc.per_layer_rank * bytes_per_param(j).weights;
+  }
+  if ((j.mode == TrainMode::lora || trainable > 0) && p.zero >= 1) x.optimizer_buffers = 2 * opt.dp_bucket_bytes;
+
+  int groups = 0;
+  if (p.dp * p.cp > 1) {
+    x.comm_buffers += 2 * opt.dp_bucket_bytes;
+    ++groups;
+  }
+  if (p.tp > 1) {
+    x.comm_buffers += tokens * h * act_bytes;  // SP/TP all-gather output of one layer input
+    ++groups;
+  }
+  if (p.pp > 1) {
+    x.comm_buffers += 2 * tokens * h / seq_div * act_bytes;  // send + receive of one micro-batch
+    ++groups;
+  }
+  if (p.cp > 1) {
+    x.comm_buffers += 2 * tokens * m.kv_width() / p.tp * 2 * act_bytes;  // K and V chunks in flight on the ring
+    ++groups;
+  }
+  if (p.ep > 1) {
+    x.comm_buffers += 2 * tokens / seq_div * m.moe.experts_per_token * m.moe.capacity_factor * h * act_bytes;
+    ++groups;
+  }
+  x.comm_buffers += groups * opt.nccl_bytes_per_group;
+  return x;
+}
+
 namespace {
 
 double sum_items(const std::array<double, kMemoryItems>& b) {
@@ -159,13 +262,14 @@ double sum_items(const std::array<double, kMemoryItems>& b) {
   return s;
 }
 
-// What every stage shares: parameter counts and per-layer activation bytes for the two
-// kinds of layer (trainable, frozen) under each recompute policy. Computed once per plan
-// so that a stage costs a few dozen arithmetic operations.
+// What every stage shares: parameter counts and per-layer bytes for the two kinds of
+// layer (trainable, frozen) under each recompute policy. Computed once per plan so that
+// a stage costs a few dozen arithmetic operations.
 struct PlanMemoryInputs {
   ParamCounts pc;
-  double layer_bytes[2][3];    // [frozen][LayerRecompute]
-  double working_bytes[2][3];  // [frozen][LayerRecompute]
+  double layer_bytes[2][3];      // [frozen][LayerRecompute] kept from forward to backward
+  double remat_bytes[2][3];      // re-materialised in backward
+  double transient_bytes[2][3];  // transient during forward
 };
 
 PlanMemoryInputs plan_memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
@@ -179,8 +283,10 @@ PlanMemoryInputs plan_memory_inputs(const ModelSpec& m, const TrainingJob& j, co
     LayerContext lc = layer_context(m, j, p, layer);
     if (f == 1 && frozen == 0) lc.grad_flows = false;
     for (int r = 0; r < 3; ++r) {
-      in.layer_bytes[f][r] = activation_bytes_per_layer(m, lc, static_cast<LayerRecompute>(r));
-      in.working_bytes[f][r] = recompute_working_bytes(m, lc, static_cast<LayerRecompute>(r));
+      const LayerRecompute rc = static_cast<LayerRecompute>(r);
+      in.layer_bytes[f][r] = activation_bytes_per_layer(m, lc, rc);
+      in.remat_bytes[f][r] = lc.grad_flows ? layer_rematerialised_bytes(m, lc, rc) : 0;
+      in.transient_bytes[f][r] = layer_forward_transient_bytes(m, lc, rc);
     }
   }
   return in;
@@ -192,103 +298,69 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   sm.stage = stage;
   sm.layers = layers_in_stage(m.layers, p.pp, stage);
   const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
-  const bool is_first = stage == 0, is_last = stage == p.pp - 1;
+  const bool is_last = stage == p.pp - 1;
   const int64_t mb = microbatches_per_step(j, p);
   sm.inflight_microbatches = inflight_microbatches(p, mb, stage);
-  const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
-  const double seq_div = p.sp ? p.tp : 1.0;
-  const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
 
   // ---- parameters on this rank
-  const ParamCounts& pc = in.pc;
-  const int frozen_layers = j.frozen_layer_count(m.layers);
-  const int frozen_here = std::clamp(frozen_layers - first_layer, 0, sm.layers);
-  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
-  double trainable = 0, frozen = 0;
-  if (j.mode == TrainMode::lora) {
-    frozen += sm.layers * pc.per_layer_rank;
-    trainable += (sm.layers - frozen_here) * pc.lora_per_layer_rank;
-  } else {
-    trainable += (sm.layers - frozen_here) * pc.per_layer_rank;
-    frozen += frozen_here * pc.per_layer_rank;
-  }
-  if (is_first) (embedding_trainable ? trainable : frozen) += pc.embedding_rank;
-  if (is_last) (j.mode == TrainMode::lora ? frozen : trainable) += pc.head_rank;
-
-  const ModelStateBytes states = model_state_bytes(trainable, frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
+  const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, sm.layers);
+  const StageParams params = stage_params(m, j, p, in.pc, stage);
+  const ModelStateBytes states = model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
+  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, params.trainable, opt);
   std::array<double, kMemoryItems> base{};
   base[static_cast<int>(MemoryItem::weights)] = states.weights;
   base[static_cast<int>(MemoryItem::gradients)] = states.gradients;
   base[static_cast<int>(MemoryItem::optimizer_states)] = states.optimizer_states;
   base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;
-  if (p.zero == 3) {
-    // Current layer + the one prefetched, gathered at full (TP-local) size.
-    base[static_cast<int>(MemoryItem::gathered_params)] = 2 * pc.per_layer_rank * bytes_per_param(j).weights;
-  }
+  base[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
+  base[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers;
+  base[static_cast<int>(MemoryItem::workspace)] = opt.gemm_workspace_bytes;
+  base[static_cast<int>(MemoryItem::cuda_context)] = opt.cuda_context_bytes;
 
   // ---- activations of one micro-batch through this stage
-  double per_mb = 0, working = 0;
+  double per_mb = 0, remat = 0, transient = 0;
   for (int i = 0; i < sm.layers; ++i) {
     const int f = i < frozen_here ? 1 : 0;
     const int r = static_cast<int>(layer_recompute(p, i, sm.layers));
     per_mb += in.layer_bytes[f][r];
-    working = std::max(working, in.working_bytes[f][r]);
+    remat = std::max(remat, in.remat_bytes[f][r]);
+    transient = std::max(transient, in.transient_bytes[f][r]);
   }
   // Tensors that belong to the first chunk (embedding) or the last (head) are held by as
   // many micro-batches as that chunk has in flight, not by the stage's average.
-  double edge = 0;
-  if (is_first && m.dropout && embedding_trainable) edge += first_chunk_sets(p, mb) * tokens * m.hidden / seq_div;  // embedding dropout mask
-  if (is_last) edge += last_chunk_sets(p, mb) * 2 * tokens * m.hidden / seq_div * act_bytes;  // final-norm + LM-head inputs
-  // Activation gradients flowing through one layer: the output gradient and the widest
-  // intermediate gradient (the MLP's, f/t wide), both in the activation dtype.
-  const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) /
-                         (m.moe.enabled() ? 1 : p.tp);
-  const double act_grads = frozen_here < sm.layers ? (2 * tokens * m.hidden / seq_div + tokens * f_local) * act_bytes : 0;
-  const double activations = per_mb * sm.inflight_microbatches + edge;
+  const double last_sets = is_last ? last_chunk_sets(p, mb) : 0;
+  const double activations = per_mb * sm.inflight_microbatches + first_chunk_sets(p, mb) * x.first_chunk_set + last_sets * x.last_chunk_set;
+  const double logits = last_sets * x.logits_set;
+  // The micro-batch in flight on the last chunk holds its logits from the head forward
+  // to the head backward; the others (GPipe holds every micro-batch) all the time.
+  const double other_logits = is_last ? (last_sets - 1) * x.logits_set : 0;
 
-  double logits = 0;
-  if (is_last) logits = last_chunk_sets(p, mb) * tokens * static_cast<double>(m.vocab) / p.tp * (act_bytes + 4);  // logits + fp32 softmax
-
-  // ---- buffers
-  double comm = 0;
-  int groups = 0;
-  if (p.dp * p.cp > 1) {
-    comm += 2 * opt.dp_bucket_bytes;
-    ++groups;
-  }
-  if (p.tp > 1) {
-    comm += tokens * m.hidden * act_bytes;  // SP/TP all-gather output of one layer input
-    ++groups;
-  }
-  if (p.pp > 1) {
-    comm += 2 * tokens * m.hidden / seq_div * act_bytes;  // send + receive of one micro-batch
-    ++groups;
-  }
-  if (p.cp > 1) {
-    comm += 2 * tokens * m.kv_width() / p.tp * 2 * act_bytes;  // K and V chunks in flight on the ring
-    ++groups;
-  }
-  if (p.ep > 1) {
-    comm += 2 * tokens / seq_div * m.moe.experts_per_token * m.moe.capacity_factor * m.hidden * act_bytes;
-    ++groups;
-  }
-  comm += groups * opt.nccl_bytes_per_group;
-
+  // Forward: the later of two moments -- the end of the head forward (every kept tensor
+  // and the logits), or a layer forward's transient before the head input exists (the
+  // executor's order: layer outputs, final norm, head input, logits, softmax).
   std::array<double, kMemoryItems> fwd = base, bwd = base, optim = base;
-  for (auto* ph : {&fwd, &bwd, &optim}) {
-    (*ph)[static_cast<int>(MemoryItem::comm_buffers)] = comm;
-    (*ph)[static_cast<int>(MemoryItem::workspace)] = opt.gemm_workspace_bytes;
-    (*ph)[static_cast<int>(MemoryItem::cuda_context)] = opt.cuda_context_bytes;
+  sm.item_peak = base;
+  sm.item_peak[static_cast<int>(MemoryItem::activations)] = activations;
+  sm.item_peak[static_cast<int>(MemoryItem::logits_loss)] = logits;
+  sm.item_peak[static_cast<int>(MemoryItem::backward_working)] = std::max(transient, remat + x.activation_grads);
+  sm.item_peak[static_cast<int>(MemoryItem::gathered_params)] += x.optimizer_buffers;
+  const double at_head = activations + logits, at_layer = activations - x.head_input + other_logits + transient;
+  if (at_head >= at_layer) {
+    fwd[static_cast<int>(MemoryItem::activations)] = activations;
+    fwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
+  } else {
+    fwd[static_cast<int>(MemoryItem::activations)] = activations - x.head_input;
+    fwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
+    fwd[static_cast<int>(MemoryItem::backward_working)] = transient;
   }
-  fwd[static_cast<int>(MemoryItem::activations)] = activations;
-  fwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
-  bwd[static_cast<int>(MemoryItem::activations)] = activations;
-  bwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
-  bwd[static_cast<int>(MemoryItem::backward_working)] = working + act_grads;
-  if (j.mode == TrainMode::lora || trainable > 0) {
-    // Optimizer step: activations are gone; ZeRO>=1 all-gathers updated parameters by bucket.
-    optim[static_cast<int>(MemoryItem::gathered_params)] += p.zero >= 1 ? 2 * opt.dp_bucket_bytes : 0;
-  }
+  // Backward of a layer: the head backward has freed this micro-batch's logits and its
+  // final-norm and head inputs; the layer re-materialises what its policy dropped and
+  // holds the activation gradients.
+  bwd[static_cast<int>(MemoryItem::activations)] = activations - (is_last ? x.last_chunk_set : 0);
+  bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
+  bwd[static_cast<int>(MemoryItem::backward_working)] = remat + x.activation_grads;
+  // Optimizer step: activations are gone; ZeRO>=1 all-gathers updated parameters by bucket.
+  optim[static_cast<int>(MemoryItem::gathered_params)] += x.optimizer_buffers;
   const std::array<std::array<double, kMemoryItems>*, 3> phases = {&fwd, &bwd, &optim};
   for (int ph = 0; ph < 3; ++ph) {
     auto& b = *phases[ph];
@@ -297,6 +369,9 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
                            b[static_cast<int>(MemoryItem::comm_buffers)];
     b[static_cast<int>(MemoryItem::fragmentation)] = opt.fragmentation_fraction * dynamic;
     sm.phase_total[ph] = sum_items(b);
+    sm.phase_bytes[ph] = b;
+    const int frag = static_cast<int>(MemoryItem::fragmentation);
+    sm.item_peak[frag] = std::max(sm.item_peak[frag], b[frag]);
   }
   int peak = 0;
   for (int ph = 1; ph < 3; ++ph)

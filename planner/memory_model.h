@@ -21,7 +21,9 @@ enum class MemoryItem {
   optimizer_states,   // Adam m and v (or momentum)
   master_weights,     // fp32 copy for mixed precision (O2)
   activations,        // kept between forward and backward, all in-flight micro-batches
-  backward_working,   // recompute re-materialisation + activation gradients of one layer
+  backward_working,   // working set of one layer beside the kept activations: in backward its
+                      // re-materialised tensors + activation gradients; at a forward peak the
+                      // transient tensors of the layer running its forward
   logits_loss,        // logits and fp32 softmax of the LM head (last stage)
   gathered_params,    // ZeRO-3: full layers gathered for compute (current + prefetch)
   comm_buffers,       // DP buckets, PP send/recv, TP/SP gather buffers, NCCL
@@ -60,6 +62,8 @@ struct StageMemory {
   double inflight_microbatches = 0;  // activation sets held at the peak (1F1B: min(m, p-i))
   std::array<double, kMemoryItems> bytes{};  // at the peak phase
   std::array<double, 3> phase_total{};       // forward, backward, optimizer
+  std::array<std::array<double, kMemoryItems>, 3> phase_bytes{};  // each phase's items at its own peak
+  std::array<double, kMemoryItems> item_peak{};  // each item's largest value at any moment of the step
   Phase peak_phase = Phase::backward;
   double total = 0;                // max over phases, bytes
   double allocator_peak = 0;       // total without CUDA context (what torch.cuda reports)
@@ -108,6 +112,46 @@ LayerRecompute layer_recompute(const ParallelPlan& p, int layer_in_stage, int la
 // holds at its peak: GPipe m; 1F1B min(m, p) / 1; interleaved min(m, 2p) / 1.
 double first_chunk_sets(const ParallelPlan& p, int64_t microbatches);
 double last_chunk_sets(const ParallelPlan& p, int64_t microbatches);
+
+// ---- Pieces of a stage's memory, public so that the simulator replays the same bytes
+// over time (one source of truth). Every value is bytes on one rank.
+
+// Transient bytes of one layer while its forward runs, beside what the layer keeps: every
+// intermediate it does not keep (under full recompute, or a frozen layer: all of its saved
+// set but the checkpointed input; selective: the attention scores) plus its h-wide output
+// branch (the residual branch before the add). The executor's layer forward allocates them
+// together at the layer's end, when its output is made.
+double layer_forward_transient_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy);
+// Bytes a layer's backward re-materialises beside the kept activations: recompute_working_bytes
+// less the checkpointed input, which is kept (full) rather than made again.
+double layer_rematerialised_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy);
+// Activation gradients live during one layer's backward: the gradient of its output, of
+// its input, and the widest intermediate gradients of the MLP -- one f-wide gradient for
+// GPT's GELU, two for SwiGLU (the gate and up gradients exist together): (2h + f) or
+// (2h + 2f) x tokens x act_bytes (h/t under SP, f/t under TP; MoE: k routed experts' f).
+double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
+
+// Parameters on a stage's rank: trainable and frozen (layers, embedding on the first
+// stage, LM head on the last), from count_params.
+struct StageParams {
+  double trainable = 0, frozen = 0;
+};
+StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage);
+StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage);
+
+// Per-micro-batch and per-phase extras of a stage beside its layers' activations.
+struct StageMemoryExtras {
+  double first_chunk_set = 0;   // per micro-batch with chunk 0 (stage 0: embedding dropout mask)
+  double last_chunk_set = 0;    // per micro-batch with the last chunk (last stage: final-norm + LM-head inputs)
+  double head_input = 0;        // of which made after the layers' forward (the LM-head input)
+  double logits_set = 0;        // logits + fp32 softmax of one micro-batch (last stage)
+  double activation_grads = 0;  // activation_gradient_bytes when a layer of the stage trains, else 0
+  double gathered_pool = 0;     // ZeRO-3: current + prefetched layer gathered at TP-local size
+  double optimizer_buffers = 0; // during the optimizer step: ZeRO >= 1 parameter all-gather buckets
+  double comm_buffers = 0;      // DP buckets, TP/SP gathers, PP send/recv, CP ring, EP, NCCL
+};
+StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
+                                      double trainable, const MemoryOptions& opt = {});
 
 // REQUIRES: check_plan(m, c, j, p, ...) == none.
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,

@@ -87,37 +87,6 @@ double replica_optimizer_time(const ClusterSpec& c, const TrainingJob& j, const 
   return trainable / shard * opt_bytes / (c.gpu.memory_bandwidth * e.memory);
 }
 
-// memory_model.cpp stage_memory: the per-micro-batch activation extras of a stage, the
-// backward activation-gradient working set, the logits, the ZeRO-3 gathered-layer pool
-// and the optimizer-phase buffers.
-void replica_stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const MemoryOptions& opt,
-                                 const ParamCounts& pc, int stage, int frozen_here, int layers, double trainable, StageCost* sc) {
-  const PlanConstants k = plan_constants(j, p);
-  const bool is_first = stage == 0, is_last = stage == p.pp - 1;
-  const int frozen_layers = j.frozen_layer_count(m.layers);
-  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
-  const double h = static_cast<double>(m.hidden);
-  if (is_first && m.dropout && embedding_trainable) sc->first_chunk_extra_bytes = k.tokens * h / k.seq_div;  // dropout mask
-  if (is_last) sc->last_chunk_extra_bytes = 2 * k.tokens * h / k.seq_div * k.act_bytes;  // final-norm + LM-head inputs
-  if (is_last) sc->logits_bytes = k.tokens * static_cast<double>(m.vocab) / p.tp * (k.act_bytes + 4);
-  const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) /
-                         (m.moe.enabled() ? 1 : p.tp);
-  sc->activation_grad_bytes = frozen_here < layers ? (2 * k.tokens * h / k.seq_div + k.tokens * f_local) * k.act_bytes : 0;
-  sc->static_bytes[static_cast<int>(MemoryItem::gathered_params)] = p.zero == 3 ? 2 * pc.per_layer_rank * bytes_per_param(j).weights : 0;
-  sc->optimizer_buffer_bytes = (j.mode == TrainMode::lora || trainable > 0) && p.zero >= 1 ? 2 * opt.dp_bucket_bytes : 0;
-}
-
-// memory_model.cpp stage_memory: trainable parameters on a stage's rank.
-double replica_stage_trainable(const ModelSpec& m, const TrainingJob& j, const ParamCounts& pc, int stage, int pp, int layers,
-                               int frozen_here) {
-  const int frozen_layers = j.frozen_layer_count(m.layers);
-  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
-  double trainable = j.mode == TrainMode::lora ? (layers - frozen_here) * pc.lora_per_layer_rank : (layers - frozen_here) * pc.per_layer_rank;
-  if (stage == 0 && embedding_trainable) trainable += pc.embedding_rank;
-  if (stage == pp - 1 && j.mode != TrainMode::lora) trainable += pc.head_rank;
-  return trainable;
-}
-
 // layer_times() returns each in-layer collective kind summed over the passes; the
 // planner counts, per layer and micro-batch, 2 TP collectives forward, 2 backward (when
 // gradients flow) and 2 more for full recompute; 2 + 2 EP all-to-alls. CP's exposed
@@ -178,7 +147,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   struct Kind {
     bool done = false;
     LayerTimes lt, lt_lat;
-    double act = 0, working = 0;
+    double act = 0, working = 0, transient = 0;
     bool grad_flows = true, base_trainable = true;
   } kinds[2][3];
   auto kind = [&](int global_layer, LayerRecompute policy) -> const Kind& {
@@ -189,7 +158,8 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
       kd.lt = layer_times(m, c, j, p, lc, policy, e);
       kd.lt_lat = layer_times(m, c_lat, j, p, lc, policy, e);
       kd.act = activation_bytes_per_layer(m, lc, policy);
-      kd.working = recompute_working_bytes(m, lc, policy);
+      kd.working = lc.grad_flows ? layer_rematerialised_bytes(m, lc, policy) : 0;
+      kd.transient = layer_forward_transient_bytes(m, lc, policy);
       kd.grad_flows = lc.grad_flows;
       kd.base_trainable = lc.base_trainable;
       kd.done = true;
@@ -203,7 +173,6 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const int n = layers_in_stage(m.layers, p.pp, s);
     const int first = first_layer_of_stage(m.layers, p.pp, s);
     const int per_chunk = n / p.vpp;
-    int frozen_here = 0;
     st.layers.resize(n);
     for (int i = 0; i < n; ++i) {
       // Interleaved: stage-local layer i is layer j of chunk c, virtual stage c*pp + s.
@@ -221,8 +190,8 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
       lc.trainable_weight_bytes = trainable_params * bpp.weights;
       lc.activation_bytes = kd.act;
       lc.working_bytes = kd.working;
+      lc.forward_transient_bytes = kd.transient;
       lc.grad_flows = kd.grad_flows;
-      if (global < frozen_layers) ++frozen_here;
     }
     const bool is_first = s == 0, is_last = s == p.pp - 1;
     if (is_first) {
@@ -241,7 +210,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
         st.head_trainable_weight_bytes = pc.head_rank * bpp.weights;
       }
     }
-    const double trainable = replica_stage_trainable(m, j, pc, s, p.pp, n, frozen_here);
+    const double trainable = stage_params(m, j, p, pc, s).trainable;
     st.optimizer = replica_optimizer_time(c, j, p, e, trainable);
     st.optimizer_offloaded = p.offload_optimizer;
 
@@ -251,7 +220,14 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
                           MemoryItem::comm_buffers, MemoryItem::workspace, MemoryItem::cuda_context}) {
       st.static_bytes[static_cast<int>(it)] = sm.bytes[static_cast<int>(it)];
     }
-    replica_stage_memory_extras(m, j, p, mem, pc, s, frozen_here, n, trainable, &st);
+    const StageMemoryExtras x = stage_memory_extras(m, j, p, s, trainable, mem);
+    st.first_chunk_extra_bytes = x.first_chunk_set;
+    st.last_chunk_extra_bytes = x.last_chunk_set;
+    st.head_input_bytes = x.head_input;
+    st.logits_bytes = x.logits_set;
+    st.activation_grad_bytes = x.activation_grads;
+    st.static_bytes[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
+    st.optimizer_buffer_bytes = x.optimizer_buffers;
     st.fragmentation_fraction = mem.fragmentation_fraction;
   }
   return sc;

@@ -52,7 +52,8 @@ struct LayerCost {
   double weight_bytes = 0;          // 16-bit weight bytes of the layer on this rank (ZeRO-3 gathers)
   double trainable_weight_bytes = 0;  // of which trainable (ZeRO-1/2 parameter all-gather)
   double activation_bytes = 0;      // kept from its forward to its backward, one micro-batch
-  double working_bytes = 0;         // re-materialised during its backward (recompute working set)
+  double working_bytes = 0;         // re-materialised during its backward (layer_rematerialised_bytes)
+  double forward_transient_bytes = 0;  // transient while its forward runs (layer_forward_transient_bytes)
   bool grad_flows = true;           // false: frozen below every trainable weight (no backward)
 };
 
@@ -74,6 +75,7 @@ struct StageCost {
                                                     // pool, comm buffers, workspace, CUDA context
   double first_chunk_extra_bytes = 0;  // per micro-batch with chunk 0 (stage 0: embedding dropout mask)
   double last_chunk_extra_bytes = 0;   // per micro-batch with the last chunk (last stage: final-norm and LM-head inputs)
+  double head_input_bytes = 0;         // of which made after the last layer's forward (the LM-head input)
   double logits_bytes = 0;             // per micro-batch on the last stage, head forward to its backward
   double activation_grad_bytes = 0;    // during a backward: output gradient + widest intermediate gradient
   double optimizer_buffer_bytes = 0;   // during the optimizer step (ZeRO >= 1 parameter all-gather buckets)

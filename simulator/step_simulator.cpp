@@ -455,8 +455,8 @@ void account_time(const StepBuilder& b, const SimCosts& costs, double total, int
   r->busy = bd.compute + bd.recompute;
 }
 
-// Memory over the step from the pass times: allocations at a pass's start, frees at a
-// backward's end (frees first at equal times).
+// Memory over the step from the pass times, in the planner's (estimate_stage_memory)
+// order of allocations and frees (frees first at equal times).
 void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool record, StageResult* r) {
   const auto& tasks = b.engine().tasks();
   const StageCost& sc = costs.stages[s];
@@ -467,13 +467,16 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
   const int per_chunk = n / vpp;
   const int last_virtual = pp * vpp - 1;
 
-  // Per chunk: activations one micro-batch keeps, and the backward's working set.
-  std::vector<double> act(vpp, 0), work(vpp, 0), logits(vpp, 0);
+  // Per chunk: activations one micro-batch keeps, the largest forward transient and
+  // backward working set of its layers, and (last virtual stage) the logits and the
+  // final-norm + head inputs that the head forward makes and the head backward frees.
+  std::vector<double> act(vpp, 0), work(vpp, 0), ftrans(vpp, 0), logits(vpp, 0), head_set(vpp, 0), head_in(vpp, 0);
   for (int c = 0; c < vpp; ++c) {
     bool grads = false;
     for (int jl = 0; jl < per_chunk; ++jl) {
       const LayerCost& L = sc.layers[c * per_chunk + jl];
       act[c] += L.activation_bytes;
+      ftrans[c] = std::max(ftrans[c], L.forward_transient_bytes);
       if (L.grad_flows) {
         work[c] = std::max(work[c], L.working_bytes);
         grads = true;
@@ -482,33 +485,43 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     if (c == 0) act[c] += sc.first_chunk_extra_bytes;
     if (c * pp + s == last_virtual) {
       act[c] += sc.last_chunk_extra_bytes;
+      head_set[c] = sc.last_chunk_extra_bytes;
+      head_in[c] = sc.head_input_bytes;
       logits[c] = sc.logits_bytes;
     }
     if (grads) work[c] += sc.activation_grad_bytes;
   }
 
+  // A forward allocates its chunk's activations and its layers' transient at its start
+  // (the head input excepted), frees the transient at its end and makes the head input
+  // and the logits; a backward frees the logits and the head inputs at its start (the
+  // head backward runs first), holds its working set, and frees the rest at its end.
   struct Delta {
     double time;
     int order;  // 0 frees, 1 allocations
     int op;     // program index (-1: optimizer)
+    bool edge;  // the op's start (forward) or end (backward): the in-flight count changes
     double act, work, logits, buffers;
   };
   std::vector<Delta> deltas;
-  deltas.reserve(prog.size() * 2 + 2);
+  deltas.reserve(prog.size() * 3 + 2);
   for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
     const PipelineOp& o = prog[i];
-    const OpRef& ref = b.op(s, o.forward, o.chunk, o.microbatch);
-    const double start = tasks[ref.first].start;
+    const int c = o.chunk;
+    const OpRef& ref = b.op(s, o.forward, c, o.microbatch);
+    const double start = tasks[ref.first].start, end = tasks[ref.last].end;
     if (o.forward) {
-      deltas.push_back({start, 1, i, act[o.chunk], 0, logits[o.chunk], 0});
+      deltas.push_back({start, 1, i, true, act[c] - head_in[c], ftrans[c], 0, 0});
+      deltas.push_back({end, 0, i, false, 0, -ftrans[c], 0, 0});
+      deltas.push_back({end, 1, i, false, head_in[c], 0, logits[c], 0});
     } else {
-      deltas.push_back({start, 1, i, 0, work[o.chunk], 0, 0});
-      deltas.push_back({tasks[ref.last].end, 0, i, -act[o.chunk], -work[o.chunk], -logits[o.chunk], 0});
+      deltas.push_back({start, 1, i, false, -head_set[c], work[c], -logits[c], 0});
+      deltas.push_back({end, 0, i, true, -(act[c] - head_set[c]), -work[c], 0, 0});
     }
   }
   const EngineTask& optim = tasks[b.compute_tasks(s).back()];
-  deltas.push_back({optim.start, 1, -1, 0, 0, 0, sc.optimizer_buffer_bytes});
-  deltas.push_back({optim.end, 0, -1, 0, 0, 0, -sc.optimizer_buffer_bytes});
+  deltas.push_back({optim.start, 1, -1, false, 0, 0, 0, sc.optimizer_buffer_bytes});
+  deltas.push_back({optim.end, 0, -1, false, 0, 0, 0, -sc.optimizer_buffer_bytes});
   std::stable_sort(deltas.begin(), deltas.end(),
                    [](const Delta& x, const Delta& y) { return x.time != y.time ? x.time < y.time : x.order < y.order; });
 
@@ -526,10 +539,10 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     cur[W] += d.work;
     cur[L] += d.logits;
     cur[G] += d.buffers;
-    if (d.op >= 0 && prog[d.op].forward) {
+    if (d.op >= 0 && d.edge && prog[d.op].forward) {
       ++held[prog[d.op].chunk];
       ++held_total;
-    } else if (d.op >= 0 && d.order == 0) {
+    } else if (d.op >= 0 && d.edge) {
       --held[prog[d.op].chunk];
       --held_total;
     }

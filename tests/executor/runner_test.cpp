@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <utility>
 
+#include "executor/cpu/linear.h"
 #include "executor/data.h"
 #include "executor/runner.h"
 #include "executor/trainer.h"
@@ -44,9 +46,28 @@ PlanFile tiny_plan(Family fam, Precision prec, Recompute rc, bool flash) {
 
 const std::string kCorpus = std::string(LLMPLAN_SOURCE_ROOT) + "/data/corpus";
 
-// Total measured peak within 3% of the planner's allocator-side lines: weights, gradients,
-// optimizer states, master weights, activations, backward working set, logits + loss
-// (the GPU-only lines -- CUDA context, cuBLAS workspace, NCCL, fragmentation -- zeroed).
+// The CPU backend's only allocation outside the planner's lines: a 16-bit GEMM converts
+// its operands to fp32 in a scratch buffer of at most 256 rows (model.cpp kChunk), live
+// while the GEMM runs -- the largest is the MLP's h <-> f projection, during a layer's
+// backward beside the activation gradients. On a GPU this is cuBLAS's fixed workspace
+// (MemoryItem::workspace), which the allocator-side comparison zeroes. fp32: none.
+double cpu_gemm_scratch(const PlanFile& f) {
+  if (f.job.precision == Precision::fp32) return 0;
+  const DType st = f.job.precision == Precision::bf16 ? DType::bf16 : DType::f16;
+  const int64_t rows = std::min<int64_t>(256, static_cast<int64_t>(f.plan.micro_batch) * f.job.seq_len);
+  const int64_t h = f.model.hidden, ff = f.model.ffn_hidden, qw = f.model.q_width(), kvw = f.model.kv_width();
+  int64_t ws = 0;
+  for (auto [in, out] : {std::pair{h, qw}, std::pair{h, kvw}, std::pair{qw, h}, std::pair{h, ff}, std::pair{ff, h}})
+    ws = std::max(ws, cpu::linear_workspace_bytes(st, rows, in, out));
+  return static_cast<double>(ws);
+}
+
+// Total measured peak within 3% of the planner's allocator-side prediction for every
+// recompute policy, both families, fp32 and bf16: weights, gradients, optimizer states,
+// master weights, activations, the layer working set (forward transient or backward
+// re-materialisation + activation gradients), logits + loss (the GPU-only lines -- CUDA
+// context, cuBLAS workspace, NCCL, fragmentation -- zeroed), plus the CPU GEMM scratch
+// above wherever a layer GEMM runs beside the working set (the backward phase).
 TEST(Runner, PeakWithinThreePercentOfAllocatorSidePrediction) {
   for (Family fam : {Family::gpt, Family::llama})
     for (Precision prec : {Precision::fp32, Precision::bf16})
@@ -57,30 +78,23 @@ TEST(Runner, PeakWithinThreePercentOfAllocatorSidePrediction) {
         o.warmup = 0;
         Result<RunReport> r = run_plan(f, o);
         ASSERT_TRUE(r.ok()) << r.status().message();
-        const double pred_fwd = r->predicted_alloc.phase_total[0], pred_peak = r->predicted_alloc.total;
+        const StageMemory& pa = r->predicted_alloc;
+        const double scratch = cpu_gemm_scratch(f);
+        const double pred_fwd = pa.phase_total[0], pred_bwd = pa.phase_total[1] + scratch;
+        const double pred = std::max({pred_fwd, pred_bwd, pa.phase_total[2]});
         const double meas = static_cast<double>(r->memory.peak_total);
+        const double meas_fwd = static_cast<double>(r->memory.phase[static_cast<int>(Phase::forward)].total);
         const double meas_bwd = static_cast<double>(r->memory.phase[static_cast<int>(Phase::backward)].total);
-        std::printf("%s %s %s: peak measured %.0f B (%s); planner forward %.0f B (%+.2f%%), planner peak %.0f B (%s, %+.2f%%); "
-                    "backward measured %.0f B vs planner %.0f B (%+.2f%%)\n",
-                    f.model.name.c_str(), to_string(prec), to_string(rc), meas, to_string(r->memory.peak_phase), pred_fwd,
-                    100 * (meas / pred_fwd - 1), pred_peak, to_string(r->predicted_alloc.peak_phase), 100 * (meas / pred_peak - 1),
-                    meas_bwd, r->predicted_alloc.phase_total[1], 100 * (meas_bwd / r->predicted_alloc.phase_total[1] - 1));
-        // The planner's backward phase adds the backward working set on top of the logits,
-        // but the logits are freed before the first layer's backward: the peak is
-        // states + activations + max(logits + loss, backward working set).
-        const auto& pb = r->predicted_alloc.bytes;
-        auto item = [&](MemoryItem it) { return pb[static_cast<int>(it)]; };
-        const double states = item(MemoryItem::weights) + item(MemoryItem::gradients) + item(MemoryItem::optimizer_states) +
-                              item(MemoryItem::master_weights);
-        const double sequential = states + item(MemoryItem::activations) +
-                                  std::max(item(MemoryItem::logits_loss), item(MemoryItem::backward_working));
-        std::printf("   states + activations + max(logits, working) = %.0f B (%+.2f%%)\n", sequential, 100 * (meas / sequential - 1));
-        if (rc != Recompute::full) {
-          // No recompute: the peak is the end of the forward, states + activations + logits.
-          EXPECT_NEAR(meas / pred_fwd, 1.0, 0.03) << f.model.name << " " << to_string(prec) << " " << to_string(rc);
-        }
-        EXPECT_LE(meas, pred_peak) << "the planner's peak is an upper bound";
-        // The model-state and activation lines are exact.
+        std::printf("%s %s %s: peak measured %.0f B (%s), predicted %.0f B (%s peak %s, + CPU GEMM scratch %.0f B in backward): "
+                    "%+.2f%%; forward %.0f vs %.0f B (%+.2f%%), backward %.0f vs %.0f B (%+.2f%%)\n",
+                    f.model.name.c_str(), to_string(prec), to_string(rc), meas, to_string(r->memory.peak_phase), pred,
+                    pred_fwd >= pred_bwd ? "forward" : "backward", to_string(pa.peak_phase), scratch, 100 * (meas / pred - 1),
+                    meas_fwd, pred_fwd, 100 * (meas_fwd / pred_fwd - 1), meas_bwd, pred_bwd, 100 * (meas_bwd / pred_bwd - 1));
+        EXPECT_NEAR(meas / pred, 1.0, 0.03) << f.model.name << " " << to_string(prec) << " " << to_string(rc);
+        // Per phase (printed, not asserted): the measured backward phase also covers the
+        // head backward, where the logits still live, and a 16-bit forward GEMM's scratch
+        // runs beside a recomputed layer's transient.
+        // The model-state, activation and logits lines are exact (each line's own peak).
         for (const CompareLine& l : r->memory_lines) {
           if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
               l.name == "activations" || l.name == "logits_loss") {
