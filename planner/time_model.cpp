@@ -73,9 +73,6 @@ namespace {
 // beside it (prefetch and bucketed overlap): what does not fit behind the compute.
 double exposed(double comm, double hide) { return std::max(0.0, comm - hide); }
 
-// PyTorch DDP's bucket_cap_mb (25 MiB): gradients are all-reduced in buckets this size.
-constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;
-
 struct Gemm {
   double m, n, k;
   bool base;   // base weight (vs LoRA adapter)
@@ -83,6 +80,117 @@ struct Gemm {
 };
 
 }  // namespace
+
+HeadTimes head_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e) {
+  // LM head + cross-entropy on the last stage (always trained unless LoRA).
+  const LayerContext top = layer_context(m, j, p, m.layers - 1);
+  const double peak = c.gpu.peak(compute_dtype(j, c.gpu));
+  const double bw = c.gpu.memory_bandwidth;
+  const double tokens_mb = static_cast<double>(p.micro_batch) * static_cast<double>(j.seq_len / p.cp);
+  const bool head_trains = j.mode != TrainMode::lora;
+  HeadTimes h;
+  h.forward = gemm_time(tokens_mb, static_cast<double>(m.vocab) / p.tp, static_cast<double>(m.hidden), top.act_bytes, peak, bw, e) +
+              3 * tokens_mb * static_cast<double>(m.vocab) / p.tp * 4 / (bw * e.memory);
+  h.backward = h.forward * (head_trains ? 2 : 1);
+  return h;
+}
+
+OptimizerTime optimizer_time(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable) {
+  // Bytes read and written per trainable parameter on this rank.
+  const BytesPerParam bpp = bytes_per_param(j);
+  const double shard = p.zero >= 1 ? static_cast<double>(p.dp) * p.cp : 1;
+  const double opt_bytes = (2 * bpp.weights + bpp.gradients + 2 * bpp.master + 2 * bpp.optimizer);
+  OptimizerTime t;
+  if (p.offload_optimizer) {
+    const double host = trainable / shard * (bpp.gradients + bpp.weights) / c.host_bandwidth;
+    const double cpu_adam = trainable / shard / (1.5e9 / c.gpus_per_node);  // DeepSpeed CPU-Adam ~1.5 G params/s per host
+    t.offload = host + cpu_adam;
+  } else {
+    t.optimizer = trainable / shard * opt_bytes / (c.gpu.memory_bandwidth * e.memory);
+  }
+  return t;
+}
+
+LayerCommByPass layer_comm_by_pass(const LayerTimes& lt, LayerRecompute policy, bool grad_flows) {
+  LayerCommByPass r;
+  const double nf = 2, nb = grad_flows ? 2 : 0, nr = (policy == LayerRecompute::full && grad_flows) ? 2 : 0;
+  const double n_tp = nf + nb + nr;
+  r.tp[0] = lt.tp_comm * nf / n_tp;
+  r.tp[1] = lt.tp_comm * nb / n_tp;
+  r.tp[2] = lt.tp_comm * nr / n_tp;
+  const double n_ep = nf + nb;
+  r.ep[0] = lt.ep_comm * nf / n_ep;
+  r.ep[1] = lt.ep_comm * nb / n_ep;
+  r.cp[0] = grad_flows ? lt.cp_comm_exposed / 3 : lt.cp_comm_exposed;
+  r.cp[1] = lt.cp_comm_exposed - r.cp[0];
+  return r;
+}
+
+Link dp_group_link(const ClusterSpec& c, const ParallelPlan& p) {
+  ParallelPlan reduce_group = p;
+  reduce_group.dp = p.dp * p.cp;
+  reduce_group.cp = 1;
+  return group_link(c, reduce_group, Group::dp);
+}
+
+double zero1_bucket_params(int dp_group) { return std::max(40e6, 1e6 * dp_group); }
+
+DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable,
+               double all_params, int layers) {
+  DpStep d;
+  d.group = p.dp * p.cp;
+  d.link = dp_group_link(c, p);
+  const BytesPerParam bpp = bytes_per_param(j);
+  // Mixed precision reduces gradients in fp32 (Megatron's main grads, PyTorch FSDP's
+  // reduce_dtype in torchtitan and llm-foundry); pure 16-bit or fp32 jobs in their own.
+  d.grad_bytes_per_param = bpp.master > 0 ? 4.0 : bpp.gradients;
+  d.weight_bytes_per_param = bpp.weights;
+  d.per_microbatch = p.zero == 3;
+  if (p.zero == 0) d.grad_bucket_bytes = kDdpBucketBytes;
+  if (p.zero == 1) {
+    d.grad_bucket_bytes = zero1_bucket_params(d.group) * d.grad_bytes_per_param;
+    d.gather_bucket_bytes = zero1_bucket_params(d.group) * d.weight_bytes_per_param;
+  }
+  if (d.group <= 1 || trainable <= 0) return d;
+  const double grad_bytes = trainable * d.grad_bytes_per_param;
+  const double weight_bytes = (p.zero == 3 ? all_params : trainable) * d.weight_bytes_per_param;
+  const int n = d.group;
+  const Link& l = d.link;
+  // Each collective pays its own ring latency.
+  const double layer_units = layers + 1.0;  // plus the embedding/head
+  const double units = p.zero == 0   ? std::max(1.0, std::ceil(grad_bytes / kDdpBucketBytes))
+                       : p.zero == 1 ? std::max(1.0, std::ceil(trainable / zero1_bucket_params(n)))
+                                     : layer_units;
+  auto collective = [&](DpKind kind, double bytes) {
+    DpCollective x;
+    x.kind = kind;
+    x.count = units;
+    x.bytes = bytes / units;
+    x.duration = units * (kind == DpKind::allreduce ? allreduce_time(x.bytes, n, l, e) : allgather_time(x.bytes, n, l, e));
+    return x;
+  };
+  d.grads = collective(p.zero == 0 ? DpKind::allreduce : DpKind::reduce_scatter, grad_bytes);
+  if (p.zero >= 1) d.params = collective(DpKind::allgather, weight_bytes);
+  d.last_bucket = p2p_time(std::min(grad_bytes, kDdpBucketBytes), l, e);
+  return d;
+}
+
+double dp_exposed_time(const DpStep& d, double microbatches, double fwd, double bwd, const Efficiency& e) {
+  // Time a collective of duration `comm` adds to a step when `hide` seconds of compute
+  // run beside it (prefetch and bucketed overlap): what does not fit behind the compute.
+  if (d.grads.count <= 0) return 0;
+  const double hide_bwd = e.overlap * bwd, gather_fwd = e.gather_overlap * fwd, gather_bwd = e.gather_overlap * bwd;
+  if (d.per_microbatch) {
+    // FSDP: gather weights before forward and again before backward, reduce-scatter
+    // gradients, every micro-batch; prefetch hides them behind compute.
+    return microbatches * (exposed(d.params.duration, gather_fwd) + exposed(d.params.duration, gather_bwd) +
+                           exposed(d.grads.duration, hide_bwd)) +
+           d.last_bucket;
+  }
+  // Gradients are synchronised once per step, overlapped with the last micro-batch's
+  // backward; ZeRO-1/2 then all-gather updated parameters behind the next forward.
+  return exposed(d.grads.duration, hide_bwd) + exposed(d.params.duration, gather_fwd) + d.last_bucket;
+}
 
 LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const LayerContext& lc,
                        LayerRecompute policy, const Efficiency& e) {
@@ -218,14 +326,10 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   const LayerContext top = layer_context(m, j, p, m.layers - 1);
   const Dtype dt = compute_dtype(j, c.gpu);
   const double peak = c.gpu.peak(dt);
-  const double bw = c.gpu.memory_bandwidth;
   const double tokens_mb = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
 
-  // LM head + cross-entropy on the last stage (always trained unless LoRA).
-  const bool head_trains = j.mode != TrainMode::lora;
-  const double head_fwd = gemm_time(tokens_mb, static_cast<double>(m.vocab) / p.tp, static_cast<double>(m.hidden), top.act_bytes, peak, bw, e) +
-                          3 * tokens_mb * static_cast<double>(m.vocab) / p.tp * 4 / (bw * e.memory);
-  const double head_bwd = head_fwd * (head_trains ? 2 : 1);
+  const HeadTimes head = head_times(m, c, j, p, e);
+  const double head_fwd = head.forward, head_bwd = head.backward;
 
   // Per stage per micro-batch: compute, recompute and exposed in-layer communication.
   double max_stage = 0, sum_stage = 0;
@@ -279,7 +383,6 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   }
 
   // ---- DP / ZeRO traffic on the worst stage's rank
-  const BytesPerParam bpp = bytes_per_param(j);
   // Trainable params on the first stage's rank (the embedding makes it the largest).
   const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
   const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
@@ -289,54 +392,13 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   if (j.mode != TrainMode::lora && frozen == 0) trainable += pc.embedding_rank;
   if (p.pp == 1 && j.mode != TrainMode::lora) trainable += pc.head_rank;
   const double all_params_rank = layers0 * pc.per_layer_rank + pc.embedding_rank + (p.pp == 1 ? pc.head_rank : 0);
-  const int dp_group = p.dp * p.cp;
-  if (dp_group > 1 && trainable > 0) {
-    // Gradients are reduced over DP x CP (both hold replicas of the stage's weights).
-    ParallelPlan reduce_group = p;
-    reduce_group.dp = dp_group;
-    reduce_group.cp = 1;
-    const Link l = group_link(c, reduce_group, Group::dp);
-    // Mixed precision reduces gradients in fp32 (Megatron's main grads, PyTorch FSDP's
-    // reduce_dtype in torchtitan and llm-foundry); pure 16-bit or fp32 jobs in their own.
-    const double grad_bytes = trainable * (bpp.master > 0 ? 4.0 : bpp.gradients);
-    const double weight_bytes = (p.zero == 3 ? all_params_rank : trainable) * bpp.weights;
-    const double hide_bwd = e.overlap * worst_bwd, gather_fwd = e.gather_overlap * worst_fwd, gather_bwd = e.gather_overlap * worst_bwd;
-    const double last_bucket = p2p_time(std::min(grad_bytes, kDdpBucketBytes), l, e);
-    // Each collective pays its own ring latency: FSDP/ZeRO-2/3 issue one per layer (the
-    // wrapping unit, plus the embedding/head), DDP one per 25 MiB bucket, and the
-    // distributed optimizer (ZeRO-1) one per bucket of max(40M, 1M x dp) parameters
-    // (Megatron-Core's default, sized to keep the ring latency small at scale).
-    const double layer_units = layers0 + 1.0;
-    const double zero1_bucket_params = std::max(40e6, 1e6 * dp_group);
-    const double buckets = p.zero == 0 ? std::max(1.0, std::ceil(grad_bytes / kDdpBucketBytes))
-                                       : std::max(1.0, std::ceil(trainable / zero1_bucket_params));
-    auto gather = [&](double bytes, double units) { return units * allgather_time(bytes / units, dp_group, l, e); };
-    if (p.zero == 3) {
-      // FSDP: gather weights before forward and again before backward, reduce-scatter
-      // gradients, every micro-batch; prefetch hides them behind compute.
-      const double ag = gather(weight_bytes, layer_units);
-      const double rs = gather(grad_bytes, layer_units);
-      st.dp_comm = md * (exposed(ag, gather_fwd) + exposed(ag, gather_bwd) + exposed(rs, hide_bwd)) + last_bucket;
-    } else {
-      // Gradients are synchronised once per step, overlapped with the last micro-batch's
-      // backward; ZeRO-1/2 then all-gather updated parameters behind the next forward.
-      const double grads = p.zero == 0 ? buckets * allreduce_time(grad_bytes / buckets, dp_group, l, e)
-                                       : gather(grad_bytes, p.zero == 2 ? layer_units : buckets);
-      const double params = p.zero == 0 ? 0 : gather(trainable * bpp.weights, p.zero == 2 ? layer_units : buckets);
-      st.dp_comm = exposed(grads, hide_bwd) + exposed(params, gather_fwd) + last_bucket;
-    }
-  }
+  const DpStep dp = dp_step(c, j, p, e, trainable, all_params_rank, layers0);
+  st.dp_comm = dp_exposed_time(dp, md, worst_fwd, worst_bwd, e);
 
-  // ---- optimizer step: bytes read and written per trainable parameter on this rank
-  const double shard = p.zero >= 1 ? dp_group : 1;
-  const double opt_bytes = (2 * bpp.weights + bpp.gradients + 2 * bpp.master + 2 * bpp.optimizer);
-  if (p.offload_optimizer) {
-    const double host = trainable / shard * (bpp.gradients + bpp.weights) / c.host_bandwidth;
-    const double cpu_adam = trainable / shard / (1.5e9 / c.gpus_per_node);  // DeepSpeed CPU-Adam ~1.5 G params/s per host
-    st.offload = host + cpu_adam;
-  } else {
-    st.optimizer = trainable / shard * opt_bytes / (bw * e.memory);
-  }
+  // ---- optimizer step on the first stage's rank
+  const OptimizerTime opt = optimizer_time(c, j, p, e, trainable);
+  st.optimizer = opt.optimizer;
+  st.offload = opt.offload;
 
   st.total = st.compute + st.recompute + st.tp_comm + st.pp_comm + st.dp_comm + st.cp_comm + st.ep_comm + st.offload + st.bubble +
              st.optimizer;

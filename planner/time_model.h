@@ -116,6 +116,76 @@ struct StepTime {
 // GPU has them).
 Dtype compute_dtype(const TrainingJob& j, const GpuSpec& g);
 
+// ---- Pieces of estimate_time that the simulator schedules itself (one source of truth).
+
+// LM head + cross-entropy of one micro-batch on the last stage.
+struct HeadTimes {
+  double forward = 0;   // s
+  double backward = 0;  // s (input gradient only under LoRA, where the head is frozen)
+};
+HeadTimes head_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e);
+
+// The optimizer step of one rank holding `trainable` parameters (sharded over DP x CP
+// with ZeRO >= 1): on the GPU, bound by the bytes it reads and writes; or, offloaded,
+// the host transfers plus DeepSpeed's CPU Adam.
+struct OptimizerTime {
+  double optimizer = 0;  // s on the GPU (0 when offloaded)
+  double offload = 0;    // s of host transfers and CPU step (0 unless offloaded)
+  double total() const { return optimizer + offload; }
+};
+OptimizerTime optimizer_time(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable);
+
+// How layer_times' per-layer collective sums split over the passes of one micro-batch
+// (forward, backward, recompute): TP 2 collectives forward, 2 backward (when gradients
+// flow), 2 more under full recompute; EP 2 + 2 all-to-alls; CP's exposed ring time
+// 1/3 forward, 2/3 backward (the ring runs once forward, twice backward).
+struct LayerCommByPass {
+  double tp[3] = {0, 0, 0};
+  double cp[3] = {0, 0, 0};
+  double ep[3] = {0, 0, 0};
+};
+LayerCommByPass layer_comm_by_pass(const LayerTimes& lt, LayerRecompute policy, bool grad_flows);
+
+// ---- DP / ZeRO collectives of one optimizer step on one rank of a stage. Gradients are
+// reduced over DP x CP (both hold replicas of the stage's weights), over that group's link.
+Link dp_group_link(const ClusterSpec& c, const ParallelPlan& p);
+
+// PyTorch DDP's bucket_cap_mb (25 MiB): ZeRO-0 all-reduces gradients in buckets this size.
+constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;
+// Megatron-Core's distributed optimizer (ZeRO-1) buckets: max(40M, 1M x dp) parameters.
+double zero1_bucket_params(int dp_group);
+
+enum class DpKind { allreduce, reduce_scatter, allgather };
+// `count` collectives of `bytes` each (per rank), `duration` seconds in all (each pays
+// its own ring latency). FSDP/ZeRO-2/3 issue one per layer (the wrapping unit, plus the
+// embedding/head), DDP one per 25 MiB bucket, ZeRO-1 one per zero1_bucket_params().
+struct DpCollective {
+  DpKind kind = DpKind::allreduce;
+  double bytes = 0;     // per collective, per rank
+  double count = 0;
+  double duration = 0;  // s, all `count` of them
+};
+struct DpStep {
+  int group = 1;                      // dp * cp
+  Link link;                          // dp_group_link
+  double grad_bytes_per_param = 0;    // 4 under mixed precision (fp32 reduction), else the gradient dtype
+  double weight_bytes_per_param = 0;  // gathered parameters
+  // Bucket sizes the collectives are cut into (bytes; 0: one per layer unit).
+  double grad_bucket_bytes = 0, gather_bucket_bytes = 0;
+  DpCollective grads;   // per step; ZeRO-3: per micro-batch
+  DpCollective params;  // ZeRO-1/2: after the optimizer step; ZeRO-3: per micro-batch, before forward and again before backward
+  double last_bucket = 0;  // s: the last gradient bucket, produced at the end of backward, never hidden
+  bool per_microbatch = false;  // ZeRO-3
+};
+// The collectives of a rank holding `trainable` parameters, `all_params` in all, in
+// `layers` layers. group == 1 or trainable == 0: no collectives.
+DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable,
+               double all_params, int layers);
+// Exposed DP time of the analytic model: `overlap` x backward hides gradient reductions,
+// `gather_overlap` x forward (and backward) hides parameter gathers; fwd/bwd are one
+// micro-batch's compute on the stage (bwd with recompute).
+double dp_exposed_time(const DpStep& d, double microbatches, double fwd, double bwd, const Efficiency& e);
+
 // REQUIRES: check_plan(m, c, j, p, ...) == none.
 StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                        const Efficiency& e = {});

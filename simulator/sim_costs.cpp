@@ -12,14 +12,15 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The tier group_link() picks for group g, read back by giving the two tiers distinct
-// bandwidths (so the rank-layout rule lives only in the planner).
-LinkTier group_tier(const ClusterSpec& c, const ParallelPlan& p, Group g) {
-  ClusterSpec probe = c;
-  probe.intra_node_bandwidth = 1;
-  probe.inter_node_bandwidth = 2;
-  return group_link(probe, p, g).bandwidth == 1 ? LinkTier::intra_node : LinkTier::inter_node;
+// The tier group_link() (or dp_group_link()) picks for group g, read back by giving the
+// two tiers distinct bandwidths (so the rank-layout rule lives only in the planner).
+ClusterSpec tier_probe(ClusterSpec c) {
+  c.intra_node_bandwidth = 1;
+  c.inter_node_bandwidth = 2;
+  return c;
 }
+LinkTier tier_of(const Link& probed) { return probed.bandwidth == 1 ? LinkTier::intra_node : LinkTier::inter_node; }
+LinkTier group_tier(const ClusterSpec& c, const ParallelPlan& p, Group g) { return tier_of(group_link(tier_probe(c), p, g)); }
 
 // The same cluster with infinitely fast links: the planner's communication formulas then
 // return their latency (alpha) terms only.
@@ -37,14 +38,6 @@ CommCost split(double total, double latency, LinkTier tier) {
   return cc;
 }
 
-// ============================================================================
-// REPLICAS of planner formulas that are not public (planner/time_model.cpp
-// estimate_time and planner/memory_model.cpp stage_memory). Kept together here so a
-// change in the planner has one place to follow; the simulator tests compare the
-// simulated step time and memory peak with estimate_time / estimate_stage_memory in
-// the cases where they must agree, so a drift fails a test.
-// ============================================================================
-
 struct PlanConstants {
   double tokens = 0;     // per micro-batch on this rank: micro_batch * seq_len / cp
   double seq_div = 1;    // SP splits the sequence-region tensors by tp
@@ -59,55 +52,20 @@ PlanConstants plan_constants(const TrainingJob& j, const ParallelPlan& p) {
   return k;
 }
 
-// time_model.cpp estimate_time: "LM head + cross-entropy on the last stage".
-void replica_head_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e,
-                        double* fwd, double* bwd) {
-  const LayerContext top = layer_context(m, j, p, m.layers - 1);
-  const double peak = c.gpu.peak(compute_dtype(j, c.gpu));
-  const double bw = c.gpu.memory_bandwidth;
-  const double tokens_mb = static_cast<double>(p.micro_batch) * static_cast<double>(j.seq_len / p.cp);
-  const bool head_trains = j.mode != TrainMode::lora;
-  *fwd = gemm_time(tokens_mb, static_cast<double>(m.vocab) / p.tp, static_cast<double>(m.hidden), top.act_bytes, peak, bw, e) +
-         3 * tokens_mb * static_cast<double>(m.vocab) / p.tp * 4 / (bw * e.memory);
-  *bwd = *fwd * (head_trains ? 2 : 1);
-}
-
-// time_model.cpp estimate_time: "optimizer step: bytes read and written per trainable
-// parameter on this rank" (and the offload branch). Evaluated per stage here; the
-// analytic model evaluates it for stage 0's rank.
-double replica_optimizer_time(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable) {
-  const BytesPerParam bpp = bytes_per_param(j);
-  const double shard = p.zero >= 1 ? p.dp * p.cp : 1;
-  const double opt_bytes = (2 * bpp.weights + bpp.gradients + 2 * bpp.master + 2 * bpp.optimizer);
-  if (p.offload_optimizer) {
-    const double host = trainable / shard * (bpp.gradients + bpp.weights) / c.host_bandwidth;
-    const double cpu_adam = trainable / shard / (1.5e9 / c.gpus_per_node);
-    return host + cpu_adam;
-  }
-  return trainable / shard * opt_bytes / (c.gpu.memory_bandwidth * e.memory);
-}
-
-// layer_times() returns each in-layer collective kind summed over the passes; the
-// planner counts, per layer and micro-batch, 2 TP collectives forward, 2 backward (when
-// gradients flow) and 2 more for full recompute; 2 + 2 EP all-to-alls. CP's exposed
-// ring time is max(0, ring - attention) per pass, which cannot be split from outside:
-// 1/3 forward, 2/3 backward (the ring runs once forward, twice backward).
+// The per-pass split of the in-layer collectives (planner layer_comm_by_pass), with the
+// latency part of each from the same split of the latency-only layer times.
 void split_layer_comm(const LayerTimes& lt, const LayerTimes& lt_latency, LayerRecompute policy, bool grad_flows, LinkTier tp_tier,
                       LinkTier cp_tier, LinkTier ep_tier, LayerCost* lc) {
-  const double nf = 2, nb = grad_flows ? 2 : 0, nr = (policy == LayerRecompute::full && grad_flows) ? 2 : 0;
-  const double n_tp = nf + nb + nr;
+  const LayerCommByPass total = layer_comm_by_pass(lt, policy, grad_flows);
+  const LayerCommByPass lat = layer_comm_by_pass(lt_latency, policy, grad_flows);
   auto& tp = lc->comm[static_cast<int>(LayerComm::tp)];
-  tp[0] = split(lt.tp_comm * nf / n_tp, lt_latency.tp_comm * nf / n_tp, tp_tier);
-  tp[1] = split(lt.tp_comm * nb / n_tp, lt_latency.tp_comm * nb / n_tp, tp_tier);
-  tp[2] = split(lt.tp_comm * nr / n_tp, lt_latency.tp_comm * nr / n_tp, tp_tier);
   auto& ep = lc->comm[static_cast<int>(LayerComm::ep)];
-  const double n_ep = nf + nb;
-  ep[0] = split(lt.ep_comm * nf / n_ep, lt_latency.ep_comm * nf / n_ep, ep_tier);
-  ep[1] = split(lt.ep_comm * nb / n_ep, lt_latency.ep_comm * nb / n_ep, ep_tier);
   auto& cp = lc->comm[static_cast<int>(LayerComm::cp)];
-  const double cp_fwd = grad_flows ? lt.cp_comm_exposed / 3 : lt.cp_comm_exposed;
-  cp[0] = split(cp_fwd, cp_fwd, cp_tier);  // exposed remainder: not a bandwidth term any more
-  cp[1] = split(lt.cp_comm_exposed - cp_fwd, lt.cp_comm_exposed - cp_fwd, cp_tier);
+  for (int pass = 0; pass < kPasses; ++pass) {
+    tp[pass] = split(total.tp[pass], lat.tp[pass], tp_tier);
+    ep[pass] = split(total.ep[pass], lat.ep[pass], ep_tier);
+    cp[pass] = split(total.cp[pass], total.cp[pass], cp_tier);  // exposed remainder: not a bandwidth term any more
+  }
 }
 
 // ============================================================================ end of replicas
@@ -119,10 +77,14 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   SimCosts sc;
   sc.efficiency = e;
   sc.zero = p.zero;
-  sc.dp_group = p.dp * p.cp;
-  sc.dp_link = group_link(c, p, Group::dp);
-  sc.dp_tier = group_tier(c, p, Group::dp);
-  sc.bucket_bytes = mem.dp_bucket_bytes;
+  // The planner's DP/ZeRO collectives: the DP x CP group's link, its bucket sizes and the
+  // bytes each parameter moves (the volumes follow from the layers' parameters below).
+  const DpStep dp = dp_step(c, j, p, e, 0, 0, 0);
+  sc.dp_group = dp.group;
+  sc.dp_link = dp.link;
+  sc.dp_tier = tier_of(dp_group_link(tier_probe(c), p));
+  sc.bucket_bytes = dp.grad_bucket_bytes;
+  sc.gather_bucket_bytes = dp.gather_bucket_bytes;
 
   const ClusterSpec c_lat = latency_only(c);
   const LinkTier tp_tier = group_tier(c, p, Group::tp), cp_tier = group_tier(c, p, Group::cp), ep_tier = group_tier(c, p, Group::ep);
@@ -140,8 +102,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
   const int frozen_layers = j.frozen_layer_count(m.layers);
   const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
-  double head_fwd = 0, head_bwd = 0;
-  replica_head_times(m, c, j, p, e, &head_fwd, &head_bwd);
+  const HeadTimes head = head_times(m, c, j, p, e);
 
   // Per-layer costs for the kinds of layer a model has: [frozen][policy], computed once.
   struct Kind {
@@ -185,7 +146,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
       split_layer_comm(kd.lt, kd.lt_lat, policy, kd.grad_flows, tp_tier, cp_tier, ep_tier, &lc);
       const bool trains = j.mode == TrainMode::lora ? global >= frozen_layers : kd.base_trainable;
       const double trainable_params = j.mode == TrainMode::lora ? (trains ? pc.lora_per_layer_rank : 0) : (trains ? pc.per_layer_rank : 0);
-      lc.grad_bytes = trainable_params * bpp.gradients;
+      lc.grad_bytes = trainable_params * dp.grad_bytes_per_param;
       lc.weight_bytes = pc.per_layer_rank * bpp.weights;
       lc.trainable_weight_bytes = trainable_params * bpp.weights;
       lc.activation_bytes = kd.act;
@@ -197,21 +158,21 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     if (is_first) {
       st.embedding_weight_bytes = pc.embedding_rank * bpp.weights;
       if (embedding_trainable) {
-        st.embedding_grad_bytes = pc.embedding_rank * bpp.gradients;
+        st.embedding_grad_bytes = pc.embedding_rank * dp.grad_bytes_per_param;
         st.embedding_trainable_weight_bytes = pc.embedding_rank * bpp.weights;
       }
     }
     if (is_last) {
-      st.head_forward = head_fwd;
-      st.head_backward = head_bwd;
+      st.head_forward = head.forward;
+      st.head_backward = head.backward;
       st.head_weight_bytes = pc.head_rank * bpp.weights;
       if (j.mode != TrainMode::lora) {
-        st.head_grad_bytes = pc.head_rank * bpp.gradients;
+        st.head_grad_bytes = pc.head_rank * dp.grad_bytes_per_param;
         st.head_trainable_weight_bytes = pc.head_rank * bpp.weights;
       }
     }
     const double trainable = stage_params(m, j, p, pc, s).trainable;
-    st.optimizer = replica_optimizer_time(c, j, p, e, trainable);
+    st.optimizer = optimizer_time(c, j, p, e, trainable).total();
     st.optimizer_offloaded = p.offload_optimizer;
 
     // Static memory: everything the planner holds constant over the step.

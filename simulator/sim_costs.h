@@ -5,11 +5,12 @@
 // group_link(), memory from activation_bytes_per_layer() and estimate_stage_memory().
 // Tests replace fields to check the simulator against closed forms.
 //
-// A few planner formulas are not public (the LM-head time, the optimizer step, the
-// per-micro-batch extras of a stage's activations, trainable parameters per stage); they
-// are replicated in one marked section of sim_costs.cpp and cross-checked by the tests
-// (simulated memory peak == estimate_stage_memory; simulated time == estimate_time where
-// the analytic model is exact).
+// The LM head, the optimizer step, the per-pass split of in-layer collectives and the
+// DP/ZeRO collectives (link, bucket sizes, bytes per parameter) come from the planner's
+// head_times, optimizer_time, layer_comm_by_pass and dp_step; the simulator plays out
+// what the analytic model expresses with its overlap constants. Tests compare the
+// simulated step time and memory peak with estimate_time / estimate_stage_memory where
+// they must agree.
 //
 // Thread-safety: plain values; default_costs is pure.
 #pragma once
@@ -48,7 +49,7 @@ struct LayerCost {
   int global_layer = 0;                  // index in the model, 0..layers-1
   std::array<double, kPasses> compute{};  // s: forward, backward, recompute (extra forward work in backward)
   std::array<std::array<CommCost, kPasses>, kLayerComms> comm{};  // [LayerComm][Pass], blocking, after the compute
-  double grad_bytes = 0;            // gradient bytes its backward produces (DP buckets), per rank
+  double grad_bytes = 0;            // gradient bytes its backward hands the DP reduction (fp32 under mixed precision), per rank
   double weight_bytes = 0;          // 16-bit weight bytes of the layer on this rank (ZeRO-3 gathers)
   double trainable_weight_bytes = 0;  // of which trainable (ZeRO-1/2 parameter all-gather)
   double activation_bytes = 0;      // kept from its forward to its backward, one micro-batch
@@ -92,7 +93,11 @@ struct SimCosts {
   int zero = 0;                   // ZeRO stage 0..3
   Link dp_link;                   // planner group_link(Group::dp)
   LinkTier dp_tier = LinkTier::inter_node;
-  double bucket_bytes = 25.0 * 1024 * 1024;  // gradient bucket (MemoryOptions::dp_bucket_bytes)
+  // Bucket sizes (planner dp_step): bytes per gradient reduction and per ZeRO-1/2
+  // parameter all-gather; 0: one collective per layer (and one for the embedding, one
+  // for the head), as ZeRO-2 issues them.
+  double bucket_bytes = 25.0 * 1024 * 1024;
+  double gather_bucket_bytes = 0;
   Efficiency efficiency;          // for the per-bucket collectives
 };
 

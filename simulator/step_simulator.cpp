@@ -190,7 +190,7 @@ void StepBuilder::build_stage(int s) {
   std::vector<int> param_gather(n, -1);
   if (bucketed && costs_.zero >= 1) {
     for (int c : chunk_order) {
-      Bucketizer bk(costs_.bucket_bytes);
+      Bucketizer bk(costs_.gather_bucket_bytes);  // 0: one gather per layer (flushed below)
       std::vector<int> waiting;
       auto emit = [&](double bytes) {
         const int id = add_dp(s, Stream::dp_gather, EventKind::dp_param_gather, bytes, false, -1, c, -1);
@@ -205,6 +205,7 @@ void StepBuilder::build_stage(int s) {
         if (bytes <= 0) continue;
         waiting.push_back(li);
         bk.add(bytes, emit);  // emit() hands the waiting layers the bucket and clears them
+        if (costs_.gather_bucket_bytes <= 0) bk.flush(emit);
         if (!bk.empty() && (waiting.empty() || waiting.back() != li)) waiting.push_back(li);  // its tail is still pending
       }
       bk.flush(emit);
@@ -278,6 +279,11 @@ void StepBuilder::build_stage(int s) {
           return t;
         };
         if (!reduce_now || grads <= 0) return segment(grads);
+        if (costs_.bucket_bytes <= 0) {  // one reduction per producing pass (ZeRO-2: per layer)
+          const int t = segment(grads);
+          emit(grads);
+          return t;
+        }
         int t = -1;
         while (pending + (grads - done) >= cap) {
           t = segment(done + (cap - pending));
@@ -332,8 +338,8 @@ void StepBuilder::build_stage(int s) {
       if (reduce_now) {
         // The embedding's gradients come last, all at once, then the partial bucket.
         if (s == 0 && c == 0) pending += sc.embedding_grad_bytes;
-        const double cap = costs_.bucket_bytes > 0 ? costs_.bucket_bytes : kInf;
-        while (pending >= cap) {
+        const double cap = costs_.bucket_bytes > 0 ? costs_.bucket_bytes : pending;
+        while (pending > 0 && pending >= cap) {
           emit(cap);
           pending -= cap;
         }

@@ -1,8 +1,9 @@
 // Simulated step time against the analytic model (planner estimate_time). Where the
 // analytic model is exact -- no pipeline, no data parallelism: every micro-batch's
 // compute and blocking TP collectives in a row, then the optimizer -- the two must agree
-// to rounding; that also checks the simulator's replicas of the planner's private
-// formulas (LM head, optimizer step). Elsewhere the difference is printed, term by term.
+// to rounding (the simulator takes the LM head, optimizer and per-pass collective times
+// from the planner's head_times, optimizer_time and layer_comm_by_pass). Elsewhere the
+// difference is printed, term by term.
 #include <gtest/gtest.h>
 
 #include <cstdio>
