@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "planner/plan_check.h"
 #include "planner/time_model.h"
 #include "sim_fixtures.h"
 #include "simulator/event_engine.h"
@@ -57,19 +58,33 @@ DpRun run_dp(double link_bandwidth) {
   return out;
 }
 
+// The planner's DpStep for run_dp's collectives: 24 all-reduces of 1e6 bytes, c seconds
+// each, once per step; the last bucket is never hidden.
+DpStep buckets_as_the_planner_sees_them(double c, double link_bandwidth, const Efficiency& e) {
+  DpStep d;
+  d.group = 2;
+  d.link = {link_bandwidth, 0.0};
+  d.grads = {DpKind::allreduce, 1e6, 24, 24 * c};
+  d.last_bucket = p2p_time(1e6, d.link, e);
+  return d;
+}
+
 TEST(DpOverlap, HiddenAllReduceLeavesOnlyTheLastBucket) {
   const DpRun r = run_dp(2e6);  // c = 0.5 s < t_b = 2 s
   ASSERT_DOUBLE_EQ(r.c, 0.5);
   EXPECT_DOUBLE_EQ(r.without_dp.total, 2 * 24 * (1.0 + 2.0));
   EXPECT_DOUBLE_EQ(r.with_dp.total, r.without_dp.total + r.c);
   EXPECT_DOUBLE_EQ(r.with_dp.breakdown.dp_comm, r.c);
-  // The analytic model's exposed DP time for the same numbers (overlap = 1):
-  // max(0, L c - L t_b) + p2p_time(last bucket); with dp = 2 and no latency an
-  // all-reduce of one bucket takes what a p2p of it does, so the two agree here.
+  // The analytic model's exposed DP time for the same collectives (planner dp_exposed_time
+  // with overlap = 1): max(0, L c - overlap L t_b) + p2p_time(last bucket); with dp = 2
+  // and no latency an all-reduce of one bucket takes what a p2p of it does, so the two
+  // agree here.
   Efficiency e;
   e.network = 1.0;
-  const double analytic = std::max(0.0, 24 * r.c - 24 * 2.0) + p2p_time(1e6, {2e6, 0.0}, e);
-  EXPECT_DOUBLE_EQ(r.with_dp.breakdown.dp_comm, analytic);
+  e.overlap = 1.0;
+  const double closed_form = std::max(0.0, 24 * r.c - 24 * 2.0) + p2p_time(1e6, {2e6, 0.0}, e);
+  EXPECT_DOUBLE_EQ(r.with_dp.breakdown.dp_comm, closed_form);
+  EXPECT_DOUBLE_EQ(r.with_dp.breakdown.dp_comm, dp_exposed_time(buckets_as_the_planner_sees_them(r.c, 2e6, e), 2, 24 * 1.0, 24 * 2.0, e));
 }
 
 TEST(DpOverlap, SlowLinkExposesWhatTheBucketFormulaSays) {
@@ -89,7 +104,9 @@ TEST(DpOverlap, SlowLinkExposesWhatTheBucketFormulaSays) {
   EXPECT_EQ(buckets, 24);
   Efficiency e;
   e.network = 1.0;
+  e.overlap = 1.0;
   const double analytic = std::max(0.0, 24 * r.c - 24 * 2.0) + p2p_time(1e6, {2.5e5, 0.0}, e);
+  EXPECT_DOUBLE_EQ(analytic, dp_exposed_time(buckets_as_the_planner_sees_them(r.c, 2.5e5, e), 2, 24 * 1.0, 24 * 2.0, e));
   std::printf("DP exposed, slow link: simulated %.3f s, analytic formula %.3f s (overlap = 1)\n", exposed, analytic);
 }
 
@@ -159,6 +176,33 @@ TEST(DpOverlap, Zero3PrefetchExposesFirstGatherAndLastReduceScatter) {
   }
   EXPECT_EQ(gathers, 2 * 24);  // before every forward and every backward
   EXPECT_EQ(reduces, 24);
+}
+
+// default_costs takes the DP/ZeRO collectives from the planner's dp_step: the DP x CP
+// group's link, fp32 gradient bytes under mixed precision, DDP's 25 MiB buckets, ZeRO-1
+// buckets of max(40M, 1M x dp) parameters, and one collective per layer for ZeRO-2.
+TEST(DpOverlap, DefaultCostsUseThePlannersCollectives) {
+  const ModelSpec m = testing::llama2_7b();
+  const ClusterSpec cl = testing::dgx_a100(2);
+  const TrainingJob j = testing::job(4096, 16);
+  ASSERT_GT(bytes_per_param(j).master, 0);  // mixed precision: gradients reduced in fp32
+  for (int zero : {0, 1, 2}) {
+    ParallelPlan p = testing::plan(8, 1, 1, 1, Schedule::one_f_one_b, 1, 16);
+    p.cp = 2;
+    p.zero = zero;
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    ASSERT_EQ(check_plan(m, cl, j, p, p.world_size(), true), RejectReason::none);
+    const SimCosts sc = default_costs(m, cl, j, p);
+    EXPECT_EQ(sc.dp_group, 16);
+    EXPECT_EQ(sc.dp_link.bandwidth, dp_group_link(cl, p).bandwidth);
+    EXPECT_EQ(sc.dp_link.bandwidth, 8 * cl.inter_node_bandwidth);  // 8 ranks of the 16 per node: 8 NICs
+    EXPECT_EQ(sc.dp_tier, LinkTier::inter_node);
+    const double bucket = zero == 0 ? 25.0 * 1024 * 1024 : zero == 1 ? 40e6 * 4 : 0;
+    EXPECT_EQ(sc.bucket_bytes, bucket);
+    EXPECT_EQ(sc.gather_bucket_bytes, zero == 1 ? 40e6 * 2 : 0);
+    const LayerCost& l = sc.stages[0].layers[0];
+    EXPECT_DOUBLE_EQ(l.grad_bytes, 2 * l.trainable_weight_bytes);  // fp32 against bf16 weights
+  }
 }
 
 // Two collectives crossing the same tier of the same rank at once share it; a collective
