@@ -126,6 +126,12 @@ LayerCommByPass layer_comm_by_pass(const LayerTimes& lt, LayerRecompute policy, 
   return r;
 }
 
+double pp_boundary_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+  const LayerContext top = layer_context(m, j, p, m.layers - 1);
+  const double tokens_mb = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
+  return tokens_mb * m.hidden / (p.sp ? p.tp : 1) * top.act_bytes;
+}
+
 Link dp_group_link(const ClusterSpec& c, const ParallelPlan& p) {
   ParallelPlan reduce_group = p;
   reduce_group.dp = p.dp * p.cp;
@@ -323,10 +329,8 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     if (f == 1 && frozen == 0) lc.grad_flows = false;
     for (int r = 0; r < 3; ++r) kinds[f][r] = layer_times(m, c, j, p, lc, static_cast<LayerRecompute>(r), e);
   }
-  const LayerContext top = layer_context(m, j, p, m.layers - 1);
   const Dtype dt = compute_dtype(j, c.gpu);
   const double peak = c.gpu.peak(dt);
-  const double tokens_mb = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
 
   const HeadTimes head = head_times(m, c, j, p, e);
   const double head_fwd = head.forward, head_bwd = head.backward;
@@ -377,7 +381,7 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   // ---- PP point-to-point: one send forward and one backward per micro-batch per chunk
   // hop on the critical path.
   if (p.pp > 1) {
-    const double bytes = tokens_mb * m.hidden / (p.sp ? p.tp : 1) * top.act_bytes;
+    const double bytes = pp_boundary_bytes(m, j, p);
     const Link l = group_link(c, p, Group::pp);
     st.pp_comm = 2 * (md * p.vpp + p.pp - 2) * p2p_time(bytes, l, e);
   }

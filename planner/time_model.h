@@ -146,6 +146,9 @@ struct LayerCommByPass {
 };
 LayerCommByPass layer_comm_by_pass(const LayerTimes& lt, LayerRecompute policy, bool grad_flows);
 
+// Bytes of one micro-batch's activation (or its gradient) sent between pipeline stages.
+double pp_boundary_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
+
 // ---- DP / ZeRO collectives of one optimizer step on one rank of a stage. Gradients are
 // reduced over DP x CP (both hold replicas of the stage's weights), over that group's link.
 Link dp_group_link(const ClusterSpec& c, const ParallelPlan& p);

@@ -38,20 +38,6 @@ CommCost split(double total, double latency, LinkTier tier) {
   return cc;
 }
 
-struct PlanConstants {
-  double tokens = 0;     // per micro-batch on this rank: micro_batch * seq_len / cp
-  double seq_div = 1;    // SP splits the sequence-region tensors by tp
-  double act_bytes = 2;  // activation element size
-};
-
-PlanConstants plan_constants(const TrainingJob& j, const ParallelPlan& p) {
-  PlanConstants k;
-  k.tokens = static_cast<double>(p.micro_batch) * static_cast<double>(j.seq_len / p.cp);
-  k.seq_div = p.sp ? p.tp : 1.0;
-  k.act_bytes = j.precision == Precision::fp32 ? 4 : 2;
-  return k;
-}
-
 // The per-pass split of the in-layer collectives (planner layer_comm_by_pass), with the
 // latency part of each from the same split of the latency-only layer times.
 void split_layer_comm(const LayerTimes& lt, const LayerTimes& lt_latency, LayerRecompute policy, bool grad_flows, LinkTier tp_tier,
@@ -88,10 +74,9 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
 
   const ClusterSpec c_lat = latency_only(c);
   const LinkTier tp_tier = group_tier(c, p, Group::tp), cp_tier = group_tier(c, p, Group::cp), ep_tier = group_tier(c, p, Group::ep);
-  const PlanConstants k = plan_constants(j, p);
 
   if (p.pp > 1) {
-    const double bytes = k.tokens * static_cast<double>(m.hidden) / k.seq_div * k.act_bytes;
+    const double bytes = pp_boundary_bytes(m, j, p);
     const Link l = group_link(c, p, Group::pp);
     sc.p2p_bytes = bytes;
     sc.p2p = split(p2p_time(bytes, l, e), p2p_time(bytes, Link{kInf, l.latency}, e), group_tier(c, p, Group::pp));
