@@ -18,6 +18,8 @@
 #include "executor/comm/communicator.h"
 #include "executor/comm/mpi_communicator.h"
 #include "executor/runner.h"
+#include "planner/plan_file.h"
+#include "profiles/profile_store.h"
 
 namespace llmplan::exec {
 namespace {
@@ -51,6 +53,10 @@ PlanFile tiny_plan(Family fam, int dp, int zero) {
   m.dropout = false;
   f.cluster.gpu = cpu_host_gpu(1e12);
   f.cluster.gpus_per_node = dp;
+  f.cluster.intra_node_bandwidth = 10e9;  // shared memory between processes
+  f.cluster.intra_node_latency = 5e-6;
+  f.cluster.inter_node_bandwidth = 10e9;
+  f.cluster.inter_node_latency = 5e-6;
   f.gpus = dp;
   f.job.seq_len = 32;
   f.job.global_batch = 16;
@@ -224,6 +230,30 @@ TEST(DeadRank, OthersExitWithAnErrorInBoundedTime) {
   EXPECT_NE(rc, 0);
   EXPECT_LT(s, 90);
 }
+
+#ifdef LLMPLAN_CLI
+// The same through `llmplan execute`: rank 0, terminated by mpirun, records the run as failed.
+TEST(DeadRank, RankZeroRecordsTheRunAsFailed) {
+  const std::string dir = ::testing::TempDir();
+  const std::string plan = dir + "dist_dead_plan.json", db = dir + "dist_dead_profiles.db";
+  std::remove(db.c_str());
+  const PlanFile f = tiny_plan(Family::gpt, 2, 0);
+  ASSERT_TRUE(write_json_file(plan, plan_file_to_json(f, estimate_memory(f.model, f.cluster, f.job, f.plan),
+                                                      estimate_time(f.model, f.cluster, f.job, f.plan))));
+  const std::string cmd = std::string("LLMPLAN_TEST_DIE_AT_STEP=2 ") + LLMPLAN_MPIEXEC + " --allow-run-as-root --oversubscribe -np 2 " +
+                          LLMPLAN_CLI + " execute " + plan + " --steps 5 --warmup 0 --db " + db + " > /dev/null";
+  const int rc = std::system(cmd.c_str());
+  EXPECT_NE(rc, 0);
+  Result<ProfileStore> st = ProfileStore::open(db);
+  ASSERT_TRUE(st) << st.status().message();
+  Result<std::vector<RunSummary>> runs = st->list_runs();
+  ASSERT_TRUE(runs) << runs.status().message();
+  ASSERT_EQ(runs->size(), 1u);
+  std::printf("dead rank: profile store has run %lld with status %s\n", static_cast<long long>(runs->front().id),
+              to_string(runs->front().status));
+  EXPECT_EQ(runs->front().status, RunStatus::failed);
+}
+#endif
 #endif
 
 }  // namespace
