@@ -1,5 +1,6 @@
 #include "executor/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -69,9 +70,11 @@ class ModelImpl final : public Model {
   using A = acc_t<S>;  // math type; also the softmax buffer's type (fp32, fp64 for double)
   static constexpr bool kWide = std::is_same_v<S, float> || std::is_same_v<S, double>;
 
+  enum class Par { none, column, row };  // tensor-parallel kind of a projection
   struct Linear {
     Projection proj{};
-    int64_t in = 0, out = 0;
+    Par par = Par::none;
+    int64_t in = 0, out = 0;  // this rank's (local) widths
     Tensor w, b, gw, gb;
     bool lora = false;
     Tensor la, lb, gla, glb;  // A (r, in), B (out, r)
@@ -109,18 +112,25 @@ class ModelImpl final : public Model {
     drop_ = m.dropout;
     p_ = c_.options.dropout_p;
     rng_.seed(c_.options.seed);
+    t_ = c_.plan.tp;
+    tr_ = t_ > 1 ? c_.comm->rank(Group::tp) : 0;
+    qw_ = m.q_width() / t_;
+    kvw_ = m.kv_width() / t_;
+    f_ = m.ffn_hidden / t_;
+    Vl_ = V_ / t_;
+    v0_ = tr_ * Vl_;
     const bool lora = c_.job.mode == TrainMode::lora;
     const int frozen = c_.job.frozen_layer_count(m.layers);
     embed_trainable_ = !lora && frozen == 0;
     head_trainable_ = !lora;
     lora_scale_ = c_.job.lora.rank > 0 ? c_.job.lora.alpha / c_.job.lora.rank : 0;
     // Embedding (first stage) and head (last stage): pp = 1, so both here.
-    LL_TRY(param(wte_, gwte_, V_ * h_, "embed.tokens", embed_trainable_, true, c_.options.init_std));
-    if (gpt_) LL_TRY(param(wpe_, gwpe_, m.max_positions * h_, "embed.positions", embed_trainable_, true, c_.options.init_std));
+    LL_TRY(param(wte_, gwte_, {0, V_, h_}, "embed.tokens", embed_trainable_, true, c_.options.init_std));
+    if (gpt_) LL_TRY(param(wpe_, gwpe_, {-1, m.max_positions, h_}, "embed.positions", embed_trainable_, true, c_.options.init_std));
     layers_.resize(static_cast<size_t>(m.layers));
     for (int i = 0; i < m.layers; ++i) LL_TRY(init_layer(layers_[static_cast<size_t>(i)], i));
     LL_TRY(init_norm(fnorm_, "final_norm", head_trainable_));
-    if (!m.tied_embeddings) LL_TRY(param(whead_, gwhead_, V_ * h_, "head.weight", head_trainable_, true, c_.options.init_std));
+    if (!m.tied_embeddings) LL_TRY(param(whead_, gwhead_, {0, V_, h_}, "head.weight", head_trainable_, true, c_.options.init_std));
     positions_.resize(static_cast<size_t>(n_));
     inputs_.resize(layers_.size() + 1);
     return Status::ok();
@@ -145,10 +155,15 @@ class ModelImpl final : public Model {
  private:
   // ---------------------------------------------------------------- parameters
 
-  Status param(Tensor& w, Tensor& g, int64_t numel, const std::string& name, bool trainable, bool decay, double std,
+  // The full (split.rows, split.cols) tensor is drawn as a single-rank model draws it; this
+  // rank keeps its TP slice (split.dim, see TpSplit).
+  Status param(Tensor& w, Tensor& g, TpSplit split, const std::string& name, bool trainable, bool decay, double std,
                double constant = 0) {
+    const int64_t full = split.rows * split.cols;
+    if (t_ == 1) split.dim = -1;
+    const int64_t numel = split.dim < 0 ? full : full / t_;
     LL_TRY(make(a_, w, numel, c_.storage, Category::weights, name));
-    std::vector<double> v(static_cast<size_t>(numel), constant);
+    std::vector<double> v(static_cast<size_t>(full), constant);
     if (std > 0) {
       std::normal_distribution<double> nd(0.0, std);
       for (double& x : v) x = nd(rng_);
@@ -156,36 +171,48 @@ class ModelImpl final : public Model {
       std::uniform_real_distribution<double> ud(-0.5, 0.5);
       for (double& x : v) x += ud(rng_);
     }
+    if (split.dim == 0) {
+      v = std::vector<double>(v.begin() + tr_ * numel, v.begin() + (tr_ + 1) * numel);
+    } else if (split.dim == 1) {
+      const int64_t cl = split.cols / t_;
+      std::vector<double> sl(static_cast<size_t>(numel));
+      for (int64_t r = 0; r < split.rows; ++r)
+        for (int64_t j = 0; j < cl; ++j) sl[static_cast<size_t>(r * cl + j)] = v[static_cast<size_t>(r * split.cols + tr_ * cl + j)];
+      v = std::move(sl);
+    }
     fill_values(w, v);
     if (trainable) {
       Result<Tensor> r = Tensor::zeros(a_, Shape{numel}, c_.grad, Category::gradients, name + ".grad");
       if (!r) return r.status();
       g = std::move(*r);
     }
-    params_.push_back({name, &w, trainable ? &g : nullptr, decay});
+    params_.push_back({name, &w, trainable ? &g : nullptr, decay, split});
     return Status::ok();
   }
 
   Status init_norm(Norm& nm, const std::string& name, bool trainable) {
-    LL_TRY(param(nm.w, nm.gw, h_, name + ".weight", trainable, false, 0, 1.0));
-    if (gpt_) LL_TRY(param(nm.b, nm.gb, h_, name + ".bias", trainable, false, 0, 0.0));
+    LL_TRY(param(nm.w, nm.gw, {-1, 1, h_}, name + ".weight", trainable, false, 0, 1.0));
+    if (gpt_) LL_TRY(param(nm.b, nm.gb, {-1, 1, h_}, name + ".bias", trainable, false, 0, 0.0));
     return Status::ok();
   }
 
-  Status init_linear(Layer& L, Linear& li, Projection p, int64_t in, int64_t out) {
+  // in, out: the full widths; column-parallel splits out, row-parallel splits in.
+  Status init_linear(Layer& L, Linear& li, Projection p, Par par, int64_t in, int64_t out) {
     li.proj = p;
-    li.in = in;
-    li.out = out;
+    li.par = t_ > 1 ? par : Par::none;
+    li.in = par == Par::row ? in / t_ : in;
+    li.out = par == Par::column ? out / t_ : out;
     const std::string base = "layer" + std::to_string(L.index) + "." + kProjName[static_cast<int>(p)];
     const bool train = L.ctx.base_trainable;
-    LL_TRY(param(li.w, li.gw, in * out, base + ".weight", train, true, c_.options.init_std));
-    if (gpt_) LL_TRY(param(li.b, li.gb, out, base + ".bias", train, false, 0, 0.0));
+    LL_TRY(param(li.w, li.gw, {par == Par::column ? 0 : par == Par::row ? 1 : -1, out, in}, base + ".weight", train, true,
+                 c_.options.init_std));
+    if (gpt_) LL_TRY(param(li.b, li.gb, {par == Par::column ? 1 : -1, 1, out}, base + ".bias", train, false, 0, 0.0));
     if (L.ctx.lora_targets & projection_bit(p)) {
       li.lora = true;
       const int64_t r = L.ctx.lora_rank;
-      LL_TRY(param(li.la, li.gla, r * in, base + ".lora_A", true, false, 1.0 / std::sqrt(static_cast<double>(in))));
+      LL_TRY(param(li.la, li.gla, {-1, r, in}, base + ".lora_A", true, false, 1.0 / std::sqrt(static_cast<double>(in))));
       // B starts at zero (Hu et al. 2021), so the adapted model equals the base one.
-      LL_TRY(param(li.lb, li.glb, out * r, base + ".lora_B", true, false, c_.options.randomize_all ? 0.02 : 0.0));
+      LL_TRY(param(li.lb, li.glb, {-1, out, r}, base + ".lora_B", true, false, c_.options.randomize_all ? 0.02 : 0.0));
     }
     return Status::ok();
   }
@@ -198,14 +225,14 @@ class ModelImpl final : public Model {
     L.recipe = saved_tensors_per_layer(m, L.ctx);
     const std::string pre = "layer" + std::to_string(i);
     LL_TRY(init_norm(L.ln1, pre + ".ln1", L.ctx.base_trainable));
-    LL_TRY(init_linear(L, L.q, Projection::q, h_, m.q_width()));
-    LL_TRY(init_linear(L, L.k, Projection::k, h_, m.kv_width()));
-    LL_TRY(init_linear(L, L.v, Projection::v, h_, m.kv_width()));
-    LL_TRY(init_linear(L, L.o, Projection::o, m.q_width(), h_));
+    LL_TRY(init_linear(L, L.q, Projection::q, Par::column, h_, m.q_width()));
+    LL_TRY(init_linear(L, L.k, Projection::k, Par::column, h_, m.kv_width()));
+    LL_TRY(init_linear(L, L.v, Projection::v, Par::column, h_, m.kv_width()));
+    LL_TRY(init_linear(L, L.o, Projection::o, Par::row, m.q_width(), h_));
     LL_TRY(init_norm(L.ln2, pre + ".ln2", L.ctx.base_trainable));
-    if (!gpt_) LL_TRY(init_linear(L, L.gate, Projection::gate, h_, f_));
-    LL_TRY(init_linear(L, L.up, Projection::up, h_, f_));
-    LL_TRY(init_linear(L, L.down, Projection::down, f_, h_));
+    if (!gpt_) LL_TRY(init_linear(L, L.gate, Projection::gate, Par::column, h_, m.ffn_hidden));
+    LL_TRY(init_linear(L, L.up, Projection::up, Par::column, h_, m.ffn_hidden));
+    LL_TRY(init_linear(L, L.down, Projection::down, Par::row, m.ffn_hidden, h_));
     return Status::ok();
   }
 
@@ -276,8 +303,10 @@ class ModelImpl final : public Model {
   }
 
   // y (n, out) = x W^T + b (+ LoRA: scale x A^T B^T, z = scale x A^T kept as lora.<p>.z).
+  // Row-parallel: the partial outputs are summed over TP (the bias added by TP rank 0 only).
   Status lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
-    LL_TRY(lin_base_fwd(x, d(li.w), dopt(li.b), y, n_, li.in, li.out));
+    const bool bias = li.par != Par::row || tr_ == 0;
+    LL_TRY(lin_base_fwd(x, d(li.w), bias ? dopt(li.b) : nullptr, y, n_, li.in, li.out));
     if (li.lora) {
       const int64_t r = L.ctx.lora_rank;
       Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
@@ -289,7 +318,13 @@ class ModelImpl final : public Model {
       LL_TRY(lin_base_fwd(d(z), d(li.lb), nullptr, d(tmp), n_, r, li.out));
       cpu::add_inplace<S>(y, d(tmp), n_ * li.out);
     }
+    if (li.par == Par::row) LL_TRY(tp_sum(y, n_ * li.out));
     return Status::ok();
+  }
+  // In place: x (count) = sum over the TP group (nothing with t = 1).
+  Status tp_sum(S* x, int64_t count) {
+    if (t_ == 1) return Status::ok();
+    return c_.comm->all_reduce_sum(x, count, c_.storage, Group::tp);
   }
   // dx (n, in) = dy W (+ LoRA); weight gradients accumulate. x may be nullptr when the
   // base weight is frozen and the projection has no adapter.
@@ -328,8 +363,8 @@ class ModelImpl final : public Model {
     cpu::AttentionDims dm;
     dm.b = c_.plan.micro_batch;
     dm.s = c_.job.seq_len;
-    dm.heads = c_.spec.heads;
-    dm.kv_heads = c_.spec.kv_heads;
+    dm.heads = c_.spec.heads / t_;
+    dm.kv_heads = c_.spec.kv_heads / t_;
     dm.head_dim = c_.spec.head_width();
     return dm;
   }
@@ -360,7 +395,7 @@ class ModelImpl final : public Model {
   Status layer_fwd(Layer& L, const S* x, Tensor& out, Category out_cat, Mode mode, uint64_t seed) {
     const ModelSpec& m = c_.spec;
     Saved& sv = L.sv;
-    const int64_t n = n_, qw = m.q_width(), kvw = m.kv_width();
+    const int64_t n = n_, qw = qw_, kvw = kvw_;
     // ---- attention
     LL_TRY(lmake(L, sv.qkv_input, "attn.qkv_input", n * h_, c_.storage, mode));
     norm_fwd(L.ln1, x, d(sv.qkv_input));
@@ -371,8 +406,8 @@ class ModelImpl final : public Model {
     LL_TRY(lin_fwd(L, L.k, d(sv.qkv_input), d(sv.k), mode));
     LL_TRY(lin_fwd(L, L.v, d(sv.qkv_input), d(sv.v), mode));
     if (!gpt_) {
-      cpu::rope_forward<S>(d(sv.q), positions_.data(), d(sv.q), n, m.heads, m.head_width(), c_.options.rope_theta);
-      cpu::rope_forward<S>(d(sv.k), positions_.data(), d(sv.k), n, m.kv_heads, m.head_width(), c_.options.rope_theta);
+      cpu::rope_forward<S>(d(sv.q), positions_.data(), d(sv.q), n, m.heads / t_, m.head_width(), c_.options.rope_theta);
+      cpu::rope_forward<S>(d(sv.k), positions_.data(), d(sv.k), n, m.kv_heads / t_, m.head_width(), c_.options.rope_theta);
     }
     LL_TRY(lmake(L, sv.proj_input, "attn.proj_input", n * qw, c_.storage, mode));
     if (c_.plan.flash_attention) {
@@ -435,7 +470,7 @@ class ModelImpl final : public Model {
   // dx (n, h): the gradient of the layer output in, of its input out (in place).
   Status layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed) {
     const ModelSpec& m = c_.spec;
-    const int64_t n = n_, qw = m.q_width(), kvw = m.kv_width();
+    const int64_t n = n_, qw = qw_, kvw = kvw_;
     if (L.policy == LayerRecompute::full) {  // re-run the forward; its output is discarded
       Tensor out;
       L.sv.clear();
@@ -473,6 +508,7 @@ class ModelImpl final : public Model {
       dup.reset();
       cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
     }
+    LL_TRY(tp_sum(d(dmid), n * h_));  // column-parallel: the input gradient is a partial sum
     LL_TRY(norm_bwd(L.ln2, d(sv.ln2_input), d(dmid), dx, true));
     dmid.reset();
     // ---- attention
@@ -511,8 +547,8 @@ class ModelImpl final : public Model {
     sv.probs_mask.reset();
     sv.probs_dropped.reset();
     if (!gpt_) {
-      cpu::rope_backward<S>(d(dq), positions_.data(), d(dq), n, m.heads, m.head_width(), c_.options.rope_theta);
-      cpu::rope_backward<S>(d(dk), positions_.data(), d(dk), n, m.kv_heads, m.head_width(), c_.options.rope_theta);
+      cpu::rope_backward<S>(d(dq), positions_.data(), d(dq), n, m.heads / t_, m.head_width(), c_.options.rope_theta);
+      cpu::rope_backward<S>(d(dk), positions_.data(), d(dk), n, m.kv_heads / t_, m.head_width(), c_.options.rope_theta);
     }
     Tensor tmp;
     LL_TRY(ws(dmid, n * h_, "attn.d_input"));
@@ -526,9 +562,80 @@ class ModelImpl final : public Model {
     cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
     dv.reset();
     tmp.reset();
+    LL_TRY(tp_sum(d(dmid), n * h_));  // column-parallel q, k, v
     LL_TRY(norm_bwd(L.ln1, x, d(dmid), dx, true));
     sv.clear();
     return Status::ok();
+  }
+
+  // ---------------------------------------------------------------- vocabulary parallel
+
+  // out (n, h) = embedding rows of tokens; with TP each rank looks up the tokens in its
+  // vocabulary range [v0_, v0_ + Vl_) (zeros elsewhere) and the partial rows are summed.
+  Status embed_fwd(const int32_t* tokens, S* out) {
+    if (t_ == 1) {
+      cpu::embedding_forward<S>(tokens, d(wte_), out, n_, h_);
+      return Status::ok();
+    }
+    std::memset(static_cast<void*>(out), 0, static_cast<size_t>(n_ * h_) * sizeof(S));
+    for (int64_t i = 0; i < n_; ++i) {
+      const int32_t local = tokens[i] - static_cast<int32_t>(v0_);
+      if (local >= 0 && local < Vl_) cpu::embedding_forward<S>(&local, d(wte_), out + i * h_, 1, h_);
+    }
+    return tp_sum(out, n_ * h_);
+  }
+  void embed_bwd(const int32_t* tokens, const S* dout) {
+    if (t_ == 1) return cpu::embedding_backward<S, G>(tokens, dout, g(gwte_), n_, h_);
+    for (int64_t i = 0; i < n_; ++i) {
+      const int32_t local = tokens[i] - static_cast<int32_t>(v0_);
+      if (local >= 0 && local < Vl_) cpu::embedding_backward<S, G>(&local, dout + i * h_, g(gwte_), 1, h_);
+    }
+  }
+
+  // Vocabulary-parallel cross-entropy (Megatron): z (n, Vl_) this rank's logits in A. The
+  // row max (all-gathered), the sum of exponentials and the target logit (all-reduced) give
+  // every TP rank the full loss; with train, z becomes this rank's dlogits in place
+  // (loss_scale / denom * (softmax - onehot), 0 on ignored rows). denom 0: counted rows.
+  Result<double> vocab_parallel_ce(A* z, const int32_t* targets, double denom, bool train, double loss_scale) {
+    constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
+    const int64_t n = n_;
+    std::vector<A> mx(static_cast<size_t>(n)), all(static_cast<size_t>(n * t_)), red(static_cast<size_t>(2 * n), A(0));
+    for (int64_t i = 0; i < n; ++i) mx[static_cast<size_t>(i)] = *std::max_element(z + i * Vl_, z + (i + 1) * Vl_);
+    LL_TRY(c_.comm->all_gather(mx.data(), all.data(), n, kA, Group::tp));
+    for (int64_t i = 0; i < n; ++i)
+      for (int r = 0; r < t_; ++r) mx[static_cast<size_t>(i)] = std::max(mx[static_cast<size_t>(i)], all[static_cast<size_t>(r * n + i)]);
+    for (int64_t i = 0; i < n; ++i) {
+      const A* zi = z + i * Vl_;
+      A se = 0;
+      for (int64_t j = 0; j < Vl_; ++j) se += std::exp(zi[j] - mx[static_cast<size_t>(i)]);
+      red[static_cast<size_t>(i)] = se;
+      const int64_t local = targets[i] - v0_;
+      if (targets[i] != cpu::kIgnoreIndex && local >= 0 && local < Vl_) red[static_cast<size_t>(n + i)] = zi[local];
+    }
+    LL_TRY(c_.comm->all_reduce_sum(red.data(), 2 * n, kA, Group::tp));
+    int64_t counted = 0;
+    for (int64_t i = 0; i < n; ++i) counted += targets[i] != cpu::kIgnoreIndex;
+    const double dn = denom > 0 ? denom : static_cast<double>(counted);
+    double loss = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (targets[i] != cpu::kIgnoreIndex)
+        loss += std::log(static_cast<double>(red[static_cast<size_t>(i)])) + static_cast<double>(mx[static_cast<size_t>(i)]) -
+                static_cast<double>(red[static_cast<size_t>(n + i)]);
+    loss = dn > 0 ? loss / dn : 0;
+    if (!train) return loss;
+    const double k = dn > 0 ? loss_scale / dn : 0;
+    for (int64_t i = 0; i < n; ++i) {
+      A* zi = z + i * Vl_;
+      if (targets[i] == cpu::kIgnoreIndex) {
+        std::fill(zi, zi + Vl_, A(0));
+        continue;
+      }
+      const A inv = A(1) / red[static_cast<size_t>(i)];
+      for (int64_t j = 0; j < Vl_; ++j) zi[j] = static_cast<A>(k * static_cast<double>(std::exp(zi[j] - mx[static_cast<size_t>(i)]) * inv));
+      const int64_t local = targets[i] - v0_;
+      if (local >= 0 && local < Vl_) zi[local] = static_cast<A>(zi[local] - k);
+    }
+    return loss;
   }
 
   // ---------------------------------------------------------------- the step
@@ -567,7 +674,7 @@ class ModelImpl final : public Model {
       return keep ? Category::activations : Category::workspace;
     };
     LL_TRY(make(a_, inputs_[0], n * h_, c_.storage, input_cat(0), nl > 0 ? "ln1.input" : "final_norm.input"));
-    cpu::embedding_forward<S>(b.tokens, d(wte_), d(inputs_[0]), n, h_);
+    LL_TRY(embed_fwd(b.tokens, d(inputs_[0])));
     if (gpt_) cpu::embedding_forward<S>(positions_.data(), d(wpe_), d(inputs_[0]), n, h_, true);
     Tensor emb_mask;
     if (drop_) {
@@ -594,22 +701,30 @@ class ModelImpl final : public Model {
     Tensor& W = m.tied_embeddings ? wte_ : whead_;
     Tensor& gW = m.tied_embeddings ? gwte_ : gwhead_;
     Tensor logits, sm;
-    LL_TRY(make(a_, logits, n * V_, c_.storage, Category::logits_loss, "logits"));
-    LL_TRY(lin_base_fwd(d(head_in), d(W), nullptr, d(logits), n, h_, V_));
+    LL_TRY(make(a_, logits, n * Vl_, c_.storage, Category::logits_loss, "logits"));
+    LL_TRY(lin_base_fwd(d(head_in), d(W), nullptr, d(logits), n, h_, Vl_));
     set_where(Phase::forward, -1, "loss");
-    LL_TRY(make(a_, sm, n * V_, std::is_same_v<S, double> ? DType::f64 : DType::f32, Category::logits_loss, "loss.softmax_fp32"));
-    cpu::cast<S, A>(d(logits), sm.template data<A>(), n * V_);
-    const double loss = cpu::cross_entropy_forward<A>(sm.template data<A>(), b.targets, n, V_, denom);
+    LL_TRY(make(a_, sm, n * Vl_, std::is_same_v<S, double> ? DType::f64 : DType::f32, Category::logits_loss, "loss.softmax_fp32"));
+    cpu::cast<S, A>(d(logits), sm.template data<A>(), n * Vl_);
+    double loss = 0;
+    if (t_ == 1) {
+      loss = cpu::cross_entropy_forward<A>(sm.template data<A>(), b.targets, n, V_, denom);
+    } else {
+      Result<double> l = vocab_parallel_ce(sm.template data<A>(), b.targets, denom, train, loss_scale);
+      if (!l) return l.status();
+      loss = *l;
+    }
     if (!train) return loss;
     // ---- backward
     set_where(Phase::backward, -1, "loss");
-    cpu::cross_entropy_backward<A>(sm.template data<A>(), b.targets, sm.template data<A>(), n, V_, loss_scale, denom);
-    cpu::cast<A, S>(sm.template data<A>(), d(logits), n * V_);  // dlogits over the logits
+    if (t_ == 1) cpu::cross_entropy_backward<A>(sm.template data<A>(), b.targets, sm.template data<A>(), n, V_, loss_scale, denom);
+    cpu::cast<A, S>(sm.template data<A>(), d(logits), n * Vl_);  // dlogits over the logits
     sm.reset();
     set_where(Phase::backward, -1, "head");
     Tensor dhead, dx;
     LL_TRY(ws(dhead, n * h_, "head.d_input"));
-    LL_TRY(lin_base_bwd(d(logits), d(head_in), d(W), d(dhead), g(gW), nullptr, n, h_, V_));
+    LL_TRY(lin_base_bwd(d(logits), d(head_in), d(W), d(dhead), g(gW), nullptr, n, h_, Vl_));
+    LL_TRY(tp_sum(d(dhead), n * h_));  // vocabulary-parallel head: partial input gradients
     logits.reset();
     head_in.reset();
     set_where(Phase::backward, -1, "final_norm");
@@ -627,7 +742,7 @@ class ModelImpl final : public Model {
     if (embed_trainable_) {
       set_where(Phase::backward, -1, "embedding");
       if (emb_mask.defined()) cpu::dropout_backward<S>(d(dx), emb_mask.template data<uint8_t>(), d(dx), n * h_, p_);
-      cpu::embedding_backward<S, G>(b.tokens, d(dx), g(gwte_), n, h_);
+      embed_bwd(b.tokens, d(dx));
       if (gpt_) cpu::embedding_backward<S, G>(positions_.data(), d(dx), g(gwpe_), n, h_);
     }
     release_all();
@@ -638,7 +753,9 @@ class ModelImpl final : public Model {
   ModelConfig c_;
   std::mt19937_64 rng_;
   bool gpt_ = true, drop_ = false, embed_trainable_ = true, head_trainable_ = true;
-  int64_t h_ = 0, n_ = 0, V_ = 0, f_ = 0;
+  int64_t h_ = 0, n_ = 0, V_ = 0, f_ = 0;  // f_: this rank's MLP width (ffn_hidden / t)
+  int t_ = 1, tr_ = 0;                      // TP size and this rank's TP index
+  int64_t qw_ = 0, kvw_ = 0, Vl_ = 0, v0_ = 0;  // local q / kv widths, vocab rows [v0_, v0_ + Vl_)
   double p_ = 0, lora_scale_ = 0;
   Tensor wte_, gwte_, wpe_, gwpe_, whead_, gwhead_;
   Norm fnorm_;
@@ -661,9 +778,19 @@ Result<std::unique_ptr<Model>> build(TrackingAllocator& a, const ModelConfig& c)
 
 Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& c) {
   const ModelSpec& m = c.spec;
-  if (c.plan.tp != 1 || c.plan.pp != 1 || c.plan.cp != 1)
-    return Status::bad_input("executor: tp, pp and cp must be 1 in a single-rank model (got " + std::to_string(c.plan.tp) +
-                             "/" + std::to_string(c.plan.pp) + "/" + std::to_string(c.plan.cp) + ")");
+  if (c.plan.pp != 1 || c.plan.cp != 1)
+    return Status::bad_input("executor: pp and cp must be 1 in a model (got " + std::to_string(c.plan.pp) + "/" +
+                             std::to_string(c.plan.cp) + ")");
+  if (const int t = c.plan.tp; t > 1) {
+    if (c.comm == nullptr || c.comm->size(Group::tp) != t)
+      return Status::bad_input("executor: tp " + std::to_string(t) + " needs a communicator with a TP group of that size");
+    if (m.heads % t != 0 || m.kv_heads % t != 0 || m.ffn_hidden % t != 0 || m.vocab % t != 0)
+      return Status::bad_input("executor: tp " + std::to_string(t) + " must divide heads, kv_heads, ffn_hidden and vocab of " + m.name);
+    if (c.plan.sp) return Status::bad_input("executor: sequence parallel is not implemented yet (tp without sp is)");
+    if (c.job.mode == TrainMode::lora) return Status::bad_input("executor: LoRA with tp > 1 is not implemented");
+  } else if (c.plan.tp != 1) {
+    return Status::bad_input("executor: tp must be >= 1");
+  }
   if (m.moe.enabled()) return Status::bad_input("executor: MoE models are not implemented (model " + m.name + ")");
   if (m.heads <= 0 || m.kv_heads <= 0 || m.heads % m.kv_heads != 0 || m.hidden <= 0 || m.vocab <= 0)
     return Status::bad_input("executor: model " + m.name + ": heads, kv_heads, hidden, vocab must be positive, kv_heads | heads");

@@ -18,8 +18,18 @@
 // scratch) is in Category::workspace; weights, gradients in theirs. Master weights and
 // optimizer states belong to the Trainer (trainer.h).
 //
-// Parallel slices plug in later: a layer carries its planner LayerContext (t, sp) and a
-// model is one pipeline stage (first_layer, layers); today t = 1 and pp = 1 are required.
+// Tensor parallel (Megatron-LM, Shoeybi et al. 2019), plan.tp = t > 1 with a communicator:
+// q, k, v, gate, up are column-parallel (rows of W and the bias split by t: heads/t query
+// heads, kv_heads/t kv heads, f/t MLP columns; the input gradient is all-reduced over TP in
+// backward); o and down are row-parallel (columns of W split; the output is all-reduced
+// over TP in forward, the bias added once); the embedding is vocabulary-parallel (rows
+// [tp*V/t, (tp+1)*V/t), output all-reduced); the head is column-parallel over the
+// vocabulary and the cross-entropy is vocabulary-parallel (row max, sum of exponentials and
+// target logit combined over TP), so logits are b*s*V/t as the planner counts. Norms,
+// position embeddings and row-parallel biases are replicated; their gradients are equal on
+// every TP rank. Initialisation draws the full tensor from the same RNG sequence as a
+// single-rank model and keeps this rank's slice, so a TP run equals a single-rank run.
+// Not implemented with t > 1: sequence parallel, LoRA. pp = 1 and cp = 1 are required.
 //
 // Errors: out-of-memory from the allocator is returned as its Status (runtime); where()
 // says which phase and layer were running. Thread-safety: none; one thread drives a model.
@@ -31,6 +41,7 @@
 #include <vector>
 
 #include "executor/allocator.h"
+#include "executor/comm/communicator.h"
 #include "executor/tensor.h"
 #include "planner/recipe.h"
 #include "planner/specs.h"
@@ -57,6 +68,7 @@ struct ModelConfig {
   DType storage = DType::f32;    // weights and activations: f32, f64, bf16, f16
   DType grad = DType::f32;       // weight gradients: storage, or f32 for 16-bit storage
   ModelOptions options;
+  Communicator* comm = nullptr;  // TP collectives; REQUIRES: non-null when plan.tp > 1
 };
 
 // One micro-batch, (b, s) row-major int32 each. targets -1 = ignored. doc_ids (nullable):
@@ -67,11 +79,20 @@ struct Batch {
   const int32_t* doc_ids = nullptr;
 };
 
+// How a parameter is split over the TP group: the full tensor is (rows, cols) row-major;
+// dim 0: this rank holds rows [tp*rows/t, (tp+1)*rows/t); dim 1: those columns; -1: all
+// (replicated: equal on every TP rank, counted once in the gradient norm).
+struct TpSplit {
+  int dim = -1;
+  int64_t rows = 0, cols = 0;  // of the full tensor
+};
+
 struct ParamRef {
   std::string name;      // "layer3.attn.q.weight", "embed.tokens", "lora.layer0.q.A"
   Tensor* weight = nullptr;
   Tensor* grad = nullptr;  // nullptr: frozen (no gradient, no optimizer state)
   bool decay = true;       // weight decay applies (matrices), not norms and biases
+  TpSplit split;           // dim -1 unless plan.tp > 1
 };
 
 struct Where {

@@ -34,7 +34,7 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   const int64_t micro_per_step = microbatches_per_step(f.job, p);
   if (comm) {  // distributed data parallel: the plan's dp and ZeRO stay
     changes.push_back(std::string(comm->modelled() ? "rank proxy of" : "rank") + " " + std::to_string(comm->rank(Group::world)) +
-                      " of dp" + std::to_string(p.dp) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
+                      " of dp" + std::to_string(p.dp) + (p.tp > 1 ? " tp" + std::to_string(p.tp) : std::string()) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
                       comm->name() + (comm->modelled() ? " (communication modelled, not run)" : ""));
     if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
     e.plan.offload_optimizer = false;
@@ -168,10 +168,9 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   const ParallelPlan& fp = f.plan;
   const Communicator* comm = o.comm && fp.world_size() > 1 ? o.comm : nullptr;
   if (comm) {
-    if (fp.tp > 1 || fp.pp > 1 || fp.cp > 1 || fp.ep > 1)
-      return Status::bad_input("distributed executor: only data parallelism (dp, ZeRO 0-2) is implemented so far; this plan has tp" +
-                               std::to_string(fp.tp) + " pp" + std::to_string(fp.pp) + " cp" + std::to_string(fp.cp) + " ep" +
-                               std::to_string(fp.ep));
+    if (fp.pp > 1 || fp.cp > 1 || fp.ep > 1)
+      return Status::bad_input("distributed executor: data parallel (ZeRO 0-2) and tensor parallel are implemented so far; this plan has pp" +
+                               std::to_string(fp.pp) + " cp" + std::to_string(fp.cp) + " ep" + std::to_string(fp.ep));
     if (fp.zero > 2) return Status::bad_input("distributed executor: ZeRO-3 is not implemented yet (ZeRO 0-2 are)");
     if (comm->size(Group::world) != fp.world_size())
       return Status::bad_input("communicator has " + std::to_string(comm->size(Group::world)) + " ranks, the plan needs " +
@@ -231,6 +230,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   mc.grad = ps.grad;
   mc.options = o.model;
   mc.options.seed = o.seed;
+  mc.comm = comm ? o.comm : nullptr;
 
   auto fail_oom = [&](const Status& st, const Where& w) -> Result<RunReport> {
     if (!alloc.last_oom()) return st;
@@ -252,7 +252,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   if (!model) return fail_oom(model.status(), Where{Phase::other, -1, "weights and gradients"});
   std::unique_ptr<DataParallel> dpar;
   std::optional<TrainerShard> shard;
-  if (comm) {
+  if (comm && e.plan.dp > 1) {  // TP-only plans have no DP group to synchronise
     Result<std::unique_ptr<DataParallel>> d = DataParallel::create(alloc, **model, *o.comm, e.plan.zero, o.bucket_bytes);
     if (!d) return fail_oom(d.status(), Where{Phase::other, -1, "data-parallel buckets"});
     dpar = std::move(*d);
@@ -260,6 +260,11 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   }
   Result<std::unique_ptr<Trainer>> trainer = Trainer::create(alloc, **model, e.job, ps, o.trainer, shard ? &*shard : nullptr);
   if (!trainer) return fail_oom(trainer.status(), Where{Phase::other, -1, "optimizer states and master weights"});
+  if (comm && e.plan.tp > 1)
+    (*trainer)->set_tp_reduce([c = o.comm](double x) {
+      (void)c->all_reduce_sum(&x, 1, DType::f64, Group::tp);
+      return x;
+    });
   Model& m = **model;
   Trainer& t = **trainer;
   // Global micro-batch index of this rank's first micro-batch in a step: DP rank d takes

@@ -178,12 +178,17 @@ void Trainer::update(State& s, double grad_scale) {
 StepOutcome Trainer::step() {
   StepOutcome out;
   out.loss_scale = loss_scale_;
-  std::vector<cpu::GradRef> grads;
+  std::vector<cpu::GradRef> grads, split;  // split: TP-split parameters when tp_reduce_ is set
   for (State& s : states_) {
     const int64_t es = dtype_size(s.param->grad->dtype());
-    grads.push_back({static_cast<char*>(s.param->grad->raw()) + s.offset * es, s.count, s.param->grad->dtype()});
+    const cpu::GradRef g{static_cast<char*>(s.param->grad->raw()) + s.offset * es, s.count, s.param->grad->dtype()};
+    (tp_reduce_ && s.param->split.dim >= 0 ? split : grads).push_back(g);
   }
   double raw_norm = cpu::global_grad_norm(grads);
+  if (tp_reduce_) {
+    const double sn = cpu::global_grad_norm(split);
+    raw_norm = std::sqrt(raw_norm * raw_norm + tp_reduce_(sn * sn));
+  }
   if (shard_) raw_norm = std::sqrt(shard_->reduce_sum(raw_norm * raw_norm));
   const double norm = raw_norm / loss_scale_;
   out.grad_norm = norm;

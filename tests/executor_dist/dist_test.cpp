@@ -30,14 +30,17 @@ struct Case {
   const char* name;
   Family family;
   int dp, zero;
+  int tp = 1;
+  int world() const { return dp * tp; }
 };
 const Case kCases[] = {
     {"gpt_dp2", Family::gpt, 2, 0},    {"gpt_dp2_zero1", Family::gpt, 2, 1},     {"llama_dp2_zero2", Family::llama, 2, 2},
     {"gpt_dp4_zero1", Family::gpt, 4, 1}, {"llama_dp4_zero2", Family::llama, 4, 2},
+    {"gpt_tp2", Family::gpt, 1, 0, 2},  {"llama_tp2", Family::llama, 1, 0, 2},  {"gpt_dp2_tp2_zero1", Family::gpt, 2, 1, 2},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
-PlanFile tiny_plan(Family fam, int dp, int zero) {
+PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1) {
   PlanFile f;
   ModelSpec& m = f.model;
   m.name = fam == Family::gpt ? "tiny-gpt" : "tiny-llama";
@@ -52,17 +55,18 @@ PlanFile tiny_plan(Family fam, int dp, int zero) {
   m.tied_embeddings = fam == Family::gpt;
   m.dropout = false;
   f.cluster.gpu = cpu_host_gpu(1e12);
-  f.cluster.gpus_per_node = dp;
+  f.cluster.gpus_per_node = dp * tp;
   f.cluster.intra_node_bandwidth = 10e9;  // shared memory between processes
   f.cluster.intra_node_latency = 5e-6;
   f.cluster.inter_node_bandwidth = 10e9;
   f.cluster.inter_node_latency = 5e-6;
-  f.gpus = dp;
+  f.gpus = dp * tp;
   f.job.seq_len = 32;
   f.job.global_batch = 16;
   f.job.precision = Precision::fp32;
   f.plan.micro_batch = 4;
   f.plan.dp = dp;
+  f.plan.tp = tp;
   f.plan.zero = zero;
   f.plan.grad_accum = static_cast<int>(16 / (4 * dp));
   return f;
@@ -83,6 +87,23 @@ std::vector<double> flat_params(Model& m) {
   return v;
 }
 
+// The reference (single-rank) parameters cut the way TP rank `tr` of `t` holds them
+// (`split` of each parameter as that rank's model reports it).
+std::vector<double> tp_slice(const std::vector<double>& ref, const std::vector<TpSplit>& splits, int t, int tr) {
+  std::vector<double> v;
+  size_t at = 0;
+  for (const TpSplit& sp : splits) {
+    const int64_t rows = sp.rows, cols = sp.cols;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const bool mine = sp.dim < 0 || (sp.dim == 0 && r / (rows / t) == tr) || (sp.dim == 1 && c / (cols / t) == tr);
+        if (mine) v.push_back(ref[at + static_cast<size_t>(r * cols + c)]);
+      }
+    at += static_cast<size_t>(rows * cols);
+  }
+  return v;
+}
+
 nlohmann::json run_json(const RunReport& r, const std::vector<double>& params) {
   nlohmann::json j;
   std::vector<double> losses;
@@ -99,7 +120,7 @@ nlohmann::json run_json(const RunReport& r, const std::vector<double>& params) {
 int child_main(const std::string& case_name, const std::string& out) {
   for (const Case& c : kCases) {
     if (case_name != c.name) continue;
-    const PlanFile f = tiny_plan(c.family, c.dp, c.zero);
+    const PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp);
     Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(f.plan, 60);
     if (!comm) {
       std::fprintf(stderr, "%s\n", comm.status().message().c_str());
@@ -108,13 +129,20 @@ int child_main(const std::string& case_name, const std::string& out) {
     RunOptions o = options();
     o.comm = comm->get();
     std::vector<double> params;
-    o.on_done = [&](Model& m) { params = flat_params(m); };
+    nlohmann::json splits = nlohmann::json::array();
+    o.on_done = [&](Model& m) {
+      params = flat_params(m);
+      for (const ParamRef& p : m.params()) splits.push_back({p.split.dim, p.split.rows, p.split.cols});
+    };
     Result<RunReport> r = run_plan(f, o);
     if (!r) {
       std::fprintf(stderr, "rank %d: %s\n", (*comm)->rank(Group::world), r.status().message().c_str());
       return 1;
     }
-    std::ofstream(out + "." + std::to_string(r->rank) + ".json") << run_json(*r, params).dump();
+    nlohmann::json j = run_json(*r, params);
+    j["splits"] = splits;
+    j["tp_rank"] = r->coords.tp;
+    std::ofstream(out + "." + std::to_string(r->rank) + ".json") << j.dump();
     return 0;
   }
   return 3;
@@ -164,9 +192,9 @@ int run_mpi(int np, const std::string& args, const std::string& env = {}) {
 
 double rel(double a, double b) { return std::fabs(a - b) / std::max(1e-12, std::fabs(b)); }
 
-class DataParallel : public ::testing::TestWithParam<Case> {};
+class Distributed : public ::testing::TestWithParam<Case> {};
 
-TEST_P(DataParallel, LossesParamsAndBytesMatch) {
+TEST_P(Distributed, LossesParamsAndBytesMatch) {
   const Case c = GetParam();
   // Reference: one process, the same global batch (dp = 1, grad_accum = all micro-batches).
   PlanFile ref = tiny_plan(c.family, 1, 0);
@@ -181,10 +209,10 @@ TEST_P(DataParallel, LossesParamsAndBytesMatch) {
 
   const std::string out = ::testing::TempDir() + "dist_" + c.name;
   const auto t1 = std::chrono::steady_clock::now();
-  ASSERT_EQ(run_mpi(c.dp, std::string("--child ") + c.name + " " + out), 0);
+  ASSERT_EQ(run_mpi(c.world(), std::string("--child ") + c.name + " " + out), 0);
   const double dist_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  std::printf("[%s] reference %.2f s in-process; %d ranks %.2f s including mpirun start\n", c.name, ref_s, c.dp, dist_s);
-  for (int rank = 0; rank < c.dp; ++rank) {
+  std::printf("[%s] reference %.2f s in-process; %d ranks %.2f s including mpirun start\n", c.name, ref_s, c.world(), dist_s);
+  for (int rank = 0; rank < c.world(); ++rank) {
     std::ifstream in(out + "." + std::to_string(rank) + ".json");
     ASSERT_TRUE(in) << "rank " << rank << " wrote no result";
     const nlohmann::json j = nlohmann::json::parse(in);
@@ -193,12 +221,15 @@ TEST_P(DataParallel, LossesParamsAndBytesMatch) {
     double worst = 0;
     for (size_t s = 0; s < losses.size(); ++s) worst = std::max(worst, rel(losses[s], r->steps[s].loss));
     const std::vector<double> params = j["params"];
-    ASSERT_EQ(params.size(), ref_params.size());
+    std::vector<TpSplit> splits;
+    for (const auto& sp : j["splits"]) splits.push_back({sp[0].get<int>(), sp[1].get<int64_t>(), sp[2].get<int64_t>()});
+    const std::vector<double> ref_mine = tp_slice(ref_params, splits, c.tp, j["tp_rank"].get<int>());
+    ASSERT_EQ(params.size(), ref_mine.size());
     double worst_p = 0, norm = 0, diff = 0;
     for (size_t i = 0; i < params.size(); ++i) {
-      diff += (params[i] - ref_params[i]) * (params[i] - ref_params[i]);
-      norm += ref_params[i] * ref_params[i];
-      worst_p = std::max(worst_p, std::fabs(params[i] - ref_params[i]));
+      diff += (params[i] - ref_mine[i]) * (params[i] - ref_mine[i]);
+      norm += ref_mine[i] * ref_mine[i];
+      worst_p = std::max(worst_p, std::fabs(params[i] - ref_mine[i]));
     }
     std::printf("[%s] rank %d: worst per-step loss rel diff %.2e; final params rel diff (L2) %.2e, max abs %.2e\n", c.name, rank,
                 worst, std::sqrt(diff / norm), worst_p);
@@ -210,15 +241,17 @@ TEST_P(DataParallel, LossesParamsAndBytesMatch) {
                   pred ? 100 * (meas - pred) / pred : 0.0);
       // Model states and activations per rank equal the planner's (ZeRO partitions padded
       // to dp elements at most); ZeRO-2 keeps full-size gradient tensors (see data_parallel.h).
+      // TP without SP all-reduces in place: the planner's TP line (one layer input,
+      // b*s*h, the SP all-gather buffer) has no counterpart, so communication is printed only.
       if (name == "weights" || name == "optimizer_states" || name == "master_weights" || name == "activations" ||
-          name == "logits_loss" || name == "communication" || (name == "gradients" && c.zero < 2)) {
+          name == "logits_loss" || (name == "communication" && c.tp == 1) || (name == "gradients" && c.zero < 2)) {
         EXPECT_NEAR(meas, pred, std::max(64.0, 1e-4 * pred)) << name;
       }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Matrix, DataParallel, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Matrix, Distributed, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(DeadRank, OthersExitWithAnErrorInBoundedTime) {
