@@ -119,6 +119,8 @@ class ModelImpl final : public Model {
     f_ = m.ffn_hidden / t_;
     Vl_ = V_ / t_;
     v0_ = tr_ * Vl_;
+    sp_ = t_ > 1 && c_.plan.sp;
+    ns_ = sp_ ? n_ / t_ : n_;
     const bool lora = c_.job.mode == TrainMode::lora;
     const int frozen = c_.job.frozen_layer_count(m.layers);
     embed_trainable_ = !lora && frozen == 0;
@@ -304,7 +306,19 @@ class ModelImpl final : public Model {
 
   // y (n, out) = x W^T + b (+ LoRA: scale x A^T B^T, z = scale x A^T kept as lora.<p>.z).
   // Row-parallel: the partial outputs are summed over TP (the bias added by TP rank 0 only).
+  // With SP, y of a row-parallel projection is this rank's ns_ tokens (reduce-scatter).
   Status lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
+    if (li.par == Par::row && sp_) {
+      Tensor full;
+      LL_TRY(ws(full, n_ * li.out, "row_parallel.partial"));
+      LL_TRY(lin_fwd_inner(L, li, x, d(full), mode));
+      return c_.comm->reduce_scatter_sum(d(full), y, ns_ * li.out, c_.storage, Group::tp);
+    }
+    LL_TRY(lin_fwd_inner(L, li, x, y, mode));
+    if (li.par == Par::row) LL_TRY(tp_sum(y, n_ * li.out));
+    return Status::ok();
+  }
+  Status lin_fwd_inner(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
     const bool bias = li.par != Par::row || tr_ == 0;
     LL_TRY(lin_base_fwd(x, d(li.w), bias ? dopt(li.b) : nullptr, y, n_, li.in, li.out));
     if (li.lora) {
@@ -318,8 +332,22 @@ class ModelImpl final : public Model {
       LL_TRY(lin_base_fwd(d(z), d(li.lb), nullptr, d(tmp), n_, r, li.out));
       cpu::add_inplace<S>(y, d(tmp), n_ * li.out);
     }
-    if (li.par == Par::row) LL_TRY(tp_sum(y, n_ * li.out));
     return Status::ok();
+  }
+  // Sequence parallel: full (n_, h) = the ns_-token slices of every TP rank, in a buffer
+  // counted as communication (the planner's TP/SP all-gather line).
+  Status sp_gather(Tensor& full, const S* local, const char* name) {
+    LL_TRY(make(a_, full, n_ * h_, c_.storage, Category::communication, name));
+    return c_.comm->all_gather(local, d(full), ns_ * h_, c_.storage, Group::tp);
+  }
+  // Column-parallel input gradient: partial (n_, h) summed over TP into local (ns_, h).
+  Status tp_reduce_input_grad(S* partial, Tensor& local, const char* name) {
+    if (!sp_) {
+      LL_TRY(tp_sum(partial, n_ * h_));
+      return Status::ok();
+    }
+    LL_TRY(ws(local, ns_ * h_, name));
+    return c_.comm->reduce_scatter_sum(partial, d(local), ns_ * h_, c_.storage, Group::tp);
   }
   // In place: x (count) = sum over the TP group (nothing with t = 1).
   Status tp_sum(S* x, int64_t count) {
@@ -346,16 +374,39 @@ class ModelImpl final : public Model {
   }
 
   void norm_fwd(Norm& nm, const S* x, S* y) {
-    if (gpt_) cpu::layernorm_forward<S>(x, d(nm.w), d(nm.b), y, n_, h_, c_.options.norm_eps);
-    else cpu::rmsnorm_forward<S>(x, d(nm.w), y, n_, h_, c_.options.norm_eps);
+    if (gpt_) cpu::layernorm_forward<S>(x, d(nm.w), d(nm.b), y, ns_, h_, c_.options.norm_eps);
+    else cpu::rmsnorm_forward<S>(x, d(nm.w), y, ns_, h_, c_.options.norm_eps);
   }
+  // Over this rank's ns_ tokens. With SP the weight gradients of those tokens are partial:
+  // they are computed into zeroed buffers, summed over TP and added (Megatron's all-reduce
+  // of sequence-parallel parameters' gradients).
   Status norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, bool accumulate) {
     Scratch sc;
     LL_TRY(scratch(a_, sc, cpu::norm_workspace_bytes(c_.grad, h_), "norm.workspace"));
+    Tensor tw, tb;
+    G* gw = g(nm.gw);
+    G* gb = g(nm.gb);
+    if (sp_ && gw != nullptr) {
+      Result<Tensor> r = Tensor::zeros(a_, Shape{h_}, c_.grad, Category::workspace, "norm.grad_partial");
+      if (!r) return r.status();
+      tw = std::move(*r);
+      gw = g(tw);
+      if (gb != nullptr) {
+        Result<Tensor> rb = Tensor::zeros(a_, Shape{h_}, c_.grad, Category::workspace, "norm.grad_partial");
+        if (!rb) return rb.status();
+        tb = std::move(*rb);
+        gb = g(tb);
+      }
+    }
     if (gpt_)
-      cpu::layernorm_backward<S, G>(x, d(nm.w), dy, dx, g(nm.gw), g(nm.gb), n_, h_, c_.options.norm_eps, accumulate, sc.span());
+      cpu::layernorm_backward<S, G>(x, d(nm.w), dy, dx, gw, gb, ns_, h_, c_.options.norm_eps, accumulate, sc.span());
     else
-      cpu::rmsnorm_backward<S, G>(x, d(nm.w), dy, dx, g(nm.gw), n_, h_, c_.options.norm_eps, accumulate, sc.span());
+      cpu::rmsnorm_backward<S, G>(x, d(nm.w), dy, dx, gw, ns_, h_, c_.options.norm_eps, accumulate, sc.span());
+    for (auto [part, grad] : {std::pair{&tw, &nm.gw}, std::pair{&tb, &nm.gb}}) {
+      if (!part->defined()) continue;
+      LL_TRY(c_.comm->all_reduce_sum(part->raw(), h_, c_.grad, Group::tp));
+      cpu::add_inplace<G>(g(*grad), g(*part), h_);
+    }
     return Status::ok();
   }
 
@@ -395,16 +446,20 @@ class ModelImpl final : public Model {
   Status layer_fwd(Layer& L, const S* x, Tensor& out, Category out_cat, Mode mode, uint64_t seed) {
     const ModelSpec& m = c_.spec;
     Saved& sv = L.sv;
-    const int64_t n = n_, qw = qw_, kvw = kvw_;
+    const int64_t n = n_, ns = ns_, qw = qw_, kvw = kvw_;  // ns: tokens of this rank's sequence slice (SP)
     // ---- attention
-    LL_TRY(lmake(L, sv.qkv_input, "attn.qkv_input", n * h_, c_.storage, mode));
+    LL_TRY(lmake(L, sv.qkv_input, "attn.qkv_input", ns * h_, c_.storage, mode));
     norm_fwd(L.ln1, x, d(sv.qkv_input));
     LL_TRY(lmake(L, sv.q, "attn.q", n * qw, c_.storage, mode));
     LL_TRY(lmake(L, sv.k, "attn.k", n * kvw, c_.storage, mode));
     LL_TRY(lmake(L, sv.v, "attn.v", n * kvw, c_.storage, mode));
-    LL_TRY(lin_fwd(L, L.q, d(sv.qkv_input), d(sv.q), mode));
-    LL_TRY(lin_fwd(L, L.k, d(sv.qkv_input), d(sv.k), mode));
-    LL_TRY(lin_fwd(L, L.v, d(sv.qkv_input), d(sv.v), mode));
+    Tensor gathered;  // SP: the full-sequence input of the column-parallel GEMMs
+    if (sp_) LL_TRY(sp_gather(gathered, d(sv.qkv_input), "attn.qkv_input.gathered"));
+    const S* xin = sp_ ? d(gathered) : d(sv.qkv_input);
+    LL_TRY(lin_fwd(L, L.q, xin, d(sv.q), mode));
+    LL_TRY(lin_fwd(L, L.k, xin, d(sv.k), mode));
+    LL_TRY(lin_fwd(L, L.v, xin, d(sv.v), mode));
+    gathered.reset();
     if (!gpt_) {
       cpu::rope_forward<S>(d(sv.q), positions_.data(), d(sv.q), n, m.heads / t_, m.head_width(), c_.options.rope_theta);
       cpu::rope_forward<S>(d(sv.k), positions_.data(), d(sv.k), n, m.kv_heads / t_, m.head_width(), c_.options.rope_theta);
@@ -421,36 +476,39 @@ class ModelImpl final : public Model {
       LL_TRY(attn_scores_fwd(L, d(sv.proj_input), mode, seed));
     }
     Tensor branch;
-    LL_TRY(ws(branch, n * h_, "attn.out"));
+    LL_TRY(ws(branch, ns * h_, "attn.out"));
     LL_TRY(lin_fwd(L, L.o, d(sv.proj_input), d(branch), mode));
     if (drop_) {
-      LL_TRY(lmake(L, sv.attn_mask, "attn.resid_dropout_mask", n * h_, DType::u8, mode));
-      cpu::dropout_forward<S>(d(branch), d(branch), sv.attn_mask.template data<uint8_t>(), n * h_, p_, site_seed(seed, L.index, 2));
+      LL_TRY(lmake(L, sv.attn_mask, "attn.resid_dropout_mask", ns * h_, DType::u8, mode));
+      cpu::dropout_forward<S>(d(branch), d(branch), sv.attn_mask.template data<uint8_t>(), ns * h_, p_, site_seed(seed, L.index, 2));
     }
-    LL_TRY(lmake(L, sv.ln2_input, "ln2.input", n * h_, c_.storage, mode));
-    cpu::add<S>(x, d(branch), d(sv.ln2_input), n * h_);
+    LL_TRY(lmake(L, sv.ln2_input, "ln2.input", ns * h_, c_.storage, mode));
+    cpu::add<S>(x, d(branch), d(sv.ln2_input), ns * h_);
     // ---- MLP
-    LL_TRY(lmake(L, sv.mlp_input, "mlp.input", n * h_, c_.storage, mode));
+    LL_TRY(lmake(L, sv.mlp_input, "mlp.input", ns * h_, c_.storage, mode));
     norm_fwd(L.ln2, d(sv.ln2_input), d(sv.mlp_input));
+    if (sp_) LL_TRY(sp_gather(gathered, d(sv.mlp_input), "mlp.input.gathered"));
+    const S* min = sp_ ? d(gathered) : d(sv.mlp_input);
     LL_TRY(lmake(L, sv.act_out, "mlp.act_out", n * f_, c_.storage, mode));
     if (gpt_) {
       LL_TRY(lmake(L, sv.fc1_out, "mlp.fc1_out", n * f_, c_.storage, mode));
-      LL_TRY(lin_fwd(L, L.up, d(sv.mlp_input), d(sv.fc1_out), mode));
+      LL_TRY(lin_fwd(L, L.up, min, d(sv.fc1_out), mode));
       cpu::gelu_forward<S>(d(sv.fc1_out), d(sv.act_out), n * f_);
     } else {
       LL_TRY(lmake(L, sv.gate_out, "mlp.gate_out", n * f_, c_.storage, mode));
       LL_TRY(lmake(L, sv.up_out, "mlp.up_out", n * f_, c_.storage, mode));
-      LL_TRY(lin_fwd(L, L.gate, d(sv.mlp_input), d(sv.gate_out), mode));
-      LL_TRY(lin_fwd(L, L.up, d(sv.mlp_input), d(sv.up_out), mode));
+      LL_TRY(lin_fwd(L, L.gate, min, d(sv.gate_out), mode));
+      LL_TRY(lin_fwd(L, L.up, min, d(sv.up_out), mode));
       cpu::swiglu_forward<S>(d(sv.gate_out), d(sv.up_out), d(sv.act_out), n * f_);
     }
+    gathered.reset();
     LL_TRY(lin_fwd(L, L.down, d(sv.act_out), d(branch), mode));
     if (drop_) {
-      LL_TRY(lmake(L, sv.mlp_mask, "mlp.resid_dropout_mask", n * h_, DType::u8, mode));
-      cpu::dropout_forward<S>(d(branch), d(branch), sv.mlp_mask.template data<uint8_t>(), n * h_, p_, site_seed(seed, L.index, 3));
+      LL_TRY(lmake(L, sv.mlp_mask, "mlp.resid_dropout_mask", ns * h_, DType::u8, mode));
+      cpu::dropout_forward<S>(d(branch), d(branch), sv.mlp_mask.template data<uint8_t>(), ns * h_, p_, site_seed(seed, L.index, 3));
     }
-    LL_TRY(make(a_, out, n * h_, c_.storage, out_cat, L.index + 1 < static_cast<int>(layers_.size()) ? "ln1.input" : "final_norm.input"));
-    cpu::add<S>(d(sv.ln2_input), d(branch), d(out), n * h_);
+    LL_TRY(make(a_, out, ns * h_, c_.storage, out_cat, L.index + 1 < static_cast<int>(layers_.size()) ? "ln1.input" : "final_norm.input"));
+    cpu::add<S>(d(sv.ln2_input), d(branch), d(out), ns * h_);
     if (mode != Mode::recompute) drop_transients(sv);
     return Status::ok();
   }
@@ -470,7 +528,7 @@ class ModelImpl final : public Model {
   // dx (n, h): the gradient of the layer output in, of its input out (in place).
   Status layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed) {
     const ModelSpec& m = c_.spec;
-    const int64_t n = n_, qw = qw_, kvw = kvw_;
+    const int64_t n = n_, ns = ns_, qw = qw_, kvw = kvw_;
     if (L.policy == LayerRecompute::full) {  // re-run the forward; its output is discarded
       Tensor out;
       L.sv.clear();
@@ -482,46 +540,63 @@ class ModelImpl final : public Model {
     }
     Saved& sv = L.sv;
     // ---- MLP
-    Tensor dbranch, dact, dmid;
+    Tensor dbranch, dact, dmid, gathered, dlocal;
     const S* dy = dx;
     if (drop_) {
-      LL_TRY(ws(dbranch, n * h_, "mlp.d_out"));
-      cpu::dropout_backward<S>(dx, sv.mlp_mask.template data<uint8_t>(), d(dbranch), n * h_, p_);
+      LL_TRY(ws(dbranch, ns * h_, "mlp.d_out"));
+      cpu::dropout_backward<S>(dx, sv.mlp_mask.template data<uint8_t>(), d(dbranch), ns * h_, p_);
       dy = d(dbranch);
+    }
+    if (sp_) {  // row-parallel backward needs the full-sequence output gradient
+      LL_TRY(sp_gather(gathered, dy, "mlp.d_out.gathered"));
+      dy = d(gathered);
     }
     LL_TRY(ws(dact, n * f_, "mlp.d_act"));
     LL_TRY(lin_bwd(L, L.down, dy, dopt(sv.act_out), d(dact)));
     dbranch.reset();
+    gathered.reset();
+    const S* min = dopt(sv.mlp_input);
+    if (sp_ && min != nullptr) {
+      LL_TRY(sp_gather(gathered, min, "mlp.input.gathered"));
+      min = d(gathered);
+    }
     LL_TRY(ws(dmid, n * h_, "mlp.d_input"));
     if (gpt_) {
       cpu::gelu_backward<S>(d(sv.fc1_out), d(dact), d(dact), n * f_);
-      LL_TRY(lin_bwd(L, L.up, d(dact), dopt(sv.mlp_input), d(dmid)));
+      LL_TRY(lin_bwd(L, L.up, d(dact), min, d(dmid)));
       dact.reset();
     } else {
       Tensor dup, tmp;
       LL_TRY(ws(dup, n * f_, "mlp.d_up"));
       cpu::swiglu_backward<S>(d(sv.gate_out), d(sv.up_out), d(dact), d(dact), d(dup), n * f_);
-      LL_TRY(lin_bwd(L, L.gate, d(dact), dopt(sv.mlp_input), d(dmid)));
+      LL_TRY(lin_bwd(L, L.gate, d(dact), min, d(dmid)));
       dact.reset();
       LL_TRY(ws(tmp, n * h_, "mlp.d_input_up"));
-      LL_TRY(lin_bwd(L, L.up, d(dup), dopt(sv.mlp_input), d(tmp)));
+      LL_TRY(lin_bwd(L, L.up, d(dup), min, d(tmp)));
       dup.reset();
       cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
     }
-    LL_TRY(tp_sum(d(dmid), n * h_));  // column-parallel: the input gradient is a partial sum
-    LL_TRY(norm_bwd(L.ln2, d(sv.ln2_input), d(dmid), dx, true));
+    gathered.reset();
+    LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "mlp.d_input_local"));  // column-parallel: partial sums
+    LL_TRY(norm_bwd(L.ln2, d(sv.ln2_input), sp_ ? d(dlocal) : d(dmid), dx, true));
     dmid.reset();
+    dlocal.reset();
     // ---- attention
     dy = dx;
     if (drop_) {
-      LL_TRY(ws(dbranch, n * h_, "attn.d_out"));
-      cpu::dropout_backward<S>(dx, sv.attn_mask.template data<uint8_t>(), d(dbranch), n * h_, p_);
+      LL_TRY(ws(dbranch, ns * h_, "attn.d_out"));
+      cpu::dropout_backward<S>(dx, sv.attn_mask.template data<uint8_t>(), d(dbranch), ns * h_, p_);
       dy = d(dbranch);
+    }
+    if (sp_) {
+      LL_TRY(sp_gather(gathered, dy, "attn.d_out.gathered"));
+      dy = d(gathered);
     }
     Tensor dproj, dq, dk, dv;
     LL_TRY(ws(dproj, n * qw, "attn.d_proj_input"));
     LL_TRY(lin_bwd(L, L.o, dy, dopt(sv.proj_input), d(dproj)));
     dbranch.reset();
+    gathered.reset();
     LL_TRY(ws(dq, n * qw, "attn.dq"));
     LL_TRY(ws(dk, n * kvw, "attn.dk"));
     LL_TRY(ws(dv, n * kvw, "attn.dv"));
@@ -551,38 +626,55 @@ class ModelImpl final : public Model {
       cpu::rope_backward<S>(d(dk), positions_.data(), d(dk), n, m.kv_heads / t_, m.head_width(), c_.options.rope_theta);
     }
     Tensor tmp;
+    const S* xin = dopt(sv.qkv_input);
+    if (sp_ && xin != nullptr) {
+      LL_TRY(sp_gather(gathered, xin, "attn.qkv_input.gathered"));
+      xin = d(gathered);
+    }
     LL_TRY(ws(dmid, n * h_, "attn.d_input"));
-    LL_TRY(lin_bwd(L, L.q, d(dq), dopt(sv.qkv_input), d(dmid)));
+    LL_TRY(lin_bwd(L, L.q, d(dq), xin, d(dmid)));
     dq.reset();
     LL_TRY(ws(tmp, n * h_, "attn.d_input_kv"));
-    LL_TRY(lin_bwd(L, L.k, d(dk), dopt(sv.qkv_input), d(tmp)));
+    LL_TRY(lin_bwd(L, L.k, d(dk), xin, d(tmp)));
     cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
     dk.reset();
-    LL_TRY(lin_bwd(L, L.v, d(dv), dopt(sv.qkv_input), d(tmp)));
+    LL_TRY(lin_bwd(L, L.v, d(dv), xin, d(tmp)));
     cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
     dv.reset();
     tmp.reset();
-    LL_TRY(tp_sum(d(dmid), n * h_));  // column-parallel q, k, v
-    LL_TRY(norm_bwd(L.ln1, x, d(dmid), dx, true));
+    gathered.reset();
+    LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "attn.d_input_local"));  // column-parallel q, k, v
+    LL_TRY(norm_bwd(L.ln1, x, sp_ ? d(dlocal) : d(dmid), dx, true));
     sv.clear();
     return Status::ok();
   }
 
   // ---------------------------------------------------------------- vocabulary parallel
 
-  // out (n, h) = embedding rows of tokens; with TP each rank looks up the tokens in its
-  // vocabulary range [v0_, v0_ + Vl_) (zeros elsewhere) and the partial rows are summed.
+  // out (ns_, h) = token (+ GPT position) embeddings. With TP each rank looks up the tokens
+  // in its vocabulary range [v0_, v0_ + Vl_) (zeros elsewhere; TP rank 0 adds the positions)
+  // and the partial rows are summed over TP: all-reduce, or reduce-scatter to this rank's
+  // sequence slice with SP.
   Status embed_fwd(const int32_t* tokens, S* out) {
     if (t_ == 1) {
       cpu::embedding_forward<S>(tokens, d(wte_), out, n_, h_);
+      if (gpt_) cpu::embedding_forward<S>(positions_.data(), d(wpe_), out, n_, h_, true);
       return Status::ok();
     }
-    std::memset(static_cast<void*>(out), 0, static_cast<size_t>(n_ * h_) * sizeof(S));
+    Tensor full;
+    S* y = out;
+    if (sp_) {
+      LL_TRY(ws(full, n_ * h_, "embed.partial"));
+      y = d(full);
+    }
+    std::memset(static_cast<void*>(y), 0, static_cast<size_t>(n_ * h_) * sizeof(S));
     for (int64_t i = 0; i < n_; ++i) {
       const int32_t local = tokens[i] - static_cast<int32_t>(v0_);
-      if (local >= 0 && local < Vl_) cpu::embedding_forward<S>(&local, d(wte_), out + i * h_, 1, h_);
+      if (local >= 0 && local < Vl_) cpu::embedding_forward<S>(&local, d(wte_), y + i * h_, 1, h_);
     }
-    return tp_sum(out, n_ * h_);
+    if (gpt_ && tr_ == 0) cpu::embedding_forward<S>(positions_.data(), d(wpe_), y, n_, h_, true);
+    if (sp_) return c_.comm->reduce_scatter_sum(y, out, ns_ * h_, c_.storage, Group::tp);
+    return tp_sum(y, n_ * h_);
   }
   void embed_bwd(const int32_t* tokens, const S* dout) {
     if (t_ == 1) return cpu::embedding_backward<S, G>(tokens, dout, g(gwte_), n_, h_);
@@ -673,14 +765,14 @@ class ModelImpl final : public Model {
       const bool keep = train && (i == nl || layers_[static_cast<size_t>(i)].ctx.grad_flows);
       return keep ? Category::activations : Category::workspace;
     };
-    LL_TRY(make(a_, inputs_[0], n * h_, c_.storage, input_cat(0), nl > 0 ? "ln1.input" : "final_norm.input"));
+    const int64_t ns = ns_;  // tokens of this rank's sequence slice (n without SP)
+    LL_TRY(make(a_, inputs_[0], ns * h_, c_.storage, input_cat(0), nl > 0 ? "ln1.input" : "final_norm.input"));
     LL_TRY(embed_fwd(b.tokens, d(inputs_[0])));
-    if (gpt_) cpu::embedding_forward<S>(positions_.data(), d(wpe_), d(inputs_[0]), n, h_, true);
     Tensor emb_mask;
     if (drop_) {
       const bool keep = train && embed_trainable_;
-      LL_TRY(make(a_, emb_mask, n * h_, DType::u8, keep ? Category::activations : Category::workspace, "embed.dropout_mask"));
-      cpu::dropout_forward<S>(d(inputs_[0]), d(inputs_[0]), emb_mask.template data<uint8_t>(), n * h_, p_, site_seed(seed, -1, 0));
+      LL_TRY(make(a_, emb_mask, ns * h_, DType::u8, keep ? Category::activations : Category::workspace, "embed.dropout_mask"));
+      cpu::dropout_forward<S>(d(inputs_[0]), d(inputs_[0]), emb_mask.template data<uint8_t>(), ns * h_, p_, site_seed(seed, -1, 0));
       if (!keep) emb_mask.reset();
     }
     // ---- layers
@@ -694,15 +786,18 @@ class ModelImpl final : public Model {
     // ---- final norm, head, loss
     set_where(Phase::forward, -1, "final_norm");
     Tensor head_in;
-    LL_TRY(make(a_, head_in, n * h_, c_.storage, train ? Category::activations : Category::workspace, "head.input"));
+    LL_TRY(make(a_, head_in, ns * h_, c_.storage, train ? Category::activations : Category::workspace, "head.input"));
     norm_fwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), d(head_in));
+    Tensor gathered;  // SP: the head's full-sequence input
+    if (sp_) LL_TRY(sp_gather(gathered, d(head_in), "head.input.gathered"));
     if (!train) inputs_[static_cast<size_t>(nl)].reset();
     set_where(Phase::forward, -1, "head");
     Tensor& W = m.tied_embeddings ? wte_ : whead_;
     Tensor& gW = m.tied_embeddings ? gwte_ : gwhead_;
     Tensor logits, sm;
     LL_TRY(make(a_, logits, n * Vl_, c_.storage, Category::logits_loss, "logits"));
-    LL_TRY(lin_base_fwd(d(head_in), d(W), nullptr, d(logits), n, h_, Vl_));
+    LL_TRY(lin_base_fwd(sp_ ? d(gathered) : d(head_in), d(W), nullptr, d(logits), n, h_, Vl_));
+    gathered.reset();
     set_where(Phase::forward, -1, "loss");
     LL_TRY(make(a_, sm, n * Vl_, std::is_same_v<S, double> ? DType::f64 : DType::f32, Category::logits_loss, "loss.softmax_fp32"));
     cpu::cast<S, A>(d(logits), sm.template data<A>(), n * Vl_);
@@ -721,16 +816,19 @@ class ModelImpl final : public Model {
     cpu::cast<A, S>(sm.template data<A>(), d(logits), n * Vl_);  // dlogits over the logits
     sm.reset();
     set_where(Phase::backward, -1, "head");
-    Tensor dhead, dx;
+    Tensor dhead, dx, dlocal;
+    if (sp_) LL_TRY(sp_gather(gathered, d(head_in), "head.input.gathered"));
     LL_TRY(ws(dhead, n * h_, "head.d_input"));
-    LL_TRY(lin_base_bwd(d(logits), d(head_in), d(W), d(dhead), g(gW), nullptr, n, h_, Vl_));
-    LL_TRY(tp_sum(d(dhead), n * h_));  // vocabulary-parallel head: partial input gradients
+    LL_TRY(lin_base_bwd(d(logits), sp_ ? d(gathered) : d(head_in), d(W), d(dhead), g(gW), nullptr, n, h_, Vl_));
+    gathered.reset();
+    LL_TRY(tp_reduce_input_grad(d(dhead), dlocal, "head.d_input_local"));  // vocabulary-parallel head: partial sums
     logits.reset();
     head_in.reset();
     set_where(Phase::backward, -1, "final_norm");
-    LL_TRY(ws(dx, n * h_, "layer.d_output"));
-    LL_TRY(norm_bwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), d(dhead), d(dx), false));
+    LL_TRY(ws(dx, ns * h_, "layer.d_output"));
+    LL_TRY(norm_bwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), sp_ ? d(dlocal) : d(dhead), d(dx), false));
     dhead.reset();
+    dlocal.reset();
     inputs_[static_cast<size_t>(nl)].reset();
     for (int i = nl - 1; i >= 0; --i) {
       Layer& L = layers_[static_cast<size_t>(i)];
@@ -741,9 +839,14 @@ class ModelImpl final : public Model {
     }
     if (embed_trainable_) {
       set_where(Phase::backward, -1, "embedding");
-      if (emb_mask.defined()) cpu::dropout_backward<S>(d(dx), emb_mask.template data<uint8_t>(), d(dx), n * h_, p_);
-      embed_bwd(b.tokens, d(dx));
-      if (gpt_) cpu::embedding_backward<S, G>(positions_.data(), d(dx), g(gwpe_), n, h_);
+      if (emb_mask.defined()) cpu::dropout_backward<S>(d(dx), emb_mask.template data<uint8_t>(), d(dx), ns * h_, p_);
+      const S* dfull = d(dx);
+      if (sp_) {  // the transpose of the forward's reduce-scatter
+        LL_TRY(sp_gather(gathered, d(dx), "embed.d_output.gathered"));
+        dfull = d(gathered);
+      }
+      embed_bwd(b.tokens, dfull);
+      if (gpt_) cpu::embedding_backward<S, G>(positions_.data(), dfull, g(gwpe_), n, h_);
     }
     release_all();
     return loss;
@@ -755,6 +858,8 @@ class ModelImpl final : public Model {
   bool gpt_ = true, drop_ = false, embed_trainable_ = true, head_trainable_ = true;
   int64_t h_ = 0, n_ = 0, V_ = 0, f_ = 0;  // f_: this rank's MLP width (ffn_hidden / t)
   int t_ = 1, tr_ = 0;                      // TP size and this rank's TP index
+  bool sp_ = false;                          // sequence parallel (t_ > 1 and plan.sp)
+  int64_t ns_ = 0;                           // tokens in this rank's sequence slice: n_ / t_ with SP, else n_
   int64_t qw_ = 0, kvw_ = 0, Vl_ = 0, v0_ = 0;  // local q / kv widths, vocab rows [v0_, v0_ + Vl_)
   double p_ = 0, lora_scale_ = 0;
   Tensor wte_, gwte_, wpe_, gwpe_, whead_, gwhead_;
@@ -786,7 +891,8 @@ Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const Model
       return Status::bad_input("executor: tp " + std::to_string(t) + " needs a communicator with a TP group of that size");
     if (m.heads % t != 0 || m.kv_heads % t != 0 || m.ffn_hidden % t != 0 || m.vocab % t != 0)
       return Status::bad_input("executor: tp " + std::to_string(t) + " must divide heads, kv_heads, ffn_hidden and vocab of " + m.name);
-    if (c.plan.sp) return Status::bad_input("executor: sequence parallel is not implemented yet (tp without sp is)");
+    if (c.plan.sp && (static_cast<int64_t>(c.plan.micro_batch) * c.job.seq_len) % t != 0)
+      return Status::bad_input("executor: sequence parallel needs micro_batch * seq_len divisible by tp " + std::to_string(t));
     if (c.job.mode == TrainMode::lora) return Status::bad_input("executor: LoRA with tp > 1 is not implemented");
   } else if (c.plan.tp != 1) {
     return Status::bad_input("executor: tp must be >= 1");

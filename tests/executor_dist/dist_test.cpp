@@ -31,16 +31,18 @@ struct Case {
   Family family;
   int dp, zero;
   int tp = 1;
+  bool sp = false;
   int world() const { return dp * tp; }
 };
 const Case kCases[] = {
     {"gpt_dp2", Family::gpt, 2, 0},    {"gpt_dp2_zero1", Family::gpt, 2, 1},     {"llama_dp2_zero2", Family::llama, 2, 2},
     {"gpt_dp4_zero1", Family::gpt, 4, 1}, {"llama_dp4_zero2", Family::llama, 4, 2},
     {"gpt_tp2", Family::gpt, 1, 0, 2},  {"llama_tp2", Family::llama, 1, 0, 2},  {"gpt_dp2_tp2_zero1", Family::gpt, 2, 1, 2},
+    {"gpt_tp2_sp", Family::gpt, 1, 0, 2, true}, {"llama_dp2_tp2_sp_zero2", Family::llama, 2, 2, 2, true},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
-PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1) {
+PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1, bool sp = false) {
   PlanFile f;
   ModelSpec& m = f.model;
   m.name = fam == Family::gpt ? "tiny-gpt" : "tiny-llama";
@@ -67,6 +69,7 @@ PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1) {
   f.plan.micro_batch = 4;
   f.plan.dp = dp;
   f.plan.tp = tp;
+  f.plan.sp = sp;
   f.plan.zero = zero;
   f.plan.grad_accum = static_cast<int>(16 / (4 * dp));
   return f;
@@ -120,7 +123,7 @@ nlohmann::json run_json(const RunReport& r, const std::vector<double>& params) {
 int child_main(const std::string& case_name, const std::string& out) {
   for (const Case& c : kCases) {
     if (case_name != c.name) continue;
-    const PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp);
+    const PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp);
     Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(f.plan, 60);
     if (!comm) {
       std::fprintf(stderr, "%s\n", comm.status().message().c_str());
@@ -242,9 +245,10 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
       // Model states and activations per rank equal the planner's (ZeRO partitions padded
       // to dp elements at most); ZeRO-2 keeps full-size gradient tensors (see data_parallel.h).
       // TP without SP all-reduces in place: the planner's TP line (one layer input,
-      // b*s*h, the SP all-gather buffer) has no counterpart, so communication is printed only.
+      // b*s*h, the SP all-gather buffer) has no counterpart, so communication is printed only;
+      // with SP that buffer is the all-gathered GEMM input and must match.
       if (name == "weights" || name == "optimizer_states" || name == "master_weights" || name == "activations" ||
-          name == "logits_loss" || (name == "communication" && c.tp == 1) || (name == "gradients" && c.zero < 2)) {
+          name == "logits_loss" || (name == "communication" && (c.tp == 1 || c.sp)) || (name == "gradients" && c.zero < 2)) {
         EXPECT_NEAR(meas, pred, std::max(64.0, 1e-4 * pred)) << name;
       }
     }
