@@ -10,6 +10,7 @@
 #include "executor/cpu/attention_dropout.h"
 #include "executor/cpu/ops.h"
 #include "planner/memory_model.h"
+#include "planner/plan_check.h"
 
 namespace llmplan::exec {
 
@@ -126,13 +127,23 @@ class ModelImpl final : public Model {
     embed_trainable_ = !lora && frozen == 0;
     head_trainable_ = !lora;
     lora_scale_ = c_.job.lora.rank > 0 ? c_.job.lora.alpha / c_.job.lora.rank : 0;
-    // Embedding (first stage) and head (last stage): pp = 1, so both here.
-    LL_TRY(param(wte_, gwte_, {0, V_, h_}, "embed.tokens", embed_trainable_, true, c_.options.init_std));
-    if (gpt_) LL_TRY(param(wpe_, gwpe_, {-1, m.max_positions, h_}, "embed.positions", embed_trainable_, true, c_.options.init_std));
-    layers_.resize(static_cast<size_t>(m.layers));
-    for (int i = 0; i < m.layers; ++i) LL_TRY(init_layer(layers_[static_cast<size_t>(i)], i));
-    LL_TRY(init_norm(fnorm_, "final_norm", head_trainable_));
-    if (!m.tied_embeddings) LL_TRY(param(whead_, gwhead_, {0, V_, h_}, "head.weight", head_trainable_, true, c_.options.init_std));
+    // Pipeline stage: its layers; the embedding on the first stage, final norm and head on
+    // the last. A tied head on pp > 1 is a copy of the embedding on the last stage (same
+    // initial values; its gradient is summed with the first stage's, Megatron).
+    stage_ = c_.stage;
+    first_ = stage_ == 0;
+    last_ = stage_ == c_.plan.pp - 1;
+    first_layer_ = first_layer_of_stage(m.layers, c_.plan.pp, stage_);
+    const int nl = layers_in_stage(m.layers, c_.plan.pp, stage_);
+    if (first_ || (last_ && m.tied_embeddings))
+      LL_TRY(param(wte_, gwte_, {0, V_, h_}, "embed.tokens", embed_trainable_, true, c_.options.init_std, 0, !first_));
+    if (gpt_ && first_) LL_TRY(param(wpe_, gwpe_, {-1, m.max_positions, h_}, "embed.positions", embed_trainable_, true, c_.options.init_std));
+    layers_.resize(static_cast<size_t>(nl));
+    for (int i = 0; i < nl; ++i) LL_TRY(init_layer(layers_[static_cast<size_t>(i)], i));
+    if (last_) {
+      LL_TRY(init_norm(fnorm_, "final_norm", head_trainable_));
+      if (!m.tied_embeddings) LL_TRY(param(whead_, gwhead_, {0, V_, h_}, "head.weight", head_trainable_, true, c_.options.init_std));
+    }
     positions_.resize(static_cast<size_t>(n_));
     inputs_.resize(layers_.size() + 1);
     return Status::ok();
@@ -159,8 +170,13 @@ class ModelImpl final : public Model {
 
   // The full (split.rows, split.cols) tensor is drawn as a single-rank model draws it; this
   // rank keeps its TP slice (split.dim, see TpSplit).
+  // Values depend on (seed, name) only, so every stage draws its parameters as a single-rank
+  // model does.
   Status param(Tensor& w, Tensor& g, TpSplit split, const std::string& name, bool trainable, bool decay, double std,
-               double constant = 0) {
+               double constant = 0, bool shared_copy = false) {
+    uint64_t hsh = 1469598103934665603ull;  // FNV-1a of the name
+    for (char ch : name) hsh = (hsh ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+    rng_.seed(cpu::splitmix64_at(c_.options.seed, hsh));
     const int64_t full = split.rows * split.cols;
     if (t_ == 1) split.dim = -1;
     const int64_t numel = split.dim < 0 ? full : full / t_;
@@ -188,7 +204,7 @@ class ModelImpl final : public Model {
       if (!r) return r.status();
       g = std::move(*r);
     }
-    params_.push_back({name, &w, trainable ? &g : nullptr, decay, split});
+    params_.push_back({name, &w, trainable ? &g : nullptr, decay, split, shared_copy});
     return Status::ok();
   }
 
@@ -219,11 +235,13 @@ class ModelImpl final : public Model {
     return Status::ok();
   }
 
-  Status init_layer(Layer& L, int i) {
+  // i: the stage-local index; L.index is the global one.
+  Status init_layer(Layer& L, int local) {
     const ModelSpec& m = c_.spec;
+    const int i = first_layer_ + local;
     L.index = i;
     L.ctx = model_layer_context(c_, i);
-    L.policy = layer_recompute(c_.plan, i, m.layers);  // one stage holds every layer
+    L.policy = layer_recompute(c_.plan, local, static_cast<int>(layers_.size()));
     L.recipe = saved_tensors_per_layer(m, L.ctx);
     const std::string pre = "layer" + std::to_string(i);
     LL_TRY(init_norm(L.ln1, pre + ".ln1", L.ctx.base_trainable));
@@ -507,7 +525,7 @@ class ModelImpl final : public Model {
       LL_TRY(lmake(L, sv.mlp_mask, "mlp.resid_dropout_mask", ns * h_, DType::u8, mode));
       cpu::dropout_forward<S>(d(branch), d(branch), sv.mlp_mask.template data<uint8_t>(), ns * h_, p_, site_seed(seed, L.index, 3));
     }
-    LL_TRY(make(a_, out, ns * h_, c_.storage, out_cat, L.index + 1 < static_cast<int>(layers_.size()) ? "ln1.input" : "final_norm.input"));
+    LL_TRY(make(a_, out, ns * h_, c_.storage, out_cat, &L != &layers_.back() ? "ln1.input" : last_ ? "final_norm.input" : "stage.output"));
     cpu::add<S>(d(sv.ln2_input), d(branch), d(out), ns * h_);
     if (mode != Mode::recompute) drop_transients(sv);
     return Status::ok();
@@ -738,7 +756,10 @@ class ModelImpl final : public Model {
   }
 
   Result<double> run(const Batch& b, double loss_scale, double denom, uint64_t seed, bool train) {
-    Result<double> r = run_inner(b, loss_scale, denom, seed, train);
+    Result<double> r = fwd(b, nullptr, nullptr, loss_scale, denom, seed, train);
+    if (r && train) {
+      if (Status st = bwd(b, nullptr, nullptr); !st) r = st;
+    }
     if (!r) release_all();  // after OOM: leave nothing of the step live
     return r;
   }
@@ -746,100 +767,174 @@ class ModelImpl final : public Model {
   void release_all() {
     for (Layer& L : layers_) L.sv.clear();
     for (Tensor& t : inputs_) t.reset();
+    for (Tensor* t : {&head_in_, &logits_, &sm_, &emb_mask_}) t->reset();
   }
 
-  Result<double> run_inner(const Batch& b, double loss_scale, double denom, uint64_t seed, bool train) {
+  // Pipeline slots: the state of one in-flight micro-batch (every layer's saved tensors,
+  // the stage's layer inputs, the head's input and logits, positions) is swapped in and
+  // out of the members the forward and backward work on.
+  struct Slot {
+    std::vector<Saved> sv;
+    std::vector<Tensor> inputs;
+    Tensor head_in, logits, sm, emb_mask;
+    std::vector<int32_t> positions;
+    const int32_t* doc = nullptr;
+  };
+  void swap_slot(int k) {
+    if (static_cast<size_t>(k) >= slots_.size()) slots_.resize(static_cast<size_t>(k) + 1);
+    Slot& sl = slots_[static_cast<size_t>(k)];
+    if (sl.inputs.size() != inputs_.size()) {
+      sl.inputs.resize(inputs_.size());
+      sl.sv.resize(layers_.size());
+      sl.positions.resize(positions_.size());
+    }
+    for (size_t i = 0; i < layers_.size(); ++i) std::swap(layers_[i].sv, sl.sv[i]);
+    std::swap(inputs_, sl.inputs);
+    std::swap(head_in_, sl.head_in);
+    std::swap(logits_, sl.logits);
+    std::swap(sm_, sl.sm);
+    std::swap(emb_mask_, sl.emb_mask);
+    std::swap(positions_, sl.positions);
+    std::swap(doc_, sl.doc);
+  }
+
+  Result<double> stage_forward(int slot, const Batch& b, const void* input, void* output, double loss_scale, double denom,
+                               uint64_t seed) override {
+    swap_slot(slot);
+    Result<double> r = fwd(b, static_cast<const S*>(input), static_cast<S*>(output), loss_scale, denom, seed, true);
+    if (!r) release_all();
+    swap_slot(slot);
+    return r;
+  }
+  Status stage_backward(int slot, const Batch& b, const void* dout, void* dinput) override {
+    swap_slot(slot);
+    Status st = bwd(b, static_cast<const S*>(dout), static_cast<S*>(dinput));
+    if (!st) release_all();
+    swap_slot(slot);
+    return st;
+  }
+
+  // Forward of one micro-batch through this stage. input: the previous stage's output
+  // (ns_, h) (nullptr on the first stage: the tokens are embedded); output (ns_, h): this
+  // stage's output, filled on every stage but the last. Returns the loss on the last stage
+  // (0 elsewhere); with train, what backward needs stays in the members.
+  Result<double> fwd(const Batch& b, const S* input, S* output, double loss_scale, double denom, uint64_t seed, bool train) {
     const ModelSpec& m = c_.spec;
     const int64_t n = n_, s = c_.job.seq_len;
     const Mode mode = train ? Mode::keep : Mode::discard;
     doc_ = b.doc_ids;
+    seed_ = seed;
+    loss_scale_ = loss_scale;
+    denom_ = denom;
     for (int64_t i = 0; i < n; ++i) {  // positions restart per sequence and per document
       const int64_t t = i % s;
       positions_[static_cast<size_t>(i)] =
           (t == 0 || doc_ == nullptr || doc_[i] != doc_[i - 1]) ? 0 : positions_[static_cast<size_t>(i - 1)] + 1;
     }
-    // ---- embedding -> layer 0's ln1.input
-    set_where(Phase::forward, -1, "embedding");
     const int nl = static_cast<int>(layers_.size());
     auto input_cat = [&](int i) {  // layer i's input (i == nl: the final norm's) kept?
-      const bool keep = train && (i == nl || layers_[static_cast<size_t>(i)].ctx.grad_flows);
+      const bool keep = train && (i == nl ? last_ : layers_[static_cast<size_t>(i)].ctx.grad_flows);
       return keep ? Category::activations : Category::workspace;
     };
     const int64_t ns = ns_;  // tokens of this rank's sequence slice (n without SP)
-    LL_TRY(make(a_, inputs_[0], ns * h_, c_.storage, input_cat(0), nl > 0 ? "ln1.input" : "final_norm.input"));
-    LL_TRY(embed_fwd(b.tokens, d(inputs_[0])));
-    Tensor emb_mask;
-    if (drop_) {
-      const bool keep = train && embed_trainable_;
-      LL_TRY(make(a_, emb_mask, ns * h_, DType::u8, keep ? Category::activations : Category::workspace, "embed.dropout_mask"));
-      cpu::dropout_forward<S>(d(inputs_[0]), d(inputs_[0]), emb_mask.template data<uint8_t>(), ns * h_, p_, site_seed(seed, -1, 0));
-      if (!keep) emb_mask.reset();
+    const char* in_name = nl > 0 ? "ln1.input" : "final_norm.input";
+    set_where(Phase::forward, -1, first_ ? "embedding" : "stage input");
+    LL_TRY(make(a_, inputs_[0], ns * h_, c_.storage, input_cat(0), in_name));
+    if (first_) {  // ---- embedding -> layer 0's ln1.input
+      LL_TRY(embed_fwd(b.tokens, d(inputs_[0])));
+      if (drop_) {
+        const bool keep = train && embed_trainable_;
+        LL_TRY(make(a_, emb_mask_, ns * h_, DType::u8, keep ? Category::activations : Category::workspace, "embed.dropout_mask"));
+        cpu::dropout_forward<S>(d(inputs_[0]), d(inputs_[0]), emb_mask_.template data<uint8_t>(), ns * h_, p_, site_seed(seed, -1, 0));
+        if (!keep) emb_mask_.reset();
+      }
+    } else {
+      std::memcpy(inputs_[0].raw(), input, static_cast<size_t>(inputs_[0].bytes()));
     }
     // ---- layers
     for (int i = 0; i < nl; ++i) {
       Layer& L = layers_[static_cast<size_t>(i)];
-      set_where(Phase::forward, i, "layer");
+      set_where(Phase::forward, L.index, "layer");
       LL_TRY(layer_fwd(L, d(inputs_[static_cast<size_t>(i)]), inputs_[static_cast<size_t>(i + 1)], input_cat(i + 1), mode, seed));
       if (!train || !L.ctx.grad_flows) inputs_[static_cast<size_t>(i)].reset();
       if (!train) L.sv.clear();
     }
+    if (!last_) {  // the next stage's input; nothing of it stays here
+      std::memcpy(output, inputs_[static_cast<size_t>(nl)].raw(), static_cast<size_t>(inputs_[static_cast<size_t>(nl)].bytes()));
+      inputs_[static_cast<size_t>(nl)].reset();
+      return 0.0;
+    }
     // ---- final norm, head, loss
     set_where(Phase::forward, -1, "final_norm");
-    Tensor head_in;
-    LL_TRY(make(a_, head_in, ns * h_, c_.storage, train ? Category::activations : Category::workspace, "head.input"));
-    norm_fwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), d(head_in));
+    LL_TRY(make(a_, head_in_, ns * h_, c_.storage, train ? Category::activations : Category::workspace, "head.input"));
+    norm_fwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), d(head_in_));
     Tensor gathered;  // SP: the head's full-sequence input
-    if (sp_) LL_TRY(sp_gather(gathered, d(head_in), "head.input.gathered"));
+    if (sp_) LL_TRY(sp_gather(gathered, d(head_in_), "head.input.gathered"));
     if (!train) inputs_[static_cast<size_t>(nl)].reset();
     set_where(Phase::forward, -1, "head");
     Tensor& W = m.tied_embeddings ? wte_ : whead_;
-    Tensor& gW = m.tied_embeddings ? gwte_ : gwhead_;
-    Tensor logits, sm;
-    LL_TRY(make(a_, logits, n * Vl_, c_.storage, Category::logits_loss, "logits"));
-    LL_TRY(lin_base_fwd(sp_ ? d(gathered) : d(head_in), d(W), nullptr, d(logits), n, h_, Vl_));
+    LL_TRY(make(a_, logits_, n * Vl_, c_.storage, Category::logits_loss, "logits"));
+    LL_TRY(lin_base_fwd(sp_ ? d(gathered) : d(head_in_), d(W), nullptr, d(logits_), n, h_, Vl_));
     gathered.reset();
     set_where(Phase::forward, -1, "loss");
-    LL_TRY(make(a_, sm, n * Vl_, std::is_same_v<S, double> ? DType::f64 : DType::f32, Category::logits_loss, "loss.softmax_fp32"));
-    cpu::cast<S, A>(d(logits), sm.template data<A>(), n * Vl_);
+    LL_TRY(make(a_, sm_, n * Vl_, std::is_same_v<S, double> ? DType::f64 : DType::f32, Category::logits_loss, "loss.softmax_fp32"));
+    cpu::cast<S, A>(d(logits_), sm_.template data<A>(), n * Vl_);
     double loss = 0;
     if (t_ == 1) {
-      loss = cpu::cross_entropy_forward<A>(sm.template data<A>(), b.targets, n, V_, denom);
+      loss = cpu::cross_entropy_forward<A>(sm_.template data<A>(), b.targets, n, V_, denom);
     } else {
-      Result<double> l = vocab_parallel_ce(sm.template data<A>(), b.targets, denom, train, loss_scale);
+      Result<double> l = vocab_parallel_ce(sm_.template data<A>(), b.targets, denom, train, loss_scale);
       if (!l) return l.status();
       loss = *l;
     }
-    if (!train) return loss;
-    // ---- backward
-    set_where(Phase::backward, -1, "loss");
-    if (t_ == 1) cpu::cross_entropy_backward<A>(sm.template data<A>(), b.targets, sm.template data<A>(), n, V_, loss_scale, denom);
-    cpu::cast<A, S>(sm.template data<A>(), d(logits), n * Vl_);  // dlogits over the logits
-    sm.reset();
-    set_where(Phase::backward, -1, "head");
-    Tensor dhead, dx, dlocal;
-    if (sp_) LL_TRY(sp_gather(gathered, d(head_in), "head.input.gathered"));
-    LL_TRY(ws(dhead, n * h_, "head.d_input"));
-    LL_TRY(lin_base_bwd(d(logits), sp_ ? d(gathered) : d(head_in), d(W), d(dhead), g(gW), nullptr, n, h_, Vl_));
-    gathered.reset();
-    LL_TRY(tp_reduce_input_grad(d(dhead), dlocal, "head.d_input_local"));  // vocabulary-parallel head: partial sums
-    logits.reset();
-    head_in.reset();
-    set_where(Phase::backward, -1, "final_norm");
+    if (!train) release_all();
+    return loss;
+  }
+
+  // Backward of the micro-batch fwd kept. dout: the gradient of this stage's output
+  // (nullptr on the last stage: the loss); dinput: the gradient of its input, filled on
+  // every stage but the first.
+  Status bwd(const Batch& b, const S* dout, S* dinput) {
+    const ModelSpec& m = c_.spec;
+    const int64_t n = n_, ns = ns_;
+    const int nl = static_cast<int>(layers_.size());
+    Tensor dx, gathered;
     LL_TRY(ws(dx, ns * h_, "layer.d_output"));
-    LL_TRY(norm_bwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), sp_ ? d(dlocal) : d(dhead), d(dx), false));
-    dhead.reset();
-    dlocal.reset();
+    if (last_) {
+      set_where(Phase::backward, -1, "loss");
+      if (t_ == 1)
+        cpu::cross_entropy_backward<A>(sm_.template data<A>(), b.targets, sm_.template data<A>(), n, V_, loss_scale_, denom_);
+      cpu::cast<A, S>(sm_.template data<A>(), d(logits_), n * Vl_);  // dlogits over the logits
+      sm_.reset();
+      set_where(Phase::backward, -1, "head");
+      Tensor& W = m.tied_embeddings ? wte_ : whead_;
+      Tensor& gW = m.tied_embeddings ? gwte_ : gwhead_;
+      Tensor dhead, dlocal;
+      if (sp_) LL_TRY(sp_gather(gathered, d(head_in_), "head.input.gathered"));
+      LL_TRY(ws(dhead, n * h_, "head.d_input"));
+      LL_TRY(lin_base_bwd(d(logits_), sp_ ? d(gathered) : d(head_in_), d(W), d(dhead), g(gW), nullptr, n, h_, Vl_));
+      gathered.reset();
+      LL_TRY(tp_reduce_input_grad(d(dhead), dlocal, "head.d_input_local"));  // vocabulary-parallel head: partial sums
+      logits_.reset();
+      head_in_.reset();
+      set_where(Phase::backward, -1, "final_norm");
+      LL_TRY(norm_bwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), sp_ ? d(dlocal) : d(dhead), d(dx), false));
+    } else {
+      std::memcpy(dx.raw(), dout, static_cast<size_t>(dx.bytes()));
+    }
     inputs_[static_cast<size_t>(nl)].reset();
     for (int i = nl - 1; i >= 0; --i) {
       Layer& L = layers_[static_cast<size_t>(i)];
       if (!L.ctx.grad_flows) break;
-      set_where(Phase::backward, i, "layer");
-      LL_TRY(layer_bwd(L, d(inputs_[static_cast<size_t>(i)]), d(dx), seed));
+      set_where(Phase::backward, L.index, "layer");
+      LL_TRY(layer_bwd(L, d(inputs_[static_cast<size_t>(i)]), d(dx), seed_));
       inputs_[static_cast<size_t>(i)].reset();
     }
-    if (embed_trainable_) {
+    if (!first_) {
+      std::memcpy(dinput, dx.raw(), static_cast<size_t>(dx.bytes()));
+    } else if (embed_trainable_) {
       set_where(Phase::backward, -1, "embedding");
-      if (emb_mask.defined()) cpu::dropout_backward<S>(d(dx), emb_mask.template data<uint8_t>(), d(dx), ns * h_, p_);
+      if (emb_mask_.defined()) cpu::dropout_backward<S>(d(dx), emb_mask_.template data<uint8_t>(), d(dx), ns * h_, p_);
       const S* dfull = d(dx);
       if (sp_) {  // the transpose of the forward's reduce-scatter
         LL_TRY(sp_gather(gathered, d(dx), "embed.d_output.gathered"));
@@ -849,7 +944,7 @@ class ModelImpl final : public Model {
       if (gpt_) cpu::embedding_backward<S, G>(positions_.data(), dfull, g(gwpe_), n, h_);
     }
     release_all();
-    return loss;
+    return Status::ok();
   }
 
   TrackingAllocator& a_;
@@ -865,7 +960,13 @@ class ModelImpl final : public Model {
   Tensor wte_, gwte_, wpe_, gwpe_, whead_, gwhead_;
   Norm fnorm_;
   std::vector<Layer> layers_;
-  std::vector<Tensor> inputs_;  // inputs_[i]: layer i's ln1.input; inputs_[L]: final_norm.input
+  std::vector<Tensor> inputs_;  // inputs_[i]: local layer i's ln1.input; inputs_[L]: the stage output / final_norm.input
+  Tensor head_in_, logits_, sm_, emb_mask_;  // the micro-batch in flight (see Slot)
+  std::vector<Slot> slots_;
+  uint64_t seed_ = 0;
+  double loss_scale_ = 1, denom_ = 0;
+  int stage_ = 0, first_layer_ = 0;
+  bool first_ = true, last_ = true;  // this stage holds the embedding / the final norm, head and loss
   std::vector<int32_t> positions_;
   const int32_t* doc_ = nullptr;
   std::vector<ParamRef> params_;
@@ -883,9 +984,10 @@ Result<std::unique_ptr<Model>> build(TrackingAllocator& a, const ModelConfig& c)
 
 Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& c) {
   const ModelSpec& m = c.spec;
-  if (c.plan.pp != 1 || c.plan.cp != 1)
-    return Status::bad_input("executor: pp and cp must be 1 in a model (got " + std::to_string(c.plan.pp) + "/" +
-                             std::to_string(c.plan.cp) + ")");
+  if (c.plan.cp != 1) return Status::bad_input("executor: cp must be 1 in a model (got " + std::to_string(c.plan.cp) + ")");
+  if (c.plan.pp < 1 || c.stage < 0 || c.stage >= c.plan.pp || c.plan.vpp > 1)
+    return Status::bad_input("executor: stage " + std::to_string(c.stage) + " of pp " + std::to_string(c.plan.pp) +
+                             (c.plan.vpp > 1 ? " with vpp > 1 (interleaving is not implemented)" : ""));
   if (const int t = c.plan.tp; t > 1) {
     if (c.comm == nullptr || c.comm->size(Group::tp) != t)
       return Status::bad_input("executor: tp " + std::to_string(t) + " needs a communicator with a TP group of that size");

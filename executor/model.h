@@ -64,7 +64,7 @@ struct ModelConfig {
   ModelSpec spec;
   TrainingJob job;
   ParallelPlan plan;
-  int stage = 0;                 // pipeline stage (only 0 with pp = 1 today)
+  int stage = 0;                 // pipeline stage: layers first_layer_of_stage.. (planner/plan_check.h)
   DType storage = DType::f32;    // weights and activations: f32, f64, bf16, f16
   DType grad = DType::f32;       // weight gradients: storage, or f32 for 16-bit storage
   ModelOptions options;
@@ -93,6 +93,7 @@ struct ParamRef {
   Tensor* grad = nullptr;  // nullptr: frozen (no gradient, no optimizer state)
   bool decay = true;       // weight decay applies (matrices), not norms and biases
   TpSplit split;           // dim -1 unless plan.tp > 1
+  bool shared_copy = false;  // the last stage's copy of a tied embedding (pp > 1): not in the gradient norm
 };
 
 struct Where {
@@ -111,6 +112,14 @@ class Model {
   virtual Result<double> forward_backward(const Batch& b, double loss_scale, double denom, uint64_t dropout_seed) = 0;
   // Forward only (nothing kept): the same loss.
   virtual Result<double> forward_loss(const Batch& b, double denom, uint64_t dropout_seed) = 0;
+  // Pipeline parallel: one micro-batch through this stage, its state kept in `slot` (one
+  // slot per in-flight micro-batch) until stage_backward(slot). input / output / dout /
+  // dinput: (b*s/t_sp, h) in the storage dtype; input nullptr on the first stage (tokens),
+  // output unused on the last (returns the loss there, 0 elsewhere); dout nullptr on the
+  // last stage, dinput unused on the first.
+  virtual Result<double> stage_forward(int slot, const Batch& b, const void* input, void* output, double loss_scale,
+                                       double denom, uint64_t dropout_seed) = 0;
+  virtual Status stage_backward(int slot, const Batch& b, const void* dout, void* dinput) = 0;
   virtual std::vector<ParamRef>& params() = 0;
   virtual void zero_grads() = 0;
   virtual const ModelConfig& config() const = 0;
