@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,17 +33,21 @@ struct Case {
   int dp, zero;
   int tp = 1;
   bool sp = false;
-  int world() const { return dp * tp; }
+  int pp = 1;
+  Schedule schedule = Schedule::one_f_one_b;
+  int world() const { return dp * tp * pp; }
 };
 const Case kCases[] = {
     {"gpt_dp2", Family::gpt, 2, 0},    {"gpt_dp2_zero1", Family::gpt, 2, 1},     {"llama_dp2_zero2", Family::llama, 2, 2},
     {"gpt_dp4_zero1", Family::gpt, 4, 1}, {"llama_dp4_zero2", Family::llama, 4, 2},
     {"gpt_tp2", Family::gpt, 1, 0, 2},  {"llama_tp2", Family::llama, 1, 0, 2},  {"gpt_dp2_tp2_zero1", Family::gpt, 2, 1, 2},
     {"gpt_tp2_sp", Family::gpt, 1, 0, 2, true}, {"llama_dp2_tp2_sp_zero2", Family::llama, 2, 2, 2, true},
+    {"gpt_pp2_1f1b", Family::gpt, 1, 0, 1, false, 2}, {"llama_pp2_gpipe", Family::llama, 1, 0, 1, false, 2, Schedule::gpipe},
+    {"gpt_tp2_pp2", Family::gpt, 1, 0, 2, false, 2}, {"llama_dp2_pp2_zero2", Family::llama, 2, 2, 1, false, 2},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
-PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1, bool sp = false) {
+PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1, bool sp = false, int pp = 1, Schedule sched = Schedule::one_f_one_b) {
   PlanFile f;
   ModelSpec& m = f.model;
   m.name = fam == Family::gpt ? "tiny-gpt" : "tiny-llama";
@@ -57,12 +62,12 @@ PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1, bool sp = false) {
   m.tied_embeddings = fam == Family::gpt;
   m.dropout = false;
   f.cluster.gpu = cpu_host_gpu(1e12);
-  f.cluster.gpus_per_node = dp * tp;
+  f.cluster.gpus_per_node = dp * tp * pp;
   f.cluster.intra_node_bandwidth = 10e9;  // shared memory between processes
   f.cluster.intra_node_latency = 5e-6;
   f.cluster.inter_node_bandwidth = 10e9;
   f.cluster.inter_node_latency = 5e-6;
-  f.gpus = dp * tp;
+  f.gpus = dp * tp * pp;
   f.job.seq_len = 32;
   f.job.global_batch = 16;
   f.job.precision = Precision::fp32;
@@ -70,6 +75,8 @@ PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1, bool sp = false) {
   f.plan.dp = dp;
   f.plan.tp = tp;
   f.plan.sp = sp;
+  f.plan.pp = pp;
+  f.plan.schedule = sched;
   f.plan.zero = zero;
   f.plan.grad_accum = static_cast<int>(16 / (4 * dp));
   return f;
@@ -92,17 +99,19 @@ std::vector<double> flat_params(Model& m) {
 
 // The reference (single-rank) parameters cut the way TP rank `tr` of `t` holds them
 // (`split` of each parameter as that rank's model reports it).
-std::vector<double> tp_slice(const std::vector<double>& ref, const std::vector<TpSplit>& splits, int t, int tr) {
+// ref: every parameter of the single-rank model by name; splits: (name, split) of the
+// parameters a rank holds, in its order (a pipeline stage holds some of them).
+std::vector<double> tp_slice(const std::map<std::string, std::vector<double>>& ref,
+                             const std::vector<std::pair<std::string, TpSplit>>& splits, int t, int tr) {
   std::vector<double> v;
-  size_t at = 0;
-  for (const TpSplit& sp : splits) {
+  for (const auto& [name, sp] : splits) {
+    const std::vector<double>& full = ref.at(name);
     const int64_t rows = sp.rows, cols = sp.cols;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const bool mine = sp.dim < 0 || (sp.dim == 0 && r / (rows / t) == tr) || (sp.dim == 1 && c / (cols / t) == tr);
-        if (mine) v.push_back(ref[at + static_cast<size_t>(r * cols + c)]);
+        if (mine) v.push_back(full[static_cast<size_t>(r * cols + c)]);
       }
-    at += static_cast<size_t>(rows * cols);
   }
   return v;
 }
@@ -123,7 +132,7 @@ nlohmann::json run_json(const RunReport& r, const std::vector<double>& params) {
 int child_main(const std::string& case_name, const std::string& out) {
   for (const Case& c : kCases) {
     if (case_name != c.name) continue;
-    const PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp);
+    const PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp, c.pp, c.schedule);
     Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(f.plan, 60);
     if (!comm) {
       std::fprintf(stderr, "%s\n", comm.status().message().c_str());
@@ -135,7 +144,7 @@ int child_main(const std::string& case_name, const std::string& out) {
     nlohmann::json splits = nlohmann::json::array();
     o.on_done = [&](Model& m) {
       params = flat_params(m);
-      for (const ParamRef& p : m.params()) splits.push_back({p.split.dim, p.split.rows, p.split.cols});
+      for (const ParamRef& p : m.params()) splits.push_back({p.name, p.split.dim, p.split.rows, p.split.cols});
     };
     Result<RunReport> r = run_plan(f, o);
     if (!r) {
@@ -203,8 +212,11 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
   PlanFile ref = tiny_plan(c.family, 1, 0);
   ref.plan.grad_accum = 4;
   RunOptions o = options();
-  std::vector<double> ref_params;
-  o.on_done = [&](Model& m) { ref_params = flat_params(m); };
+  std::map<std::string, std::vector<double>> ref_params;
+  o.on_done = [&](Model& m) {
+    for (ParamRef& p : m.params())
+      ref_params[p.name] = std::vector<double>(p.weight->data<float>(), p.weight->data<float>() + p.weight->numel());
+  };
   const auto t0 = std::chrono::steady_clock::now();
   Result<RunReport> r = run_plan(ref, o);
   ASSERT_TRUE(r) << r.status().message();
@@ -224,8 +236,9 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
     double worst = 0;
     for (size_t s = 0; s < losses.size(); ++s) worst = std::max(worst, rel(losses[s], r->steps[s].loss));
     const std::vector<double> params = j["params"];
-    std::vector<TpSplit> splits;
-    for (const auto& sp : j["splits"]) splits.push_back({sp[0].get<int>(), sp[1].get<int64_t>(), sp[2].get<int64_t>()});
+    std::vector<std::pair<std::string, TpSplit>> splits;
+    for (const auto& sp : j["splits"])
+      splits.push_back({sp[0].get<std::string>(), {sp[1].get<int>(), sp[2].get<int64_t>(), sp[3].get<int64_t>()}});
     const std::vector<double> ref_mine = tp_slice(ref_params, splits, c.tp, j["tp_rank"].get<int>());
     ASSERT_EQ(params.size(), ref_mine.size());
     double worst_p = 0, norm = 0, diff = 0;
