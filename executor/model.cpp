@@ -51,13 +51,16 @@ Status scratch(TrackingAllocator& a, Scratch& s, int64_t bytes, const char* what
   return Status::ok();
 }
 
-void fill_values(Tensor& t, const std::vector<double>& v) {
-  for (size_t i = 0; i < v.size(); ++i) {
+// t[offset + i] = v[i].
+void fill_values(Tensor& t, const std::vector<double>& v, int64_t offset = 0) {
+  for (size_t k = 0; k < v.size(); ++k) {
+    const int64_t i = offset + static_cast<int64_t>(k);
+    const double x = v[k];
     switch (t.dtype()) {
-      case DType::f32: t.data<float>()[i] = static_cast<float>(v[i]); break;
-      case DType::f64: t.data<double>()[i] = v[i]; break;
-      case DType::bf16: t.data<bf16_t>()[i] = float_to_bf16(static_cast<float>(v[i])); break;
-      case DType::f16: t.data<f16_t>()[i] = float_to_f16(static_cast<float>(v[i])); break;
+      case DType::f32: t.data<float>()[i] = static_cast<float>(x); break;
+      case DType::f64: t.data<double>()[i] = x; break;
+      case DType::bf16: t.data<bf16_t>()[i] = float_to_bf16(static_cast<float>(x)); break;
+      case DType::f16: t.data<f16_t>()[i] = float_to_f16(static_cast<float>(x)); break;
       default: break;
     }
   }
@@ -112,7 +115,6 @@ class ModelImpl final : public Model {
     f_ = m.ffn_hidden;
     drop_ = m.dropout;
     p_ = c_.options.dropout_p;
-    rng_.seed(c_.options.seed);
     t_ = c_.plan.tp;
     tr_ = t_ > 1 ? c_.comm->rank(Group::tp) : 0;
     qw_ = m.q_width() / t_;
@@ -170,35 +172,38 @@ class ModelImpl final : public Model {
 
   // The full (split.rows, split.cols) tensor is drawn as a single-rank model draws it; this
   // rank keeps its TP slice (split.dim, see TpSplit).
-  // Values depend on (seed, name) only, so every stage draws its parameters as a single-rank
-  // model does.
+  // Values are a function of (seed, name, element index in the full tensor) only -- a
+  // counter-based draw (splitmix64, Box-Muller) -- so every stage and TP slice computes its
+  // own elements as a single-rank model would, without drawing the rest.
   Status param(Tensor& w, Tensor& g, TpSplit split, const std::string& name, bool trainable, bool decay, double std,
                double constant = 0, bool shared_copy = false) {
-    uint64_t hsh = 1469598103934665603ull;  // FNV-1a of the name
-    for (char ch : name) hsh = (hsh ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
-    rng_.seed(cpu::splitmix64_at(c_.options.seed, hsh));
+    uint64_t key = 1469598103934665603ull;  // FNV-1a of the name
+    for (char ch : name) key = (key ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+    key = cpu::splitmix64_at(c_.options.seed, key);
     const int64_t full = split.rows * split.cols;
     if (t_ == 1) split.dim = -1;
     const int64_t numel = split.dim < 0 ? full : full / t_;
     LL_TRY(make(a_, w, numel, c_.storage, Category::weights, name));
-    std::vector<double> v(static_cast<size_t>(full), constant);
-    if (std > 0) {
-      std::normal_distribution<double> nd(0.0, std);
-      for (double& x : v) x = nd(rng_);
-    } else if (c_.options.randomize_all) {
-      std::uniform_real_distribution<double> ud(-0.5, 0.5);
-      for (double& x : v) x += ud(rng_);
+    const int64_t cl = split.dim == 1 ? split.cols / t_ : split.cols;
+    auto global_index = [&](int64_t i) {  // local element -> element of the full tensor
+      if (split.dim == 0) return tr_ * numel + i;
+      if (split.dim == 1) return (i / cl) * split.cols + tr_ * cl + i % cl;
+      return i;
+    };
+    auto unit = [&](int64_t k) {  // uniform in (0, 1]
+      return (static_cast<double>(cpu::splitmix64_at(key, static_cast<uint64_t>(k)) >> 11) + 1.0) * 0x1.0p-53;
+    };
+    constexpr int64_t kChunk = 1 << 20;
+    std::vector<double> v;
+    for (int64_t at = 0; at < numel; at += kChunk) {
+      v.assign(static_cast<size_t>(std::min(kChunk, numel - at)), constant);
+      for (size_t j = 0; j < v.size(); ++j) {
+        const int64_t gi = global_index(at + static_cast<int64_t>(j));
+        if (std > 0) v[j] = std * std::sqrt(-2.0 * std::log(unit(2 * gi))) * std::cos(6.283185307179586 * unit(2 * gi + 1));
+        else if (c_.options.randomize_all) v[j] += unit(2 * gi) - 0.5;
+      }
+      fill_values(w, v, at);
     }
-    if (split.dim == 0) {
-      v = std::vector<double>(v.begin() + tr_ * numel, v.begin() + (tr_ + 1) * numel);
-    } else if (split.dim == 1) {
-      const int64_t cl = split.cols / t_;
-      std::vector<double> sl(static_cast<size_t>(numel));
-      for (int64_t r = 0; r < split.rows; ++r)
-        for (int64_t j = 0; j < cl; ++j) sl[static_cast<size_t>(r * cl + j)] = v[static_cast<size_t>(r * split.cols + tr_ * cl + j)];
-      v = std::move(sl);
-    }
-    fill_values(w, v);
     if (trainable) {
       Result<Tensor> r = Tensor::zeros(a_, Shape{numel}, c_.grad, Category::gradients, name + ".grad");
       if (!r) return r.status();
@@ -949,7 +954,6 @@ class ModelImpl final : public Model {
 
   TrackingAllocator& a_;
   ModelConfig c_;
-  std::mt19937_64 rng_;
   bool gpt_ = true, drop_ = false, embed_trainable_ = true, head_trainable_ = true;
   int64_t h_ = 0, n_ = 0, V_ = 0, f_ = 0;  // f_: this rank's MLP width (ffn_hidden / t)
   int t_ = 1, tr_ = 0;                      // TP size and this rank's TP index
