@@ -46,6 +46,19 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
       e.model.layers = o.layers;
       e.plan.recompute_layers = std::min(e.plan.recompute_layers, o.layers);
     }
+    if (o.seq_len > 0 && o.seq_len != e.job.seq_len) {
+      changes.push_back("seq " + std::to_string(e.job.seq_len) + " -> " + std::to_string(o.seq_len));
+      e.job.seq_len = o.seq_len;
+    }
+    if (o.micro_batch > 0 && o.micro_batch != e.plan.micro_batch) {
+      changes.push_back("micro-batch " + std::to_string(e.plan.micro_batch) + " -> " + std::to_string(o.micro_batch));
+      e.plan.micro_batch = o.micro_batch;
+    }
+    if (o.grad_accum > 0 && o.grad_accum != e.plan.grad_accum) {
+      changes.push_back("accumulation " + std::to_string(e.plan.grad_accum) + " -> " + std::to_string(o.grad_accum));
+      e.plan.grad_accum = o.grad_accum;
+    }
+    e.job.global_batch = static_cast<int64_t>(e.plan.grad_accum) * e.plan.micro_batch * p.dp;
     e.gpus = p.world_size();
     e.cluster.nodes = 1;
     e.cluster.gpus_per_node = p.world_size();
