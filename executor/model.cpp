@@ -761,6 +761,7 @@ class ModelImpl final : public Model {
   }
 
   Result<double> run(const Batch& b, double loss_scale, double denom, uint64_t seed, bool train) {
+    if (!first_ || !last_) return Status::bad_input("executor: a pipeline stage runs through stage_forward/stage_backward");
     Result<double> r = fwd(b, nullptr, nullptr, loss_scale, denom, seed, train);
     if (r && train) {
       if (Status st = bwd(b, nullptr, nullptr); !st) r = st;

@@ -18,6 +18,13 @@
 // scratch) is in Category::workspace; weights, gradients in theirs. Master weights and
 // optimizer states belong to the Trainer (trainer.h).
 //
+// Pipeline parallel: a model is one stage (ModelConfig::stage) holding layers
+// first_layer_of_stage .. + layers_in_stage (planner/plan_check.h); the embedding lives on
+// the first stage, final norm, head and loss on the last; a tied head on pp > 1 is a copy of
+// the embedding on the last stage (ParamRef::shared_copy). Stages run micro-batches through
+// stage_forward / stage_backward, one slot per micro-batch in flight (executor/comm/pipeline.h
+// drives them); forward_backward / forward_loss need pp = 1.
+//
 // Tensor parallel (Megatron-LM, Shoeybi et al. 2019), plan.tp = t > 1 with a communicator:
 // q, k, v, gate, up are column-parallel (rows of W and the bias split by t: heads/t query
 // heads, kv_heads/t kv heads, f/t MLP columns; the input gradient is all-reduced over TP in
