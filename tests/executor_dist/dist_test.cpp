@@ -298,13 +298,26 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
     const std::vector<double> ref_mine = tp_slice(ref_params, splits, c.tp, j["tp_rank"].get<int>());
     ASSERT_EQ(params.size(), ref_mine.size());
     double worst_p = 0, norm = 0, diff = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      diff += (params[i] - ref_mine[i]) * (params[i] - ref_mine[i]);
-      norm += ref_mine[i] * ref_mine[i];
-      worst_p = std::max(worst_p, std::fabs(params[i] - ref_mine[i]));
+    std::string worst_name;
+    size_t at = 0;
+    for (const auto& [name, sp] : splits) {
+      const size_t local = static_cast<size_t>(sp.rows * sp.cols / (sp.dim < 0 ? 1 : c.tp));
+      for (size_t i = at; i < at + local; ++i) {
+        diff += (params[i] - ref_mine[i]) * (params[i] - ref_mine[i]);
+        norm += ref_mine[i] * ref_mine[i];
+        if (std::fabs(params[i] - ref_mine[i]) > worst_p) {
+          worst_p = std::fabs(params[i] - ref_mine[i]);
+          worst_name = name;
+        }
+      }
+      at += local;
     }
-    std::printf("[%s] rank %d: worst per-step loss rel diff %.2e; final params rel diff (L2) %.2e, max abs %.2e\n", c.name, rank,
-                worst, std::sqrt(diff / norm), worst_p);
+    // AdamW turns gradients that are only rounding noise (GPT's attention key bias, to which
+    // softmax is invariant; MLP columns of near-dead GELU units) into updates of up to lr, so
+    // the max abs difference sits there (gpt tp2: ~1e-4 at lr 1e-3). With SGD-momentum the
+    // same runs agree to 1e-9 (L2 relative), i.e. the parallel gradients are right.
+    std::printf("[%s] rank %d: worst per-step loss rel diff %.2e; final params rel diff (L2) %.2e, max abs %.2e (%s)\n", c.name, rank,
+                worst, std::sqrt(diff / norm), worst_p, worst_name.c_str());
     EXPECT_LT(worst, 1e-5);
     EXPECT_LT(std::sqrt(diff / norm), 1e-5);
     for (auto& [name, pm] : j["memory"].items()) {
