@@ -44,24 +44,33 @@ struct ExecuteCommand {
   double watchdog_s = 300;
 };
 
-// Rank 0 of a distributed run: if the launcher terminates this process (a peer died and
-// mpirun kills the job), a thread that waits for SIGTERM records the run as failed before
-// exiting, so the profile store never keeps a dead run as "running".
-void record_failure_on_sigterm(std::string db_path, int64_t run_id) {
+// A distributed run: mpirun terminates every rank with SIGTERM when one of them dies. The
+// signal is blocked in the main thread BEFORE MPI starts (block_sigterm), so MPI's own
+// threads inherit the mask and no thread but ours takes it; then a dedicated thread waits
+// for it (watch_sigterm). On rank 0, once the run is in the profile store, that thread
+// records the run as failed before exiting, so the store never keeps a dead run as
+// "running"; on the other ranks (run_id < 0) it just exits.
+sigset_t block_sigterm() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // inherited by threads started later (MPI's)
+  return set;
+}
+
+void watch_sigterm(sigset_t set, std::string db_path, int64_t run_id) {
   std::thread([set, db_path, run_id] {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) return;
-    std::fprintf(stderr, "llmplan: rank 0 terminated by the launcher (another rank failed); recording run %lld as failed\n",
-                 static_cast<long long>(run_id));
-    if (Result<ProfileStore> st = ProfileStore::open(db_path)) {
-      RunOutcome out;
-      out.status = RunStatus::failed;
-      out.error_message = "terminated by the launcher: another rank died or aborted";
-      (void)st->finish_run(run_id, out);
+    if (run_id >= 0) {
+      std::fprintf(stderr, "llmplan: rank 0 terminated by the launcher (another rank failed); recording run %lld as failed\n",
+                   static_cast<long long>(run_id));
+      if (Result<ProfileStore> st = ProfileStore::open(db_path)) {
+        RunOutcome out;
+        out.status = RunStatus::failed;
+        out.error_message = "terminated by the launcher: another rank died or aborted";
+        (void)st->finish_run(run_id, out);
+      }
     }
     std::_Exit(143);
   }).detach();
@@ -133,6 +142,7 @@ Runner register_execute(CLI::App* sub) {
     // ---- which rank this process is: single process, MPI rank, or rank proxy
     const int world = f->plan.world_size();
     std::unique_ptr<exec::Communicator> comm;
+    sigset_t sigterm{};
     if (c->proxy_rank >= 0) {
       if (c->proxy_rank >= world)
         return report(Status::bad_input("--proxy-rank " + std::to_string(c->proxy_rank) + ": the plan has ranks 0.." + std::to_string(world - 1)));
@@ -142,6 +152,7 @@ Runner register_execute(CLI::App* sub) {
         return report(Status::bad_input("this plan uses " + std::to_string(world) + " ranks; start one process per rank with MPI:\n  " +
                                         exec::launch_command(world, c->plan_file) +
                                         "\n(or run one rank's share here with --proxy-rank R)"));
+      sigterm = block_sigterm();  // before MPI_Init: see watch_sigterm
       Result<std::unique_ptr<exec::Communicator>> mc = exec::create_mpi_communicator(f->plan, c->watchdog_s);
       if (!mc) return report(mc.status());
       comm = std::move(*mc);
@@ -169,6 +180,7 @@ Runner register_execute(CLI::App* sub) {
     Result<std::string> db_path = default_db_path(c->db);
     if (!db_path) return report(db_path.status());
     if (!leader) {  // ranks > 0 compute and communicate; rank 0 prints and records
+      watch_sigterm(sigterm, "", -1);
       Result<exec::RunReport> r = exec::run_plan(*f, o);
       if (!r) return report(r.status());
       return r->oom ? 1 : 0;
@@ -199,7 +211,7 @@ Runner register_execute(CLI::App* sub) {
     }
     Result<int64_t> id = store->insert_run(rec);
     if (!id) return report(id.status());
-    if (comm && !comm->modelled()) record_failure_on_sigterm(*db_path, *id);
+    if (comm && !comm->modelled()) watch_sigterm(sigterm, *db_path, *id);
 
     o.on_step = [](int step, int total, bool warm, double loss, double t, double tps) {
       std::printf("step %3d/%d%s  loss %.4f  %.3f s  %.1f tokens/s\n", step + 1, total, warm ? " (warm-up)" : "", loss, t, tps);

@@ -18,8 +18,25 @@
 // scratch) is in Category::workspace; weights, gradients in theirs. Master weights and
 // optimizer states belong to the Trainer (trainer.h).
 //
-// Parallel slices plug in later: a layer carries its planner LayerContext (t, sp) and a
-// model is one pipeline stage (first_layer, layers); today t = 1 and pp = 1 are required.
+// Pipeline parallel: a model is one stage (ModelConfig::stage) holding layers
+// first_layer_of_stage .. + layers_in_stage (planner/plan_check.h); the embedding lives on
+// the first stage, final norm, head and loss on the last; a tied head on pp > 1 is a copy of
+// the embedding on the last stage (ParamRef::shared_copy). Stages run micro-batches through
+// stage_forward / stage_backward, one slot per micro-batch in flight (executor/comm/pipeline.h
+// drives them); forward_backward / forward_loss need pp = 1.
+//
+// Tensor parallel (Megatron-LM, Shoeybi et al. 2019), plan.tp = t > 1 with a communicator:
+// q, k, v, gate, up are column-parallel (rows of W and the bias split by t: heads/t query
+// heads, kv_heads/t kv heads, f/t MLP columns; the input gradient is all-reduced over TP in
+// backward); o and down are row-parallel (columns of W split; the output is all-reduced
+// over TP in forward, the bias added once); the embedding is vocabulary-parallel (rows
+// [tp*V/t, (tp+1)*V/t), output all-reduced); the head is column-parallel over the
+// vocabulary and the cross-entropy is vocabulary-parallel (row max, sum of exponentials and
+// target logit combined over TP), so logits are b*s*V/t as the planner counts. Norms,
+// position embeddings and row-parallel biases are replicated; their gradients are equal on
+// every TP rank. Initialisation draws the full tensor from the same RNG sequence as a
+// single-rank model and keeps this rank's slice, so a TP run equals a single-rank run.
+// Not implemented with t > 1: sequence parallel, LoRA. pp = 1 and cp = 1 are required.
 //
 // Errors: out-of-memory from the allocator is returned as its Status (runtime); where()
 // says which phase and layer were running. Thread-safety: none; one thread drives a model.
@@ -31,6 +48,7 @@
 #include <vector>
 
 #include "executor/allocator.h"
+#include "executor/comm/communicator.h"
 #include "executor/tensor.h"
 #include "planner/recipe.h"
 #include "planner/specs.h"
@@ -53,10 +71,11 @@ struct ModelConfig {
   ModelSpec spec;
   TrainingJob job;
   ParallelPlan plan;
-  int stage = 0;                 // pipeline stage (only 0 with pp = 1 today)
+  int stage = 0;                 // pipeline stage: layers first_layer_of_stage.. (planner/plan_check.h)
   DType storage = DType::f32;    // weights and activations: f32, f64, bf16, f16
   DType grad = DType::f32;       // weight gradients: storage, or f32 for 16-bit storage
   ModelOptions options;
+  Communicator* comm = nullptr;  // TP collectives; REQUIRES: non-null when plan.tp > 1
 };
 
 // One micro-batch, (b, s) row-major int32 each. targets -1 = ignored. doc_ids (nullable):
@@ -67,11 +86,21 @@ struct Batch {
   const int32_t* doc_ids = nullptr;
 };
 
+// How a parameter is split over the TP group: the full tensor is (rows, cols) row-major;
+// dim 0: this rank holds rows [tp*rows/t, (tp+1)*rows/t); dim 1: those columns; -1: all
+// (replicated: equal on every TP rank, counted once in the gradient norm).
+struct TpSplit {
+  int dim = -1;
+  int64_t rows = 0, cols = 0;  // of the full tensor
+};
+
 struct ParamRef {
   std::string name;      // "layer3.attn.q.weight", "embed.tokens", "lora.layer0.q.A"
   Tensor* weight = nullptr;
   Tensor* grad = nullptr;  // nullptr: frozen (no gradient, no optimizer state)
   bool decay = true;       // weight decay applies (matrices), not norms and biases
+  TpSplit split;           // dim -1 unless plan.tp > 1
+  bool shared_copy = false;  // the last stage's copy of a tied embedding (pp > 1): not in the gradient norm
 };
 
 struct Where {
@@ -90,6 +119,14 @@ class Model {
   virtual Result<double> forward_backward(const Batch& b, double loss_scale, double denom, uint64_t dropout_seed) = 0;
   // Forward only (nothing kept): the same loss.
   virtual Result<double> forward_loss(const Batch& b, double denom, uint64_t dropout_seed) = 0;
+  // Pipeline parallel: one micro-batch through this stage, its state kept in `slot` (one
+  // slot per in-flight micro-batch) until stage_backward(slot). input / output / dout /
+  // dinput: (b*s/t_sp, h) in the storage dtype; input nullptr on the first stage (tokens),
+  // output unused on the last (returns the loss there, 0 elsewhere); dout nullptr on the
+  // last stage, dinput unused on the first.
+  virtual Result<double> stage_forward(int slot, const Batch& b, const void* input, void* output, double loss_scale,
+                                       double denom, uint64_t dropout_seed) = 0;
+  virtual Status stage_backward(int slot, const Batch& b, const void* dout, void* dinput) = 0;
   virtual std::vector<ParamRef>& params() = 0;
   virtual void zero_grads() = 0;
   virtual const ModelConfig& config() const = 0;

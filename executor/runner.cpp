@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "executor/comm/data_parallel.h"
+#include "executor/comm/pipeline.h"
 #include "executor/data.h"
 #include "planner/explain.h"
 #include "planner/plan_check.h"
@@ -34,7 +35,8 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   const int64_t micro_per_step = microbatches_per_step(f.job, p);
   if (comm) {  // distributed data parallel: the plan's dp and ZeRO stay
     changes.push_back(std::string(comm->modelled() ? "rank proxy of" : "rank") + " " + std::to_string(comm->rank(Group::world)) +
-                      " of dp" + std::to_string(p.dp) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
+                      " of dp" + std::to_string(p.dp) + (p.tp > 1 ? " tp" + std::to_string(p.tp) + (p.sp ? " sp" : "") : std::string()) +
+                      (p.pp > 1 ? " pp" + std::to_string(p.pp) + (p.schedule == Schedule::gpipe ? " gpipe" : " 1f1b") : std::string()) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
                       comm->name() + (comm->modelled() ? " (communication modelled, not run)" : ""));
     if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
     e.plan.offload_optimizer = false;
@@ -44,6 +46,19 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
       e.model.layers = o.layers;
       e.plan.recompute_layers = std::min(e.plan.recompute_layers, o.layers);
     }
+    if (o.seq_len > 0 && o.seq_len != e.job.seq_len) {
+      changes.push_back("seq " + std::to_string(e.job.seq_len) + " -> " + std::to_string(o.seq_len));
+      e.job.seq_len = o.seq_len;
+    }
+    if (o.micro_batch > 0 && o.micro_batch != e.plan.micro_batch) {
+      changes.push_back("micro-batch " + std::to_string(e.plan.micro_batch) + " -> " + std::to_string(o.micro_batch));
+      e.plan.micro_batch = o.micro_batch;
+    }
+    if (o.grad_accum > 0 && o.grad_accum != e.plan.grad_accum) {
+      changes.push_back("accumulation " + std::to_string(e.plan.grad_accum) + " -> " + std::to_string(o.grad_accum));
+      e.plan.grad_accum = o.grad_accum;
+    }
+    e.job.global_batch = static_cast<int64_t>(e.plan.grad_accum) * e.plan.micro_batch * p.dp;
     e.gpus = p.world_size();
     e.cluster.nodes = 1;
     e.cluster.gpus_per_node = p.world_size();
@@ -170,10 +185,10 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   const ParallelPlan& fp = f.plan;
   const Communicator* comm = o.comm && fp.world_size() > 1 ? o.comm : nullptr;
   if (comm) {
-    if (fp.tp > 1 || fp.pp > 1 || fp.cp > 1 || fp.ep > 1)
-      return Status::bad_input("distributed executor: only data parallelism (dp, ZeRO 0-2) is implemented so far; this plan has tp" +
-                               std::to_string(fp.tp) + " pp" + std::to_string(fp.pp) + " cp" + std::to_string(fp.cp) + " ep" +
-                               std::to_string(fp.ep));
+    if (fp.cp > 1 || fp.ep > 1 || fp.vpp > 1)
+      return Status::bad_input("distributed executor: data, tensor (with SP) and pipeline parallel (GPipe, 1F1B) are implemented "
+                               "so far; this plan has cp" + std::to_string(fp.cp) + " ep" + std::to_string(fp.ep) + " vpp" +
+                               std::to_string(fp.vpp));
     if (fp.zero > 2) return Status::bad_input("distributed executor: ZeRO-3 is not implemented yet (ZeRO 0-2 are)");
     if (comm->size(Group::world) != fp.world_size())
       return Status::bad_input("communicator has " + std::to_string(comm->size(Group::world)) + " ranks, the plan needs " +
@@ -192,8 +207,13 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   gpu_only_zero.gemm_workspace_bytes = 0;
   gpu_only_zero.fragmentation_fraction = 0;
   gpu_only_zero.nccl_bytes_per_group = 0;
-  r.predicted_gpu = estimate_memory(e.model, e.cluster, e.job, e.plan, gpu_opt).worst;
-  r.predicted_alloc = estimate_memory(e.model, e.cluster, e.job, e.plan, gpu_only_zero).worst;
+  if (e.plan.pp > 1) {  // this rank's stage
+    r.predicted_gpu = estimate_stage_memory(e.model, e.cluster, e.job, e.plan, r.coords.pp, gpu_opt);
+    r.predicted_alloc = estimate_stage_memory(e.model, e.cluster, e.job, e.plan, r.coords.pp, gpu_only_zero);
+  } else {
+    r.predicted_gpu = estimate_memory(e.model, e.cluster, e.job, e.plan, gpu_opt).worst;
+    r.predicted_alloc = estimate_memory(e.model, e.cluster, e.job, e.plan, gpu_only_zero).worst;
+  }
   r.predicted_time = estimate_time(e.model, e.cluster, e.job, e.plan);
   r.tokens_per_step = e.job.global_batch * e.job.seq_len;
 
@@ -233,6 +253,8 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   mc.grad = ps.grad;
   mc.options = o.model;
   mc.options.seed = o.seed;
+  mc.comm = comm ? o.comm : nullptr;
+  mc.stage = comm ? r.coords.pp : 0;
 
   auto fail_oom = [&](const Status& st, const Where& w) -> Result<RunReport> {
     if (!alloc.last_oom()) return st;
@@ -254,7 +276,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   if (!model) return fail_oom(model.status(), Where{Phase::other, -1, "weights and gradients"});
   std::unique_ptr<DataParallel> dpar;
   std::optional<TrainerShard> shard;
-  if (comm) {
+  if (comm && e.plan.dp > 1) {  // TP-only plans have no DP group to synchronise
     Result<std::unique_ptr<DataParallel>> d = DataParallel::create(alloc, **model, *o.comm, e.plan.zero, o.bucket_bytes);
     if (!d) return fail_oom(d.status(), Where{Phase::other, -1, "data-parallel buckets"});
     dpar = std::move(*d);
@@ -262,6 +284,19 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   }
   Result<std::unique_ptr<Trainer>> trainer = Trainer::create(alloc, **model, e.job, ps, o.trainer, shard ? &*shard : nullptr);
   if (!trainer) return fail_oom(trainer.status(), Where{Phase::other, -1, "optimizer states and master weights"});
+  if (comm && (e.plan.tp > 1 || e.plan.pp > 1))
+    (*trainer)->set_norm_reduce([c = o.comm](double split_sq, double rep_sq) {
+      (void)c->all_reduce_sum(&split_sq, 1, DType::f64, Group::tp);
+      double x = split_sq + rep_sq;
+      (void)c->all_reduce_sum(&x, 1, DType::f64, Group::pp);
+      return x;
+    });
+  std::unique_ptr<Pipeline> pipe;
+  if (comm && e.plan.pp > 1) {
+    Result<std::unique_ptr<Pipeline>> pl = Pipeline::create(alloc, **model, *o.comm);
+    if (!pl) return fail_oom(pl.status(), Where{Phase::other, -1, "pipeline buffers"});
+    pipe = std::move(*pl);
+  }
   Model& m = **model;
   Trainer& t = **trainer;
   // Global micro-batch index of this rank's first micro-batch in a step: DP rank d takes
@@ -282,7 +317,26 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     m.zero_grads();
     double loss = 0;
-    for (int64_t mb = 0; mb < accum; ++mb) {
+    if (pipe) {  // every micro-batch of the step through this stage under the schedule
+      std::vector<PackedBatch> batches(static_cast<size_t>(accum));
+      for (int64_t mb = 0; mb < accum; ++mb) {
+        const int64_t g = step * global_accum + dp_rank * accum + mb;
+        if (loader) loader->next(b, &batches[static_cast<size_t>(mb)]);
+        else synthetic_batch(b, s, e.model.vocab, o.seed * 1000003 + static_cast<uint64_t>(g), &batches[static_cast<size_t>(mb)]);
+      }
+      Result<double> l = pipe->run_step(
+          accum,
+          [&](int64_t j) {
+            PackedBatch& pb = batches[static_cast<size_t>(j)];
+            return Batch{pb.tokens.data(), pb.targets.data(), loader ? pb.doc_ids.data() : nullptr};
+          },
+          [&](int64_t j) { return o.seed + static_cast<uint64_t>(step * global_accum + dp_rank * accum + j); }, t.loss_scale(), denom);
+      if (!l) return fail_oom(l.status(), m.where());
+      loss = *l;
+      if (Status st = o.comm->all_reduce_sum(&loss, 1, DType::f64, Group::pp); !st) return st;  // from the last stage
+      if (Status st = pipe->sync_tied_embedding(); !st) return st;
+    }
+    for (int64_t mb = 0; mb < (pipe ? 0 : accum); ++mb) {
       if (loader) loader->next(b, &batch);
       const int64_t g = step * global_accum + dp_rank * accum + mb;  // global micro-batch index
       if (!loader) synthetic_batch(b, s, e.model.vocab, o.seed * 1000003 + static_cast<uint64_t>(g), &batch);

@@ -178,12 +178,15 @@ void Trainer::update(State& s, double grad_scale) {
 StepOutcome Trainer::step() {
   StepOutcome out;
   out.loss_scale = loss_scale_;
-  std::vector<cpu::GradRef> grads;
+  std::vector<cpu::GradRef> grads, split;  // split: TP-split parameters
   for (State& s : states_) {
+    if (s.param->shared_copy) continue;  // its twin on the first stage counts
     const int64_t es = dtype_size(s.param->grad->dtype());
-    grads.push_back({static_cast<char*>(s.param->grad->raw()) + s.offset * es, s.count, s.param->grad->dtype()});
+    const cpu::GradRef g{static_cast<char*>(s.param->grad->raw()) + s.offset * es, s.count, s.param->grad->dtype()};
+    (s.param->split.dim >= 0 ? split : grads).push_back(g);
   }
-  double raw_norm = cpu::global_grad_norm(grads);
+  const double rn = cpu::global_grad_norm(grads), sn = cpu::global_grad_norm(split);
+  double raw_norm = norm_reduce_ ? std::sqrt(norm_reduce_(sn * sn, rn * rn)) : std::sqrt(sn * sn + rn * rn);
   if (shard_) raw_norm = std::sqrt(shard_->reduce_sum(raw_norm * raw_norm));
   const double norm = raw_norm / loss_scale_;
   out.grad_norm = norm;

@@ -85,6 +85,12 @@ class Trainer {
   // Applies the accumulated gradients (call zero_grads on the model afterwards).
   StepOutcome step();
   int64_t updates() const { return updates_; }
+  // Model parallel (TP, PP): f(split_sq, replicated_sq) returns the gradient norm's sum of
+  // squares over this rank's model-parallel group: split_sq over TP-split parameters
+  // (ParamRef::split.dim >= 0, summed over TP), replicated_sq over the others (equal on
+  // every TP rank, counted once), both summed over the pipeline stages. Shared copies
+  // (ParamRef::shared_copy) are left out. Unset: split_sq + replicated_sq.
+  void set_norm_reduce(std::function<double(double, double)> f) { norm_reduce_ = std::move(f); }
 
  private:
   struct State {
@@ -102,6 +108,7 @@ class Trainer {
   TrainerOptions opt_;
   std::vector<State> states_;
   std::optional<TrainerShard> shard_;
+  std::function<double(double, double)> norm_reduce_;
   std::vector<Tensor> frozen_copies_;  // O1: f32 copies of frozen weights (planner counts 6 B)
   double loss_scale_ = 1;
   int good_steps_ = 0;

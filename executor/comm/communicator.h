@@ -64,6 +64,9 @@ class Communicator {
   // Point to point, peer = group rank. tag distinguishes concurrent streams (micro-batch).
   virtual Status send(const void* buf, int64_t count, DType t, int peer, Group g, int tag) = 0;
   virtual Status recv(void* buf, int64_t count, DType t, int peer, Group g, int tag) = 0;
+  // Send to and receive from the same peer at once (pipeline schedules pair a send with a
+  // receive so that blocking point-to-point cannot deadlock, as Megatron's batched p2p).
+  virtual Status sendrecv(const void* sbuf, void* rbuf, int64_t count, DType t, int peer, Group g, int send_tag, int recv_tag) = 0;
   virtual Status barrier(Group g) = 0;
   // The caller made progress (a step finished); resets the watchdog. No-op by default.
   virtual void progress() {}
@@ -85,6 +88,9 @@ class LocalCommunicator final : public Communicator {
   Status broadcast(void*, int64_t, DType, int, Group) override { return Status::ok(); }
   Status send(const void*, int64_t, DType, int, Group, int) override { return Status::ok(); }
   Status recv(void* buf, int64_t count, DType t, int, Group, int) override;
+  Status sendrecv(const void*, void* rbuf, int64_t count, DType t, int peer, Group g, int, int tag) override {
+    return recv(rbuf, count, t, peer, g, tag);
+  }
   Status barrier(Group) override { return Status::ok(); }
 
  private:

@@ -129,6 +129,11 @@ class MpiCommunicator final : public Communicator {
   Status recv(void* buf, int64_t n, DType t, int peer, Group g, int tag) override {
     return check(MPI_Recv(buf, static_cast<int>(n), mpi_type(t), peer, tag, comm(g), MPI_STATUS_IGNORE), "Recv", g);
   }
+  Status sendrecv(const void* sbuf, void* rbuf, int64_t n, DType t, int peer, Group g, int stag, int rtag) override {
+    return check(MPI_Sendrecv(sbuf, static_cast<int>(n), mpi_type(t), peer, stag, rbuf, static_cast<int>(n), mpi_type(t), peer, rtag,
+                              comm(g), MPI_STATUS_IGNORE),
+                 "Sendrecv", g);
+  }
   Status barrier(Group g) override { return check(MPI_Barrier(comm(g)), "Barrier", g); }
   void progress() override { last_ = clock_now(); }
 

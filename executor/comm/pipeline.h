@@ -1,0 +1,56 @@
+// Pipeline parallel: runs one step's micro-batches through this rank's stage (a Model
+// built with ModelConfig::stage) under the plan's schedule, exchanging activations and
+// their gradients with the neighbouring stages over the PP group of a Communicator.
+//
+// Schedules (Narayanan et al. 2021; Megatron-LM's forward_backward_pipelining_without_
+// interleaving): GPipe (every forward, then every backward: m micro-batches in flight)
+// and 1F1B (stage i runs p-i-1 warm-up forwards, then alternates one forward and one
+// backward: min(m, p-i) in flight), i.e. planner inflight_microbatches. A send is paired
+// with the receive that follows it (Communicator::sendrecv) as Megatron batches its p2p,
+// so blocking point-to-point cannot deadlock. Interleaved 1F1B (vpp > 1) is not
+// implemented.
+//
+// Buffers: one send and one receive buffer of one micro-batch's stage output
+// (b*s/t_sp x h, activation dtype) in Category::communication: the planner's
+// "2 * tokens * h / seq_div * act_bytes" of PP comm_buffers.
+// Tied embeddings on pp > 1: the first stage's embedding and the last stage's copy get
+// their gradients summed (sync_tied_embedding, Megatron's embedding-group all-reduce).
+// Errors: runtime Status from the communicator or the model (OOM). Thread-safety: one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "executor/allocator.h"
+#include "executor/comm/communicator.h"
+#include "executor/model.h"
+
+namespace llmplan::exec {
+
+class Pipeline {
+ public:
+  // REQUIRES: model is stage comm.rank(Group::pp) of plan; model, comm, alloc outlive this.
+  static Result<std::unique_ptr<Pipeline>> create(TrackingAllocator& alloc, Model& model, Communicator& comm);
+  // Runs micro-batches 0..m-1 (batch(j), dropout seed seed(j)) forward and backward; weight
+  // gradients accumulate in the model. Returns the sum of the micro-batches' losses on the
+  // last stage, 0 on the others.
+  Result<double> run_step(int64_t m, const std::function<Batch(int64_t)>& batch, const std::function<uint64_t(int64_t)>& seed,
+                          double loss_scale, double denom);
+  // Sums the tied embedding's gradient between the first and the last stage (no-op
+  // without tied embeddings or with pp = 1).
+  Status sync_tied_embedding();
+  // Micro-batches this stage holds at once under the schedule (planner inflight_microbatches).
+  static int64_t slots(const ParallelPlan& plan, int64_t m, int stage);
+
+ private:
+  Pipeline() = default;
+  TrackingAllocator* alloc_ = nullptr;
+  Model* model_ = nullptr;
+  Communicator* comm_ = nullptr;
+  Tensor send_, recv_;
+  int64_t count_ = 0;  // elements of one stage output
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace llmplan::exec
