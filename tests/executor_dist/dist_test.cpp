@@ -3,6 +3,7 @@
 // runs 5 fp32 steps and writes its per-step losses, final parameters and measured vs
 // predicted bytes per category to <out>.<rank>.json; the parent compares.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -278,7 +279,8 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
   ASSERT_TRUE(r) << r.status().message();
   const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  const std::string out = ::testing::TempDir() + "dist_" + c.name;
+  // The pid keeps concurrent runs of this suite (two checkouts, ctest -j) from sharing files.
+  const std::string out = ::testing::TempDir() + "dist_" + std::to_string(::getpid()) + "_" + c.name;
   const auto t1 = std::chrono::steady_clock::now();
   ASSERT_EQ(run_mpi(c.world(), std::string("--child ") + c.name + " " + out), 0);
   const double dist_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -341,7 +343,7 @@ INSTANTIATE_TEST_SUITE_P(Matrix, Distributed, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(DeadRank, OthersExitWithAnErrorInBoundedTime) {
-  const std::string out = ::testing::TempDir() + "dist_dead";
+  const std::string out = ::testing::TempDir() + "dist_dead_" + std::to_string(::getpid());
   const auto t0 = std::chrono::steady_clock::now();
   const int rc = run_mpi(2, std::string("--child gpt_dp2 ") + out, "LLMPLAN_TEST_DIE_AT_STEP=2");
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
