@@ -27,6 +27,42 @@ GpuSpec cpu_host_gpu(double memory_bytes) {
 
 namespace {
 
+// Shrinks the executed job to what a CPU runs in seconds (--layers, --seq, --micro-batch,
+// --grad-accum) and puts it on the cpu-host device; the prediction follows `e`. The
+// data-parallel degree of `e.plan` is kept (1 for single-rank runs).
+void scale_down_to_cpu_host(const PlanFile& f, const RunOptions& o, PlanFile* e, std::vector<std::string>* changes) {
+  if (o.layers > 0 && o.layers != f.model.layers) {
+    changes->push_back("layers " + std::to_string(f.model.layers) + " -> " + std::to_string(o.layers));
+    e->model.layers = o.layers;
+    e->plan.recompute_layers = std::min(e->plan.recompute_layers, o.layers);
+  }
+  if (o.seq_len > 0 && o.seq_len != e->job.seq_len) {
+    changes->push_back("seq " + std::to_string(e->job.seq_len) + " -> " + std::to_string(o.seq_len));
+    e->job.seq_len = o.seq_len;
+  }
+  if (o.micro_batch > 0 && o.micro_batch != e->plan.micro_batch) {
+    changes->push_back("micro-batch " + std::to_string(e->plan.micro_batch) + " -> " + std::to_string(o.micro_batch));
+    e->plan.micro_batch = o.micro_batch;
+  }
+  if (o.grad_accum > 0 && o.grad_accum != e->plan.grad_accum) {
+    changes->push_back("accumulation " + std::to_string(e->plan.grad_accum) + " -> " + std::to_string(o.grad_accum));
+    e->plan.grad_accum = o.grad_accum;
+  }
+  e->job.global_batch = static_cast<int64_t>(e->plan.grad_accum) * e->plan.micro_batch * e->plan.dp;
+  e->gpus = e->plan.world_size();
+  e->cluster.nodes = 1;
+  e->cluster.gpus_per_node = e->plan.world_size();
+  e->cluster.gpu = cpu_host_gpu(o.memory_limit > 0 ? static_cast<double>(o.memory_limit) : 1e15);
+  e->cluster.name = "cpu-host";
+  changes->push_back("device cpu-host (150 GFLOP/s, 20 GB/s)");
+}
+
+std::string join_changes(const std::vector<std::string>& changes) {
+  std::string s;
+  for (const std::string& c : changes) s += (s.empty() ? "" : "; ") + c;
+  return s;
+}
+
 // The single-rank config this machine runs for `f`, and the label saying what changed.
 PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label, const Communicator* comm = nullptr) {
   PlanFile e = f;
@@ -41,33 +77,8 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
     if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
     e.plan.offload_optimizer = false;
     e.plan.grad_accum = static_cast<int>(micro_per_step);  // per DP rank already
-    if (o.layers > 0 && o.layers != f.model.layers) {
-      changes.push_back("layers " + std::to_string(f.model.layers) + " -> " + std::to_string(o.layers));
-      e.model.layers = o.layers;
-      e.plan.recompute_layers = std::min(e.plan.recompute_layers, o.layers);
-    }
-    if (o.seq_len > 0 && o.seq_len != e.job.seq_len) {
-      changes.push_back("seq " + std::to_string(e.job.seq_len) + " -> " + std::to_string(o.seq_len));
-      e.job.seq_len = o.seq_len;
-    }
-    if (o.micro_batch > 0 && o.micro_batch != e.plan.micro_batch) {
-      changes.push_back("micro-batch " + std::to_string(e.plan.micro_batch) + " -> " + std::to_string(o.micro_batch));
-      e.plan.micro_batch = o.micro_batch;
-    }
-    if (o.grad_accum > 0 && o.grad_accum != e.plan.grad_accum) {
-      changes.push_back("accumulation " + std::to_string(e.plan.grad_accum) + " -> " + std::to_string(o.grad_accum));
-      e.plan.grad_accum = o.grad_accum;
-    }
-    e.job.global_batch = static_cast<int64_t>(e.plan.grad_accum) * e.plan.micro_batch * p.dp;
-    e.gpus = p.world_size();
-    e.cluster.nodes = 1;
-    e.cluster.gpus_per_node = p.world_size();
-    e.cluster.gpu = cpu_host_gpu(o.memory_limit > 0 ? static_cast<double>(o.memory_limit) : 1e15);
-    e.cluster.name = "cpu-host";
-    changes.push_back("device cpu-host (150 GFLOP/s, 20 GB/s)");
-    std::string s;
-    for (const std::string& c : changes) s += (s.empty() ? "" : "; ") + c;
-    *label = s;
+    scale_down_to_cpu_host(f, o, &e, &changes);
+    *label = join_changes(changes);
     return e;
   }
   if (p.world_size() > 1 || p.ep > 1) {
@@ -83,34 +94,8 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   e.plan.schedule = Schedule::one_f_one_b;
   e.plan.grad_accum = static_cast<int>(micro_per_step);
   e.job.global_batch = micro_per_step * p.micro_batch;
-  if (o.layers > 0 && o.layers != f.model.layers) {
-    changes.push_back("layers " + std::to_string(f.model.layers) + " -> " + std::to_string(o.layers));
-    e.model.layers = o.layers;
-    e.plan.recompute_layers = std::min(e.plan.recompute_layers, o.layers);
-  }
-  // Scaling the job down to what a CPU runs in seconds; the prediction follows.
-  if (o.seq_len > 0 && o.seq_len != e.job.seq_len) {
-    changes.push_back("seq " + std::to_string(e.job.seq_len) + " -> " + std::to_string(o.seq_len));
-    e.job.seq_len = o.seq_len;
-  }
-  if (o.micro_batch > 0 && o.micro_batch != e.plan.micro_batch) {
-    changes.push_back("micro-batch " + std::to_string(e.plan.micro_batch) + " -> " + std::to_string(o.micro_batch));
-    e.plan.micro_batch = o.micro_batch;
-  }
-  if (o.grad_accum > 0 && o.grad_accum != e.plan.grad_accum) {
-    changes.push_back("accumulation " + std::to_string(e.plan.grad_accum) + " -> " + std::to_string(o.grad_accum));
-    e.plan.grad_accum = o.grad_accum;
-  }
-  e.job.global_batch = static_cast<int64_t>(e.plan.grad_accum) * e.plan.micro_batch;
-  e.gpus = 1;
-  e.cluster.nodes = 1;
-  e.cluster.gpus_per_node = 1;
-  e.cluster.gpu = cpu_host_gpu(o.memory_limit > 0 ? static_cast<double>(o.memory_limit) : 1e15);
-  e.cluster.name = "cpu-host";
-  changes.push_back("device cpu-host (150 GFLOP/s, 20 GB/s)");
-  std::string s;
-  for (const std::string& c : changes) s += (s.empty() ? "" : "; ") + c;
-  *label = s;
+  scale_down_to_cpu_host(f, o, &e, &changes);
+  *label = join_changes(changes);
   return e;
 }
 
