@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "simulator/step_simulator.h"
 #include "cli/common.h"
 #include "cli/print.h"
 #include "planner/plan_file.h"
@@ -25,6 +26,7 @@ struct ValidateCommand {
   std::string explain;     // one record id: print its plan and breakdowns
   bool fit = false;
   bool quiet_rows = false;
+  bool simulate = false;   // simulated vs analytic step time per record
   int threads = 1;
 };
 
@@ -152,6 +154,51 @@ int explain_record(const ReferenceSet& set, const PresetRegistry& presets, const
   return report(Status::bad_input("--explain: no record with id '" + id + "'"));
 }
 
+// The step simulator against the analytic model on every record the planner can cost
+// (throughput kinds with an architecture and a GPU preset): the per-record table and the
+// median/max difference, with the terms that differ most named for each record.
+int simulate_records(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& opt) {
+  SimOptions so;
+  so.efficiency = opt.efficiency;
+  so.memory = opt.memory;
+  so.record_events = false;
+  so.record_memory = false;
+  std::printf("%-52s %-22s %11s %11s %8s  %s\n", "record", "group", "analytic s", "simulated s", "diff", "largest term differences (sim - analytic, s)");
+  std::vector<double> diffs;
+  int within5 = 0;
+  for (const ReferenceRecord& r : set.records) {
+    if (r.kind.find("throughput") == std::string::npos) continue;
+    const PreparedRecord p = prepare_record(r, presets, opt);
+    if (!p.skip.empty() || !p.has_architecture || !p.hardware_known) continue;
+    Result<SimResult> sim = simulate_step(p.model, p.cluster, p.job, p.plan, so);
+    if (!sim) {
+      std::printf("%-52s %-22s %s\n", r.id.c_str(), r.group.c_str(), sim.status().message().c_str());
+      continue;
+    }
+    const StepTime& a = sim->analytic;
+    const SimBreakdown& b = sim->breakdown;
+    const std::pair<const char*, double> terms[] = {{"bubble", b.bubble - a.bubble}, {"dp", b.dp_comm - a.dp_comm},   {"tp", b.tp_comm - a.tp_comm},
+                                                    {"pp", b.pp_comm - a.pp_comm}, {"cp", b.cp_comm - a.cp_comm},   {"ep", b.ep_comm - a.ep_comm},
+                                                    {"compute", (b.compute + b.recompute) - (a.compute + a.recompute)}};
+    std::string why;
+    for (const auto& [name, d] : terms) {
+      if (std::fabs(d) < 0.005 * a.total) continue;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%s %+.3f", why.empty() ? "" : ", ", name, d);
+      why += buf;
+    }
+    const double diff = sim->total / a.total - 1;
+    diffs.push_back(std::fabs(diff));
+    within5 += std::fabs(diff) <= 0.05;
+    std::printf("%-52s %-22s %11.4f %11.4f %+7.1f%%  %s\n", r.id.c_str(), r.group.c_str(), a.total, sim->total, 100 * diff, why.c_str());
+  }
+  if (diffs.empty()) return report(Status::runtime("no record could be simulated"));
+  std::sort(diffs.begin(), diffs.end());
+  std::printf("\n%zu records simulated: median |difference| %.2f%%, max %.2f%%, %d within 5%%\n", diffs.size(),
+              100 * diffs[diffs.size() / 2], 100 * diffs.back(), within5);
+  return 0;
+}
+
 int run_validate(const ValidateCommand& c) {
   const std::string path = c.data.empty() ? default_reference_path() : c.data;
   Result<ReferenceSet> set = load_reference_runs(path);
@@ -173,6 +220,7 @@ int run_validate(const ValidateCommand& c) {
     opt.efficiency = f.fitted;
   }
   if (!c.explain.empty()) return explain_record(*set, *presets, opt, c.explain);
+  if (c.simulate) return simulate_records(*set, *presets, opt);
   const std::vector<ValidationRow> rows = validate_records(*set, *presets, opt);
   const std::vector<SummaryLine> lines = summarize(rows);
   if (json_only) {
@@ -203,6 +251,7 @@ Runner register_validate(CLI::App* sub) {
   sub->add_option("--explain", c->explain, "print one record's rebuilt plan with the memory and time breakdowns");
   sub->add_flag("--fit", c->fit, "re-fit the time model's efficiency constants on the fitting half first, and print them");
   sub->add_flag("--summary-only", c->quiet_rows, "print the summaries without the per-record table");
+  sub->add_flag("--simulate", c->simulate, "compare the step simulator with the analytic model on every costed record");
   sub->add_option("--threads", c->threads, "threads for the sweeps that fill missing plan knobs")->capture_default_str();
   return [c]() { return run_validate(*c); };
 }

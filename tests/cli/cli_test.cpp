@@ -178,3 +178,14 @@ TEST(Cli, SimulateTopReranksBySimulatedTime) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Cli, ValidateSimulateComparesEveryCostedRecord) {
+  const CliRun r = run("validate --simulate");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("records simulated: median |difference|"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("narayanan2021_table1"), std::string::npos) << r.output;
+}
+
+}  // namespace
