@@ -336,6 +336,9 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     if (dpar) {
       if (Status st = dpar->sync_grads(); !st) return st;
       if (Status st = o.comm->all_reduce_sum(&loss, 1, DType::f64, Group::dp); !st) return st;
+      // A proxy has no peers to add their shares: report its own tokens' mean loss, which
+      // estimates the global one (each DP rank holds 1/dp of the step's tokens).
+      if (o.comm->modelled()) loss *= o.comm->size(Group::dp);
     }
     alloc.set_phase(Phase::optimizer);
     const StepOutcome so = t.step();
