@@ -235,7 +235,9 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     ++groups;
   }
   if (p.tp > 1) {
-    x.comm_buffers += tokens * h * act_bytes;  // SP/TP all-gather output of one layer input
+    // Sequence parallel all-gathers a layer's input into a full-sequence buffer; plain TP
+    // all-reduces in place and needs none (measured by the distributed executor).
+    if (p.sp) x.comm_buffers += tokens * h * act_bytes;
     ++groups;
   }
   if (p.pp > 1) {
