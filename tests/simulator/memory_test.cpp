@@ -6,26 +6,10 @@
 // 1-byte tolerance absorbs only the order of floating-point sums of ~1e10-byte values
 // (one ulp there is ~1e-6 byte); the smallest real item (a dropout mask) is > 1 MiB.
 //
-// Known disagreements with planner/memory_model.cpp (planner commit 43540b0); the tests
-// below fail until the planner (or, if the planner is right, the simulator) changes:
-//  - GPipe, last stage: the logits + fp32 softmax (b s V/t (2 + 4) bytes) are saved from
-//    each micro-batch's forward to its backward, and GPipe runs every forward first, so
-//    the last stage holds m of them; the planner counts one. Llama-2 7B tp2 pp4 m16 s4096:
-//    16 x 393.2 MB = 6.29 GB vs 0.39 GB (+5.90 GB, +6.19 GB with fragmentation).
-//  - Interleaved, last stage: the final-norm and LM-head inputs (2 b s h/t_sp x 2 bytes)
-//    belong to the last chunk only, whose forward is followed at once by its backward,
-//    so one set is held; the planner multiplies them by the stage's (w + 1)/v in-flight
-//    micro-batches (2.5 for pp4 v2). Llama-2 7B tp2 sp pp4 v2: -50.3 MB (-52.8 MB total).
-//  - Interleaved, first stage with dropout: the embedding dropout mask (b s h/t_sp bytes)
-//    belongs to chunk 0, of which the stage holds 2 pp sets at its peak (pp4 v2 m32:
-//    chunk-0 micro-batches 0-7 with chunk-1 1-3), not (w + 1)/v = 5.5. GPT-3 1.3B tp2 sp
-//    pp4 v2: +5.24 MB (+5.5 MB total). GPT-3 175B tp8 sp pp16 v2 m64: 32 masks, not 23.5,
-//    +28.1 MB on stage 0 (and -99.1 MB on stage 15 from the item above).
-//  - Interleaved with full_k: layer_recompute's "first k layers of the stage" all fall in
-//    chunk 0, so chunks keep different activations and the full-recompute working set
-//    only appears during chunk 0's backwards; the planner uses the stage average times
-//    (w + 1)/v and the stage's largest working set at every backward. Llama-2 7B tp2 pp4
-//    v2 k2 m32: the planner is higher by 0.80, 0.27, 0.55 and 1.13 GB on stages 0-3.
+// These tests found four disagreements with the planner, since fixed there: GPipe's last
+// stage holds m logits sets; the interleaved last stage holds one set of head inputs; the
+// interleaved first stage holds 2p embedding dropout masks; full_k recomputes the first k
+// layers of each model chunk (Megatron's rule). Each case below pins one of them.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -115,8 +99,8 @@ TEST(SimMemory, PeakEqualsAnalyticInterleavedWithDropout) {
 }
 
 TEST(SimMemory, PeakEqualsAnalyticInterleavedFullK) {
-  // full_k marks the first k layers of the stage (layer_recompute), which interleaving
-  // puts all in chunk 0: chunks then keep different activations.
+  // full_k marks the first k layers of each model chunk (layer_recompute), so every chunk
+  // keeps the same activations and has the same working set.
   ParallelPlan p = mk(1, 2, 4, 2, Schedule::interleaved, Recompute::full_k, 0, 1, 32);
   p.recompute_layers = 2;
   expect_peaks_equal({"llama7b tp2 pp4 vpp2 full_k 2", kLlama, 1, 4096, 32, p});
