@@ -151,21 +151,36 @@ LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const Paral
   return c;
 }
 
+double layer_rematerialised_bytes(const SavedTensorSums& sums, LayerRecompute policy) {
+  const double checkpoint = policy == LayerRecompute::full ? activation_bytes_per_layer(sums, policy) : 0;
+  return recompute_working_bytes(sums, policy) - checkpoint;
+}
+
+double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTensorSums& as_trainable, LayerRecompute policy) {
+  // The layer's 16-bit output branch is always transient beside what the policy keeps.
+  if (sums.grad_flows) return sums.input + layer_rematerialised_bytes(sums, policy);
+  // A frozen layer below every trainable weight keeps nothing: its whole forward set is
+  // transient, as under full recompute.
+  return sums.input + layer_rematerialised_bytes(as_trainable, LayerRecompute::full);
+}
+
+namespace {
+
+LayerContext as_trainable_context(LayerContext lc) {
+  lc.grad_flows = true;
+  lc.base_trainable = true;
+  return lc;
+}
+
+}  // namespace
+
 double layer_rematerialised_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy) {
-  const double checkpoint = policy == LayerRecompute::full ? activation_bytes_per_layer(m, lc, policy) : 0;
-  return recompute_working_bytes(m, lc, policy) - checkpoint;
+  return layer_rematerialised_bytes(sum_saved_tensors(m, lc), policy);
 }
 
 double layer_forward_transient_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy) {
-  const double seq_div = lc.sp ? lc.t : 1.0;
-  const double branch = static_cast<double>(lc.b) * lc.s * m.hidden / seq_div * lc.act_bytes;
-  if (lc.grad_flows) return branch + layer_rematerialised_bytes(m, lc, policy);
-  // A frozen layer below every trainable weight keeps nothing: its whole forward set is
-  // transient, as under full recompute.
-  LayerContext trains = lc;
-  trains.grad_flows = true;
-  trains.base_trainable = true;
-  return branch + layer_rematerialised_bytes(m, trains, LayerRecompute::full);
+  const SavedTensorSums sums = sum_saved_tensors(m, lc);
+  return layer_forward_transient_bytes(sums, lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc)), policy);
 }
 
 double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
@@ -284,11 +299,14 @@ PlanMemoryInputs plan_memory_inputs(const ModelSpec& m, const TrainingJob& j, co
     const int layer = f ? 0 : m.layers - 1;
     LayerContext lc = layer_context(m, j, p, layer);
     if (f == 1 && frozen == 0) lc.grad_flows = false;
+    // One walk over the recipe per kind of layer serves all three policies.
+    const SavedTensorSums sums = sum_saved_tensors(m, lc);
+    const SavedTensorSums trainable = lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc));
     for (int r = 0; r < 3; ++r) {
       const LayerRecompute rc = static_cast<LayerRecompute>(r);
-      in.layer_bytes[f][r] = activation_bytes_per_layer(m, lc, rc);
-      in.remat_bytes[f][r] = lc.grad_flows ? layer_rematerialised_bytes(m, lc, rc) : 0;
-      in.transient_bytes[f][r] = layer_forward_transient_bytes(m, lc, rc);
+      in.layer_bytes[f][r] = activation_bytes_per_layer(sums, rc);
+      in.remat_bytes[f][r] = lc.grad_flows ? layer_rematerialised_bytes(sums, rc) : 0;
+      in.transient_bytes[f][r] = layer_forward_transient_bytes(sums, trainable, rc);
     }
   }
   return in;

@@ -125,6 +125,10 @@ double layer_forward_transient_bytes(const ModelSpec& m, const LayerContext& lc,
 // Bytes a layer's backward re-materialises beside the kept activations: recompute_working_bytes
 // less the checkpointed input, which is kept (full) rather than made again.
 double layer_rematerialised_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy);
+// The same two from precomputed sums; `as_trainable` are the sums of the layer as if it
+// trained (used when `sums.grad_flows` is false). Results equal the forms above.
+double layer_rematerialised_bytes(const SavedTensorSums& sums, LayerRecompute policy);
+double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTensorSums& as_trainable, LayerRecompute policy);
 // Activation gradients live during one layer's backward: the gradient of its output, of
 // its input, and the widest intermediate gradients of the MLP -- one f-wide gradient for
 // GPT's GELU, two for SwiGLU (the gate and up gradients exist together): (2h + f) or

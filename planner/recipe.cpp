@@ -120,29 +120,40 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
   return out;
 }
 
-double activation_bytes_per_layer(const ModelSpec& m, const LayerContext& c, LayerRecompute policy) {
-  if (!c.grad_flows) return 0;
-  if (policy == LayerRecompute::full) {
-    const double seq_div = c.sp ? c.t : 1.0;
-    return static_cast<double>(c.b) * c.s * m.hidden / seq_div * c.act_bytes;
-  }
+SavedTensorSums sum_saved_tensors(const ModelSpec& m, const LayerContext& c) {
+  SavedTensorSums sums;
+  sums.grad_flows = c.grad_flows;
+  const double seq_div = c.sp ? c.t : 1.0;
+  sums.input = static_cast<double>(c.b) * c.s * m.hidden / seq_div * c.act_bytes;
   const SavedTensorList list = saved_tensors_per_layer(m, c);
-  double sum = 0;
   for (int i = 0; i < list.count; ++i) {
-    if (policy == LayerRecompute::selective && list.items[i].attention_scores) continue;
-    sum += list.items[i].bytes();
+    sums.all += list.items[i].bytes();
+    if (list.items[i].attention_scores) sums.scores += list.items[i].bytes();
   }
-  return sum;
+  return sums;
+}
+
+double activation_bytes_per_layer(const SavedTensorSums& s, LayerRecompute policy) {
+  if (!s.grad_flows) return 0;
+  switch (policy) {
+    case LayerRecompute::full: return s.input;
+    case LayerRecompute::selective: return s.all - s.scores;
+    case LayerRecompute::none: break;
+  }
+  return s.all;
+}
+
+double recompute_working_bytes(const SavedTensorSums& s, LayerRecompute policy) {
+  if (!s.grad_flows || policy == LayerRecompute::none) return 0;
+  return policy == LayerRecompute::full ? s.all : s.scores;
+}
+
+double activation_bytes_per_layer(const ModelSpec& m, const LayerContext& c, LayerRecompute policy) {
+  return activation_bytes_per_layer(sum_saved_tensors(m, c), policy);
 }
 
 double recompute_working_bytes(const ModelSpec& m, const LayerContext& c, LayerRecompute policy) {
-  if (!c.grad_flows || policy == LayerRecompute::none) return 0;
-  const SavedTensorList list = saved_tensors_per_layer(m, c);
-  double sum = 0;
-  for (int i = 0; i < list.count; ++i) {
-    if (policy == LayerRecompute::full || list.items[i].attention_scores) sum += list.items[i].bytes();
-  }
-  return sum;
+  return recompute_working_bytes(sum_saved_tensors(m, c), policy);
 }
 
 ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lora_targets, int lora_rank) {

@@ -73,6 +73,18 @@ enum class LayerRecompute { none, selective, full };
 // none -> all of saved_tensors_per_layer; selective -> without the attention-score
 // tensors; full -> only the layer input (sbh, /t under SP).
 double activation_bytes_per_layer(const ModelSpec& m, const LayerContext& c, LayerRecompute policy);
+
+// The three sums every recompute policy is made of, from one walk over the recipe (the
+// sweep's hot path asks for several policies of the same layer).
+struct SavedTensorSums {
+  bool grad_flows = true;  // false: a frozen layer below every trainable weight keeps nothing
+  double all = 0;          // bytes of every tensor of saved_tensors_per_layer
+  double scores = 0;       // bytes of its attention-score tensors
+  double input = 0;        // the layer input a full recompute keeps: b*s*h (/t under SP), act dtype
+};
+SavedTensorSums sum_saved_tensors(const ModelSpec& m, const LayerContext& c);
+double activation_bytes_per_layer(const SavedTensorSums& s, LayerRecompute policy);
+double recompute_working_bytes(const SavedTensorSums& s, LayerRecompute policy);
 // Bytes re-materialised during one layer's backward by its recompute (the extra working
 // set at the backward peak): the whole layer for full, the score tensors for selective.
 double recompute_working_bytes(const ModelSpec& m, const LayerContext& c, LayerRecompute policy);

@@ -259,6 +259,8 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
     if (opt.keep_all) out.all.insert(out.all.end(), r.all.begin(), r.all.end());
   }
   std::sort(out.pareto.begin(), out.pareto.end(), [](const PlanResult& a, const PlanResult& b) { return a.peak_bytes < b.peak_bytes; });
+  // Threads finish work items in any order: sort so that --csv is the same every run.
+  std::sort(out.all.begin(), out.all.end(), [](const PlanResult& a, const PlanResult& b) { return plan_key(a) < plan_key(b); });
   out.cancelled = opt.cancel && opt.cancel->load();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
