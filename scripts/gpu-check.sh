@@ -29,7 +29,7 @@
 #   2. nvidia-smi and ldd of every binary, before anything else runs
 #   3. executor_cuda_tests (every CUDA op against its CPU twin): log and JUnit XML
 #   4. llmplan_cuda_peak: measured bf16 GEMM peak (8192^3, cuBLASLt) and copy bandwidth
-#   5. training benchmark -- PLACEHOLDER until `llmplan execute` exists: GPT-2 124M and a
+#   5. training benchmark (skipped until `llmplan execute --backend cuda` exists): GPT-2 124M and a
 #      llama2-7b rank proxy with --layers 4; tokens/s, MFU against step 4's peak, measured
 #      vs predicted peak memory and step time
 #   6. summary.md: one table row per step (status, seconds, key numbers)
@@ -191,12 +191,12 @@ else
     "bf16 GEMM ${peak:-?} TFLOP/s (8192^3), copy ${copy:-?} TB/s"
 fi
 
-# 5. Training benchmark -- PLACEHOLDER. `llmplan execute` and its runner are being written
-# (the model layer); the flags below are the intended ones and must be checked against
-# `llmplan execute --help` when it lands. Each run should report, as JSON in --report:
-# tokens_per_s, step_time_s (measured and predicted), peak_memory_bytes (measured, from
-# the allocator's device lines, and predicted), and loss. MFU = achieved model FLOP/s /
-# (peak from step 4), so the GEMM peak measured on this machine is the denominator.
+# 5. Training benchmark. `llmplan execute` exists but runs on the CPU only: its CUDA
+# backend (the model layer on executor/cuda) is not wired yet, so this step is skipped
+# until `llmplan execute --help` stops saying "cuda later". The commands below use the
+# real flags (plan files from `llmplan sweep`, --backend, --proxy-rank, --layers, --seq,
+# --micro-batch, --grad-accum, --json). Each report gives tokens/s, measured and predicted
+# step time and peak memory; MFU = achieved model FLOP/s / the GEMM peak of step 4.
 LLMPLAN="${LLMPLAN:-$bin/llmplan}"
 [ -x "$LLMPLAN" ] || LLMPLAN=build/cli/llmplan
 bench() {  # bench NAME ARGS...
@@ -208,7 +208,7 @@ bench() {  # bench NAME ARGS...
     return
   fi
   say "== bench $name: llmplan execute $*"
-  run_env timeout 90 "$LLMPLAN" execute "$@" --report "$out/bench_$name.json" >>"$out/bench.log" 2>&1
+  run_env timeout 90 "$LLMPLAN" execute "$@" --json "$out/bench_$name.json" >>"$out/bench.log" 2>&1
   local rc=$?
   local notes
   notes=$(python3 - "$out/bench_$name.json" "${peak:-0}" 2>/dev/null <<'PY'
@@ -226,16 +226,16 @@ PY
 }
 # (CLI11 answers an unknown subcommand's --help with the main help and exit 0: the usage
 # line must name the subcommand.)
-if [ -x "$LLMPLAN" ] && "$LLMPLAN" execute --help >/dev/null 2>&1 &&
-  "$LLMPLAN" execute --help 2>&1 | grep -q '^Usage:.* execute'; then
-  # PLACEHOLDER flags (see above).
-  bench gpt2-124m --model models/gpt2-124m.json --device cuda --precision bf16 --seq 1024 --micro-batch 8 \
-    --steps 30 --warmup 10 --synthetic-data --flash-attention --peak-tflops "${peak:-0}"
-  bench llama2-7b-rank --model models/llama2-7b.json --device cuda --precision bf16 --seq 4096 --micro-batch 1 \
-    --rank-proxy --layers 4 --steps 10 --warmup 3 --synthetic-data --flash-attention --peak-tflops "${peak:-0}"
+if [ -x "$LLMPLAN" ] && "$LLMPLAN" execute --help 2>&1 | grep -q '^Usage:.* execute' &&
+  ! "$LLMPLAN" execute --help 2>&1 | grep -q 'cuda later'; then
+  "$LLMPLAN" sweep --model gpt2-124m --gpus 1 --gpu h200 --seq 1024 --global-batch 8 --json "$out/gpt2.json" >>"$out/bench.log" 2>&1
+  "$LLMPLAN" sweep --model llama2-7b --gpus 8 --gpu h200 --tp 2 --pp 2 --zero 1 --recompute selective \
+    --json "$out/llama7b.json" >>"$out/bench.log" 2>&1
+  bench gpt2-124m "$out/gpt2.json" --backend cuda --steps 30 --warmup 10
+  bench llama2-7b-rank "$out/llama7b.json" --backend cuda --proxy-rank 0 --layers 4 --steps 10 --warmup 3
 else
-  say "== bench: skipped ('llmplan execute' is not built yet)"
-  row "bench gpt2-124m, llama2-7b rank proxy (--layers 4)" "skipped" 0 "llmplan execute not available (placeholder)"
+  say "== bench: skipped ('llmplan execute' has no CUDA backend yet)"
+  row "bench gpt2-124m, llama2-7b rank proxy (--layers 4)" "skipped" 0 "llmplan execute runs on the CPU only so far"
 fi
 
 # 6. Summary.
