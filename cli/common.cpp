@@ -114,12 +114,9 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
   j.lora.rank = f.lora_rank;
   j.lora.alpha = f.lora_alpha;
   j.lora.targets = f.lora_targets;
-  for (const auto& t : j.lora.targets) {
-    static const char* kKnown[] = {"q", "k", "v", "o", "gate", "up", "down", "fc1", "fc2"};
-    bool ok = false;
-    for (const char* k : kKnown) ok = ok || t == k;
-    if (!ok) return Status::bad_input("--lora-targets: expected names among q,k,v,o,gate,up,down,fc1,fc2, got '" + t + "'");
-  }
+  for (const auto& t : j.lora.targets)
+    if (!is_lora_target_name(t))
+      return Status::bad_input(std::string("--lora-targets: expected names among ") + kLoraTargetNames + ", got '" + t + "'");
   if (f.frozen_layers < 0 || f.frozen_layers > s.file.model.layers)
     return Status::bad_input("--frozen-layers: expected 0.." + std::to_string(s.file.model.layers) + ", got " + std::to_string(f.frozen_layers));
   if (f.frozen_fraction < 0 || f.frozen_fraction > 1)

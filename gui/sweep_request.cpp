@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "planner/plan_check.h"
+#include "planner/recipe.h"
 #include "planner/units.h"
 
 namespace llmplan::gui {
@@ -63,12 +64,9 @@ Result<SweepRequest> make_sweep_request(const SweepInputs& in, const PresetRegis
   j.lora.rank = in.lora_rank;
   j.lora.targets = in.lora_targets;
   if (j.mode == TrainMode::lora && j.lora.targets.empty()) return Status::bad_input("LoRA targets: choose at least one projection");
-  for (const auto& t : j.lora.targets) {
-    static const char* kKnown[] = {"q", "k", "v", "o", "gate", "up", "down", "fc1", "fc2"};
-    bool ok = false;
-    for (const char* k : kKnown) ok = ok || t == k;
-    if (!ok) return Status::bad_input("LoRA targets: expected names among q,k,v,o,gate,up,down,fc1,fc2, got '" + t + "'");
-  }
+  for (const auto& t : j.lora.targets)
+    if (!is_lora_target_name(t))
+      return Status::bad_input(std::string("LoRA targets: expected names among ") + kLoraTargetNames + ", got '" + t + "'");
   j.precision = Precision::bf16;
   if (!in.precision.empty())
     if (Status st = parse_field(in.precision, &j.precision, "Precision", "fp32, fp16, bf16"); !st) return st;

@@ -21,7 +21,7 @@ std::string recompute_name(Recompute r) {
 // Every single-knob change worth trying, in the field report's order of remedies:
 // precision and recompute, then ZeRO/offload, then smaller micro-batches, then model
 // parallelism. Invalid ones are filtered by check_plan afterwards.
-std::vector<PlanChange> candidate_changes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPlan& p) {
   std::vector<PlanChange> out;
   auto add = [&](std::string d, TrainingJob nj, ParallelPlan np) {
     np.grad_accum = static_cast<int>(nj.global_batch / (static_cast<int64_t>(np.micro_batch) * np.dp));
@@ -86,7 +86,6 @@ std::vector<PlanChange> candidate_changes(const ModelSpec& m, const TrainingJob&
     np.pp *= 2;
     add("pp " + std::to_string(p.pp) + " -> " + std::to_string(np.pp) + " (dp " + std::to_string(p.dp) + " -> " + std::to_string(np.dp) + ")", j, np);
   }
-  (void)m;
   return out;
 }
 
@@ -106,7 +105,7 @@ Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const Trainin
     if (ex.memory.worst.bytes[i] > ex.memory.worst.bytes[largest]) largest = i;
   ex.largest_item = static_cast<MemoryItem>(largest);
 
-  for (PlanChange& ch : candidate_changes(m, j, p)) {
+  for (PlanChange& ch : candidate_changes(j, p)) {
     if (check_plan(m, c, ch.job, ch.plan, gpus, /*tp_across_nodes=*/false) != RejectReason::none) continue;
     const MemoryReport mr = estimate_memory(m, c, ch.job, ch.plan, mo);
     const StepTime st = estimate_time(m, c, ch.job, ch.plan, e);

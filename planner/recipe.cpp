@@ -18,6 +18,13 @@ uint32_t lora_target_mask(const LoraSpec& lora, Family family) {
   return mask;
 }
 
+bool is_lora_target_name(const std::string& name) {
+  static constexpr const char* kNames[] = {"q", "k", "v", "o", "gate", "up", "down", "fc1", "fc2"};
+  for (const char* k : kNames)
+    if (name == k) return true;
+  return false;
+}
+
 double SavedTensorList::bytes() const {
   double sum = 0;
   for (int i = 0; i < count; ++i) sum += items[i].bytes();

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 #include "planner/specs.h"
 
@@ -24,6 +25,9 @@ constexpr uint32_t projection_bit(Projection p) { return 1u << static_cast<int>(
 // Bitmask of LoRA targets from names ("q", "fc1", ...); unknown names are ignored
 // (job_from_json rejects them earlier).
 uint32_t lora_target_mask(const LoraSpec& lora, Family family);
+// True for the names a LoRA target may have: q k v o gate up down (fc1/fc2 alias up/down).
+bool is_lora_target_name(const std::string& name);
+constexpr const char* kLoraTargetNames = "q, k, v, o, gate, up, down, fc1, fc2";
 
 // How TP/SP divide a saved tensor (Korthikanti's 10sbh replicated part is `sequence`).
 enum class Region : uint8_t {

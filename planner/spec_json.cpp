@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "planner/json_fields.h"
+#include "planner/recipe.h"
 
 namespace llmplan {
 
@@ -268,18 +269,15 @@ Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
     lr.get("rank", &t.lora.rank, 1, 1 << 16);
     lr.get("alpha", &t.lora.alpha, 0, 1e9, false);
     if (const json* targets = lr.raw("targets")) {
-      static const char* kKnown[] = {"q", "k", "v", "o", "gate", "up", "down", "fc1", "fc2"};
       t.lora.targets.clear();
       bool bad = !targets->is_array() || targets->empty();
       if (!bad) {
         for (const auto& x : *targets) {
-          bool known = false;
-          for (const char* k : kKnown) known = known || (x.is_string() && x.get<std::string>() == k);
-          if (!known) bad = true;
+          if (!x.is_string() || !is_lora_target_name(x.get<std::string>())) bad = true;
           else t.lora.targets.push_back(x.get<std::string>());
         }
       }
-      if (bad) lr.fail("targets", "expected a non-empty list of q, k, v, o, gate, up, down, fc1, fc2; got " + json_value_text(*targets));
+      if (bad) lr.fail("targets", std::string("expected a non-empty list of ") + kLoraTargetNames + "; got " + json_value_text(*targets));
     }
     if (Status s = lr.finish(); !s) return s;
   }

@@ -161,7 +161,11 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
       std::vector<int> mbs = or_default(space.micro_batch, powers_of_two_dividing(static_cast<int>(std::min<int64_t>(per_dp, 1 << 20)),
                                                                                  space.max_micro_batch));
       if (mbs.empty()) mbs.push_back(1);
-      for (Precision prec : precs)
+      for (Precision prec : precs) {
+        // The job with this precision: built once here, not per plan (it holds a vector).
+        TrainingJob jj = j;
+        jj.precision = prec;
+        jj.amp = prec == Precision::fp32 ? AmpLevel::O0 : (j.precision == Precision::fp32 ? AmpLevel::O2 : j.amp);
         for (int vpp : vpps)
           for (int ep : eps)
             for (int sp : sps)
@@ -185,9 +189,6 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                         p.offload_optimizer = off != 0;
                         p.schedule = vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
                         p.grad_accum = per_dp > 0 ? static_cast<int>(per_dp / mb) : 0;
-                        TrainingJob jj = j;
-                        jj.precision = prec;
-                        jj.amp = prec == Precision::fp32 ? AmpLevel::O0 : (j.precision == Precision::fp32 ? AmpLevel::O2 : j.amp);
                         ++r.enumerated;
                         if (++local % 4096 == 0) {
                           done += 4096;
@@ -235,6 +236,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                         }
                         if (opt.keep_all) r.all.push_back(pr);
                       }
+      }
     }
   };
 
