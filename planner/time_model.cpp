@@ -316,109 +316,143 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   return lt;
 }
 
-StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e) {
-  StepTime st;
-  const int64_t mb = microbatches_per_step(j, p);
-  const double md = static_cast<double>(mb);
-  const int frozen = j.frozen_layer_count(m.layers);
+namespace {
 
-  // Per-layer times for the two kinds of layer and three policies used below.
-  LayerTimes kinds[2][3];
-  for (int f = 0; f < 2; ++f) {
-    LayerContext lc = layer_context(m, j, p, f ? 0 : m.layers - 1);
-    if (f == 1 && frozen == 0) lc.grad_flows = false;
-    for (int r = 0; r < 3; ++r) kinds[f][r] = layer_times(m, c, j, p, lc, static_cast<LayerRecompute>(r), e);
-  }
-  const Dtype dt = compute_dtype(j, c.gpu);
-  const double peak = c.gpu.peak(dt);
-
-  const HeadTimes head = head_times(m, c, j, p, e);
-  const double head_fwd = head.forward, head_bwd = head.backward;
-
-  // Per stage per micro-batch: compute, recompute and exposed in-layer communication.
-  double max_stage = 0, sum_stage = 0;
-  double worst_compute = 0, worst_recompute = 0, worst_tp = 0, worst_cp = 0, worst_ep = 0, worst_fwd = 0, worst_bwd = 0;
+// The per-stage loop of estimate_time: per micro-batch, the compute, recompute and exposed
+// in-layer communication of each stage, its slowest stage and their sum.
+CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const LayerTimes (&kinds)[2][3], const HeadTimes& head,
+                             int frozen) {
+  CriticalStage w;
+  // Stages with the same layer count and frozen layers have the same sums (they are the
+  // same additions), so a run of equal stages walks its layers once.
+  int prev_layers = -1, prev_frozen = -1;
+  double l_fwd = 0, l_bwd = 0, l_rc = 0, l_tp = 0, l_cp = 0, l_ep = 0;
   for (int s = 0; s < p.pp; ++s) {
     const int layers = layers_in_stage(m.layers, p.pp, s);
     const int first = first_layer_of_stage(m.layers, p.pp, s);
     const int frozen_here = std::clamp(frozen - first, 0, layers);
-    double fwd = 0, bwd = 0, rc = 0, tp = 0, cp = 0, ep = 0;
-    for (int i = 0; i < layers; ++i) {
-      const LayerTimes& lt = kinds[i < frozen_here ? 1 : 0][static_cast<int>(layer_recompute(p, i, layers))];
-      fwd += lt.forward;
-      bwd += lt.backward;
-      rc += lt.recompute;
-      tp += lt.tp_comm;
-      cp += lt.cp_comm_exposed;
-      ep += lt.ep_comm;
+    if (layers != prev_layers || frozen_here != prev_frozen) {
+      l_fwd = l_bwd = l_rc = l_tp = l_cp = l_ep = 0;
+      for (int i = 0; i < layers; ++i) {
+        const LayerTimes& lt = kinds[i < frozen_here ? 1 : 0][static_cast<int>(layer_recompute(p, i, layers))];
+        l_fwd += lt.forward;
+        l_bwd += lt.backward;
+        l_rc += lt.recompute;
+        l_tp += lt.tp_comm;
+        l_cp += lt.cp_comm_exposed;
+        l_ep += lt.ep_comm;
+      }
+      prev_layers = layers;
+      prev_frozen = frozen_here;
     }
+    double fwd = l_fwd, bwd = l_bwd;
     if (s == p.pp - 1) {
-      fwd += head_fwd;
-      bwd += head_bwd;
+      fwd += head.forward;
+      bwd += head.backward;
     }
-    const double stage_time = fwd + bwd + rc + tp + cp + ep;
-    sum_stage += stage_time;
-    if (stage_time > max_stage) {
-      max_stage = stage_time;
-      worst_compute = fwd + bwd;
-      worst_recompute = rc;
-      worst_tp = tp;
-      worst_cp = cp;
-      worst_ep = ep;
-      worst_fwd = fwd;
-      worst_bwd = bwd + rc;
+    const double stage_time = fwd + bwd + l_rc + l_tp + l_cp + l_ep;
+    w.sum_stage += stage_time;
+    if (stage_time > w.max_stage) {
+      w.max_stage = stage_time;
+      w.compute = fwd + bwd;
+      w.recompute = l_rc;
+      w.tp = l_tp;
+      w.cp = l_cp;
+      w.ep = l_ep;
+      w.fwd = fwd;
+      w.bwd = bwd + l_rc;
     }
   }
-  st.compute = md * worst_compute;
-  st.recompute = md * worst_recompute;
-  st.tp_comm = md * worst_tp;
-  st.cp_comm = md * worst_cp;
-  st.ep_comm = md * worst_ep;
-  // Fill and drain: every other stage's work once (equal stages: (p-1) * T), divided by
-  // v with interleaving (Narayanan et al. 2021). GPipe has the same bubble.
-  st.bubble = p.pp > 1 ? (sum_stage - max_stage) / p.vpp : 0;
+  return w;
+}
 
-  // ---- PP point-to-point: one send forward and one backward per micro-batch per chunk
-  // hop on the critical path.
-  if (p.pp > 1) {
-    const double bytes = pp_boundary_bytes(m, j, p);
-    const Link l = group_link(c, p, Group::pp);
-    st.pp_comm = 2 * (md * p.vpp + p.pp - 2) * p2p_time(bytes, l, e);
+}  // namespace
+
+StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                                const Efficiency& e) {
+  StepTimeInputs in;
+  in.microbatches = static_cast<double>(microbatches_per_step(j, p));
+  in.frozen = j.frozen_layer_count(m.layers);
+
+  // Per-layer times for the two kinds of layer and three policies.
+  for (int f = 0; f < 2; ++f) {
+    LayerContext lc = layer_context(m, j, p, f ? 0 : m.layers - 1);
+    if (f == 1 && in.frozen == 0) lc.grad_flows = false;
+    for (int r = 0; r < 3; ++r) in.kinds[f][r] = layer_times(m, c, j, p, lc, static_cast<LayerRecompute>(r), e);
+  }
+  in.peak = c.gpu.peak(compute_dtype(j, c.gpu));
+  in.head = head_times(m, c, j, p, e);
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    ParallelPlan q = p;
+    q.recompute = r;
+    in.uniform[static_cast<int>(r)] = critical_stage(m, q, in.kinds, in.head, in.frozen);
   }
 
-  // ---- DP / ZeRO traffic on the worst stage's rank
+  // PP point-to-point: one hop's send.
+  if (p.pp > 1) in.pp_hop = p2p_time(pp_boundary_bytes(m, j, p), group_link(c, p, Group::pp), e);
+
   // Trainable params on the first stage's rank (the embedding makes it the largest).
   const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
   const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
-  const int layers0 = layers_in_stage(m.layers, p.pp, 0);
-  const int frozen0 = std::clamp(frozen, 0, layers0);
-  double trainable = j.mode == TrainMode::lora ? (layers0 - frozen0) * pc.lora_per_layer_rank : (layers0 - frozen0) * pc.per_layer_rank;
-  if (j.mode != TrainMode::lora && frozen == 0) trainable += pc.embedding_rank;
-  if (p.pp == 1 && j.mode != TrainMode::lora) trainable += pc.head_rank;
-  const double all_params_rank = layers0 * pc.per_layer_rank + pc.embedding_rank + (p.pp == 1 ? pc.head_rank : 0);
-  const DpStep dp = dp_step(c, j, p, e, trainable, all_params_rank, layers0);
-  st.dp_comm = dp_exposed_time(dp, md, worst_fwd, worst_bwd, e);
+  in.layers0 = layers_in_stage(m.layers, p.pp, 0);
+  const int frozen0 = std::clamp(in.frozen, 0, in.layers0);
+  in.trainable = j.mode == TrainMode::lora ? (in.layers0 - frozen0) * pc.lora_per_layer_rank : (in.layers0 - frozen0) * pc.per_layer_rank;
+  if (j.mode != TrainMode::lora && in.frozen == 0) in.trainable += pc.embedding_rank;
+  if (p.pp == 1 && j.mode != TrainMode::lora) in.trainable += pc.head_rank;
+  in.all_params_rank = in.layers0 * pc.per_layer_rank + pc.embedding_rank + (p.pp == 1 ? pc.head_rank : 0);
+
+  in.step_tokens = static_cast<double>(j.global_batch) * j.seq_len;
+  // Model FLOPs: 6N + attention per token for full training; LoRA and frozen layers skip
+  // weight gradients of frozen weights (2N + 2N + small instead of 6N).
+  double per_token = model_flops_per_token(m, j.seq_len);
+  if (j.mode == TrainMode::lora) per_token *= 2.0 / 3.0;
+  else if (in.frozen > 0) per_token *= 1.0 - (static_cast<double>(in.frozen) / m.layers) / 3.0;
+  in.model_flops = per_token * in.step_tokens;
+  return in;
+}
+
+StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e) {
+  return estimate_time(m, c, j, p, step_time_inputs(m, c, j, p, e), e);
+}
+
+StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const StepTimeInputs& in,
+                       const Efficiency& e) {
+  StepTime st;
+  const double md = in.microbatches;
+  // full_k recomputes the first k layers of each model chunk: its stages depend on vpp.
+  const CriticalStage w = p.recompute == Recompute::full_k ? critical_stage(m, p, in.kinds, in.head, in.frozen)
+                                                           : in.uniform[static_cast<int>(p.recompute)];
+  st.compute = md * w.compute;
+  st.recompute = md * w.recompute;
+  st.tp_comm = md * w.tp;
+  st.cp_comm = md * w.cp;
+  st.ep_comm = md * w.ep;
+  // Fill and drain: every other stage's work once (equal stages: (p-1) * T), divided by
+  // v with interleaving (Narayanan et al. 2021). GPipe has the same bubble.
+  st.bubble = p.pp > 1 ? (w.sum_stage - w.max_stage) / p.vpp : 0;
+
+  // ---- PP point-to-point: one send forward and one backward per micro-batch per chunk
+  // hop on the critical path.
+  if (p.pp > 1) st.pp_comm = 2 * (md * p.vpp + p.pp - 2) * in.pp_hop;
+
+  // ---- DP / ZeRO traffic on the worst stage's rank
+  const DpStep dp = dp_step(c, j, p, e, in.trainable, in.all_params_rank, in.layers0);
+  st.dp_comm = dp_exposed_time(dp, md, w.fwd, w.bwd, e);
 
   // ---- optimizer step on the first stage's rank
-  const OptimizerTime opt = optimizer_time(c, j, p, e, trainable);
+  const OptimizerTime opt = optimizer_time(c, j, p, e, in.trainable);
   st.optimizer = opt.optimizer;
   st.offload = opt.offload;
 
   st.total = st.compute + st.recompute + st.tp_comm + st.pp_comm + st.dp_comm + st.cp_comm + st.ep_comm + st.offload + st.bubble +
              st.optimizer;
-  const double step_tokens = static_cast<double>(j.global_batch) * j.seq_len;
-  st.tokens_per_s = step_tokens / st.total;
-  // Model FLOPs: 6N + attention per token for full training; LoRA and frozen layers skip
-  // weight gradients of frozen weights (2N + 2N + small instead of 6N).
-  double per_token = model_flops_per_token(m, j.seq_len);
-  if (j.mode == TrainMode::lora) per_token *= 2.0 / 3.0;
-  else if (frozen > 0) per_token *= 1.0 - (static_cast<double>(frozen) / m.layers) / 3.0;
-  st.model_flops = per_token * step_tokens;
+  st.tokens_per_s = in.step_tokens / st.total;
+  st.model_flops = in.model_flops;
   const double recompute_share = st.compute > 0 ? st.recompute / st.compute : 0;
   st.hardware_flops = st.model_flops * (1 + recompute_share);
   const double gpus = static_cast<double>(p.world_size());
-  st.mfu = st.model_flops / (st.total * gpus * peak);
-  st.hfu = st.hardware_flops / (st.total * gpus * peak);
+  st.mfu = st.model_flops / (st.total * gpus * in.peak);
+  st.hfu = st.hardware_flops / (st.total * gpus * in.peak);
   return st;
 }
 

@@ -193,4 +193,45 @@ double dp_exposed_time(const DpStep& d, double microbatches, double fwd, double 
 StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                        const Efficiency& e = {});
 
+// ---- estimate_time in two halves, for the sweep. Its inner loops cost many plans that
+// differ only in ZeRO stage, offload, recompute policy and virtual stages; the per-layer
+// times and the pipeline's critical stage do not depend on those, so they are computed
+// once per plan shape. estimate_time above is the composition of the two halves, so the
+// results are the same to the last bit.
+
+// The slowest pipeline stage for one micro-batch under a recompute policy.
+struct CriticalStage {
+  double max_stage = 0;  // s: compute + recompute + in-layer communication of the slowest stage
+  double sum_stage = 0;  // s: the same summed over every stage (the bubble is the rest)
+  double compute = 0;    // s: forward + backward of the slowest stage
+  double recompute = 0;  // s
+  double tp = 0, cp = 0, ep = 0;  // s: its in-layer communication
+  double fwd = 0;        // s: its forward (hides parameter gathers)
+  double bwd = 0;        // s: its backward with recompute (hides gradient reduction)
+};
+
+// What estimate_time needs that depends only on the model, cluster, job, efficiency and
+// the plan's dp, tp, pp, cp, ep, sp, micro_batch and flash_attention.
+struct StepTimeInputs {
+  LayerTimes kinds[2][3];     // [frozen layer][LayerRecompute]: one layer, one micro-batch
+  HeadTimes head;             // LM head on the last stage
+  CriticalStage uniform[3];   // for Recompute::none, selective, full (full_k depends on vpp)
+  int frozen = 0;             // frozen bottom layers
+  double microbatches = 0;    // per step per pipeline
+  double peak = 0;            // FLOP/s of the compute dtype
+  double pp_hop = 0;          // s: one activation send between stages (0 when pp == 1)
+  double trainable = 0;       // parameters trained on the first stage's rank
+  double all_params_rank = 0; // all parameters on that rank
+  int layers0 = 0;            // layers of the first stage
+  double step_tokens = 0;     // tokens per step, all GPUs
+  double model_flops = 0;     // per step, all GPUs
+};
+// REQUIRES: check_plan(m, c, j, p, ...) == none.
+StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                                const Efficiency& e = {});
+// REQUIRES: `in` = step_time_inputs(m, c, j, q, e) for a plan q that differs from p at most
+// in zero, offload_optimizer, recompute, recompute_layers, vpp and schedule.
+StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                       const StepTimeInputs& in, const Efficiency& e = {});
+
 }  // namespace llmplan
