@@ -172,6 +172,12 @@ LayerContext as_trainable_context(LayerContext lc) {
   return lc;
 }
 
+const MemoryInputs::StageLayers* find_stage_layers(const MemoryInputs& in, int layers, int frozen_here) {
+  for (int i = 0; i < in.shape_count; ++i)
+    if (in.shapes[i].layers == layers && in.shapes[i].frozen == frozen_here) return &in.shapes[i];
+  return nullptr;
+}
+
 }  // namespace
 
 double layer_rematerialised_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy) {
@@ -217,8 +223,11 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
   return stage_params(m, j, p, count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank), stage);
 }
 
+namespace {
+
+// stage_memory_extras with the rank's parameter counts given (read only under ZeRO-3).
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, double trainable,
-                                      const MemoryOptions& opt) {
+                                      const MemoryOptions& opt, const ParamCounts& pc) {
   StageMemoryExtras x;
   const int layers = layers_in_stage(m.layers, p.pp, stage);
   const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
@@ -237,11 +246,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     x.logits_set = tokens * static_cast<double>(m.vocab) / p.tp * (act_bytes + 4);  // logits + fp32 softmax
   }
   x.activation_grads = frozen_here < layers ? activation_gradient_bytes(m, j, p) : 0;
-  if (p.zero == 3) {
-    const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
-    const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
-    x.gathered_pool = 2 * pc.per_layer_rank * bytes_per_param(j).weights;
-  }
+  if (p.zero == 3) x.gathered_pool = 2 * pc.per_layer_rank * bytes_per_param(j).weights;
   if ((j.mode == TrainMode::lora || trainable > 0) && p.zero >= 1) x.optimizer_buffers = 2 * opt.dp_bucket_bytes;
 
   int groups = 0;
@@ -271,6 +276,18 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   return x;
 }
 
+}  // namespace
+
+StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, double trainable,
+                                      const MemoryOptions& opt) {
+  ParamCounts pc;
+  if (p.zero == 3) {
+    const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+    pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+  }
+  return stage_memory_extras(m, j, p, stage, trainable, opt, pc);
+}
+
 namespace {
 
 double sum_items(const std::array<double, kMemoryItems>& b) {
@@ -279,18 +296,10 @@ double sum_items(const std::array<double, kMemoryItems>& b) {
   return s;
 }
 
-// What every stage shares: parameter counts and per-layer bytes for the two kinds of
-// layer (trainable, frozen) under each recompute policy. Computed once per plan so that
-// a stage costs a few dozen arithmetic operations.
-struct PlanMemoryInputs {
-  ParamCounts pc;
-  double layer_bytes[2][3];      // [frozen][LayerRecompute] kept from forward to backward
-  double remat_bytes[2][3];      // re-materialised in backward
-  double transient_bytes[2][3];  // transient during forward
-};
+}  // namespace
 
-PlanMemoryInputs plan_memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
-  PlanMemoryInputs in;
+MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+  MemoryInputs in;
   const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
   in.pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
   const int frozen = j.frozen_layer_count(m.layers);
@@ -309,11 +318,35 @@ PlanMemoryInputs plan_memory_inputs(const ModelSpec& m, const TrainingJob& j, co
       in.transient_bytes[f][r] = layer_forward_transient_bytes(sums, trainable, rc);
     }
   }
+  // The same walk over a stage's layers as stage_memory, once per distinct stage shape.
+  for (int s = 0; s < p.pp; ++s) {
+    const int layers = layers_in_stage(m.layers, p.pp, s);
+    const int frozen_here = std::clamp(frozen - first_layer_of_stage(m.layers, p.pp, s), 0, layers);
+    if (find_stage_layers(in, layers, frozen_here)) continue;
+    if (in.shape_count == static_cast<int>(in.shapes.size())) break;  // the rest walk their layers per plan
+    MemoryInputs::StageLayers& sl = in.shapes[in.shape_count++];
+    sl.layers = layers;
+    sl.frozen = frozen_here;
+    for (int r = 0; r < 3; ++r) {
+      double per_mb = 0, remat = 0, transient = 0;
+      for (int i = 0; i < layers; ++i) {
+        const int f = i < frozen_here ? 1 : 0;
+        per_mb += in.layer_bytes[f][r];
+        remat = std::max(remat, in.remat_bytes[f][r]);
+        transient = std::max(transient, in.transient_bytes[f][r]);
+      }
+      sl.kept[r] = per_mb;
+      sl.remat[r] = remat;
+      sl.transient[r] = transient;
+    }
+  }
   return in;
 }
 
+namespace {
+
 StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
-                         const PlanMemoryInputs& in) {
+                         const MemoryInputs& in) {
   StageMemory sm;
   sm.stage = stage;
   sm.layers = layers_in_stage(m.layers, p.pp, stage);
@@ -326,7 +359,7 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, sm.layers);
   const StageParams params = stage_params(m, j, p, in.pc, stage);
   const ModelStateBytes states = model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
-  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, params.trainable, opt);
+  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, params.trainable, opt, in.pc);
   std::array<double, kMemoryItems> base{};
   base[static_cast<int>(MemoryItem::weights)] = states.weights;
   base[static_cast<int>(MemoryItem::gradients)] = states.gradients;
@@ -339,12 +372,20 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
 
   // ---- activations of one micro-batch through this stage
   double per_mb = 0, remat = 0, transient = 0;
-  for (int i = 0; i < sm.layers; ++i) {
-    const int f = i < frozen_here ? 1 : 0;
-    const int r = static_cast<int>(layer_recompute(p, i, sm.layers));
-    per_mb += in.layer_bytes[f][r];
-    remat = std::max(remat, in.remat_bytes[f][r]);
-    transient = std::max(transient, in.transient_bytes[f][r]);
+  const MemoryInputs::StageLayers* sl = p.recompute == Recompute::full_k ? nullptr : find_stage_layers(in, sm.layers, frozen_here);
+  if (sl) {
+    const int r = static_cast<int>(p.recompute);  // none, selective, full: the same policy on every layer
+    per_mb = sl->kept[r];
+    remat = sl->remat[r];
+    transient = sl->transient[r];
+  } else {
+    for (int i = 0; i < sm.layers; ++i) {
+      const int f = i < frozen_here ? 1 : 0;
+      const int r = static_cast<int>(layer_recompute(p, i, sm.layers));
+      per_mb += in.layer_bytes[f][r];
+      remat = std::max(remat, in.remat_bytes[f][r]);
+      transient = std::max(transient, in.transient_bytes[f][r]);
+    }
   }
   // Tensors that belong to the first chunk (embedding) or the last (head) are held by as
   // many micro-batches as that chunk has in flight, not by the stage's average.
@@ -407,21 +448,46 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
 
 StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec&, const TrainingJob& j, const ParallelPlan& p, int stage,
                                   const MemoryOptions& opt) {
-  return stage_memory(m, j, p, stage, opt, plan_memory_inputs(m, j, p));
+  return stage_memory(m, j, p, stage, opt, memory_inputs(m, j, p));
 }
 
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryOptions& opt) {
+  return estimate_memory(m, c, j, p, memory_inputs(m, j, p), opt);
+}
+
+MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                             const MemoryInputs& in, const MemoryOptions& opt) {
   MemoryReport r;
   r.capacity = c.gpu.memory_bytes;
-  const PlanMemoryInputs in = plan_memory_inputs(m, j, p);
   r.first = stage_memory(m, j, p, 0, opt, in);
   r.worst = r.first;
-  // Middle stages differ from the first only by fewer in-flight micro-batches and the
-  // uneven-layer rule; checking each keeps the worst exact (pp is at most a few hundred).
+  // Middle stages (neither first nor last) with the same layers and frozen layers as the
+  // stage before differ from it only in holding no more in-flight micro-batches (every
+  // schedule's count falls with the stage), and every term of a middle stage's total is
+  // non-decreasing in that count, in floating point too (sums and products of
+  // non-negative values round monotonically). Such a stage cannot exceed the stage
+  // before, so it cannot become the worst (ties keep the earlier stage): skipping it
+  // keeps the report exact and makes a plan cost a few stages instead of pp. One case
+  // breaks the argument: a forward peak whose layer transient is below rounding of the
+  // activations (the at_head branch of stage_memory); then every stage is computed.
+  int prev_layers = r.first.layers;
+  int prev_frozen = -1;
+  bool prev_rounds_transient = true;
+  const int frozen = j.frozen_layer_count(m.layers);
   for (int s = 1; s < p.pp; ++s) {
+    const bool last = s == p.pp - 1;
+    const int layers = layers_in_stage(m.layers, p.pp, s);
+    const int frozen_here = std::clamp(frozen - first_layer_of_stage(m.layers, p.pp, s), 0, layers);
+    const bool same_shape = s > 1 && layers == prev_layers && frozen_here == prev_frozen;
+    prev_layers = layers;
+    prev_frozen = frozen_here;
+    if (same_shape && !last && !prev_rounds_transient) continue;
     StageMemory sm = stage_memory(m, j, p, s, opt, in);
-    if (s == p.pp - 1) r.last = sm;
+    // The transient is added at the forward peak unless it rounds away (see above).
+    const auto& fwd = sm.phase_bytes[static_cast<int>(Phase::forward)];
+    prev_rounds_transient = !(fwd[static_cast<int>(MemoryItem::backward_working)] > 0);
+    if (last) r.last = sm;
     if (sm.total > r.worst.total) r.worst = sm;
   }
   if (p.pp == 1) r.last = r.first;

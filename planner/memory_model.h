@@ -157,9 +157,37 @@ struct StageMemoryExtras {
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
                                       double trainable, const MemoryOptions& opt = {});
 
+// What estimate_memory needs that depends only on the model, the job and the plan's tp,
+// pp, cp, ep, sp, micro_batch and flash_attention: parameter counts, per-layer bytes for
+// the two kinds of layer (trainable, frozen) under each recompute policy, and their sums
+// over a stage for each distinct stage shape. The sweep computes it once and costs every
+// ZeRO stage, offload, recompute and vpp choice of that shape from it.
+struct MemoryInputs {
+  ParamCounts pc;
+  double layer_bytes[2][3] = {};      // [frozen][LayerRecompute] kept from forward to backward
+  double remat_bytes[2][3] = {};      // re-materialised in backward
+  double transient_bytes[2][3] = {};  // transient during forward
+  // A stage's layers under a policy applied to all of them (not full_k): bytes kept per
+  // micro-batch (summed), and the largest re-materialised and forward-transient layer.
+  struct StageLayers {
+    int layers = 0, frozen = 0;  // the shape: layers on the stage, of which frozen
+    double kept[3] = {}, remat[3] = {}, transient[3] = {};  // [LayerRecompute], bytes
+  };
+  // Stages of a plan have at most ~5 shapes (two layer counts x frozen, partly frozen,
+  // trainable); a shape not listed here is summed per plan instead.
+  std::array<StageLayers, 8> shapes{};
+  int shape_count = 0;
+};
+MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
+
 // REQUIRES: check_plan(m, c, j, p, ...) == none.
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryOptions& opt = {});
+// The same from precomputed inputs; results are identical.
+// REQUIRES: `in` = memory_inputs(m, j, q) for a plan q that differs from p at most in dp,
+// zero, offload_optimizer, recompute, recompute_layers, vpp and schedule.
+MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                             const MemoryInputs& in, const MemoryOptions& opt = {});
 // One stage only (the sweep and explain use the report; the simulator uses this).
 StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                   int stage, const MemoryOptions& opt = {});
