@@ -90,6 +90,16 @@ struct ThreadState {
   std::vector<PlanResult> fitting_front;  // candidates for the Pareto front
 };
 
+// The time and memory inputs of one plan shape (tp, pp, cp, dp, precision from the work
+// item; ep, sp, flash, micro-batch from the loops), filled by the first plan of that
+// shape that passes check_plan and reused by the ZeRO, offload, recompute and vpp
+// choices after it: they change none of it.
+struct ShapeInputs {
+  bool ready = false;
+  StepTimeInputs time;
+  MemoryInputs memory;
+};
+
 // Keeps the k best in `top` (sorted best first); no allocation once it holds k entries.
 void offer_top(std::vector<PlanResult>& top, const PlanResult& x, int k, Objective o) {
   if (static_cast<int>(top.size()) == k && !better(x, top.back(), o)) return;
@@ -151,6 +161,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
     r.top.reserve(opt.top_k + 1);
     ParallelPlan p;
     int64_t local = 0;
+    std::vector<ShapeInputs> shapes;  // [ep][sp][flash][micro-batch] of the current work item and precision
     for (size_t w = next++; w < work.size(); w = next++) {
       const WorkItem it = work[w];
       p.tp = it.tp;
@@ -166,11 +177,14 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
         TrainingJob jj = j;
         jj.precision = prec;
         jj.amp = prec == Precision::fp32 ? AmpLevel::O0 : (j.precision == Precision::fp32 ? AmpLevel::O2 : j.amp);
+        shapes.assign(eps.size() * sps.size() * flashes.size() * mbs.size(), ShapeInputs{});
         for (int vpp : vpps)
-          for (int ep : eps)
-            for (int sp : sps)
-              for (int flash : flashes)
-                for (int mb : mbs)
+          for (size_t i_ep = 0; i_ep < eps.size(); ++i_ep)
+            for (size_t i_sp = 0; i_sp < sps.size(); ++i_sp)
+              for (size_t i_flash = 0; i_flash < flashes.size(); ++i_flash)
+                for (size_t i_mb = 0; i_mb < mbs.size(); ++i_mb) {
+                  const int ep = eps[i_ep], sp = sps[i_sp], flash = flashes[i_flash], mb = mbs[i_mb];
+                  ShapeInputs& shape = shapes[((i_ep * sps.size() + i_sp) * flashes.size() + i_flash) * mbs.size() + i_mb];
                   for (Recompute rc : recs)
                     for (int zero : zeros)
                       for (int off : offs) {
@@ -212,8 +226,13 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           continue;
                         }
                         ++r.evaluated;
-                        const MemoryReport mem = estimate_memory(m, c, jj, p, opt.memory);
-                        const StepTime st = estimate_time(m, c, jj, p, opt.efficiency);
+                        if (!shape.ready) {
+                          shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
+                          shape.memory = memory_inputs(m, jj, p);
+                          shape.ready = true;
+                        }
+                        const MemoryReport mem = estimate_memory(m, c, jj, p, shape.memory, opt.memory);
+                        const StepTime st = estimate_time(m, c, jj, p, shape.time, opt.efficiency);
                         pr.peak_bytes = mem.worst.total;
                         pr.peak_stage = mem.worst.stage;
                         pr.peak_phase = mem.worst.peak_phase;
@@ -236,6 +255,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                         }
                         if (opt.keep_all) r.all.push_back(pr);
                       }
+                }
       }
     }
   };
