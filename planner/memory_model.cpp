@@ -318,10 +318,22 @@ MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const Paral
       in.transient_bytes[f][r] = layer_forward_transient_bytes(sums, trainable, rc);
     }
   }
-  // The same walk over a stage's layers as stage_memory, once per distinct stage shape.
+  // The same walk over a stage's layers as stage_memory, once per distinct stage shape,
+  // and the runs of equal middle stages (1 .. pp-2) for estimate_memory.
+  in.runs_complete = true;
   for (int s = 0; s < p.pp; ++s) {
     const int layers = layers_in_stage(m.layers, p.pp, s);
     const int frozen_here = std::clamp(frozen - first_layer_of_stage(m.layers, p.pp, s), 0, layers);
+    if (s >= 1 && s < p.pp - 1) {
+      MemoryInputs::StageRun* run = in.run_count > 0 ? &in.runs[in.run_count - 1] : nullptr;
+      if (run && run->layers == layers && run->frozen == frozen_here) {
+        run->end = s + 1;
+      } else if (in.run_count < static_cast<int>(in.runs.size())) {
+        in.runs[in.run_count++] = {s, s + 1, layers, frozen_here};
+      } else {
+        in.runs_complete = false;
+      }
+    }
     if (find_stage_layers(in, layers, frozen_here)) continue;
     if (in.shape_count == static_cast<int>(in.shapes.size())) break;  // the rest walk their layers per plan
     MemoryInputs::StageLayers& sl = in.shapes[in.shape_count++];
@@ -471,24 +483,38 @@ MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const Tra
   // keeps the report exact and makes a plan cost a few stages instead of pp. One case
   // breaks the argument: a forward peak whose layer transient is below rounding of the
   // activations (the at_head branch of stage_memory); then every stage is computed.
-  int prev_layers = r.first.layers;
-  int prev_frozen = -1;
-  bool prev_rounds_transient = true;
-  const int frozen = j.frozen_layer_count(m.layers);
-  for (int s = 1; s < p.pp; ++s) {
-    const bool last = s == p.pp - 1;
-    const int layers = layers_in_stage(m.layers, p.pp, s);
-    const int frozen_here = std::clamp(frozen - first_layer_of_stage(m.layers, p.pp, s), 0, layers);
-    const bool same_shape = s > 1 && layers == prev_layers && frozen_here == prev_frozen;
-    prev_layers = layers;
-    prev_frozen = frozen_here;
-    if (same_shape && !last && !prev_rounds_transient) continue;
+  auto cost = [&](int s, bool* rounds_transient) {
     StageMemory sm = stage_memory(m, j, p, s, opt, in);
-    // The transient is added at the forward peak unless it rounds away (see above).
-    const auto& fwd = sm.phase_bytes[static_cast<int>(Phase::forward)];
-    prev_rounds_transient = !(fwd[static_cast<int>(MemoryItem::backward_working)] > 0);
-    if (last) r.last = sm;
+    // Whether the layer transient rounded away at the forward peak (see above).
+    *rounds_transient = !(sm.phase_bytes[static_cast<int>(Phase::forward)][static_cast<int>(MemoryItem::backward_working)] > 0);
+    if (s == p.pp - 1) r.last = sm;
     if (sm.total > r.worst.total) r.worst = sm;
+  };
+  bool rounds_transient = true;
+  if (in.runs_complete) {
+    // Runs of equal middle stages from memory_inputs: the first of each, then the others
+    // only where the argument does not hold.
+    for (int k = 0; k < in.run_count; ++k) {
+      const MemoryInputs::StageRun run = in.runs[k];
+      for (int s = run.first; s < run.end; ++s) {
+        if (s > run.first && !rounds_transient) break;
+        cost(s, &rounds_transient);
+      }
+    }
+    if (p.pp > 1) cost(p.pp - 1, &rounds_transient);
+  } else {
+    int prev_layers = r.first.layers;
+    int prev_frozen = -1;
+    const int frozen = j.frozen_layer_count(m.layers);
+    for (int s = 1; s < p.pp; ++s) {
+      const int layers = layers_in_stage(m.layers, p.pp, s);
+      const int frozen_here = std::clamp(frozen - first_layer_of_stage(m.layers, p.pp, s), 0, layers);
+      const bool same_shape = s > 1 && layers == prev_layers && frozen_here == prev_frozen;
+      prev_layers = layers;
+      prev_frozen = frozen_here;
+      if (same_shape && s < p.pp - 1 && !rounds_transient) continue;
+      cost(s, &rounds_transient);
+    }
   }
   if (p.pp == 1) r.last = r.first;
   return r;

@@ -177,6 +177,16 @@ struct MemoryInputs {
   // trainable); a shape not listed here is summed per plan instead.
   std::array<StageLayers, 8> shapes{};
   int shape_count = 0;
+  // Runs of consecutive middle stages (neither first nor last) of the same shape, in
+  // stage order: estimate_memory costs the first of each (see there). runs_complete is
+  // false when they did not fit here; estimate_memory then scans every stage.
+  struct StageRun {
+    int first = 0, end = 0;      // stages [first, end)
+    int layers = 0, frozen = 0;  // their shape
+  };
+  std::array<StageRun, 8> runs{};
+  int run_count = 0;
+  bool runs_complete = false;
 };
 MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
 
