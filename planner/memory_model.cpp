@@ -321,9 +321,11 @@ MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const Paral
   // The same walk over a stage's layers as stage_memory, once per distinct stage shape,
   // and the runs of equal middle stages (1 .. pp-2) for estimate_memory.
   in.runs_complete = true;
-  for (int s = 0; s < p.pp; ++s) {
-    const int layers = layers_in_stage(m.layers, p.pp, s);
-    const int frozen_here = std::clamp(frozen - first_layer_of_stage(m.layers, p.pp, s), 0, layers);
+  // layers_in_stage and first_layer_of_stage, stepped without a division per stage.
+  const int base = m.layers / p.pp, extra = m.layers % p.pp;
+  for (int s = 0, first = 0; s < p.pp; first += base + (s >= p.pp - extra ? 1 : 0), ++s) {
+    const int layers = base + (s >= p.pp - extra ? 1 : 0);
+    const int frozen_here = std::clamp(frozen - first, 0, layers);
     if (s >= 1 && s < p.pp - 1) {
       MemoryInputs::StageRun* run = in.run_count > 0 ? &in.runs[in.run_count - 1] : nullptr;
       if (run && run->layers == layers && run->frozen == frozen_here) {

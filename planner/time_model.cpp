@@ -327,9 +327,10 @@ CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const La
   // same additions), so a run of equal stages walks its layers once.
   int prev_layers = -1, prev_frozen = -1;
   double l_fwd = 0, l_bwd = 0, l_rc = 0, l_tp = 0, l_cp = 0, l_ep = 0;
-  for (int s = 0; s < p.pp; ++s) {
-    const int layers = layers_in_stage(m.layers, p.pp, s);
-    const int first = first_layer_of_stage(m.layers, p.pp, s);
+  // layers_in_stage and first_layer_of_stage, stepped without a division per stage.
+  const int base = m.layers / p.pp, extra = m.layers % p.pp;
+  for (int s = 0, first = 0; s < p.pp; first += base + (s >= p.pp - extra ? 1 : 0), ++s) {
+    const int layers = base + (s >= p.pp - extra ? 1 : 0);
     const int frozen_here = std::clamp(frozen - first, 0, layers);
     if (layers != prev_layers || frozen_here != prev_frozen) {
       l_fwd = l_bwd = l_rc = l_tp = l_cp = l_ep = 0;
@@ -400,6 +401,11 @@ StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const 
   if (j.mode != TrainMode::lora && in.frozen == 0) in.trainable += pc.embedding_rank;
   if (p.pp == 1 && j.mode != TrainMode::lora) in.trainable += pc.head_rank;
   in.all_params_rank = in.layers0 * pc.per_layer_rank + pc.embedding_rank + (p.pp == 1 ? pc.head_rank : 0);
+  for (int z = 0; z < 4; ++z) {
+    ParallelPlan q = p;
+    q.zero = z;
+    in.dp[z] = dp_step(c, j, q, e, in.trainable, in.all_params_rank, in.layers0);
+  }
 
   in.step_tokens = static_cast<double>(j.global_batch) * j.seq_len;
   // Model FLOPs: 6N + attention per token for full training; LoRA and frozen layers skip
@@ -436,7 +442,7 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   if (p.pp > 1) st.pp_comm = 2 * (md * p.vpp + p.pp - 2) * in.pp_hop;
 
   // ---- DP / ZeRO traffic on the worst stage's rank
-  const DpStep dp = dp_step(c, j, p, e, in.trainable, in.all_params_rank, in.layers0);
+  const DpStep dp = p.zero >= 0 && p.zero < 4 ? in.dp[p.zero] : dp_step(c, j, p, e, in.trainable, in.all_params_rank, in.layers0);
   st.dp_comm = dp_exposed_time(dp, md, w.fwd, w.bwd, e);
 
   // ---- optimizer step on the first stage's rank

@@ -223,6 +223,7 @@ struct StepTimeInputs {
   double trainable = 0;       // parameters trained on the first stage's rank
   double all_params_rank = 0; // all parameters on that rank
   int layers0 = 0;            // layers of the first stage
+  DpStep dp[4];               // dp_step of that rank for ZeRO stage 0..3
   double step_tokens = 0;     // tokens per step, all GPUs
   double model_flops = 0;     // per step, all GPUs
 };
