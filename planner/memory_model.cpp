@@ -359,18 +359,26 @@ MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const Paral
 
 namespace {
 
-StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
+// A stage's items at the peak of each phase (forward, backward, optimizer), fragmentation
+// included -- all its total depends on -- and what stage_memory adds to its report.
+struct StagePhases {
+  std::array<std::array<double, kMemoryItems>, 3> b;  // [Phase][MemoryItem], bytes
+  int layers = 0;
+  double inflight = 0;
+  double activations = 0, logits = 0, transient = 0, remat_and_grads = 0;  // bytes, for item_peak
+};
+
+StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
                          const MemoryInputs& in) {
-  StageMemory sm;
-  sm.stage = stage;
-  sm.layers = layers_in_stage(m.layers, p.pp, stage);
+  StagePhases out;
+  out.layers = layers_in_stage(m.layers, p.pp, stage);
   const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
   const bool is_last = stage == p.pp - 1;
   const int64_t mb = microbatches_per_step(j, p);
-  sm.inflight_microbatches = inflight_microbatches(p, mb, stage);
+  out.inflight = inflight_microbatches(p, mb, stage);
 
   // ---- parameters on this rank
-  const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, sm.layers);
+  const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, out.layers);
   const StageParams params = stage_params(m, j, p, in.pc, stage);
   const ModelStateBytes states = model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, params.trainable, opt, in.pc);
@@ -386,16 +394,16 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
 
   // ---- activations of one micro-batch through this stage
   double per_mb = 0, remat = 0, transient = 0;
-  const MemoryInputs::StageLayers* sl = p.recompute == Recompute::full_k ? nullptr : find_stage_layers(in, sm.layers, frozen_here);
+  const MemoryInputs::StageLayers* sl = p.recompute == Recompute::full_k ? nullptr : find_stage_layers(in, out.layers, frozen_here);
   if (sl) {
     const int r = static_cast<int>(p.recompute);  // none, selective, full: the same policy on every layer
     per_mb = sl->kept[r];
     remat = sl->remat[r];
     transient = sl->transient[r];
   } else {
-    for (int i = 0; i < sm.layers; ++i) {
+    for (int i = 0; i < out.layers; ++i) {
       const int f = i < frozen_here ? 1 : 0;
-      const int r = static_cast<int>(layer_recompute(p, i, sm.layers));
+      const int r = static_cast<int>(layer_recompute(p, i, out.layers));
       per_mb += in.layer_bytes[f][r];
       remat = std::max(remat, in.remat_bytes[f][r]);
       transient = std::max(transient, in.transient_bytes[f][r]);
@@ -404,21 +412,25 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   // Tensors that belong to the first chunk (embedding) or the last (head) are held by as
   // many micro-batches as that chunk has in flight, not by the stage's average.
   const double last_sets = is_last ? last_chunk_sets(p, mb) : 0;
-  const double activations = per_mb * sm.inflight_microbatches + first_chunk_sets(p, mb) * x.first_chunk_set + last_sets * x.last_chunk_set;
+  const double activations = per_mb * out.inflight + first_chunk_sets(p, mb) * x.first_chunk_set + last_sets * x.last_chunk_set;
   const double logits = last_sets * x.logits_set;
   // The micro-batch in flight on the last chunk holds its logits from the head forward
   // to the head backward; the others (GPipe holds every micro-batch) all the time.
   const double other_logits = is_last ? (last_sets - 1) * x.logits_set : 0;
+  out.activations = activations;
+  out.logits = logits;
+  out.transient = transient;
+  out.remat_and_grads = remat + x.activation_grads;
 
   // Forward: the later of two moments -- the end of the head forward (every kept tensor
   // and the logits), or a layer forward's transient before the head input exists (the
   // executor's order: layer outputs, final norm, head input, logits, softmax).
-  std::array<double, kMemoryItems> fwd = base, bwd = base, optim = base;
-  sm.item_peak = base;
-  sm.item_peak[static_cast<int>(MemoryItem::activations)] = activations;
-  sm.item_peak[static_cast<int>(MemoryItem::logits_loss)] = logits;
-  sm.item_peak[static_cast<int>(MemoryItem::backward_working)] = std::max(transient, remat + x.activation_grads);
-  sm.item_peak[static_cast<int>(MemoryItem::gathered_params)] += x.optimizer_buffers;
+  auto& fwd = out.b[static_cast<int>(Phase::forward)];
+  auto& bwd = out.b[static_cast<int>(Phase::backward)];
+  auto& optim = out.b[static_cast<int>(Phase::optimizer)];
+  fwd = base;
+  bwd = base;
+  optim = base;
   const double at_head = activations + logits, at_layer = activations - x.head_input + other_logits + transient;
   if (at_head >= at_layer) {
     fwd[static_cast<int>(MemoryItem::activations)] = activations;
@@ -433,26 +445,51 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   // holds the activation gradients.
   bwd[static_cast<int>(MemoryItem::activations)] = activations - (is_last ? x.last_chunk_set : 0);
   bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
-  bwd[static_cast<int>(MemoryItem::backward_working)] = remat + x.activation_grads;
+  bwd[static_cast<int>(MemoryItem::backward_working)] = out.remat_and_grads;
   // Optimizer step: activations are gone; ZeRO>=1 all-gathers updated parameters by bucket.
   optim[static_cast<int>(MemoryItem::gathered_params)] += x.optimizer_buffers;
-  const std::array<std::array<double, kMemoryItems>*, 3> phases = {&fwd, &bwd, &optim};
-  for (int ph = 0; ph < 3; ++ph) {
-    auto& b = *phases[ph];
+  for (auto& b : out.b) {
     const double dynamic = b[static_cast<int>(MemoryItem::activations)] + b[static_cast<int>(MemoryItem::backward_working)] +
                            b[static_cast<int>(MemoryItem::logits_loss)] + b[static_cast<int>(MemoryItem::gathered_params)] +
                            b[static_cast<int>(MemoryItem::comm_buffers)];
     b[static_cast<int>(MemoryItem::fragmentation)] = opt.fragmentation_fraction * dynamic;
-    sm.phase_total[ph] = sum_items(b);
-    sm.phase_bytes[ph] = b;
-    const int frag = static_cast<int>(MemoryItem::fragmentation);
-    sm.item_peak[frag] = std::max(sm.item_peak[frag], b[frag]);
   }
+  return out;
+}
+
+// The phase with the largest total (the first of equals) and the totals.
+int peak_phase(const StagePhases& sp, std::array<double, 3>& totals) {
+  for (int ph = 0; ph < 3; ++ph) totals[ph] = sum_items(sp.b[ph]);
   int peak = 0;
   for (int ph = 1; ph < 3; ++ph)
-    if (sm.phase_total[ph] > sm.phase_total[peak]) peak = ph;
+    if (totals[ph] > totals[peak]) peak = ph;
+  return peak;
+}
+
+StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
+                         const MemoryInputs& in) {
+  const StagePhases sp = stage_phases(m, j, p, stage, opt, in);
+  StageMemory sm;
+  sm.stage = stage;
+  sm.layers = sp.layers;
+  sm.inflight_microbatches = sp.inflight;
+  // Each item's peak over the step: the model states and buffers of the optimizer phase
+  // (which has the ZeRO parameter buckets), the activations and logits at the end of the
+  // head forward, the larger of the forward transient and the backward working set, and
+  // the largest fragmentation reserve.
+  const int frag = static_cast<int>(MemoryItem::fragmentation);
+  sm.item_peak = sp.b[static_cast<int>(Phase::optimizer)];
+  sm.item_peak[static_cast<int>(MemoryItem::activations)] = sp.activations;
+  sm.item_peak[static_cast<int>(MemoryItem::logits_loss)] = sp.logits;
+  sm.item_peak[static_cast<int>(MemoryItem::backward_working)] = std::max(sp.transient, sp.remat_and_grads);
+  sm.item_peak[frag] = 0;
+  for (int ph = 0; ph < 3; ++ph) {
+    sm.phase_bytes[ph] = sp.b[ph];
+    sm.item_peak[frag] = std::max(sm.item_peak[frag], sp.b[ph][frag]);
+  }
+  const int peak = peak_phase(sp, sm.phase_total);
   sm.peak_phase = static_cast<Phase>(peak);
-  sm.bytes = *phases[peak];
+  sm.bytes = sp.b[peak];
   sm.total = sm.phase_total[peak];
   sm.allocator_peak = sm.total - sm.bytes[static_cast<int>(MemoryItem::cuda_context)];
   return sm;
@@ -470,55 +507,88 @@ MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const Tra
   return estimate_memory(m, c, j, p, memory_inputs(m, j, p), opt);
 }
 
-MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
-                             const MemoryInputs& in, const MemoryOptions& opt) {
-  MemoryReport r;
-  r.capacity = c.gpu.memory_bytes;
-  r.first = stage_memory(m, j, p, 0, opt, in);
-  r.worst = r.first;
-  // Middle stages (neither first nor last) with the same layers and frozen layers as the
-  // stage before differ from it only in holding no more in-flight micro-batches (every
-  // schedule's count falls with the stage), and every term of a middle stage's total is
-  // non-decreasing in that count, in floating point too (sums and products of
-  // non-negative values round monotonically). Such a stage cannot exceed the stage
-  // before, so it cannot become the worst (ties keep the earlier stage): skipping it
-  // keeps the report exact and makes a plan cost a few stages instead of pp. One case
-  // breaks the argument: a forward peak whose layer transient is below rounding of the
-  // activations (the at_head branch of stage_memory); then every stage is computed.
-  auto cost = [&](int s, bool* rounds_transient) {
-    StageMemory sm = stage_memory(m, j, p, s, opt, in);
-    // Whether the layer transient rounded away at the forward peak (see above).
-    *rounds_transient = !(sm.phase_bytes[static_cast<int>(Phase::forward)][static_cast<int>(MemoryItem::backward_working)] > 0);
-    if (s == p.pp - 1) r.last = sm;
-    if (sm.total > r.worst.total) r.worst = sm;
-  };
-  bool rounds_transient = true;
+namespace {
+
+// Calls cost(s) for every stage s that can be the worst, in stage order: the first, the
+// last, and of the middle stages only those that may exceed the stage before. cost
+// returns whether the stage's layer transient rounded away at its forward peak.
+//
+// Middle stages (neither first nor last) with the same layers and frozen layers as the
+// stage before differ from it only in holding no more in-flight micro-batches (every
+// schedule's count falls with the stage), and every term of a middle stage's total is
+// non-decreasing in that count, in floating point too (sums and products of
+// non-negative values round monotonically). Such a stage cannot exceed the stage before,
+// so it cannot become the worst (ties keep the earlier stage): skipping it keeps the
+// report exact and makes a plan cost a few stages instead of pp. One case breaks the
+// argument: a forward peak whose layer transient rounds away against the activations
+// (the at_head branch of stage_phases); after such a stage the next one is costed too.
+template <class Cost>
+void for_candidate_stages(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const MemoryInputs& in, Cost cost) {
+  bool rounds_transient = cost(0);
   if (in.runs_complete) {
-    // Runs of equal middle stages from memory_inputs: the first of each, then the others
-    // only where the argument does not hold.
+    // Runs of equal middle stages from memory_inputs.
     for (int k = 0; k < in.run_count; ++k) {
       const MemoryInputs::StageRun run = in.runs[k];
       for (int s = run.first; s < run.end; ++s) {
         if (s > run.first && !rounds_transient) break;
-        cost(s, &rounds_transient);
+        rounds_transient = cost(s);
       }
     }
-    if (p.pp > 1) cost(p.pp - 1, &rounds_transient);
-  } else {
-    int prev_layers = r.first.layers;
-    int prev_frozen = -1;
-    const int frozen = j.frozen_layer_count(m.layers);
-    for (int s = 1; s < p.pp; ++s) {
-      const int layers = layers_in_stage(m.layers, p.pp, s);
-      const int frozen_here = std::clamp(frozen - first_layer_of_stage(m.layers, p.pp, s), 0, layers);
-      const bool same_shape = s > 1 && layers == prev_layers && frozen_here == prev_frozen;
-      prev_layers = layers;
-      prev_frozen = frozen_here;
-      if (same_shape && s < p.pp - 1 && !rounds_transient) continue;
-      cost(s, &rounds_transient);
-    }
+    if (p.pp > 1) cost(p.pp - 1);
+    return;
   }
-  if (p.pp == 1) r.last = r.first;
+  int prev_layers = -1, prev_frozen = -1;
+  const int frozen = j.frozen_layer_count(m.layers);
+  for (int s = 1; s < p.pp; ++s) {
+    const int layers = layers_in_stage(m.layers, p.pp, s);
+    const int frozen_here = std::clamp(frozen - first_layer_of_stage(m.layers, p.pp, s), 0, layers);
+    const bool same_shape = s > 1 && layers == prev_layers && frozen_here == prev_frozen;
+    prev_layers = layers;
+    prev_frozen = frozen_here;
+    if (same_shape && s < p.pp - 1 && !rounds_transient) continue;
+    rounds_transient = cost(s);
+  }
+}
+
+bool rounds_transient(const std::array<double, kMemoryItems>& forward) {
+  return !(forward[static_cast<int>(MemoryItem::backward_working)] > 0);
+}
+
+}  // namespace
+
+MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                             const MemoryInputs& in, const MemoryOptions& opt) {
+  MemoryReport r;
+  r.capacity = c.gpu.memory_bytes;
+  for_candidate_stages(m, j, p, in, [&](int s) {
+    const StageMemory sm = stage_memory(m, j, p, s, opt, in);
+    if (s == 0) {
+      r.first = sm;
+      r.worst = sm;
+    } else if (sm.total > r.worst.total) {
+      r.worst = sm;
+    }
+    if (s == p.pp - 1) r.last = sm;
+    return rounds_transient(sm.phase_bytes[static_cast<int>(Phase::forward)]);
+  });
+  return r;
+}
+
+MemoryPeak estimate_memory_peak(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                                const MemoryInputs& in, const MemoryOptions& opt) {
+  MemoryPeak r;
+  r.capacity = c.gpu.memory_bytes;
+  for_candidate_stages(m, j, p, in, [&](int s) {
+    const StagePhases sp = stage_phases(m, j, p, s, opt, in);
+    std::array<double, 3> totals;
+    const int peak = peak_phase(sp, totals);
+    if (s == 0 || totals[peak] > r.total) {
+      r.total = totals[peak];
+      r.stage = s;
+      r.phase = static_cast<Phase>(peak);
+    }
+    return rounds_transient(sp.b[static_cast<int>(Phase::forward)]);
+  });
   return r;
 }
 

@@ -198,6 +198,17 @@ MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const Tra
 // zero, offload_optimizer, recompute, recompute_layers, vpp and schedule.
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryInputs& in, const MemoryOptions& opt = {});
+// The worst stage's total, index and peak phase, as estimate_memory's `worst` has them,
+// without the per-item breakdown: what the sweep ranks and filters by.
+struct MemoryPeak {
+  double total = 0;     // bytes, the worst stage at its peak phase
+  int stage = 0;
+  Phase phase = Phase::backward;
+  double capacity = 0;  // GPU memory, bytes
+  bool fits(double headroom_bytes) const { return total + headroom_bytes <= capacity; }
+};
+MemoryPeak estimate_memory_peak(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                                const MemoryInputs& in, const MemoryOptions& opt = {});
 // One stage only (the sweep and explain use the report; the simulator uses this).
 StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                   int stage, const MemoryOptions& opt = {});

@@ -231,11 +231,11 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           shape.memory = memory_inputs(m, jj, p);
                           shape.ready = true;
                         }
-                        const MemoryReport mem = estimate_memory(m, c, jj, p, shape.memory, opt.memory);
+                        const MemoryPeak mem = estimate_memory_peak(m, c, jj, p, shape.memory, opt.memory);
                         const StepTime st = estimate_time(m, c, jj, p, shape.time, opt.efficiency);
-                        pr.peak_bytes = mem.worst.total;
-                        pr.peak_stage = mem.worst.stage;
-                        pr.peak_phase = mem.worst.peak_phase;
+                        pr.peak_bytes = mem.total;
+                        pr.peak_stage = mem.stage;
+                        pr.peak_phase = mem.phase;
                         pr.step_time_s = st.total;
                         pr.tokens_per_s = st.tokens_per_s;
                         pr.mfu = st.mfu;
