@@ -336,8 +336,8 @@ MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const Paral
         in.runs_complete = false;
       }
     }
-    if (find_stage_layers(in, layers, frozen_here)) continue;
-    if (in.shape_count == static_cast<int>(in.shapes.size())) break;  // the rest walk their layers per plan
+    // A shape seen before, or one more than the list holds (stage_phases then walks its layers).
+    if (find_stage_layers(in, layers, frozen_here) || in.shape_count == static_cast<int>(in.shapes.size())) continue;
     MemoryInputs::StageLayers& sl = in.shapes[in.shape_count++];
     sl.layers = layers;
     sl.frozen = frozen_here;
