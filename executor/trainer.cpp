@@ -63,12 +63,59 @@ void from_f32(const float* in, Tensor& t, int64_t off, int64_t n) {
   }
 }
 
+class CpuTrainer final : public Trainer {
+ public:
+  double loss_scale() const override { return loss_scale_; }
+  StepOutcome step() override;
+  int64_t updates() const override { return updates_; }
+  void set_norm_reduce(std::function<double(double, double)> f) override { norm_reduce_ = std::move(f); }
+
+ private:
+  friend class Trainer;
+  struct State {
+    ParamRef* param = nullptr;
+    Tensor master;  // f32 (O2 master, O1 weight copy); undefined otherwise
+    Tensor m, v;    // optimizer states (v unused by SGD)
+    int64_t offset = 0, count = 0;  // elements of the param this state covers (ZeRO shard)
+  };
+  void update(State& s, double grad_scale);
+
+  Model* model_ = nullptr;
+  TrainingJob job_;
+  PrecisionScheme scheme_;
+  TrainerOptions opt_;
+  std::vector<State> states_;
+  std::optional<TrainerShard> shard_;
+  std::function<double(double, double)> norm_reduce_;
+  std::vector<Tensor> frozen_copies_;  // O1: f32 copies of frozen weights (planner counts 6 B)
+  double loss_scale_ = 1;
+  int good_steps_ = 0;
+  int64_t updates_ = 0;
+};
+
 }  // namespace
+
+ScalePolicy apply_scale_policy(double raw_norm, const PrecisionScheme& scheme, const TrainerOptions& opt,
+                               double* loss_scale, int* good_steps) {
+  ScalePolicy p;
+  p.norm = raw_norm / *loss_scale;
+  if (!std::isfinite(p.norm)) {
+    p.skip = true;
+    if (scheme.loss_scaling) {
+      *loss_scale *= opt.backoff;
+      *good_steps = 0;
+    }
+    return p;
+  }
+  const double clip = opt.clip_norm > 0 ? cpu::clip_factor(p.norm, opt.clip_norm) : 1.0;
+  p.grad_scale = clip / *loss_scale;
+  return p;
+}
 
 Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& model, const TrainingJob& job,
                                                  const PrecisionScheme& scheme, const TrainerOptions& options,
                                                  const TrainerShard* shard) {
-  std::unique_ptr<Trainer> t(new Trainer());
+  std::unique_ptr<CpuTrainer> t(new CpuTrainer());
   t->model_ = &model;
   t->job_ = job;
   t->scheme_ = scheme;
@@ -88,7 +135,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
       }
       continue;
     }
-    State st;
+    CpuTrainer::State st;
     st.param = &p;
     st.count = n;
     if (shard) {  // the intersection of [flat, flat + n) with the shard
@@ -109,10 +156,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
       if (Status s = make(a, st.v, n, scheme.optimizer, Category::optimizer_states, p.name + ".exp_avg_sq"); !s) return s;
     t->states_.push_back(std::move(st));
   }
-  return t;
+  return std::unique_ptr<Trainer>(std::move(t));
 }
 
-void Trainer::update(State& s, double grad_scale) {
+void CpuTrainer::update(State& s, double grad_scale) {
   const bool adam = job_.optimizer == Optimizer::adamw;
   ParamRef& p = *s.param;
   const int64_t n = s.count, o = s.offset;
@@ -175,7 +222,7 @@ void Trainer::update(State& s, double grad_scale) {
   }
 }
 
-StepOutcome Trainer::step() {
+StepOutcome CpuTrainer::step() {
   StepOutcome out;
   out.loss_scale = loss_scale_;
   std::vector<cpu::GradRef> grads, split;  // split: TP-split parameters
@@ -188,19 +235,13 @@ StepOutcome Trainer::step() {
   const double rn = cpu::global_grad_norm(grads), sn = cpu::global_grad_norm(split);
   double raw_norm = norm_reduce_ ? std::sqrt(norm_reduce_(sn * sn, rn * rn)) : std::sqrt(sn * sn + rn * rn);
   if (shard_) raw_norm = std::sqrt(shard_->reduce_sum(raw_norm * raw_norm));
-  const double norm = raw_norm / loss_scale_;
-  out.grad_norm = norm;
-  if (!std::isfinite(norm)) {
+  const ScalePolicy sp = apply_scale_policy(raw_norm, scheme_, opt_, &loss_scale_, &good_steps_);
+  out.grad_norm = sp.norm;
+  if (sp.skip) {
     out.skipped = true;
-    if (scheme_.loss_scaling) {
-      loss_scale_ *= opt_.backoff;
-      good_steps_ = 0;
-    }
     return out;
   }
-  const double clip = opt_.clip_norm > 0 ? cpu::clip_factor(norm, opt_.clip_norm) : 1.0;
-  const double grad_scale = clip / loss_scale_;
-  for (State& s : states_) update(s, grad_scale);
+  for (State& s : states_) update(s, sp.grad_scale);
   ++updates_;
   if (scheme_.loss_scaling && ++good_steps_ >= opt_.growth_interval) {
     loss_scale_ *= 2;

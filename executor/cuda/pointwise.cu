@@ -50,6 +50,12 @@ Status add_row_bias(CudaContext& ctx, S* y, const S* b, int64_t rows, int64_t ou
                   "add_row_bias");
 }
 
+template <class S>
+Status scale(CudaContext& ctx, S* x, int64_t n, double s) {
+  const float f = static_cast<float>(s);
+  return for_each_index(ctx, n, [=] __device__(int64_t i) { x[i] = store<S>(load(x[i]) * f); }, "scale");
+}
+
 template <class Src, class Dst>
 Status cast(CudaContext& ctx, const Src* x, Dst* y, int64_t n) {
   return for_each_index(ctx, n, [=] __device__(int64_t i) { y[i] = store<Dst>(load(x[i])); }, "cast");
@@ -183,6 +189,7 @@ Status rope_backward(CudaContext& ctx, const S* dy, const int32_t* positions, S*
   template Status add_inplace<S>(CudaContext&, S*, const S*, int64_t);                               \
   template Status add_row_bias<S>(CudaContext&, S*, const S*, int64_t, int64_t);                     \
   template Status has_nonfinite<S>(CudaContext&, const S*, int64_t, int32_t*);                       \
+  template Status scale<S>(CudaContext&, S*, int64_t, double);                                       \
   template Status gelu_forward<S>(CudaContext&, const S*, S*, int64_t);                              \
   template Status gelu_backward<S>(CudaContext&, const S*, const S*, S*, int64_t);                   \
   template Status swiglu_forward<S>(CudaContext&, const S*, const S*, S*, int64_t);                  \
