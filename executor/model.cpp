@@ -106,6 +106,14 @@ struct CpuOps {
     }
     return Status::ok();
   }
+  // Dense logits: the strided head ops below are never called on the CPU.
+  int64_t logits_row_stride(int64_t v) const { return v; }
+  template <class T, class... Args>
+  Status linear_forward_ld(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
+  template <class T, class GT, class... Args>
+  Status linear_backward_ld(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
+  template <class Src, class Dst, class... Args>
+  Status cast_rows(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
   Status stage_batch(const Batch& b, const int32_t* positions, int64_t, detail::StagedBatch& out) const {
     out = {b.tokens, b.targets, b.doc_ids, positions};
     return Status::ok();

@@ -14,7 +14,9 @@
 // host) and backward; the scratch sizes linear/norm/attention/attention_dropout
 // _workspace_bytes and chunk_rows; and fill (host doubles into a tensor), zero, zeros,
 // copy (within the backend's memory), scale, stage_batch (a host Batch and positions to
-// where the ops read them). kHostMemory: whether tensors are host memory.
+// where the ops read them); logits_row_stride(v) (>= v: the backend's padded row of the
+// logits) with the strided head ops linear_forward_ld, linear_backward_ld and cast_rows,
+// used only where the stride differs from v. kHostMemory: whether tensors are host memory.
 #pragma once
 
 #include <algorithm>
@@ -890,12 +892,18 @@ class ModelImpl final : public Model {
     if (!train) inputs_[static_cast<size_t>(nl)].reset();
     set_where(Phase::forward, -1, "head");
     Tensor& W = m.tied_embeddings ? wte_ : whead_;
-    LL_TRY(make(a_, logits_, n * Vl_, c_.storage, Category::logits_loss, "logits"));
-    LL_TRY(lin_base_fwd(sp_ ? d(gathered) : d(head_in_), d(W), nullptr, d(logits_), n, h_, Vl_));
+    // The backend may pad the logits' rows (ld >= Vl_: aligned rows for the GPU's GEMMs).
+    const int64_t ld = ops_.logits_row_stride(Vl_);
+    LL_TRY(make(a_, logits_, n * ld, c_.storage, Category::logits_loss, "logits"));
+    if (ld == Vl_)
+      LL_TRY(lin_base_fwd(sp_ ? d(gathered) : d(head_in_), d(W), nullptr, d(logits_), n, h_, Vl_));
+    else
+      LL_TRY(ops_.template linear_forward_ld<S>(sp_ ? d(gathered) : d(head_in_), d(W), d(logits_), n, h_, Vl_, ld));
     gathered.reset();
     set_where(Phase::forward, -1, "loss");
     LL_TRY(make(a_, sm_, n * Vl_, std::is_same_v<S, double> ? DType::f64 : DType::f32, Category::logits_loss, "loss.softmax_fp32"));
-    LL_TRY(ops_.template cast<S, A>(d(logits_), sm_.template data<A>(), n * Vl_));
+    if (ld == Vl_) LL_TRY(ops_.template cast<S, A>(d(logits_), sm_.template data<A>(), n * Vl_));
+    else LL_TRY(ops_.template cast_rows<S, A>(d(logits_), ld, sm_.template data<A>(), Vl_, n, Vl_));
     double loss = 0;
     if (t_ == 1) {
       Result<double> l = ops_.template cross_entropy_forward<A>(sm_.template data<A>(), staged_.targets, n, V_, denom);
@@ -923,7 +931,9 @@ class ModelImpl final : public Model {
       set_where(Phase::backward, -1, "loss");
       if (t_ == 1)
         LL_TRY(ops_.template cross_entropy_backward<A>(sm_.template data<A>(), staged_.targets, sm_.template data<A>(), n, V_, loss_scale_, denom_));
-      LL_TRY(ops_.template cast<A, S>(sm_.template data<A>(), d(logits_), n * Vl_));  // dlogits over the logits
+      const int64_t ld = ops_.logits_row_stride(Vl_);  // dlogits over the logits
+      if (ld == Vl_) LL_TRY(ops_.template cast<A, S>(sm_.template data<A>(), d(logits_), n * Vl_));
+      else LL_TRY(ops_.template cast_rows<A, S>(sm_.template data<A>(), Vl_, d(logits_), ld, n, Vl_));
       sm_.reset();
       set_where(Phase::backward, -1, "head");
       Tensor& W = m.tied_embeddings ? wte_ : whead_;
@@ -931,7 +941,11 @@ class ModelImpl final : public Model {
       Tensor dhead, dlocal;
       if (sp_) LL_TRY(sp_gather(gathered, d(head_in_), "head.input.gathered"));
       LL_TRY(ws(dhead, n * h_, "head.d_input"));
-      LL_TRY(lin_base_bwd(d(logits_), sp_ ? d(gathered) : d(head_in_), d(W), d(dhead), g(gW), nullptr, n, h_, Vl_));
+      if (ld == Vl_)
+        LL_TRY(lin_base_bwd(d(logits_), sp_ ? d(gathered) : d(head_in_), d(W), d(dhead), g(gW), nullptr, n, h_, Vl_));
+      else
+        LL_TRY(ops_.template linear_backward_ld<S, G>(d(logits_), ld, sp_ ? d(gathered) : d(head_in_), d(W), d(dhead), g(gW), n,
+                                                      h_, Vl_));
       gathered.reset();
       LL_TRY(tp_reduce_input_grad(d(dhead), dlocal, "head.d_input_local"));  // vocabulary-parallel head: partial sums
       logits_.reset();

@@ -33,6 +33,8 @@
 #      single-rank equivalent of a llama2-7b dp8 plan with --layers 4; tokens/s, MFU against
 #      step 4's peak, measured vs predicted peak memory and step time
 #   6. summary.md: one table row per step (status, seconds, key numbers)
+# Diagnostics (environment): LLMPLAN_CHECK_SKIP_TESTS=1 skips step 3; LLMPLAN_CHECK_GEMMS
+# adds GEMM shapes to step 4; LLMPLAN_CUDA_OP_TIMES=1 makes step 5 print time per CUDA op.
 # Results in ${OUT:-results}/ (at most 8 files come back from the device): summary.md,
 # check.log (everything), tests.log, tests.xml, peak.txt, bench.log, bench_*.json.
 set -u
@@ -155,6 +157,8 @@ fi
 t0=$SECONDS
 if [ "$(left)" -lt 60 ]; then
   row "executor_cuda_tests" "skipped" 0 "no time left"
+elif [ -n "${LLMPLAN_CHECK_SKIP_TESTS:-}" ]; then
+  row "executor_cuda_tests" "skipped" 0 "LLMPLAN_CHECK_SKIP_TESTS set"
 else
   say "== executor_cuda_tests"
   run_env timeout $(($(left) - 200 > 60 ? $(left) - 200 : 60)) "$bin/executor_cuda_tests" \
@@ -189,6 +193,11 @@ else
   case $rc in 0) status=ok ;; 77) status="skipped (no device)" ;; *) status="FAIL (rc $rc)" ;; esac
   row "llmplan_cuda_peak" "$status" $((SECONDS - t0)) \
     "bf16 GEMM ${peak:-?} TFLOP/s (8192^3), copy ${copy:-?} TB/s"
+  # Extra GEMM shapes to look at (LLMPLAN_CHECK_GEMMS="m,n,k m,n,k"), e.g. a model's layers.
+  for shape in ${LLMPLAN_CHECK_GEMMS:-}; do
+    IFS=, read -r gm gn gk <<<"$shape"
+    run_env timeout 60 "$bin/llmplan_cuda_peak" --m "$gm" --n "$gn" --k "$gk" --warmup 3 --iters 10 2>&1 | grep "^bf16 gemm" | tee -a "$out/peak.txt" "$log"
+  done
 fi
 
 # 5. Training benchmark: `llmplan execute --backend cuda` on plans from `llmplan sweep`

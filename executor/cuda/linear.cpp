@@ -179,7 +179,7 @@ int64_t linear_workspace_bytes(int64_t n, int64_t out) { return column_sums_work
 
 template <class S>
 Status linear_forward(CudaContext& ctx, const S* x, const S* w, const S* b, S* y, int64_t n, int64_t in,
-                      int64_t out) {
+                      int64_t out, int64_t ld_y) {
   GemmArgs g;
   g.ta = false;
   g.tb = true;  // y (n, out) = x (n, in) w^T
@@ -191,7 +191,7 @@ Status linear_forward(CudaContext& ctx, const S* x, const S* w, const S* b, S* y
   g.b = w;
   g.ldb = in;
   g.c = y;
-  g.ldc = out;
+  g.ldc = ld_y > 0 ? ld_y : out;
   g.a_type = g.b_type = g.c_type = dtype_of<S>;
   g.bias = b;
   return gemm(ctx, g);
@@ -199,7 +199,9 @@ Status linear_forward(CudaContext& ctx, const S* x, const S* w, const S* b, S* y
 
 template <class S, class G>
 Status linear_backward(CudaContext& ctx, const S* dy, const S* x, const S* w, S* dx, G* dw, G* db, int64_t n,
-                       int64_t in, int64_t out, std::span<std::byte> ws) {
+                       int64_t in, int64_t out, std::span<std::byte> ws, int64_t ld_dy) {
+  const int64_t ldd = ld_dy > 0 ? ld_dy : out;
+  if (db != nullptr && ldd != out) return Status::bad_input("linear_backward: a bias gradient needs a dense dy (ld_dy = out)");
   if (dw != nullptr) {  // dw (out, in) += dy^T (out, n) x (n, in)
     GemmArgs g;
     g.ta = true;
@@ -208,7 +210,7 @@ Status linear_backward(CudaContext& ctx, const S* dy, const S* x, const S* w, S*
     g.k = n;
     g.beta = 1.0f;
     g.a = dy;
-    g.lda = out;
+    g.lda = ldd;
     g.b = x;
     g.ldb = in;
     g.c = dw;
@@ -226,7 +228,7 @@ Status linear_backward(CudaContext& ctx, const S* dy, const S* x, const S* w, S*
     g.n = in;
     g.k = out;
     g.a = dy;
-    g.lda = out;
+    g.lda = ldd;
     g.b = w;
     g.ldb = in;
     g.c = dx;
@@ -238,14 +240,14 @@ Status linear_backward(CudaContext& ctx, const S* dy, const S* x, const S* w, S*
 }
 
 template Status linear_forward<float>(CudaContext&, const float*, const float*, const float*, float*, int64_t,
-                                      int64_t, int64_t);
+                                      int64_t, int64_t, int64_t);
 template Status linear_forward<bf16_t>(CudaContext&, const bf16_t*, const bf16_t*, const bf16_t*, bf16_t*, int64_t,
-                                       int64_t, int64_t);
+                                       int64_t, int64_t, int64_t);
 template Status linear_forward<f16_t>(CudaContext&, const f16_t*, const f16_t*, const f16_t*, f16_t*, int64_t,
-                                      int64_t, int64_t);
+                                      int64_t, int64_t, int64_t);
 #define INSTG(S, G)                                                                                       \
   template Status linear_backward<S, G>(CudaContext&, const S*, const S*, const S*, S*, G*, G*, int64_t, \
-                                        int64_t, int64_t, std::span<std::byte>);
+                                        int64_t, int64_t, std::span<std::byte>, int64_t);
 INSTG(float, float) INSTG(bf16_t, bf16_t) INSTG(bf16_t, float) INSTG(f16_t, f16_t) INSTG(f16_t, float)
 #undef INSTG
 
