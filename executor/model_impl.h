@@ -150,14 +150,28 @@ class ModelImpl final : public Model {
     last_ = stage_ == c_.plan.pp - 1;
     first_layer_ = first_layer_of_stage(m.layers, c_.plan.pp, stage_);
     const int nl = layers_in_stage(m.layers, c_.plan.pp, stage_);
+    auto since = [&](size_t at) {  // the params made since `at` (one unit)
+      std::vector<int> u;
+      for (size_t i = at; i < params_.size(); ++i) u.push_back(static_cast<int>(i));
+      return u;
+    };
+    const int wte_index = static_cast<int>(params_.size());
     if (first_ || (last_ && m.tied_embeddings))
       LL_TRY(param(wte_, gwte_, {0, V_, h_}, "embed.tokens", embed_trainable_, true, c_.options.init_std, 0, !first_));
     if (gpt_ && first_) LL_TRY(param(wpe_, gwpe_, {-1, m.max_positions, h_}, "embed.positions", embed_trainable_, true, c_.options.init_std));
+    if (first_) units_.push_back(since(static_cast<size_t>(wte_index)));
     layers_.resize(static_cast<size_t>(nl));
-    for (int i = 0; i < nl; ++i) LL_TRY(init_layer(layers_[static_cast<size_t>(i)], i));
+    for (int i = 0; i < nl; ++i) {
+      const size_t at = params_.size();
+      LL_TRY(init_layer(layers_[static_cast<size_t>(i)], i));
+      units_.push_back(since(at));
+    }
     if (last_) {
+      const size_t at = params_.size();
       LL_TRY(init_norm(fnorm_, "final_norm", head_trainable_));
       if (!m.tied_embeddings) LL_TRY(param(whead_, gwhead_, {0, V_, h_}, "head.weight", head_trainable_, true, c_.options.init_std));
+      units_.push_back(since(at));
+      if (m.tied_embeddings) units_.back().push_back(wte_index);
     }
     positions_.resize(static_cast<size_t>(n_));
     inputs_.resize(layers_.size() + 1);
@@ -179,6 +193,8 @@ class ModelImpl final : public Model {
   }
   const ModelConfig& config() const override { return c_; }
   const Where& where() const override { return where_; }
+  const std::vector<std::vector<int>>& units() const override { return units_; }
+  void set_param_hooks(ParamHooks* hooks) override { hooks_ = hooks; }
 
  private:
   // ---------------------------------------------------------------- parameters
@@ -765,6 +781,17 @@ class ModelImpl final : public Model {
 
   // ---------------------------------------------------------------- the step
 
+  // Unit numbers (units_ order): the embedding on the first stage, the layers, the head on the last.
+  int emb_unit() const { return first_ ? 0 : -1; }
+  int layer_unit(int i) const { return (first_ ? 1 : 0) + i; }
+  int head_unit() const { return last_ ? static_cast<int>(units_.size()) - 1 : -1; }
+  Status use_weights(int u, int next) { return hooks_ ? hooks_->use_weights(u, next) : Status::ok(); }
+  void release_weights(int u) {
+    if (hooks_) hooks_->release_weights(u);
+  }
+  Status begin_grads(int u) { return hooks_ ? hooks_->begin_grads(u) : Status::ok(); }
+  Status end_grads(int u) { return hooks_ ? hooks_->end_grads(u) : Status::ok(); }
+
   void set_where(Phase ph, int layer, const char* part) {
     a_.set_phase(ph);
     where_ = {ph, layer, part};
@@ -860,7 +887,9 @@ class ModelImpl final : public Model {
     set_where(Phase::forward, -1, first_ ? "embedding" : "stage input");
     LL_TRY(make(a_, inputs_[0], ns * h_, c_.storage, input_cat(0), in_name));
     if (first_) {  // ---- embedding -> layer 0's ln1.input
+      LL_TRY(use_weights(emb_unit(), nl > 0 ? layer_unit(0) : head_unit()));
       LL_TRY(embed_fwd(staged_.tokens, d(inputs_[0])));
+      release_weights(emb_unit());
       if (drop_) {
         const bool keep = train && embed_trainable_;
         LL_TRY(make(a_, emb_mask_, ns * h_, DType::u8, keep ? Category::activations : Category::workspace, "embed.dropout_mask"));
@@ -874,7 +903,9 @@ class ModelImpl final : public Model {
     for (int i = 0; i < nl; ++i) {
       Layer& L = layers_[static_cast<size_t>(i)];
       set_where(Phase::forward, L.index, "layer");
+      LL_TRY(use_weights(layer_unit(i), i + 1 < nl ? layer_unit(i + 1) : head_unit()));
       LL_TRY(layer_fwd(L, d(inputs_[static_cast<size_t>(i)]), inputs_[static_cast<size_t>(i + 1)], input_cat(i + 1), mode, seed));
+      release_weights(layer_unit(i));
       if (!train || !L.ctx.grad_flows) inputs_[static_cast<size_t>(i)].reset();
       if (!train) L.sv.clear();
     }
@@ -886,6 +917,7 @@ class ModelImpl final : public Model {
     // ---- final norm, head, loss
     set_where(Phase::forward, -1, "final_norm");
     LL_TRY(make(a_, head_in_, ns * h_, c_.storage, train ? Category::activations : Category::workspace, "head.input"));
+    LL_TRY(use_weights(head_unit(), -1));
     LL_TRY(norm_fwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), d(head_in_)));
     Tensor gathered;  // SP: the head's full-sequence input
     if (sp_) LL_TRY(sp_gather(gathered, d(head_in_), "head.input.gathered"));
@@ -899,6 +931,7 @@ class ModelImpl final : public Model {
       LL_TRY(lin_base_fwd(sp_ ? d(gathered) : d(head_in_), d(W), nullptr, d(logits_), n, h_, Vl_));
     else
       LL_TRY(ops_.template linear_forward_ld<S>(sp_ ? d(gathered) : d(head_in_), d(W), d(logits_), n, h_, Vl_, ld));
+    release_weights(head_unit());
     gathered.reset();
     set_where(Phase::forward, -1, "loss");
     LL_TRY(make(a_, sm_, n * Vl_, std::is_same_v<S, double> ? DType::f64 : DType::f32, Category::logits_loss, "loss.softmax_fp32"));
@@ -939,6 +972,9 @@ class ModelImpl final : public Model {
       Tensor& W = m.tied_embeddings ? wte_ : whead_;
       Tensor& gW = m.tied_embeddings ? gwte_ : gwhead_;
       Tensor dhead, dlocal;
+      const int top = nl > 0 && layers_[static_cast<size_t>(nl - 1)].ctx.grad_flows ? layer_unit(nl - 1) : -1;
+      LL_TRY(use_weights(head_unit(), top));
+      if (head_trainable_) LL_TRY(begin_grads(head_unit()));
       if (sp_) LL_TRY(sp_gather(gathered, d(head_in_), "head.input.gathered"));
       LL_TRY(ws(dhead, n * h_, "head.d_input"));
       if (ld == Vl_)
@@ -952,6 +988,8 @@ class ModelImpl final : public Model {
       head_in_.reset();
       set_where(Phase::backward, -1, "final_norm");
       LL_TRY(norm_bwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), sp_ ? d(dlocal) : d(dhead), d(dx), false));
+      release_weights(head_unit());
+      if (head_trainable_) LL_TRY(end_grads(head_unit()));
     } else {
       LL_TRY(ops_.copy(dx.raw(), dout, dx.bytes()));
     }
@@ -960,7 +998,12 @@ class ModelImpl final : public Model {
       Layer& L = layers_[static_cast<size_t>(i)];
       if (!L.ctx.grad_flows) break;
       set_where(Phase::backward, L.index, "layer");
+      const int below = i > 0 && layers_[static_cast<size_t>(i - 1)].ctx.grad_flows ? layer_unit(i - 1) : -1;
+      LL_TRY(use_weights(layer_unit(i), below));
+      LL_TRY(begin_grads(layer_unit(i)));
       LL_TRY(layer_bwd(L, d(inputs_[static_cast<size_t>(i)]), d(dx), seed_));
+      release_weights(layer_unit(i));
+      LL_TRY(end_grads(layer_unit(i)));
       inputs_[static_cast<size_t>(i)].reset();
     }
     if (!first_) {
@@ -973,8 +1016,10 @@ class ModelImpl final : public Model {
         LL_TRY(sp_gather(gathered, d(dx), "embed.d_output.gathered"));
         dfull = d(gathered);
       }
+      LL_TRY(begin_grads(emb_unit()));
       LL_TRY(embed_bwd(staged_.tokens, dfull));
       if (gpt_) LL_TRY(ops_.template embedding_backward<S, G>(staged_.positions, dfull, g(gwpe_), n, h_));
+      LL_TRY(end_grads(emb_unit()));
     }
     release_all();
     return Status::ok();
@@ -1004,6 +1049,8 @@ class ModelImpl final : public Model {
   StagedBatch staged_;   // the micro-batch where the ops read it (host or device)
   Ops ops_;
   std::vector<ParamRef> params_;
+  std::vector<std::vector<int>> units_;  // see ParamHooks
+  ParamHooks* hooks_ = nullptr;
   Where where_;
 };
 

@@ -126,6 +126,7 @@ MemoryItem item_of(Category c) {
     case Category::logits_loss: return MemoryItem::logits_loss;
     case Category::workspace: return MemoryItem::backward_working;
     case Category::communication: return MemoryItem::comm_buffers;
+    case Category::gathered_params: return MemoryItem::gathered_params;
   }
   return MemoryItem::weights;
 }
@@ -233,7 +234,6 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
       return Status::bad_input("distributed executor: data, tensor (with SP) and pipeline parallel (GPipe, 1F1B) are implemented "
                                "so far; this plan has cp" + std::to_string(fp.cp) + " ep" + std::to_string(fp.ep) + " vpp" +
                                std::to_string(fp.vpp));
-    if (fp.zero > 2) return Status::bad_input("distributed executor: ZeRO-3 is not implemented yet (ZeRO 0-2 are)");
     if (comm->size(Group::world) != fp.world_size())
       return Status::bad_input("communicator has " + std::to_string(comm->size(Group::world)) + " ranks, the plan needs " +
                                std::to_string(fp.world_size()));
@@ -429,11 +429,15 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     if (!sm.warmup) times.push_back(dt);
     if (o.on_step) o.on_step(step, total, sm.warmup, loss, dt, sm.tokens_per_s);
   }
-  if (o.on_done) o.on_done(m);
-  r.memory = alloc.stats();
+  r.memory = alloc.stats();  // before a ZeRO-3 model is gathered whole for on_done
   r.device = backend->device_memory();
   r.backend = backend->name();
   r.device_name = backend->device_name();
+  if (o.on_done) {
+    if (dpar)
+      if (Status st = dpar->unshard_weights(); !st) return st;
+    o.on_done(m);
+  }
   r.median_step_s = median(times);
   r.tokens_per_s = r.median_step_s > 0 ? static_cast<double>(r.tokens_per_step) / r.median_step_s : 0;
   r.model_flops_per_s = r.median_step_s > 0 ? r.predicted_time.model_flops / r.median_step_s : 0;

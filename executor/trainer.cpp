@@ -76,7 +76,8 @@ class CpuTrainer final : public Trainer {
     ParamRef* param = nullptr;
     Tensor master;  // f32 (O2 master, O1 weight copy); undefined otherwise
     Tensor m, v;    // optimizer states (v unused by SGD)
-    int64_t offset = 0, count = 0;  // elements of the param this state covers (ZeRO shard)
+    int64_t offset = 0, count = 0;  // elements: where the range starts in the weight, its length (ZeRO shard)
+    int64_t grad_offset = 0;        // elements: where it starts in the gradient
   };
   void update(State& s, double grad_scale);
 
@@ -123,7 +124,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
   t->loss_scale_ = scheme.loss_scaling ? options.initial_loss_scale : 1.0;
   const bool adam = job.optimizer == Optimizer::adamw;
   if (shard) t->shard_ = *shard;
-  int64_t flat = 0;  // start of this param in the flat trainable order
+  size_t trainable = 0;  // index of this param among the trainable ones
   for (ParamRef& p : model.params()) {
     int64_t n = p.weight->numel();
     if (p.grad == nullptr) {
@@ -138,12 +139,13 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
     CpuTrainer::State st;
     st.param = &p;
     st.count = n;
-    if (shard) {  // the intersection of [flat, flat + n) with the shard
-      const int64_t lo = std::max(flat, shard->begin), hi = std::min(flat + n, shard->end);
-      flat += n;
-      if (hi <= lo) continue;
-      st.offset = lo - (flat - n);
-      st.count = n = hi - lo;
+    if (shard) {
+      if (trainable >= shard->ranges.size()) return Status::runtime("trainer: the ZeRO shard lists fewer parameters than the model trains");
+      const ShardRange& r = shard->ranges[trainable++];
+      if (r.count == 0) continue;
+      st.offset = r.weight_offset;
+      st.grad_offset = r.grad_offset;
+      st.count = n = r.count;
     }
     if (scheme.master || scheme.f32_weight_copy) {
       const Category c = scheme.master ? Category::master_weights : Category::weights;
@@ -162,20 +164,20 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
 void CpuTrainer::update(State& s, double grad_scale) {
   const bool adam = job_.optimizer == Optimizer::adamw;
   ParamRef& p = *s.param;
-  const int64_t n = s.count, o = s.offset;
+  const int64_t n = s.count, o = s.offset, go = s.grad_offset;
   cpu::AdamWOptions ao{opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, p.decay ? opt_.weight_decay : 0.0};
   cpu::SgdOptions so{opt_.lr, opt_.momentum, p.decay ? opt_.weight_decay : 0.0};
   const int64_t step = updates_ + 1;
   if (p.weight->dtype() == DType::f64) {
     double* w = p.weight->data<double>() + o;
-    const double* g = p.grad->data<double>() + o;
+    const double* g = p.grad->data<double>() + go;
     if (adam) cpu::adamw_step<double, double>(w, g, s.m.data<double>(), s.v.data<double>(), n, ao, step, grad_scale);
     else cpu::sgd_step<double, double>(w, g, s.m.data<double>(), n, so, grad_scale);
     return;
   }
   if (p.weight->dtype() == DType::f32) {
     float* w = p.weight->data<float>() + o;
-    const float* g = p.grad->data<float>() + o;
+    const float* g = p.grad->data<float>() + go;
     if (adam) cpu::adamw_step<float, float>(w, g, s.m.data<float>(), s.v.data<float>(), n, ao, step, grad_scale);
     else cpu::sgd_step<float, float>(w, g, s.m.data<float>(), n, so, grad_scale);
     return;
@@ -186,16 +188,16 @@ void CpuTrainer::update(State& s, double grad_scale) {
     float* v = adam ? s.v.data<float>() : nullptr;
     switch (p.grad->dtype()) {
       case DType::f32:
-        if (adam) cpu::adamw_step<float, float>(w, p.grad->data<float>() + o, m, v, n, ao, step, grad_scale);
-        else cpu::sgd_step<float, float>(w, p.grad->data<float>() + o, m, n, so, grad_scale);
+        if (adam) cpu::adamw_step<float, float>(w, p.grad->data<float>() + go, m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, float>(w, p.grad->data<float>() + go, m, n, so, grad_scale);
         break;
       case DType::bf16:
-        if (adam) cpu::adamw_step<float, bf16_t>(w, p.grad->data<bf16_t>() + o, m, v, n, ao, step, grad_scale);
-        else cpu::sgd_step<float, bf16_t>(w, p.grad->data<bf16_t>() + o, m, n, so, grad_scale);
+        if (adam) cpu::adamw_step<float, bf16_t>(w, p.grad->data<bf16_t>() + go, m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, bf16_t>(w, p.grad->data<bf16_t>() + go, m, n, so, grad_scale);
         break;
       case DType::f16:
-        if (adam) cpu::adamw_step<float, f16_t>(w, p.grad->data<f16_t>() + o, m, v, n, ao, step, grad_scale);
-        else cpu::sgd_step<float, f16_t>(w, p.grad->data<f16_t>() + o, m, n, so, grad_scale);
+        if (adam) cpu::adamw_step<float, f16_t>(w, p.grad->data<f16_t>() + go, m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, f16_t>(w, p.grad->data<f16_t>() + go, m, n, so, grad_scale);
         break;
       default: break;
     }
@@ -208,7 +210,7 @@ void CpuTrainer::update(State& s, double grad_scale) {
   for (int64_t off = 0; off < n; off += kChunk) {
     const int64_t c = std::min(kChunk, n - off);
     to_f32(*p.weight, o + off, w, c);
-    to_f32(*p.grad, o + off, g, c);
+    to_f32(*p.grad, go + off, g, c);
     to_f32(s.m, off, m, c);
     if (adam) {
       to_f32(s.v, off, v, c);
@@ -229,7 +231,7 @@ StepOutcome CpuTrainer::step() {
   for (State& s : states_) {
     if (s.param->shared_copy) continue;  // its twin on the first stage counts
     const int64_t es = dtype_size(s.param->grad->dtype());
-    const cpu::GradRef g{static_cast<char*>(s.param->grad->raw()) + s.offset * es, s.count, s.param->grad->dtype()};
+    const cpu::GradRef g{static_cast<char*>(s.param->grad->raw()) + s.grad_offset * es, s.count, s.param->grad->dtype()};
     (s.param->split.dim >= 0 ? split : grads).push_back(g);
   }
   const double rn = cpu::global_grad_norm(grads), sn = cpu::global_grad_norm(split);

@@ -56,14 +56,20 @@ struct TrainerOptions {
   double backoff = 0.5;           // scale factor on overflow. Default: 0.5
 };
 
-// ZeRO-1/2: this rank owns elements [begin, end) of the flat concatenation of the
-// trainable parameters (model.params() order, frozen ones skipped); optimizer states and
-// master weights exist only for that range, step() updates only it (the caller
-// all-gathers the updated weights), and the gradient norm is the square root of the sum
-// of every rank's partial sum of squares, summed by `reduce_sum` (an all-reduce over DP).
+// ZeRO >= 1: this rank owns a range of every trainable parameter (model.params() order,
+// frozen ones skipped; comm/data_parallel.h says which); optimizer states and master
+// weights exist only for those ranges, step() updates only them (for ZeRO 1-2 the caller
+// all-gathers the updated weights), and the gradient norm is the square root of the sum of
+// every rank's partial sum of squares, summed by `reduce_sum` (an all-reduce over DP).
+// Where the range's elements sit: ZeRO-2/3 gradients and ZeRO-3 weights are the partition
+// itself (offset 0), full-size tensors hold them at the range's offset in the parameter.
+struct ShardRange {
+  int64_t weight_offset = 0;  // elements into *ParamRef::weight
+  int64_t grad_offset = 0;    // elements into *ParamRef::grad
+  int64_t count = 0;          // elements (0: this rank owns none of the parameter)
+};
 struct TrainerShard {
-  int64_t begin = 0;                                 // elements
-  int64_t end = 0;                                   // elements, exclusive
+  std::vector<ShardRange> ranges;                    // one per trainable parameter
   std::function<double(double)> reduce_sum;          // REQUIRES: non-null
 };
 

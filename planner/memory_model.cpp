@@ -237,12 +237,28 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     x.logits_set = tokens * static_cast<double>(m.vocab) / p.tp * (act_bytes + 4);  // logits + fp32 softmax
   }
   x.activation_grads = frozen_here < layers ? activation_gradient_bytes(m, j, p) : 0;
-  if (p.zero == 3) {
-    const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+  if (p.zero >= 2) {
+    const bool lora = j.mode == TrainMode::lora;
+    const uint32_t lora_mask = lora ? lora_target_mask(j.lora, m.family) : 0;
     const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
-    x.gathered_pool = 2 * pc.per_layer_rank * bytes_per_param(j).weights;
+    const double tok = static_cast<double>(m.vocab) * h / p.tp;
+    const double norm = m.family == Family::gpt ? 2 * h : h;
+    const double layer = pc.per_layer_rank + (lora ? pc.lora_per_layer_rank : 0);
+    // Units in the order of use: the embedding, the layers, the final norm + head.
+    const double emb_unit = pc.embedding_rank, head_unit = norm + tok;
+    // Gradients: only trainable parameters have them (a tied head's table trains with the embedding).
+    double grad = frozen_here < layers ? (lora ? pc.lora_per_layer_rank : pc.per_layer_rank) : 0;
+    if (is_first && embedding_trainable) grad = std::max(grad, emb_unit);
+    if (is_last && !lora) grad = std::max(grad, norm + (m.tied_embeddings && !embedding_trainable ? 0 : tok));
+    x.unit_grad_transient = grad * bytes_per_param(j).gradients;
+    if (p.zero == 3) {
+      double pool = layers >= 2 ? 2 * layer : layer;
+      if (is_first) pool = std::max(pool, emb_unit + (layers > 0 ? layer : 0));
+      if (is_last) pool = std::max(pool, head_unit + (layers > 0 ? layer : 0));
+      x.gathered_pool = pool * act_bytes;
+    }
   }
-  if ((j.mode == TrainMode::lora || trainable > 0) && p.zero >= 1) x.optimizer_buffers = 2 * opt.dp_bucket_bytes;
+  if ((j.mode == TrainMode::lora || trainable > 0) && (p.zero == 1 || p.zero == 2)) x.optimizer_buffers = 2 * opt.dp_bucket_bytes;
 
   int groups = 0;
   if (p.dp * p.cp > 1) {
@@ -364,6 +380,7 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   sm.item_peak[static_cast<int>(MemoryItem::logits_loss)] = logits;
   sm.item_peak[static_cast<int>(MemoryItem::backward_working)] = std::max(transient, remat + x.activation_grads);
   sm.item_peak[static_cast<int>(MemoryItem::gathered_params)] += x.optimizer_buffers;
+  sm.item_peak[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
   const double at_head = activations + logits, at_layer = activations - x.head_input + other_logits + transient;
   if (at_head >= at_layer) {
     fwd[static_cast<int>(MemoryItem::activations)] = activations;
@@ -379,8 +396,10 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   bwd[static_cast<int>(MemoryItem::activations)] = activations - (is_last ? x.last_chunk_set : 0);
   bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
   bwd[static_cast<int>(MemoryItem::backward_working)] = remat + x.activation_grads;
-  // Optimizer step: activations are gone; ZeRO>=1 all-gathers updated parameters by bucket.
-  optim[static_cast<int>(MemoryItem::gathered_params)] += x.optimizer_buffers;
+  bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
+  // Optimizer step: activations and ZeRO-3's gathered units are gone; ZeRO 1-2 all-gather
+  // the updated parameters by bucket.
+  optim[static_cast<int>(MemoryItem::gathered_params)] = x.optimizer_buffers;
   const std::array<std::array<double, kMemoryItems>*, 3> phases = {&fwd, &bwd, &optim};
   for (int ph = 0; ph < 3; ++ph) {
     auto& b = *phases[ph];
