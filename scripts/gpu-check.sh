@@ -238,7 +238,7 @@ if [ -x "$LLMPLAN" ]; then
   "$LLMPLAN" sweep --model gpt2-124m --gpus 1 --gpu h200 --seq 1024 --global-batch 64 --precision bf16 --amp O2 \
     --micro-batch 16 --recompute none --flash on --top 3 --json "$out/gpt2.json" >>"$out/bench.log" 2>&1
   "$LLMPLAN" sweep --model llama2-7b --gpus 8 --gpu h200 --seq 4096 --global-batch 256 --precision bf16 --amp O2 \
-    --tp 1 --pp 1 --zero 1 --micro-batch 1 --recompute selective --flash on --top 3 \
+    --tp 1 --pp 1 --zero 1 --micro-batch 1 --recompute none --flash on --top 3 \
     --json "$out/llama7b.json" >>"$out/bench.log" 2>&1
   bench gpt2-124m "$out/gpt2.json" --backend cuda --steps 20 --warmup 5
   bench llama2-7b-4layers "$out/llama7b.json" --backend cuda --layers 4 --grad-accum 4 --steps 8 --warmup 2

@@ -369,6 +369,12 @@ namespace wmma = nvcuda::wmma;
 constexpr int kRows = 64;     // query (forward) or key (backward) rows per block
 constexpr int kCols = 64;     // key (forward) or query (backward) rows per tile
 constexpr int kThreads = 128; // 4 warps x 16 rows
+// Shared-memory row strides, padded so that the 16 rows a WMMA load or a warp's row walk
+// touches fall in different banks (unpadded, rows 128 or 256 bytes apart share banks).
+__host__ __device__ constexpr int ld_tile(int dp) { return dp + 8; }     // 16-bit tiles (Q, K, V, dO)
+constexpr int kLdScore = kCols + 4;                  // fp32 (S, dP)
+constexpr int kLdProb = kCols + 8;                   // 16-bit (P, dS)
+__host__ __device__ constexpr int ld_acc(int dp) { return dp + 4; }      // fp32 (O, staging)
 
 template <class S> struct Wmma;
 template <> struct Wmma<bf16_t> { using T = __nv_bfloat16; };
@@ -378,47 +384,52 @@ template <class T> __device__ __forceinline__ T to_t(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 to_t<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half to_t<__half>(float x) { return __float2half_rn(x); }
 
-// rows [r0, r0 + 64) of head `head` of x (b, s, nh, d) into dst (64, DP), zeros beyond s, d.
+// rows [r0, r0 + 64) of head `head` of x (b, s, nh, d) into dst (64, ld_tile(DP)), zeros
+// beyond s and d.
 template <class T, int DP>
 __device__ void load_rows(T* dst, const T* x, int64_t bi, int64_t r0, int64_t head, int64_t nh, const FlashDims& D) {
   for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
     const int t = e / DP, c = e % DP;
     const int64_t r = r0 + t;
-    dst[e] = r < D.s && c < D.d ? x[((bi * D.s + r) * nh + head) * D.d + c] : to_t<T>(0.0f);
+    dst[t * ld_tile(DP) + c] = r < D.s && c < D.d ? x[((bi * D.s + r) * nh + head) * D.d + c] : to_t<T>(0.0f);
   }
 }
 
 constexpr size_t fwd_smem(int dp) {
-  return 3 * kRows * dp * 2 + kRows * kCols * 4 + kRows * kCols * 2 + kRows * dp * 4 + 2 * kRows * 4;
+  return 3 * kRows * ld_tile(dp) * 2 + kRows * kLdScore * 4 + kRows * kLdProb * 2 + kRows * ld_acc(dp) * 4 + 2 * kRows * 4;
 }
 constexpr size_t bwd_smem(int dp) {
-  // K, V, Q, dO tiles; S and dP (fp32; reused for the dQ and the final dK/dV staging, which
-  // need kRows * dp * 4 <= 2 * kRows * kCols * 4 bytes: dp <= 128); P, dS; lse, D, docs.
-  return 4 * kRows * dp * 2 + 2 * kRows * kCols * 4 + 2 * kRows * kCols * 2 + 4 * kRows * 4;
+  // K, V, Q, dO tiles; S and dP (fp32, also the dQ and final dK/dV staging: see below); P,
+  // dS; lse, D, docs.
+  return 4 * kRows * ld_tile(dp) * 2 + 2 * kCols * kLdScore * 4 + 2 * kCols * kLdProb * 2 + 4 * kRows * 4;
 }
+static_assert(kRows * ld_acc(128) <= 2 * kCols * kLdScore, "the staging rows fit in the S and dP space");
 
 template <class T, int DP>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* q, const T* k, const T* v, const int32_t* doc, T* o, float* lse, FlashDims D) {
-  constexpr int ND = DP / 16;
+  constexpr int ND = DP / 16, LT = ld_tile(DP), LO = ld_acc(DP);
   extern __shared__ __align__(128) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem);
-  T* Ks = Qs + kRows * DP;
-  T* Vs = Ks + kCols * DP;
-  float* Ss = reinterpret_cast<float*>(Vs + kCols * DP);
-  T* Ps = reinterpret_cast<T*>(Ss + kRows * kCols);
-  float* Os = reinterpret_cast<float*>(Ps + kRows * kCols);
-  int32_t* qdoc = reinterpret_cast<int32_t*>(Os + kRows * DP);
+  T* Ks = Qs + kRows * LT;
+  T* Vs = Ks + kCols * LT;
+  float* Ss = reinterpret_cast<float*>(Vs + kCols * LT);
+  T* Ps = reinterpret_cast<T*>(Ss + kRows * kLdScore);
+  float* Os = reinterpret_cast<float*>(Ps + kRows * kLdProb);
+  int32_t* qdoc = reinterpret_cast<int32_t*>(Os + kRows * LO);
   int32_t* kdoc = qdoc + kRows;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t bi = blockIdx.z, h = blockIdx.y, kh = h / D.group;
   const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
   load_rows<T, DP>(Qs, q, bi, q0, h, D.heads, D);
-  for (int e = threadIdx.x; e < kRows * DP; e += kThreads) Os[e] = 0.0f;
+  for (int e = threadIdx.x; e < kRows * LO; e += kThreads) Os[e] = 0.0f;
   if (threadIdx.x < kRows) qdoc[threadIdx.x] = doc != nullptr && q0 + threadIdx.x < D.s ? doc[bi * D.s + q0 + threadIdx.x] : 0;
-  const int row = warp * 16 + (lane >> 1), half = lane & 1;  // this lane's row and half of the columns
-  const int64_t i = q0 + row;
-  float m = -INFINITY, l = 0.0f;
+  // Row state of this warp's 16 rows, the same in every lane.
+  float m_r[16], l_r[16];
+  for (int rr = 0; rr < 16; ++rr) {
+    m_r[rr] = -INFINITY;
+    l_r[rr] = 0.0f;
+  }
   const int64_t last = min(D.s, q0 + kRows) - 1;  // causal: no key beyond the block's last row
   for (int64_t j0 = 0; j0 <= last; j0 += kCols) {
     __syncthreads();  // the previous tile is no longer read
@@ -432,55 +443,61 @@ __global__ void __launch_bounds__(kThreads)
       for (int kk = 0; kk < ND; ++kk) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-        wmma::load_matrix_sync(fa, Qs + warp * 16 * DP + kk * 16, DP);
-        wmma::load_matrix_sync(fb, Ks + n * 16 * DP + kk * 16, DP);
+        wmma::load_matrix_sync(fa, Qs + warp * 16 * LT + kk * 16, LT);
+        wmma::load_matrix_sync(fb, Ks + n * 16 * LT + kk * 16, LT);
         wmma::mma_sync(acc, fa, fb, acc);
       }
-      wmma::store_matrix_sync(Ss + warp * 16 * kCols + n * 16, acc, kCols, wmma::mem_row_major);
+      wmma::store_matrix_sync(Ss + warp * 16 * kLdScore + n * 16, acc, kLdScore, wmma::mem_row_major);
     }
     __syncwarp();
-    float sc[kCols / 2];
-    float tmax = -INFINITY;
-    for (int c = 0; c < kCols / 2; ++c) {
-      const int col = half * (kCols / 2) + c;
-      const int64_t j = j0 + col;
-      const bool ok = i < D.s && j <= i && (doc == nullptr || kdoc[col] == qdoc[row]);
-      sc[c] = ok ? Ss[row * kCols + col] * D.scale : -INFINITY;
-      tmax = fmaxf(tmax, sc[c]);
+    // Online softmax, one row at a time, the lanes across the columns (consecutive words).
+#pragma unroll
+    for (int rr = 0; rr < 16; ++rr) {
+      const int row = warp * 16 + rr;
+      const int64_t i = q0 + row;
+      float sc[2];
+      for (int u = 0; u < 2; ++u) {
+        const int col = lane + 32 * u;
+        const int64_t j = j0 + col;
+        const bool ok = i < D.s && j <= i && (doc == nullptr || kdoc[col] == qdoc[row]);
+        sc[u] = ok ? Ss[row * kLdScore + col] * D.scale : -INFINITY;
+      }
+      const float m_new = fmaxf(m_r[rr], warp_max(fmaxf(sc[0], sc[1])));
+      float corr = 1.0f, psum = 0.0f;
+      if (m_new != -INFINITY) corr = expf(m_r[rr] - m_new);  // 0 while the row had no key yet
+      for (int u = 0; u < 2; ++u) {
+        const float p = m_new == -INFINITY ? 0.0f : expf(sc[u] - m_new);
+        psum += p;
+        Ps[row * kLdProb + lane + 32 * u] = to_t<T>(p);
+      }
+      l_r[rr] = l_r[rr] * corr + warp_sum(psum);
+      m_r[rr] = m_new;
+      for (int c = lane; c < DP; c += 32) Os[row * LO + c] *= corr;
     }
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xFFFFFFFFu, tmax, 1));
-    const float m_new = fmaxf(m, tmax);
-    float corr = 1.0f, psum = 0.0f;
-    if (m_new != -INFINITY) corr = expf(m - m_new);  // 0 while m is -inf
-    for (int c = 0; c < kCols / 2; ++c) {
-      const float p = m_new == -INFINITY ? 0.0f : expf(sc[c] - m_new);
-      psum += p;
-      Ps[row * kCols + half * (kCols / 2) + c] = to_t<T>(p);
-    }
-    psum += __shfl_xor_sync(0xFFFFFFFFu, psum, 1);
-    l = l * corr + psum;
-    m = m_new;
-    for (int c = half * (DP / 2); c < (half + 1) * (DP / 2); ++c) Os[row * DP + c] *= corr;
     __syncwarp();
     for (int n = 0; n < ND; ++n) {  // O_w += P_w V
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, Os + warp * 16 * DP + n * 16, DP, wmma::mem_row_major);
+      wmma::load_matrix_sync(acc, Os + warp * 16 * LO + n * 16, LO, wmma::mem_row_major);
       for (int kk = 0; kk < kCols / 16; ++kk) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
         wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, Ps + warp * 16 * kCols + kk * 16, kCols);
-        wmma::load_matrix_sync(fb, Vs + kk * 16 * DP + n * 16, DP);
+        wmma::load_matrix_sync(fa, Ps + warp * 16 * kLdProb + kk * 16, kLdProb);
+        wmma::load_matrix_sync(fb, Vs + kk * 16 * LT + n * 16, LT);
         wmma::mma_sync(acc, fa, fb, acc);
       }
-      wmma::store_matrix_sync(Os + warp * 16 * DP + n * 16, acc, DP, wmma::mem_row_major);
+      wmma::store_matrix_sync(Os + warp * 16 * LO + n * 16, acc, LO, wmma::mem_row_major);
     }
     __syncwarp();
   }
-  if (i >= D.s) return;
-  const float inv = 1.0f / l;
-  for (int c = half * (DP / 2); c < (half + 1) * (DP / 2); ++c)
-    if (c < D.d) o[((bi * D.s + i) * D.heads + h) * D.d + c] = to_t<T>(Os[row * DP + c] * inv);
-  if (half == 0) lse[(bi * D.heads + h) * D.s + i] = m + logf(l);
+#pragma unroll
+  for (int rr = 0; rr < 16; ++rr) {
+    const int row = warp * 16 + rr;
+    const int64_t i = q0 + row;
+    if (i >= D.s) continue;
+    const float inv = 1.0f / l_r[rr];
+    for (int c = lane; c < D.d; c += 32) o[((bi * D.s + i) * D.heads + h) * D.d + c] = to_t<T>(Os[row * LO + c] * inv);
+    if (lane == 0) lse[(bi * D.heads + h) * D.s + i] = m_r[rr] + logf(l_r[rr]);
+  }
 }
 
 // D_i = dO_i . o_i, one warp per (b, head, i) row.
@@ -501,21 +518,21 @@ template <class T, int DP>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* q, const T* k, const T* v, const int32_t* doc, const float* lse, const T* dout,
                     const float* dsum, float* dq_acc, T* dk, T* dv, FlashDims D) {
-  constexpr int ND = DP / 16;
+  constexpr int ND = DP / 16, LT = ld_tile(DP), LO = ld_acc(DP);
   extern __shared__ __align__(128) unsigned char smem[];
   T* Ks = reinterpret_cast<T*>(smem);
-  T* Vs = Ks + kRows * DP;
-  T* Qs = Vs + kRows * DP;
-  T* dOs = Qs + kCols * DP;
-  float* Ss = reinterpret_cast<float*>(dOs + kCols * DP);  // (query, key), then staging
-  float* dPs = Ss + kCols * kRows;
-  T* Ps = reinterpret_cast<T*>(dPs + kCols * kRows);
-  T* dSs = Ps + kCols * kRows;
-  float* lse_s = reinterpret_cast<float*>(dSs + kCols * kRows);
+  T* Vs = Ks + kRows * LT;
+  T* Qs = Vs + kRows * LT;
+  T* dOs = Qs + kCols * LT;
+  float* Ss = reinterpret_cast<float*>(dOs + kCols * LT);  // (query, key), then staging
+  float* dPs = Ss + kCols * kLdScore;
+  T* Ps = reinterpret_cast<T*>(dPs + kCols * kLdScore);
+  T* dSs = Ps + kCols * kLdProb;
+  float* lse_s = reinterpret_cast<float*>(dSs + kCols * kLdProb);
   float* D_s = lse_s + kCols;
   int32_t* qdoc = reinterpret_cast<int32_t*>(D_s + kCols);
   int32_t* kdoc = qdoc + kCols;
-  float* stage = Ss;  // kCols x DP fp32 fits in Ss + dPs (DP <= 128)
+  float* stage = Ss;  // (64, LO) fp32 over the S and dP space (static_assert above)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t bi = blockIdx.z, kh = blockIdx.y;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kRows;
@@ -548,35 +565,35 @@ __global__ void __launch_bounds__(kThreads)
         for (int kk = 0; kk < ND; ++kk) {
           wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
           wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-          wmma::load_matrix_sync(fa, Qs + warp * 16 * DP + kk * 16, DP);
-          wmma::load_matrix_sync(fb, Ks + n * 16 * DP + kk * 16, DP);
+          wmma::load_matrix_sync(fa, Qs + warp * 16 * LT + kk * 16, LT);
+          wmma::load_matrix_sync(fb, Ks + n * 16 * LT + kk * 16, LT);
           wmma::mma_sync(s_acc, fa, fb, s_acc);
-          wmma::load_matrix_sync(fa, dOs + warp * 16 * DP + kk * 16, DP);
-          wmma::load_matrix_sync(fb, Vs + n * 16 * DP + kk * 16, DP);
+          wmma::load_matrix_sync(fa, dOs + warp * 16 * LT + kk * 16, LT);
+          wmma::load_matrix_sync(fb, Vs + n * 16 * LT + kk * 16, LT);
           wmma::mma_sync(p_acc, fa, fb, p_acc);
         }
-        wmma::store_matrix_sync(Ss + warp * 16 * kRows + n * 16, s_acc, kRows, wmma::mem_row_major);
-        wmma::store_matrix_sync(dPs + warp * 16 * kRows + n * 16, p_acc, kRows, wmma::mem_row_major);
+        wmma::store_matrix_sync(Ss + warp * 16 * kLdScore + n * 16, s_acc, kLdScore, wmma::mem_row_major);
+        wmma::store_matrix_sync(dPs + warp * 16 * kLdScore + n * 16, p_acc, kLdScore, wmma::mem_row_major);
       }
       __syncwarp();
-      for (int e = lane; e < 16 * kRows; e += 32) {  // this warp's 16 query rows
+      for (int e = lane; e < 16 * kRows; e += 32) {  // this warp's 16 query rows, lanes across the keys
         const int r = warp * 16 + e / kRows, c = e % kRows;
         const int64_t i = i0 + r, j = j0 + c;
         const bool ok = i < D.s && j < D.s && j <= i && (doc == nullptr || qdoc[r] == kdoc[c]);
-        const float p = ok ? expf(Ss[r * kRows + c] * D.scale - lse_s[r]) : 0.0f;
-        Ps[r * kRows + c] = to_t<T>(p);
-        dSs[r * kRows + c] = to_t<T>(p * (dPs[r * kRows + c] - D_s[r]));
+        const float p = ok ? expf(Ss[r * kLdScore + c] * D.scale - lse_s[r]) : 0.0f;
+        Ps[r * kLdProb + c] = to_t<T>(p);
+        dSs[r * kLdProb + c] = to_t<T>(p * (dPs[r * kLdScore + c] - D_s[r]));
       }
       __syncthreads();  // P and dS complete: every warp reads all query rows below
       for (int n = 0; n < ND; ++n) {  // warp w: key rows 16w.. of dV += P^T dO, dK += dS^T Q
         for (int kk = 0; kk < kCols / 16; ++kk) {
           wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> fa;
           wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-          wmma::load_matrix_sync(fa, Ps + kk * 16 * kRows + warp * 16, kRows);
-          wmma::load_matrix_sync(fb, dOs + kk * 16 * DP + n * 16, DP);
+          wmma::load_matrix_sync(fa, Ps + kk * 16 * kLdProb + warp * 16, kLdProb);
+          wmma::load_matrix_sync(fb, dOs + kk * 16 * LT + n * 16, LT);
           wmma::mma_sync(dV[n], fa, fb, dV[n]);
-          wmma::load_matrix_sync(fa, dSs + kk * 16 * kRows + warp * 16, kRows);
-          wmma::load_matrix_sync(fb, Qs + kk * 16 * DP + n * 16, DP);
+          wmma::load_matrix_sync(fa, dSs + kk * 16 * kLdProb + warp * 16, kLdProb);
+          wmma::load_matrix_sync(fb, Qs + kk * 16 * LT + n * 16, LT);
           wmma::mma_sync(dK[n], fa, fb, dK[n]);
         }
       }
@@ -586,32 +603,32 @@ __global__ void __launch_bounds__(kThreads)
         for (int kk = 0; kk < kRows / 16; ++kk) {
           wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
           wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-          wmma::load_matrix_sync(fa, dSs + warp * 16 * kRows + kk * 16, kRows);
-          wmma::load_matrix_sync(fb, Ks + kk * 16 * DP + n * 16, DP);
+          wmma::load_matrix_sync(fa, dSs + warp * 16 * kLdProb + kk * 16, kLdProb);
+          wmma::load_matrix_sync(fb, Ks + kk * 16 * LT + n * 16, LT);
           wmma::mma_sync(acc, fa, fb, acc);
         }
         // S and dP were last read before the barrier above: their space stages dQ.
-        wmma::store_matrix_sync(stage + warp * 16 * DP + n * 16, acc, DP, wmma::mem_row_major);
+        wmma::store_matrix_sync(stage + warp * 16 * LO + n * 16, acc, LO, wmma::mem_row_major);
       }
       __syncwarp();
       for (int e = lane; e < 16 * DP; e += 32) {
         const int r = warp * 16 + e / DP, c = e % DP;
         const int64_t i = i0 + r;
-        if (i < D.s && c < D.d) atomicAdd(dq_acc + ((bi * D.s + i) * D.heads + h) * D.d + c, stage[r * DP + c]);
+        if (i < D.s && c < D.d) atomicAdd(dq_acc + ((bi * D.s + i) * D.heads + h) * D.d + c, stage[r * LO + c]);
       }
     }
   }
   __syncthreads();
   for (int pass = 0; pass < 2; ++pass) {  // dK (scaled), then dV, through the staging rows of each warp
     for (int n = 0; n < ND; ++n)
-      wmma::store_matrix_sync(stage + warp * 16 * DP + n * 16, pass == 0 ? dK[n] : dV[n], DP, wmma::mem_row_major);
+      wmma::store_matrix_sync(stage + warp * 16 * LO + n * 16, pass == 0 ? dK[n] : dV[n], LO, wmma::mem_row_major);
     __syncwarp();
     T* dst = pass == 0 ? dk : dv;
     const float mul = pass == 0 ? D.scale : 1.0f;
     for (int e = lane; e < 16 * DP; e += 32) {
       const int r = warp * 16 + e / DP, c = e % DP;
       const int64_t j = j0 + r;
-      if (j < D.s && c < D.d) dst[((bi * D.s + j) * D.kv_heads + kh) * D.d + c] = to_t<T>(stage[r * DP + c] * mul);
+      if (j < D.s && c < D.d) dst[((bi * D.s + j) * D.kv_heads + kh) * D.d + c] = to_t<T>(stage[r * LO + c] * mul);
     }
     __syncwarp();
   }
