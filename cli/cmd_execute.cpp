@@ -18,6 +18,9 @@
 #include "cli/common.h"
 #include "executor/comm/mpi_communicator.h"
 #include "executor/runner.h"
+#if LLMPLAN_HAVE_CUDA_BACKEND
+#include "executor/cuda/cuda_backend.h"
+#endif
 #include "planner/units.h"
 #include "profiles/profile_store.h"
 
@@ -121,7 +124,7 @@ void print_table(const exec::RunReport& r) {
 Runner register_execute(CLI::App* sub) {
   auto c = std::make_shared<ExecuteCommand>();
   sub->add_option("plan", c->plan_file, "plan JSON (from llmplan sweep --json)")->required();
-  sub->add_option("--backend", c->backend, "cpu (cuda later)")->capture_default_str();
+  sub->add_option("--backend", c->backend, "cpu, or cuda (one GPU: the plan's single-rank equivalent; needs a CUDA build)")->capture_default_str();
   sub->add_option("--steps", c->steps, "measured optimizer steps")->capture_default_str();
   sub->add_option("--warmup", c->warmup, "warm-up steps before measuring")->capture_default_str();
   sub->add_option("--layers", c->layers, "run this many layers instead of the model's (the prediction follows)");
@@ -147,6 +150,8 @@ Runner register_execute(CLI::App* sub) {
       if (c->proxy_rank >= world)
         return report(Status::bad_input("--proxy-rank " + std::to_string(c->proxy_rank) + ": the plan has ranks 0.." + std::to_string(world - 1)));
       comm = std::make_unique<exec::LocalCommunicator>(f->plan, c->proxy_rank);
+    } else if (world > 1 && c->backend == "cuda" && exec::launcher_world_size() == 0) {
+      // One GPU here: the runner executes the plan's single-rank equivalent (its label says so).
     } else if (world > 1) {
       if (exec::launcher_world_size() == 0)
         return report(Status::bad_input("this plan uses " + std::to_string(world) + " ranks; start one process per rank with MPI:\n  " +
@@ -177,6 +182,21 @@ Runner register_execute(CLI::App* sub) {
       if (*lim <= 0) return report(Status::bad_input("--memory-limit: expected a positive size, got " + c->memory_limit));
       o.memory_limit = static_cast<int64_t>(*lim);
     }
+    std::unique_ptr<exec::ExecBackend> device;
+    if (c->backend == "cuda") {
+#if LLMPLAN_HAVE_CUDA_BACKEND
+      if (comm) return report(Status::bad_input("--backend cuda: distributed runs and rank proxies are CPU-only so far; run without --proxy-rank"));
+      Result<std::unique_ptr<exec::ExecBackend>> b = exec::cuda::make_cuda_backend();
+      if (!b) return report(b.status());
+      device = std::move(*b);
+      o.device_backend = device.get();
+#else
+      return report(Status::bad_input("--backend cuda: this llmplan was built without the CUDA toolkit (cmake said "
+                                      "'CUDA parts off'); rebuild where nvcc is on PATH"));
+#endif
+    } else if (c->backend != "cpu") {
+      return report(Status::bad_input("--backend: expected cpu or cuda, got '" + c->backend + "'"));
+    }
     Result<std::string> db_path = default_db_path(c->db);
     if (!db_path) return report(db_path.status());
     if (!leader) {  // ranks > 0 compute and communicate; rank 0 prints and records
@@ -193,10 +213,10 @@ Runner register_execute(CLI::App* sub) {
     rec.plan_json = plan_file_to_json(*f, estimate_memory(f->model, f->cluster, f->job, f->plan),
                                       estimate_time(f->model, f->cluster, f->job, f->plan)).dump();
     rec.model = f->model.name + (c->layers > 0 && c->layers != f->model.layers ? " (" + std::to_string(c->layers) + " layers)" : "");
-    rec.hardware = cpu_name() + (comm && !comm->modelled() ? " x" + std::to_string(world) + " ranks (mpi)" : "") +
+    rec.hardware = (device ? device->device_name() : cpu_name()) + (comm && !comm->modelled() ? " x" + std::to_string(world) + " ranks (mpi)" : "") +
                    (c->proxy_rank >= 0 ? " (proxy of rank " + std::to_string(c->proxy_rank) + ")" : "");
     rec.host = host_name();
-    rec.backend = "cpu";
+    rec.backend = c->backend;
     rec.versions = "llmplan 0.1.0";
     rec.steps_planned = o.warmup + o.steps;
     Result<exec::RunReport> pred = exec::predict_run(*f, o);
@@ -217,7 +237,7 @@ Runner register_execute(CLI::App* sub) {
       std::printf("step %3d/%d%s  loss %.4f  %.3f s  %.1f tokens/s\n", step + 1, total, warm ? " (warm-up)" : "", loss, t, tps);
       std::fflush(stdout);
     };
-    std::printf("executing %s on cpu: %d warm-up + %d steps%s\n", c->plan_file.c_str(), o.warmup, o.steps,
+    std::printf("executing %s on %s: %d warm-up + %d steps%s\n", c->plan_file.c_str(), device ? device->device_name().c_str() : "cpu", o.warmup, o.steps,
                 comm ? (comm->modelled() ? (" as a proxy of rank " + std::to_string(c->proxy_rank) + " (communication modelled)").c_str()
                                          : (" on " + std::to_string(world) + " MPI ranks").c_str())
                      : "");
@@ -239,7 +259,7 @@ Runner register_execute(CLI::App* sub) {
     out.measured_json = rj.dump();
     out.tokens_per_s = r->tokens_per_s;
     out.step_time_s = r->median_step_s;
-    out.peak_bytes = r->memory.peak_total;
+    out.peak_bytes = r->device.measured ? r->device.used_peak : r->memory.peak_total;
     if (Status st = store->finish_run(*id, out); !st) return report(st);
 
     print_table(*r);

@@ -15,6 +15,7 @@ const char* to_string(Category c) {
     case Category::logits_loss: return "logits_loss";
     case Category::workspace: return "workspace";
     case Category::communication: return "communication";
+    case Category::gathered_params: return "gathered_params";
   }
   return "?";
 }

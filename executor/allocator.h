@@ -34,8 +34,9 @@ namespace llmplan::exec {
 enum class Category : uint8_t {
   weights, gradients, optimizer_states, master_weights, activations, logits_loss, workspace,
   communication,
+  gathered_params,  // ZeRO-3: a unit's full parameters all-gathered for its forward/backward
 };
-inline constexpr int kCategories = 8;
+inline constexpr int kCategories = 9;
 enum class Phase : uint8_t { forward, backward, optimizer, other };
 inline constexpr int kPhases = 4;
 

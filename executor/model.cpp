@@ -1,24 +1,14 @@
 #include "executor/model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <random>
-#include <span>
 #include <type_traits>
 
 #include "executor/cpu/attention_dropout.h"
 #include "executor/cpu/ops.h"
-#include "planner/memory_model.h"
-#include "planner/plan_check.h"
+#include "executor/model_impl.h"
 
 namespace llmplan::exec {
-
-#define LL_TRY(expr)              \
-  do {                            \
-    Status ll_s_ = (expr);        \
-    if (!ll_s_) return ll_s_;     \
-  } while (0)
 
 LayerContext model_layer_context(const ModelConfig& c, int layer) {
   LayerContext lc = layer_context(c.spec, c.job, c.plan, layer);
@@ -26,968 +16,9 @@ LayerContext model_layer_context(const ModelConfig& c, int layer) {
   return lc;
 }
 
-namespace {
+namespace detail {
 
-enum class Mode { keep, discard, recompute };  // training forward / loss only / backward's re-run
-
-Status make(TrackingAllocator& a, Tensor& t, int64_t numel, DType dt, Category c, const std::string& name) {
-  Result<Tensor> r = Tensor::empty(a, Shape{numel}, dt, c, name);
-  if (!r) return r.status();
-  t = std::move(*r);
-  return Status::ok();
-}
-
-// Scratch bytes for an op's workspace, counted under Category::workspace.
-struct Scratch {
-  Block block;
-  std::span<std::byte> span() { return {static_cast<std::byte*>(block.data()), static_cast<size_t>(block.bytes())}; }
-};
-Status scratch(TrackingAllocator& a, Scratch& s, int64_t bytes, const char* what) {
-  s.block.reset();
-  if (bytes <= 0) return Status::ok();
-  Result<Block> b = a.allocate(bytes, Category::workspace, what);
-  if (!b) return b.status();
-  s.block = std::move(*b);
-  return Status::ok();
-}
-
-// t[offset + i] = v[i].
-void fill_values(Tensor& t, const std::vector<double>& v, int64_t offset = 0) {
-  for (size_t k = 0; k < v.size(); ++k) {
-    const int64_t i = offset + static_cast<int64_t>(k);
-    const double x = v[k];
-    switch (t.dtype()) {
-      case DType::f32: t.data<float>()[i] = static_cast<float>(x); break;
-      case DType::f64: t.data<double>()[i] = x; break;
-      case DType::bf16: t.data<bf16_t>()[i] = float_to_bf16(static_cast<float>(x)); break;
-      case DType::f16: t.data<f16_t>()[i] = float_to_f16(static_cast<float>(x)); break;
-      default: break;
-    }
-  }
-}
-
-const char* kLoraZ[] = {"lora.q.z", "lora.k.z", "lora.v.z", "lora.o.z", "lora.gate.z", "lora.up.z", "lora.down.z"};
-const char* kProjName[] = {"q", "k", "v", "o", "gate", "up", "down"};
-
-template <class S, class G>
-class ModelImpl final : public Model {
-  using A = acc_t<S>;  // math type; also the softmax buffer's type (fp32, fp64 for double)
-  static constexpr bool kWide = std::is_same_v<S, float> || std::is_same_v<S, double>;
-
-  enum class Par { none, column, row };  // tensor-parallel kind of a projection
-  struct Linear {
-    Projection proj{};
-    Par par = Par::none;
-    int64_t in = 0, out = 0;  // this rank's (local) widths
-    Tensor w, b, gw, gb;
-    bool lora = false;
-    Tensor la, lb, gla, glb;  // A (r, in), B (out, r)
-  };
-  struct Norm {
-    Tensor w, b, gw, gb;
-  };
-  // The recipe's tensors of one layer (ln1.input is inputs_[layer]).
-  struct Saved {
-    Tensor qkv_input, q, k, v, lse, probs, probs_mask, probs_dropped, proj_input, attn_mask, ln2_input, mlp_input,
-        fc1_out, gate_out, up_out, act_out, mlp_mask;
-    Tensor lora_z[7];
-    void clear() { *this = Saved{}; }
-  };
-  struct Layer {
-    int index = 0;
-    LayerContext ctx;
-    LayerRecompute policy = LayerRecompute::none;
-    SavedTensorList recipe;
-    Norm ln1, ln2;
-    Linear q, k, v, o, gate, up, down;
-    Saved sv;
-  };
-
- public:
-  ModelImpl(TrackingAllocator& a, ModelConfig c) : a_(a), c_(std::move(c)) {}
-
-  Status init() {
-    const ModelSpec& m = c_.spec;
-    gpt_ = m.family == Family::gpt;
-    h_ = m.hidden;
-    n_ = static_cast<int64_t>(c_.plan.micro_batch) * c_.job.seq_len;
-    V_ = m.vocab;
-    f_ = m.ffn_hidden;
-    drop_ = m.dropout;
-    p_ = c_.options.dropout_p;
-    t_ = c_.plan.tp;
-    tr_ = t_ > 1 ? c_.comm->rank(Group::tp) : 0;
-    qw_ = m.q_width() / t_;
-    kvw_ = m.kv_width() / t_;
-    f_ = m.ffn_hidden / t_;
-    Vl_ = V_ / t_;
-    v0_ = tr_ * Vl_;
-    sp_ = t_ > 1 && c_.plan.sp;
-    ns_ = sp_ ? n_ / t_ : n_;
-    const bool lora = c_.job.mode == TrainMode::lora;
-    const int frozen = c_.job.frozen_layer_count(m.layers);
-    embed_trainable_ = !lora && frozen == 0;
-    head_trainable_ = !lora;
-    lora_scale_ = c_.job.lora.rank > 0 ? c_.job.lora.alpha / c_.job.lora.rank : 0;
-    // Pipeline stage: its layers; the embedding on the first stage, final norm and head on
-    // the last. A tied head on pp > 1 is a copy of the embedding on the last stage (same
-    // initial values; its gradient is summed with the first stage's, Megatron).
-    stage_ = c_.stage;
-    first_ = stage_ == 0;
-    last_ = stage_ == c_.plan.pp - 1;
-    first_layer_ = first_layer_of_stage(m.layers, c_.plan.pp, stage_);
-    const int nl = layers_in_stage(m.layers, c_.plan.pp, stage_);
-    if (first_ || (last_ && m.tied_embeddings))
-      LL_TRY(param(wte_, gwte_, {0, V_, h_}, "embed.tokens", embed_trainable_, true, c_.options.init_std, 0, !first_));
-    if (gpt_ && first_) LL_TRY(param(wpe_, gwpe_, {-1, m.max_positions, h_}, "embed.positions", embed_trainable_, true, c_.options.init_std));
-    layers_.resize(static_cast<size_t>(nl));
-    for (int i = 0; i < nl; ++i) LL_TRY(init_layer(layers_[static_cast<size_t>(i)], i));
-    if (last_) {
-      LL_TRY(init_norm(fnorm_, "final_norm", head_trainable_));
-      if (!m.tied_embeddings) LL_TRY(param(whead_, gwhead_, {0, V_, h_}, "head.weight", head_trainable_, true, c_.options.init_std));
-    }
-    positions_.resize(static_cast<size_t>(n_));
-    inputs_.resize(layers_.size() + 1);
-    return Status::ok();
-  }
-
-  // ---------------------------------------------------------------- Model
-
-  Result<double> forward_backward(const Batch& b, double loss_scale, double denom, uint64_t seed) override {
-    return run(b, loss_scale, denom, seed, true);
-  }
-  Result<double> forward_loss(const Batch& b, double denom, uint64_t seed) override {
-    return run(b, 1.0, denom, seed, false);
-  }
-  std::vector<ParamRef>& params() override { return params_; }
-  void zero_grads() override {
-    for (ParamRef& p : params_)
-      if (p.grad != nullptr) std::memset(p.grad->raw(), 0, static_cast<size_t>(p.grad->bytes()));
-  }
-  const ModelConfig& config() const override { return c_; }
-  const Where& where() const override { return where_; }
-
- private:
-  // ---------------------------------------------------------------- parameters
-
-  // The full (split.rows, split.cols) tensor is drawn as a single-rank model draws it; this
-  // rank keeps its TP slice (split.dim, see TpSplit).
-  // Values are a function of (seed, name, element index in the full tensor) only -- a
-  // counter-based draw (splitmix64, Box-Muller) -- so every stage and TP slice computes its
-  // own elements as a single-rank model would, without drawing the rest.
-  Status param(Tensor& w, Tensor& g, TpSplit split, const std::string& name, bool trainable, bool decay, double std,
-               double constant = 0, bool shared_copy = false) {
-    uint64_t key = 1469598103934665603ull;  // FNV-1a of the name
-    for (char ch : name) key = (key ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
-    key = cpu::splitmix64_at(c_.options.seed, key);
-    const int64_t full = split.rows * split.cols;
-    if (t_ == 1) split.dim = -1;
-    const int64_t numel = split.dim < 0 ? full : full / t_;
-    LL_TRY(make(a_, w, numel, c_.storage, Category::weights, name));
-    const int64_t cl = split.dim == 1 ? split.cols / t_ : split.cols;
-    auto global_index = [&](int64_t i) {  // local element -> element of the full tensor
-      if (split.dim == 0) return tr_ * numel + i;
-      if (split.dim == 1) return (i / cl) * split.cols + tr_ * cl + i % cl;
-      return i;
-    };
-    auto unit = [&](int64_t k) {  // uniform in (0, 1]
-      return (static_cast<double>(cpu::splitmix64_at(key, static_cast<uint64_t>(k)) >> 11) + 1.0) * 0x1.0p-53;
-    };
-    constexpr int64_t kChunk = 1 << 20;
-    std::vector<double> v;
-    for (int64_t at = 0; at < numel; at += kChunk) {
-      v.assign(static_cast<size_t>(std::min(kChunk, numel - at)), constant);
-      for (size_t j = 0; j < v.size(); ++j) {
-        const int64_t gi = global_index(at + static_cast<int64_t>(j));
-        if (std > 0) v[j] = std * std::sqrt(-2.0 * std::log(unit(2 * gi))) * std::cos(6.283185307179586 * unit(2 * gi + 1));
-        else if (c_.options.randomize_all) v[j] += unit(2 * gi) - 0.5;
-      }
-      fill_values(w, v, at);
-    }
-    if (trainable) {
-      Result<Tensor> r = Tensor::zeros(a_, Shape{numel}, c_.grad, Category::gradients, name + ".grad");
-      if (!r) return r.status();
-      g = std::move(*r);
-    }
-    params_.push_back({name, &w, trainable ? &g : nullptr, decay, split, shared_copy});
-    return Status::ok();
-  }
-
-  Status init_norm(Norm& nm, const std::string& name, bool trainable) {
-    LL_TRY(param(nm.w, nm.gw, {-1, 1, h_}, name + ".weight", trainable, false, 0, 1.0));
-    if (gpt_) LL_TRY(param(nm.b, nm.gb, {-1, 1, h_}, name + ".bias", trainable, false, 0, 0.0));
-    return Status::ok();
-  }
-
-  // in, out: the full widths; column-parallel splits out, row-parallel splits in.
-  Status init_linear(Layer& L, Linear& li, Projection p, Par par, int64_t in, int64_t out) {
-    li.proj = p;
-    li.par = t_ > 1 ? par : Par::none;
-    li.in = par == Par::row ? in / t_ : in;
-    li.out = par == Par::column ? out / t_ : out;
-    const std::string base = "layer" + std::to_string(L.index) + "." + kProjName[static_cast<int>(p)];
-    const bool train = L.ctx.base_trainable;
-    LL_TRY(param(li.w, li.gw, {par == Par::column ? 0 : par == Par::row ? 1 : -1, out, in}, base + ".weight", train, true,
-                 c_.options.init_std));
-    if (gpt_) LL_TRY(param(li.b, li.gb, {par == Par::column ? 1 : -1, 1, out}, base + ".bias", train, false, 0, 0.0));
-    if (L.ctx.lora_targets & projection_bit(p)) {
-      li.lora = true;
-      const int64_t r = L.ctx.lora_rank;
-      LL_TRY(param(li.la, li.gla, {-1, r, in}, base + ".lora_A", true, false, 1.0 / std::sqrt(static_cast<double>(in))));
-      // B starts at zero (Hu et al. 2021), so the adapted model equals the base one.
-      LL_TRY(param(li.lb, li.glb, {-1, out, r}, base + ".lora_B", true, false, c_.options.randomize_all ? 0.02 : 0.0));
-    }
-    return Status::ok();
-  }
-
-  // i: the stage-local index; L.index is the global one.
-  Status init_layer(Layer& L, int local) {
-    const ModelSpec& m = c_.spec;
-    const int i = first_layer_ + local;
-    L.index = i;
-    L.ctx = model_layer_context(c_, i);
-    L.policy = layer_recompute(c_.plan, local, static_cast<int>(layers_.size()));
-    L.recipe = saved_tensors_per_layer(m, L.ctx);
-    const std::string pre = "layer" + std::to_string(i);
-    LL_TRY(init_norm(L.ln1, pre + ".ln1", L.ctx.base_trainable));
-    LL_TRY(init_linear(L, L.q, Projection::q, Par::column, h_, m.q_width()));
-    LL_TRY(init_linear(L, L.k, Projection::k, Par::column, h_, m.kv_width()));
-    LL_TRY(init_linear(L, L.v, Projection::v, Par::column, h_, m.kv_width()));
-    LL_TRY(init_linear(L, L.o, Projection::o, Par::row, m.q_width(), h_));
-    LL_TRY(init_norm(L.ln2, pre + ".ln2", L.ctx.base_trainable));
-    if (!gpt_) LL_TRY(init_linear(L, L.gate, Projection::gate, Par::column, h_, m.ffn_hidden));
-    LL_TRY(init_linear(L, L.up, Projection::up, Par::column, h_, m.ffn_hidden));
-    LL_TRY(init_linear(L, L.down, Projection::down, Par::row, m.ffn_hidden, h_));
-    return Status::ok();
-  }
-
-  // ---------------------------------------------------------------- helpers
-
-  const SavedTensor* recipe_item(const Layer& L, const char* name) const {
-    for (int i = 0; i < L.recipe.count; ++i)
-      if (std::string_view(L.recipe.items[static_cast<size_t>(i)].name) == name) return &L.recipe.items[static_cast<size_t>(i)];
-    return nullptr;
-  }
-  // Kept between forward and backward: listed by the recipe and not dropped by the policy.
-  bool kept(const Layer& L, const char* name) const {
-    if (!L.ctx.grad_flows || L.policy == LayerRecompute::full) return false;
-    const SavedTensor* it = recipe_item(L, name);
-    return it != nullptr && !(L.policy == LayerRecompute::selective && it->attention_scores);
-  }
-  // A tensor of layer L named as the recipe names it: in activations when kept.
-  Status lmake(Layer& L, Tensor& t, const char* name, int64_t numel, DType dt, Mode mode) {
-    const bool keep = mode == Mode::keep && kept(L, name);
-    if (keep) {
-      const SavedTensor* it = recipe_item(L, name);
-      if (static_cast<double>(numel) != it->elements)
-        return Status::runtime(std::string("recipe mismatch: layer ") + std::to_string(L.index) + " " + name + ": executor " +
-                               std::to_string(numel) + " elements, recipe " + std::to_string(it->elements));
-    }
-    return make(a_, t, numel, dt, keep ? Category::activations : Category::workspace, name);
-  }
-  Status ws(Tensor& t, int64_t numel, const char* name, DType dt = DType::f32) {
-    return make(a_, t, numel, dt == DType::f32 ? c_.storage : dt, Category::workspace, name);
-  }
-  static S* d(Tensor& t) { return t.data<S>(); }
-  static S* dopt(Tensor& t) { return t.defined() ? t.data<S>() : nullptr; }
-  static G* g(Tensor& t) { return t.defined() ? t.data<G>() : nullptr; }
-  static constexpr int64_t kChunk = 256;  // rows per 16-bit GEMM (bounds the fp32 workspace)
-  int64_t chunk_rows(int64_t n) const { return kWide ? n : std::min<int64_t>(n, kChunk); }
-
-  uint64_t site_seed(uint64_t seed, int layer, int site) const {
-    return cpu::splitmix64_at(seed, static_cast<uint64_t>(layer + 1) * 16 + static_cast<uint64_t>(site));
-  }
-
-  Status lin_base_fwd(const S* x, const S* w, const S* b, S* y, int64_t n, int64_t in, int64_t out) {
-    Scratch sc;
-    const int64_t rows = chunk_rows(n);
-    LL_TRY(scratch(a_, sc, cpu::linear_workspace_bytes(c_.storage, rows, in, out), "linear.workspace"));
-    for (int64_t r = 0; r < n; r += rows) {
-      const int64_t nr = std::min(rows, n - r);
-      cpu::linear_forward<S>(x + r * in, w, b, y + r * out, nr, in, out, sc.span());
-    }
-    return Status::ok();
-  }
-  Status lin_base_bwd(const S* dy, const S* x, const S* w, S* dx, G* dw, G* db, int64_t n, int64_t in, int64_t out) {
-    Scratch sc;
-    const int64_t rows = chunk_rows(n);
-    LL_TRY(scratch(a_, sc, cpu::linear_workspace_bytes(c_.storage, rows, in, out), "linear.workspace"));
-    for (int64_t r = 0; r < n; r += rows) {
-      const int64_t nr = std::min(rows, n - r);
-      cpu::linear_backward<S, G>(dy + r * out, x ? x + r * in : nullptr, w, dx ? dx + r * in : nullptr, dw, db, nr, in,
-                                 out, sc.span());
-    }
-    return Status::ok();
-  }
-  void scale_inplace(S* x, int64_t n, double s) {
-    for (int64_t i = 0; i < n; ++i) {
-      if constexpr (kWide) x[i] = static_cast<S>(x[i] * s);
-      else if constexpr (std::is_same_v<S, bf16_t>) x[i] = float_to_bf16(static_cast<float>(bf16_to_float(x[i]) * s));
-      else x[i] = float_to_f16(static_cast<float>(f16_to_float(x[i]) * s));
-    }
-  }
-
-  // y (n, out) = x W^T + b (+ LoRA: scale x A^T B^T, z = scale x A^T kept as lora.<p>.z).
-  // Row-parallel: the partial outputs are summed over TP (the bias added by TP rank 0 only).
-  // With SP, y of a row-parallel projection is this rank's ns_ tokens (reduce-scatter).
-  Status lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
-    if (li.par == Par::row && sp_) {
-      Tensor full;
-      LL_TRY(ws(full, n_ * li.out, "row_parallel.partial"));
-      LL_TRY(lin_fwd_inner(L, li, x, d(full), mode));
-      return c_.comm->reduce_scatter_sum(d(full), y, ns_ * li.out, c_.storage, Group::tp);
-    }
-    LL_TRY(lin_fwd_inner(L, li, x, y, mode));
-    if (li.par == Par::row) LL_TRY(tp_sum(y, n_ * li.out));
-    return Status::ok();
-  }
-  Status lin_fwd_inner(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
-    const bool bias = li.par != Par::row || tr_ == 0;
-    LL_TRY(lin_base_fwd(x, d(li.w), bias ? dopt(li.b) : nullptr, y, n_, li.in, li.out));
-    if (li.lora) {
-      const int64_t r = L.ctx.lora_rank;
-      Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
-      LL_TRY(lmake(L, z, kLoraZ[static_cast<int>(li.proj)], n_ * r, c_.storage, mode));
-      LL_TRY(lin_base_fwd(x, d(li.la), nullptr, d(z), n_, li.in, r));
-      scale_inplace(d(z), n_ * r, lora_scale_);
-      Tensor tmp;
-      LL_TRY(ws(tmp, n_ * li.out, "lora.out"));
-      LL_TRY(lin_base_fwd(d(z), d(li.lb), nullptr, d(tmp), n_, r, li.out));
-      cpu::add_inplace<S>(y, d(tmp), n_ * li.out);
-    }
-    return Status::ok();
-  }
-  // Sequence parallel: full (n_, h) = the ns_-token slices of every TP rank, in a buffer
-  // counted as communication (the planner's TP/SP all-gather line).
-  Status sp_gather(Tensor& full, const S* local, const char* name) {
-    LL_TRY(make(a_, full, n_ * h_, c_.storage, Category::communication, name));
-    return c_.comm->all_gather(local, d(full), ns_ * h_, c_.storage, Group::tp);
-  }
-  // Column-parallel input gradient: partial (n_, h) summed over TP into local (ns_, h).
-  Status tp_reduce_input_grad(S* partial, Tensor& local, const char* name) {
-    if (!sp_) {
-      LL_TRY(tp_sum(partial, n_ * h_));
-      return Status::ok();
-    }
-    LL_TRY(ws(local, ns_ * h_, name));
-    return c_.comm->reduce_scatter_sum(partial, d(local), ns_ * h_, c_.storage, Group::tp);
-  }
-  // In place: x (count) = sum over the TP group (nothing with t = 1).
-  Status tp_sum(S* x, int64_t count) {
-    if (t_ == 1) return Status::ok();
-    return c_.comm->all_reduce_sum(x, count, c_.storage, Group::tp);
-  }
-  // dx (n, in) = dy W (+ LoRA); weight gradients accumulate. x may be nullptr when the
-  // base weight is frozen and the projection has no adapter.
-  Status lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx) {
-    Tensor dxl;
-    if (li.lora) {
-      const int64_t r = L.ctx.lora_rank;
-      Tensor dz;
-      LL_TRY(ws(dz, n_ * r, "lora.dz"));
-      Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
-      LL_TRY(lin_base_bwd(dy, d(z), d(li.lb), d(dz), g(li.glb), nullptr, n_, r, li.out));
-      scale_inplace(d(dz), n_ * r, lora_scale_);
-      if (dx) LL_TRY(ws(dxl, n_ * li.in, "lora.dx"));
-      LL_TRY(lin_base_bwd(d(dz), x, d(li.la), dx ? d(dxl) : nullptr, g(li.gla), nullptr, n_, li.in, r));
-    }
-    LL_TRY(lin_base_bwd(dy, x, d(li.w), dx, g(li.gw), g(li.gb), n_, li.in, li.out));
-    if (dx && dxl.defined()) cpu::add_inplace<S>(dx, d(dxl), n_ * li.in);
-    return Status::ok();
-  }
-
-  void norm_fwd(Norm& nm, const S* x, S* y) {
-    if (gpt_) cpu::layernorm_forward<S>(x, d(nm.w), d(nm.b), y, ns_, h_, c_.options.norm_eps);
-    else cpu::rmsnorm_forward<S>(x, d(nm.w), y, ns_, h_, c_.options.norm_eps);
-  }
-  // Over this rank's ns_ tokens. With SP the weight gradients of those tokens are partial:
-  // they are computed into zeroed buffers, summed over TP and added (Megatron's all-reduce
-  // of sequence-parallel parameters' gradients).
-  Status norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, bool accumulate) {
-    Scratch sc;
-    LL_TRY(scratch(a_, sc, cpu::norm_workspace_bytes(c_.grad, h_), "norm.workspace"));
-    Tensor tw, tb;
-    G* gw = g(nm.gw);
-    G* gb = g(nm.gb);
-    if (sp_ && gw != nullptr) {
-      Result<Tensor> r = Tensor::zeros(a_, Shape{h_}, c_.grad, Category::workspace, "norm.grad_partial");
-      if (!r) return r.status();
-      tw = std::move(*r);
-      gw = g(tw);
-      if (gb != nullptr) {
-        Result<Tensor> rb = Tensor::zeros(a_, Shape{h_}, c_.grad, Category::workspace, "norm.grad_partial");
-        if (!rb) return rb.status();
-        tb = std::move(*rb);
-        gb = g(tb);
-      }
-    }
-    if (gpt_)
-      cpu::layernorm_backward<S, G>(x, d(nm.w), dy, dx, gw, gb, ns_, h_, c_.options.norm_eps, accumulate, sc.span());
-    else
-      cpu::rmsnorm_backward<S, G>(x, d(nm.w), dy, dx, gw, ns_, h_, c_.options.norm_eps, accumulate, sc.span());
-    for (auto [part, grad] : {std::pair{&tw, &nm.gw}, std::pair{&tb, &nm.gb}}) {
-      if (!part->defined()) continue;
-      LL_TRY(c_.comm->all_reduce_sum(part->raw(), h_, c_.grad, Group::tp));
-      cpu::add_inplace<G>(g(*grad), g(*part), h_);
-    }
-    return Status::ok();
-  }
-
-  cpu::AttentionDims dims() const {
-    cpu::AttentionDims dm;
-    dm.b = c_.plan.micro_batch;
-    dm.s = c_.job.seq_len;
-    dm.heads = c_.spec.heads / t_;
-    dm.kv_heads = c_.spec.kv_heads / t_;
-    dm.head_dim = c_.spec.head_width();
-    return dm;
-  }
-
-  // Materialised attention forward into L.sv (probs, and the dropout tensors), output o.
-  Status attn_scores_fwd(Layer& L, S* o, Mode mode, uint64_t seed) {
-    const cpu::AttentionDims dm = dims();
-    const int64_t ss = dm.b * dm.heads * dm.s * dm.s;
-    Saved& sv = L.sv;
-    LL_TRY(lmake(L, sv.probs, "attn.probs", ss, c_.storage, mode));
-    Scratch sc;
-    if (drop_) {
-      LL_TRY(lmake(L, sv.probs_mask, "attn.probs_dropout_mask", ss, DType::u8, mode));
-      LL_TRY(lmake(L, sv.probs_dropped, "attn.probs_dropped", ss, c_.storage, mode));
-      LL_TRY(scratch(a_, sc, cpu::attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
-      cpu::attention_forward_dropout<S>(d(sv.q), d(sv.k), d(sv.v), doc_, o, d(sv.probs), sv.probs_mask.template data<uint8_t>(),
-                                        d(sv.probs_dropped), dm, p_, site_seed(seed, L.index, 1), sc.span());
-    } else {
-      LL_TRY(scratch(a_, sc, cpu::attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
-      cpu::attention_forward_materialized<S>(d(sv.q), d(sv.k), d(sv.v), doc_, o, d(sv.probs), dm, sc.span());
-    }
-    return Status::ok();
-  }
-
-  // ---------------------------------------------------------------- layer forward
-
-  // x (n, h) -> out (n, h) in `out_cat`; the recipe's tensors land in L.sv.
-  Status layer_fwd(Layer& L, const S* x, Tensor& out, Category out_cat, Mode mode, uint64_t seed) {
-    const ModelSpec& m = c_.spec;
-    Saved& sv = L.sv;
-    const int64_t n = n_, ns = ns_, qw = qw_, kvw = kvw_;  // ns: tokens of this rank's sequence slice (SP)
-    // ---- attention
-    LL_TRY(lmake(L, sv.qkv_input, "attn.qkv_input", ns * h_, c_.storage, mode));
-    norm_fwd(L.ln1, x, d(sv.qkv_input));
-    LL_TRY(lmake(L, sv.q, "attn.q", n * qw, c_.storage, mode));
-    LL_TRY(lmake(L, sv.k, "attn.k", n * kvw, c_.storage, mode));
-    LL_TRY(lmake(L, sv.v, "attn.v", n * kvw, c_.storage, mode));
-    Tensor gathered;  // SP: the full-sequence input of the column-parallel GEMMs
-    if (sp_) LL_TRY(sp_gather(gathered, d(sv.qkv_input), "attn.qkv_input.gathered"));
-    const S* xin = sp_ ? d(gathered) : d(sv.qkv_input);
-    LL_TRY(lin_fwd(L, L.q, xin, d(sv.q), mode));
-    LL_TRY(lin_fwd(L, L.k, xin, d(sv.k), mode));
-    LL_TRY(lin_fwd(L, L.v, xin, d(sv.v), mode));
-    gathered.reset();
-    if (!gpt_) {
-      cpu::rope_forward<S>(d(sv.q), positions_.data(), d(sv.q), n, m.heads / t_, m.head_width(), c_.options.rope_theta);
-      cpu::rope_forward<S>(d(sv.k), positions_.data(), d(sv.k), n, m.kv_heads / t_, m.head_width(), c_.options.rope_theta);
-    }
-    LL_TRY(lmake(L, sv.proj_input, "attn.proj_input", n * qw, c_.storage, mode));
-    if (c_.plan.flash_attention) {
-      const cpu::AttentionDims dm = dims();
-      LL_TRY(lmake(L, sv.lse, "attn.lse", dm.b * dm.heads * dm.s, std::is_same_v<S, double> ? DType::f64 : DType::f32, mode));
-      Scratch sc;
-      LL_TRY(scratch(a_, sc, cpu::attention_workspace_bytes(c_.storage, dm, true), "attention.workspace"));
-      cpu::attention_forward_flash<S>(d(sv.q), d(sv.k), d(sv.v), doc_, d(sv.proj_input), sv.lse.template data<A>(), dm,
-                                      sc.span());
-    } else {
-      LL_TRY(attn_scores_fwd(L, d(sv.proj_input), mode, seed));
-    }
-    Tensor branch;
-    LL_TRY(ws(branch, ns * h_, "attn.out"));
-    LL_TRY(lin_fwd(L, L.o, d(sv.proj_input), d(branch), mode));
-    if (drop_) {
-      LL_TRY(lmake(L, sv.attn_mask, "attn.resid_dropout_mask", ns * h_, DType::u8, mode));
-      cpu::dropout_forward<S>(d(branch), d(branch), sv.attn_mask.template data<uint8_t>(), ns * h_, p_, site_seed(seed, L.index, 2));
-    }
-    LL_TRY(lmake(L, sv.ln2_input, "ln2.input", ns * h_, c_.storage, mode));
-    cpu::add<S>(x, d(branch), d(sv.ln2_input), ns * h_);
-    // ---- MLP
-    LL_TRY(lmake(L, sv.mlp_input, "mlp.input", ns * h_, c_.storage, mode));
-    norm_fwd(L.ln2, d(sv.ln2_input), d(sv.mlp_input));
-    if (sp_) LL_TRY(sp_gather(gathered, d(sv.mlp_input), "mlp.input.gathered"));
-    const S* min = sp_ ? d(gathered) : d(sv.mlp_input);
-    LL_TRY(lmake(L, sv.act_out, "mlp.act_out", n * f_, c_.storage, mode));
-    if (gpt_) {
-      LL_TRY(lmake(L, sv.fc1_out, "mlp.fc1_out", n * f_, c_.storage, mode));
-      LL_TRY(lin_fwd(L, L.up, min, d(sv.fc1_out), mode));
-      cpu::gelu_forward<S>(d(sv.fc1_out), d(sv.act_out), n * f_);
-    } else {
-      LL_TRY(lmake(L, sv.gate_out, "mlp.gate_out", n * f_, c_.storage, mode));
-      LL_TRY(lmake(L, sv.up_out, "mlp.up_out", n * f_, c_.storage, mode));
-      LL_TRY(lin_fwd(L, L.gate, min, d(sv.gate_out), mode));
-      LL_TRY(lin_fwd(L, L.up, min, d(sv.up_out), mode));
-      cpu::swiglu_forward<S>(d(sv.gate_out), d(sv.up_out), d(sv.act_out), n * f_);
-    }
-    gathered.reset();
-    LL_TRY(lin_fwd(L, L.down, d(sv.act_out), d(branch), mode));
-    if (drop_) {
-      LL_TRY(lmake(L, sv.mlp_mask, "mlp.resid_dropout_mask", ns * h_, DType::u8, mode));
-      cpu::dropout_forward<S>(d(branch), d(branch), sv.mlp_mask.template data<uint8_t>(), ns * h_, p_, site_seed(seed, L.index, 3));
-    }
-    LL_TRY(make(a_, out, ns * h_, c_.storage, out_cat, &L != &layers_.back() ? "ln1.input" : last_ ? "final_norm.input" : "stage.output"));
-    cpu::add<S>(d(sv.ln2_input), d(branch), d(out), ns * h_);
-    if (mode != Mode::recompute) drop_transients(sv);
-    return Status::ok();
-  }
-
-  // Frees what the forward made but backward does not keep (everything in workspace).
-  static void drop_transients(Saved& sv) {
-    for (Tensor* t : {&sv.qkv_input, &sv.q, &sv.k, &sv.v, &sv.lse, &sv.probs, &sv.probs_mask, &sv.probs_dropped,
-                      &sv.proj_input, &sv.attn_mask, &sv.ln2_input, &sv.mlp_input, &sv.fc1_out, &sv.gate_out,
-                      &sv.up_out, &sv.act_out, &sv.mlp_mask})
-      if (t->defined() && t->category() != Category::activations) t->reset();
-    for (Tensor& t : sv.lora_z)
-      if (t.defined() && t.category() != Category::activations) t.reset();
-  }
-
-  // ---------------------------------------------------------------- layer backward
-
-  // dx (n, h): the gradient of the layer output in, of its input out (in place).
-  Status layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed) {
-    const ModelSpec& m = c_.spec;
-    const int64_t n = n_, ns = ns_, qw = qw_, kvw = kvw_;
-    if (L.policy == LayerRecompute::full) {  // re-run the forward; its output is discarded
-      Tensor out;
-      L.sv.clear();
-      LL_TRY(layer_fwd(L, x, out, Category::workspace, Mode::recompute, seed));
-    } else if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention) {
-      Tensor o;
-      LL_TRY(ws(o, n * qw, "attn.recompute_out"));
-      LL_TRY(attn_scores_fwd(L, d(o), Mode::recompute, seed));
-    }
-    Saved& sv = L.sv;
-    // ---- MLP
-    Tensor dbranch, dact, dmid, gathered, dlocal;
-    const S* dy = dx;
-    if (drop_) {
-      LL_TRY(ws(dbranch, ns * h_, "mlp.d_out"));
-      cpu::dropout_backward<S>(dx, sv.mlp_mask.template data<uint8_t>(), d(dbranch), ns * h_, p_);
-      dy = d(dbranch);
-    }
-    if (sp_) {  // row-parallel backward needs the full-sequence output gradient
-      LL_TRY(sp_gather(gathered, dy, "mlp.d_out.gathered"));
-      dy = d(gathered);
-    }
-    LL_TRY(ws(dact, n * f_, "mlp.d_act"));
-    LL_TRY(lin_bwd(L, L.down, dy, dopt(sv.act_out), d(dact)));
-    dbranch.reset();
-    gathered.reset();
-    const S* min = dopt(sv.mlp_input);
-    if (sp_ && min != nullptr) {
-      LL_TRY(sp_gather(gathered, min, "mlp.input.gathered"));
-      min = d(gathered);
-    }
-    LL_TRY(ws(dmid, n * h_, "mlp.d_input"));
-    if (gpt_) {
-      cpu::gelu_backward<S>(d(sv.fc1_out), d(dact), d(dact), n * f_);
-      LL_TRY(lin_bwd(L, L.up, d(dact), min, d(dmid)));
-      dact.reset();
-    } else {
-      Tensor dup, tmp;
-      LL_TRY(ws(dup, n * f_, "mlp.d_up"));
-      cpu::swiglu_backward<S>(d(sv.gate_out), d(sv.up_out), d(dact), d(dact), d(dup), n * f_);
-      LL_TRY(lin_bwd(L, L.gate, d(dact), min, d(dmid)));
-      dact.reset();
-      LL_TRY(ws(tmp, n * h_, "mlp.d_input_up"));
-      LL_TRY(lin_bwd(L, L.up, d(dup), min, d(tmp)));
-      dup.reset();
-      cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
-    }
-    gathered.reset();
-    LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "mlp.d_input_local"));  // column-parallel: partial sums
-    LL_TRY(norm_bwd(L.ln2, d(sv.ln2_input), sp_ ? d(dlocal) : d(dmid), dx, true));
-    dmid.reset();
-    dlocal.reset();
-    // ---- attention
-    dy = dx;
-    if (drop_) {
-      LL_TRY(ws(dbranch, ns * h_, "attn.d_out"));
-      cpu::dropout_backward<S>(dx, sv.attn_mask.template data<uint8_t>(), d(dbranch), ns * h_, p_);
-      dy = d(dbranch);
-    }
-    if (sp_) {
-      LL_TRY(sp_gather(gathered, dy, "attn.d_out.gathered"));
-      dy = d(gathered);
-    }
-    Tensor dproj, dq, dk, dv;
-    LL_TRY(ws(dproj, n * qw, "attn.d_proj_input"));
-    LL_TRY(lin_bwd(L, L.o, dy, dopt(sv.proj_input), d(dproj)));
-    dbranch.reset();
-    gathered.reset();
-    LL_TRY(ws(dq, n * qw, "attn.dq"));
-    LL_TRY(ws(dk, n * kvw, "attn.dk"));
-    LL_TRY(ws(dv, n * kvw, "attn.dv"));
-    {
-      const cpu::AttentionDims dm = dims();
-      Scratch sc;
-      if (c_.plan.flash_attention) {
-        LL_TRY(scratch(a_, sc, cpu::attention_workspace_bytes(c_.storage, dm, true), "attention.workspace"));
-        cpu::attention_backward_flash<S>(d(sv.q), d(sv.k), d(sv.v), doc_, d(sv.proj_input), sv.lse.template data<A>(),
-                                         d(dproj), d(dq), d(dk), d(dv), dm, sc.span());
-      } else if (drop_) {
-        LL_TRY(scratch(a_, sc, cpu::attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
-        cpu::attention_backward_dropout<S>(d(sv.q), d(sv.k), d(sv.v), d(sv.probs), sv.probs_mask.template data<uint8_t>(),
-                                           d(sv.probs_dropped), d(dproj), d(dq), d(dk), d(dv), dm, p_, sc.span());
-      } else {
-        LL_TRY(scratch(a_, sc, cpu::attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
-        cpu::attention_backward_materialized<S>(d(sv.q), d(sv.k), d(sv.v), d(sv.probs), d(dproj), d(dq), d(dk), d(dv), dm,
-                                                sc.span());
-      }
-    }
-    dproj.reset();
-    sv.probs.reset();
-    sv.probs_mask.reset();
-    sv.probs_dropped.reset();
-    if (!gpt_) {
-      cpu::rope_backward<S>(d(dq), positions_.data(), d(dq), n, m.heads / t_, m.head_width(), c_.options.rope_theta);
-      cpu::rope_backward<S>(d(dk), positions_.data(), d(dk), n, m.kv_heads / t_, m.head_width(), c_.options.rope_theta);
-    }
-    Tensor tmp;
-    const S* xin = dopt(sv.qkv_input);
-    if (sp_ && xin != nullptr) {
-      LL_TRY(sp_gather(gathered, xin, "attn.qkv_input.gathered"));
-      xin = d(gathered);
-    }
-    LL_TRY(ws(dmid, n * h_, "attn.d_input"));
-    LL_TRY(lin_bwd(L, L.q, d(dq), xin, d(dmid)));
-    dq.reset();
-    LL_TRY(ws(tmp, n * h_, "attn.d_input_kv"));
-    LL_TRY(lin_bwd(L, L.k, d(dk), xin, d(tmp)));
-    cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
-    dk.reset();
-    LL_TRY(lin_bwd(L, L.v, d(dv), xin, d(tmp)));
-    cpu::add_inplace<S>(d(dmid), d(tmp), n * h_);
-    dv.reset();
-    tmp.reset();
-    gathered.reset();
-    LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "attn.d_input_local"));  // column-parallel q, k, v
-    LL_TRY(norm_bwd(L.ln1, x, sp_ ? d(dlocal) : d(dmid), dx, true));
-    sv.clear();
-    return Status::ok();
-  }
-
-  // ---------------------------------------------------------------- vocabulary parallel
-
-  // out (ns_, h) = token (+ GPT position) embeddings. With TP each rank looks up the tokens
-  // in its vocabulary range [v0_, v0_ + Vl_) (zeros elsewhere; TP rank 0 adds the positions)
-  // and the partial rows are summed over TP: all-reduce, or reduce-scatter to this rank's
-  // sequence slice with SP.
-  Status embed_fwd(const int32_t* tokens, S* out) {
-    if (t_ == 1) {
-      cpu::embedding_forward<S>(tokens, d(wte_), out, n_, h_);
-      if (gpt_) cpu::embedding_forward<S>(positions_.data(), d(wpe_), out, n_, h_, true);
-      return Status::ok();
-    }
-    Tensor full;
-    S* y = out;
-    if (sp_) {
-      LL_TRY(ws(full, n_ * h_, "embed.partial"));
-      y = d(full);
-    }
-    std::memset(static_cast<void*>(y), 0, static_cast<size_t>(n_ * h_) * sizeof(S));
-    for (int64_t i = 0; i < n_; ++i) {
-      const int32_t local = tokens[i] - static_cast<int32_t>(v0_);
-      if (local >= 0 && local < Vl_) cpu::embedding_forward<S>(&local, d(wte_), y + i * h_, 1, h_);
-    }
-    if (gpt_ && tr_ == 0) cpu::embedding_forward<S>(positions_.data(), d(wpe_), y, n_, h_, true);
-    if (sp_) return c_.comm->reduce_scatter_sum(y, out, ns_ * h_, c_.storage, Group::tp);
-    return tp_sum(y, n_ * h_);
-  }
-  void embed_bwd(const int32_t* tokens, const S* dout) {
-    if (t_ == 1) return cpu::embedding_backward<S, G>(tokens, dout, g(gwte_), n_, h_);
-    for (int64_t i = 0; i < n_; ++i) {
-      const int32_t local = tokens[i] - static_cast<int32_t>(v0_);
-      if (local >= 0 && local < Vl_) cpu::embedding_backward<S, G>(&local, dout + i * h_, g(gwte_), 1, h_);
-    }
-  }
-
-  // Vocabulary-parallel cross-entropy (Megatron): z (n, Vl_) this rank's logits in A. The
-  // row max (all-gathered), the sum of exponentials and the target logit (all-reduced) give
-  // every TP rank the full loss; with train, z becomes this rank's dlogits in place
-  // (loss_scale / denom * (softmax - onehot), 0 on ignored rows). denom 0: counted rows.
-  Result<double> vocab_parallel_ce(A* z, const int32_t* targets, double denom, bool train, double loss_scale) {
-    constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
-    const int64_t n = n_;
-    std::vector<A> mx(static_cast<size_t>(n)), all(static_cast<size_t>(n * t_)), red(static_cast<size_t>(2 * n), A(0));
-    for (int64_t i = 0; i < n; ++i) mx[static_cast<size_t>(i)] = *std::max_element(z + i * Vl_, z + (i + 1) * Vl_);
-    LL_TRY(c_.comm->all_gather(mx.data(), all.data(), n, kA, Group::tp));
-    for (int64_t i = 0; i < n; ++i)
-      for (int r = 0; r < t_; ++r) mx[static_cast<size_t>(i)] = std::max(mx[static_cast<size_t>(i)], all[static_cast<size_t>(r * n + i)]);
-    for (int64_t i = 0; i < n; ++i) {
-      const A* zi = z + i * Vl_;
-      A se = 0;
-      for (int64_t j = 0; j < Vl_; ++j) se += std::exp(zi[j] - mx[static_cast<size_t>(i)]);
-      red[static_cast<size_t>(i)] = se;
-      const int64_t local = targets[i] - v0_;
-      if (targets[i] != cpu::kIgnoreIndex && local >= 0 && local < Vl_) red[static_cast<size_t>(n + i)] = zi[local];
-    }
-    LL_TRY(c_.comm->all_reduce_sum(red.data(), 2 * n, kA, Group::tp));
-    int64_t counted = 0;
-    for (int64_t i = 0; i < n; ++i) counted += targets[i] != cpu::kIgnoreIndex;
-    const double dn = denom > 0 ? denom : static_cast<double>(counted);
-    double loss = 0;
-    for (int64_t i = 0; i < n; ++i)
-      if (targets[i] != cpu::kIgnoreIndex)
-        loss += std::log(static_cast<double>(red[static_cast<size_t>(i)])) + static_cast<double>(mx[static_cast<size_t>(i)]) -
-                static_cast<double>(red[static_cast<size_t>(n + i)]);
-    loss = dn > 0 ? loss / dn : 0;
-    if (!train) return loss;
-    const double k = dn > 0 ? loss_scale / dn : 0;
-    for (int64_t i = 0; i < n; ++i) {
-      A* zi = z + i * Vl_;
-      if (targets[i] == cpu::kIgnoreIndex) {
-        std::fill(zi, zi + Vl_, A(0));
-        continue;
-      }
-      const A inv = A(1) / red[static_cast<size_t>(i)];
-      for (int64_t j = 0; j < Vl_; ++j) zi[j] = static_cast<A>(k * static_cast<double>(std::exp(zi[j] - mx[static_cast<size_t>(i)]) * inv));
-      const int64_t local = targets[i] - v0_;
-      if (local >= 0 && local < Vl_) zi[local] = static_cast<A>(zi[local] - k);
-    }
-    return loss;
-  }
-
-  // ---------------------------------------------------------------- the step
-
-  void set_where(Phase ph, int layer, const char* part) {
-    a_.set_phase(ph);
-    where_ = {ph, layer, part};
-  }
-
-  Result<double> run(const Batch& b, double loss_scale, double denom, uint64_t seed, bool train) {
-    if (!first_ || !last_) return Status::bad_input("executor: a pipeline stage runs through stage_forward/stage_backward");
-    Result<double> r = fwd(b, nullptr, nullptr, loss_scale, denom, seed, train);
-    if (r && train) {
-      if (Status st = bwd(b, nullptr, nullptr); !st) r = st;
-    }
-    if (!r) release_all();  // after OOM: leave nothing of the step live
-    return r;
-  }
-
-  void release_all() {
-    for (Layer& L : layers_) L.sv.clear();
-    for (Tensor& t : inputs_) t.reset();
-    for (Tensor* t : {&head_in_, &logits_, &sm_, &emb_mask_}) t->reset();
-  }
-
-  // Pipeline slots: the state of one in-flight micro-batch (every layer's saved tensors,
-  // the stage's layer inputs, the head's input and logits, positions) is swapped in and
-  // out of the members the forward and backward work on.
-  struct Slot {
-    std::vector<Saved> sv;
-    std::vector<Tensor> inputs;
-    Tensor head_in, logits, sm, emb_mask;
-    std::vector<int32_t> positions;
-    const int32_t* doc = nullptr;
-  };
-  void swap_slot(int k) {
-    if (static_cast<size_t>(k) >= slots_.size()) slots_.resize(static_cast<size_t>(k) + 1);
-    Slot& sl = slots_[static_cast<size_t>(k)];
-    if (sl.inputs.size() != inputs_.size()) {
-      sl.inputs.resize(inputs_.size());
-      sl.sv.resize(layers_.size());
-      sl.positions.resize(positions_.size());
-    }
-    for (size_t i = 0; i < layers_.size(); ++i) std::swap(layers_[i].sv, sl.sv[i]);
-    std::swap(inputs_, sl.inputs);
-    std::swap(head_in_, sl.head_in);
-    std::swap(logits_, sl.logits);
-    std::swap(sm_, sl.sm);
-    std::swap(emb_mask_, sl.emb_mask);
-    std::swap(positions_, sl.positions);
-    std::swap(doc_, sl.doc);
-  }
-
-  Result<double> stage_forward(int slot, const Batch& b, const void* input, void* output, double loss_scale, double denom,
-                               uint64_t seed) override {
-    swap_slot(slot);
-    Result<double> r = fwd(b, static_cast<const S*>(input), static_cast<S*>(output), loss_scale, denom, seed, true);
-    if (!r) release_all();
-    swap_slot(slot);
-    return r;
-  }
-  Status stage_backward(int slot, const Batch& b, const void* dout, void* dinput) override {
-    swap_slot(slot);
-    Status st = bwd(b, static_cast<const S*>(dout), static_cast<S*>(dinput));
-    if (!st) release_all();
-    swap_slot(slot);
-    return st;
-  }
-
-  // Forward of one micro-batch through this stage. input: the previous stage's output
-  // (ns_, h) (nullptr on the first stage: the tokens are embedded); output (ns_, h): this
-  // stage's output, filled on every stage but the last. Returns the loss on the last stage
-  // (0 elsewhere); with train, what backward needs stays in the members.
-  Result<double> fwd(const Batch& b, const S* input, S* output, double loss_scale, double denom, uint64_t seed, bool train) {
-    const ModelSpec& m = c_.spec;
-    const int64_t n = n_, s = c_.job.seq_len;
-    const Mode mode = train ? Mode::keep : Mode::discard;
-    doc_ = b.doc_ids;
-    seed_ = seed;
-    loss_scale_ = loss_scale;
-    denom_ = denom;
-    for (int64_t i = 0; i < n; ++i) {  // positions restart per sequence and per document
-      const int64_t t = i % s;
-      positions_[static_cast<size_t>(i)] =
-          (t == 0 || doc_ == nullptr || doc_[i] != doc_[i - 1]) ? 0 : positions_[static_cast<size_t>(i - 1)] + 1;
-    }
-    const int nl = static_cast<int>(layers_.size());
-    auto input_cat = [&](int i) {  // layer i's input (i == nl: the final norm's) kept?
-      const bool keep = train && (i == nl ? last_ : layers_[static_cast<size_t>(i)].ctx.grad_flows);
-      return keep ? Category::activations : Category::workspace;
-    };
-    const int64_t ns = ns_;  // tokens of this rank's sequence slice (n without SP)
-    const char* in_name = nl > 0 ? "ln1.input" : "final_norm.input";
-    set_where(Phase::forward, -1, first_ ? "embedding" : "stage input");
-    LL_TRY(make(a_, inputs_[0], ns * h_, c_.storage, input_cat(0), in_name));
-    if (first_) {  // ---- embedding -> layer 0's ln1.input
-      LL_TRY(embed_fwd(b.tokens, d(inputs_[0])));
-      if (drop_) {
-        const bool keep = train && embed_trainable_;
-        LL_TRY(make(a_, emb_mask_, ns * h_, DType::u8, keep ? Category::activations : Category::workspace, "embed.dropout_mask"));
-        cpu::dropout_forward<S>(d(inputs_[0]), d(inputs_[0]), emb_mask_.template data<uint8_t>(), ns * h_, p_, site_seed(seed, -1, 0));
-        if (!keep) emb_mask_.reset();
-      }
-    } else {
-      std::memcpy(inputs_[0].raw(), input, static_cast<size_t>(inputs_[0].bytes()));
-    }
-    // ---- layers
-    for (int i = 0; i < nl; ++i) {
-      Layer& L = layers_[static_cast<size_t>(i)];
-      set_where(Phase::forward, L.index, "layer");
-      LL_TRY(layer_fwd(L, d(inputs_[static_cast<size_t>(i)]), inputs_[static_cast<size_t>(i + 1)], input_cat(i + 1), mode, seed));
-      if (!train || !L.ctx.grad_flows) inputs_[static_cast<size_t>(i)].reset();
-      if (!train) L.sv.clear();
-    }
-    if (!last_) {  // the next stage's input; nothing of it stays here
-      std::memcpy(output, inputs_[static_cast<size_t>(nl)].raw(), static_cast<size_t>(inputs_[static_cast<size_t>(nl)].bytes()));
-      inputs_[static_cast<size_t>(nl)].reset();
-      return 0.0;
-    }
-    // ---- final norm, head, loss
-    set_where(Phase::forward, -1, "final_norm");
-    LL_TRY(make(a_, head_in_, ns * h_, c_.storage, train ? Category::activations : Category::workspace, "head.input"));
-    norm_fwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), d(head_in_));
-    Tensor gathered;  // SP: the head's full-sequence input
-    if (sp_) LL_TRY(sp_gather(gathered, d(head_in_), "head.input.gathered"));
-    if (!train) inputs_[static_cast<size_t>(nl)].reset();
-    set_where(Phase::forward, -1, "head");
-    Tensor& W = m.tied_embeddings ? wte_ : whead_;
-    LL_TRY(make(a_, logits_, n * Vl_, c_.storage, Category::logits_loss, "logits"));
-    LL_TRY(lin_base_fwd(sp_ ? d(gathered) : d(head_in_), d(W), nullptr, d(logits_), n, h_, Vl_));
-    gathered.reset();
-    set_where(Phase::forward, -1, "loss");
-    LL_TRY(make(a_, sm_, n * Vl_, std::is_same_v<S, double> ? DType::f64 : DType::f32, Category::logits_loss, "loss.softmax_fp32"));
-    cpu::cast<S, A>(d(logits_), sm_.template data<A>(), n * Vl_);
-    double loss = 0;
-    if (t_ == 1) {
-      loss = cpu::cross_entropy_forward<A>(sm_.template data<A>(), b.targets, n, V_, denom);
-    } else {
-      Result<double> l = vocab_parallel_ce(sm_.template data<A>(), b.targets, denom, train, loss_scale);
-      if (!l) return l.status();
-      loss = *l;
-    }
-    if (!train) release_all();
-    return loss;
-  }
-
-  // Backward of the micro-batch fwd kept. dout: the gradient of this stage's output
-  // (nullptr on the last stage: the loss); dinput: the gradient of its input, filled on
-  // every stage but the first.
-  Status bwd(const Batch& b, const S* dout, S* dinput) {
-    const ModelSpec& m = c_.spec;
-    const int64_t n = n_, ns = ns_;
-    const int nl = static_cast<int>(layers_.size());
-    Tensor dx, gathered;
-    LL_TRY(ws(dx, ns * h_, "layer.d_output"));
-    if (last_) {
-      set_where(Phase::backward, -1, "loss");
-      if (t_ == 1)
-        cpu::cross_entropy_backward<A>(sm_.template data<A>(), b.targets, sm_.template data<A>(), n, V_, loss_scale_, denom_);
-      cpu::cast<A, S>(sm_.template data<A>(), d(logits_), n * Vl_);  // dlogits over the logits
-      sm_.reset();
-      set_where(Phase::backward, -1, "head");
-      Tensor& W = m.tied_embeddings ? wte_ : whead_;
-      Tensor& gW = m.tied_embeddings ? gwte_ : gwhead_;
-      Tensor dhead, dlocal;
-      if (sp_) LL_TRY(sp_gather(gathered, d(head_in_), "head.input.gathered"));
-      LL_TRY(ws(dhead, n * h_, "head.d_input"));
-      LL_TRY(lin_base_bwd(d(logits_), sp_ ? d(gathered) : d(head_in_), d(W), d(dhead), g(gW), nullptr, n, h_, Vl_));
-      gathered.reset();
-      LL_TRY(tp_reduce_input_grad(d(dhead), dlocal, "head.d_input_local"));  // vocabulary-parallel head: partial sums
-      logits_.reset();
-      head_in_.reset();
-      set_where(Phase::backward, -1, "final_norm");
-      LL_TRY(norm_bwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), sp_ ? d(dlocal) : d(dhead), d(dx), false));
-    } else {
-      std::memcpy(dx.raw(), dout, static_cast<size_t>(dx.bytes()));
-    }
-    inputs_[static_cast<size_t>(nl)].reset();
-    for (int i = nl - 1; i >= 0; --i) {
-      Layer& L = layers_[static_cast<size_t>(i)];
-      if (!L.ctx.grad_flows) break;
-      set_where(Phase::backward, L.index, "layer");
-      LL_TRY(layer_bwd(L, d(inputs_[static_cast<size_t>(i)]), d(dx), seed_));
-      inputs_[static_cast<size_t>(i)].reset();
-    }
-    if (!first_) {
-      std::memcpy(dinput, dx.raw(), static_cast<size_t>(dx.bytes()));
-    } else if (embed_trainable_) {
-      set_where(Phase::backward, -1, "embedding");
-      if (emb_mask_.defined()) cpu::dropout_backward<S>(d(dx), emb_mask_.template data<uint8_t>(), d(dx), ns * h_, p_);
-      const S* dfull = d(dx);
-      if (sp_) {  // the transpose of the forward's reduce-scatter
-        LL_TRY(sp_gather(gathered, d(dx), "embed.d_output.gathered"));
-        dfull = d(gathered);
-      }
-      embed_bwd(b.tokens, dfull);
-      if (gpt_) cpu::embedding_backward<S, G>(positions_.data(), dfull, g(gwpe_), n, h_);
-    }
-    release_all();
-    return Status::ok();
-  }
-
-  TrackingAllocator& a_;
-  ModelConfig c_;
-  bool gpt_ = true, drop_ = false, embed_trainable_ = true, head_trainable_ = true;
-  int64_t h_ = 0, n_ = 0, V_ = 0, f_ = 0;  // f_: this rank's MLP width (ffn_hidden / t)
-  int t_ = 1, tr_ = 0;                      // TP size and this rank's TP index
-  bool sp_ = false;                          // sequence parallel (t_ > 1 and plan.sp)
-  int64_t ns_ = 0;                           // tokens in this rank's sequence slice: n_ / t_ with SP, else n_
-  int64_t qw_ = 0, kvw_ = 0, Vl_ = 0, v0_ = 0;  // local q / kv widths, vocab rows [v0_, v0_ + Vl_)
-  double p_ = 0, lora_scale_ = 0;
-  Tensor wte_, gwte_, wpe_, gwpe_, whead_, gwhead_;
-  Norm fnorm_;
-  std::vector<Layer> layers_;
-  std::vector<Tensor> inputs_;  // inputs_[i]: local layer i's ln1.input; inputs_[L]: the stage output / final_norm.input
-  Tensor head_in_, logits_, sm_, emb_mask_;  // the micro-batch in flight (see Slot)
-  std::vector<Slot> slots_;
-  uint64_t seed_ = 0;
-  double loss_scale_ = 1, denom_ = 0;
-  int stage_ = 0, first_layer_ = 0;
-  bool first_ = true, last_ = true;  // this stage holds the embedding / the final norm, head and loss
-  std::vector<int32_t> positions_;
-  const int32_t* doc_ = nullptr;
-  std::vector<ParamRef> params_;
-  Where where_;
-};
-
-template <class S, class G>
-Result<std::unique_ptr<Model>> build(TrackingAllocator& a, const ModelConfig& c) {
-  auto m = std::make_unique<ModelImpl<S, G>>(a, c);
-  if (Status s = m->init(); !s) return s;
-  return std::unique_ptr<Model>(std::move(m));
-}
-
-}  // namespace
-
-Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& c) {
+Status check_model_config(const ModelConfig& c) {
   const ModelSpec& m = c.spec;
   if (c.plan.cp != 1) return Status::bad_input("executor: cp must be 1 in a model (got " + std::to_string(c.plan.cp) + ")");
   if (c.plan.pp < 1 || c.stage < 0 || c.stage >= c.plan.pp || c.plan.vpp > 1)
@@ -1012,6 +43,131 @@ Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const Model
                              std::to_string(m.max_positions));
   if (m.dropout && !(c.options.dropout_p >= 0 && c.options.dropout_p < 1))
     return Status::bad_input("executor: dropout_p must be in [0, 1)");
+  return Status::ok();
+}
+
+}  // namespace detail
+
+namespace {
+
+// The CPU backend of ModelImpl: host memory, the cpu:: ops called directly. 16-bit GEMMs
+// run in chunks of kChunk rows because the CPU's BLAS has no bf16/fp16 GEMM: each chunk's
+// operands are widened to fp32 in scratch, and the chunk bounds that scratch.
+template <class S, class G>
+struct CpuOps {
+  static constexpr bool kHostMemory = true;
+  static constexpr bool kWide = std::is_same_v<S, float> || std::is_same_v<S, double>;
+  static constexpr int64_t kChunk = 256;  // rows per 16-bit GEMM
+  TrackingAllocator* alloc = nullptr;
+
+  int64_t chunk_rows(int64_t n) const { return kWide ? n : std::min<int64_t>(n, kChunk); }
+  int64_t linear_workspace_bytes(DType s, int64_t rows, int64_t in, int64_t out) const {
+    return cpu::linear_workspace_bytes(s, rows, in, out);
+  }
+  int64_t norm_workspace_bytes(DType g, int64_t, int64_t h) const { return cpu::norm_workspace_bytes(g, h); }
+  int64_t attention_workspace_bytes(DType s, const cpu::AttentionDims& dm, bool flash) const {
+    return cpu::attention_workspace_bytes(s, dm, flash);
+  }
+  int64_t attention_dropout_workspace_bytes(DType s, const cpu::AttentionDims& dm) const {
+    return cpu::attention_dropout_workspace_bytes(s, dm);
+  }
+
+  // t[offset + i] = v[i].
+  Status fill(Tensor& t, const std::vector<double>& v, int64_t offset) const {
+    for (size_t k = 0; k < v.size(); ++k) {
+      const int64_t i = offset + static_cast<int64_t>(k);
+      const double x = v[k];
+      switch (t.dtype()) {
+        case DType::f32: t.data<float>()[i] = static_cast<float>(x); break;
+        case DType::f64: t.data<double>()[i] = x; break;
+        case DType::bf16: t.data<bf16_t>()[i] = float_to_bf16(static_cast<float>(x)); break;
+        case DType::f16: t.data<f16_t>()[i] = float_to_f16(static_cast<float>(x)); break;
+        default: break;
+      }
+    }
+    return Status::ok();
+  }
+  Status zero(void* p, int64_t bytes) const {
+    if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
+    return Status::ok();
+  }
+  Result<Tensor> zeros(Shape shape, DType dt, Category c, std::string name) const {
+    return Tensor::zeros(*alloc, shape, dt, c, std::move(name));
+  }
+  Status copy(void* dst, const void* src, int64_t bytes) const {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return Status::ok();
+  }
+  Status scale(S* x, int64_t n, double s) const {
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (kWide) x[i] = static_cast<S>(x[i] * s);
+      else if constexpr (std::is_same_v<S, bf16_t>) x[i] = float_to_bf16(static_cast<float>(bf16_to_float(x[i]) * s));
+      else x[i] = float_to_f16(static_cast<float>(f16_to_float(x[i]) * s));
+    }
+    return Status::ok();
+  }
+  // Dense logits: the strided head ops below are never called on the CPU.
+  int64_t logits_row_stride(int64_t v) const { return v; }
+  template <class T, class... Args>
+  Status linear_forward_ld(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
+  template <class T, class GT, class... Args>
+  Status linear_backward_ld(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
+  template <class Src, class Dst, class... Args>
+  Status cast_rows(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
+  Status stage_batch(const Batch& b, const int32_t* positions, int64_t, detail::StagedBatch& out) const {
+    out = {b.tokens, b.targets, b.doc_ids, positions};
+    return Status::ok();
+  }
+
+  // The ops: cpu:: by the same name, which cannot fail.
+#define LL_CPU_OP(name)                                 \
+  template <class... T, class... Args>                  \
+  Status name(Args&&... args) const {                   \
+    cpu::name<T...>(std::forward<Args>(args)...);       \
+    return Status::ok();                                \
+  }
+  LL_CPU_OP(linear_forward)
+  LL_CPU_OP(linear_backward)
+  LL_CPU_OP(layernorm_forward)
+  LL_CPU_OP(layernorm_backward)
+  LL_CPU_OP(rmsnorm_forward)
+  LL_CPU_OP(rmsnorm_backward)
+  LL_CPU_OP(attention_forward_materialized)
+  LL_CPU_OP(attention_backward_materialized)
+  LL_CPU_OP(attention_forward_flash)
+  LL_CPU_OP(attention_backward_flash)
+  LL_CPU_OP(attention_forward_dropout)
+  LL_CPU_OP(attention_backward_dropout)
+  LL_CPU_OP(dropout_forward)
+  LL_CPU_OP(dropout_backward)
+  LL_CPU_OP(gelu_forward)
+  LL_CPU_OP(gelu_backward)
+  LL_CPU_OP(swiglu_forward)
+  LL_CPU_OP(swiglu_backward)
+  LL_CPU_OP(rope_forward)
+  LL_CPU_OP(rope_backward)
+  LL_CPU_OP(embedding_forward)
+  LL_CPU_OP(embedding_backward)
+  LL_CPU_OP(add)
+  LL_CPU_OP(add_inplace)
+  LL_CPU_OP(cast)
+  LL_CPU_OP(cross_entropy_backward)
+#undef LL_CPU_OP
+  template <class T>
+  Result<double> cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n, int64_t v, double denom) const {
+    return cpu::cross_entropy_forward<T>(logits, targets, n, v, denom);
+  }
+};
+
+template <class S, class G>
+Result<std::unique_ptr<Model>> build(TrackingAllocator& a, const ModelConfig& c) {
+  return detail::build_model_with<S, G>(a, c, CpuOps<S, G>{&a});
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& c) {
+  if (Status st = detail::check_model_config(c); !st) return st;
   const DType s = c.storage, g = c.grad;
   if (s == DType::f32 && g == DType::f32) return build<float, float>(alloc, c);
   if (s == DType::f64 && g == DType::f64) return build<double, double>(alloc, c);

@@ -109,6 +109,30 @@ struct Where {
   std::string part;        // "embedding", "layer", "final_norm", "head", "loss"
 };
 
+// ZeRO-2/3 act per *unit*: the parameters one piece of the network reads together -- the
+// embedding (token and position tables, first stage), each transformer layer, and the final
+// norm with the LM head (last stage; a tied head is the token table again, so that table is
+// in two units). Model::units() lists them in forward order as indices into params().
+// The model calls the hooks around each unit's use, in the order of use:
+//   use_weights(u, next)  before u's weights are read (forward; backward, which also re-runs
+//                          a recomputed forward); `next` is the unit read after u (-1: none),
+//                          which a ZeRO-3 implementation prefetches (current + next gathered)
+//   release_weights(u)    after that use
+//   begin_grads(u)        before u's backward accumulates into its gradients
+//   end_grads(u)          after it (a ZeRO-2/3 implementation reduce-scatters them here)
+// Between calls a hook owner may replace the contents of *ParamRef::weight / *ParamRef::grad
+// (ZeRO-3: the weights are this rank's partition between uses; ZeRO-2/3: so are the
+// gradients); inside a use they are full-size. The embedding's backward reads no weights,
+// so it has begin/end_grads only.
+class ParamHooks {
+ public:
+  virtual ~ParamHooks() = default;
+  virtual Status use_weights(int unit, int next) = 0;
+  virtual void release_weights(int unit) = 0;
+  virtual Status begin_grads(int unit) = 0;
+  virtual Status end_grads(int unit) = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -131,6 +155,10 @@ class Model {
   virtual void zero_grads() = 0;
   virtual const ModelConfig& config() const = 0;
   virtual const Where& where() const = 0;
+  // Units in forward order, each a list of indices into params() (see ParamHooks).
+  virtual const std::vector<std::vector<int>>& units() const = 0;
+  // REQUIRES: hooks (nullable) outlives the model's steps.
+  virtual void set_param_hooks(ParamHooks* hooks) = 0;
   int64_t tokens_per_microbatch() const { return config().plan.micro_batch * config().job.seq_len; }
 };
 

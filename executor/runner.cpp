@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "executor/backend.h"
 #include "executor/comm/data_parallel.h"
 #include "executor/comm/pipeline.h"
 #include "executor/data.h"
@@ -27,10 +28,11 @@ GpuSpec cpu_host_gpu(double memory_bytes) {
 
 namespace {
 
-// Shrinks the executed job to what a CPU runs in seconds (--layers, --seq, --micro-batch,
-// --grad-accum) and puts it on the cpu-host device; the prediction follows `e`. The
+// Shrinks the executed job as asked (--layers, --seq, --micro-batch, --grad-accum) and, on
+// the CPU backend, puts it on the cpu-host device; on a GPU the plan's own GPU stays (the
+// prediction is for the device the plan names). The prediction follows `e`. The
 // data-parallel degree of `e.plan` is kept (1 for single-rank runs).
-void scale_down_to_cpu_host(const PlanFile& f, const RunOptions& o, PlanFile* e, std::vector<std::string>* changes) {
+void scale_down(const PlanFile& f, const RunOptions& o, PlanFile* e, std::vector<std::string>* changes) {
   if (o.layers > 0 && o.layers != f.model.layers) {
     changes->push_back("layers " + std::to_string(f.model.layers) + " -> " + std::to_string(o.layers));
     e->model.layers = o.layers;
@@ -52,6 +54,15 @@ void scale_down_to_cpu_host(const PlanFile& f, const RunOptions& o, PlanFile* e,
   e->gpus = e->plan.world_size();
   e->cluster.nodes = 1;
   e->cluster.gpus_per_node = e->plan.world_size();
+  if (o.backend == "cuda") {
+    // The CUDA attention ops have no probability dropout (the CPU's fused variant): the
+    // run and its prediction both go without dropout rather than differ silently.
+    if (e->model.dropout && !e->plan.flash_attention) {
+      e->model.dropout = false;
+      changes->push_back("dropout off (attention-probability dropout is CPU-only)");
+    }
+    return;
+  }
   e->cluster.gpu = cpu_host_gpu(o.memory_limit > 0 ? static_cast<double>(o.memory_limit) : 1e15);
   e->cluster.name = "cpu-host";
   changes->push_back("device cpu-host (150 GFLOP/s, 20 GB/s)");
@@ -77,7 +88,7 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
     if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
     e.plan.offload_optimizer = false;
     e.plan.grad_accum = static_cast<int>(micro_per_step);  // per DP rank already
-    scale_down_to_cpu_host(f, o, &e, &changes);
+    scale_down(f, o, &e, &changes);
     *label = join_changes(changes);
     return e;
   }
@@ -94,7 +105,7 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   e.plan.schedule = Schedule::one_f_one_b;
   e.plan.grad_accum = static_cast<int>(micro_per_step);
   e.job.global_batch = micro_per_step * p.micro_batch;
-  scale_down_to_cpu_host(f, o, &e, &changes);
+  scale_down(f, o, &e, &changes);
   *label = join_changes(changes);
   return e;
 }
@@ -115,12 +126,17 @@ MemoryItem item_of(Category c) {
     case Category::logits_loss: return MemoryItem::logits_loss;
     case Category::workspace: return MemoryItem::backward_working;
     case Category::communication: return MemoryItem::comm_buffers;
+    case Category::gathered_params: return MemoryItem::gathered_params;
   }
   return MemoryItem::weights;
 }
 
 void compare(RunReport& r) {
   const StageMemory& pa = r.predicted_alloc;
+  const DeviceMemoryLines& dev = r.device;
+  // On a GPU the cuBLASLt workspace lives in Category::workspace for the whole run; it is
+  // the planner's separate "workspace" line, so it is taken out of the allocator-side lines.
+  const double blas_ws = static_cast<double>(dev.blas_workspace);
   for (int c = 0; c < kCategories; ++c) {
     const Category cat = static_cast<Category>(c);
     CompareLine l;
@@ -128,23 +144,41 @@ void compare(RunReport& r) {
     // Each category's own peak over the step against the planner's largest value of that
     // line at any moment (they need not coincide with the total's peak).
     l.predicted = pa.item_peak[static_cast<int>(item_of(cat))];
-    l.measured = static_cast<double>(r.memory.peak[c]);
+    l.measured = static_cast<double>(r.memory.peak[c]) - (cat == Category::workspace ? blas_ws : 0);
     if (cat == Category::workspace)
-      l.note = "vs planner backward_working (forward transient or recompute + activation gradients) + op scratch (CPU 16-bit GEMMs add fp32 copies)";
+      l.note = dev.measured ? "vs planner backward_working (forward transient or recompute + activation gradients) + op scratch; cuBLASLt workspace excluded"
+                            : "vs planner backward_working (forward transient or recompute + activation gradients) + op scratch (CPU 16-bit GEMMs add fp32 copies)";
     r.memory_lines.push_back(l);
   }
   for (MemoryItem it : {MemoryItem::workspace, MemoryItem::cuda_context, MemoryItem::fragmentation}) {
     CompareLine l;
     l.name = to_string(it);
     l.predicted = r.predicted_gpu.bytes[static_cast<int>(it)];
-    l.gpu_only = true;
-    l.note = it == MemoryItem::workspace ? "cuBLAS workspace" : it == MemoryItem::cuda_context ? "CUDA context" : "caching allocator";
+    l.gpu_only = !dev.measured;
+    if (it == MemoryItem::workspace) {
+      l.note = "cuBLAS workspace";
+      l.measured = blas_ws;
+    } else if (it == MemoryItem::cuda_context) {
+      l.note = "CUDA context + libraries (measured with cudaMemGetInfo around their creation)";
+      l.measured = static_cast<double>(dev.context + dev.libraries);
+    } else {
+      l.note = "caching allocator: reserved minus requested at the reserved peak (cache + rounding)";
+      l.measured = static_cast<double>(std::max<int64_t>(0, dev.reserved_peak - r.memory.peak_total));
+    }
+    r.memory_lines.push_back(l);
+  }
+  if (dev.measured) {
+    CompareLine l;
+    l.name = "peak device memory";
+    l.predicted = r.predicted_gpu.total;
+    l.measured = static_cast<double>(dev.used_peak);
+    l.note = "all of the GPU's used memory at its peak (cudaMemGetInfo, as nvidia-smi), vs the planner's total";
     r.memory_lines.push_back(l);
   }
   CompareLine total;
   total.name = "peak (allocator side)";
   total.predicted = pa.total;
-  total.measured = static_cast<double>(r.memory.peak_total);
+  total.measured = static_cast<double>(r.memory.peak_total) - blas_ws;
   total.note = std::string("predicted peak phase ") + to_string(pa.peak_phase) + ", measured " + to_string(r.memory.peak_phase);
   r.memory_lines.push_back(total);
   const char* phases[] = {"forward", "backward", "optimizer"};
@@ -159,8 +193,31 @@ void compare(RunReport& r) {
 
 }  // namespace
 
+namespace {
+
+class CpuBackend final : public ExecBackend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::string device_name() const override { return "host"; }
+  TrackingAllocator& allocator() override { return alloc_; }
+  Result<std::unique_ptr<Model>> build_model(const ModelConfig& c) override { return exec::build_model(alloc_, c); }
+  Result<std::unique_ptr<Trainer>> create_trainer(Model& m, const TrainingJob& job, const PrecisionScheme& scheme,
+                                                  const TrainerOptions& options, const TrainerShard* shard) override {
+    return Trainer::create(alloc_, m, job, scheme, options, shard);
+  }
+  Status synchronize() override { return Status::ok(); }
+  DeviceMemoryLines device_memory() override { return {}; }
+
+ private:
+  CpuAllocator alloc_;
+};
+
+}  // namespace
+
+std::unique_ptr<ExecBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
 Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
-  if (o.backend != "cpu") return Status::bad_input("--backend: only 'cpu' is implemented, got '" + o.backend + "'");
+  if (o.backend != "cpu" && o.backend != "cuda") return Status::bad_input("--backend: expected cpu or cuda, got '" + o.backend + "'");
   if (o.steps < 1 || o.warmup < 0) return Status::bad_input("--steps must be >= 1 and --warmup >= 0");
   if (o.layers < 0) return Status::bad_input("--layers must be >= 1");
   if (o.seq_len < 0 || o.seq_len > (int64_t{1} << 24)) return Status::bad_input("--seq: expected 1..16777216 tokens");
@@ -169,12 +226,14 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   r.original = f;
   const ParallelPlan& fp = f.plan;
   const Communicator* comm = o.comm && fp.world_size() > 1 ? o.comm : nullptr;
+  if (comm && o.backend == "cuda")
+    return Status::bad_input("--backend cuda runs the single-rank equivalent of a plan so far; distributed runs and rank "
+                             "proxies (--proxy-rank) are CPU-only");
   if (comm) {
     if (fp.cp > 1 || fp.ep > 1 || fp.vpp > 1)
       return Status::bad_input("distributed executor: data, tensor (with SP) and pipeline parallel (GPipe, 1F1B) are implemented "
                                "so far; this plan has cp" + std::to_string(fp.cp) + " ep" + std::to_string(fp.ep) + " vpp" +
                                std::to_string(fp.vpp));
-    if (fp.zero > 2) return Status::bad_input("distributed executor: ZeRO-3 is not implemented yet (ZeRO 0-2 are)");
     if (comm->size(Group::world) != fp.world_size())
       return Status::bad_input("communicator has " + std::to_string(comm->size(Group::world)) + " ranks, the plan needs " +
                                std::to_string(fp.world_size()));
@@ -227,7 +286,16 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     loader.emplace(std::move(*dl));
   }
 
-  CpuAllocator alloc;
+  std::unique_ptr<ExecBackend> own_backend;
+  ExecBackend* backend = o.device_backend;
+  if (backend == nullptr) {
+    if (o.backend != "cpu")
+      return Status::bad_input("--backend " + o.backend + ": no such backend in this build (the CUDA backend needs a "
+                               "build with the CUDA toolkit and a GPU at run time)");
+    own_backend = make_cpu_backend();
+    backend = own_backend.get();
+  }
+  TrackingAllocator& alloc = backend->allocator();
   if (o.memory_limit > 0) alloc.set_limit(o.memory_limit);
   const PrecisionScheme ps = precision_scheme(e.job);
   ModelConfig mc;
@@ -257,7 +325,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     return r;
   };
 
-  Result<std::unique_ptr<Model>> model = build_model(alloc, mc);
+  Result<std::unique_ptr<Model>> model = backend->build_model(mc);
   if (!model) return fail_oom(model.status(), Where{Phase::other, -1, "weights and gradients"});
   std::unique_ptr<DataParallel> dpar;
   std::optional<TrainerShard> shard;
@@ -267,7 +335,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     dpar = std::move(*d);
     if (e.plan.zero >= 1) shard = dpar->shard();
   }
-  Result<std::unique_ptr<Trainer>> trainer = Trainer::create(alloc, **model, e.job, ps, o.trainer, shard ? &*shard : nullptr);
+  Result<std::unique_ptr<Trainer>> trainer = backend->create_trainer(**model, e.job, ps, o.trainer, shard ? &*shard : nullptr);
   if (!trainer) return fail_oom(trainer.status(), Where{Phase::other, -1, "optimizer states and master weights"});
   if (comm && (e.plan.tp > 1 || e.plan.pp > 1))
     (*trainer)->set_norm_reduce([c = o.comm](double split_sq, double rep_sq) {
@@ -297,8 +365,6 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   const double denom = static_cast<double>(global_accum * b * s);  // every target of the global step counts (no ignored ids)
   for (int step = 0; step < total; ++step) {
     if (step == o.warmup) alloc.reset_peaks();  // measured peaks cover the measured steps
-    const int64_t before_peak = alloc.stats().peak_total;
-    (void)before_peak;
     const auto t0 = std::chrono::steady_clock::now();
     m.zero_grads();
     double loss = 0;
@@ -342,8 +408,10 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     }
     alloc.set_phase(Phase::optimizer);
     const StepOutcome so = t.step();
+    if (Status st = t.last_error(); !st) return st;
     if (dpar && !so.skipped)
       if (Status st = dpar->gather_weights(); !st) return st;
+    if (Status st = backend->synchronize(); !st) return st;  // the step ends when the device is done
     alloc.set_phase(Phase::other);
     if (o.comm) o.comm->progress();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -361,15 +429,23 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     if (!sm.warmup) times.push_back(dt);
     if (o.on_step) o.on_step(step, total, sm.warmup, loss, dt, sm.tokens_per_s);
   }
-  if (o.on_done) o.on_done(m);
-  r.memory = alloc.stats();
+  r.memory = alloc.stats();  // before a ZeRO-3 model is gathered whole for on_done
+  r.device = backend->device_memory();
+  r.backend = backend->name();
+  r.device_name = backend->device_name();
+  if (o.on_done) {
+    if (dpar)
+      if (Status st = dpar->unshard_weights(); !st) return st;
+    o.on_done(m);
+  }
   r.median_step_s = median(times);
   r.tokens_per_s = r.median_step_s > 0 ? static_cast<double>(r.tokens_per_step) / r.median_step_s : 0;
+  r.model_flops_per_s = r.median_step_s > 0 ? r.predicted_time.model_flops / r.median_step_s : 0;
   compare(r);
   r.step_time.name = "step time";
   r.step_time.predicted = r.predicted_time.total;
   r.step_time.measured = r.median_step_s;
-  r.step_time.note = "median of measured steps; predicted on cpu-host";
+  r.step_time.note = "median of measured steps; predicted on " + e.cluster.gpu.name;
   return r;
 }
 
@@ -416,6 +492,20 @@ nlohmann::json report_to_json(const RunReport& r) {
   j["step_time"] = {{"predicted_s", r.step_time.predicted}, {"measured_s", r.step_time.measured},
                     {"rel_error", r.step_time.rel_error()}};
   j["tokens_per_s"] = r.tokens_per_s;
+  j["backend"] = r.backend;
+  j["device_name"] = r.device_name;
+  j["model_flops_per_s"] = r.model_flops_per_s;
+  j["step_time_s"] = r.step_time.measured;
+  j["predicted_step_time_s"] = r.step_time.predicted;
+  if (r.device.measured) {
+    j["peak_memory_bytes"] = r.device.used_peak;
+    j["device_memory"] = {{"context", r.device.context}, {"libraries", r.device.libraries},
+                          {"blas_workspace", r.device.blas_workspace}, {"reserved_peak", r.device.reserved_peak},
+                          {"used_peak", r.device.used_peak}, {"used_at_start", r.device.used_at_start}};
+  } else {
+    j["peak_memory_bytes"] = r.memory.peak_total;
+  }
+  j["predicted_peak_memory_bytes"] = r.device.measured ? r.predicted_gpu.total : r.predicted_alloc.total;
   j["oom"] = r.oom;
   if (r.oom) {
     j["oom_detail"] = {{"message", r.oom_message}, {"phase", to_string(r.oom_where.phase)},

@@ -1,20 +1,23 @@
-// Runner: executes a plan file's training job for N steps on the CPU and compares what it
-// measured with what the planner predicts for exactly what ran.
+// Runner: executes a plan file's training job for N steps on a backend (the CPU, or a GPU
+// through RunOptions::device_backend) and compares what it measured with what the planner
+// predicts for exactly what ran.
 //
-// What runs (single rank, until the distributed executor lands): the dp=1/tp=1/pp=1/cp=1
+// What runs (single rank, unless a communicator is given): the dp=1/tp=1/pp=1/cp=1
 // equivalent of the plan, with micro_batch, grad_accum (= global / (micro * dp) of the
 // plan), recompute, flash attention, precision, optimizer, LoRA/freezing kept; ZeRO and
 // offload dropped (no data-parallel group to shard over); `layers` > 0 scales the depth.
 // The report's `label` says which of these changes were made. The prediction is
-// recomputed (estimate_memory / estimate_time) for that executed config on the "cpu-host"
-// device (cpu_host_gpu below), never read from the file.
+// recomputed (estimate_memory / estimate_time) for that executed config, never read from
+// the file: on the CPU for the "cpu-host" device (cpu_host_gpu below), on a GPU for the
+// plan's own GPU preset.
 //
-// Measured: per-step loss, wall time, tokens/s; allocator peaks per Category, per Phase
-// and overall. Compared with the planner's lines on the allocator side: weights,
-// gradients, optimizer states, master weights, activations, logits+loss, and the
-// backward working set against the measured workspace category (activation gradients,
-// recompute, op scratch). GPU-only lines (CUDA context, cuBLAS workspace, NCCL buffers,
-// caching-allocator fragmentation) have no CPU counterpart and are listed as such.
+// Measured: per-step loss, wall time (to the device's completion), tokens/s; allocator
+// peaks per Category, per Phase and overall. Compared with the planner's lines on the
+// allocator side: weights, gradients, optimizer states, master weights, activations,
+// logits+loss, and the backward working set against the measured workspace category
+// (activation gradients, recompute, op scratch). GPU-only lines (CUDA context, cuBLAS
+// workspace, caching-allocator fragmentation, the device's peak used memory) are measured
+// on a GPU and listed as having no counterpart on the CPU.
 //
 // Out of memory against `memory_limit` is a result, not an error: the report has oom set,
 // with the phase, layer and part where it happened and the planner's suggested fixes.
@@ -30,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/allocator.h"
+#include "executor/backend.h"
 #include "executor/comm/communicator.h"
 #include "executor/model.h"
 #include "executor/trainer.h"
@@ -45,7 +49,10 @@ namespace llmplan::exec {
 GpuSpec cpu_host_gpu(double memory_bytes);
 
 struct RunOptions {
-  std::string backend = "cpu";  // only "cpu" today. Default: cpu
+  std::string backend = "cpu";  // "cpu" or "cuda" (device_backend must then be set). Default: cpu
+  // The backend to run on; nullptr: a CPU backend made for the run. The CLI makes the CUDA
+  // one (executor/cuda/cuda_backend.h), which this library does not link.
+  ExecBackend* device_backend = nullptr;
   int steps = 20;               // optimizer steps measured. Default: 20
   int warmup = 3;               // extra steps first, not in the medians. Default: 3
   int layers = 0;               // > 0: run this many layers instead of the model's
@@ -60,11 +67,11 @@ struct RunOptions {
   std::function<void(int step, int total, bool warmup, double loss, double time_s, double tokens_per_s)> on_step;
   // Distributed (world size > 1): this rank's communicator -- an MpiCommunicator, or a
   // LocalCommunicator for a rank proxy. nullptr: the single-rank equivalent runs (above).
-  // Implemented so far: data parallel with ZeRO 0, 1, 2, tensor parallel with or without
+  // Implemented so far: data parallel with ZeRO 0-3 (comm/data_parallel.h), tensor parallel with or without
   // SP (model.h), pipeline parallel with GPipe and 1F1B (comm/pipeline.h); cp = ep = vpp = 1.
   Communicator* comm = nullptr;
   int64_t bucket_bytes = 25 * 1024 * 1024;  // DP bucket (also the prediction's dp_bucket_bytes). Default: 25 MiB
-  std::function<void(Model&)> on_done;      // tests: called with the trained model before teardown
+  std::function<void(Model&)> on_done;      // tests: called with the trained model (ZeRO-3: gathered whole) before teardown
 };
 
 struct StepMeasure {
@@ -104,6 +111,9 @@ struct RunReport {
   std::vector<CompareLine> memory_lines;
   CompareLine step_time;
   double median_step_s = 0, tokens_per_s = 0;
+  double model_flops_per_s = 0;  // the executed config's model FLOPs (planner, 6N + attention) / median step
+  std::string backend = "cpu", device_name;
+  DeviceMemoryLines device;      // GPU: measured memory outside the allocator's categories
   bool oom = false;
   std::string oom_message;
   Where oom_where;

@@ -63,12 +63,60 @@ void from_f32(const float* in, Tensor& t, int64_t off, int64_t n) {
   }
 }
 
+class CpuTrainer final : public Trainer {
+ public:
+  double loss_scale() const override { return loss_scale_; }
+  StepOutcome step() override;
+  int64_t updates() const override { return updates_; }
+  void set_norm_reduce(std::function<double(double, double)> f) override { norm_reduce_ = std::move(f); }
+
+ private:
+  friend class Trainer;
+  struct State {
+    ParamRef* param = nullptr;
+    Tensor master;  // f32 (O2 master, O1 weight copy); undefined otherwise
+    Tensor m, v;    // optimizer states (v unused by SGD)
+    int64_t offset = 0, count = 0;  // elements: where the range starts in the weight, its length (ZeRO shard)
+    int64_t grad_offset = 0;        // elements: where it starts in the gradient
+  };
+  void update(State& s, double grad_scale);
+
+  Model* model_ = nullptr;
+  TrainingJob job_;
+  PrecisionScheme scheme_;
+  TrainerOptions opt_;
+  std::vector<State> states_;
+  std::optional<TrainerShard> shard_;
+  std::function<double(double, double)> norm_reduce_;
+  std::vector<Tensor> frozen_copies_;  // O1: f32 copies of frozen weights (planner counts 6 B)
+  double loss_scale_ = 1;
+  int good_steps_ = 0;
+  int64_t updates_ = 0;
+};
+
 }  // namespace
+
+ScalePolicy apply_scale_policy(double raw_norm, const PrecisionScheme& scheme, const TrainerOptions& opt,
+                               double* loss_scale, int* good_steps) {
+  ScalePolicy p;
+  p.norm = raw_norm / *loss_scale;
+  if (!std::isfinite(p.norm)) {
+    p.skip = true;
+    if (scheme.loss_scaling) {
+      *loss_scale *= opt.backoff;
+      *good_steps = 0;
+    }
+    return p;
+  }
+  const double clip = opt.clip_norm > 0 ? cpu::clip_factor(p.norm, opt.clip_norm) : 1.0;
+  p.grad_scale = clip / *loss_scale;
+  return p;
+}
 
 Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& model, const TrainingJob& job,
                                                  const PrecisionScheme& scheme, const TrainerOptions& options,
                                                  const TrainerShard* shard) {
-  std::unique_ptr<Trainer> t(new Trainer());
+  std::unique_ptr<CpuTrainer> t(new CpuTrainer());
   t->model_ = &model;
   t->job_ = job;
   t->scheme_ = scheme;
@@ -76,7 +124,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
   t->loss_scale_ = scheme.loss_scaling ? options.initial_loss_scale : 1.0;
   const bool adam = job.optimizer == Optimizer::adamw;
   if (shard) t->shard_ = *shard;
-  int64_t flat = 0;  // start of this param in the flat trainable order
+  size_t trainable = 0;  // index of this param among the trainable ones
   for (ParamRef& p : model.params()) {
     int64_t n = p.weight->numel();
     if (p.grad == nullptr) {
@@ -88,15 +136,16 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
       }
       continue;
     }
-    State st;
+    CpuTrainer::State st;
     st.param = &p;
     st.count = n;
-    if (shard) {  // the intersection of [flat, flat + n) with the shard
-      const int64_t lo = std::max(flat, shard->begin), hi = std::min(flat + n, shard->end);
-      flat += n;
-      if (hi <= lo) continue;
-      st.offset = lo - (flat - n);
-      st.count = n = hi - lo;
+    if (shard) {
+      if (trainable >= shard->ranges.size()) return Status::runtime("trainer: the ZeRO shard lists fewer parameters than the model trains");
+      const ShardRange& r = shard->ranges[trainable++];
+      if (r.count == 0) continue;
+      st.offset = r.weight_offset;
+      st.grad_offset = r.grad_offset;
+      st.count = n = r.count;
     }
     if (scheme.master || scheme.f32_weight_copy) {
       const Category c = scheme.master ? Category::master_weights : Category::weights;
@@ -109,26 +158,26 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
       if (Status s = make(a, st.v, n, scheme.optimizer, Category::optimizer_states, p.name + ".exp_avg_sq"); !s) return s;
     t->states_.push_back(std::move(st));
   }
-  return t;
+  return std::unique_ptr<Trainer>(std::move(t));
 }
 
-void Trainer::update(State& s, double grad_scale) {
+void CpuTrainer::update(State& s, double grad_scale) {
   const bool adam = job_.optimizer == Optimizer::adamw;
   ParamRef& p = *s.param;
-  const int64_t n = s.count, o = s.offset;
+  const int64_t n = s.count, o = s.offset, go = s.grad_offset;
   cpu::AdamWOptions ao{opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, p.decay ? opt_.weight_decay : 0.0};
   cpu::SgdOptions so{opt_.lr, opt_.momentum, p.decay ? opt_.weight_decay : 0.0};
   const int64_t step = updates_ + 1;
   if (p.weight->dtype() == DType::f64) {
     double* w = p.weight->data<double>() + o;
-    const double* g = p.grad->data<double>() + o;
+    const double* g = p.grad->data<double>() + go;
     if (adam) cpu::adamw_step<double, double>(w, g, s.m.data<double>(), s.v.data<double>(), n, ao, step, grad_scale);
     else cpu::sgd_step<double, double>(w, g, s.m.data<double>(), n, so, grad_scale);
     return;
   }
   if (p.weight->dtype() == DType::f32) {
     float* w = p.weight->data<float>() + o;
-    const float* g = p.grad->data<float>() + o;
+    const float* g = p.grad->data<float>() + go;
     if (adam) cpu::adamw_step<float, float>(w, g, s.m.data<float>(), s.v.data<float>(), n, ao, step, grad_scale);
     else cpu::sgd_step<float, float>(w, g, s.m.data<float>(), n, so, grad_scale);
     return;
@@ -139,16 +188,16 @@ void Trainer::update(State& s, double grad_scale) {
     float* v = adam ? s.v.data<float>() : nullptr;
     switch (p.grad->dtype()) {
       case DType::f32:
-        if (adam) cpu::adamw_step<float, float>(w, p.grad->data<float>() + o, m, v, n, ao, step, grad_scale);
-        else cpu::sgd_step<float, float>(w, p.grad->data<float>() + o, m, n, so, grad_scale);
+        if (adam) cpu::adamw_step<float, float>(w, p.grad->data<float>() + go, m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, float>(w, p.grad->data<float>() + go, m, n, so, grad_scale);
         break;
       case DType::bf16:
-        if (adam) cpu::adamw_step<float, bf16_t>(w, p.grad->data<bf16_t>() + o, m, v, n, ao, step, grad_scale);
-        else cpu::sgd_step<float, bf16_t>(w, p.grad->data<bf16_t>() + o, m, n, so, grad_scale);
+        if (adam) cpu::adamw_step<float, bf16_t>(w, p.grad->data<bf16_t>() + go, m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, bf16_t>(w, p.grad->data<bf16_t>() + go, m, n, so, grad_scale);
         break;
       case DType::f16:
-        if (adam) cpu::adamw_step<float, f16_t>(w, p.grad->data<f16_t>() + o, m, v, n, ao, step, grad_scale);
-        else cpu::sgd_step<float, f16_t>(w, p.grad->data<f16_t>() + o, m, n, so, grad_scale);
+        if (adam) cpu::adamw_step<float, f16_t>(w, p.grad->data<f16_t>() + go, m, v, n, ao, step, grad_scale);
+        else cpu::sgd_step<float, f16_t>(w, p.grad->data<f16_t>() + go, m, n, so, grad_scale);
         break;
       default: break;
     }
@@ -161,7 +210,7 @@ void Trainer::update(State& s, double grad_scale) {
   for (int64_t off = 0; off < n; off += kChunk) {
     const int64_t c = std::min(kChunk, n - off);
     to_f32(*p.weight, o + off, w, c);
-    to_f32(*p.grad, o + off, g, c);
+    to_f32(*p.grad, go + off, g, c);
     to_f32(s.m, off, m, c);
     if (adam) {
       to_f32(s.v, off, v, c);
@@ -175,32 +224,26 @@ void Trainer::update(State& s, double grad_scale) {
   }
 }
 
-StepOutcome Trainer::step() {
+StepOutcome CpuTrainer::step() {
   StepOutcome out;
   out.loss_scale = loss_scale_;
   std::vector<cpu::GradRef> grads, split;  // split: TP-split parameters
   for (State& s : states_) {
     if (s.param->shared_copy) continue;  // its twin on the first stage counts
     const int64_t es = dtype_size(s.param->grad->dtype());
-    const cpu::GradRef g{static_cast<char*>(s.param->grad->raw()) + s.offset * es, s.count, s.param->grad->dtype()};
+    const cpu::GradRef g{static_cast<char*>(s.param->grad->raw()) + s.grad_offset * es, s.count, s.param->grad->dtype()};
     (s.param->split.dim >= 0 ? split : grads).push_back(g);
   }
   const double rn = cpu::global_grad_norm(grads), sn = cpu::global_grad_norm(split);
   double raw_norm = norm_reduce_ ? std::sqrt(norm_reduce_(sn * sn, rn * rn)) : std::sqrt(sn * sn + rn * rn);
   if (shard_) raw_norm = std::sqrt(shard_->reduce_sum(raw_norm * raw_norm));
-  const double norm = raw_norm / loss_scale_;
-  out.grad_norm = norm;
-  if (!std::isfinite(norm)) {
+  const ScalePolicy sp = apply_scale_policy(raw_norm, scheme_, opt_, &loss_scale_, &good_steps_);
+  out.grad_norm = sp.norm;
+  if (sp.skip) {
     out.skipped = true;
-    if (scheme_.loss_scaling) {
-      loss_scale_ *= opt_.backoff;
-      good_steps_ = 0;
-    }
     return out;
   }
-  const double clip = opt_.clip_norm > 0 ? cpu::clip_factor(norm, opt_.clip_norm) : 1.0;
-  const double grad_scale = clip / loss_scale_;
-  for (State& s : states_) update(s, grad_scale);
+  for (State& s : states_) update(s, sp.grad_scale);
   ++updates_;
   if (scheme_.loss_scaling && ++good_steps_ >= opt_.growth_interval) {
     loss_scale_ *= 2;

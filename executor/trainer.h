@@ -56,14 +56,20 @@ struct TrainerOptions {
   double backoff = 0.5;           // scale factor on overflow. Default: 0.5
 };
 
-// ZeRO-1/2: this rank owns elements [begin, end) of the flat concatenation of the
-// trainable parameters (model.params() order, frozen ones skipped); optimizer states and
-// master weights exist only for that range, step() updates only it (the caller
-// all-gathers the updated weights), and the gradient norm is the square root of the sum
-// of every rank's partial sum of squares, summed by `reduce_sum` (an all-reduce over DP).
+// ZeRO >= 1: this rank owns a range of every trainable parameter (model.params() order,
+// frozen ones skipped; comm/data_parallel.h says which); optimizer states and master
+// weights exist only for those ranges, step() updates only them (for ZeRO 1-2 the caller
+// all-gathers the updated weights), and the gradient norm is the square root of the sum of
+// every rank's partial sum of squares, summed by `reduce_sum` (an all-reduce over DP).
+// Where the range's elements sit: ZeRO-2/3 gradients and ZeRO-3 weights are the partition
+// itself (offset 0), full-size tensors hold them at the range's offset in the parameter.
+struct ShardRange {
+  int64_t weight_offset = 0;  // elements into *ParamRef::weight
+  int64_t grad_offset = 0;    // elements into *ParamRef::grad
+  int64_t count = 0;          // elements (0: this rank owns none of the parameter)
+};
 struct TrainerShard {
-  int64_t begin = 0;                                 // elements
-  int64_t end = 0;                                   // elements, exclusive
+  std::vector<ShardRange> ranges;                    // one per trainable parameter
   std::function<double(double)> reduce_sum;          // REQUIRES: non-null
 };
 
@@ -73,46 +79,41 @@ struct StepOutcome {
   double loss_scale = 1;      // the scale the step's backward used
 };
 
+// The optimizer side of one rank: the CPU implementation below (Trainer::create), or the
+// CUDA one (executor/cuda/cuda_trainer.h) with the same contract.
 class Trainer {
  public:
-  // Allocates master weights / fp32 copies and optimizer states for `model`'s params.
-  // REQUIRES: model and alloc outlive the trainer. Errors: runtime (OOM).
+  virtual ~Trainer() = default;
+  // Allocates master weights / fp32 copies and optimizer states for `model`'s params, in
+  // host memory (CPU backend). REQUIRES: model and alloc outlive the trainer. Errors:
+  // runtime (OOM).
   static Result<std::unique_ptr<Trainer>> create(TrackingAllocator& alloc, Model& model, const TrainingJob& job,
                                                  const PrecisionScheme& scheme, const TrainerOptions& options,
                                                  const TrainerShard* shard = nullptr);
   // The loss scale to pass to Model::forward_backward (1 without loss scaling).
-  double loss_scale() const { return loss_scale_; }
+  virtual double loss_scale() const = 0;
   // Applies the accumulated gradients (call zero_grads on the model afterwards).
-  StepOutcome step();
-  int64_t updates() const { return updates_; }
+  virtual StepOutcome step() = 0;
+  virtual int64_t updates() const = 0;
+  // A device failure in the last step() (which then reported it as skipped); ok on the CPU.
+  virtual Status last_error() const { return Status::ok(); }
   // Model parallel (TP, PP): f(split_sq, replicated_sq) returns the gradient norm's sum of
   // squares over this rank's model-parallel group: split_sq over TP-split parameters
   // (ParamRef::split.dim >= 0, summed over TP), replicated_sq over the others (equal on
   // every TP rank, counted once), both summed over the pipeline stages. Shared copies
   // (ParamRef::shared_copy) are left out. Unset: split_sq + replicated_sq.
-  void set_norm_reduce(std::function<double(double, double)> f) { norm_reduce_ = std::move(f); }
-
- private:
-  struct State {
-    ParamRef* param = nullptr;
-    Tensor master;  // f32 (O2 master, O1 weight copy); undefined otherwise
-    Tensor m, v;    // optimizer states (v unused by SGD)
-    int64_t offset = 0, count = 0;  // elements of the param this state covers (ZeRO shard)
-  };
-  Trainer() = default;
-  void update(State& s, double grad_scale);
-
-  Model* model_ = nullptr;
-  TrainingJob job_;
-  PrecisionScheme scheme_;
-  TrainerOptions opt_;
-  std::vector<State> states_;
-  std::optional<TrainerShard> shard_;
-  std::function<double(double, double)> norm_reduce_;
-  std::vector<Tensor> frozen_copies_;  // O1: f32 copies of frozen weights (planner counts 6 B)
-  double loss_scale_ = 1;
-  int good_steps_ = 0;
-  int64_t updates_ = 0;
+  virtual void set_norm_reduce(std::function<double(double, double)> f) = 0;
 };
+
+// The loss-scale and clipping policy every backend shares: from the gradient norm of the
+// scaled gradients (raw_norm), whether to skip, the factor to multiply gradients by, and
+// the next loss scale. good_steps counts clean steps since the last change.
+struct ScalePolicy {
+  bool skip = false;
+  double grad_scale = 1;  // clip / loss_scale
+  double norm = 0;        // of the unscaled gradients
+};
+ScalePolicy apply_scale_policy(double raw_norm, const PrecisionScheme& scheme, const TrainerOptions& opt,
+                               double* loss_scale, int* good_steps);
 
 }  // namespace llmplan::exec

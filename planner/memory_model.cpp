@@ -225,7 +225,7 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
 
 namespace {
 
-// stage_memory_extras with the rank's parameter counts given (read only under ZeRO-3).
+// stage_memory_extras with the rank's parameter counts given (read only under ZeRO-2/3).
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, double trainable,
                                       const MemoryOptions& opt, const ParamCounts& pc) {
   StageMemoryExtras x;
@@ -246,8 +246,26 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     x.logits_set = tokens * static_cast<double>(m.vocab) / p.tp * (act_bytes + 4);  // logits + fp32 softmax
   }
   x.activation_grads = frozen_here < layers ? activation_gradient_bytes(m, j, p) : 0;
-  if (p.zero == 3) x.gathered_pool = 2 * pc.per_layer_rank * bytes_per_param(j).weights;
-  if ((j.mode == TrainMode::lora || trainable > 0) && p.zero >= 1) x.optimizer_buffers = 2 * opt.dp_bucket_bytes;
+  if (p.zero >= 2) {
+    const bool lora = j.mode == TrainMode::lora;
+    const double tok = static_cast<double>(m.vocab) * h / p.tp;
+    const double norm = m.family == Family::gpt ? 2 * h : h;
+    const double layer = pc.per_layer_rank + (lora ? pc.lora_per_layer_rank : 0);
+    // Units in the order of use: the embedding, the layers, the final norm + head.
+    const double emb_unit = pc.embedding_rank, head_unit = norm + tok;
+    // Gradients: only trainable parameters have them (a tied head's table trains with the embedding).
+    double grad = frozen_here < layers ? (lora ? pc.lora_per_layer_rank : pc.per_layer_rank) : 0;
+    if (is_first && embedding_trainable) grad = std::max(grad, emb_unit);
+    if (is_last && !lora) grad = std::max(grad, norm + (m.tied_embeddings && !embedding_trainable ? 0 : tok));
+    x.unit_grad_transient = grad * bytes_per_param(j).gradients;
+    if (p.zero == 3) {
+      double pool = layers >= 2 ? 2 * layer : layer;
+      if (is_first) pool = std::max(pool, emb_unit + (layers > 0 ? layer : 0));
+      if (is_last) pool = std::max(pool, head_unit + (layers > 0 ? layer : 0));
+      x.gathered_pool = pool * act_bytes;
+    }
+  }
+  if ((j.mode == TrainMode::lora || trainable > 0) && (p.zero == 1 || p.zero == 2)) x.optimizer_buffers = 2 * opt.dp_bucket_bytes;
 
   int groups = 0;
   if (p.dp * p.cp > 1) {
@@ -281,7 +299,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, double trainable,
                                       const MemoryOptions& opt) {
   ParamCounts pc;
-  if (p.zero == 3) {
+  if (p.zero >= 2) {
     const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
     pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
   }
@@ -366,6 +384,7 @@ struct StagePhases {
   int layers = 0;
   double inflight = 0;
   double activations = 0, logits = 0, transient = 0, remat_and_grads = 0;  // bytes, for item_peak
+  double gathered_peak = 0;  // the ZeRO-3 pool (forward, backward) + the ZeRO 1-2 buckets (optimizer), for item_peak
 };
 
 StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
@@ -421,6 +440,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   out.logits = logits;
   out.transient = transient;
   out.remat_and_grads = remat + x.activation_grads;
+  out.gathered_peak = base[static_cast<int>(MemoryItem::gathered_params)] + x.optimizer_buffers;
 
   // Forward: the later of two moments -- the end of the head forward (every kept tensor
   // and the logits), or a layer forward's transient before the head input exists (the
@@ -446,8 +466,10 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   bwd[static_cast<int>(MemoryItem::activations)] = activations - (is_last ? x.last_chunk_set : 0);
   bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
   bwd[static_cast<int>(MemoryItem::backward_working)] = out.remat_and_grads;
-  // Optimizer step: activations are gone; ZeRO>=1 all-gathers updated parameters by bucket.
-  optim[static_cast<int>(MemoryItem::gathered_params)] += x.optimizer_buffers;
+  bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
+  // Optimizer step: activations and ZeRO-3's gathered units are gone; ZeRO 1-2 all-gather
+  // the updated parameters by bucket.
+  optim[static_cast<int>(MemoryItem::gathered_params)] = x.optimizer_buffers;
   for (auto& b : out.b) {
     const double dynamic = b[static_cast<int>(MemoryItem::activations)] + b[static_cast<int>(MemoryItem::backward_working)] +
                            b[static_cast<int>(MemoryItem::logits_loss)] + b[static_cast<int>(MemoryItem::gathered_params)] +
@@ -473,12 +495,16 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   sm.stage = stage;
   sm.layers = sp.layers;
   sm.inflight_microbatches = sp.inflight;
-  // Each item's peak over the step: the model states and buffers of the optimizer phase
-  // (which has the ZeRO parameter buckets), the activations and logits at the end of the
-  // head forward, the larger of the forward transient and the backward working set, and
-  // the largest fragmentation reserve.
+  // Each item's peak over the step: the model states and buffers of the optimizer phase,
+  // the gradients of the backward phase (ZeRO >= 2: with a unit's full gradient), the
+  // ZeRO-3 gathered pool plus the ZeRO 1-2 parameter buckets, the activations and logits
+  // at the end of the head forward, the larger of the forward transient and the backward
+  // working set, and the largest fragmentation reserve.
   const int frag = static_cast<int>(MemoryItem::fragmentation);
   sm.item_peak = sp.b[static_cast<int>(Phase::optimizer)];
+  const int grads = static_cast<int>(MemoryItem::gradients);
+  sm.item_peak[grads] = sp.b[static_cast<int>(Phase::backward)][grads];
+  sm.item_peak[static_cast<int>(MemoryItem::gathered_params)] = sp.gathered_peak;
   sm.item_peak[static_cast<int>(MemoryItem::activations)] = sp.activations;
   sm.item_peak[static_cast<int>(MemoryItem::logits_loss)] = sp.logits;
   sm.item_peak[static_cast<int>(MemoryItem::backward_working)] = std::max(sp.transient, sp.remat_and_grads);
@@ -519,7 +545,11 @@ namespace {
 // non-decreasing in that count, in floating point too (sums and products of
 // non-negative values round monotonically). Such a stage cannot exceed the stage before,
 // so it cannot become the worst (ties keep the earlier stage): skipping it keeps the
-// report exact and makes a plan cost a few stages instead of pp. One case breaks the
+// report exact and makes a plan cost a few stages instead of pp. (The terms that do not
+// scale with the count are equal on equal shapes: parameters and the ZeRO 1-2 buckets
+// follow the layers and frozen layers; so do ZeRO-2/3's unit gradient in backward -- a
+// middle stage's largest trainable unit is one of its layers if any trains -- and ZeRO-3's
+// gathered pool, one or two of its layers.) One case breaks the
 // argument: a forward peak whose layer transient rounds away against the activations
 // (the at_head branch of stage_phases); after such a stage the next one is costed too.
 template <class Cost>

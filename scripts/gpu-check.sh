@@ -29,10 +29,12 @@
 #   2. nvidia-smi and ldd of every binary, before anything else runs
 #   3. executor_cuda_tests (every CUDA op against its CPU twin): log and JUnit XML
 #   4. llmplan_cuda_peak: measured bf16 GEMM peak (8192^3, cuBLASLt) and copy bandwidth
-#   5. training benchmark (skipped until `llmplan execute --backend cuda` exists): GPT-2 124M and a
-#      llama2-7b rank proxy with --layers 4; tokens/s, MFU against step 4's peak, measured
-#      vs predicted peak memory and step time
+#   5. training benchmark with `llmplan execute --backend cuda`: GPT-2 124M (1 GPU) and the
+#      single-rank equivalent of a llama2-7b dp8 plan with --layers 4; tokens/s, MFU against
+#      step 4's peak, measured vs predicted peak memory and step time
 #   6. summary.md: one table row per step (status, seconds, key numbers)
+# Diagnostics (environment): LLMPLAN_CHECK_SKIP_TESTS=1 skips step 3; LLMPLAN_CHECK_GEMMS
+# adds GEMM shapes to step 4; LLMPLAN_CUDA_OP_TIMES=1 makes step 5 print time per CUDA op.
 # Results in ${OUT:-results}/ (at most 8 files come back from the device): summary.md,
 # check.log (everything), tests.log, tests.xml, peak.txt, bench.log, bench_*.json.
 set -u
@@ -155,6 +157,8 @@ fi
 t0=$SECONDS
 if [ "$(left)" -lt 60 ]; then
   row "executor_cuda_tests" "skipped" 0 "no time left"
+elif [ -n "${LLMPLAN_CHECK_SKIP_TESTS:-}" ]; then
+  row "executor_cuda_tests" "skipped" 0 "LLMPLAN_CHECK_SKIP_TESTS set"
 else
   say "== executor_cuda_tests"
   run_env timeout $(($(left) - 200 > 60 ? $(left) - 200 : 60)) "$bin/executor_cuda_tests" \
@@ -189,26 +193,30 @@ else
   case $rc in 0) status=ok ;; 77) status="skipped (no device)" ;; *) status="FAIL (rc $rc)" ;; esac
   row "llmplan_cuda_peak" "$status" $((SECONDS - t0)) \
     "bf16 GEMM ${peak:-?} TFLOP/s (8192^3), copy ${copy:-?} TB/s"
+  # Extra GEMM shapes to look at (LLMPLAN_CHECK_GEMMS="m,n,k m,n,k"), e.g. a model's layers.
+  for shape in ${LLMPLAN_CHECK_GEMMS:-}; do
+    IFS=, read -r gm gn gk <<<"$shape"
+    run_env timeout 60 "$bin/llmplan_cuda_peak" --m "$gm" --n "$gn" --k "$gk" --warmup 3 --iters 10 2>&1 | grep "^bf16 gemm" | tee -a "$out/peak.txt" "$log"
+  done
 fi
 
-# 5. Training benchmark. `llmplan execute` exists but runs on the CPU only: its CUDA
-# backend (the model layer on executor/cuda) is not wired yet, so this step is skipped
-# until `llmplan execute --help` stops saying "cuda later". The commands below use the
-# real flags (plan files from `llmplan sweep`, --backend, --proxy-rank, --layers, --seq,
-# --micro-batch, --grad-accum, --json). Each report gives tokens/s, measured and predicted
-# step time and peak memory; MFU = achieved model FLOP/s / the GEMM peak of step 4.
+# 5. Training benchmark: `llmplan execute --backend cuda` on plans from `llmplan sweep`
+# (--gpu h200, so the prediction is for this GPU), flash attention (the tensor-core kernels
+# for 16-bit storage). Each report gives tokens/s, measured and predicted step time and peak
+# device memory; MFU = the planner's model FLOPs per measured second / step 4's GEMM peak.
 LLMPLAN="${LLMPLAN:-$bin/llmplan}"
 [ -x "$LLMPLAN" ] || LLMPLAN=build/cli/llmplan
+export LLMPLAN_DB="$root/profiles.db"
 bench() {  # bench NAME ARGS...
   local name=$1
   shift
   local t0=$SECONDS
-  if [ "$(left)" -lt 100 ]; then
+  if [ "$(left)" -lt 60 ]; then
     row "bench $name" "skipped" 0 "no time left"
     return
   fi
   say "== bench $name: llmplan execute $*"
-  run_env timeout 90 "$LLMPLAN" execute "$@" --json "$out/bench_$name.json" >>"$out/bench.log" 2>&1
+  run_env timeout 150 "$LLMPLAN" execute "$@" --json "$out/bench_$name.json" >>"$out/bench.log" 2>&1
   local rc=$?
   local notes
   notes=$(python3 - "$out/bench_$name.json" "${peak:-0}" 2>/dev/null <<'PY'
@@ -217,25 +225,26 @@ r = json.load(open(sys.argv[1]))
 peak = float(sys.argv[2]) * 1e12
 g = lambda k: r.get(k, float("nan"))
 mfu = g("model_flops_per_s") / peak if peak > 0 else float("nan")
-print(f"{g('tokens_per_s'):.0f} tok/s, MFU {100 * mfu:.1f}%, step {g('step_time_s'):.3f} s "
-      f"(predicted {g('predicted_step_time_s'):.3f}), peak memory {g('peak_memory_bytes') / 2**30:.2f} GiB "
-      f"(predicted {g('predicted_peak_memory_bytes') / 2**30:.2f})")
+st, pst = g("step_time_s"), g("predicted_step_time_s")
+pm, ppm = g("peak_memory_bytes"), g("predicted_peak_memory_bytes")
+print(f"{g('tokens_per_s'):.0f} tok/s, MFU {100 * mfu:.1f}%, step {st:.4f} s (predicted {pst:.4f}, "
+      f"{100 * (st / pst - 1):+.1f}%), peak memory {pm / 2**30:.2f} GiB (predicted {ppm / 2**30:.2f}, "
+      f"{100 * (pm / ppm - 1):+.1f}%); {r.get('label', '')}")
 PY
 )
   row "bench $name" "$([ $rc = 0 ] && echo ok || echo "FAIL (rc $rc)")" $((SECONDS - t0)) "${notes:-see bench.log}"
 }
-# (CLI11 answers an unknown subcommand's --help with the main help and exit 0: the usage
-# line must name the subcommand.)
-if [ -x "$LLMPLAN" ] && "$LLMPLAN" execute --help 2>&1 | grep -q '^Usage:.* execute' &&
-  ! "$LLMPLAN" execute --help 2>&1 | grep -q 'cuda later'; then
-  "$LLMPLAN" sweep --model gpt2-124m --gpus 1 --gpu h200 --seq 1024 --global-batch 8 --json "$out/gpt2.json" >>"$out/bench.log" 2>&1
-  "$LLMPLAN" sweep --model llama2-7b --gpus 8 --gpu h200 --tp 2 --pp 2 --zero 1 --recompute selective \
+if [ -x "$LLMPLAN" ]; then
+  "$LLMPLAN" sweep --model gpt2-124m --gpus 1 --gpu h200 --seq 1024 --global-batch 64 --precision bf16 --amp O2 \
+    --micro-batch 16 --recompute none --flash on --top 3 --json "$out/gpt2.json" >>"$out/bench.log" 2>&1
+  "$LLMPLAN" sweep --model llama2-7b --gpus 8 --gpu h200 --seq 4096 --global-batch 256 --precision bf16 --amp O2 \
+    --tp 1 --pp 1 --zero 1 --micro-batch 1 --recompute none --flash on --top 3 \
     --json "$out/llama7b.json" >>"$out/bench.log" 2>&1
-  bench gpt2-124m "$out/gpt2.json" --backend cuda --steps 30 --warmup 10
-  bench llama2-7b-rank "$out/llama7b.json" --backend cuda --proxy-rank 0 --layers 4 --steps 10 --warmup 3
+  bench gpt2-124m "$out/gpt2.json" --backend cuda --steps 20 --warmup 5
+  bench llama2-7b-4layers "$out/llama7b.json" --backend cuda --layers 4 --grad-accum 4 --steps 8 --warmup 2
 else
-  say "== bench: skipped ('llmplan execute' has no CUDA backend yet)"
-  row "bench gpt2-124m, llama2-7b rank proxy (--layers 4)" "skipped" 0 "llmplan execute runs on the CPU only so far"
+  say "== bench: skipped (no llmplan binary)"
+  row "bench" "skipped" 0 "no llmplan binary in the bundle"
 fi
 
 # 6. Summary.

@@ -166,6 +166,9 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
                           MemoryItem::comm_buffers, MemoryItem::workspace, MemoryItem::cuda_context}) {
       st.static_bytes[static_cast<int>(it)] = sm.bytes[static_cast<int>(it)];
     }
+    // The forward phase's gradients are the persistent ones (ZeRO >= 2 adds a unit's full
+    // gradient during backward only: grad_transient_bytes).
+    st.static_bytes[static_cast<int>(MemoryItem::gradients)] = sm.phase_bytes[static_cast<int>(Phase::forward)][static_cast<int>(MemoryItem::gradients)];
     const StageMemoryExtras x = stage_memory_extras(m, j, p, s, trainable, mem);
     st.first_chunk_extra_bytes = x.first_chunk_set;
     st.last_chunk_extra_bytes = x.last_chunk_set;
@@ -174,6 +177,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     st.activation_grad_bytes = x.activation_grads;
     st.static_bytes[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
     st.optimizer_buffer_bytes = x.optimizer_buffers;
+    st.grad_transient_bytes = x.unit_grad_transient;
     st.fragmentation_fraction = mem.fragmentation_fraction;
   }
   return sc;

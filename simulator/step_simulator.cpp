@@ -508,6 +508,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     int op;     // program index (-1: optimizer)
     bool edge;  // the op's start (forward) or end (backward): the in-flight count changes
     double act, work, logits, buffers;
+    double grads = 0;  // ZeRO >= 2: the unit gradient a backward holds until it is reduce-scattered
   };
   std::vector<Delta> deltas;
   deltas.reserve(prog.size() * 3 + 2);
@@ -521,13 +522,16 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       deltas.push_back({end, 0, i, false, 0, -ftrans[c], 0, 0});
       deltas.push_back({end, 1, i, false, head_in[c], 0, logits[c], 0});
     } else {
-      deltas.push_back({start, 1, i, false, -head_set[c], work[c], -logits[c], 0});
-      deltas.push_back({end, 0, i, true, -(act[c] - head_set[c]), -work[c], 0, 0});
+      const double g = work[c] > 0 ? sc.grad_transient_bytes : 0;  // a chunk that trains
+      deltas.push_back({start, 1, i, false, -head_set[c], work[c], -logits[c], 0, g});
+      deltas.push_back({end, 0, i, true, -(act[c] - head_set[c]), -work[c], 0, 0, -g});
     }
   }
   const EngineTask& optim = tasks[b.compute_tasks(s).back()];
-  deltas.push_back({optim.start, 1, -1, false, 0, 0, 0, sc.optimizer_buffer_bytes});
-  deltas.push_back({optim.end, 0, -1, false, 0, 0, 0, -sc.optimizer_buffer_bytes});
+  // ZeRO-3's gathered units are released before the step (the planner's optimizer phase).
+  const double optim_buffers = sc.optimizer_buffer_bytes - sc.static_bytes[static_cast<int>(MemoryItem::gathered_params)];
+  deltas.push_back({optim.start, 1, -1, false, 0, 0, 0, optim_buffers});
+  deltas.push_back({optim.end, 0, -1, false, 0, 0, 0, -optim_buffers});
   std::stable_sort(deltas.begin(), deltas.end(),
                    [](const Delta& x, const Delta& y) { return x.time != y.time ? x.time < y.time : x.order < y.order; });
 
@@ -545,6 +549,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     cur[W] += d.work;
     cur[L] += d.logits;
     cur[G] += d.buffers;
+    cur[static_cast<int>(MemoryItem::gradients)] += d.grads;
     if (d.op >= 0 && d.edge && prog[d.op].forward) {
       ++held[prog[d.op].chunk];
       ++held_total;

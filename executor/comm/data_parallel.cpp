@@ -26,6 +26,7 @@ void for_each_piece(std::vector<ParamRef>& params, int64_t lo, int64_t hi,
 }
 
 void load(const Tensor& t, int64_t off, float* out, int64_t n) {
+  if (n <= 0) return;
   switch (t.dtype()) {
     case DType::f32: std::memcpy(out, t.data<float>() + off, static_cast<size_t>(n) * 4); break;
     case DType::bf16: cpu::cast<bf16_t, float>(t.data<bf16_t>() + off, out, n); break;
@@ -34,11 +35,30 @@ void load(const Tensor& t, int64_t off, float* out, int64_t n) {
   }
 }
 void store(const float* in, Tensor& t, int64_t off, int64_t n) {
+  if (n <= 0) return;
   switch (t.dtype()) {
     case DType::f32: std::memcpy(t.data<float>() + off, in, static_cast<size_t>(n) * 4); break;
     case DType::bf16: cpu::cast<float, bf16_t>(in, t.data<bf16_t>() + off, n); break;
     case DType::f16: cpu::cast<float, f16_t>(in, t.data<f16_t>() + off, n); break;
     default: break;
+  }
+}
+// t[off, off + n) += in, in the tensor's dtype after an f32 sum (a 16-bit partition rounds
+// once per micro-batch, as a 16-bit gradient accumulating in place does).
+void add_into(const float* in, Tensor& t, int64_t off, int64_t n) {
+  if (n <= 0) return;
+  if (t.dtype() == DType::f32) {
+    float* g = t.data<float>() + off;
+    for (int64_t i = 0; i < n; ++i) g[i] += in[i];
+    return;
+  }
+  constexpr int64_t kChunk = 1024;
+  float tmp[kChunk];
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t c = std::min(kChunk, n - at);
+    load(t, off + at, tmp, c);
+    for (int64_t i = 0; i < c; ++i) tmp[i] += in[at + i];
+    store(tmp, t, off + at, c);
   }
 }
 
@@ -51,19 +71,32 @@ void unpack(std::vector<ParamRef>& ps, int64_t lo, int64_t hi, const float* buf,
   for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { store(buf + at, grads ? *p.grad : *p.weight, off, c); });
 }
 
+int64_t clamp0(int64_t x, int64_t hi) { return std::max<int64_t>(0, std::min(x, hi)); }
+
 }  // namespace
 
 Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& alloc, Model& model, Communicator& comm, int zero,
                                                            int64_t bucket_bytes) {
   std::unique_ptr<DataParallel> d(new DataParallel());
+  d->alloc_ = &alloc;
   d->model_ = &model;
   d->comm_ = &comm;
   d->zero_ = zero;
   d->dp_ = comm.size(Group::dp);
   d->rank_ = comm.rank(Group::dp);
-  for (const ParamRef& p : model.params())
-    if (p.grad) d->n_ += p.weight->numel();
-  d->part_ = (d->n_ + d->dp_ - 1) / d->dp_;
+  std::vector<ParamRef>& ps = model.params();
+  d->parts_.resize(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    Part& pt = d->parts_[i];
+    pt.n = ps[i].weight->numel();
+    pt.chunk = (pt.n + d->dp_ - 1) / d->dp_;
+    pt.lo = d->rank_ * pt.chunk;
+    pt.count = clamp0(pt.n - pt.lo, pt.chunk);
+    if (ps[i].grad) {
+      d->n_ += pt.n;
+      d->trainable_.push_back(static_cast<int>(i));
+    }
+  }
   // A bucket holds a multiple of dp elements so reduce-scatter / all-gather split it evenly.
   d->bucket_elems_ = std::max<int64_t>(d->dp_, bucket_bytes / 4 / d->dp_ * d->dp_);
   for (Tensor* t : {&d->a_, &d->b_}) {
@@ -71,13 +104,50 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
     if (!r) return r.status();
     *t = std::move(*r);
   }
+  if (zero < 2 || d->dp_ == 1) return d;
+  // Shrink to the partition: the model was built full-size (its initialisation draws the
+  // full tensors); from here on only the slices persist.
+  for (size_t i = 0; i < ps.size(); ++i) {
+    Part& pt = d->parts_[i];
+    ParamRef& p = ps[i];
+    if (p.grad) {
+      Result<Tensor> g = Tensor::zeros(alloc, Shape{pt.count}, p.grad->dtype(), Category::gradients, p.name + ".grad.partition");
+      if (!g) return g.status();
+      *p.grad = std::move(*g);
+    }
+    if (zero >= 3) {
+      Result<Tensor> w = Tensor::empty(alloc, Shape{pt.count}, p.weight->dtype(), Category::weights, p.name + ".partition");
+      if (!w) return w.status();
+      if (pt.count > 0)
+        std::memcpy(w->raw(), static_cast<const char*>(p.weight->raw()) + pt.lo * dtype_size(p.weight->dtype()),
+                    static_cast<size_t>(w->bytes()));
+      *p.weight = std::move(*w);
+    }
+  }
+  const std::vector<std::vector<int>>& units = model.units();
+  d->unit_gathered_.assign(units.size(), 0);
+  d->unit_grads_.resize(units.size());
+  for (size_t u = 0; u < units.size(); ++u)
+    for (int i : units[u])
+      if (ps[static_cast<size_t>(i)].grad) d->unit_grads_[u].push_back(i);
+  model.set_param_hooks(d.get());
   return d;
+}
+
+DataParallel::~DataParallel() {
+  if (zero_ >= 2 && dp_ > 1) model_->set_param_hooks(nullptr);
 }
 
 TrainerShard DataParallel::shard() const {
   TrainerShard s;
-  s.begin = std::min(n_, rank_ * part_);
-  s.end = std::min(n_, (rank_ + 1) * part_);
+  for (int i : trainable_) {
+    const Part& pt = parts_[static_cast<size_t>(i)];
+    ShardRange r;
+    r.count = pt.count;
+    r.weight_offset = zero_ >= 3 && dp_ > 1 ? 0 : pt.lo;
+    r.grad_offset = zero_ >= 2 && dp_ > 1 ? 0 : pt.lo;
+    s.ranges.push_back(r);
+  }
   Communicator* c = comm_;
   s.reduce_sum = [c](double x) {
     (void)c->all_reduce_sum(&x, 1, DType::f64, Group::dp);
@@ -88,58 +158,177 @@ TrainerShard DataParallel::shard() const {
 
 Status DataParallel::sync_grads() {
   std::vector<ParamRef>& ps = model_->params();
-  if (dp_ == 1) return Status::ok();
-  if (zero_ < 2) {
-    // All-reduce, alternating the two buckets (a real backend overlaps one with packing the other).
-    bool use_a = true;
-    for (int64_t lo = 0; lo < n_; lo += bucket_elems_) {
-      const int64_t hi = std::min(n_, lo + bucket_elems_);
-      float* buf = (use_a ? a_ : b_).data<float>();
-      use_a = !use_a;
-      pack(ps, lo, hi, buf, true);
-      if (Status s = comm_->all_reduce_sum(buf, hi - lo, DType::f32, Group::dp); !s) return s;
-      ++buckets_;
-      unpack(ps, lo, hi, buf, true);
-    }
-    return Status::ok();
+  if (dp_ == 1 || zero_ >= 2) return Status::ok();
+  // All-reduce, alternating the two buckets (a real backend overlaps one with packing the other).
+  bool use_a = true;
+  for (int64_t lo = 0; lo < n_; lo += bucket_elems_) {
+    const int64_t hi = std::min(n_, lo + bucket_elems_);
+    float* buf = (use_a ? a_ : b_).data<float>();
+    use_a = !use_a;
+    pack(ps, lo, hi, buf, true);
+    if (Status s = comm_->all_reduce_sum(buf, hi - lo, DType::f32, Group::dp); !s) return s;
+    ++buckets_;
+    unpack(ps, lo, hi, buf, true);
   }
-  // Reduce-scatter: chunk k of every rank's partition in one bucket (dp slices of K).
+  return Status::ok();
+}
+
+// The slices of `ids` laid end to end ("slice space", each parameter `chunk` elements) are
+// moved k <= bucket / dp at a time: a bucket holds rank r's k elements at [r * k, (r + 1) * k).
+// fn(params() index, offset in the slice, count, offset in the bucket piece).
+namespace {
+template <class Fn>
+void for_each_slice(const std::vector<int>& ids, const std::vector<int64_t>& chunks, int64_t lo, int64_t hi, Fn fn) {
+  int64_t at = 0;
+  for (size_t j = 0; j < ids.size() && at < hi; ++j) {
+    const int64_t c = chunks[j];
+    const int64_t a = std::max(lo, at), b = std::min(hi, at + c);
+    if (a < b) fn(ids[j], a - at, b - a, a - lo);
+    at += c;
+  }
+}
+}  // namespace
+
+Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
+  std::vector<ParamRef>& ps = model_->params();
+  std::vector<int64_t> chunks;
+  int64_t total = 0;
+  for (int i : ids) total += chunks.emplace_back(parts_[static_cast<size_t>(i)].chunk);
   const int64_t k_max = bucket_elems_ / dp_;
   float* in = a_.data<float>();
   float* out = b_.data<float>();
-  for (int64_t lo = 0; lo < part_; lo += k_max) {
-    const int64_t k = std::min(k_max, part_ - lo);
-    for (int r = 0; r < dp_; ++r) {
-      const int64_t f = r * part_ + lo;
-      std::memset(in + r * k, 0, static_cast<size_t>(k) * 4);
-      if (f < n_) pack(ps, f, std::min(n_, f + k), in + r * k, true);
-    }
+  for (int64_t lo = 0; lo < total; lo += k_max) {
+    const int64_t k = std::min(k_max, total - lo);
+    std::memset(in, 0, static_cast<size_t>(k * dp_) * 4);
+    for (int r = 0; r < dp_; ++r)
+      for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+        const Part& pt = parts_[static_cast<size_t>(i)];
+        const int64_t e = r * pt.chunk + off;  // element of the full gradient
+        load(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
+      });
     if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, Group::dp); !s) return s;
     ++buckets_;
-    const int64_t f = rank_ * part_ + lo;
-    if (f < n_) unpack(ps, f, std::min(n_, f + k), out, true);
+    // The partition waits in the stash while the full gradient is in the model.
+    for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+      Part& pt = parts_[static_cast<size_t>(i)];
+      add_into(out + at, pt.gstash, off, clamp0(pt.count - off, c));
+    });
+  }
+  return Status::ok();
+}
+
+// All-gathers the slices of `ids` into the model's full-size weights: from the stashed
+// partition (ZeRO-3), or from this rank's slice of the full weight (ZeRO 1-2, after the step).
+Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
+  std::vector<ParamRef>& ps = model_->params();
+  std::vector<int64_t> chunks;
+  int64_t total = 0;
+  for (int i : ids) total += chunks.emplace_back(parts_[static_cast<size_t>(i)].chunk);
+  const int64_t k_max = bucket_elems_ / dp_;
+  float* in = b_.data<float>();
+  float* out = a_.data<float>();
+  for (int64_t lo = 0; lo < total; lo += k_max) {
+    const int64_t k = std::min(k_max, total - lo);
+    std::memset(in, 0, static_cast<size_t>(k) * 4);
+    for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+      const Part& pt = parts_[static_cast<size_t>(i)];
+      const int64_t valid = clamp0(pt.count - off, c);
+      if (from_partition) load(pt.wstash, off, in + at, valid);
+      else load(*ps[static_cast<size_t>(i)].weight, pt.lo + off, in + at, valid);
+    });
+    if (Status s = comm_->all_gather(in, out, k, DType::f32, Group::dp); !s) return s;
+    ++buckets_;
+    for (int r = 0; r < dp_; ++r) {
+      if (r == rank_ && !from_partition) continue;  // already there
+      for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+        const Part& pt = parts_[static_cast<size_t>(i)];
+        const int64_t e = r * pt.chunk + off;
+        store(out + r * k + at, *ps[static_cast<size_t>(i)].weight, e, clamp0(pt.n - e, c));
+      });
+    }
   }
   return Status::ok();
 }
 
 Status DataParallel::gather_weights() {
-  if (zero_ == 0 || dp_ == 1) return Status::ok();
+  if (zero_ == 0 || zero_ >= 3 || dp_ == 1) return Status::ok();
+  return gather(trainable_, false);
+}
+
+Status DataParallel::gather_unit(int unit) {
+  if (unit < 0 || unit_gathered_[static_cast<size_t>(unit)]) return Status::ok();
   std::vector<ParamRef>& ps = model_->params();
-  const int64_t k_max = bucket_elems_ / dp_;
-  float* in = b_.data<float>();
-  float* out = a_.data<float>();
-  for (int64_t lo = 0; lo < part_; lo += k_max) {
-    const int64_t k = std::min(k_max, part_ - lo);
-    const int64_t mine = rank_ * part_ + lo;
-    std::memset(in, 0, static_cast<size_t>(k) * 4);
-    if (mine < n_) pack(ps, mine, std::min(n_, mine + k), in, false);
-    if (Status s = comm_->all_gather(in, out, k, DType::f32, Group::dp); !s) return s;
-    ++buckets_;
-    for (int r = 0; r < dp_; ++r) {
-      const int64_t f = r * part_ + lo;
-      if (r != rank_ && f < n_) unpack(ps, f, std::min(n_, f + k), out + r * k, false);
-    }
+  std::vector<int> todo;  // not already gathered by another unit (a tied embedding)
+  for (int i : model_->units()[static_cast<size_t>(unit)]) {
+    Part& pt = parts_[static_cast<size_t>(i)];
+    if (pt.refs++ > 0) continue;
+    ParamRef& p = ps[static_cast<size_t>(i)];
+    Result<Tensor> full = Tensor::empty(*alloc_, Shape{pt.n}, p.weight->dtype(), Category::gathered_params, p.name + ".gathered");
+    if (!full) return full.status();
+    pt.wstash = std::move(*p.weight);
+    *p.weight = std::move(*full);
+    todo.push_back(i);
   }
+  unit_gathered_[static_cast<size_t>(unit)] = 1;
+  return gather(todo, true);
+}
+
+void DataParallel::release_unit(int unit) {
+  if (unit < 0 || !unit_gathered_[static_cast<size_t>(unit)]) return;
+  std::vector<ParamRef>& ps = model_->params();
+  for (int i : model_->units()[static_cast<size_t>(unit)]) {
+    Part& pt = parts_[static_cast<size_t>(i)];
+    if (--pt.refs > 0) continue;
+    *ps[static_cast<size_t>(i)].weight = std::move(pt.wstash);  // frees the gathered tensor
+  }
+  unit_gathered_[static_cast<size_t>(unit)] = 0;
+}
+
+Status DataParallel::use_weights(int unit, int next) {
+  if (zero_ < 3) return Status::ok();
+  if (Status s = gather_unit(unit); !s) return s;
+  // Prefetch: a GPU backend starts this all-gather now so it overlaps u's compute; the
+  // memory held (current + next unit) is the same here.
+  return gather_unit(next);
+}
+
+void DataParallel::release_weights(int unit) {
+  if (zero_ >= 3) release_unit(unit);
+}
+
+Status DataParallel::begin_grads(int unit) {
+  std::vector<ParamRef>& ps = model_->params();
+  for (int i : unit_grads_[static_cast<size_t>(unit)]) {
+    Part& pt = parts_[static_cast<size_t>(i)];
+    ParamRef& p = ps[static_cast<size_t>(i)];
+    Result<Tensor> full = Tensor::zeros(*alloc_, Shape{pt.n}, p.grad->dtype(), Category::gradients, p.name + ".grad");
+    if (!full) return full.status();
+    pt.gstash = std::move(*p.grad);
+    *p.grad = std::move(*full);
+  }
+  return Status::ok();
+}
+
+Status DataParallel::end_grads(int unit) {
+  const std::vector<int>& ids = unit_grads_[static_cast<size_t>(unit)];
+  Status s = reduce_scatter(ids);
+  std::vector<ParamRef>& ps = model_->params();
+  for (int i : ids) *ps[static_cast<size_t>(i)].grad = std::move(parts_[static_cast<size_t>(i)].gstash);  // frees the full one
+  return s;
+}
+
+Status DataParallel::unshard_weights() {
+  if (zero_ < 3 || dp_ == 1) return Status::ok();
+  const size_t units = model_->units().size();
+  for (size_t u = 0; u < units; ++u)
+    if (Status s = gather_unit(static_cast<int>(u)); !s) return s;
+  // Keep the full tensors: drop the partitions and forget that the units were gathered.
+  for (Part& pt : parts_) {
+    pt.wstash.reset();
+    pt.refs = 0;
+  }
+  std::fill(unit_gathered_.begin(), unit_gathered_.end(), 0);
+  model_->set_param_hooks(nullptr);  // no more steps: the model is an ordinary full replica now
   return Status::ok();
 }
 

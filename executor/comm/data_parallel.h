@@ -1,24 +1,43 @@
-// DataParallel: gradient synchronisation and ZeRO-1/2 partitioning of one model replica
+// DataParallel: gradient synchronisation and ZeRO-1/2/3 partitioning of one model replica
 // over the DP group of a Communicator.
 //
-// The trainable parameters (model.params() order, frozen ones skipped) form one flat
-// vector of N elements, padded to dp * P (P = ceil(N / dp)); DP rank r owns
-// [r * P, min((r + 1) * P, N)) -- the TrainerShard handed to Trainer::create for ZeRO >= 1.
+// Partition (ZeRO >= 1): every parameter of n elements is cut into dp slices of
+// c = ceil(n / dp) elements; DP rank r owns elements [r * c, min((r + 1) * c, n)) of each
+// trainable parameter (ZeRO-3: of every parameter, frozen ones too, as the planner divides
+// frozen weights by dp under ZeRO-3). Cutting each parameter, rather than the flat
+// concatenation, lets one unit (model.h ParamHooks: a layer, the embedding, the head) be
+// reduce-scattered or all-gathered on its own, as its backward or forward needs it
+// (PyTorch FSDP's layout). Per rank the partition differs from the planner's n / dp by less
+// than one element per parameter (none when dp divides every size).
+//
 // Transfers go through two f32 bucket buffers of `bucket_bytes` each in
 // Category::communication (the planner's 2 * dp_bucket_bytes of comm_buffers); 16-bit
-// gradients and weights are widened to f32 in the bucket, so sums are f32 sums.
-//   ZeRO 0, 1  sync_grads: bucketed all-reduce of every gradient (sum; the loss is already
-//              divided by the global token count, so the sum is the global mean)
-//   ZeRO 2     sync_grads: bucketed reduce-scatter; only this rank's partition of the
-//              gradient tensors holds the reduced values afterwards (the gradient tensors
-//              themselves stay full-size in this executor: see the report's note)
-//   ZeRO >= 1  gather_weights after the optimizer step: bucketed all-gather of every
-//              rank's updated partition into every replica.
+// gradients and weights are widened to f32 in the bucket, so sums are f32 sums. A bucket
+// carries several parameters' slices: [rank 0's slices | rank 1's slices | ...].
+//   ZeRO 0, 1  sync_grads: bucketed all-reduce of every (full-size) gradient (sum; the loss
+//              is already divided by the global token count, so the sum is the global mean)
+//   ZeRO 2, 3  gradients persist only as this rank's partition (Category::gradients). As
+//              the backward reaches a unit (begin_grads) its full-size gradients are
+//              allocated, zeroed, in Category::gradients; when the unit's backward ends
+//              (end_grads) they are reduce-scattered bucket by bucket, added into the
+//              partition, and freed -- so every micro-batch's gradients are reduced while
+//              the backward goes on (blocking here; a GPU backend overlaps). sync_grads is
+//              then a no-op. The planner counts that one unit's full gradient as a
+//              backward-phase transient of the gradients line.
+//   ZeRO 3     weights persist only as this rank's partition (Category::weights).
+//              use_weights(u, next) all-gathers unit u (and prefetches `next`) into
+//              full-size tensors in Category::gathered_params; release_weights(u) frees
+//              them. At most two units are gathered at once (current + prefetch), the
+//              planner's gathered_params line. The optimizer updates the partition in place;
+//              nothing is gathered after the step.
+//   ZeRO 1, 2  gather_weights after the optimizer step: bucketed all-gather of every rank's
+//              updated slices into every replica's full weights.
 // Thread-safety: none.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "executor/allocator.h"
 #include "executor/comm/communicator.h"
@@ -28,24 +47,51 @@
 
 namespace llmplan::exec {
 
-class DataParallel {
+class DataParallel final : public ParamHooks {
  public:
+  // Shrinks the model's gradients (ZeRO >= 2) and weights (ZeRO-3) to this rank's partition
+  // and, for ZeRO >= 2, installs itself as the model's ParamHooks.
   // REQUIRES: model, comm and alloc outlive this. Errors: runtime (OOM of the buckets).
   static Result<std::unique_ptr<DataParallel>> create(TrackingAllocator& alloc, Model& model, Communicator& comm, int zero,
                                                       int64_t bucket_bytes);
-  Status sync_grads();
-  Status gather_weights();  // no-op for ZeRO 0
+  ~DataParallel() override;
+  Status sync_grads();      // ZeRO 0, 1; no-op for ZeRO 2, 3 (reduced during backward)
+  Status gather_weights();  // after the optimizer step: ZeRO 1, 2; no-op otherwise
+  // ZeRO-3: makes every weight full-size for good (inspection at the end of a run).
+  Status unshard_weights();
   TrainerShard shard() const;
-  int64_t flat_elements() const { return n_; }
-  int64_t partition_elements() const { return part_; }
   int64_t buckets_used() const { return buckets_; }  // collective calls so far
 
+  Status use_weights(int unit, int next) override;
+  void release_weights(int unit) override;
+  Status begin_grads(int unit) override;
+  Status end_grads(int unit) override;
+
  private:
+  struct Part {
+    int64_t n = 0;      // elements of the (TP-local) parameter
+    int64_t chunk = 0;  // slice length c = ceil(n / dp)
+    int64_t lo = 0;     // this rank's slice starts at rank * chunk
+    int64_t count = 0;  // elements this rank owns: min(chunk, n - lo), >= 0
+    int refs = 0;       // ZeRO-3: gathered units that hold this parameter
+    Tensor wstash;      // ZeRO-3: the weight partition while the gathered tensor is in the model
+    Tensor gstash;      // ZeRO >= 2: the gradient partition while the full gradient is in the model
+  };
   DataParallel() = default;
+  Status gather(const std::vector<int>& ids, bool from_partition);
+  Status reduce_scatter(const std::vector<int>& ids);
+  Status gather_unit(int unit);
+  void release_unit(int unit);
+
+  TrackingAllocator* alloc_ = nullptr;
   Model* model_ = nullptr;
   Communicator* comm_ = nullptr;
   int zero_ = 0, dp_ = 1, rank_ = 0;
-  int64_t n_ = 0, part_ = 0, bucket_elems_ = 0, buckets_ = 0;
+  int64_t n_ = 0, bucket_elems_ = 0, buckets_ = 0;
+  std::vector<Part> parts_;           // per model.params() index
+  std::vector<int> trainable_;        // params() indices with a gradient
+  std::vector<char> unit_gathered_;   // ZeRO-3, per unit
+  std::vector<std::vector<int>> unit_grads_;  // per unit: its trainable params() indices
   Tensor a_, b_;  // the two f32 buckets
 };
 

@@ -2,7 +2,11 @@
 // GEMMs, softmax kernels) and the fused flash kernels.
 #include "executor/cuda/attention.h"
 
+#include <mma.h>
+
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "executor/cuda/check.h"
 #include "executor/cuda/device_util.cuh"
@@ -347,10 +351,378 @@ dim3 flash_grid(const AttentionDims& dm, int64_t heads) {
   return dim3(static_cast<unsigned>((dm.s + kWarps - 1) / kWarps), static_cast<unsigned>(heads),
               static_cast<unsigned>(dm.b));
 }
+
+// ---------------------------------------------------------------- flash on tensor cores
+//
+// 16-bit storage with head_dim a multiple of 16 (<= 128): the same algorithm as the kernels
+// above with the four products of a tile on tensor cores (WMMA 16x16x16, fp32 accumulate).
+// A block takes 64 query rows (forward) or 64 key rows (backward) with 4 warps, each warp 16
+// rows; key (query) tiles of 64 rows go through shared memory, zero-padded to DP columns.
+// Forward: S = Q K^T per warp into shared memory, the online-softmax update by lane pairs
+// (row = lane / 2, half the columns each), P in the storage type, O (fp32, shared memory) =
+// corr O + P V. Backward (FlashAttention-2, Dao 2023): per key block and query tile,
+// S = Q K^T and dP = dO V^T, P = exp(scale S - lse), dS = P (dP - D); dV += P^T dO and
+// dK += dS^T Q stay in registers across the tiles; dQ += dS K is added atomically into an
+// fp32 buffer (the one non-deterministic sum here), cast into dq at the end.
+namespace tc {
+namespace wmma = nvcuda::wmma;
+constexpr int kRows = 64;     // query (forward) or key (backward) rows per block
+constexpr int kCols = 64;     // key (forward) or query (backward) rows per tile
+constexpr int kThreads = 128; // 4 warps x 16 rows
+// Shared-memory row strides, padded so that the 16 rows a WMMA load or a warp's row walk
+// touches fall in different banks (unpadded, rows 128 or 256 bytes apart share banks).
+__host__ __device__ constexpr int ld_tile(int dp) { return dp + 8; }     // 16-bit tiles (Q, K, V, dO)
+constexpr int kLdScore = kCols + 4;                  // fp32 (S, dP)
+constexpr int kLdProb = kCols + 8;                   // 16-bit (P, dS)
+__host__ __device__ constexpr int ld_acc(int dp) { return dp + 4; }      // fp32 (O, staging)
+
+template <class S> struct Wmma;
+template <> struct Wmma<bf16_t> { using T = __nv_bfloat16; };
+template <> struct Wmma<f16_t> { using T = __half; };
+
+template <class T> __device__ __forceinline__ T to_t(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 to_t<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half to_t<__half>(float x) { return __float2half_rn(x); }
+
+// rows [r0, r0 + 64) of head `head` of x (b, s, nh, d) into dst (64, ld_tile(DP)), zeros
+// beyond s and d.
+template <class T, int DP>
+__device__ void load_rows(T* dst, const T* x, int64_t bi, int64_t r0, int64_t head, int64_t nh, const FlashDims& D) {
+  for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
+    const int t = e / DP, c = e % DP;
+    const int64_t r = r0 + t;
+    dst[t * ld_tile(DP) + c] = r < D.s && c < D.d ? x[((bi * D.s + r) * nh + head) * D.d + c] : to_t<T>(0.0f);
+  }
+}
+
+constexpr size_t fwd_smem(int dp) {
+  return 3 * kRows * ld_tile(dp) * 2 + kRows * kLdScore * 4 + kRows * kLdProb * 2 + kRows * ld_acc(dp) * 4 + 2 * kRows * 4;
+}
+constexpr size_t bwd_smem(int dp) {
+  // K, V, Q, dO tiles; S and dP (fp32, also the dQ and final dK/dV staging: see below); P,
+  // dS; lse, D, docs.
+  return 4 * kRows * ld_tile(dp) * 2 + 2 * kCols * kLdScore * 4 + 2 * kCols * kLdProb * 2 + 4 * kRows * 4;
+}
+static_assert(kRows * ld_acc(128) <= 2 * kCols * kLdScore, "the staging rows fit in the S and dP space");
+
+template <class T, int DP>
+__global__ void __launch_bounds__(kThreads)
+    forward_kernel(const T* q, const T* k, const T* v, const int32_t* doc, T* o, float* lse, FlashDims D) {
+  constexpr int ND = DP / 16, LT = ld_tile(DP), LO = ld_acc(DP);
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem);
+  T* Ks = Qs + kRows * LT;
+  T* Vs = Ks + kCols * LT;
+  float* Ss = reinterpret_cast<float*>(Vs + kCols * LT);
+  T* Ps = reinterpret_cast<T*>(Ss + kRows * kLdScore);
+  float* Os = reinterpret_cast<float*>(Ps + kRows * kLdProb);
+  int32_t* qdoc = reinterpret_cast<int32_t*>(Os + kRows * LO);
+  int32_t* kdoc = qdoc + kRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t bi = blockIdx.z, h = blockIdx.y, kh = h / D.group;
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  load_rows<T, DP>(Qs, q, bi, q0, h, D.heads, D);
+  for (int e = threadIdx.x; e < kRows * LO; e += kThreads) Os[e] = 0.0f;
+  if (threadIdx.x < kRows) qdoc[threadIdx.x] = doc != nullptr && q0 + threadIdx.x < D.s ? doc[bi * D.s + q0 + threadIdx.x] : 0;
+  // Row state of this warp's 16 rows, the same in every lane.
+  float m_r[16], l_r[16];
+  for (int rr = 0; rr < 16; ++rr) {
+    m_r[rr] = -INFINITY;
+    l_r[rr] = 0.0f;
+  }
+  const int64_t last = min(D.s, q0 + kRows) - 1;  // causal: no key beyond the block's last row
+  for (int64_t j0 = 0; j0 <= last; j0 += kCols) {
+    __syncthreads();  // the previous tile is no longer read
+    load_rows<T, DP>(Ks, k, bi, j0, kh, D.kv_heads, D);
+    load_rows<T, DP>(Vs, v, bi, j0, kh, D.kv_heads, D);
+    if (threadIdx.x < kCols) kdoc[threadIdx.x] = doc != nullptr && j0 + threadIdx.x < D.s ? doc[bi * D.s + j0 + threadIdx.x] : 0;
+    __syncthreads();
+    for (int n = 0; n < kCols / 16; ++n) {  // S rows of this warp = Q_w K^T
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int kk = 0; kk < ND; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, Qs + warp * 16 * LT + kk * 16, LT);
+        wmma::load_matrix_sync(fb, Ks + n * 16 * LT + kk * 16, LT);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(Ss + warp * 16 * kLdScore + n * 16, acc, kLdScore, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // Online softmax, one row at a time, the lanes across the columns (consecutive words).
+#pragma unroll
+    for (int rr = 0; rr < 16; ++rr) {
+      const int row = warp * 16 + rr;
+      const int64_t i = q0 + row;
+      float sc[2];
+      for (int u = 0; u < 2; ++u) {
+        const int col = lane + 32 * u;
+        const int64_t j = j0 + col;
+        const bool ok = i < D.s && j <= i && (doc == nullptr || kdoc[col] == qdoc[row]);
+        sc[u] = ok ? Ss[row * kLdScore + col] * D.scale : -INFINITY;
+      }
+      const float m_new = fmaxf(m_r[rr], warp_max(fmaxf(sc[0], sc[1])));
+      float corr = 1.0f, psum = 0.0f;
+      if (m_new != -INFINITY) corr = expf(m_r[rr] - m_new);  // 0 while the row had no key yet
+      for (int u = 0; u < 2; ++u) {
+        const float p = m_new == -INFINITY ? 0.0f : expf(sc[u] - m_new);
+        psum += p;
+        Ps[row * kLdProb + lane + 32 * u] = to_t<T>(p);
+      }
+      l_r[rr] = l_r[rr] * corr + warp_sum(psum);
+      m_r[rr] = m_new;
+      for (int c = lane; c < DP; c += 32) Os[row * LO + c] *= corr;
+    }
+    __syncwarp();
+    for (int n = 0; n < ND; ++n) {  // O_w += P_w V
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, Os + warp * 16 * LO + n * 16, LO, wmma::mem_row_major);
+      for (int kk = 0; kk < kCols / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, Ps + warp * 16 * kLdProb + kk * 16, kLdProb);
+        wmma::load_matrix_sync(fb, Vs + kk * 16 * LT + n * 16, LT);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(Os + warp * 16 * LO + n * 16, acc, LO, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int rr = 0; rr < 16; ++rr) {
+    const int row = warp * 16 + rr;
+    const int64_t i = q0 + row;
+    if (i >= D.s) continue;
+    const float inv = 1.0f / l_r[rr];
+    for (int c = lane; c < D.d; c += 32) o[((bi * D.s + i) * D.heads + h) * D.d + c] = to_t<T>(Os[row * LO + c] * inv);
+    if (lane == 0) lse[(bi * D.heads + h) * D.s + i] = m_r[rr] + logf(l_r[rr]);
+  }
+}
+
+// D_i = dO_i . o_i, one warp per (b, head, i) row.
+template <class T>
+__global__ void rowdot_kernel(const T* dout, const T* o, float* dsum, FlashDims D, int64_t rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const int64_t i = r % D.s, h = (r / D.s) % D.heads, bi = r / (D.s * D.heads);
+  const int64_t base = ((bi * D.s + i) * D.heads + h) * D.d;
+  float acc = 0.0f;
+  for (int64_t c = threadIdx.x & 31; c < D.d; c += 32) acc += static_cast<float>(dout[base + c]) * static_cast<float>(o[base + c]);
+  acc = warp_sum(acc);
+  if ((threadIdx.x & 31) == 0) dsum[r] = acc;
+}
+
+// grid (ceil(s / 64), kv_heads, b): keys [j0, j0 + 64) of kv head kh, every query head of its group.
+template <class T, int DP>
+__global__ void __launch_bounds__(kThreads)
+    backward_kernel(const T* q, const T* k, const T* v, const int32_t* doc, const float* lse, const T* dout,
+                    const float* dsum, float* dq_acc, T* dk, T* dv, FlashDims D) {
+  constexpr int ND = DP / 16, LT = ld_tile(DP), LO = ld_acc(DP);
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Ks = reinterpret_cast<T*>(smem);
+  T* Vs = Ks + kRows * LT;
+  T* Qs = Vs + kRows * LT;
+  T* dOs = Qs + kCols * LT;
+  float* Ss = reinterpret_cast<float*>(dOs + kCols * LT);  // (query, key), then staging
+  float* dPs = Ss + kCols * kLdScore;
+  T* Ps = reinterpret_cast<T*>(dPs + kCols * kLdScore);
+  T* dSs = Ps + kCols * kLdProb;
+  float* lse_s = reinterpret_cast<float*>(dSs + kCols * kLdProb);
+  float* D_s = lse_s + kCols;
+  int32_t* qdoc = reinterpret_cast<int32_t*>(D_s + kCols);
+  int32_t* kdoc = qdoc + kCols;
+  float* stage = Ss;  // (64, LO) fp32 over the S and dP space (static_assert above)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t bi = blockIdx.z, kh = blockIdx.y;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  load_rows<T, DP>(Ks, k, bi, j0, kh, D.kv_heads, D);
+  load_rows<T, DP>(Vs, v, bi, j0, kh, D.kv_heads, D);
+  if (threadIdx.x < kRows) kdoc[threadIdx.x] = doc != nullptr && j0 + threadIdx.x < D.s ? doc[bi * D.s + j0 + threadIdx.x] : 0;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dK[ND], dV[ND];
+  for (int n = 0; n < ND; ++n) {
+    wmma::fill_fragment(dK[n], 0.0f);
+    wmma::fill_fragment(dV[n], 0.0f);
+  }
+  for (int64_t h = kh * D.group; h < (kh + 1) * D.group; ++h) {
+    for (int64_t i0 = j0; i0 < D.s; i0 += kCols) {  // causal: queries i >= j only (blocks aligned: i0 starts at j0)
+      __syncthreads();  // the previous tile (and staging) is no longer read
+      load_rows<T, DP>(Qs, q, bi, i0, h, D.heads, D);
+      load_rows<T, DP>(dOs, dout, bi, i0, h, D.heads, D);
+      if (threadIdx.x < kCols) {
+        const int64_t i = i0 + threadIdx.x;
+        const bool in = i < D.s;
+        const int64_t r = (bi * D.heads + h) * D.s + i;
+        lse_s[threadIdx.x] = in ? lse[r] : 0.0f;
+        D_s[threadIdx.x] = in ? dsum[r] : 0.0f;
+        qdoc[threadIdx.x] = doc != nullptr && in ? doc[bi * D.s + i] : 0;
+      }
+      __syncthreads();
+      for (int n = 0; n < kRows / 16; ++n) {  // warp w: query rows 16w.. of S = Q K^T and dP = dO V^T
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_acc, p_acc;
+        wmma::fill_fragment(s_acc, 0.0f);
+        wmma::fill_fragment(p_acc, 0.0f);
+        for (int kk = 0; kk < ND; ++kk) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+          wmma::load_matrix_sync(fa, Qs + warp * 16 * LT + kk * 16, LT);
+          wmma::load_matrix_sync(fb, Ks + n * 16 * LT + kk * 16, LT);
+          wmma::mma_sync(s_acc, fa, fb, s_acc);
+          wmma::load_matrix_sync(fa, dOs + warp * 16 * LT + kk * 16, LT);
+          wmma::load_matrix_sync(fb, Vs + n * 16 * LT + kk * 16, LT);
+          wmma::mma_sync(p_acc, fa, fb, p_acc);
+        }
+        wmma::store_matrix_sync(Ss + warp * 16 * kLdScore + n * 16, s_acc, kLdScore, wmma::mem_row_major);
+        wmma::store_matrix_sync(dPs + warp * 16 * kLdScore + n * 16, p_acc, kLdScore, wmma::mem_row_major);
+      }
+      __syncwarp();
+      for (int e = lane; e < 16 * kRows; e += 32) {  // this warp's 16 query rows, lanes across the keys
+        const int r = warp * 16 + e / kRows, c = e % kRows;
+        const int64_t i = i0 + r, j = j0 + c;
+        const bool ok = i < D.s && j < D.s && j <= i && (doc == nullptr || qdoc[r] == kdoc[c]);
+        const float p = ok ? expf(Ss[r * kLdScore + c] * D.scale - lse_s[r]) : 0.0f;
+        Ps[r * kLdProb + c] = to_t<T>(p);
+        dSs[r * kLdProb + c] = to_t<T>(p * (dPs[r * kLdScore + c] - D_s[r]));
+      }
+      __syncthreads();  // P and dS complete: every warp reads all query rows below
+      for (int n = 0; n < ND; ++n) {  // warp w: key rows 16w.. of dV += P^T dO, dK += dS^T Q
+        for (int kk = 0; kk < kCols / 16; ++kk) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> fa;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+          wmma::load_matrix_sync(fa, Ps + kk * 16 * kLdProb + warp * 16, kLdProb);
+          wmma::load_matrix_sync(fb, dOs + kk * 16 * LT + n * 16, LT);
+          wmma::mma_sync(dV[n], fa, fb, dV[n]);
+          wmma::load_matrix_sync(fa, dSs + kk * 16 * kLdProb + warp * 16, kLdProb);
+          wmma::load_matrix_sync(fb, Qs + kk * 16 * LT + n * 16, LT);
+          wmma::mma_sync(dK[n], fa, fb, dK[n]);
+        }
+      }
+      for (int n = 0; n < ND; ++n) {  // warp w: query rows 16w.. of dQ += dS K (staged, then added)
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int kk = 0; kk < kRows / 16; ++kk) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+          wmma::load_matrix_sync(fa, dSs + warp * 16 * kLdProb + kk * 16, kLdProb);
+          wmma::load_matrix_sync(fb, Ks + kk * 16 * LT + n * 16, LT);
+          wmma::mma_sync(acc, fa, fb, acc);
+        }
+        // S and dP were last read before the barrier above: their space stages dQ.
+        wmma::store_matrix_sync(stage + warp * 16 * LO + n * 16, acc, LO, wmma::mem_row_major);
+      }
+      __syncwarp();
+      for (int e = lane; e < 16 * DP; e += 32) {
+        const int r = warp * 16 + e / DP, c = e % DP;
+        const int64_t i = i0 + r;
+        if (i < D.s && c < D.d) atomicAdd(dq_acc + ((bi * D.s + i) * D.heads + h) * D.d + c, stage[r * LO + c]);
+      }
+    }
+  }
+  __syncthreads();
+  for (int pass = 0; pass < 2; ++pass) {  // dK (scaled), then dV, through the staging rows of each warp
+    for (int n = 0; n < ND; ++n)
+      wmma::store_matrix_sync(stage + warp * 16 * LO + n * 16, pass == 0 ? dK[n] : dV[n], LO, wmma::mem_row_major);
+    __syncwarp();
+    T* dst = pass == 0 ? dk : dv;
+    const float mul = pass == 0 ? D.scale : 1.0f;
+    for (int e = lane; e < 16 * DP; e += 32) {
+      const int r = warp * 16 + e / DP, c = e % DP;
+      const int64_t j = j0 + r;
+      if (j < D.s && c < D.d) dst[((bi * D.s + j) * D.kv_heads + kh) * D.d + c] = to_t<T>(stage[r * LO + c] * mul);
+    }
+    __syncwarp();
+  }
+}
+
+template <class T>
+__global__ void dq_cast_kernel(const float* acc, T* dq, float scale, int64_t n) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dq[e] = to_t<T>(acc[e] * scale);
+}
+
+template <class S>
+constexpr bool kHalf = std::is_same_v<S, bf16_t> || std::is_same_v<S, f16_t>;
+
+bool applies(DType st, const AttentionDims& dm) {
+  return (st == DType::bf16 || st == DType::f16) && dm.head_dim % 16 == 0 && dm.head_dim <= kFlashMaxHeadDim;
+}
+
+template <class T, int DP>
+Status forward_dp(CudaContext& ctx, const T* q, const T* k, const T* v, const int32_t* doc, T* o, float* lse,
+                  const AttentionDims& dm) {
+  const size_t smem = fwd_smem(DP);
+  static_assert(fwd_smem(DP) <= 227 * 1024, "shared memory per block");
+  cudaFuncSetAttribute(forward_kernel<T, DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const dim3 grid(static_cast<unsigned>((dm.s + kRows - 1) / kRows), static_cast<unsigned>(dm.heads), static_cast<unsigned>(dm.b));
+  forward_kernel<T, DP><<<grid, kThreads, smem, ctx.compute_stream()>>>(q, k, v, doc, o, lse, flash_dims(dm));
+  return launch_status("flash_forward (tensor cores)");
+}
+
+template <class T, int DP>
+Status backward_dp(CudaContext& ctx, const T* q, const T* k, const T* v, const int32_t* doc, const float* lse,
+                   const T* dout, const float* dsum, float* dq_acc, T* dk, T* dv, const AttentionDims& dm) {
+  const size_t smem = bwd_smem(DP);
+  static_assert(bwd_smem(DP) <= 227 * 1024, "shared memory per block");
+  cudaFuncSetAttribute(backward_kernel<T, DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const dim3 grid(static_cast<unsigned>((dm.s + kRows - 1) / kRows), static_cast<unsigned>(dm.kv_heads),
+                  static_cast<unsigned>(dm.b));
+  backward_kernel<T, DP><<<grid, kThreads, smem, ctx.compute_stream()>>>(q, k, v, doc, lse, dout, dsum, dq_acc, dk, dv,
+                                                                         flash_dims(dm));
+  return launch_status("flash_backward (tensor cores)");
+}
+
+#define LLMPLAN_TC_DISPATCH(call)                  \
+  switch (dm.head_dim) {                           \
+    case 16: return call(16);                      \
+    case 32: return call(32);                      \
+    case 48: return call(48);                      \
+    case 64: return call(64);                      \
+    case 80: return call(80);                      \
+    case 96: return call(96);                      \
+    case 112: return call(112);                    \
+    default: return call(128);                     \
+  }
+
+template <class T>
+Status forward(CudaContext& ctx, const T* q, const T* k, const T* v, const int32_t* doc, T* o, float* lse,
+               const AttentionDims& dm) {
+#define LLMPLAN_FWD(DPV) forward_dp<T, DPV>(ctx, q, k, v, doc, o, lse, dm)
+  LLMPLAN_TC_DISPATCH(LLMPLAN_FWD)
+#undef LLMPLAN_FWD
+}
+
+template <class T>
+Status backward(CudaContext& ctx, const T* q, const T* k, const T* v, const int32_t* doc, const T* o,
+                const float* lse, const T* dout, T* dq, T* dk, T* dv, const AttentionDims& dm, float* dsum,
+                float* dq_acc) {
+  const FlashDims D = flash_dims(dm);
+  const int64_t rows = dm.b * dm.heads * dm.s;
+  rowdot_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, ctx.compute_stream()>>>(dout, o, dsum, D, rows);
+  if (Status s = launch_status("flash_backward rowdot"); !s) return s;
+  const int64_t nq = dm.b * dm.s * dm.heads * dm.head_dim;
+  if (cudaError_t e = cudaMemsetAsync(dq_acc, 0, static_cast<size_t>(nq) * 4, ctx.compute_stream()); e != cudaSuccess)
+    return cuda_status(e, "flash_backward dq zero");
+  Status st = Status::ok();
+#define LLMPLAN_BWD(DPV) backward_dp<T, DPV>(ctx, q, k, v, doc, lse, dout, dsum, dq_acc, dk, dv, dm)
+  st = [&]() -> Status { LLMPLAN_TC_DISPATCH(LLMPLAN_BWD) }();
+#undef LLMPLAN_BWD
+  if (!st) return st;
+  const int64_t blocks = std::min<int64_t>((nq + 255) / 256, int64_t{4096});
+  dq_cast_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, ctx.compute_stream()>>>(dq_acc, dq, D.scale, nq);
+  return launch_status("flash_backward dq cast");
+}
+#undef LLMPLAN_TC_DISPATCH
+}  // namespace tc
+
 }  // namespace
 
 int64_t attention_workspace_bytes(DType st, const AttentionDims& dm, bool flash) {
-  if (flash) return carved(std::max<int64_t>(1, dm.b * dm.heads * dm.s) * 4);
+  if (flash) {
+    const int64_t dsum = carved(std::max<int64_t>(1, dm.b * dm.heads * dm.s) * 4);
+    // Tensor-core path: dQ is summed over key blocks in an fp32 buffer.
+    return tc::applies(st, dm) ? dsum + carved(dm.b * dm.s * dm.heads * dm.head_dim * 4) : dsum;
+  }
   return st == DType::f32 ? materialized_bytes<float>(dm) : materialized_bytes<bf16_t>(dm);  // f16: as bf16
 }
 
@@ -442,6 +814,13 @@ Status attention_forward_flash(CudaContext& ctx, const S* q, const S* k, const S
                                float* lse, const AttentionDims& dm, std::span<std::byte> /*ws*/) {
   if (Status st = check_flash(dm); !st) return st;
   if (dm.b * dm.s == 0) return Status::ok();
+  if constexpr (tc::kHalf<S>) {
+    if (tc::applies(dtype_of<S>, dm)) {
+      using T = typename tc::Wmma<S>::T;
+      return tc::forward<T>(ctx, reinterpret_cast<const T*>(q), reinterpret_cast<const T*>(k),
+                            reinterpret_cast<const T*>(v), doc, reinterpret_cast<T*>(o), lse, dm);
+    }
+  }
   flash_forward_kernel<<<flash_grid(dm, dm.heads), kWarps * 32, 0, ctx.compute_stream()>>>(q, k, v, doc, o, lse,
                                                                                          flash_dims(dm));
   return launch_status("flash_forward_kernel");
@@ -456,6 +835,17 @@ Status attention_backward_flash(CudaContext& ctx, const S* q, const S* k, const 
   DeviceCarver c(ws);
   float* dsum = c.take<float>(dm.b * dm.heads * dm.s);
   if (!c.ok()) return Status::bad_input("attention: workspace smaller than attention_workspace_bytes()");
+  if constexpr (tc::kHalf<S>) {
+    if (tc::applies(dtype_of<S>, dm)) {
+      float* dq_acc = c.take<float>(dm.b * dm.s * dm.heads * dm.head_dim);
+      if (!c.ok()) return Status::bad_input("attention: workspace smaller than attention_workspace_bytes()");
+      using T = typename tc::Wmma<S>::T;
+      return tc::backward<T>(ctx, reinterpret_cast<const T*>(q), reinterpret_cast<const T*>(k),
+                             reinterpret_cast<const T*>(v), doc, reinterpret_cast<const T*>(o), lse,
+                             reinterpret_cast<const T*>(dout), reinterpret_cast<T*>(dq), reinterpret_cast<T*>(dk),
+                             reinterpret_cast<T*>(dv), dm, dsum, dq_acc);
+    }
+  }
   const FlashDims D = flash_dims(dm);
   flash_backward_dq_kernel<<<flash_grid(dm, dm.heads), kWarps * 32, 0, ctx.compute_stream()>>>(
       q, k, v, doc, o, lse, dout, dq, dsum, D);

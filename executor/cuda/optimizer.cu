@@ -3,6 +3,7 @@
 // tensor t whose block range holds b.
 #include "executor/cuda/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "executor/cuda/check.h"
@@ -180,7 +181,32 @@ Status sgd_step(CudaContext& ctx, float* p, const G* g, float* buf, int64_t n, c
   return sgd_step<G>(ctx, std::span<const SgdTensor>(&one, 1), o, grad_scale, DType::f32);
 }
 
+namespace {
+// One double per warp added atomically: the squares are summed in double, so the order of
+// the atomic adds changes the norm only in its last bits.
+template <class G>
+__global__ void sum_squares_kernel(const G* g, int64_t n, double* acc) {
+  double s = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double v = load(g[i]);
+    s += v * v;
+  }
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+  if ((threadIdx.x & 31) == 0) atomicAdd(acc, s);
+}
+}  // namespace
+
+template <class G>
+Status sum_squares_accumulate(CudaContext& ctx, const G* g, int64_t n, double* acc) {
+  if (n <= 0) return Status::ok();
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t{4} * ctx.sm_count());
+  sum_squares_kernel<G><<<static_cast<unsigned>(blocks), kThreads, 0, ctx.compute_stream()>>>(g, n, acc);
+  return launch_status("sum_squares_accumulate");
+}
+
 #define INST(G)                                                                                       \
+  template Status sum_squares_accumulate<G>(CudaContext&, const G*, int64_t, double*);               \
   template Status adamw_step<G>(CudaContext&, std::span<const AdamWTensor>, const cpu::AdamWOptions&, \
                                 int64_t, double, DType);                                              \
   template Status adamw_step<G>(CudaContext&, float*, const G*, float*, float*, int64_t,              \

@@ -53,6 +53,11 @@ template <class G>
 Status adamw_step(CudaContext& ctx, float* p, const G* g, float* m, float* v, int64_t n,
                   const cpu::AdamWOptions& o, int64_t step, double grad_scale = 1.0);
 
+// *acc += sum of g[i]^2 over n elements, in double (the gradient-norm clip; acc is one
+// device double the caller zeroes).
+template <class G>
+Status sum_squares_accumulate(CudaContext& ctx, const G* g, int64_t n, double* acc);
+
 template <class G>
 Status sgd_step(CudaContext& ctx, std::span<const SgdTensor> tensors, const cpu::SgdOptions& o,
                 double grad_scale = 1.0, DType model_dtype = DType::bf16);

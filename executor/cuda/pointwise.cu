@@ -2,6 +2,8 @@
 // element function, one device lambda per op with the CPU op's formula.
 #include "executor/cuda/pointwise.h"
 
+#include <type_traits>
+
 #include "executor/cuda/check.h"
 #include "executor/cuda/device_util.cuh"
 
@@ -32,6 +34,14 @@ __device__ __forceinline__ void atomic_add(bf16_t* p, float v) {
 __device__ __forceinline__ void atomic_add(f16_t* p, float v) {
   atomicAdd(reinterpret_cast<__half*>(p), __float2half_rn(v));
 }
+// p[0] += a, p[1] += b in one native 32-bit atomic (p 4-byte aligned: an even column of a
+// row of even length); each half rounded once, as the single-value adds.
+__device__ __forceinline__ void atomic_add_pair(bf16_t* p, float a, float b) {
+  atomicAdd(reinterpret_cast<__nv_bfloat162*>(p), __floats2bfloat162_rn(a, b));
+}
+__device__ __forceinline__ void atomic_add_pair(f16_t* p, float a, float b) {
+  atomicAdd(reinterpret_cast<__half2*>(p), __floats2half2_rn(a, b));
+}
 }  // namespace
 
 template <class S>
@@ -50,9 +60,23 @@ Status add_row_bias(CudaContext& ctx, S* y, const S* b, int64_t rows, int64_t ou
                   "add_row_bias");
 }
 
+template <class S>
+Status scale(CudaContext& ctx, S* x, int64_t n, double s) {
+  const float f = static_cast<float>(s);
+  return for_each_index(ctx, n, [=] __device__(int64_t i) { x[i] = store<S>(load(x[i]) * f); }, "scale");
+}
+
 template <class Src, class Dst>
 Status cast(CudaContext& ctx, const Src* x, Dst* y, int64_t n) {
   return for_each_index(ctx, n, [=] __device__(int64_t i) { y[i] = store<Dst>(load(x[i])); }, "cast");
+}
+
+template <class Src, class Dst>
+Status cast_rows(CudaContext& ctx, const Src* x, int64_t ld_x, Dst* y, int64_t ld_y, int64_t rows, int64_t cols) {
+  return for_each_index(ctx, rows * cols, [=] __device__(int64_t e) {
+    const int64_t r = e / cols, c = e - r * cols;
+    y[r * ld_y + c] = store<Dst>(load(x[r * ld_x + c]));
+  }, "cast_rows");
 }
 
 template <class S>
@@ -131,6 +155,20 @@ Status embedding_forward(CudaContext& ctx, const int32_t* ids, const S* table, S
 
 template <class S, class G>
 Status embedding_backward(CudaContext& ctx, const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h) {
+  if constexpr (!std::is_same_v<G, float>) {
+    // 16-bit gradients: one thread per PAIR of columns and the native paired atomic. Two
+    // threads adding single 16-bit values to the two halves of one 32-bit word make the
+    // hardware retry (the 16-bit atomic is a 32-bit compare-and-swap loop): measured 19 ms
+    // for GPT-2's 16k x 768 token gradient on an H200, against well under 1 ms paired.
+    if (h % 2 == 0) {
+      const int64_t hp = h / 2;
+      return for_each_index(ctx, n * hp, [=] __device__(int64_t e) {
+        const int64_t i = e / hp, j = 2 * (e - i * hp);
+        G* dst = dtable + static_cast<int64_t>(ids[i]) * h + j;
+        atomic_add_pair(dst, load(dout[i * h + j]), load(dout[i * h + j + 1]));
+      }, "embedding_backward");
+    }
+  }
   return for_each_index(ctx, n * h, [=] __device__(int64_t e) {
     const int64_t i = e / h, j = e - i * h;
     atomic_add(dtable + static_cast<int64_t>(ids[i]) * h + j, load(dout[e]));
@@ -183,6 +221,7 @@ Status rope_backward(CudaContext& ctx, const S* dy, const int32_t* positions, S*
   template Status add_inplace<S>(CudaContext&, S*, const S*, int64_t);                               \
   template Status add_row_bias<S>(CudaContext&, S*, const S*, int64_t, int64_t);                     \
   template Status has_nonfinite<S>(CudaContext&, const S*, int64_t, int32_t*);                       \
+  template Status scale<S>(CudaContext&, S*, int64_t, double);                                       \
   template Status gelu_forward<S>(CudaContext&, const S*, S*, int64_t);                              \
   template Status gelu_backward<S>(CudaContext&, const S*, const S*, S*, int64_t);                   \
   template Status swiglu_forward<S>(CudaContext&, const S*, const S*, S*, int64_t);                  \
@@ -202,7 +241,9 @@ LLMPLAN_CUDA_FOR_STORAGE(INST)
   template Status embedding_backward<S, G>(CudaContext&, const int32_t*, const S*, G*, int64_t, int64_t);
 LLMPLAN_CUDA_FOR_STORAGE_GRAD(INSTG)
 #undef INSTG
-#define CAST(A, B) template Status cast<A, B>(CudaContext&, const A*, B*, int64_t);
+#define CAST(A, B)                                                             \
+  template Status cast<A, B>(CudaContext&, const A*, B*, int64_t);             \
+  template Status cast_rows<A, B>(CudaContext&, const A*, int64_t, B*, int64_t, int64_t, int64_t);
 CAST(float, bf16_t) CAST(float, f16_t) CAST(float, float) CAST(bf16_t, float) CAST(f16_t, float)
 #undef CAST
 

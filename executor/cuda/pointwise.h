@@ -26,9 +26,15 @@ template <class S> Status add_inplace(CudaContext& ctx, S* y, const S* x, int64_
 // y (n) += b (out) on every row of y (rows, out): the bias, where a GEMM epilogue cannot.
 template <class S> Status add_row_bias(CudaContext& ctx, S* y, const S* b, int64_t rows, int64_t out);
 
+// x (n) *= s, the factor rounded to fp32 once (the LoRA scale alpha / r).
+template <class S> Status scale(CudaContext& ctx, S* x, int64_t n, double s);
+
 // y (n) = x (n) converted, round to nearest even. Pairs: float -> bf16_t, f16_t, float;
 // bf16_t, f16_t -> float.  (cpu::cast)
 template <class Src, class Dst> Status cast(CudaContext& ctx, const Src* x, Dst* y, int64_t n);
+// The same over rows of a strided matrix: y[r * ld_y + c] = x[r * ld_x + c], c < cols.
+template <class Src, class Dst>
+Status cast_rows(CudaContext& ctx, const Src* x, int64_t ld_x, Dst* y, int64_t ld_y, int64_t rows, int64_t cols);
 
 // *flag = 1 when any of x (n) is an infinity or a NaN; *flag is left alone otherwise, so
 // one zeroed flag can collect many tensors (fp16 loss scaling checks all gradients, then

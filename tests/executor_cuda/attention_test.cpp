@@ -122,6 +122,8 @@ TYPED_TEST(CudaAttention, FlashMatchesCpu) {
   check_attention<S>(dims(1, 128, 6, 6, 128), false, true);
   check_attention<S>(dims(2, 40, 8, 1, 32, 0.2), true, true);
   check_attention<S>(dims(1, 300, 2, 1, 80), true, true);  // several key tiles per row; d not a multiple of 32
+  check_attention<S>(dims(1, 520, 4, 2, 64), true, true);  // 16-bit: several 64-row tensor-core tiles, a partial last one
+  check_attention<S>(dims(2, 200, 4, 4, 128), false, true);  // widest head on tensor cores, no document mask
 }
 
 // The two GPU variants agree with each other on the same inputs (outputs and gradients).

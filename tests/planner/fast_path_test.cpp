@@ -61,7 +61,9 @@ TEST(PlanCheck, FirstLayerOfStageIsTheSumOfTheStagesBefore) {
 
 // Plans that exercise the stage skipping: uneven layers, frozen layers (fully frozen,
 // partly frozen and trainable stages), few and many micro-batches (saturated and falling
-// in-flight counts), GPipe, 1F1B and interleaved schedules, every recompute policy.
+// in-flight counts), GPipe, 1F1B and interleaved schedules, every recompute policy, every
+// ZeRO stage (ZeRO-2/3: a unit's full gradient in backward; ZeRO-3: the gathered pool),
+// full fine-tuning and LoRA (whose unit gradient is the adapters'; no ZeRO-3).
 struct Case {
   const char* model;
   int frozen_layers;
@@ -84,44 +86,46 @@ TEST(MemoryModel, SkippedStagesNeverChangeTheReport) {
       {"llama2-70b", 0, 1280, 10, 2, 8, 1, Schedule::interleaved},
   };
   int checked = 0;
-  for (const Case& k : cases) {
-    const ModelSpec m = *reg.model(k.model);
-    TrainingJob j;
-    j.mode = k.frozen_layers > 0 ? TrainMode::finetune : TrainMode::pretrain;
-    j.frozen_layers = k.frozen_layers;
-    j.global_batch = k.global_batch;
-    for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full, Recompute::full_k})
-      for (int zero : {0, 1, 3}) {
-        ParallelPlan p;
-        p.pp = k.pp;
-        p.vpp = k.vpp;
-        p.dp = k.dp;
-        p.micro_batch = k.micro_batch;
-        p.schedule = k.schedule;
-        p.recompute = rc;
-        p.recompute_layers = 1;
-        p.flash_attention = rc != Recompute::selective;
-        p.zero = zero;
-        ASSERT_EQ(check_plan(m, c, j, p, p.world_size(), true), RejectReason::none) << k.model << " pp " << k.pp;
-        const MemoryReport r = estimate_memory(m, c, j, p);
-        // Brute force: every stage, the worst kept on ties by the earliest.
-        StageMemory worst = estimate_stage_memory(m, c, j, p, 0);
-        expect_same(r.first, worst);
-        for (int s = 1; s < p.pp; ++s) {
-          const StageMemory sm = estimate_stage_memory(m, c, j, p, s);
-          if (sm.total > worst.total) worst = sm;
-          if (s == p.pp - 1) expect_same(r.last, sm);
+  for (const Case& k : cases)
+    for (bool lora : {false, true}) {
+      const ModelSpec m = *reg.model(k.model);
+      TrainingJob j;
+      j.mode = lora ? TrainMode::lora : k.frozen_layers > 0 ? TrainMode::finetune : TrainMode::pretrain;
+      j.frozen_layers = k.frozen_layers;
+      j.global_batch = k.global_batch;
+      for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full, Recompute::full_k})
+        for (int zero : {0, 1, 2, 3}) {
+          if (lora && zero == 3) continue;  // rejected (lora_zero3)
+          ParallelPlan p;
+          p.pp = k.pp;
+          p.vpp = k.vpp;
+          p.dp = k.dp;
+          p.micro_batch = k.micro_batch;
+          p.schedule = k.schedule;
+          p.recompute = rc;
+          p.recompute_layers = 1;
+          p.flash_attention = rc != Recompute::selective;
+          p.zero = zero;
+          ASSERT_EQ(check_plan(m, c, j, p, p.world_size(), true), RejectReason::none) << k.model << " pp " << k.pp;
+          const MemoryReport r = estimate_memory(m, c, j, p);
+          // Brute force: every stage, the worst kept on ties by the earliest.
+          StageMemory worst = estimate_stage_memory(m, c, j, p, 0);
+          expect_same(r.first, worst);
+          for (int s = 1; s < p.pp; ++s) {
+            const StageMemory sm = estimate_stage_memory(m, c, j, p, s);
+            if (sm.total > worst.total) worst = sm;
+            if (s == p.pp - 1) expect_same(r.last, sm);
+          }
+          expect_same(r.worst, worst);
+          const MemoryPeak peak = estimate_memory_peak(m, c, j, p, memory_inputs(m, j, p));
+          EXPECT_EQ(peak.total, worst.total);
+          EXPECT_EQ(peak.stage, worst.stage);
+          EXPECT_EQ(peak.phase, worst.peak_phase);
+          EXPECT_EQ(peak.capacity, r.capacity);
+          ++checked;
         }
-        expect_same(r.worst, worst);
-        const MemoryPeak peak = estimate_memory_peak(m, c, j, p, memory_inputs(m, j, p));
-        EXPECT_EQ(peak.total, worst.total);
-        EXPECT_EQ(peak.stage, worst.stage);
-        EXPECT_EQ(peak.phase, worst.peak_phase);
-        EXPECT_EQ(peak.capacity, r.capacity);
-        ++checked;
-      }
-  }
-  EXPECT_EQ(checked, 8 * 4 * 3);
+    }
+  EXPECT_EQ(checked, 8 * 4 * (4 + 3));
 }
 
 // Inputs computed for one plan serve every plan that differs in ZeRO stage, offload,

@@ -1,0 +1,220 @@
+#include "executor/cuda/cuda_backend.h"
+
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "executor/cpu/optimizer.h"
+#include "executor/cuda/cuda_model.h"
+#include "executor/cuda/ops.h"
+
+namespace llmplan::exec::cuda {
+namespace {
+
+template <class G>
+Status adamw_or_sgd(CudaContext& ctx, bool adam, std::span<const AdamWTensor> t, std::span<const SgdTensor> s,
+                    const cpu::AdamWOptions& ao, const cpu::SgdOptions& so, int64_t step, double grad_scale, DType model) {
+  return adam ? adamw_step<G>(ctx, t, ao, step, grad_scale, model) : sgd_step<G>(ctx, s, so, grad_scale, model);
+}
+
+class CudaTrainer final : public Trainer {
+ public:
+  static Result<std::unique_ptr<Trainer>> create(CudaContext& ctx, Model& model, const TrainingJob& job,
+                                                 const PrecisionScheme& scheme, const TrainerOptions& options) {
+    if (scheme.optimizer != DType::f32)
+      return Status::bad_input("trainer (cuda): 16-bit optimizer states (AMP O3) are CPU-only");
+    std::unique_ptr<CudaTrainer> t(new CudaTrainer(ctx));
+    t->job_ = job;
+    t->scheme_ = scheme;
+    t->opt_ = options;
+    t->loss_scale_ = scheme.loss_scaling ? options.initial_loss_scale : 1.0;
+    const bool adam = job.optimizer == Optimizer::adamw;
+    for (ParamRef& p : model.params()) {
+      const int64_t n = p.weight->numel();
+      if (p.grad == nullptr) {
+        if (scheme.f32_weight_copy) {  // O1 keeps an fp32 copy of frozen weights too (planner: 6 B)
+          Result<Tensor> c = Tensor::empty(ctx.allocator(), Shape{n}, DType::f32, Category::weights, p.name + ".f32");
+          if (!c) return c.status();
+          if (Status s = t->to_f32(*p.weight, *c); !s) return s;
+          t->frozen_copies_.push_back(std::move(*c));
+        }
+        continue;
+      }
+      State st;
+      st.param = &p;
+      if (scheme.master || scheme.f32_weight_copy) {
+        const Category c = scheme.master ? Category::master_weights : Category::weights;
+        Result<Tensor> m = Tensor::empty(ctx.allocator(), Shape{n}, DType::f32, c, p.name + (scheme.master ? ".master" : ".f32"));
+        if (!m) return m.status();
+        st.master = std::move(*m);
+        if (Status s = t->to_f32(*p.weight, st.master); !s) return s;
+      } else if (p.weight->dtype() != DType::f32) {
+        return Status::bad_input("trainer (cuda): 16-bit weights need fp32 master weights or an fp32 copy");
+      }
+      Result<Tensor> m = zeros(ctx, Shape{n}, DType::f32, Category::optimizer_states, p.name + (adam ? ".exp_avg" : ".momentum"));
+      if (!m) return m.status();
+      st.m = std::move(*m);
+      if (adam) {
+        Result<Tensor> v = zeros(ctx, Shape{n}, DType::f32, Category::optimizer_states, p.name + ".exp_avg_sq");
+        if (!v) return v.status();
+        st.v = std::move(*v);
+      }
+      t->states_.push_back(std::move(st));
+    }
+    Result<Tensor> acc = zeros(ctx, Shape{2}, DType::f64, Category::workspace, "optimizer.grad_norm");
+    if (!acc) return acc.status();
+    t->norm_acc_ = std::move(*acc);
+    return std::unique_ptr<Trainer>(std::move(t));
+  }
+
+  double loss_scale() const override { return loss_scale_; }
+  int64_t updates() const override { return updates_; }
+  Status last_error() const override { return error_; }
+  void set_norm_reduce(std::function<double(double, double)> f) override { norm_reduce_ = std::move(f); }
+
+  StepOutcome step() override {
+    StepOutcome out;
+    out.loss_scale = loss_scale_;
+    Result<double> raw = raw_norm();
+    const ScalePolicy sp = apply_scale_policy(raw ? *raw : NAN, scheme_, opt_, &loss_scale_, &good_steps_);
+    out.grad_norm = sp.norm;
+    if (!raw) error_ = raw.status();
+    if (sp.skip) {
+      out.skipped = true;
+      return out;
+    }
+    if (Status s = update(sp.grad_scale); !s) {
+      error_ = s;
+      out.skipped = true;
+      return out;
+    }
+    ++updates_;
+    if (scheme_.loss_scaling && ++good_steps_ >= opt_.growth_interval) {
+      loss_scale_ *= 2;
+      good_steps_ = 0;
+    }
+    return out;
+  }
+
+ private:
+  struct State {
+    ParamRef* param = nullptr;
+    Tensor master;  // f32 (O2 master, O1 weight copy); undefined for fp32 weights
+    Tensor m, v;
+  };
+  explicit CudaTrainer(CudaContext& ctx) : ctx_(ctx) {}
+
+  Status to_f32(const Tensor& w, Tensor& out) {
+    switch (w.dtype()) {
+      case DType::f32: return copy_on_device(ctx_, out.raw(), w.raw(), w.bytes());
+      case DType::bf16: return cast<bf16_t, float>(ctx_, w.data<bf16_t>(), out.data<float>(), w.numel());
+      case DType::f16: return cast<f16_t, float>(ctx_, w.data<f16_t>(), out.data<float>(), w.numel());
+      default: return Status::bad_input("trainer (cuda): no " + std::string(to_string(w.dtype())) + " weights on the GPU");
+    }
+  }
+
+  // sqrt of the sum of squares of every gradient (TP-split and replicated apart, for
+  // set_norm_reduce), scaled by the loss scale.
+  Result<double> raw_norm() {
+    if (Status s = fill_bytes(ctx_, norm_acc_.raw(), 0, norm_acc_.bytes()); !s) return s;
+    double* acc = norm_acc_.data<double>();
+    for (State& s : states_) {
+      if (s.param->shared_copy) continue;
+      const Tensor& g = *s.param->grad;
+      double* slot = acc + (s.param->split.dim >= 0 ? 0 : 1);
+      Status st = g.dtype() == DType::f32    ? sum_squares_accumulate<float>(ctx_, g.data<float>(), g.numel(), slot)
+                  : g.dtype() == DType::bf16 ? sum_squares_accumulate<bf16_t>(ctx_, g.data<bf16_t>(), g.numel(), slot)
+                                             : sum_squares_accumulate<f16_t>(ctx_, g.data<f16_t>(), g.numel(), slot);
+      if (!st) return st;
+    }
+    double host[2] = {0, 0};
+    if (Status s = copy_to_host(ctx_, host, acc, sizeof(host)); !s) return s;
+    return norm_reduce_ ? std::sqrt(norm_reduce_(host[0], host[1])) : std::sqrt(host[0] + host[1]);
+  }
+
+  // Two launches per kernel family: with and without weight decay (the options differ).
+  Status update(double grad_scale) {
+    const bool adam = job_.optimizer == Optimizer::adamw;
+    const int64_t step = updates_ + 1;
+    if (states_.empty()) return Status::ok();
+    const DType gdt = states_.front().param->grad->dtype();
+    const DType model_dt = states_.front().param->weight->dtype();
+    for (int decay = 0; decay < 2; ++decay) {
+      std::vector<AdamWTensor> at;
+      std::vector<SgdTensor> st;
+      for (State& s : states_) {
+        if (s.param->decay != (decay == 1)) continue;
+        const bool master = s.master.defined();
+        float* p = master ? s.master.data<float>() : s.param->weight->data<float>();
+        void* model_out = master ? s.param->weight->raw() : nullptr;
+        const int64_t n = s.param->weight->numel();
+        at.push_back({p, s.param->grad->raw(), s.m.data<float>(), adam ? s.v.data<float>() : nullptr, model_out, n});
+        st.push_back({p, s.param->grad->raw(), s.m.data<float>(), model_out, n});
+      }
+      if (at.empty()) continue;
+      const double wd = decay ? opt_.weight_decay : 0.0;
+      const cpu::AdamWOptions ao{opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, wd};
+      const cpu::SgdOptions so{opt_.lr, opt_.momentum, wd};
+      Status s = gdt == DType::f32    ? adamw_or_sgd<float>(ctx_, adam, at, st, ao, so, step, grad_scale, model_dt)
+                 : gdt == DType::bf16 ? adamw_or_sgd<bf16_t>(ctx_, adam, at, st, ao, so, step, grad_scale, model_dt)
+                                      : adamw_or_sgd<f16_t>(ctx_, adam, at, st, ao, so, step, grad_scale, model_dt);
+      if (!s) return s;
+    }
+    return Status::ok();
+  }
+
+  CudaContext& ctx_;
+  TrainingJob job_;
+  PrecisionScheme scheme_;
+  TrainerOptions opt_;
+  std::vector<State> states_;
+  std::vector<Tensor> frozen_copies_;
+  Tensor norm_acc_;  // 2 doubles: TP-split and replicated sums of squares
+  std::function<double(double, double)> norm_reduce_;
+  double loss_scale_ = 1;
+  int good_steps_ = 0;
+  int64_t updates_ = 0;
+  Status error_ = Status::ok();
+};
+
+class CudaBackend final : public ExecBackend {
+ public:
+  explicit CudaBackend(std::unique_ptr<CudaContext> ctx) : ctx_(std::move(ctx)) {}
+  std::string name() const override { return "cuda"; }
+  std::string device_name() const override { return ctx_->device_name(); }
+  TrackingAllocator& allocator() override { return ctx_->allocator(); }
+  Result<std::unique_ptr<Model>> build_model(const ModelConfig& c) override { return build_cuda_model(*ctx_, c); }
+  Result<std::unique_ptr<Trainer>> create_trainer(Model& m, const TrainingJob& job, const PrecisionScheme& scheme,
+                                                  const TrainerOptions& options, const TrainerShard* shard) override {
+    if (shard != nullptr) return Status::bad_input("trainer (cuda): ZeRO shards are CPU-only so far");
+    return CudaTrainer::create(*ctx_, m, job, scheme, options);
+  }
+  Status synchronize() override { return ctx_->synchronize(); }
+  DeviceMemoryLines device_memory() override {
+    const CudaAllocator::DeviceMemory d = ctx_->allocator().device_memory();
+    DeviceMemoryLines l;
+    l.measured = true;
+    l.context = d.context;
+    l.libraries = d.libraries;
+    l.blas_workspace = d.blas_workspace;
+    l.reserved_peak = d.reserved_peak;
+    l.used_peak = d.used_peak;
+    l.used_at_start = d.used_at_start;
+    return l;
+  }
+
+ private:
+  std::unique_ptr<CudaContext> ctx_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ExecBackend>> make_cuda_backend(const CudaOptions& options) {
+  const DeviceProbe probe = probe_devices();
+  if (probe.count == 0) return Status::runtime("--backend cuda: no usable CUDA device: " + probe.reason);
+  Result<std::unique_ptr<CudaContext>> ctx = CudaContext::create(options);
+  if (!ctx) return ctx.status();
+  return std::unique_ptr<ExecBackend>(std::make_unique<CudaBackend>(std::move(*ctx)));
+}
+
+}  // namespace llmplan::exec::cuda

@@ -1,0 +1,30 @@
+// The CUDA backend of the runner (executor/backend.h): one GPU through a CudaContext, the
+// model of executor/cuda/cuda_model.h, and a trainer whose optimizer runs on the device.
+//
+// Trainer on the GPU: the precision schemes of trainer.h that keep fp32 optimizer states --
+// fp32 (the weights are the parameters), O2/O0 (fp32 master in Category::master_weights,
+// the updated master rounded into the 16-bit weights in the same kernel) and O1 (an fp32
+// copy of every weight in Category::weights) -- with AdamW or SGD-momentum, fused
+// multi-tensor launches (executor/cuda/optimizer.h), global gradient-norm clipping (sum of
+// squares in double on the device, one 8-byte read back per step) and fp16 dynamic loss
+// scaling (a non-finite norm skips the step). O3 (16-bit optimizer states) and ZeRO shards
+// are CPU-only (bad_input).
+//
+// Memory outside the allocator's categories (DeviceMemoryLines) comes from the allocator's
+// cudaMemGetInfo samples: the context, the libraries, the cuBLASLt workspace, the reserved
+// and used peaks.
+// Thread-safety: one thread drives the backend.
+#pragma once
+
+#include <memory>
+
+#include "executor/backend.h"
+#include "executor/cuda/context.h"
+#include "planner/status.h"
+
+namespace llmplan::exec::cuda {
+
+// Errors: runtime without a usable device (the probe's reason in the message).
+Result<std::unique_ptr<ExecBackend>> make_cuda_backend(const CudaOptions& options = {});
+
+}  // namespace llmplan::exec::cuda

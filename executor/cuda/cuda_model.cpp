@@ -1,0 +1,254 @@
+#include "executor/cuda/cuda_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "executor/cuda/ops.h"
+#include "executor/model_impl.h"
+
+namespace llmplan::exec::cuda {
+namespace {
+
+// LLMPLAN_CUDA_OP_TIMES=1: every op is timed -- the device synchronised before and after,
+// wall time between -- and a table of the time per op kind goes to stderr when the model is
+// destroyed. Slows the run (no overlap of launch and execution); for finding where a step's
+// time goes, not for measuring it.
+struct OpTimes {
+  CudaContext* ctx = nullptr;
+  std::map<std::string, std::pair<double, int64_t>> by_op;  // seconds, calls
+  ~OpTimes() {
+    double total = 0;
+    for (auto& [k, v] : by_op) total += v.first;
+    std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(by_op.begin(), by_op.end());
+    std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+    std::fprintf(stderr, "\nCUDA op times (LLMPLAN_CUDA_OP_TIMES, synchronised per op), %.3f s in all:\n", total);
+    for (auto& [k, v] : rows)
+      std::fprintf(stderr, "  %-34s %9.4f s %6.1f%% %8lld calls %9.1f us/call\n", k.c_str(), v.first, 100 * v.first / total,
+                   static_cast<long long>(v.second), 1e6 * v.first / static_cast<double>(v.second));
+  }
+  template <class F>
+  auto time(const char* name, F&& f) {
+    (void)ctx->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = f();
+    (void)ctx->synchronize();
+    auto& e = by_op[name];
+    e.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++e.second;
+    return r;
+  }
+};
+
+std::shared_ptr<OpTimes> op_times_from_env(CudaContext& ctx) {
+  const char* v = std::getenv("LLMPLAN_CUDA_OP_TIMES");
+  if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return nullptr;
+  auto t = std::make_shared<OpTimes>();
+  t->ctx = &ctx;
+  return t;
+}
+
+// The CUDA backend of ModelImpl: every op enqueued on the context's compute stream, scratch
+// from the context's allocator (freed blocks are reused in stream order, see
+// cuda_allocator.h). GEMMs need no row chunks: cuBLASLt multiplies 16-bit operands itself.
+template <class S, class G>
+struct CudaOps {
+  static constexpr bool kHostMemory = false;
+  CudaContext* ctx = nullptr;
+  // Device copies of the micro-batch (stage_batch): allocated at the first one.
+  std::shared_ptr<std::vector<Tensor>> batch_buffers = std::make_shared<std::vector<Tensor>>();
+  std::shared_ptr<OpTimes> times;  // null unless LLMPLAN_CUDA_OP_TIMES
+  template <class F>
+  Status timed(const char* name, F&& f) const {
+    return times ? times->time(name, std::forward<F>(f)) : f();
+  }
+
+  int64_t chunk_rows(int64_t n) const { return n; }
+  int64_t linear_workspace_bytes(DType, int64_t rows, int64_t, int64_t out) const {
+    return cuda::linear_workspace_bytes(rows, out);
+  }
+  int64_t norm_workspace_bytes(DType, int64_t n, int64_t h) const { return cuda::norm_workspace_bytes(n, h); }
+  int64_t attention_workspace_bytes(DType s, const cpu::AttentionDims& dm, bool flash) const {
+    return cuda::attention_workspace_bytes(s, dm, flash);
+  }
+  int64_t attention_dropout_workspace_bytes(DType, const cpu::AttentionDims&) const { return 0; }
+
+  Status fill(Tensor& t, const std::vector<double>& v, int64_t offset) const {
+    const int64_t es = dtype_size(t.dtype());
+    std::vector<std::byte> host(v.size() * static_cast<size_t>(es));
+    for (size_t k = 0; k < v.size(); ++k) {
+      const float x = static_cast<float>(v[k]);
+      switch (t.dtype()) {
+        case DType::f32: std::memcpy(&host[k * 4], &x, 4); break;
+        case DType::bf16: {
+          const bf16_t b = float_to_bf16(x);
+          std::memcpy(&host[k * 2], &b, 2);
+          break;
+        }
+        case DType::f16: {
+          const f16_t h = float_to_f16(x);
+          std::memcpy(&host[k * 2], &h, 2);
+          break;
+        }
+        default: return Status::bad_input("executor (cuda): no " + std::string(to_string(t.dtype())) + " tensors on the GPU");
+      }
+    }
+    // copy_to_device may return before the copy is done only when the source may be reused.
+    return copy_to_device(*ctx, static_cast<std::byte*>(t.raw()) + offset * es, host.data(), static_cast<int64_t>(host.size()));
+  }
+  Status zero(void* p, int64_t bytes) const { return timed("zero", [&] { return fill_bytes(*ctx, p, 0, bytes); }); }
+  Result<Tensor> zeros(Shape shape, DType dt, Category c, std::string name) const {
+    return cuda::zeros(*ctx, shape, dt, c, std::move(name));
+  }
+  Status copy(void* dst, const void* src, int64_t bytes) const {
+    return timed("copy", [&] { return copy_on_device(*ctx, dst, src, bytes); });
+  }
+  Status scale(S* x, int64_t n, double s) const { return cuda::scale<S>(*ctx, x, n, s); }
+
+  Status stage_batch(const Batch& b, const int32_t* positions, int64_t n, detail::StagedBatch& out) {
+    std::vector<Tensor>& buf = *batch_buffers;
+    if (buf.empty() || buf[0].numel() != n) {
+      buf.clear();
+      for (const char* name : {"batch.tokens", "batch.targets", "batch.doc_ids", "batch.positions"}) {
+        Result<Tensor> t = Tensor::empty(ctx->allocator(), Shape{n}, DType::i32, Category::workspace, name);
+        if (!t) return t.status();
+        buf.push_back(std::move(*t));
+      }
+    }
+    const int64_t bytes = n * 4;
+    const int32_t* src[4] = {b.tokens, b.targets, b.doc_ids, positions};
+    for (int i = 0; i < 4; ++i)
+      if (src[i] != nullptr)
+        if (Status s = copy_to_device(*ctx, buf[static_cast<size_t>(i)].raw(), src[i], bytes); !s) return s;
+    out = {buf[0].data<int32_t>(), b.targets ? buf[1].data<int32_t>() : nullptr, b.doc_ids ? buf[2].data<int32_t>() : nullptr,
+           buf[3].data<int32_t>()};
+    return Status::ok();
+  }
+
+  // The ops whose CUDA twin takes the CPU op's arguments after the context.
+#define LL_CUDA_OP(name)                                                                      \
+  template <class... T, class... Args>                                                        \
+  Status name(Args&&... args) const {                                                         \
+    return timed(#name, [&] { return cuda::name<T...>(*ctx, std::forward<Args>(args)...); }); \
+  }
+  LL_CUDA_OP(layernorm_forward)
+  LL_CUDA_OP(layernorm_backward)
+  LL_CUDA_OP(rmsnorm_forward)
+  LL_CUDA_OP(rmsnorm_backward)
+  LL_CUDA_OP(attention_forward_materialized)
+  LL_CUDA_OP(attention_backward_materialized)
+  LL_CUDA_OP(attention_forward_flash)
+  LL_CUDA_OP(attention_backward_flash)
+  LL_CUDA_OP(dropout_forward)
+  LL_CUDA_OP(dropout_backward)
+  LL_CUDA_OP(gelu_forward)
+  LL_CUDA_OP(gelu_backward)
+  LL_CUDA_OP(swiglu_forward)
+  LL_CUDA_OP(swiglu_backward)
+  LL_CUDA_OP(rope_forward)
+  LL_CUDA_OP(rope_backward)
+  LL_CUDA_OP(embedding_forward)
+  LL_CUDA_OP(embedding_backward)
+  LL_CUDA_OP(add)
+  LL_CUDA_OP(add_inplace)
+  LL_CUDA_OP(cast)
+#undef LL_CUDA_OP
+
+  template <class T>
+  Status linear_forward(const T* x, const T* w, const T* b, T* y, int64_t n, int64_t in, int64_t out,
+                        std::span<std::byte>) const {
+    return timed(out > 8 * in ? "linear_forward (head)" : "linear_forward",
+                 [&] { return cuda::linear_forward<T>(*ctx, x, w, b, y, n, in, out); });
+  }
+  template <class T, class GT>
+  Status linear_backward(const T* dy, const T* x, const T* w, T* dx, GT* dw, GT* db, int64_t n, int64_t in, int64_t out,
+                         std::span<std::byte> ws) const {
+    return timed(out > 8 * in ? "linear_backward (head)" : "linear_backward",
+                 [&] { return cuda::linear_backward<T, GT>(*ctx, dy, x, w, dx, dw, db, n, in, out, ws); });
+  }
+  // Logits rows padded to a multiple of 8 elements (16 bytes in 16-bit): cuBLASLt's tensor-
+  // core kernels need aligned rows (linear.h); the padding is never read. The planner counts
+  // b s V, so an unaligned vocabulary measures up to 7 elements a row more.
+  int64_t logits_row_stride(int64_t v) const { return (v + 7) / 8 * 8; }
+  template <class T>
+  Status linear_forward_ld(const T* x, const T* w, T* y, int64_t n, int64_t in, int64_t out, int64_t ld) const {
+    return timed("linear_forward (head)", [&] { return cuda::linear_forward<T>(*ctx, x, w, nullptr, y, n, in, out, ld); });
+  }
+  template <class T, class GT>
+  Status linear_backward_ld(const T* dy, int64_t ld, const T* x, const T* w, T* dx, GT* dw, int64_t n, int64_t in,
+                            int64_t out) const {
+    return timed("linear_backward (head)", [&] {
+      return cuda::linear_backward<T, GT>(*ctx, dy, x, w, dx, dw, nullptr, n, in, out, {}, ld);
+    });
+  }
+  template <class Src, class Dst>
+  Status cast_rows(const Src* x, int64_t ldx, Dst* y, int64_t ldy, int64_t rows, int64_t cols) const {
+    return timed("cast", [&] { return cuda::cast_rows<Src, Dst>(*ctx, x, ldx, y, ldy, rows, cols); });
+  }
+  template <class T, class... Args>
+  Status attention_forward_dropout(Args&&...) const {
+    return Status::bad_input("executor (cuda): dropout of the attention probabilities with materialized attention is "
+                             "CPU-only; use flash attention or a model without dropout");
+  }
+  template <class T, class... Args>
+  Status attention_backward_dropout(Args&&... args) const {
+    return attention_forward_dropout<T>(std::forward<Args>(args)...);
+  }
+
+  // The loss comes back to the host (the copy waits for the forward).
+  template <class T>
+  Result<double> cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n, int64_t v, double denom) const {
+    Result<Block> ws = ctx->allocator().allocate(256 + cross_entropy_workspace_bytes(n), Category::workspace, "loss.workspace");
+    if (!ws) return ws.status();
+    auto* base = static_cast<std::byte*>(ws->data());
+    double* loss_dev = reinterpret_cast<double*>(base);
+    std::span<std::byte> scratch(base + 256, static_cast<size_t>(ws->bytes() - 256));
+    if (Status s = timed("cross_entropy_forward", [&] { return cuda::cross_entropy_forward<T>(*ctx, logits, targets, loss_dev, n, v, denom, scratch); }); !s)
+      return s;
+    double loss = 0;
+    if (Status s = copy_to_host(*ctx, &loss, loss_dev, sizeof(double)); !s) return s;
+    return loss;
+  }
+  template <class T>
+  Status cross_entropy_backward(const T* logits, const int32_t* targets, T* dlogits, int64_t n, int64_t v, double dloss,
+                                double denom) const {
+    Result<Block> ws = ctx->allocator().allocate(cross_entropy_workspace_bytes(n), Category::workspace, "loss.workspace");
+    if (!ws) return ws.status();
+    std::span<std::byte> scratch(static_cast<std::byte*>(ws->data()), static_cast<size_t>(ws->bytes()));
+    return timed("cross_entropy_backward", [&] { return cuda::cross_entropy_backward<T>(*ctx, logits, targets, dlogits, n, v, dloss, denom, scratch); });
+  }
+};
+
+template <class S, class G>
+Result<std::unique_ptr<Model>> build(CudaContext& ctx, const ModelConfig& c) {
+  CudaOps<S, G> ops;
+  ops.ctx = &ctx;
+  ops.times = op_times_from_env(ctx);
+  return detail::build_model_with<S, G>(ctx.allocator(), c, std::move(ops));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelConfig& c) {
+  if (Status st = detail::check_model_config(c); !st) return st;
+  if (c.plan.tp > 1 || c.plan.pp > 1)
+    return Status::bad_input("executor (cuda): tp " + std::to_string(c.plan.tp) + " pp " + std::to_string(c.plan.pp) +
+                             ": tensor and pipeline parallel run on the CPU backend only so far");
+  if (c.spec.dropout && !c.plan.flash_attention)
+    return Status::bad_input("executor (cuda): dropout of the attention probabilities with materialized attention is "
+                             "CPU-only; use flash attention or a model without dropout");
+  const DType s = c.storage, g = c.grad;
+  if (s == DType::f32 && g == DType::f32) return build<float, float>(ctx, c);
+  if (s == DType::bf16 && g == DType::bf16) return build<bf16_t, bf16_t>(ctx, c);
+  if (s == DType::bf16 && g == DType::f32) return build<bf16_t, float>(ctx, c);
+  if (s == DType::f16 && g == DType::f16) return build<f16_t, f16_t>(ctx, c);
+  if (s == DType::f16 && g == DType::f32) return build<f16_t, float>(ctx, c);
+  return Status::bad_input(std::string("executor (cuda): unsupported storage/gradient dtypes ") + to_string(s) + "/" +
+                           to_string(g));
+}
+
+}  // namespace llmplan::exec::cuda
