@@ -384,14 +384,18 @@ template <class T> __device__ __forceinline__ T to_t(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 to_t<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half to_t<__half>(float x) { return __float2half_rn(x); }
 
-// rows [r0, r0 + 64) of head `head` of x (b, s, nh, d) into dst (64, ld_tile(DP)), zeros
-// beyond s and d.
+// rows [r0, r0 + 64) of head `head` of x (b, s, nh, d) into dst (64, ld_tile(DP)), zero
+// rows beyond s. REQUIRES: d == DP (the dispatch below), so each row is DP / 8 aligned
+// 16-byte vectors (d * 2 bytes, a multiple of 32, apart; allocator blocks 256-aligned).
 template <class T, int DP>
 __device__ void load_rows(T* dst, const T* x, int64_t bi, int64_t r0, int64_t head, int64_t nh, const FlashDims& D) {
-  for (int e = threadIdx.x; e < kRows * DP; e += kThreads) {
-    const int t = e / DP, c = e % DP;
+  constexpr int kVec = DP / 8;
+  for (int e = threadIdx.x; e < kRows * kVec; e += kThreads) {
+    const int t = e / kVec, c = (e % kVec) * 8;
     const int64_t r = r0 + t;
-    dst[t * ld_tile(DP) + c] = r < D.s && c < D.d ? x[((bi * D.s + r) * nh + head) * D.d + c] : to_t<T>(0.0f);
+    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+    if (r < D.s) val = *reinterpret_cast<const uint4*>(x + ((bi * D.s + r) * nh + head) * DP + c);
+    *reinterpret_cast<uint4*>(dst + t * ld_tile(DP) + c) = val;
   }
 }
 
