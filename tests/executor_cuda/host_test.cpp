@@ -45,7 +45,12 @@ TEST(CudaHost, WorkspaceSizes) {
   // Materialized: one fp32 score matrix plus dS in the storage type, and head-major copies.
   EXPECT_GE(cuda::attention_workspace_bytes(DType::bf16, dm, false), scores * (4 + 2));
   EXPECT_GE(cuda::attention_workspace_bytes(DType::f32, dm, false), scores * (4 + 4));
-  // Flash: only D = dO . o per row, fp32.
+  // Flash: D = dO . o per row, fp32; on tensor cores (16-bit, head_dim a multiple of 16)
+  // also the fp32 dQ that the key blocks add into.
+  EXPECT_EQ(cuda::attention_workspace_bytes(DType::f32, dm, true), dm.b * dm.heads * dm.s * 4);
+  EXPECT_EQ(cuda::attention_workspace_bytes(DType::bf16, dm, true),
+            dm.b * dm.heads * dm.s * 4 + dm.b * dm.s * dm.heads * dm.head_dim * 4);
+  dm.head_dim = 72;  // not a multiple of 16: the fp32-FMA kernels, no dQ buffer
   EXPECT_EQ(cuda::attention_workspace_bytes(DType::bf16, dm, true), dm.b * dm.heads * dm.s * 4);
   EXPECT_EQ(cross_entropy_workspace_bytes(1000), 4096 + 256);
   EXPECT_GE(norm_workspace_bytes(4096, 4096), 4096 * 8);
