@@ -21,6 +21,7 @@
 #if LLMPLAN_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
 #endif
+#include "planner/calibration.h"
 #include "planner/units.h"
 #include "profiles/profile_store.h"
 
@@ -45,6 +46,7 @@ struct ExecuteCommand {
   uint64_t seed = 1234;
   int proxy_rank = -1;
   double watchdog_s = 300;
+  std::string calibration;
 };
 
 // A distributed run: mpirun terminates every rank with SIGTERM when one of them dies. The
@@ -138,6 +140,7 @@ Runner register_execute(CLI::App* sub) {
   sub->add_option("--lr", c->lr, "learning rate")->capture_default_str();
   sub->add_option("--seed", c->seed, "seed for init, data and dropout")->capture_default_str();
   sub->add_option("--proxy-rank", c->proxy_rank, "run rank R's share of a multi-rank plan in this one process (communication modelled)");
+  sub->add_option("--calibration", c->calibration, "predict with this calibration (from llmplan calibrate)");
   sub->add_option("--watchdog", c->watchdog_s, "seconds without a finished step before a rank aborts the job")->capture_default_str();
   return [c]() {
     Result<PlanFile> f = read_plan_file(c->plan_file);
@@ -176,6 +179,11 @@ Runner register_execute(CLI::App* sub) {
     o.data = c->data;
     o.seed = c->seed;
     o.trainer.lr = c->lr;
+    if (!c->calibration.empty()) {
+      Result<Calibration> cal = read_calibration_file(c->calibration);
+      if (!cal) return report(cal.status());
+      o.calibration = *cal;
+    }
     if (!c->memory_limit.empty()) {
       Result<double> lim = parse_bytes(c->memory_limit, "--memory-limit");
       if (!lim) return report(lim.status());
@@ -223,7 +231,10 @@ Runner register_execute(CLI::App* sub) {
     if (!pred) return report(pred.status());
     {
       const nlohmann::json pj = exec::report_to_json(*pred);
-      rec.predicted_json = nlohmann::json{{"memory", pj["predicted_gpu"]}, {"time", pj["predicted_time"]}}.dump();
+      rec.predicted_json = nlohmann::json{{"memory", pj["predicted_gpu"]},
+                                          {"time", pj["predicted_time"]},
+                                          {"device", pred->executed.cluster.gpu.name},
+                                          {"calibrated", o.calibration.has_value()}}.dump();
       rec.predicted_peak_bytes = static_cast<int64_t>(pred->predicted_alloc.total);
       rec.predicted_step_time_s = pred->predicted_time.total;
       rec.model = pred->executed.model.name +

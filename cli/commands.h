@@ -18,5 +18,6 @@ Runner register_validate(CLI::App* sub);
 Runner register_simulate(CLI::App* sub);
 Runner register_execute(CLI::App* sub);   // cmd_execute.cpp
 Runner register_profiles(CLI::App* sub);  // cmd_profiles.cpp
+Runner register_calibrate(CLI::App* sub);  // cmd_calibrate.cpp
 
 }  // namespace llmplan::cli

@@ -26,6 +26,7 @@ constexpr Command kCommands[] = {
     {"presets", "list model, GPU and node presets", llmplan::cli::register_presets},
     {"execute", "run a plan for N steps on this machine and compare measured with predicted", llmplan::cli::register_execute},
     {"profiles", "list, show, export or delete recorded runs (profile database)", llmplan::cli::register_profiles},
+    {"calibrate", "fit a device's reached speed from recorded runs; execute --calibration applies it", llmplan::cli::register_calibrate},
 };
 
 }  // namespace

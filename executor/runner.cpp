@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 
@@ -242,6 +243,17 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     r.comm_modelled = comm->modelled();
   }
   r.executed = single_rank(f, o, &r.label, comm);
+  if (o.calibration) {
+    GpuSpec& g = r.executed.cluster.gpu;
+    if (o.calibration->device != g.name)
+      return Status::bad_input("--calibration: measured on device '" + o.calibration->device + "', but the plan's GPU is '" +
+                               g.name + "'");
+    g = calibrated_gpu(g, *o.calibration);
+    char note[160];
+    std::snprintf(note, sizeof note, "calibrated: %.3f x the time model's speed (%d %s run%s)", o.calibration->compute_scale,
+                  o.calibration->runs, o.calibration->backend.c_str(), o.calibration->runs == 1 ? "" : "s");
+    r.label += std::string(r.label.empty() ? "" : "; ") + note;
+  }
   const PlanFile& e = r.executed;
   if (Status s = check_plan_status(e.model, e.cluster, e.job, e.plan, e.gpus, "executed config"); !s) return s;
   MemoryOptions gpu_opt;

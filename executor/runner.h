@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #include "executor/comm/communicator.h"
 #include "executor/model.h"
 #include "executor/trainer.h"
+#include "planner/calibration.h"
 #include "planner/memory_model.h"
 #include "planner/plan_file.h"
 #include "planner/time_model.h"
@@ -53,6 +55,10 @@ struct RunOptions {
   // The backend to run on; nullptr: a CPU backend made for the run. The CLI makes the CUDA
   // one (executor/cuda/cuda_backend.h), which this library does not link.
   ExecBackend* device_backend = nullptr;
+  // Predict with a calibrated device (planner/calibration.h). REQUIRES: measured on the
+  // device the executed config names -- the plan's GPU preset, or cpu-host on the CPU
+  // backend (bad_input otherwise).
+  std::optional<Calibration> calibration;
   int steps = 20;               // optimizer steps measured. Default: 20
   int warmup = 3;               // extra steps first, not in the medians. Default: 3
   int layers = 0;               // > 0: run this many layers instead of the model's

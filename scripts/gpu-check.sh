@@ -35,8 +35,8 @@
 #   6. summary.md: one table row per step (status, seconds, key numbers)
 # Diagnostics (environment): LLMPLAN_CHECK_SKIP_TESTS=1 skips step 3; LLMPLAN_CHECK_GEMMS
 # adds GEMM shapes to step 4; LLMPLAN_CUDA_OP_TIMES=1 makes step 5 print time per CUDA op.
-# Results in ${OUT:-results}/ (at most 8 files come back from the device): summary.md,
-# check.log (everything), tests.log, tests.xml, peak.txt, bench.log, bench_*.json.
+# Results in ${OUT:-results}/: summary.md, check.log (everything), tests.log, tests.xml,
+# peak.txt, bench.log, bench_*.json, calibrate.log, calibration*.json.
 set -u
 
 # ---------------------------------------------------------------- --prepare (here)
@@ -241,7 +241,19 @@ if [ -x "$LLMPLAN" ]; then
     --tp 1 --pp 1 --zero 1 --micro-batch 1 --recompute none --flash on --top 3 \
     --json "$out/llama7b.json" >>"$out/bench.log" 2>&1
   bench gpt2-124m "$out/gpt2.json" --backend cuda --steps 20 --warmup 5
-  bench llama2-7b-4layers "$out/llama7b.json" --backend cuda --layers 4 --grad-accum 4 --steps 8 --warmup 2
+  # Calibration from the GPT-2 run alone (the only run in this fresh profile database), then
+  # the llama run predicted with it: does a speed measured on one model carry to another
+  # model on this GPU? (The uncalibrated prediction is the report's without --calibration.)
+  t0=$SECONDS
+  if run_env "$LLMPLAN" calibrate --backend cuda --out "$out/calibration.json" >"$out/calibrate.log" 2>&1; then
+    scale=$(python3 -c 'import json,sys; print("%.3f" % json.load(open(sys.argv[1]))["compute_scale"])' "$out/calibration.json" 2>/dev/null)
+    row "calibrate (from the GPT-2 run)" ok $((SECONDS - t0)) "compute_scale ${scale:-?} (see calibrate.log)"
+    cal=(--calibration "$out/calibration.json")
+  else
+    row "calibrate" "FAIL" $((SECONDS - t0)) "see calibrate.log"
+    cal=()
+  fi
+  bench llama2-7b-4layers "$out/llama7b.json" --backend cuda --layers 4 --grad-accum 4 --steps 8 --warmup 2 "${cal[@]}"
 else
   say "== bench: skipped (no llmplan binary)"
   row "bench" "skipped" 0 "no llmplan binary in the bundle"

@@ -51,6 +51,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cli, BadInput,
     ::testing::Values(BadCase{"memory --model no-such-model", "unknown model preset 'no-such-model'"},
                       BadCase{"memory --model llama2-7b --gpus 0", "--gpus"},
+                      BadCase{"calibrate --db /tmp/llmplan-cli-test-calibrate-empty.db --backend cuda", "no finished cuda run"},
                       BadCase{"memory --model llama2-7b --gpus -4", "--gpus"},
                       BadCase{"memory --model llama2-7b --gpus 8 --tp 3", "--tp: expected a divisor of heads"},
                       BadCase{"memory --model llama2-7b --gpus 8 --tp 2 --dp 8", "expected equal"},

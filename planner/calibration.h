@@ -1,0 +1,63 @@
+// Calibration: how fast a training stack really runs on a device, relative to the time
+// model's fitted efficiencies, measured from recorded runs (the profile database).
+//
+// The time model's efficiencies (time_model.h Efficiency) are fitted to published runs on
+// tuned stacks. A given stack -- this executor's kernels, or a user's framework -- reaches
+// a different fraction of the device. Calibration fits one number per (device, backend):
+// compute_scale, the ratio of the speed actually reached to the model's, from the measured
+// step times of recorded runs. The device-bound terms of a prediction -- compute,
+// recompute, the pipeline bubble (a fraction of compute) and the optimizer step -- are
+// divided by it; communication, offload and the exposed collectives are not. Applying a
+// calibration multiplies the GPU's peak FLOP/s and memory bandwidth by compute_scale,
+// which divides those terms (all but the fixed kernel-launch cost per GEMM, about 1% of a
+// small model's compute).
+//
+// The fit minimises the sum of squared log errors (a run 2x too slow weighs as one 2x too
+// fast) over the runs; one run determines the scale exactly. Pure functions; no state.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/specs.h"
+#include "planner/status.h"
+#include "planner/time_model.h"
+
+namespace llmplan {
+
+// One recorded run: its measured step time and its prediction split into the part the
+// scale divides and the part it does not.
+struct CalibrationSample {
+  std::string label;       // e.g. "run 3: gpt2-124m"
+  double measured_s = 0;   // measured median step time, s (> 0)
+  double scaled_s = 0;     // predicted compute + recompute + bubble + optimizer, s (>= 0)
+  double fixed_s = 0;      // predicted communication and offload, s (>= 0)
+};
+// The device-bound and fixed parts of a prediction (see top).
+CalibrationSample calibration_sample(const StepTime& predicted, double measured_s, std::string label);
+
+struct Calibration {
+  std::string device;           // GpuSpec::name it was measured on, e.g. "h200"
+  std::string backend;          // "cuda", "cpu", or a framework's name
+  double compute_scale = 1;     // speed reached / the time model's
+  int runs = 0;                 // samples fitted
+  double rms_log_error = 0;     // of the calibrated predictions over the samples
+};
+
+// Errors: bad_input without samples or with a sample whose times are not positive.
+Result<Calibration> fit_calibration(const std::vector<CalibrationSample>& samples, std::string device,
+                                    std::string backend);
+// The calibrated prediction of a sample, s.
+double calibrated_step_time(const CalibrationSample& s, double compute_scale);
+// The GPU as the calibrated stack sees it: peak FLOP/s (every dtype) and memory bandwidth
+// times compute_scale.
+GpuSpec calibrated_gpu(const GpuSpec& gpu, const Calibration& c);
+
+nlohmann::json calibration_to_json(const Calibration& c);
+// Errors name `source` and the field: bad_input.
+Result<Calibration> calibration_from_json(const nlohmann::json& j, const std::string& source);
+Result<Calibration> read_calibration_file(const std::string& path);
+
+}  // namespace llmplan
