@@ -23,6 +23,7 @@
 #include <cmath>
 #include <span>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -222,15 +223,25 @@ class ModelImpl final : public Model {
     auto unit = [&](int64_t k) {  // uniform in (0, 1]
       return (static_cast<double>(cpu::splitmix64_at(key, static_cast<uint64_t>(k)) >> 11) + 1.0) * 0x1.0p-53;
     };
-    constexpr int64_t kChunk = 1 << 20;
+    // Each value depends on its index only, so large tensors are drawn by several threads
+    // (a 7B layer is 200M draws: minutes on one core).
+    constexpr int64_t kChunk = 1 << 22;
+    const int64_t threads = numel < (int64_t{1} << 18) ? 1 : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 32);
     std::vector<double> v;
     for (int64_t at = 0; at < numel; at += kChunk) {
       v.assign(static_cast<size_t>(std::min(kChunk, numel - at)), constant);
-      for (size_t j = 0; j < v.size(); ++j) {
-        const int64_t gi = global_index(at + static_cast<int64_t>(j));
-        if (std > 0) v[j] = std * std::sqrt(-2.0 * std::log(unit(2 * gi))) * std::cos(6.283185307179586 * unit(2 * gi + 1));
-        else if (c_.options.randomize_all) v[j] += unit(2 * gi) - 0.5;
-      }
+      auto draw = [&](size_t lo, size_t hi) {
+        for (size_t j = lo; j < hi; ++j) {
+          const int64_t gi = global_index(at + static_cast<int64_t>(j));
+          if (std > 0) v[j] = std * std::sqrt(-2.0 * std::log(unit(2 * gi))) * std::cos(6.283185307179586 * unit(2 * gi + 1));
+          else if (c_.options.randomize_all) v[j] += unit(2 * gi) - 0.5;
+        }
+      };
+      const size_t per = (v.size() + static_cast<size_t>(threads) - 1) / static_cast<size_t>(threads);
+      std::vector<std::thread> pool;
+      for (size_t lo = per; lo < v.size(); lo += per) pool.emplace_back(draw, lo, std::min(v.size(), lo + per));
+      draw(0, std::min(v.size(), per));
+      for (std::thread& t : pool) t.join();
       LL_TRY(ops_.fill(w, v, at));
     }
     if (trainable) {
