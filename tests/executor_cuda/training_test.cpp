@@ -20,36 +20,12 @@
 #include "executor/data.h"
 #include "executor/runner.h"
 #include "executor/trainer.h"
+#include "../executor/tiny_plans.h"
 
 namespace llmplan::exec::cuda::testing {
 namespace {
 
-PlanFile tiny_plan(Family fam, Precision prec, Recompute rc, bool flash) {
-  PlanFile f;
-  ModelSpec& m = f.model;
-  m.name = fam == Family::gpt ? "tiny-gpt" : "tiny-llama";
-  m.family = fam;
-  m.layers = 2;
-  m.hidden = 64;
-  m.heads = 4;
-  m.kv_heads = fam == Family::gpt ? 4 : 2;
-  m.ffn_hidden = fam == Family::gpt ? 256 : 176;
-  m.vocab = kByteVocab;
-  m.max_positions = 256;
-  m.tied_embeddings = fam == Family::gpt;
-  m.dropout = false;
-  f.cluster.gpu = cpu_host_gpu(1e12);
-  f.cluster.gpus_per_node = 1;
-  f.job.seq_len = 64;
-  f.job.global_batch = 16;
-  f.job.precision = prec;
-  f.job.amp = AmpLevel::O2;
-  f.plan.micro_batch = 8;
-  f.plan.grad_accum = 2;
-  f.plan.recompute = rc;
-  f.plan.flash_attention = flash;
-  return f;
-}
+using exec::testing::tiny_plan;
 
 struct Pair {
   RunReport cpu, gpu;

@@ -1,0 +1,39 @@
+// The small single-rank plans the executor tests train: a 2-layer GPT (tied head, LayerNorm,
+// GELU) or Llama (GQA 4:2, RMSNorm, SwiGLU, untied head) of width 64 over the byte
+// vocabulary, 8 sequences of 64 tokens per micro-batch, 2 micro-batches a step, predicted on
+// the cpu-host device. Shared by the CPU runner tests and the GPU-vs-CPU training tests.
+#pragma once
+
+#include "executor/data.h"
+#include "executor/runner.h"
+
+namespace llmplan::exec::testing {
+
+inline PlanFile tiny_plan(Family fam, Precision prec, Recompute rc, bool flash) {
+  PlanFile f;
+  ModelSpec& m = f.model;
+  m.name = fam == Family::gpt ? "tiny-gpt" : "tiny-llama";
+  m.family = fam;
+  m.layers = 2;
+  m.hidden = 64;
+  m.heads = 4;
+  m.kv_heads = fam == Family::gpt ? 4 : 2;
+  m.ffn_hidden = fam == Family::gpt ? 256 : 176;
+  m.vocab = kByteVocab;
+  m.max_positions = 256;
+  m.tied_embeddings = fam == Family::gpt;
+  m.dropout = false;
+  f.cluster.gpu = cpu_host_gpu(1e12);
+  f.cluster.gpus_per_node = 1;
+  f.job.seq_len = 64;
+  f.job.global_batch = 16;
+  f.job.precision = prec;
+  f.job.amp = AmpLevel::O2;
+  f.plan.micro_batch = 8;
+  f.plan.grad_accum = 2;
+  f.plan.recompute = rc;
+  f.plan.flash_attention = flash;
+  return f;
+}
+
+}  // namespace llmplan::exec::testing
