@@ -151,9 +151,13 @@ std::vector<double> tp_slice(const std::map<std::string, std::vector<double>>& r
 
 nlohmann::json run_json(const RunReport& r, const std::vector<double>& params) {
   nlohmann::json j;
-  std::vector<double> losses;
-  for (const StepMeasure& s : r.steps) losses.push_back(s.loss);
+  std::vector<double> losses, norms;
+  for (const StepMeasure& s : r.steps) {
+    losses.push_back(s.loss);
+    norms.push_back(s.grad_norm);
+  }
   j["losses"] = losses;
+  j["grad_norms"] = norms;
   j["params"] = params;
   j["rank"] = r.rank;
   j["median_step_s"] = r.median_step_s;
@@ -324,6 +328,11 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
     ASSERT_EQ(losses.size(), r->steps.size());
     double worst = 0;
     for (size_t s = 0; s < losses.size(); ++s) worst = std::max(worst, rel(losses[s], r->steps[s].loss));
+    // The global gradient norm (before clipping): TP-split gradients summed over the TP
+    // group, replicated ones (dim -1, e.g. a column-parallel target's LoRA A) counted once.
+    const std::vector<double> norms = j["grad_norms"];
+    double worst_n = 0;
+    for (size_t s = 0; s < norms.size(); ++s) worst_n = std::max(worst_n, rel(norms[s], r->steps[s].grad_norm));
     const std::vector<double> params = j["params"];
     std::vector<std::pair<std::string, TpSplit>> splits;
     for (const auto& sp : j["splits"])
@@ -356,6 +365,8 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
     std::printf("[%s] rank %d: worst per-step loss rel diff %.2e; final params rel diff (L2) %.2e, max abs %.2e (%s)\n", c.name, rank,
                 worst, std::sqrt(diff / norm), worst_p, worst_name.c_str());
     EXPECT_LT(worst, 1e-5);
+    std::printf("[%s] rank %d: worst per-step gradient-norm rel diff %.2e\n", c.name, rank, worst_n);
+    EXPECT_LT(worst_n, 1e-5);
     EXPECT_LT(std::sqrt(diff / norm), 1e-5);
     if (c.lora != nullptr) {  // the frozen base weights dominate `norm`: the adapters alone
       std::printf("[%s] rank %d: LoRA adapters rel diff (L2) %.2e\n", c.name, rank, std::sqrt(diff_a / norm_a));
