@@ -31,7 +31,6 @@ Status check_model_config(const ModelConfig& c) {
       return Status::bad_input("executor: tp " + std::to_string(t) + " must divide heads, kv_heads, ffn_hidden and vocab of " + m.name);
     if (c.plan.sp && (static_cast<int64_t>(c.plan.micro_batch) * c.job.seq_len) % t != 0)
       return Status::bad_input("executor: sequence parallel needs micro_batch * seq_len divisible by tp " + std::to_string(t));
-    if (c.job.mode == TrainMode::lora) return Status::bad_input("executor: LoRA with tp > 1 is not implemented");
   } else if (c.plan.tp != 1) {
     return Status::bad_input("executor: tp must be >= 1");
   }

@@ -273,9 +273,15 @@ class ModelImpl final : public Model {
     if (L.ctx.lora_targets & projection_bit(p)) {
       li.lora = true;
       const int64_t r = L.ctx.lora_rank;
-      LL_TRY(param(li.la, li.gla, {-1, r, in}, base + ".lora_A", true, false, 1.0 / std::sqrt(static_cast<double>(in))));
+      // Under TP (Megatron / PEFT LoraParallelLinear): a column-parallel projection keeps A
+      // (r, in) whole and splits B (out, r) by rows like its weight; a row-parallel one splits
+      // A by input columns like its weight and keeps B (out, r) whole. The whole ones are
+      // replicated (dim -1): their gradients are equal on every TP rank (see lin_bwd).
+      LL_TRY(param(li.la, li.gla, {par == Par::row ? 1 : -1, r, in}, base + ".lora_A", true, false,
+                   1.0 / std::sqrt(static_cast<double>(in))));
       // B starts at zero (Hu et al. 2021), so the adapted model equals the base one.
-      LL_TRY(param(li.lb, li.glb, {-1, out, r}, base + ".lora_B", true, false, c_.options.randomize_all ? 0.02 : 0.0));
+      LL_TRY(param(li.lb, li.glb, {par == Par::column ? 0 : -1, out, r}, base + ".lora_B", true, false,
+                   c_.options.randomize_all ? 0.02 : 0.0));
     }
     return Status::ok();
   }
@@ -364,30 +370,40 @@ class ModelImpl final : public Model {
   // Row-parallel: the partial outputs are summed over TP (the bias added by TP rank 0 only).
   // With SP, y of a row-parallel projection is this rank's ns_ tokens (reduce-scatter).
   Status lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
-    if (li.par == Par::row && sp_) {
+    const bool row = li.par == Par::row;
+    const S* bias = !row || tr_ == 0 ? dopt(li.b) : nullptr;
+    if (row && sp_) {
       Tensor full;
       LL_TRY(ws(full, n_ * li.out, "row_parallel.partial"));
-      LL_TRY(lin_fwd_inner(L, li, x, d(full), mode));
-      return c_.comm->reduce_scatter_sum(d(full), y, ns_ * li.out, c_.storage, Group::tp);
+      LL_TRY(lin_base_fwd(x, d(li.w), bias, d(full), n_, li.in, li.out));
+      LL_TRY(c_.comm->reduce_scatter_sum(d(full), y, ns_ * li.out, c_.storage, Group::tp));
+    } else {
+      LL_TRY(lin_base_fwd(x, d(li.w), bias, y, n_, li.in, li.out));
+      if (row) LL_TRY(tp_sum(y, n_ * li.out));
     }
-    LL_TRY(lin_fwd_inner(L, li, x, y, mode));
-    if (li.par == Par::row) LL_TRY(tp_sum(y, n_ * li.out));
+    if (li.lora) LL_TRY(lora_fwd(L, li, x, y, mode));
     return Status::ok();
   }
-  Status lin_fwd_inner(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
-    const bool bias = li.par != Par::row || tr_ == 0;
-    LL_TRY(lin_base_fwd(x, d(li.w), bias ? dopt(li.b) : nullptr, y, n_, li.in, li.out));
-    if (li.lora) {
-      const int64_t r = L.ctx.lora_rank;
-      Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
-      LL_TRY(lmake(L, z, kLoraZ[static_cast<int>(li.proj)], n_ * r, c_.storage, mode));
-      LL_TRY(lin_base_fwd(x, d(li.la), nullptr, d(z), n_, li.in, r));
-      LL_TRY(ops_.scale(d(z), n_ * r, lora_scale_));
-      Tensor tmp;
-      LL_TRY(ws(tmp, n_ * li.out, "lora.out"));
-      LL_TRY(lin_base_fwd(d(z), d(li.lb), nullptr, d(tmp), n_, r, li.out));
-      LL_TRY(ops_.template add_inplace<S>(y, d(tmp), n_ * li.out));
-    }
+  // y += z B^T with z = scale x A^T (n_, r), kept as lora.<p>.z: n_ * r on every TP rank
+  // (the recipe's b*s*r). Column-parallel: x and A are whole, so z is too; B is this rank's
+  // rows and so is y. Row-parallel: x A^T over this rank's input columns is partial, summed
+  // over TP (n_ * r, the small side: Megatron's RowParallelLinear for A), then B is whole and
+  // the product (equal on every rank) is added to the already-reduced y -- under SP to this
+  // rank's ns_ tokens only.
+  Status lora_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
+    const int64_t r = L.ctx.lora_rank;
+    const bool row = li.par == Par::row;
+    Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
+    LL_TRY(lmake(L, z, kLoraZ[static_cast<int>(li.proj)], n_ * r, c_.storage, mode));
+    LL_TRY(lin_base_fwd(x, d(li.la), nullptr, d(z), n_, li.in, r));
+    if (row) LL_TRY(tp_sum(d(z), n_ * r));
+    LL_TRY(ops_.scale(d(z), n_ * r, lora_scale_));
+    const int64_t rows = row && sp_ ? ns_ : n_;
+    const S* zr = d(z) + (row && sp_ ? tr_ * ns_ * r : 0);
+    Tensor tmp;
+    LL_TRY(ws(tmp, rows * li.out, "lora.out"));
+    LL_TRY(lin_base_fwd(zr, d(li.lb), nullptr, d(tmp), rows, r, li.out));
+    LL_TRY(ops_.template add_inplace<S>(y, d(tmp), rows * li.out));
     return Status::ok();
   }
   // Sequence parallel: full (n_, h) = the ns_-token slices of every TP rank, in a buffer
@@ -412,6 +428,12 @@ class ModelImpl final : public Model {
   }
   // dx (n, in) = dy W (+ LoRA); weight gradients accumulate. x may be nullptr when the
   // base weight is frozen and the projection has no adapter.
+  // LoRA under TP: column-parallel, dz = dy B over this rank's rows of B is partial and is
+  // summed over TP (n_ * r; Megatron's ColumnParallelLinear for B all-reduces its input
+  // gradient), so dA = dz^T x is whole and equal on every rank; the adapter's part of dx is
+  // then whole too and is added by TP rank 0 only, because the caller sums dx over TP.
+  // Row-parallel: dy is whole (gathered under SP) and z was summed in forward, so dB and dz
+  // are equal on every rank and dA, dx are this rank's input columns: no communication.
   Status lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx) {
     Tensor dxl;
     if (li.lora) {
@@ -420,9 +442,11 @@ class ModelImpl final : public Model {
       LL_TRY(ws(dz, n_ * r, "lora.dz"));
       Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
       LL_TRY(lin_base_bwd(dy, d(z), d(li.lb), d(dz), g(li.glb), nullptr, n_, r, li.out));
+      if (li.par == Par::column) LL_TRY(tp_sum(d(dz), n_ * r));
       LL_TRY(ops_.scale(d(dz), n_ * r, lora_scale_));
-      if (dx) LL_TRY(ws(dxl, n_ * li.in, "lora.dx"));
-      LL_TRY(lin_base_bwd(d(dz), x, d(li.la), dx ? d(dxl) : nullptr, g(li.gla), nullptr, n_, li.in, r));
+      const bool lora_dx = dx != nullptr && (li.par != Par::column || tr_ == 0);
+      if (lora_dx) LL_TRY(ws(dxl, n_ * li.in, "lora.dx"));
+      LL_TRY(lin_base_bwd(d(dz), x, d(li.la), lora_dx ? d(dxl) : nullptr, g(li.gla), nullptr, n_, li.in, r));
     }
     LL_TRY(lin_base_bwd(dy, x, d(li.w), dx, g(li.gw), g(li.gb), n_, li.in, li.out));
     if (dx && dxl.defined()) LL_TRY(ops_.template add_inplace<S>(dx, d(dxl), n_ * li.in));

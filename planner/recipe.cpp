@@ -119,7 +119,10 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
   }
   if (drop) out.add({"mlp.resid_dropout_mask", bs * h / seq_div, 1, false});
 
-  // ---- LoRA: the low-rank intermediate x*A^T of each adapter (its input is kept above)
+  // ---- LoRA: the low-rank intermediate x*A^T of each adapter (its input is kept above).
+  // b*s*r on every rank under TP, with or without SP (Region::replicated): a column-parallel
+  // target applies its whole A to the full (gathered) input; a row-parallel one sums its
+  // partial x_local A_local^T over TP before its whole B (executor/model_impl.h, lora_fwd).
   static const char* kLoraNames[] = {"lora.q.z", "lora.k.z", "lora.v.z", "lora.o.z", "lora.gate.z", "lora.up.z", "lora.down.z"};
   for (int p = 0; p < 7; ++p) {
     if (is_lora(c, static_cast<Projection>(p))) out.add({kLoraNames[p], bs * c.lora_rank, act, false});
@@ -257,7 +260,10 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
   for (int p = 0; p < 7; ++p) {
     if (!(c.lora_targets & (1u << p))) continue;
     const ProjShape ps = projection_shape(m, static_cast<Projection>(p));
-    fl.gemm_lora += 2 * tokens * c.lora_rank * (ps.in + ps.out / t);
+    // Column-parallel: A whole, B this rank's out/t rows. Row-parallel: A this rank's in/t
+    // columns, B whole over every token (over this rank's tokens/t under SP).
+    fl.gemm_lora += ps.column_parallel ? 2 * tokens * c.lora_rank * (ps.in + ps.out / t)
+                                       : 2 * tokens * c.lora_rank * (ps.in / t + ps.out / (c.sp ? t : 1));
   }
   // Bandwidth-bound work: each of ~12 (GPT) or ~10 (Llama) elementwise passes reads and
   // writes a (tokens x h) or (tokens x f) tensor.

@@ -38,6 +38,7 @@ struct Case {
   int pp = 1;
   Schedule schedule = Schedule::one_f_one_b;
   Recompute recompute = Recompute::none;
+  const char* lora = nullptr;  // LoRA targets, comma-separated (rank 4, alpha 8); nullptr: full training
   int world() const { return dp * tp * pp; }
 };
 const Case kCases[] = {
@@ -55,11 +56,19 @@ const Case kCases[] = {
     {"llama_dp2_zero3_selective", Family::llama, 2, 3, 1, false, 1, Schedule::one_f_one_b, Recompute::selective},
     {"llama_dp4_zero3", Family::llama, 4, 3}, {"gpt_dp2_pp2_zero3", Family::gpt, 2, 3, 1, false, 2},
     {"llama_dp2_tp2_sp_zero3", Family::llama, 2, 3, 2, true},
+    // LoRA under TP: column-parallel targets keep A whole and split B by rows, row-parallel
+    // ones split A by input columns and keep B whole (model_impl.h, lin_fwd / lin_bwd).
+    {"llama_tp2_lora_qv", Family::llama, 1, 0, 2, false, 1, Schedule::one_f_one_b, Recompute::none, "q,v"},
+    {"llama_tp2_lora_all", Family::llama, 1, 0, 2, false, 1, Schedule::one_f_one_b, Recompute::none, "q,k,v,o,gate,up,down"},
+    {"llama_tp2_sp_lora_all", Family::llama, 1, 0, 2, true, 1, Schedule::one_f_one_b, Recompute::none, "q,k,v,o,gate,up,down"},
+    {"gpt_tp2_lora", Family::gpt, 1, 0, 2, false, 1, Schedule::one_f_one_b, Recompute::none, "q,k,v,o,fc1,fc2"},
+    {"llama_dp2_tp2_sp_zero1_lora_selective", Family::llama, 2, 1, 2, true, 1, Schedule::one_f_one_b, Recompute::selective,
+     "q,v,o,down"},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
 PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1, bool sp = false, int pp = 1, Schedule sched = Schedule::one_f_one_b,
-                   Recompute rc = Recompute::none) {
+                   Recompute rc = Recompute::none, const char* lora = nullptr) {
   PlanFile f;
   ModelSpec& m = f.model;
   m.name = fam == Family::gpt ? "tiny-gpt" : "tiny-llama";
@@ -92,6 +101,17 @@ PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1, bool sp = false, in
   f.plan.zero = zero;
   f.plan.recompute = rc;
   f.plan.grad_accum = static_cast<int>(16 / (4 * dp));
+  if (lora != nullptr) {
+    f.job.mode = TrainMode::lora;
+    f.job.lora.rank = 4;
+    f.job.lora.alpha = 8;
+    f.job.lora.targets.clear();
+    for (std::string t = lora; !t.empty();) {
+      const size_t comma = t.find(',');
+      f.job.lora.targets.push_back(t.substr(0, comma));
+      t = comma == std::string::npos ? "" : t.substr(comma + 1);
+    }
+  }
   return f;
 }
 
@@ -131,9 +151,13 @@ std::vector<double> tp_slice(const std::map<std::string, std::vector<double>>& r
 
 nlohmann::json run_json(const RunReport& r, const std::vector<double>& params) {
   nlohmann::json j;
-  std::vector<double> losses;
-  for (const StepMeasure& s : r.steps) losses.push_back(s.loss);
+  std::vector<double> losses, norms;
+  for (const StepMeasure& s : r.steps) {
+    losses.push_back(s.loss);
+    norms.push_back(s.grad_norm);
+  }
   j["losses"] = losses;
+  j["grad_norms"] = norms;
   j["params"] = params;
   j["rank"] = r.rank;
   j["median_step_s"] = r.median_step_s;
@@ -145,7 +169,7 @@ nlohmann::json run_json(const RunReport& r, const std::vector<double>& params) {
 int child_main(const std::string& case_name, const std::string& out) {
   for (const Case& c : kCases) {
     if (case_name != c.name) continue;
-    const PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp, c.pp, c.schedule, c.recompute);
+    const PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp, c.pp, c.schedule, c.recompute, c.lora);
     Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(f.plan, 60);
     if (!comm) {
       std::fprintf(stderr, "%s\n", comm.status().message().c_str());
@@ -277,7 +301,7 @@ class Distributed : public ::testing::TestWithParam<Case> {};
 TEST_P(Distributed, LossesParamsAndBytesMatch) {
   const Case c = GetParam();
   // Reference: one process, the same global batch (dp = 1, grad_accum = all micro-batches).
-  PlanFile ref = tiny_plan(c.family, 1, 0, 1, false, 1, Schedule::one_f_one_b, c.recompute);
+  PlanFile ref = tiny_plan(c.family, 1, 0, 1, false, 1, Schedule::one_f_one_b, c.recompute, c.lora);
   ref.plan.grad_accum = 4;
   RunOptions o = options();
   std::map<std::string, std::vector<double>> ref_params;
@@ -304,13 +328,18 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
     ASSERT_EQ(losses.size(), r->steps.size());
     double worst = 0;
     for (size_t s = 0; s < losses.size(); ++s) worst = std::max(worst, rel(losses[s], r->steps[s].loss));
+    // The global gradient norm (before clipping): TP-split gradients summed over the TP
+    // group, replicated ones (dim -1, e.g. a column-parallel target's LoRA A) counted once.
+    const std::vector<double> norms = j["grad_norms"];
+    double worst_n = 0;
+    for (size_t s = 0; s < norms.size(); ++s) worst_n = std::max(worst_n, rel(norms[s], r->steps[s].grad_norm));
     const std::vector<double> params = j["params"];
     std::vector<std::pair<std::string, TpSplit>> splits;
     for (const auto& sp : j["splits"])
       splits.push_back({sp[0].get<std::string>(), {sp[1].get<int>(), sp[2].get<int64_t>(), sp[3].get<int64_t>()}});
     const std::vector<double> ref_mine = tp_slice(ref_params, splits, c.tp, j["tp_rank"].get<int>());
     ASSERT_EQ(params.size(), ref_mine.size());
-    double worst_p = 0, norm = 0, diff = 0;
+    double worst_p = 0, norm = 0, diff = 0, norm_a = 0, diff_a = 0;  // _a: LoRA adapters only
     std::string worst_name;
     size_t at = 0;
     for (const auto& [name, sp] : splits) {
@@ -318,6 +347,10 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
       for (size_t i = at; i < at + local; ++i) {
         diff += (params[i] - ref_mine[i]) * (params[i] - ref_mine[i]);
         norm += ref_mine[i] * ref_mine[i];
+        if (name.find("lora_") != std::string::npos) {
+          diff_a += (params[i] - ref_mine[i]) * (params[i] - ref_mine[i]);
+          norm_a += ref_mine[i] * ref_mine[i];
+        }
         if (std::fabs(params[i] - ref_mine[i]) > worst_p) {
           worst_p = std::fabs(params[i] - ref_mine[i]);
           worst_name = name;
@@ -332,7 +365,14 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
     std::printf("[%s] rank %d: worst per-step loss rel diff %.2e; final params rel diff (L2) %.2e, max abs %.2e (%s)\n", c.name, rank,
                 worst, std::sqrt(diff / norm), worst_p, worst_name.c_str());
     EXPECT_LT(worst, 1e-5);
+    std::printf("[%s] rank %d: worst per-step gradient-norm rel diff %.2e\n", c.name, rank, worst_n);
+    EXPECT_LT(worst_n, 1e-5);
     EXPECT_LT(std::sqrt(diff / norm), 1e-5);
+    if (c.lora != nullptr) {  // the frozen base weights dominate `norm`: the adapters alone
+      std::printf("[%s] rank %d: LoRA adapters rel diff (L2) %.2e\n", c.name, rank, std::sqrt(diff_a / norm_a));
+      EXPECT_GT(norm_a, 0);
+      EXPECT_LT(std::sqrt(diff_a / norm_a), 1e-5);
+    }
     for (auto& [name, pm] : j["memory"].items()) {
       const double pred = pm[0], meas = pm[1];
       std::printf("[%s] rank %d  %-22s predicted %12.0f  measured %12.0f  %+.3f%%\n", c.name, rank, name.c_str(), pred, meas,

@@ -1,5 +1,7 @@
 // Memory model against independent published references. Each expected value is typed in
 // from its source (paper, equation), never taken from the code's own output.
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "planner/memory_model.h"
@@ -109,6 +111,49 @@ TEST(DeepSpeedEstimator, Zero2OffloadKeepsHalfPrecisionWeightsOnly) {
   j.precision = Precision::fp16;
   j.amp = AmpLevel::O2;
   EXPECT_NEAR(model_state_bytes(2851e6, 0, j, 2, 8, true).total() / kGiB, 5.31, 0.005);
+}
+
+// LoRA under TP as Megatron / PEFT's LoraParallelLinear shards it: a column-parallel target
+// (q) keeps A (r x h) whole and splits B (h x r) by rows; a row-parallel one (o) splits A by
+// input columns and keeps B whole. The low-rank activation z = x A^T is b*s*r on every rank,
+// with or without SP (column: x is the full, gathered input; row: the partial z is summed
+// over TP before B). Llama-2-7B shape, r = 8, t = 2.
+TEST(LoraParallelLinear, AdapterShardsAndLowRankActivationsPerRank) {
+  ModelSpec m;
+  m.name = "llama2-7b";
+  m.family = Family::llama;
+  m.layers = 32;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.kv_heads = 32;
+  m.ffn_hidden = 11008;
+  m.vocab = 32000;
+  m.max_positions = 4096;
+  const uint32_t qo = projection_bit(Projection::q) | projection_bit(Projection::o);
+  const ParamCounts pc = count_params(m, 2, 1, 1, qo, 8);
+  EXPECT_DOUBLE_EQ(pc.lora_per_layer, 2 * 8 * (4096 + 4096));
+  EXPECT_DOUBLE_EQ(pc.lora_per_layer_rank, 8 * (4096 + 2048) + 8 * (2048 + 4096));
+  for (bool sp : {false, true}) {
+    LayerContext c;
+    c.b = 2;
+    c.s = 4096;
+    c.s_kv = 4096;
+    c.t = 2;
+    c.sp = sp;
+    c.base_trainable = false;
+    c.lora_targets = qo;
+    c.lora_rank = 8;
+    const SavedTensorList l = saved_tensors_per_layer(m, c);
+    int found = 0;
+    for (int i = 0; i < l.count; ++i) {
+      const std::string name = l.items[static_cast<size_t>(i)].name;
+      if (name == "lora.q.z" || name == "lora.o.z") {
+        ++found;
+        EXPECT_DOUBLE_EQ(l.items[static_cast<size_t>(i)].elements, 2.0 * 4096 * 8) << name << " sp " << sp;
+      }
+    }
+    EXPECT_EQ(found, 2);
+  }
 }
 
 }  // namespace
