@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <mutex>
 #include <thread>
+#include <vector>
+
+#include "executor/cpu/elementwise.h"
 #endif
 
 namespace llmplan::exec {
@@ -30,9 +33,22 @@ MPI_Datatype mpi_type(DType t) {
     case DType::i32: return MPI_INT32_T;
     case DType::u8: return MPI_UINT8_T;
     case DType::bf16:
-    case DType::f16: return MPI_UINT16_T;  // moved, not summed (16-bit sums go through f32)
+    case DType::f16: return MPI_UINT16_T;  // moved as bits; MPI has no 16-bit float to sum (see widen)
   }
   return MPI_BYTE;
+}
+
+// 16-bit sums: MPI knows no bf16/fp16 type (MPI_UINT16_T would add the bit patterns), so
+// the values are widened to fp32, summed there and rounded once on the way back -- which is
+// also NCCL's accuracy class (it accumulates 16-bit reductions in fp32 within a kernel).
+bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
+void widen(const void* in, float* out, int64_t n, DType t) {
+  if (t == DType::bf16) cpu::cast<bf16_t, float>(static_cast<const bf16_t*>(in), out, n);
+  else cpu::cast<f16_t, float>(static_cast<const f16_t*>(in), out, n);
+}
+void narrow(const float* in, void* out, int64_t n, DType t) {
+  if (t == DType::bf16) cpu::cast<float, bf16_t>(in, static_cast<bf16_t*>(out), n);
+  else cpu::cast<float, f16_t>(in, static_cast<f16_t*>(out), n);
 }
 
 Status check(int rc, const char* what, Group g) {
@@ -112,9 +128,24 @@ class MpiCommunicator final : public Communicator {
   std::string name() const override { return "mpi"; }
 
   Status all_reduce_sum(void* buf, int64_t n, DType t, Group g) override {
+    if (is_16bit(t)) {
+      std::vector<float> w(static_cast<size_t>(n));
+      widen(buf, w.data(), n, t);
+      if (Status s = all_reduce_sum(w.data(), n, DType::f32, g); !s) return s;
+      narrow(w.data(), buf, n, t);
+      return Status::ok();
+    }
     return check(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(n), mpi_type(t), MPI_SUM, comm(g)), "Allreduce", g);
   }
   Status reduce_scatter_sum(const void* in, void* out, int64_t n, DType t, Group g) override {
+    if (is_16bit(t)) {  // in: n x group size elements
+      const int64_t total = n * size(g);
+      std::vector<float> wi(static_cast<size_t>(total)), wo(static_cast<size_t>(n));
+      widen(in, wi.data(), total, t);
+      if (Status s = reduce_scatter_sum(wi.data(), wo.data(), n, DType::f32, g); !s) return s;
+      narrow(wo.data(), out, n, t);
+      return Status::ok();
+    }
     return check(MPI_Reduce_scatter_block(in, out, static_cast<int>(n), mpi_type(t), MPI_SUM, comm(g)), "Reduce_scatter", g);
   }
   Status all_gather(const void* in, void* out, int64_t n, DType t, Group g) override {

@@ -39,6 +39,7 @@ struct Case {
   Schedule schedule = Schedule::one_f_one_b;
   Recompute recompute = Recompute::none;
   const char* lora = nullptr;  // LoRA targets, comma-separated (rank 4, alpha 8); nullptr: full training
+  Precision precision = Precision::fp32;  // bf16: AMP O2 (16-bit weights and activations, fp32 master)
   int world() const { return dp * tp * pp; }
 };
 const Case kCases[] = {
@@ -64,6 +65,11 @@ const Case kCases[] = {
     {"gpt_tp2_lora", Family::gpt, 1, 0, 2, false, 1, Schedule::one_f_one_b, Recompute::none, "q,k,v,o,fc1,fc2"},
     {"llama_dp2_tp2_sp_zero1_lora_selective", Family::llama, 2, 1, 2, true, 1, Schedule::one_f_one_b, Recompute::selective,
      "q,v,o,down"},
+    // bf16 (AMP O2) under TP and DP: the 16-bit TP all-reduces and reduce-scatters sum in fp32
+    // (MPI has no 16-bit float; summing the bit patterns gave NaN losses).
+    {"gpt_tp2_bf16", Family::gpt, 1, 0, 2, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::bf16},
+    {"llama_dp2_tp2_sp_zero1_bf16", Family::llama, 2, 1, 2, true, 1, Schedule::one_f_one_b, Recompute::none, nullptr,
+     Precision::bf16},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
@@ -123,10 +129,18 @@ RunOptions options() {
   return o;
 }
 
+double weight_at(const Tensor& w, int64_t i) {
+  switch (w.dtype()) {
+    case DType::bf16: return bf16_to_float(w.data<bf16_t>()[i]);
+    case DType::f16: return f16_to_float(w.data<f16_t>()[i]);
+    default: return w.data<float>()[i];
+  }
+}
+
 std::vector<double> flat_params(Model& m) {
   std::vector<double> v;
   for (ParamRef& p : m.params())
-    for (int64_t i = 0; i < p.weight->numel(); ++i) v.push_back(p.weight->data<float>()[i]);
+    for (int64_t i = 0; i < p.weight->numel(); ++i) v.push_back(weight_at(*p.weight, i));
   return v;
 }
 
@@ -169,7 +183,8 @@ nlohmann::json run_json(const RunReport& r, const std::vector<double>& params) {
 int child_main(const std::string& case_name, const std::string& out) {
   for (const Case& c : kCases) {
     if (case_name != c.name) continue;
-    const PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp, c.pp, c.schedule, c.recompute, c.lora);
+    PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp, c.pp, c.schedule, c.recompute, c.lora);
+    f.job.precision = c.precision;
     Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(f.plan, 60);
     if (!comm) {
       std::fprintf(stderr, "%s\n", comm.status().message().c_str());
@@ -302,12 +317,13 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
   const Case c = GetParam();
   // Reference: one process, the same global batch (dp = 1, grad_accum = all micro-batches).
   PlanFile ref = tiny_plan(c.family, 1, 0, 1, false, 1, Schedule::one_f_one_b, c.recompute, c.lora);
+  ref.job.precision = c.precision;
   ref.plan.grad_accum = 4;
   RunOptions o = options();
   std::map<std::string, std::vector<double>> ref_params;
   o.on_done = [&](Model& m) {
     for (ParamRef& p : m.params())
-      ref_params[p.name] = std::vector<double>(p.weight->data<float>(), p.weight->data<float>() + p.weight->numel());
+      for (int64_t i = 0; i < p.weight->numel(); ++i) ref_params[p.name].push_back(weight_at(*p.weight, i));
   };
   const auto t0 = std::chrono::steady_clock::now();
   Result<RunReport> r = run_plan(ref, o);
@@ -364,10 +380,16 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
     // same runs agree to 1e-9 (L2 relative), i.e. the parallel gradients are right.
     std::printf("[%s] rank %d: worst per-step loss rel diff %.2e; final params rel diff (L2) %.2e, max abs %.2e (%s)\n", c.name, rank,
                 worst, std::sqrt(diff / norm), worst_p, worst_name.c_str());
-    EXPECT_LT(worst, 1e-5);
+    // bf16: every stored tensor is rounded to 8 bits of mantissa, in a different order on
+    // the parallel ranks (partial sums of row-parallel GEMMs, sequence slices), so the runs
+    // agree to bf16's precision rather than fp32's.
+    // Measured: losses 2e-5, gradient norms 1e-3, weights 2e-3 (L2) apart.
+    const bool fp32 = c.precision == Precision::fp32;
+    for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+    EXPECT_LT(worst, fp32 ? 1e-5 : 1e-3);
     std::printf("[%s] rank %d: worst per-step gradient-norm rel diff %.2e\n", c.name, rank, worst_n);
-    EXPECT_LT(worst_n, 1e-5);
-    EXPECT_LT(std::sqrt(diff / norm), 1e-5);
+    EXPECT_LT(worst_n, fp32 ? 1e-5 : 1e-2);
+    EXPECT_LT(std::sqrt(diff / norm), fp32 ? 1e-5 : 1e-2);
     if (c.lora != nullptr) {  // the frozen base weights dominate `norm`: the adapters alone
       std::printf("[%s] rank %d: LoRA adapters rel diff (L2) %.2e\n", c.name, rank, std::sqrt(diff_a / norm_a));
       EXPECT_GT(norm_a, 0);
