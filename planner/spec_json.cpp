@@ -196,6 +196,7 @@ Result<GpuSpec> gpu_from_json(const json& j, const std::string& origin) {
     g.peak_flops[i] = tf * 1e12;
   }
   if (Status s = pr.finish(); !s) return s;
+  r.get("mma_sync_fraction", &g.mma_sync_fraction, 0.01, 1.0, false);
   if (Status s = r.finish(); !s) return s;
   if (g.peak(Dtype::fp32) <= 0 && g.peak(Dtype::bf16) <= 0 && g.peak(Dtype::fp16) <= 0)
     return Status::bad_input(origin + ": field 'gpu.peak_tflops': expected at least one positive peak (fp32, fp16 or bf16)");
@@ -212,7 +213,8 @@ json to_json(const GpuSpec& g) {
             {"tf32", g.peak_flops[1] / 1e12},
             {"fp16", g.peak_flops[2] / 1e12},
             {"bf16", g.peak_flops[3] / 1e12},
-            {"fp8", g.peak_flops[4] / 1e12}}}};
+            {"fp8", g.peak_flops[4] / 1e12}}},
+          {"mma_sync_fraction", g.mma_sync_fraction}};
 }
 
 Result<ClusterSpec> cluster_from_json(const json& j, const std::string& origin) {

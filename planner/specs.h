@@ -56,6 +56,11 @@ struct GpuSpec {
   double memory_bytes = 0;           // capacity, bytes (80 GB card: 80e9)
   double memory_bandwidth = 0;       // HBM, bytes/s
   double peak_flops[5] = {0, 0, 0, 0, 0};  // dense FLOP/s, indexed by Dtype; 0 = unsupported
+  // Fraction of the dense tensor peak that warp-level mma.sync instructions (the Ampere
+  // programming model, used by FlashAttention-2 and Triton attention kernels) can reach.
+  // 1 up to Ampere/Ada; 2/3 on Hopper, whose full rate needs warpgroup wgmma (Shah et al.
+  // 2024, FlashAttention-3, sec. 2.2). Applied to fused attention only: cuBLAS GEMMs use wgmma.
+  double mma_sync_fraction = 1.0;
   double peak(Dtype d) const { return peak_flops[static_cast<int>(d)]; }
 };
 

@@ -262,8 +262,9 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     // (recomputed QK^T, dV, dP, dQ, dK). Narrow heads and short sequences use the tensor
     // cores less well (Dao 2023, FlashAttention-2, Fig. 5-6).
     const double d = static_cast<double>(m.head_width()), skv = static_cast<double>(lc.s_kv);
+    // The kernels issue mma.sync, which reaches only part of Hopper's tensor peak.
     const double eff = e.attention * d / (d + e.gemm_half_dim) * skv / (skv + e.attention_half_seq);
-    attn_fwd = 0.5 * core_full * (1 / (peak * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
+    attn_fwd = 0.5 * core_full * (1 / (peak * c.gpu.mma_sync_fraction * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
     attn_bwd = 2.5 * attn_fwd;
   } else {
     const double head_dim = static_cast<double>(m.head_width());

@@ -91,33 +91,38 @@ TEST(SourceFlops, ChowdheryIsSixNPlusFullAttention) {
 
 // ---------------------------------------------------------------- accuracy bounds
 
-// The throughput targets of the issue: median |error| <= 10% (met: 6.0% overall, 6.1%
-// on the held-out half) and no record worse than 25% (NOT met: 8 of 154 fully specified
-// records are between 25% and 37%, mostly MPT's 2023 long-sequence H100 runs, whose
-// Triton attention is slower than torchtitan's on the same GPU). The bounds below are the
-// ones reached, with a little margin, so a regression fails.
+// The throughput targets of the issue: median |error| <= 10% (met: 5.0% overall, 5.2%
+// on the held-out half) and no record worse than 25% (NOT met: 3 of 154 fully specified
+// records are between 25% and 30%: MPT 760m on A100-80GB at seq 512, which runs slower
+// than the same model at seq 2048 and than the A100-40GB run at seq 512; llm.c's "up to
+// ~60%" MFU; torchtitan's 8B CP2 run at 65k tokens). MPT's long-sequence H100 runs were
+// the worst before GpuSpec::mma_sync_fraction (their FlashAttention-2/Triton kernels
+// reach 2/3 of Hopper's peak at most). The bounds below are the ones reached, with a
+// little margin, so a regression fails.
 TEST(ValidateShipped, ThroughputOfFullySpecifiedRecords) {
   const std::vector<SummaryLine> lines = summarize(shipped().rows);
   const SummaryLine& all = line(lines, "ALL", true, false);
   EXPECT_GE(all.all.n, 150);
   EXPECT_LE(all.all.median_abs, 0.10);  // the target
-  EXPECT_LE(all.all.median_abs, 0.07);  // reached: 6.0%
-  EXPECT_LE(all.held_out.median_abs, 0.07) << "held-out half (not fitted)";
-  EXPECT_LE(all.all.max_abs, 0.40) << all.all.worst_id;  // target 25%; reached 36.4%
+  EXPECT_LE(all.all.median_abs, 0.06);  // reached: 5.0%
+  EXPECT_LE(all.held_out.median_abs, 0.06) << "held-out half (not fitted)";  // reached: 5.2%
+  EXPECT_LE(all.all.max_abs, 0.31) << all.all.worst_id;  // target 25%; reached 29.1%
   int within = 0, n = 0;
   for (const ValidationRow& r : shipped().rows) {
     if (!r.throughput || r.skipped || r.assumed) continue;
     ++n;
     within += std::fabs(r.error) <= 0.25;
   }
-  EXPECT_GE(within, static_cast<int>(0.94 * n)) << within << " of " << n << " within 25%";  // reached: 146 of 154
+  EXPECT_GE(within, static_cast<int>(0.97 * n)) << within << " of " << n << " within 25%";  // reached: 151 of 154
 
   // Per source group: TP/PP-heavy, FSDP-only and FSDP+TP/PP/CP behave differently.
   const std::map<std::string, std::pair<double, double>> bounds = {
-      {"narayanan2021_table1", {0.05, 0.10}},  // reached 2.0% / 5.6%
-      {"mpt", {0.08, 0.40}},                   // reached 6.3% / 36.4%
-      {"torchtitan", {0.12, 0.25}},            // reached 9.8% / 23.3%
-      {"llmc", {0.20, 0.30}},                  // reached 18.1% / 24.8% ("up to ~60%" MFU claims)
+      // The fit's basin hides most TP traffic (tp_overlap 0.93), which costs Narayanan's
+      // TP-heavy rows (2.0% / 5.6% with the previous constants).
+      {"narayanan2021_table1", {0.09, 0.17}},  // reached 7.2% / 15.0%
+      {"mpt", {0.06, 0.31}},                   // reached 4.9% / 29.1%
+      {"torchtitan", {0.05, 0.27}},            // reached 3.4% / 25.5%
+      {"llmc", {0.20, 0.27}},                  // reached 19.1% / 25.7% ("up to ~60%" MFU claims)
   };
   for (const auto& [group, b] : bounds) {
     const SummaryLine& l = line(lines, group, true, false);
