@@ -67,6 +67,22 @@ class Communicator {
   // Send to and receive from the same peer at once (pipeline schedules pair a send with a
   // receive so that blocking point-to-point cannot deadlock, as Megatron's batched p2p).
   virtual Status sendrecv(const void* sbuf, void* rbuf, int64_t count, DType t, int peer, Group g, int send_tag, int recv_tag) = 0;
+  // Non-blocking send (interleaved pipeline schedules, whose sends cannot all be paired
+  // with a receive from the same peer): returns a handle, or -1 when the send is complete
+  // already; buf must stay unchanged until test_send says true or wait_send returns.
+  // Default: a blocking send (-1).
+  virtual Result<int> isend(const void* buf, int64_t count, DType t, int peer, Group g, int tag) {
+    if (Status s = send(buf, count, t, peer, g, tag); !s) return s;
+    return -1;
+  }
+  virtual Result<bool> test_send(int handle) {
+    (void)handle;
+    return true;
+  }
+  virtual Status wait_send(int handle) {
+    (void)handle;
+    return Status::ok();
+  }
   virtual Status barrier(Group g) = 0;
   // The caller made progress (a step finished); resets the watchdog. No-op by default.
   virtual void progress() {}

@@ -165,6 +165,27 @@ class MpiCommunicator final : public Communicator {
                               comm(g), MPI_STATUS_IGNORE),
                  "Sendrecv", g);
   }
+  Result<int> isend(const void* buf, int64_t n, DType t, int peer, Group g, int tag) override {
+    MPI_Request rq = MPI_REQUEST_NULL;
+    if (Status s = check(MPI_Isend(buf, static_cast<int>(n), mpi_type(t), peer, tag, comm(g), &rq), "Isend", g); !s) return s;
+    for (size_t i = 0; i < requests_.size(); ++i)
+      if (requests_[i] == MPI_REQUEST_NULL) {
+        requests_[i] = rq;
+        return static_cast<int>(i);
+      }
+    requests_.push_back(rq);
+    return static_cast<int>(requests_.size()) - 1;
+  }
+  Result<bool> test_send(int h) override {
+    if (h < 0) return true;
+    int done = 0;
+    if (Status s = check(MPI_Test(&requests_[static_cast<size_t>(h)], &done, MPI_STATUS_IGNORE), "Test", Group::pp); !s) return s;
+    return done != 0;  // a completed request is MPI_REQUEST_NULL again: its handle is free
+  }
+  Status wait_send(int h) override {
+    if (h < 0) return Status::ok();
+    return check(MPI_Wait(&requests_[static_cast<size_t>(h)], MPI_STATUS_IGNORE), "Wait", Group::pp);
+  }
   Status barrier(Group g) override { return check(MPI_Barrier(comm(g)), "Barrier", g); }
   void progress() override { last_ = clock_now(); }
 
@@ -194,6 +215,7 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  std::vector<MPI_Request> requests_;  // isend handles; MPI_REQUEST_NULL: free
   ParallelPlan plan_;
   RankCoords c_;
   int world_rank_ = 0, world_size_ = 1;
