@@ -21,9 +21,12 @@ namespace detail {
 Status check_model_config(const ModelConfig& c) {
   const ModelSpec& m = c.spec;
   if (c.plan.cp != 1) return Status::bad_input("executor: cp must be 1 in a model (got " + std::to_string(c.plan.cp) + ")");
-  if (c.plan.pp < 1 || c.stage < 0 || c.stage >= c.plan.pp || c.plan.vpp > 1)
-    return Status::bad_input("executor: stage " + std::to_string(c.stage) + " of pp " + std::to_string(c.plan.pp) +
-                             (c.plan.vpp > 1 ? " with vpp > 1 (interleaving is not implemented)" : ""));
+  if (c.plan.pp < 1 || c.stage < 0 || c.stage >= c.plan.pp || c.plan.vpp < 1 || c.chunk < 0 || c.chunk >= c.plan.vpp)
+    return Status::bad_input("executor: stage " + std::to_string(c.stage) + " chunk " + std::to_string(c.chunk) + " of pp " +
+                             std::to_string(c.plan.pp) + " vpp " + std::to_string(c.plan.vpp));
+  if (c.plan.vpp > 1 && (c.plan.pp == 1 || c.spec.layers % c.virtual_stages() != 0))
+    return Status::bad_input("executor: vpp " + std::to_string(c.plan.vpp) + " needs pp > 1 and layers divisible by pp*vpp (" +
+                             std::to_string(c.spec.layers) + " layers)");
   if (const int t = c.plan.tp; t > 1) {
     if (c.comm == nullptr || c.comm->size(Group::tp) != t)
       return Status::bad_input("executor: tp " + std::to_string(t) + " needs a communicator with a TP group of that size");
@@ -163,10 +166,86 @@ Result<std::unique_ptr<Model>> build(TrackingAllocator& a, const ModelConfig& c)
   return detail::build_model_with<S, G>(a, c, CpuOps<S, G>{&a});
 }
 
+// Interleaved 1F1B: a stage's vpp model chunks presented as one Model (model.h, chunks()).
+class ChunkedModel final : public Model {
+ public:
+  explicit ChunkedModel(std::vector<std::unique_ptr<Model>> chunks) : chunks_(std::move(chunks)) {
+    adapters_.resize(chunks_.size());
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const int param_off = static_cast<int>(params_.size());
+      adapters_[c].unit_off = static_cast<int>(units_.size());
+      for (const ParamRef& p : chunks_[c]->params()) params_.push_back(p);
+      for (const std::vector<int>& u : chunks_[c]->units()) {
+        std::vector<int> v;
+        for (int i : u) v.push_back(i + param_off);
+        units_.push_back(std::move(v));
+      }
+    }
+  }
+  Result<double> forward_backward(const Batch&, double, double, uint64_t) override { return whole(); }
+  Result<double> forward_loss(const Batch&, double, uint64_t) override { return whole(); }
+  Result<double> stage_forward(int, const Batch&, const void*, void*, double, double, uint64_t) override { return whole(); }
+  Status stage_backward(int, const Batch&, const void*, void*) override { return whole(); }
+  std::vector<ParamRef>& params() override { return params_; }
+  void zero_grads() override {
+    for (auto& c : chunks_) c->zero_grads();
+  }
+  const ModelConfig& config() const override { return chunks_.front()->config(); }
+  const Where& where() const override { return chunks_[static_cast<size_t>(active_)]->where(); }
+  const std::vector<std::vector<int>>& units() const override { return units_; }
+  void set_param_hooks(ParamHooks* hooks) override {
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      adapters_[c].hooks = hooks;
+      chunks_[c]->set_param_hooks(hooks ? &adapters_[c] : nullptr);
+    }
+  }
+  int chunks() const override { return static_cast<int>(chunks_.size()); }
+  Model& chunk(int c) override {
+    active_ = c;
+    return *chunks_[static_cast<size_t>(c)];
+  }
+
+ private:
+  // A chunk's unit numbers are its own; the hooks' are the stage's (units() order).
+  struct Offset final : ParamHooks {
+    ParamHooks* hooks = nullptr;
+    int unit_off = 0;
+    Status use_weights(int u, int next) override { return hooks->use_weights(u + unit_off, next < 0 ? -1 : next + unit_off); }
+    void release_weights(int u) override { hooks->release_weights(u + unit_off); }
+    Status begin_grads(int u) override { return hooks->begin_grads(u + unit_off); }
+    Status end_grads(int u) override { return hooks->end_grads(u + unit_off); }
+  };
+  static Status whole() {
+    return Status::bad_input("executor: an interleaved stage runs its chunks (Model::chunk) through stage_forward/stage_backward");
+  }
+  std::vector<std::unique_ptr<Model>> chunks_;
+  std::vector<ParamRef> params_;
+  std::vector<std::vector<int>> units_;
+  std::vector<Offset> adapters_;
+  int active_ = 0;
+};
+
+Result<std::unique_ptr<Model>> build_chunk(TrackingAllocator& alloc, const ModelConfig& c);
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& c) {
   if (Status st = detail::check_model_config(c); !st) return st;
+  if (c.plan.vpp == 1) return build_chunk(alloc, c);
+  std::vector<std::unique_ptr<Model>> chunks;
+  for (int k = 0; k < c.plan.vpp; ++k) {
+    ModelConfig ck = c;
+    ck.chunk = k;
+    Result<std::unique_ptr<Model>> m = build_chunk(alloc, ck);
+    if (!m) return m.status();
+    chunks.push_back(std::move(*m));
+  }
+  return std::unique_ptr<Model>(new ChunkedModel(std::move(chunks)));
+}
+
+namespace {
+
+Result<std::unique_ptr<Model>> build_chunk(TrackingAllocator& alloc, const ModelConfig& c) {
   const DType s = c.storage, g = c.grad;
   if (s == DType::f32 && g == DType::f32) return build<float, float>(alloc, c);
   if (s == DType::f64 && g == DType::f64) return build<double, double>(alloc, c);
@@ -176,5 +255,7 @@ Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const Model
   if (s == DType::f16 && g == DType::f32) return build<f16_t, float>(alloc, c);
   return Status::bad_input(std::string("executor: unsupported storage/gradient dtypes ") + to_string(s) + "/" + to_string(g));
 }
+
+}  // namespace
 
 }  // namespace llmplan::exec

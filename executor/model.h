@@ -42,6 +42,7 @@
 // says which phase and layer were running. Thread-safety: none; one thread drives a model.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -71,7 +72,14 @@ struct ModelConfig {
   ModelSpec spec;
   TrainingJob job;
   ParallelPlan plan;
-  int stage = 0;                 // pipeline stage: layers first_layer_of_stage.. (planner/plan_check.h)
+  int stage = 0;                 // pipeline stage (rank in the PP group): layers first_layer_of_stage.. (planner/plan_check.h)
+  // Interleaved 1F1B (plan.vpp = v > 1): the model chunk c of the stage, i.e. virtual stage
+  // c*pp + stage of pp*v, holding layers first_layer_of_stage(layers, pp*v, c*pp + stage)..;
+  // the embedding lives on virtual stage 0, the head and loss on virtual stage pp*v - 1.
+  // build_model builds every chunk of the stage (chunk is set for each; see Model::chunk).
+  int chunk = 0;
+  int virtual_stage() const { return chunk * plan.pp + stage; }
+  int virtual_stages() const { return plan.pp * std::max(1, plan.vpp); }
   DType storage = DType::f32;    // weights and activations: f32, f64, bf16, f16
   DType grad = DType::f32;       // weight gradients: storage, or f32 for 16-bit storage
   ModelOptions options;
@@ -160,6 +168,13 @@ class Model {
   // REQUIRES: hooks (nullable) outlives the model's steps.
   virtual void set_param_hooks(ParamHooks* hooks) = 0;
   int64_t tokens_per_microbatch() const { return config().plan.micro_batch * config().job.seq_len; }
+  // Interleaved 1F1B (plan.vpp > 1): the stage's model chunks (virtual stages stage,
+  // stage + pp, ...), each a Model of its own that runs stage_forward / stage_backward;
+  // this Model then presents them as one for params(), units(), zero_grads(), hooks (their
+  // params and units concatenated in chunk order) and where() (of the chunk last handed
+  // out). Without interleaving: one chunk, the model itself.
+  virtual int chunks() const { return 1; }
+  virtual Model& chunk(int c) { (void)c; return *this; }
 };
 
 // Builds the model's weights (initialised) and gradients in `alloc`. Errors: bad_input

@@ -146,11 +146,13 @@ class ModelImpl final : public Model {
     // Pipeline stage: its layers; the embedding on the first stage, final norm and head on
     // the last. A tied head on pp > 1 is a copy of the embedding on the last stage (same
     // initial values; its gradient is summed with the first stage's, Megatron).
-    stage_ = c_.stage;
+    // Interleaved (vpp > 1): the same for virtual stage chunk*pp + stage of pp*vpp.
+    stage_ = c_.virtual_stage();
+    const int nv = c_.virtual_stages();
     first_ = stage_ == 0;
-    last_ = stage_ == c_.plan.pp - 1;
-    first_layer_ = first_layer_of_stage(m.layers, c_.plan.pp, stage_);
-    const int nl = layers_in_stage(m.layers, c_.plan.pp, stage_);
+    last_ = stage_ == nv - 1;
+    first_layer_ = first_layer_of_stage(m.layers, nv, stage_);
+    const int nl = layers_in_stage(m.layers, nv, stage_);
     auto since = [&](size_t at) {  // the params made since `at` (one unit)
       std::vector<int> u;
       for (size_t i = at; i < params_.size(); ++i) u.push_back(static_cast<int>(i));
@@ -292,7 +294,9 @@ class ModelImpl final : public Model {
     const int i = first_layer_ + local;
     L.index = i;
     L.ctx = model_layer_context(c_, i);
-    L.policy = layer_recompute(c_.plan, local, static_cast<int>(layers_.size()));
+    // The planner numbers a stage's layers across its chunks (full_k: per chunk).
+    const int nl = static_cast<int>(layers_.size()), v = std::max(1, c_.plan.vpp);
+    L.policy = layer_recompute(c_.plan, c_.chunk * nl + local, nl * v);
     L.recipe = saved_tensors_per_layer(m, L.ctx);
     const std::string pre = "layer" + std::to_string(i);
     LL_TRY(init_norm(L.ln1, pre + ".ln1", L.ctx.base_trainable));
