@@ -84,7 +84,7 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   if (comm) {  // distributed data parallel: the plan's dp and ZeRO stay
     changes.push_back(std::string(comm->modelled() ? "rank proxy of" : "rank") + " " + std::to_string(comm->rank(Group::world)) +
                       " of dp" + std::to_string(p.dp) + (p.tp > 1 ? " tp" + std::to_string(p.tp) + (p.sp ? " sp" : "") : std::string()) +
-                      (p.pp > 1 ? " pp" + std::to_string(p.pp) + (p.schedule == Schedule::gpipe ? " gpipe" : " 1f1b") : std::string()) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
+                      (p.pp > 1 ? " pp" + std::to_string(p.pp) + (p.vpp > 1 ? " vpp" + std::to_string(p.vpp) : std::string()) + (p.schedule == Schedule::gpipe ? " gpipe" : " 1f1b") : std::string()) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
                       comm->name() + (comm->modelled() ? " (communication modelled, not run)" : ""));
     if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
     e.plan.offload_optimizer = false;
@@ -231,10 +231,13 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     return Status::bad_input("--backend cuda runs the single-rank equivalent of a plan so far; distributed runs and rank "
                              "proxies (--proxy-rank) are CPU-only");
   if (comm) {
-    if (fp.cp > 1 || fp.ep > 1 || fp.vpp > 1)
-      return Status::bad_input("distributed executor: data, tensor (with SP) and pipeline parallel (GPipe, 1F1B) are implemented "
-                               "so far; this plan has cp" + std::to_string(fp.cp) + " ep" + std::to_string(fp.ep) + " vpp" +
-                               std::to_string(fp.vpp));
+    if (fp.cp > 1 || fp.ep > 1)
+      return Status::bad_input("distributed executor: data, tensor (with SP) and pipeline parallel (GPipe, 1F1B, interleaved "
+                               "1F1B) are implemented so far; this plan has cp" + std::to_string(fp.cp) + " ep" +
+                               std::to_string(fp.ep));
+    if (fp.vpp > 1 && fp.schedule == Schedule::gpipe)
+      return Status::bad_input("distributed executor: vpp " + std::to_string(fp.vpp) +
+                               " runs interleaved 1F1B; set schedule 1f1b (GPipe has no interleaved variant here)");
     if (comm->size(Group::world) != fp.world_size())
       return Status::bad_input("communicator has " + std::to_string(comm->size(Group::world)) + " ranks, the plan needs " +
                                std::to_string(fp.world_size()));

@@ -35,7 +35,7 @@ void add_into(DType t, void* y, const void* x, int64_t n) {
 
 int64_t Pipeline::slots(const ParallelPlan& plan, int64_t m, int stage) {
   if (plan.pp == 1) return 1;
-  if (plan.schedule == Schedule::gpipe) return m;
+  if (plan.schedule == Schedule::gpipe || plan.vpp > 1) return m;
   return std::min<int64_t>(m, plan.pp - stage);
 }
 
@@ -59,6 +59,7 @@ Result<std::unique_ptr<Pipeline>> Pipeline::create(TrackingAllocator& alloc, Mod
 
 Result<double> Pipeline::run_step(int64_t m, const std::function<Batch(int64_t)>& batch,
                                   const std::function<uint64_t(int64_t)>& seed, double loss_scale, double denom) {
+  if (model_->chunks() > 1) return run_interleaved(m, batch, seed, loss_scale, denom);
   Communicator& cm = *comm_;
   Model& md = *model_;
   const int p = cm.size(Group::pp), r = cm.rank(Group::pp);
@@ -113,6 +114,97 @@ Result<double> Pipeline::run_step(int64_t m, const std::function<Batch(int64_t)>
     PP_TRY(recv_backward(i));
     PP_TRY(bwd(i));
     PP_TRY(send_backward(i));
+  }
+  return loss;
+}
+
+Result<Tensor*> Pipeline::free_send_buffer() {
+  if (sbufs_.empty()) {  // send_ is the first one
+    sbufs_.push_back(std::make_unique<Tensor>(std::move(send_)));
+    sends_.push_back(-1);
+  }
+  for (size_t i = 0; i < sbufs_.size(); ++i) {
+    if (sends_[i] >= 0) {
+      Result<bool> done = comm_->test_send(sends_[i]);
+      if (!done) return done.status();
+      if (*done) sends_[i] = -1;
+    }
+    if (sends_[i] < 0) return sbufs_[i].get();
+  }
+  Result<Tensor> t = Tensor::empty(*alloc_, Shape{count_}, dtype_, Category::communication, "pipeline.send");
+  if (!t) return t.status();
+  sbufs_.push_back(std::make_unique<Tensor>(std::move(*t)));
+  sends_.push_back(-1);
+  return sbufs_.back().get();
+}
+
+Result<double> Pipeline::run_interleaved(int64_t m, const std::function<Batch(int64_t)>& batch,
+                                         const std::function<uint64_t(int64_t)>& seed, double loss_scale, double denom) {
+  Communicator& cm = *comm_;
+  const int p = cm.size(Group::pp), r = cm.rank(Group::pp), v = model_->chunks();
+  if (m % p != 0)
+    return Status::bad_input("interleaved 1F1B needs micro-batches per step (" + std::to_string(m) + ") divisible by pp " +
+                             std::to_string(p));
+  const int nv = p * v;
+  const int64_t total = m * v;
+  const int64_t warmup = std::min<int64_t>(total, (p - r - 1) * 2 + static_cast<int64_t>(v - 1) * p);
+  auto chunk_of = [&](int64_t k, bool forward) {
+    const int c = static_cast<int>((k % nv) / p);
+    return forward ? c : v - 1 - c;
+  };
+  auto mb_of = [&](int64_t k) { return (k / nv) * p + k % p; };
+  // Tags: what virtual stage vs sends for micro-batch j, forward (even) or backward (odd).
+  auto tag = [&](int64_t j, int vs, bool forward) { return static_cast<int>(2 * (j * nv + vs) + (forward ? 0 : 1)); };
+  const int next = (r + 1) % p, prev = (r + p - 1) % p;
+  void* rb = recv_.raw();
+  double loss = 0;
+  auto send = [&](Tensor* t, int peer, int tg) -> Status {
+    Result<int> h = cm.isend(t->raw(), count_, dtype_, peer, Group::pp, tg);
+    if (!h) return h.status();
+    for (size_t i = 0; i < sbufs_.size(); ++i)
+      if (sbufs_[i].get() == t) sends_[i] = *h;
+    return Status::ok();
+  };
+  auto fwd = [&](int64_t k) -> Status {
+    const int c = chunk_of(k, true), vs = c * p + r;
+    const int64_t j = mb_of(k);
+    const bool vfirst = vs == 0, vlast = vs == nv - 1;
+    if (!vfirst) PP_TRY(cm.recv(rb, count_, dtype_, prev, Group::pp, tag(j, vs - 1, true)));
+    Tensor* out = nullptr;
+    if (!vlast) {
+      Result<Tensor*> o = free_send_buffer();
+      if (!o) return o.status();
+      out = *o;
+    }
+    Result<double> l = model_->chunk(c).stage_forward(static_cast<int>(j), batch(j), vfirst ? nullptr : rb,
+                                                      out ? out->raw() : nullptr, loss_scale, denom, seed(j));
+    if (!l) return l.status();
+    loss += *l;
+    return out ? send(out, next, tag(j, vs, true)) : Status::ok();
+  };
+  auto bwd = [&](int64_t k) -> Status {
+    const int c = chunk_of(k, false), vs = c * p + r;
+    const int64_t j = mb_of(k);
+    const bool vfirst = vs == 0, vlast = vs == nv - 1;
+    if (!vlast) PP_TRY(cm.recv(rb, count_, dtype_, next, Group::pp, tag(j, vs + 1, false)));
+    Tensor* out = nullptr;
+    if (!vfirst) {
+      Result<Tensor*> o = free_send_buffer();
+      if (!o) return o.status();
+      out = *o;
+    }
+    PP_TRY(model_->chunk(c).stage_backward(static_cast<int>(j), batch(j), vlast ? nullptr : rb, out ? out->raw() : nullptr));
+    return out ? send(out, prev, tag(j, vs, false)) : Status::ok();
+  };
+  for (int64_t k = 0; k < warmup; ++k) PP_TRY(fwd(k));
+  for (int64_t k = 0; k < total - warmup; ++k) {  // steady state: one forward, one backward
+    PP_TRY(fwd(warmup + k));
+    PP_TRY(bwd(k));
+  }
+  for (int64_t k = total - warmup; k < total; ++k) PP_TRY(bwd(k));  // cool-down
+  for (size_t i = 0; i < sends_.size(); ++i) {
+    PP_TRY(cm.wait_send(sends_[i]));
+    sends_[i] = -1;
   }
   return loss;
 }

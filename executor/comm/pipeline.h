@@ -7,8 +7,19 @@
 // and 1F1B (stage i runs p-i-1 warm-up forwards, then alternates one forward and one
 // backward: min(m, p-i) in flight), i.e. planner inflight_microbatches. A send is paired
 // with the receive that follows it (Communicator::sendrecv) as Megatron batches its p2p,
-// so blocking point-to-point cannot deadlock. Interleaved 1F1B (vpp > 1) is not
-// implemented.
+// so blocking point-to-point cannot deadlock.
+//
+// Interleaved 1F1B (plan.vpp = v > 1; Narayanan et al. 2021 sec 2.2, Megatron-LM's
+// forward_backward_pipelining_with_interleaving): the model has v chunks (Model::chunk;
+// chunk c is virtual stage c*p + r). The step's m*v chunk-micro-batches run in Megatron's
+// order -- virtual micro-batch k is micro-batch (k / (p*v))*p + k % p of chunk
+// (k % (p*v)) / p (backward: v-1 minus that) -- with (p-r-1)*2 + (v-1)*p warm-up
+// forwards, then one forward and one backward, then the cool-down backwards; m must be a
+// multiple of p. Activations go from virtual stage s to s+1 (rank r chunk c to rank r+1
+// chunk c; rank p-1 chunk c to rank 0 chunk c+1), gradients back. Sends are non-blocking
+// (Communicator::isend; received just before use), so any order Megatron's batched p2p
+// can run cannot deadlock; a send buffer is reused once its send completed, otherwise
+// another one is made (Category::communication: more than the planner's two buffers).
 //
 // Buffers: one send and one receive buffer of one micro-batch's stage output
 // (b*s/t_sp x h, activation dtype) in Category::communication: the planner's
@@ -21,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "executor/allocator.h"
 #include "executor/comm/communicator.h"
@@ -45,6 +57,11 @@ class Pipeline {
 
  private:
   Pipeline() = default;
+  Result<double> run_interleaved(int64_t m, const std::function<Batch(int64_t)>& batch,
+                                 const std::function<uint64_t(int64_t)>& seed, double loss_scale, double denom);
+  Result<Tensor*> free_send_buffer();  // interleaved: a send buffer whose send completed
+  std::vector<std::unique_ptr<Tensor>> sbufs_;  // interleaved send buffers (send_ first)
+  std::vector<int> sends_;                      // their pending isend handles (-1: free)
   TrackingAllocator* alloc_ = nullptr;
   Model* model_ = nullptr;
   Communicator* comm_ = nullptr;
