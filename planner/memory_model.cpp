@@ -279,7 +279,9 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     ++groups;
   }
   if (p.pp > 1) {
-    x.comm_buffers += 2 * tokens * h / seq_div * act_bytes;  // send + receive of one micro-batch
+    // Send + receive of one micro-batch; interleaved 1F1B has an activation and a gradient
+    // send in flight at once (Megatron's steady state; the executor's comm/pipeline.h).
+    x.comm_buffers += (p.vpp > 1 ? 3 : 2) * tokens * h / seq_div * act_bytes;
     ++groups;
   }
   if (p.cp > 1) {

@@ -48,9 +48,10 @@ Result<std::unique_ptr<Pipeline>> Pipeline::create(TrackingAllocator& alloc, Mod
   p->dtype_ = c.storage;
   const int64_t tokens = static_cast<int64_t>(c.plan.micro_batch) * c.job.seq_len;
   p->count_ = tokens / (c.plan.sp ? c.plan.tp : 1) * c.spec.hidden;
-  for (Tensor* t : {&p->send_, &p->recv_}) {
+  for (Tensor* t : {&p->send_, &p->recv_, &p->send_grad_}) {
+    if (t == &p->send_grad_ && model.chunks() == 1) continue;
     Result<Tensor> r = Tensor::empty(alloc, Shape{p->count_}, p->dtype_, Category::communication,
-                                     t == &p->send_ ? "pipeline.send" : "pipeline.recv");
+                                     t == &p->send_ ? "pipeline.send" : t == &p->recv_ ? "pipeline.recv" : "pipeline.send_grad");
     if (!r) return r.status();
     *t = std::move(*r);
   }
@@ -118,24 +119,24 @@ Result<double> Pipeline::run_step(int64_t m, const std::function<Batch(int64_t)>
   return loss;
 }
 
-Result<Tensor*> Pipeline::free_send_buffer() {
-  if (sbufs_.empty()) {  // send_ is the first one
-    sbufs_.push_back(std::make_unique<Tensor>(std::move(send_)));
-    sends_.push_back(-1);
+std::vector<Pipeline::ChunkOp> Pipeline::interleaved_order(int p, int v, int64_t m, int r) {
+  const int nv = p * v;
+  const int64_t total = m * v;
+  const int64_t warmup = std::min<int64_t>(total, (p - r - 1) * 2 + static_cast<int64_t>(v - 1) * p);
+  // Virtual micro-batch k: micro-batch (k / (p*v))*p + k % p of chunk (k % (p*v)) / p
+  // (backward: the chunks in reverse).
+  auto op = [&](int64_t k, bool forward) {
+    const int c = static_cast<int>((k % nv) / p);
+    return ChunkOp{forward, forward ? c : v - 1 - c, (k / nv) * p + k % p};
+  };
+  std::vector<ChunkOp> order;
+  for (int64_t k = 0; k < warmup; ++k) order.push_back(op(k, true));
+  for (int64_t k = 0; k < total - warmup; ++k) {  // steady state: one forward, one backward
+    order.push_back(op(warmup + k, true));
+    order.push_back(op(k, false));
   }
-  for (size_t i = 0; i < sbufs_.size(); ++i) {
-    if (sends_[i] >= 0) {
-      Result<bool> done = comm_->test_send(sends_[i]);
-      if (!done) return done.status();
-      if (*done) sends_[i] = -1;
-    }
-    if (sends_[i] < 0) return sbufs_[i].get();
-  }
-  Result<Tensor> t = Tensor::empty(*alloc_, Shape{count_}, dtype_, Category::communication, "pipeline.send");
-  if (!t) return t.status();
-  sbufs_.push_back(std::make_unique<Tensor>(std::move(*t)));
-  sends_.push_back(-1);
-  return sbufs_.back().get();
+  for (int64_t k = total - warmup; k < total; ++k) order.push_back(op(k, false));  // cool-down
+  return order;
 }
 
 Result<double> Pipeline::run_interleaved(int64_t m, const std::function<Batch(int64_t)>& batch,
@@ -146,66 +147,45 @@ Result<double> Pipeline::run_interleaved(int64_t m, const std::function<Batch(in
     return Status::bad_input("interleaved 1F1B needs micro-batches per step (" + std::to_string(m) + ") divisible by pp " +
                              std::to_string(p));
   const int nv = p * v;
-  const int64_t total = m * v;
-  const int64_t warmup = std::min<int64_t>(total, (p - r - 1) * 2 + static_cast<int64_t>(v - 1) * p);
-  auto chunk_of = [&](int64_t k, bool forward) {
-    const int c = static_cast<int>((k % nv) / p);
-    return forward ? c : v - 1 - c;
-  };
-  auto mb_of = [&](int64_t k) { return (k / nv) * p + k % p; };
   // Tags: what virtual stage vs sends for micro-batch j, forward (even) or backward (odd).
   auto tag = [&](int64_t j, int vs, bool forward) { return static_cast<int>(2 * (j * nv + vs) + (forward ? 0 : 1)); };
   const int next = (r + 1) % p, prev = (r + p - 1) % p;
   void* rb = recv_.raw();
   double loss = 0;
-  auto send = [&](Tensor* t, int peer, int tg) -> Status {
-    Result<int> h = cm.isend(t->raw(), count_, dtype_, peer, Group::pp, tg);
+  auto send = [&](Tensor& t, int& handle, int peer, int tg) -> Status {
+    Result<int> h = cm.isend(t.raw(), count_, dtype_, peer, Group::pp, tg);
     if (!h) return h.status();
-    for (size_t i = 0; i < sbufs_.size(); ++i)
-      if (sbufs_[i].get() == t) sends_[i] = *h;
+    handle = *h;
     return Status::ok();
   };
-  auto fwd = [&](int64_t k) -> Status {
-    const int c = chunk_of(k, true), vs = c * p + r;
-    const int64_t j = mb_of(k);
+  auto wait = [&](int& handle) -> Status {  // the buffer's previous send, before it is rewritten
+    const int h = handle;
+    handle = -1;
+    return cm.wait_send(h);
+  };
+  auto fwd = [&](int c, int64_t j) -> Status {
+    const int vs = c * p + r;
     const bool vfirst = vs == 0, vlast = vs == nv - 1;
     if (!vfirst) PP_TRY(cm.recv(rb, count_, dtype_, prev, Group::pp, tag(j, vs - 1, true)));
-    Tensor* out = nullptr;
-    if (!vlast) {
-      Result<Tensor*> o = free_send_buffer();
-      if (!o) return o.status();
-      out = *o;
-    }
+    if (!vlast) PP_TRY(wait(send_h_));
     Result<double> l = model_->chunk(c).stage_forward(static_cast<int>(j), batch(j), vfirst ? nullptr : rb,
-                                                      out ? out->raw() : nullptr, loss_scale, denom, seed(j));
+                                                      vlast ? nullptr : send_.raw(), loss_scale, denom, seed(j));
     if (!l) return l.status();
     loss += *l;
-    return out ? send(out, next, tag(j, vs, true)) : Status::ok();
+    return vlast ? Status::ok() : send(send_, send_h_, next, tag(j, vs, true));
   };
-  auto bwd = [&](int64_t k) -> Status {
-    const int c = chunk_of(k, false), vs = c * p + r;
-    const int64_t j = mb_of(k);
+  auto bwd = [&](int c, int64_t j) -> Status {
+    const int vs = c * p + r;
     const bool vfirst = vs == 0, vlast = vs == nv - 1;
     if (!vlast) PP_TRY(cm.recv(rb, count_, dtype_, next, Group::pp, tag(j, vs + 1, false)));
-    Tensor* out = nullptr;
-    if (!vfirst) {
-      Result<Tensor*> o = free_send_buffer();
-      if (!o) return o.status();
-      out = *o;
-    }
-    PP_TRY(model_->chunk(c).stage_backward(static_cast<int>(j), batch(j), vlast ? nullptr : rb, out ? out->raw() : nullptr));
-    return out ? send(out, prev, tag(j, vs, false)) : Status::ok();
+    if (!vfirst) PP_TRY(wait(send_grad_h_));
+    PP_TRY(model_->chunk(c).stage_backward(static_cast<int>(j), batch(j), vlast ? nullptr : rb,
+                                           vfirst ? nullptr : send_grad_.raw()));
+    return vfirst ? Status::ok() : send(send_grad_, send_grad_h_, prev, tag(j, vs, false));
   };
-  for (int64_t k = 0; k < warmup; ++k) PP_TRY(fwd(k));
-  for (int64_t k = 0; k < total - warmup; ++k) {  // steady state: one forward, one backward
-    PP_TRY(fwd(warmup + k));
-    PP_TRY(bwd(k));
-  }
-  for (int64_t k = total - warmup; k < total; ++k) PP_TRY(bwd(k));  // cool-down
-  for (size_t i = 0; i < sends_.size(); ++i) {
-    PP_TRY(cm.wait_send(sends_[i]));
-    sends_[i] = -1;
-  }
+  for (const ChunkOp& op : interleaved_order(p, v, m, r)) PP_TRY(op.forward ? fwd(op.chunk, op.micro_batch) : bwd(op.chunk, op.micro_batch));
+  PP_TRY(wait(send_h_));
+  PP_TRY(wait(send_grad_h_));
   return loss;
 }
 

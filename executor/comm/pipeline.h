@@ -17,9 +17,11 @@
 // forwards, then one forward and one backward, then the cool-down backwards; m must be a
 // multiple of p. Activations go from virtual stage s to s+1 (rank r chunk c to rank r+1
 // chunk c; rank p-1 chunk c to rank 0 chunk c+1), gradients back. Sends are non-blocking
-// (Communicator::isend; received just before use), so any order Megatron's batched p2p
-// can run cannot deadlock; a send buffer is reused once its send completed, otherwise
-// another one is made (Category::communication: more than the planner's two buffers).
+// (Communicator::isend) from one activation and one gradient send buffer, each waited for
+// before its reuse; receives are blocking, just before use. That cannot deadlock even when
+// every send waits for its receive (tests/executor_dist: InterleavedSchedule simulates
+// the order for pp 2..8, vpp 2..4, m = pp..5pp; one shared send buffer does deadlock), and
+// the buffers are the planner's interleaved PP comm_buffers: three stage outputs.
 //
 // Buffers: one send and one receive buffer of one micro-batch's stage output
 // (b*s/t_sp x h, activation dtype) in Category::communication: the planner's
@@ -52,6 +54,14 @@ class Pipeline {
   // Sums the tied embedding's gradient between the first and the last stage (no-op
   // without tied embeddings or with pp = 1).
   Status sync_tied_embedding();
+  // Interleaved 1F1B: pipeline rank r's order of chunk forwards and backwards for m
+  // micro-batches over p ranks with v chunks each (Megatron's; see the top).
+  struct ChunkOp {
+    bool forward = true;
+    int chunk = 0;
+    int64_t micro_batch = 0;
+  };
+  static std::vector<ChunkOp> interleaved_order(int p, int v, int64_t m, int r);
   // Micro-batches this stage holds at once under the schedule (planner inflight_microbatches).
   static int64_t slots(const ParallelPlan& plan, int64_t m, int stage);
 
@@ -59,9 +69,8 @@ class Pipeline {
   Pipeline() = default;
   Result<double> run_interleaved(int64_t m, const std::function<Batch(int64_t)>& batch,
                                  const std::function<uint64_t(int64_t)>& seed, double loss_scale, double denom);
-  Result<Tensor*> free_send_buffer();  // interleaved: a send buffer whose send completed
-  std::vector<std::unique_ptr<Tensor>> sbufs_;  // interleaved send buffers (send_ first)
-  std::vector<int> sends_;                      // their pending isend handles (-1: free)
+  Tensor send_grad_;                // interleaved: the gradient send buffer (send_: activations)
+  int send_h_ = -1, send_grad_h_ = -1;  // their pending isend handles (-1: none)
   TrackingAllocator* alloc_ = nullptr;
   Model* model_ = nullptr;
   Communicator* comm_ = nullptr;
