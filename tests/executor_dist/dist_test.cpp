@@ -78,12 +78,16 @@ const Case kCases[] = {
     {"llama_dp2_tp2_sp_zero1_bf16", Family::llama, 2, 1, 2, true, 1, Schedule::one_f_one_b, Recompute::none, nullptr,
      Precision::bf16},
     // Interleaved 1F1B (4 layers: one per virtual stage): two chunks per rank, the tied
-    // embedding's copy on the last virtual stage, and with DP + ZeRO-1 (2 micro-batches per
-    // step: every forward of rank 0 in warm-up).
+    // embedding's copy on the last virtual stage, with DP + ZeRO-1/2 (2 micro-batches per
+    // step: every forward of rank 0 in warm-up), full recompute, and 4 stages. (ZeRO-3 with
+    // vpp trains the same, but prefetches no unit across chunks: fewer gathered bytes than
+    // the planner's.)
     {"llama_pp2_vpp2", Family::llama, 1, 0, 1, false, 2, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 2, 4},
     {"gpt_pp2_vpp2", Family::gpt, 1, 0, 1, false, 2, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 2, 4},
     {"llama_dp2_pp2_vpp2_zero1", Family::llama, 2, 1, 1, false, 2, Schedule::one_f_one_b, Recompute::none, nullptr,
      Precision::fp32, 2, 4},
+    {"llama_dp2_pp2_vpp2_zero2", Family::llama, 2, 2, 1, false, 2, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 2, 4},
+    {"gpt_pp2_vpp2_full_recompute", Family::gpt, 1, 0, 1, false, 2, Schedule::one_f_one_b, Recompute::full, nullptr, Precision::fp32, 2, 4},
     {"gpt_pp4_vpp2", Family::gpt, 1, 0, 1, false, 4, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 2, 8},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
