@@ -9,9 +9,9 @@
 
 namespace llmplan::exec::testing {
 
-inline PlanFile tiny_plan(Family fam, Precision prec, Recompute rc, bool flash) {
-  PlanFile f;
-  ModelSpec& m = f.model;
+// The 2-layer model: width 64, 4 heads (Llama: 2 kv heads), MLP 256 (Llama SwiGLU: 176).
+inline ModelSpec tiny_model(Family fam, int64_t vocab) {
+  ModelSpec m;
   m.name = fam == Family::gpt ? "tiny-gpt" : "tiny-llama";
   m.family = fam;
   m.layers = 2;
@@ -19,10 +19,16 @@ inline PlanFile tiny_plan(Family fam, Precision prec, Recompute rc, bool flash) 
   m.heads = 4;
   m.kv_heads = fam == Family::gpt ? 4 : 2;
   m.ffn_hidden = fam == Family::gpt ? 256 : 176;
-  m.vocab = kByteVocab;
+  m.vocab = vocab;
   m.max_positions = 256;
   m.tied_embeddings = fam == Family::gpt;
   m.dropout = false;
+  return m;
+}
+
+inline PlanFile tiny_plan(Family fam, Precision prec, Recompute rc, bool flash) {
+  PlanFile f;
+  f.model = tiny_model(fam, kByteVocab);
   f.cluster.gpu = cpu_host_gpu(1e12);
   f.cluster.gpus_per_node = 1;
   f.job.seq_len = 64;

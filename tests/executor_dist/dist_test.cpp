@@ -28,6 +28,7 @@
 #include "planner/plan_file.h"
 #include "planner/presets.h"
 #include "profiles/profile_store.h"
+#include "../executor/tiny_plans.h"
 
 namespace llmplan::exec {
 namespace {
@@ -95,18 +96,7 @@ constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these mode
 PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1, bool sp = false, int pp = 1, Schedule sched = Schedule::one_f_one_b,
                    Recompute rc = Recompute::none, const char* lora = nullptr) {
   PlanFile f;
-  ModelSpec& m = f.model;
-  m.name = fam == Family::gpt ? "tiny-gpt" : "tiny-llama";
-  m.family = fam;
-  m.layers = 2;
-  m.hidden = 64;
-  m.heads = 4;
-  m.kv_heads = fam == Family::gpt ? 4 : 2;
-  m.ffn_hidden = fam == Family::gpt ? 256 : 176;
-  m.vocab = 256;
-  m.max_positions = 256;
-  m.tied_embeddings = fam == Family::gpt;
-  m.dropout = false;
+  f.model = testing::tiny_model(fam, 256);
   f.cluster.gpu = cpu_host_gpu(1e12);
   f.cluster.gpus_per_node = dp * tp * pp;
   f.cluster.intra_node_bandwidth = 10e9;  // shared memory between processes
