@@ -20,11 +20,14 @@ struct CalibrateCommand {
   std::string out = "calibration.json";
 };
 
-// The executed config's predicted breakdown as execute stored it (predicted_json "time",
+// The executed config's uncalibrated predicted breakdown as execute stored it (predicted_json "time",
 // plan_file.h time_to_json), and the device it was predicted for.
 bool sample_of(const RunRecord& r, CalibrationSample* s, std::string* device) {
   const nlohmann::json p = nlohmann::json::parse(r.predicted_json, nullptr, false);
   if (p.is_discarded() || !p.contains("time") || !p["time"].contains("breakdown_s")) return false;
+  // A run predicted with a calibration stored the calibrated breakdown: fitting on it would
+  // compound the scale (it already matches its measurement).
+  if (p.value("calibrated", false)) return false;
   const nlohmann::json& b = p["time"]["breakdown_s"];
   StepTime t;
   t.compute = b.value("compute", 0.0);

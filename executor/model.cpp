@@ -67,7 +67,8 @@ struct CpuOps {
     return cpu::linear_workspace_bytes(s, rows, in, out);
   }
   int64_t norm_workspace_bytes(DType g, int64_t, int64_t h) const { return cpu::norm_workspace_bytes(g, h); }
-  int64_t attention_workspace_bytes(DType s, const cpu::AttentionDims& dm, bool flash) const {
+  // The CPU ops size their scratch for forward and backward alike.
+  int64_t attention_workspace_bytes(DType s, const cpu::AttentionDims& dm, bool flash, bool /*backward*/ = true) const {
     return cpu::attention_workspace_bytes(s, dm, flash);
   }
   int64_t attention_dropout_workspace_bytes(DType s, const cpu::AttentionDims& dm) const {

@@ -553,7 +553,7 @@ class ModelImpl final : public Model {
       const cpu::AttentionDims dm = dims();
       LL_TRY(lmake(L, sv.lse, "attn.lse", dm.b * dm.heads * dm.s, std::is_same_v<S, double> ? DType::f64 : DType::f32, mode));
       Scratch sc;
-      LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true), "attention.workspace"));
+      LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true, /*backward=*/false), "attention.workspace"));
       LL_TRY(ops_.template attention_forward_flash<S>(d(sv.q), d(sv.k), d(sv.v), staged_.doc, d(sv.proj_input), sv.lse.template data<A>(), dm,
                                       sc.span()));
     } else {

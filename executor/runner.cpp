@@ -187,7 +187,7 @@ void compare(RunReport& r) {
     CompareLine l;
     l.name = std::string("peak in ") + phases[ph];
     l.predicted = pa.phase_total[static_cast<size_t>(ph)];
-    l.measured = static_cast<double>(r.memory.phase[static_cast<size_t>(ph)].total);
+    l.measured = static_cast<double>(r.memory.phase[static_cast<size_t>(ph)].total) - blas_ws;
     r.memory_lines.push_back(l);
   }
 }
@@ -274,6 +274,10 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     r.predicted_alloc = estimate_memory(e.model, e.cluster, e.job, e.plan, gpu_only_zero).worst;
   }
   r.predicted_time = estimate_time(e.model, e.cluster, e.job, e.plan);
+  if (o.calibration) {  // utilisation is of the device's real peak, not the calibrated one
+    r.predicted_time.mfu *= o.calibration->compute_scale;
+    r.predicted_time.hfu *= o.calibration->compute_scale;
+  }
   r.tokens_per_step = e.job.global_batch * e.job.seq_len;
 
   return r;
@@ -330,6 +334,9 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     r.oom_message = st.message();
     r.oom_where = w;
     r.memory = alloc.stats();
+    r.device = backend->device_memory();
+    r.backend = backend->name();
+    r.device_name = backend->device_name();
     const Explanation ex = explain_plan(e.model, e.cluster, e.job, e.plan, 1, 0);
     for (const PlanChange& c : ex.changes) {
       if (r.fixes.size() >= 5) break;

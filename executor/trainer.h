@@ -80,7 +80,7 @@ struct StepOutcome {
 };
 
 // The optimizer side of one rank: the CPU implementation below (Trainer::create), or the
-// CUDA one (executor/cuda/cuda_trainer.h) with the same contract.
+// CUDA one (CudaTrainer in executor/cuda/cuda_backend.cpp) with the same contract.
 class Trainer {
  public:
   virtual ~Trainer() = default;

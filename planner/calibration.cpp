@@ -101,8 +101,15 @@ Result<Calibration> calibration_from_json(const nlohmann::json& j, const std::st
       j["compute_scale"].get<double>() > 1e3)
     return Status::bad_input(source + ": field 'compute_scale': expected a number in (0, 1000]");
   c.compute_scale = j["compute_scale"].get<double>();
-  c.runs = j.value("runs", 0);
-  c.rms_log_error = j.value("rms_log_error", 0.0);
+  if (j.contains("runs")) {
+    if (!j["runs"].is_number_integer() || j["runs"].get<int64_t>() < 0)
+      return Status::bad_input(source + ": field 'runs': expected a count >= 0");
+    c.runs = j["runs"].get<int>();
+  }
+  if (j.contains("rms_log_error")) {
+    if (!j["rms_log_error"].is_number()) return Status::bad_input(source + ": field 'rms_log_error': expected a number");
+    c.rms_log_error = j["rms_log_error"].get<double>();
+  }
   return c;
 }
 

@@ -7,10 +7,12 @@
 // compute_scale, the ratio of the speed actually reached to the model's, from the measured
 // step times of recorded runs. The device-bound terms of a prediction -- compute,
 // recompute, the pipeline bubble (a fraction of compute) and the optimizer step -- are
-// divided by it; communication, offload and the exposed collectives are not. Applying a
-// calibration multiplies the GPU's peak FLOP/s and memory bandwidth by compute_scale,
-// which divides those terms (all but the fixed kernel-launch cost per GEMM, about 1% of a
-// small model's compute).
+// divided by it; communication and offload are not. Applying a calibration multiplies the
+// GPU's peak FLOP/s and memory bandwidth by compute_scale, which divides those terms (all
+// but the fixed kernel-launch cost per GEMM, about 1% of a small model's compute). The fit
+// treats a run's exposed communication as fixed; in a multi-GPU prediction the exposed part
+// itself shrinks as slower compute hides more of it, so the fit is exact for single-rank
+// runs (what `llmplan execute` records on one GPU) and approximate beyond.
 //
 // The fit minimises the sum of squared log errors (a run 2x too slow weighs as one 2x too
 // fast) over the runs; one run determines the scale exactly. Pure functions; no state.

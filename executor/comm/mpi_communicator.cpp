@@ -41,6 +41,9 @@ MPI_Datatype mpi_type(DType t) {
 // 16-bit sums: MPI knows no bf16/fp16 type (MPI_UINT16_T would add the bit patterns), so
 // the values are widened to fp32, summed there and rounded once on the way back -- which is
 // also NCCL's accuracy class (it accumulates 16-bit reductions in fp32 within a kernel).
+// The fp32 copies are host temporaries outside the TrackingAllocator (n x 4 bytes, the
+// group size times that for a reduce-scatter): --memory-limit and the measured peaks do
+// not see them, as they do not see MPI's own buffers.
 bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
 void widen(const void* in, float* out, int64_t n, DType t) {
   if (t == DType::bf16) cpu::cast<bf16_t, float>(static_cast<const bf16_t*>(in), out, n);

@@ -357,10 +357,10 @@ dim3 flash_grid(const AttentionDims& dm, int64_t heads) {
 // 16-bit storage with head_dim a multiple of 16 (<= 128): the same algorithm as the kernels
 // above with the four products of a tile on tensor cores (WMMA 16x16x16, fp32 accumulate).
 // A block takes 64 query rows (forward) or 64 key rows (backward) with 4 warps, each warp 16
-// rows; key (query) tiles of 64 rows go through shared memory, zero-padded to DP columns.
-// Forward: S = Q K^T per warp into shared memory, the online-softmax update by lane pairs
-// (row = lane / 2, half the columns each), P in the storage type, O (fp32, shared memory) =
-// corr O + P V. Backward (FlashAttention-2, Dao 2023): per key block and query tile,
+// rows; key (query) tiles of 64 rows go through shared memory (rows padded against bank
+// conflicts). Forward: S = Q K^T per warp into shared memory, the online-softmax update one
+// row at a time with the 32 lanes across the 64 columns, P in the storage type, O (fp32,
+// shared memory) = corr O + P V. Backward (FlashAttention-2, Dao 2023): per key block and query tile,
 // S = Q K^T and dP = dO V^T, P = exp(scale S - lse), dS = P (dP - D); dV += P^T dO and
 // dK += dS^T Q stay in registers across the tiles; dQ += dS K is added atomically into an
 // fp32 buffer (the one non-deterministic sum here), cast into dq at the end.
@@ -648,6 +648,19 @@ __global__ void dq_cast_kernel(const float* acc, T* dq, float scale, int64_t n) 
 template <class S>
 constexpr bool kHalf = std::is_same_v<S, bf16_t> || std::is_same_v<S, f16_t>;
 
+// Whether the current device lets a block use `bytes` of shared memory (opt-in): H100/H200
+// 227 KiB, A100 163 KiB, but sm_86/89 parts (A10, L40S, RTX 4090) only 99 KiB -- too little
+// for head_dim >= 96; those run the SIMT kernels.
+bool smem_fits(size_t bytes) {
+  int dev = 0, max_optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    cudaGetLastError();  // clear: the caller falls back
+    return false;
+  }
+  return bytes <= static_cast<size_t>(max_optin);
+}
+
 bool applies(DType st, const AttentionDims& dm) {
   return (st == DType::bf16 || st == DType::f16) && dm.head_dim % 16 == 0 && dm.head_dim <= kFlashMaxHeadDim;
 }
@@ -819,7 +832,7 @@ Status attention_forward_flash(CudaContext& ctx, const S* q, const S* k, const S
   if (Status st = check_flash(dm); !st) return st;
   if (dm.b * dm.s == 0) return Status::ok();
   if constexpr (tc::kHalf<S>) {
-    if (tc::applies(dtype_of<S>, dm)) {
+    if (tc::applies(dtype_of<S>, dm) && tc::smem_fits(tc::fwd_smem(static_cast<int>(dm.head_dim)))) {
       using T = typename tc::Wmma<S>::T;
       return tc::forward<T>(ctx, reinterpret_cast<const T*>(q), reinterpret_cast<const T*>(k),
                             reinterpret_cast<const T*>(v), doc, reinterpret_cast<T*>(o), lse, dm);
@@ -840,7 +853,7 @@ Status attention_backward_flash(CudaContext& ctx, const S* q, const S* k, const 
   float* dsum = c.take<float>(dm.b * dm.heads * dm.s);
   if (!c.ok()) return Status::bad_input("attention: workspace smaller than attention_workspace_bytes()");
   if constexpr (tc::kHalf<S>) {
-    if (tc::applies(dtype_of<S>, dm)) {
+    if (tc::applies(dtype_of<S>, dm) && tc::smem_fits(tc::bwd_smem(static_cast<int>(dm.head_dim)))) {
       float* dq_acc = c.take<float>(dm.b * dm.s * dm.heads * dm.head_dim);
       if (!c.ok()) return Status::bad_input("attention: workspace smaller than attention_workspace_bytes()");
       using T = typename tc::Wmma<S>::T;

@@ -75,10 +75,15 @@ class CudaTrainer final : public Trainer {
   StepOutcome step() override {
     StepOutcome out;
     out.loss_scale = loss_scale_;
+    error_ = Status::ok();  // last_error() is about this step
     Result<double> raw = raw_norm();
-    const ScalePolicy sp = apply_scale_policy(raw ? *raw : NAN, scheme_, opt_, &loss_scale_, &good_steps_);
+    if (!raw) {  // a device failure is not an overflow: report it, leave the loss scale alone
+      error_ = raw.status();
+      out.skipped = true;
+      return out;
+    }
+    const ScalePolicy sp = apply_scale_policy(*raw, scheme_, opt_, &loss_scale_, &good_steps_);
     out.grad_norm = sp.norm;
-    if (!raw) error_ = raw.status();
     if (sp.skip) {
       out.skipped = true;
       return out;

@@ -72,8 +72,9 @@ struct CudaOps {
     return cuda::linear_workspace_bytes(rows, out);
   }
   int64_t norm_workspace_bytes(DType, int64_t n, int64_t h) const { return cuda::norm_workspace_bytes(n, h); }
-  int64_t attention_workspace_bytes(DType s, const cpu::AttentionDims& dm, bool flash) const {
-    return cuda::attention_workspace_bytes(s, dm, flash);
+  // The flash forward kernels use no scratch (the size covers the backward's D and dQ).
+  int64_t attention_workspace_bytes(DType s, const cpu::AttentionDims& dm, bool flash, bool backward = true) const {
+    return flash && !backward ? 0 : cuda::attention_workspace_bytes(s, dm, flash);
   }
   int64_t attention_dropout_workspace_bytes(DType, const cpu::AttentionDims&) const { return 0; }
 
@@ -235,6 +236,8 @@ Result<std::unique_ptr<Model>> build(CudaContext& ctx, const ModelConfig& c) {
 
 Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelConfig& c) {
   if (Status st = detail::check_model_config(c); !st) return st;
+  // pp > 1 would also need one set of device batch buffers per in-flight micro-batch slot
+  // (stage_batch above keeps one set; the slots' StagedBatch pointers would all alias it).
   if (c.plan.tp > 1 || c.plan.pp > 1)
     return Status::bad_input("executor (cuda): tp " + std::to_string(c.plan.tp) + " pp " + std::to_string(c.plan.pp) +
                              ": tensor and pipeline parallel run on the CPU backend only so far");

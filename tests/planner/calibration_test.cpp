@@ -90,6 +90,11 @@ TEST(Calibration, BadInputIsAClearError) {
   ASSERT_FALSE(j.ok());
   EXPECT_NE(j.status().message().find("cal.json: field 'compute_scale'"), std::string::npos) << j.status().message();
   EXPECT_FALSE(read_calibration_file("/nonexistent/cal.json").ok());
+  Result<Calibration> wrong_type = calibration_from_json(
+      {{"schema", "llmplan.calibration"}, {"device", "h200"}, {"backend", "cuda"}, {"compute_scale", 0.5}, {"runs", "two"}},
+      "cal.json");
+  ASSERT_FALSE(wrong_type.ok());
+  EXPECT_NE(wrong_type.status().message().find("field 'runs'"), std::string::npos) << wrong_type.status().message();
   Calibration c;
   c.device = "h200";
   c.backend = "cuda";
