@@ -28,6 +28,7 @@ const char* to_string(Group g) {
     case Group::cp: return "cp";
     case Group::dp: return "dp";
     case Group::pp: return "pp";
+    case Group::dp_cp: return "dp_cp";
   }
   return "?";
 }
@@ -42,6 +43,7 @@ int LocalCommunicator::rank(Group g) const {
     case Group::cp: return c_.cp;
     case Group::dp: return c_.dp;
     case Group::pp: return c_.pp;
+    case Group::dp_cp: return c_.dp * plan_.cp + c_.cp;
   }
   return 0;
 }
@@ -53,6 +55,7 @@ int LocalCommunicator::size(Group g) const {
     case Group::cp: return plan_.cp;
     case Group::dp: return plan_.dp;
     case Group::pp: return plan_.pp;
+    case Group::dp_cp: return plan_.dp * plan_.cp;
   }
   return 1;
 }

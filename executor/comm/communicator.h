@@ -43,8 +43,11 @@ int rank_of(const ParallelPlan& plan, const RankCoords& c);
 // REQUIRES: 0 <= rank < plan.world_size().
 RankCoords coords_of(const ParallelPlan& plan, int rank);
 
-enum class Group : uint8_t { world, tp, cp, dp, pp };
-const char* to_string(Group g);  // "world", "tp", "cp", "dp", "pp"
+// dp_cp: the DP x CP ranks of one (tp, pp) coordinate, ordered dp-major (= dp when cp = 1):
+// parameters are replicated over it, so gradients are summed and ZeRO partitions over it
+// (Megatron's data-parallel-with-context-parallel group).
+enum class Group : uint8_t { world, tp, cp, dp, pp, dp_cp };
+const char* to_string(Group g);  // "world", "tp", "cp", "dp", "pp", "dp_cp"
 
 class Communicator {
  public:

@@ -82,8 +82,8 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
   d->model_ = &model;
   d->comm_ = &comm;
   d->zero_ = zero;
-  d->dp_ = comm.size(Group::dp);
-  d->rank_ = comm.rank(Group::dp);
+  d->dp_ = comm.size(Group::dp_cp);
+  d->rank_ = comm.rank(Group::dp_cp);
   std::vector<ParamRef>& ps = model.params();
   d->parts_.resize(ps.size());
   for (size_t i = 0; i < ps.size(); ++i) {
@@ -150,7 +150,7 @@ TrainerShard DataParallel::shard() const {
   }
   Communicator* c = comm_;
   s.reduce_sum = [c](double x) {
-    (void)c->all_reduce_sum(&x, 1, DType::f64, Group::dp);
+    (void)c->all_reduce_sum(&x, 1, DType::f64, Group::dp_cp);
     return x;
   };
   return s;
@@ -166,7 +166,7 @@ Status DataParallel::sync_grads() {
     float* buf = (use_a ? a_ : b_).data<float>();
     use_a = !use_a;
     pack(ps, lo, hi, buf, true);
-    if (Status s = comm_->all_reduce_sum(buf, hi - lo, DType::f32, Group::dp); !s) return s;
+    if (Status s = comm_->all_reduce_sum(buf, hi - lo, DType::f32, Group::dp_cp); !s) return s;
     ++buckets_;
     unpack(ps, lo, hi, buf, true);
   }
@@ -206,7 +206,7 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
         const int64_t e = r * pt.chunk + off;  // element of the full gradient
         load(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
       });
-    if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, Group::dp); !s) return s;
+    if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, Group::dp_cp); !s) return s;
     ++buckets_;
     // The partition waits in the stash while the full gradient is in the model.
     for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
@@ -236,7 +236,7 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
       if (from_partition) load(pt.wstash, off, in + at, valid);
       else load(*ps[static_cast<size_t>(i)].weight, pt.lo + off, in + at, valid);
     });
-    if (Status s = comm_->all_gather(in, out, k, DType::f32, Group::dp); !s) return s;
+    if (Status s = comm_->all_gather(in, out, k, DType::f32, Group::dp_cp); !s) return s;
     ++buckets_;
     for (int r = 0; r < dp_; ++r) {
       if (r == rank_ && !from_partition) continue;  // already there

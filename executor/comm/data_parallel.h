@@ -1,5 +1,6 @@
 // DataParallel: gradient synchronisation and ZeRO-1/2/3 partitioning of one model replica
-// over the DP group of a Communicator.
+// over the DP group of a Communicator (Group::dp_cp: with context parallel the DP x CP
+// ranks, which hold the same parameters and each a share of the tokens).
 //
 // Partition (ZeRO >= 1): every parameter of n elements is cut into dp slices of
 // c = ceil(n / dp) elements; DP rank r owns elements [r * c, min((r + 1) * c, n)) of each

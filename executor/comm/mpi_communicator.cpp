@@ -107,6 +107,7 @@ class MpiCommunicator final : public Communicator {
         {Group::cp, (k.pp * plan.dp + k.dp) * plan.tp + k.tp, k.cp},
         {Group::dp, (k.pp * plan.cp + k.cp) * plan.tp + k.tp, k.dp},
         {Group::pp, (k.dp * plan.cp + k.cp) * plan.tp + k.tp, k.pp},
+        {Group::dp_cp, k.pp * plan.tp + k.tp, k.dp * plan.cp + k.cp},
     };
     for (const auto& s : splits) {
       MPI_Comm& out = c->comms_[static_cast<int>(s.g)];
@@ -223,7 +224,7 @@ class MpiCommunicator final : public Communicator {
   RankCoords c_;
   int world_rank_ = 0, world_size_ = 1;
   bool thread_multiple_ = false;
-  MPI_Comm comms_[5] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  MPI_Comm comms_[6] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
   std::atomic<double> last_{0};
   std::thread watchdog_;
   std::mutex mu_;
