@@ -20,7 +20,12 @@ namespace detail {
 
 Status check_model_config(const ModelConfig& c) {
   const ModelSpec& m = c.spec;
-  if (c.plan.cp != 1) return Status::bad_input("executor: cp must be 1 in a model (got " + std::to_string(c.plan.cp) + ")");
+  if (const int cp = c.plan.cp; cp != 1) {
+    if (cp < 1 || c.comm == nullptr || c.comm->size(Group::cp) != cp)
+      return Status::bad_input("executor: cp " + std::to_string(cp) + " needs a communicator with a CP group of that size");
+    if (c.job.seq_len % cp != 0)
+      return Status::bad_input("executor: cp " + std::to_string(cp) + " must divide seq_len " + std::to_string(c.job.seq_len));
+  }
   if (c.plan.pp < 1 || c.stage < 0 || c.stage >= c.plan.pp || c.plan.vpp < 1 || c.chunk < 0 || c.chunk >= c.plan.vpp)
     return Status::bad_input("executor: stage " + std::to_string(c.stage) + " chunk " + std::to_string(c.chunk) + " of pp " +
                              std::to_string(c.plan.pp) + " vpp " + std::to_string(c.plan.vpp));
@@ -32,8 +37,8 @@ Status check_model_config(const ModelConfig& c) {
       return Status::bad_input("executor: tp " + std::to_string(t) + " needs a communicator with a TP group of that size");
     if (m.heads % t != 0 || m.kv_heads % t != 0 || m.ffn_hidden % t != 0 || m.vocab % t != 0)
       return Status::bad_input("executor: tp " + std::to_string(t) + " must divide heads, kv_heads, ffn_hidden and vocab of " + m.name);
-    if (c.plan.sp && (static_cast<int64_t>(c.plan.micro_batch) * c.job.seq_len) % t != 0)
-      return Status::bad_input("executor: sequence parallel needs micro_batch * seq_len divisible by tp " + std::to_string(t));
+    if (c.plan.sp && (static_cast<int64_t>(c.plan.micro_batch) * (c.job.seq_len / std::max(1, c.plan.cp))) % t != 0)
+      return Status::bad_input("executor: sequence parallel needs micro_batch * seq_len / cp divisible by tp " + std::to_string(t));
   } else if (c.plan.tp != 1) {
     return Status::bad_input("executor: tp must be >= 1");
   }

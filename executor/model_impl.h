@@ -124,7 +124,11 @@ class ModelImpl final : public Model {
     const ModelSpec& m = c_.spec;
     gpt_ = m.family == Family::gpt;
     h_ = m.hidden;
-    n_ = static_cast<int64_t>(c_.plan.micro_batch) * c_.job.seq_len;
+    cp_ = c_.plan.cp;
+    cr_ = cp_ > 1 ? c_.comm->rank(Group::cp) : 0;
+    S_ = c_.job.seq_len;
+    sl_ = S_ / cp_;
+    n_ = static_cast<int64_t>(c_.plan.micro_batch) * sl_;
     V_ = m.vocab;
     f_ = m.ffn_hidden;
     drop_ = m.dropout;
@@ -524,6 +528,122 @@ class ModelImpl final : public Model {
     return Status::ok();
   }
 
+  // ---------------------------------------------------------------- context parallel
+
+  // (b, sl_, w) slices of every CP rank -> full (b, S_, w), in communication buffers.
+  Status cp_gather(const S* local, Tensor& full, int64_t w, const char* name) {
+    const int64_t b = c_.plan.micro_batch;
+    Tensor raw;
+    LL_TRY(make(a_, raw, cp_ * n_ * w, c_.storage, Category::communication, name));
+    LL_TRY(c_.comm->all_gather(local, d(raw), n_ * w, c_.storage, Group::cp));
+    LL_TRY(make(a_, full, cp_ * n_ * w, c_.storage, Category::communication, name));
+    for (int r = 0; r < cp_; ++r)
+      for (int64_t j = 0; j < b; ++j)
+        LL_TRY(ops_.copy(d(full) + (j * S_ + r * sl_) * w, d(raw) + (r * n_ + j * sl_) * w, sl_ * w * static_cast<int64_t>(sizeof(S))));
+    return Status::ok();
+  }
+  // This rank's rows [cr_*sl_, (cr_+1)*sl_) of each of `rows` blocks of S_ rows of `inner` elements.
+  template <class T>
+  Status cp_slice(const T* full, T* local, int64_t rows, int64_t inner) {
+    for (int64_t r = 0; r < rows; ++r)
+      LL_TRY(ops_.copy(local + r * sl_ * inner, full + (r * S_ + cr_ * sl_) * inner, sl_ * inner * static_cast<int64_t>(sizeof(T))));
+    return Status::ok();
+  }
+  // The full-sequence attention forward over q, k, v gathered from every CP rank (each
+  // rank computes the same; the dropout masks are drawn as a single-rank run draws them).
+  struct CpFull {
+    Tensor q, k, v, o, lse, probs, mask, dropped;
+  };
+  Status cp_attn_full(Layer& L, CpFull& f, uint64_t seed) {
+    const cpu::AttentionDims dm = dims();  // whole sequences: dm.s = S_
+    const int64_t nf = dm.b * S_, ss = dm.b * dm.heads * S_ * S_;
+    constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
+    LL_TRY(cp_gather(d(L.sv.q), f.q, qw_, "attn.q.cp_gathered"));
+    LL_TRY(cp_gather(d(L.sv.k), f.k, kvw_, "attn.k.cp_gathered"));
+    LL_TRY(cp_gather(d(L.sv.v), f.v, kvw_, "attn.v.cp_gathered"));
+    LL_TRY(ws(f.o, nf * qw_, "attn.out.cp_full"));
+    Scratch sc;
+    if (c_.plan.flash_attention) {
+      LL_TRY(make(a_, f.lse, dm.b * dm.heads * S_, kA, Category::workspace, "attn.lse.cp_full"));
+      LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true, /*backward=*/false), "attention.workspace"));
+      return ops_.template attention_forward_flash<S>(d(f.q), d(f.k), d(f.v), doc_, d(f.o), f.lse.template data<A>(), dm, sc.span());
+    }
+    LL_TRY(ws(f.probs, ss, "attn.probs.cp_full"));
+    if (drop_) {
+      LL_TRY(make(a_, f.mask, ss, DType::u8, Category::workspace, "attn.probs_dropout_mask.cp_full"));
+      LL_TRY(ws(f.dropped, ss, "attn.probs_dropped.cp_full"));
+      LL_TRY(scratch(a_, sc, ops_.attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
+      return ops_.template attention_forward_dropout<S>(d(f.q), d(f.k), d(f.v), doc_, d(f.o), d(f.probs), f.mask.template data<uint8_t>(),
+                                                        d(f.dropped), dm, p_, site_seed(seed, L.index, 1), sc.span());
+    }
+    LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
+    return ops_.template attention_forward_materialized<S>(d(f.q), d(f.k), d(f.v), doc_, d(f.o), d(f.probs), dm, sc.span());
+  }
+  // Forward: this rank's queries' output into sv.proj_input and their rows of lse / probs
+  // (and dropout tensors) into the recipe's tensors (local queries x all keys).
+  Status cp_attn_fwd(Layer& L, Mode mode, uint64_t seed) {
+    if constexpr (!Ops::kHostMemory) {
+      return Status::bad_input("executor: context parallel (cp > 1) runs on the CPU backend only");
+    } else {
+      const cpu::AttentionDims dm = dims();
+      const int64_t bh = dm.b * dm.heads;
+      constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
+      Saved& sv = L.sv;
+      CpFull f;
+      LL_TRY(cp_attn_full(L, f, seed));
+      LL_TRY(cp_slice(d(f.o), d(sv.proj_input), dm.b, qw_));
+      if (c_.plan.flash_attention) {
+        LL_TRY(lmake(L, sv.lse, "attn.lse", bh * sl_, kA, mode));
+        return cp_slice(f.lse.template data<A>(), sv.lse.template data<A>(), bh, 1);
+      }
+      LL_TRY(lmake(L, sv.probs, "attn.probs", bh * sl_ * S_, c_.storage, mode));
+      LL_TRY(cp_slice(d(f.probs), d(sv.probs), bh, S_));
+      if (drop_) {
+        LL_TRY(lmake(L, sv.probs_mask, "attn.probs_dropout_mask", bh * sl_ * S_, DType::u8, mode));
+        LL_TRY(lmake(L, sv.probs_dropped, "attn.probs_dropped", bh * sl_ * S_, c_.storage, mode));
+        LL_TRY(cp_slice(f.mask.template data<uint8_t>(), sv.probs_mask.template data<uint8_t>(), bh, S_));
+        LL_TRY(cp_slice(d(f.dropped), d(sv.probs_dropped), bh, S_));
+      }
+      return Status::ok();
+    }
+  }
+  // Backward: dout (n_, qw) this rank's output gradient -> dq (n_, qw), dk, dv (n_, kvw) of
+  // this rank's tokens. The whole output gradient is gathered, the full attention re-run
+  // (forward and backward) and this rank's rows of dq, dk, dv kept; dk and dv are the
+  // whole gradients (every query's contribution), equal on every CP rank.
+  Status cp_attn_bwd(Layer& L, const S* dout, S* dq, S* dk, S* dv, uint64_t seed) {
+    if constexpr (!Ops::kHostMemory) {
+      return Status::bad_input("executor: context parallel (cp > 1) runs on the CPU backend only");
+    } else {
+      const cpu::AttentionDims dm = dims();
+      const int64_t nf = dm.b * S_;
+      CpFull f;
+      LL_TRY(cp_attn_full(L, f, seed));
+      Tensor dof, dqf, dkf, dvf;
+      LL_TRY(cp_gather(dout, dof, qw_, "attn.d_out.cp_gathered"));
+      LL_TRY(ws(dqf, nf * qw_, "attn.dq.cp_full"));
+      LL_TRY(ws(dkf, nf * kvw_, "attn.dk.cp_full"));
+      LL_TRY(ws(dvf, nf * kvw_, "attn.dv.cp_full"));
+      Scratch sc;
+      if (c_.plan.flash_attention) {
+        LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true), "attention.workspace"));
+        LL_TRY(ops_.template attention_backward_flash<S>(d(f.q), d(f.k), d(f.v), doc_, d(f.o), f.lse.template data<A>(), d(dof), d(dqf),
+                                                         d(dkf), d(dvf), dm, sc.span()));
+      } else if (drop_) {
+        LL_TRY(scratch(a_, sc, ops_.attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
+        LL_TRY(ops_.template attention_backward_dropout<S>(d(f.q), d(f.k), d(f.v), d(f.probs), f.mask.template data<uint8_t>(),
+                                                           d(f.dropped), d(dof), d(dqf), d(dkf), d(dvf), dm, p_, sc.span()));
+      } else {
+        LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
+        LL_TRY(ops_.template attention_backward_materialized<S>(d(f.q), d(f.k), d(f.v), d(f.probs), d(dof), d(dqf), d(dkf), d(dvf), dm,
+                                                                sc.span()));
+      }
+      LL_TRY(cp_slice(d(dqf), dq, dm.b, qw_));
+      LL_TRY(cp_slice(d(dkf), dk, dm.b, kvw_));
+      return cp_slice(d(dvf), dv, dm.b, kvw_);
+    }
+  }
+
   // ---------------------------------------------------------------- layer forward
 
   // x (n, h) -> out (n, h) in `out_cat`; the recipe's tensors land in L.sv.
@@ -549,7 +669,9 @@ class ModelImpl final : public Model {
       LL_TRY(ops_.template rope_forward<S>(d(sv.k), staged_.positions, d(sv.k), n, m.kv_heads / t_, m.head_width(), c_.options.rope_theta));
     }
     LL_TRY(lmake(L, sv.proj_input, "attn.proj_input", n * qw, c_.storage, mode));
-    if (c_.plan.flash_attention) {
+    if (cp_ > 1) {
+      LL_TRY(cp_attn_fwd(L, mode, seed));
+    } else if (c_.plan.flash_attention) {
       const cpu::AttentionDims dm = dims();
       LL_TRY(lmake(L, sv.lse, "attn.lse", dm.b * dm.heads * dm.s, std::is_same_v<S, double> ? DType::f64 : DType::f32, mode));
       Scratch sc;
@@ -617,7 +739,7 @@ class ModelImpl final : public Model {
       Tensor out;
       L.sv.clear();
       LL_TRY(layer_fwd(L, x, out, Category::workspace, Mode::recompute, seed));
-    } else if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention) {
+    } else if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention && cp_ == 1) {  // CP: recomputed below
       Tensor o;
       LL_TRY(ws(o, n * qw, "attn.recompute_out"));
       LL_TRY(attn_scores_fwd(L, d(o), Mode::recompute, seed));
@@ -687,7 +809,9 @@ class ModelImpl final : public Model {
     {
       const cpu::AttentionDims dm = dims();
       Scratch sc;
-      if (c_.plan.flash_attention) {
+      if (cp_ > 1) {
+        LL_TRY(cp_attn_bwd(L, d(dproj), d(dq), d(dk), d(dv), seed));
+      } else if (c_.plan.flash_attention) {
         LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true), "attention.workspace"));
         LL_TRY(ops_.template attention_backward_flash<S>(d(sv.q), d(sv.k), d(sv.v), staged_.doc, d(sv.proj_input), sv.lse.template data<A>(),
                                          d(dproj), d(dq), d(dk), d(dv), dm, sc.span()));
@@ -859,7 +983,7 @@ class ModelImpl final : public Model {
     std::vector<Saved> sv;
     std::vector<Tensor> inputs;
     Tensor head_in, logits, sm, emb_mask;
-    std::vector<int32_t> positions;
+    std::vector<int32_t> positions, cp_tok, cp_tgt, cp_doc;
     const int32_t* doc = nullptr;
     StagedBatch staged;
   };
@@ -878,6 +1002,9 @@ class ModelImpl final : public Model {
     std::swap(sm_, sl.sm);
     std::swap(emb_mask_, sl.emb_mask);
     std::swap(positions_, sl.positions);
+    std::swap(cp_tok_, sl.cp_tok);  // swapping moves the buffers: staged_'s pointers stay valid
+    std::swap(cp_tgt_, sl.cp_tgt);
+    std::swap(cp_doc_, sl.cp_doc);
     std::swap(doc_, sl.doc);
     std::swap(staged_, sl.staged);
   }
@@ -904,18 +1031,36 @@ class ModelImpl final : public Model {
   // (0 elsewhere); with train, what backward needs stays in the members.
   Result<double> fwd(const Batch& b, const S* input, S* output, double loss_scale, double denom, uint64_t seed, bool train) {
     const ModelSpec& m = c_.spec;
-    const int64_t n = n_, s = c_.job.seq_len;
+    const int64_t n = n_, s = S_;
     const Mode mode = train ? Mode::keep : Mode::discard;
     doc_ = b.doc_ids;
     seed_ = seed;
     loss_scale_ = loss_scale;
     denom_ = denom;
-    for (int64_t i = 0; i < n; ++i) {  // positions restart per sequence and per document
+    // Positions restart per sequence and per document, over whole sequences (CP: then this
+    // rank's slice of each).
+    std::vector<int32_t>& pf = cp_ > 1 ? cp_pos_ : positions_;
+    const int64_t nf = static_cast<int64_t>(c_.plan.micro_batch) * s;
+    pf.resize(static_cast<size_t>(nf));
+    for (int64_t i = 0; i < nf; ++i) {
       const int64_t t = i % s;
-      positions_[static_cast<size_t>(i)] =
-          (t == 0 || doc_ == nullptr || doc_[i] != doc_[i - 1]) ? 0 : positions_[static_cast<size_t>(i - 1)] + 1;
+      pf[static_cast<size_t>(i)] = (t == 0 || doc_ == nullptr || doc_[i] != doc_[i - 1]) ? 0 : pf[static_cast<size_t>(i - 1)] + 1;
     }
-    LL_TRY(ops_.stage_batch(b, positions_.data(), n, staged_));
+    Batch lb = b;
+    if (cp_ > 1) {  // this rank's tokens [cr_*sl_, (cr_+1)*sl_) of every sequence
+      cp_tok_.resize(static_cast<size_t>(n));
+      cp_tgt_.resize(static_cast<size_t>(n));
+      cp_doc_.resize(doc_ ? static_cast<size_t>(n) : 0);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto gi = static_cast<size_t>((i / sl_) * s + cr_ * sl_ + i % sl_);
+        positions_[static_cast<size_t>(i)] = pf[gi];
+        cp_tok_[static_cast<size_t>(i)] = b.tokens[gi];
+        cp_tgt_[static_cast<size_t>(i)] = b.targets[gi];
+        if (doc_) cp_doc_[static_cast<size_t>(i)] = doc_[gi];
+      }
+      lb = Batch{cp_tok_.data(), cp_tgt_.data(), doc_ ? cp_doc_.data() : nullptr};
+    }
+    LL_TRY(ops_.stage_batch(lb, positions_.data(), n, staged_));
     const int nl = static_cast<int>(layers_.size());
     auto input_cat = [&](int i) {  // layer i's input (i == nl: the final norm's) kept?
       const bool keep = train && (i == nl ? last_ : layers_[static_cast<size_t>(i)].ctx.grad_flows);
@@ -982,7 +1127,7 @@ class ModelImpl final : public Model {
       if (!l) return l.status();
       loss = *l;
     } else {
-      Result<double> l = vocab_parallel_ce(sm_.template data<A>(), b.targets, denom, train, loss_scale);
+      Result<double> l = vocab_parallel_ce(sm_.template data<A>(), staged_.targets, denom, train, loss_scale);
       if (!l) return l.status();
       loss = *l;
     }
@@ -1084,7 +1229,10 @@ class ModelImpl final : public Model {
   int stage_ = 0, first_layer_ = 0;
   bool first_ = true, last_ = true;  // this stage holds the embedding / the final norm, head and loss
   std::vector<int32_t> positions_;
-  const int32_t* doc_ = nullptr;   // host: positions restart at document starts
+  const int32_t* doc_ = nullptr;   // host: positions restart at document starts (whole sequences)
+  int cp_ = 1, cr_ = 0;            // CP size and this rank's CP index
+  int64_t S_ = 0, sl_ = 0;         // seq_len, and this rank's tokens of each sequence (S_ / cp_)
+  std::vector<int32_t> cp_pos_, cp_tok_, cp_tgt_, cp_doc_;  // CP: whole-sequence positions; this rank's slice
   StagedBatch staged_;   // the micro-batch where the ops read it (host or device)
   Ops ops_;
   std::vector<ParamRef> params_;

@@ -231,10 +231,11 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     return Status::bad_input("--backend cuda runs the single-rank equivalent of a plan so far; distributed runs and rank "
                              "proxies (--proxy-rank) are CPU-only");
   if (comm) {
-    if (fp.cp > 1 || fp.ep > 1)
-      return Status::bad_input("distributed executor: data, tensor (with SP) and pipeline parallel (GPipe, 1F1B, interleaved "
-                               "1F1B) are implemented so far; this plan has cp" + std::to_string(fp.cp) + " ep" +
-                               std::to_string(fp.ep));
+    if (fp.ep > 1)
+      return Status::bad_input("distributed executor: data, tensor (with SP), context and pipeline parallel (GPipe, 1F1B, "
+                               "interleaved 1F1B) are implemented so far; this plan has ep" + std::to_string(fp.ep));
+    if (fp.cp > 1 && o.comm->modelled())
+      return Status::bad_input("rank proxy: context parallel (cp " + std::to_string(fp.cp) + ") runs on real ranks only (mpirun)");
     if (fp.vpp > 1 && fp.schedule == Schedule::gpipe)
       return Status::bad_input("distributed executor: vpp " + std::to_string(fp.vpp) +
                                " runs interleaved 1F1B; set schedule 1f1b (GPipe has no interleaved variant here)");
@@ -351,7 +352,8 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   if (!model) return fail_oom(model.status(), Where{Phase::other, -1, "weights and gradients"});
   std::unique_ptr<DataParallel> dpar;
   std::optional<TrainerShard> shard;
-  if (comm && e.plan.dp > 1) {  // TP-only plans have no DP group to synchronise
+  // Parameters are replicated over DP x CP: both sum gradients and ZeRO partitions over them.
+  if (comm && e.plan.dp * e.plan.cp > 1) {  // TP-only plans have no DP group to synchronise
     Result<std::unique_ptr<DataParallel>> d = DataParallel::create(alloc, **model, *o.comm, e.plan.zero, o.bucket_bytes);
     if (!d) return fail_oom(d.status(), Where{Phase::other, -1, "data-parallel buckets"});
     dpar = std::move(*d);
@@ -423,10 +425,11 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
       std::_Exit(9);  // tests: the last rank dies mid-step, before the gradient sync
     if (dpar) {
       if (Status st = dpar->sync_grads(); !st) return st;
-      if (Status st = o.comm->all_reduce_sum(&loss, 1, DType::f64, Group::dp); !st) return st;
+      // Each DP x CP rank's loss is its tokens' share of the global mean.
+      if (Status st = o.comm->all_reduce_sum(&loss, 1, DType::f64, Group::dp_cp); !st) return st;
       // A proxy has no peers to add their shares: report its own tokens' mean loss, which
       // estimates the global one (each DP rank holds 1/dp of the step's tokens).
-      if (o.comm->modelled()) loss *= o.comm->size(Group::dp);
+      if (o.comm->modelled()) loss *= o.comm->size(Group::dp_cp);
     }
     alloc.set_phase(Phase::optimizer);
     const StepOutcome so = t.step();

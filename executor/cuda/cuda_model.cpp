@@ -238,9 +238,9 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
   if (Status st = detail::check_model_config(c); !st) return st;
   // pp > 1 would also need one set of device batch buffers per in-flight micro-batch slot
   // (stage_batch above keeps one set; the slots' StagedBatch pointers would all alias it).
-  if (c.plan.tp > 1 || c.plan.pp > 1)
-    return Status::bad_input("executor (cuda): tp " + std::to_string(c.plan.tp) + " pp " + std::to_string(c.plan.pp) +
-                             ": tensor and pipeline parallel run on the CPU backend only so far");
+  if (c.plan.tp > 1 || c.plan.pp > 1 || c.plan.cp > 1)
+    return Status::bad_input("executor (cuda): tp " + std::to_string(c.plan.tp) + " pp " + std::to_string(c.plan.pp) + " cp " +
+                             std::to_string(c.plan.cp) + ": tensor, pipeline and context parallel run on the CPU backend only so far");
   if (c.spec.dropout && !c.plan.flash_attention)
     return Status::bad_input("executor (cuda): dropout of the attention probabilities with materialized attention is "
                              "CPU-only; use flash attention or a model without dropout");

@@ -48,7 +48,8 @@ struct Case {
   Precision precision = Precision::fp32;  // bf16: AMP O2 (16-bit weights and activations, fp32 master)
   int vpp = 1;     // > 1: interleaved 1F1B
   int layers = 2;  // vpp > 1 needs layers divisible by pp * vpp
-  int world() const { return dp * tp * pp; }
+  int cp = 1;      // context parallel: each CP rank holds seq_len / cp tokens of every sequence
+  int world() const { return dp * tp * pp * cp; }
 };
 const Case kCases[] = {
     {"gpt_dp2", Family::gpt, 2, 0},    {"gpt_dp2_zero1", Family::gpt, 2, 1},     {"llama_dp2_zero2", Family::llama, 2, 2},
@@ -90,20 +91,29 @@ const Case kCases[] = {
     {"llama_dp2_pp2_vpp2_zero2", Family::llama, 2, 2, 1, false, 2, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 2, 4},
     {"gpt_pp2_vpp2_full_recompute", Family::gpt, 1, 0, 1, false, 2, Schedule::one_f_one_b, Recompute::full, nullptr, Precision::fp32, 2, 4},
     {"gpt_pp4_vpp2", Family::gpt, 1, 0, 1, false, 4, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 2, 8},
+    // Context parallel (16 of the 32 tokens of each sequence per CP rank): global RoPE /
+    // learned positions, attention over all-gathered q, k, v; gradients summed and ZeRO
+    // partitioned over DP x CP (the planner's dp * cp).
+    {"llama_cp2", Family::llama, 1, 0, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 1, 2, 2},
+    {"gpt_cp2", Family::gpt, 1, 0, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 1, 2, 2},
+    {"llama_dp2_cp2_zero1", Family::llama, 2, 1, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 1, 2, 2},
+    {"gpt_dp2_cp2_zero2", Family::gpt, 2, 2, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 1, 2, 2},
+    {"llama_cp2_full_recompute", Family::llama, 1, 0, 1, false, 1, Schedule::one_f_one_b, Recompute::full, nullptr, Precision::fp32, 1, 2, 2},
+    {"gpt_tp2_sp_cp2", Family::gpt, 1, 0, 2, true, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 1, 2, 2},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
 PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1, bool sp = false, int pp = 1, Schedule sched = Schedule::one_f_one_b,
-                   Recompute rc = Recompute::none, const char* lora = nullptr) {
+                   Recompute rc = Recompute::none, const char* lora = nullptr, int cp = 1) {
   PlanFile f;
   f.model = testing::tiny_model(fam, 256);
   f.cluster.gpu = cpu_host_gpu(1e12);
-  f.cluster.gpus_per_node = dp * tp * pp;
+  f.cluster.gpus_per_node = dp * tp * pp * cp;
   f.cluster.intra_node_bandwidth = 10e9;  // shared memory between processes
   f.cluster.intra_node_latency = 5e-6;
   f.cluster.inter_node_bandwidth = 10e9;
   f.cluster.inter_node_latency = 5e-6;
-  f.gpus = dp * tp * pp;
+  f.gpus = dp * tp * pp * cp;
   f.job.seq_len = 32;
   f.job.global_batch = 16;
   f.job.precision = Precision::fp32;
@@ -112,6 +122,7 @@ PlanFile tiny_plan(Family fam, int dp, int zero, int tp = 1, bool sp = false, in
   f.plan.tp = tp;
   f.plan.sp = sp;
   f.plan.pp = pp;
+  f.plan.cp = cp;
   f.plan.schedule = sched;
   f.plan.zero = zero;
   f.plan.recompute = rc;
@@ -192,7 +203,7 @@ nlohmann::json run_json(const RunReport& r, const std::vector<double>& params) {
 int child_main(const std::string& case_name, const std::string& out) {
   for (const Case& c : kCases) {
     if (case_name != c.name) continue;
-    PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp, c.pp, c.schedule, c.recompute, c.lora);
+    PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp, c.pp, c.schedule, c.recompute, c.lora, c.cp);
     f.job.precision = c.precision;
     f.model.layers = c.layers;
     f.plan.vpp = c.vpp;
@@ -489,8 +500,10 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
       // TP without SP all-reduces in place: the planner's TP line (one layer input,
       // b*s*h, the SP all-gather buffer) has no counterpart, so communication is printed only;
       // with SP that buffer is the all-gathered GEMM input and must match.
+      // CP gathers whole-sequence q, k, v (and the output gradient) rather than the planner's
+      // ring of K/V chunks, so its communication is printed only too.
       if (name == "weights" || name == "optimizer_states" || name == "master_weights" || name == "activations" ||
-          name == "logits_loss" || (name == "communication" && (c.tp == 1 || c.sp)) || name == "gradients" ||
+          name == "logits_loss" || (name == "communication" && (c.tp == 1 || c.sp) && c.cp == 1) || name == "gradients" ||
           (name == "gathered_params" && c.zero == 3)) {
         EXPECT_NEAR(meas, pred, std::max(64.0, 1e-4 * pred)) << name;
       }
