@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <type_traits>
 
 #include "executor/dtype.h"
 
@@ -144,31 +145,25 @@ template <> inline void convert(const float* s, bf16_t* d, int64_t n) {
 }
 
 // C (M, N) = alpha * op(A) op(B) + beta * C, row-major; op(A) is (M, K), op(B) is (K, N).
-inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+// T: float (sgemm) or double (dgemm); the scalars take T from the pointers.
+template <class T>
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, std::type_identity_t<T> alpha,
+                 const T* a, int64_t lda, const T* b, int64_t ldb, std::type_identity_t<T> beta,
+                 T* c, int64_t ldc) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
   if (m == 0 || n == 0) return;
   if (k == 0) {  // BLAS leaves C alone only for beta == 1; make the empty sum explicit
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
   }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-              static_cast<blasint>(ldc));
-}
-inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-                 int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0 ? 0.0 : beta * c[i * ldc + j];
-    return;
-  }
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-              static_cast<blasint>(ldc));
+  const auto blas = [] {
+    if constexpr (std::is_same_v<T, float>) return cblas_sgemm;
+    else return cblas_dgemm;
+  }();
+  blas(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+       static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+       static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
 // Hands out consecutive, 64-byte aligned pieces of a caller's workspace.
