@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include "executor/cpu/elementwise.h"
+
 namespace llmplan::exec {
 
 const char* to_string(DType t) {
@@ -94,6 +96,26 @@ Status Tensor::reshape(Shape s) {
   }
   shape_ = s;
   return Status::ok();
+}
+
+void read_f32(const Tensor& t, int64_t off, float* out, int64_t n) {
+  if (n <= 0) return;
+  switch (t.dtype()) {
+    case DType::f32: std::memcpy(out, t.data<float>() + off, static_cast<size_t>(n) * 4); break;
+    case DType::bf16: cpu::cast<bf16_t, float>(t.data<bf16_t>() + off, out, n); break;
+    case DType::f16: cpu::cast<f16_t, float>(t.data<f16_t>() + off, out, n); break;
+    default: break;
+  }
+}
+
+void write_f32(const float* in, Tensor& t, int64_t off, int64_t n) {
+  if (n <= 0) return;
+  switch (t.dtype()) {
+    case DType::f32: std::memcpy(t.data<float>() + off, in, static_cast<size_t>(n) * 4); break;
+    case DType::bf16: cpu::cast<float, bf16_t>(in, t.data<bf16_t>() + off, n); break;
+    case DType::f16: cpu::cast<float, f16_t>(in, t.data<f16_t>() + off, n); break;
+    default: break;
+  }
 }
 
 }  // namespace llmplan::exec

@@ -77,4 +77,9 @@ class Tensor {
   std::string name_;
 };
 
+// Host tensors of f32, bf16 or f16 (other dtypes: no-op): elements [off, off + n) of t
+// converted to f32 into out, or out's f32 values rounded (nearest even) into t. n <= 0: no-op.
+void read_f32(const Tensor& t, int64_t off, float* out, int64_t n);
+void write_f32(const float* in, Tensor& t, int64_t off, int64_t n);
+
 }  // namespace llmplan::exec

@@ -45,24 +45,6 @@ Status make(TrackingAllocator& a, Tensor& t, int64_t n, DType dt, Category c, co
   return Status::ok();
 }
 
-// Any dtype -> f32 / f32 -> any dtype, n elements.
-void to_f32(const Tensor& t, int64_t off, float* out, int64_t n) {
-  switch (t.dtype()) {
-    case DType::f32: std::memcpy(out, t.data<float>() + off, static_cast<size_t>(n) * 4); break;
-    case DType::bf16: cpu::cast<bf16_t, float>(t.data<bf16_t>() + off, out, n); break;
-    case DType::f16: cpu::cast<f16_t, float>(t.data<f16_t>() + off, out, n); break;
-    default: break;
-  }
-}
-void from_f32(const float* in, Tensor& t, int64_t off, int64_t n) {
-  switch (t.dtype()) {
-    case DType::f32: std::memcpy(t.data<float>() + off, in, static_cast<size_t>(n) * 4); break;
-    case DType::bf16: cpu::cast<float, bf16_t>(in, t.data<bf16_t>() + off, n); break;
-    case DType::f16: cpu::cast<float, f16_t>(in, t.data<f16_t>() + off, n); break;
-    default: break;
-  }
-}
-
 class CpuTrainer final : public Trainer {
  public:
   double loss_scale() const override { return loss_scale_; }
@@ -131,7 +113,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
       if (scheme.f32_weight_copy) {
         Tensor c;
         if (Status s = make(a, c, n, DType::f32, Category::weights, p.name + ".f32"); !s) return s;
-        to_f32(*p.weight, 0, c.data<float>(), n);
+        read_f32(*p.weight, 0, c.data<float>(), n);
         t->frozen_copies_.push_back(std::move(c));
       }
       continue;
@@ -150,7 +132,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& mo
     if (scheme.master || scheme.f32_weight_copy) {
       const Category c = scheme.master ? Category::master_weights : Category::weights;
       if (Status s = make(a, st.master, n, DType::f32, c, p.name + (scheme.master ? ".master" : ".f32")); !s) return s;
-      to_f32(*p.weight, st.offset, st.master.data<float>(), n);
+      read_f32(*p.weight, st.offset, st.master.data<float>(), n);
     }
     if (Status s = make(a, st.m, n, scheme.optimizer, Category::optimizer_states, p.name + (adam ? ".exp_avg" : ".momentum")); !s)
       return s;
@@ -201,7 +183,7 @@ void CpuTrainer::update(State& s, double grad_scale) {
         break;
       default: break;
     }
-    from_f32(w, *p.weight, o, n);
+    write_f32(w, *p.weight, o, n);
     return;
   }
   // O3: everything 16-bit; update in f32 chunks (stack scratch, 4 x 16 KiB).
@@ -209,18 +191,18 @@ void CpuTrainer::update(State& s, double grad_scale) {
   float w[kChunk], g[kChunk], m[kChunk], v[kChunk];
   for (int64_t off = 0; off < n; off += kChunk) {
     const int64_t c = std::min(kChunk, n - off);
-    to_f32(*p.weight, o + off, w, c);
-    to_f32(*p.grad, go + off, g, c);
-    to_f32(s.m, off, m, c);
+    read_f32(*p.weight, o + off, w, c);
+    read_f32(*p.grad, go + off, g, c);
+    read_f32(s.m, off, m, c);
     if (adam) {
-      to_f32(s.v, off, v, c);
+      read_f32(s.v, off, v, c);
       cpu::adamw_step<float, float>(w, g, m, v, c, ao, step, grad_scale);
-      from_f32(v, s.v, off, c);
+      write_f32(v, s.v, off, c);
     } else {
       cpu::sgd_step<float, float>(w, g, m, c, so, grad_scale);
     }
-    from_f32(m, s.m, off, c);
-    from_f32(w, *p.weight, o + off, c);
+    write_f32(m, s.m, off, c);
+    write_f32(w, *p.weight, o + off, c);
   }
 }
 

@@ -25,24 +25,6 @@ void for_each_piece(std::vector<ParamRef>& params, int64_t lo, int64_t hi,
   }
 }
 
-void load(const Tensor& t, int64_t off, float* out, int64_t n) {
-  if (n <= 0) return;
-  switch (t.dtype()) {
-    case DType::f32: std::memcpy(out, t.data<float>() + off, static_cast<size_t>(n) * 4); break;
-    case DType::bf16: cpu::cast<bf16_t, float>(t.data<bf16_t>() + off, out, n); break;
-    case DType::f16: cpu::cast<f16_t, float>(t.data<f16_t>() + off, out, n); break;
-    default: break;
-  }
-}
-void store(const float* in, Tensor& t, int64_t off, int64_t n) {
-  if (n <= 0) return;
-  switch (t.dtype()) {
-    case DType::f32: std::memcpy(t.data<float>() + off, in, static_cast<size_t>(n) * 4); break;
-    case DType::bf16: cpu::cast<float, bf16_t>(in, t.data<bf16_t>() + off, n); break;
-    case DType::f16: cpu::cast<float, f16_t>(in, t.data<f16_t>() + off, n); break;
-    default: break;
-  }
-}
 // t[off, off + n) += in, in the tensor's dtype after an f32 sum (a 16-bit partition rounds
 // once per micro-batch, as a 16-bit gradient accumulating in place does).
 void add_into(const float* in, Tensor& t, int64_t off, int64_t n) {
@@ -56,19 +38,19 @@ void add_into(const float* in, Tensor& t, int64_t off, int64_t n) {
   float tmp[kChunk];
   for (int64_t at = 0; at < n; at += kChunk) {
     const int64_t c = std::min(kChunk, n - at);
-    load(t, off + at, tmp, c);
+    read_f32(t, off + at, tmp, c);
     for (int64_t i = 0; i < c; ++i) tmp[i] += in[at + i];
-    store(tmp, t, off + at, c);
+    write_f32(tmp, t, off + at, c);
   }
 }
 
 // Packs flat [lo, hi) of grads (or weights) into buf (zeros beyond N), or unpacks it.
 void pack(std::vector<ParamRef>& ps, int64_t lo, int64_t hi, float* buf, bool grads) {
   std::memset(buf, 0, static_cast<size_t>(hi - lo) * 4);
-  for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { load(grads ? *p.grad : *p.weight, off, buf + at, c); });
+  for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { read_f32(grads ? *p.grad : *p.weight, off, buf + at, c); });
 }
 void unpack(std::vector<ParamRef>& ps, int64_t lo, int64_t hi, const float* buf, bool grads) {
-  for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { store(buf + at, grads ? *p.grad : *p.weight, off, c); });
+  for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { write_f32(buf + at, grads ? *p.grad : *p.weight, off, c); });
 }
 
 int64_t clamp0(int64_t x, int64_t hi) { return std::max<int64_t>(0, std::min(x, hi)); }
@@ -204,7 +186,7 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
       for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
         const Part& pt = parts_[static_cast<size_t>(i)];
         const int64_t e = r * pt.chunk + off;  // element of the full gradient
-        load(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
+        read_f32(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
       });
     if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, Group::dp_cp); !s) return s;
     ++buckets_;
@@ -233,8 +215,8 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
     for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
       const Part& pt = parts_[static_cast<size_t>(i)];
       const int64_t valid = clamp0(pt.count - off, c);
-      if (from_partition) load(pt.wstash, off, in + at, valid);
-      else load(*ps[static_cast<size_t>(i)].weight, pt.lo + off, in + at, valid);
+      if (from_partition) read_f32(pt.wstash, off, in + at, valid);
+      else read_f32(*ps[static_cast<size_t>(i)].weight, pt.lo + off, in + at, valid);
     });
     if (Status s = comm_->all_gather(in, out, k, DType::f32, Group::dp_cp); !s) return s;
     ++buckets_;
@@ -243,7 +225,7 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
       for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
         const Part& pt = parts_[static_cast<size_t>(i)];
         const int64_t e = r * pt.chunk + off;
-        store(out + r * k + at, *ps[static_cast<size_t>(i)].weight, e, clamp0(pt.n - e, c));
+        write_f32(out + r * k + at, *ps[static_cast<size_t>(i)].weight, e, clamp0(pt.n - e, c));
       });
     }
   }
