@@ -150,20 +150,15 @@ void CpuTrainer::update(State& s, double grad_scale) {
   cpu::AdamWOptions ao{opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, p.decay ? opt_.weight_decay : 0.0};
   cpu::SgdOptions so{opt_.lr, opt_.momentum, p.decay ? opt_.weight_decay : 0.0};
   const int64_t step = updates_ + 1;
-  if (p.weight->dtype() == DType::f64) {
-    double* w = p.weight->data<double>() + o;
-    const double* g = p.grad->data<double>() + go;
-    if (adam) cpu::adamw_step<double, double>(w, g, s.m.data<double>(), s.v.data<double>(), n, ao, step, grad_scale);
-    else cpu::sgd_step<double, double>(w, g, s.m.data<double>(), n, so, grad_scale);
-    return;
-  }
-  if (p.weight->dtype() == DType::f32) {
-    float* w = p.weight->data<float>() + o;
-    const float* g = p.grad->data<float>() + go;
-    if (adam) cpu::adamw_step<float, float>(w, g, s.m.data<float>(), s.v.data<float>(), n, ao, step, grad_scale);
-    else cpu::sgd_step<float, float>(w, g, s.m.data<float>(), n, so, grad_scale);
-    return;
-  }
+  // f64 / f32 weights: gradients and optimizer state share the weights' type.
+  auto same_type = [&]<class T>(T) {
+    T* w = p.weight->data<T>() + o;
+    const T* g = p.grad->data<T>() + go;
+    if (adam) cpu::adamw_step<T, T>(w, g, s.m.data<T>(), s.v.data<T>(), n, ao, step, grad_scale);
+    else cpu::sgd_step<T, T>(w, g, s.m.data<T>(), n, so, grad_scale);
+  };
+  if (p.weight->dtype() == DType::f64) return same_type(double{});
+  if (p.weight->dtype() == DType::f32) return same_type(float{});
   if (s.master.defined()) {  // O1 / O2: update the f32 copy, round into the 16-bit weights
     float* w = s.master.data<float>();
     float* m = s.m.data<float>();
