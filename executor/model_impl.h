@@ -528,6 +528,30 @@ class ModelImpl final : public Model {
     return Status::ok();
   }
 
+  // The attention forward's tensors the backward reads; lse is used only with flash attention,
+  // probs only without it, mask and dropped only with attention dropout.
+  struct AttnSaved {
+    Tensor &q, &k, &v;
+    const int32_t* doc;
+    Tensor &o, &lse, &probs, &mask, &dropped;
+  };
+  // The attention backward the plan selects (flash, dropout, materialized), with its workspace.
+  Status attn_bwd_kernel(const AttnSaved& t, const S* dout, S* dq, S* dk, S* dv, const cpu::AttentionDims& dm) {
+    Scratch sc;
+    if (c_.plan.flash_attention) {
+      LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true), "attention.workspace"));
+      return ops_.template attention_backward_flash<S>(d(t.q), d(t.k), d(t.v), t.doc, d(t.o), t.lse.template data<A>(), dout, dq, dk, dv,
+                                                       dm, sc.span());
+    }
+    if (drop_) {
+      LL_TRY(scratch(a_, sc, ops_.attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
+      return ops_.template attention_backward_dropout<S>(d(t.q), d(t.k), d(t.v), d(t.probs), t.mask.template data<uint8_t>(),
+                                                         d(t.dropped), dout, dq, dk, dv, dm, p_, sc.span());
+    }
+    LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
+    return ops_.template attention_backward_materialized<S>(d(t.q), d(t.k), d(t.v), d(t.probs), dout, dq, dk, dv, dm, sc.span());
+  }
+
   // ---------------------------------------------------------------- context parallel
 
   // (b, sl_, w) slices of every CP rank -> full (b, S_, w), in communication buffers.
@@ -624,20 +648,7 @@ class ModelImpl final : public Model {
       LL_TRY(ws(dqf, nf * qw_, "attn.dq.cp_full"));
       LL_TRY(ws(dkf, nf * kvw_, "attn.dk.cp_full"));
       LL_TRY(ws(dvf, nf * kvw_, "attn.dv.cp_full"));
-      Scratch sc;
-      if (c_.plan.flash_attention) {
-        LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true), "attention.workspace"));
-        LL_TRY(ops_.template attention_backward_flash<S>(d(f.q), d(f.k), d(f.v), doc_, d(f.o), f.lse.template data<A>(), d(dof), d(dqf),
-                                                         d(dkf), d(dvf), dm, sc.span()));
-      } else if (drop_) {
-        LL_TRY(scratch(a_, sc, ops_.attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
-        LL_TRY(ops_.template attention_backward_dropout<S>(d(f.q), d(f.k), d(f.v), d(f.probs), f.mask.template data<uint8_t>(),
-                                                           d(f.dropped), d(dof), d(dqf), d(dkf), d(dvf), dm, p_, sc.span()));
-      } else {
-        LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
-        LL_TRY(ops_.template attention_backward_materialized<S>(d(f.q), d(f.k), d(f.v), d(f.probs), d(dof), d(dqf), d(dkf), d(dvf), dm,
-                                                                sc.span()));
-      }
+      LL_TRY(attn_bwd_kernel({f.q, f.k, f.v, doc_, f.o, f.lse, f.probs, f.mask, f.dropped}, d(dof), d(dqf), d(dkf), d(dvf), dm));
       LL_TRY(cp_slice(d(dqf), dq, dm.b, qw_));
       LL_TRY(cp_slice(d(dkf), dk, dm.b, kvw_));
       return cp_slice(d(dvf), dv, dm.b, kvw_);
@@ -808,21 +819,11 @@ class ModelImpl final : public Model {
     LL_TRY(ws(dv, n * kvw, "attn.dv"));
     {
       const cpu::AttentionDims dm = dims();
-      Scratch sc;
       if (cp_ > 1) {
         LL_TRY(cp_attn_bwd(L, d(dproj), d(dq), d(dk), d(dv), seed));
-      } else if (c_.plan.flash_attention) {
-        LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true), "attention.workspace"));
-        LL_TRY(ops_.template attention_backward_flash<S>(d(sv.q), d(sv.k), d(sv.v), staged_.doc, d(sv.proj_input), sv.lse.template data<A>(),
-                                         d(dproj), d(dq), d(dk), d(dv), dm, sc.span()));
-      } else if (drop_) {
-        LL_TRY(scratch(a_, sc, ops_.attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
-        LL_TRY(ops_.template attention_backward_dropout<S>(d(sv.q), d(sv.k), d(sv.v), d(sv.probs), sv.probs_mask.template data<uint8_t>(),
-                                           d(sv.probs_dropped), d(dproj), d(dq), d(dk), d(dv), dm, p_, sc.span()));
       } else {
-        LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
-        LL_TRY(ops_.template attention_backward_materialized<S>(d(sv.q), d(sv.k), d(sv.v), d(sv.probs), d(dproj), d(dq), d(dk), d(dv), dm,
-                                                sc.span()));
+        LL_TRY(attn_bwd_kernel({sv.q, sv.k, sv.v, staged_.doc, sv.proj_input, sv.lse, sv.probs, sv.probs_mask, sv.probs_dropped},
+                               d(dproj), d(dq), d(dk), d(dv), dm));
       }
     }
     dproj.reset();
