@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "executor/cpu/attention_util.h"
 #include "executor/cpu/kernel_util.h"
 
 namespace llmplan::exec::cpu {
@@ -11,32 +12,17 @@ using detail::Carver;
 using detail::carved_bytes;
 using detail::exp_acc;
 using detail::exp_shifted;
+using detail::gather;
 using detail::gemm;
+using detail::group;
+using detail::HeadView;
 using detail::load;
 using detail::max_of;
+using detail::scatter;
+using detail::score_scale;
 using detail::store;
 
 namespace {
-// Index helpers over the (b, s, heads, d) layout of one sequence `bi` and one head `hd`.
-struct HeadView {
-  int64_t bi, hd, heads, s, d;
-  int64_t at(int64_t t) const { return ((bi * s + t) * heads + hd) * d; }
-};
-
-// dst (s, d) = that head's rows, in the math type.
-template <class S, class A>
-void gather(const S* x, A* dst, const HeadView& v) {
-  for (int64_t t = 0; t < v.s; ++t)
-    for (int64_t c = 0; c < v.d; ++c) dst[t * v.d + c] = load(x[v.at(t) + c]);
-}
-
-// That head's rows of x = src (s, d), rounded into the storage type.
-template <class S, class A>
-void scatter(const A* src, S* x, const HeadView& v) {
-  for (int64_t t = 0; t < v.s; ++t)
-    for (int64_t c = 0; c < v.d; ++c) x[v.at(t) + c] = store<S>(src[t * v.d + c]);
-}
-
 template <class A>
 void zero(A* p, int64_t n) {
   std::fill(p, p + n, A(0));
@@ -54,16 +40,6 @@ template <class A>
 void mask_row(A* row, int64_t i, int64_t j0, int64_t cols, const Mask& mask) {
   const A neg_inf = -std::numeric_limits<A>::infinity();
   for (int64_t c = 0; c < cols; ++c) row[c] = mask.allowed(i, j0 + c) ? row[c] : neg_inf;
-}
-
-template <class A>
-A score_scale(const AttentionDims& dm) {
-  return static_cast<A>(dm.scale != 0 ? dm.scale : 1.0 / std::sqrt(static_cast<double>(dm.head_dim)));
-}
-
-int64_t group(const AttentionDims& dm) {
-  assert(dm.kv_heads > 0 && dm.heads % dm.kv_heads == 0);
-  return dm.heads / dm.kv_heads;
 }
 
 int64_t tile(const AttentionDims& dm) { return std::max<int64_t>(1, std::min(dm.block, dm.s)); }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "executor/cpu/attention_util.h"
 #include "executor/cpu/dropout.h"
 #include "executor/cpu/kernel_util.h"
 
@@ -10,30 +11,17 @@ namespace llmplan::exec::cpu {
 using detail::Carver;
 using detail::carved_bytes;
 using detail::exp_shifted;
+using detail::gather;
 using detail::gemm;
+using detail::group;
+using detail::HeadView;
 using detail::load;
 using detail::max_of;
+using detail::scatter;
+using detail::score_scale;
 using detail::store;
 
 namespace {
-// Rows of one (sequence, head) of a (b, s, heads, d) tensor.
-int64_t at(int64_t bi, int64_t t, int64_t hd, int64_t heads, int64_t s, int64_t d) {
-  return ((bi * s + t) * heads + hd) * d;
-}
-template <class S, class A>
-void gather(const S* x, A* dst, int64_t bi, int64_t hd, int64_t heads, int64_t s, int64_t d) {
-  for (int64_t t = 0; t < s; ++t)
-    for (int64_t c = 0; c < d; ++c) dst[t * d + c] = load(x[at(bi, t, hd, heads, s, d) + c]);
-}
-template <class S, class A>
-void scatter(const A* src, S* x, int64_t bi, int64_t hd, int64_t heads, int64_t s, int64_t d) {
-  for (int64_t t = 0; t < s; ++t)
-    for (int64_t c = 0; c < d; ++c) x[at(bi, t, hd, heads, s, d) + c] = store<S>(src[t * d + c]);
-}
-template <class A>
-A scale_of(const AttentionDims& dm) {
-  return static_cast<A>(dm.scale != 0 ? dm.scale : 1.0 / std::sqrt(static_cast<double>(dm.head_dim)));
-}
 template <class A>
 int64_t ws_bytes(const AttentionDims& dm) {
   return 7 * carved_bytes<A>(dm.s * dm.head_dim) + 3 * carved_bytes<A>(dm.s * dm.s);
@@ -49,8 +37,8 @@ void attention_forward_dropout(const S* q, const S* k, const S* v, const int32_t
                                uint8_t* mask, S* dropped, const AttentionDims& dm, double p, uint64_t seed,
                                std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, d = dm.head_dim, g = dm.heads / dm.kv_heads;
-  const A scale = scale_of<A>(dm);
+  const int64_t s = dm.s, d = dm.head_dim, g = group(dm);
+  const A scale = score_scale<A>(dm);
   const A keep_scale = static_cast<A>(1.0 / (1.0 - p));
   const A neg_inf = -std::numeric_limits<A>::infinity();
   Carver c(ws);
@@ -62,10 +50,10 @@ void attention_forward_dropout(const S* q, const S* k, const S* v, const int32_t
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     const int32_t* docs = doc != nullptr ? doc + bi * s : nullptr;
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
-      gather(k, K, bi, kh, dm.kv_heads, s, d);
-      gather(v, V, bi, kh, dm.kv_heads, s, d);
+      gather(k, K, HeadView{bi, kh, dm.kv_heads, s, d});
+      gather(v, V, HeadView{bi, kh, dm.kv_heads, s, d});
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
-        gather(q, Q, bi, h, dm.heads, s, d);
+        gather(q, Q, HeadView{bi, h, dm.heads, s, d});
         gemm(false, true, s, s, d, scale, Q, d, K, d, A(0), P, s);
         const int64_t base = (bi * dm.heads + h) * s * s;
         for (int64_t i = 0; i < s; ++i) {
@@ -85,7 +73,7 @@ void attention_forward_dropout(const S* q, const S* k, const S* v, const int32_t
           }
         }
         gemm(false, false, s, d, s, A(1), P, s, V, d, A(0), O, d);  // O = D V
-        scatter(O, o, bi, h, dm.heads, s, d);
+        scatter(O, o, HeadView{bi, h, dm.heads, s, d});
       }
     }
   }
@@ -96,8 +84,8 @@ void attention_backward_dropout(const S* q, const S* k, const S* v, const S* pro
                                 const S* dropped, const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dm,
                                 double p, std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, d = dm.head_dim, g = dm.heads / dm.kv_heads;
-  const A scale = scale_of<A>(dm);
+  const int64_t s = dm.s, d = dm.head_dim, g = group(dm);
+  const A scale = score_scale<A>(dm);
   const A keep_scale = static_cast<A>(1.0 / (1.0 - p));
   Carver c(ws);
   A* K = c.take<A>(s * d);
@@ -112,13 +100,13 @@ void attention_backward_dropout(const S* q, const S* k, const S* v, const S* pro
   A* dP = c.take<A>(s * s);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
-      gather(k, K, bi, kh, dm.kv_heads, s, d);
-      gather(v, V, bi, kh, dm.kv_heads, s, d);
+      gather(k, K, HeadView{bi, kh, dm.kv_heads, s, d});
+      gather(v, V, HeadView{bi, kh, dm.kv_heads, s, d});
       std::fill(dK, dK + s * d, A(0));
       std::fill(dV, dV + s * d, A(0));
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
-        gather(q, Q, bi, h, dm.heads, s, d);
-        gather(dout, dO, bi, h, dm.heads, s, d);
+        gather(q, Q, HeadView{bi, h, dm.heads, s, d});
+        gather(dout, dO, HeadView{bi, h, dm.heads, s, d});
         const int64_t base = (bi * dm.heads + h) * s * s;
         for (int64_t i = 0; i < s * s; ++i) {
           P[i] = load(probs[base + i]);
@@ -137,10 +125,10 @@ void attention_backward_dropout(const S* q, const S* k, const S* v, const S* pro
         }
         gemm(false, false, s, d, s, scale, dP, s, K, d, A(0), dQ, d);  // dQ = scale dS K
         gemm(true, false, s, d, s, scale, dP, s, Q, d, A(1), dK, d);   // dK += scale dS^T Q
-        scatter(dQ, dq, bi, h, dm.heads, s, d);
+        scatter(dQ, dq, HeadView{bi, h, dm.heads, s, d});
       }
-      scatter(dK, dk, bi, kh, dm.kv_heads, s, d);
-      scatter(dV, dv, bi, kh, dm.kv_heads, s, d);
+      scatter(dK, dk, HeadView{bi, kh, dm.kv_heads, s, d});
+      scatter(dV, dv, HeadView{bi, kh, dm.kv_heads, s, d});
     }
   }
 }

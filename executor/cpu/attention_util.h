@@ -1,0 +1,45 @@
+// Internal to cpu/attention.cpp and cpu/attention_dropout.cpp (see kernel_util.h): per-head
+// views of the (b, s, heads, d) q/k/v layout and the attention score scale.
+#pragma once
+
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+
+#include "executor/cpu/attention.h"
+#include "executor/cpu/kernel_util.h"
+
+namespace llmplan::exec::cpu::detail {
+
+// Index helpers over the (b, s, heads, d) layout of one sequence `bi` and one head `hd`.
+struct HeadView {
+  int64_t bi, hd, heads, s, d;
+  int64_t at(int64_t t) const { return ((bi * s + t) * heads + hd) * d; }
+};
+
+// dst (s, d) = that head's rows, in the math type.
+template <class S, class A>
+void gather(const S* x, A* dst, const HeadView& v) {
+  for (int64_t t = 0; t < v.s; ++t)
+    for (int64_t c = 0; c < v.d; ++c) dst[t * v.d + c] = load(x[v.at(t) + c]);
+}
+
+// That head's rows of x = src (s, d), rounded into the storage type.
+template <class S, class A>
+void scatter(const A* src, S* x, const HeadView& v) {
+  for (int64_t t = 0; t < v.s; ++t)
+    for (int64_t c = 0; c < v.d; ++c) x[v.at(t) + c] = store<S>(src[t * v.d + c]);
+}
+
+template <class A>
+A score_scale(const AttentionDims& dm) {
+  return static_cast<A>(dm.scale != 0 ? dm.scale : 1.0 / std::sqrt(static_cast<double>(dm.head_dim)));
+}
+
+// Query heads per kv head (GQA).
+inline int64_t group(const AttentionDims& dm) {
+  assert(dm.kv_heads > 0 && dm.heads % dm.kv_heads == 0);
+  return dm.heads / dm.kv_heads;
+}
+
+}  // namespace llmplan::exec::cpu::detail
