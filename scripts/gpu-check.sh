@@ -143,8 +143,9 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.max.s
 missing=0
 for b in "$bin"/*; do
   say "== ldd $(basename "$b")"
-  run_env ldd "$b" 2>&1 | tee -a "$log"
-  if run_env ldd "$b" 2>&1 | grep -q "not found"; then missing=1; fi
+  deps=$(run_env ldd "$b" 2>&1)
+  printf '%s\n' "$deps" | tee -a "$log"
+  if grep -q "not found" <<<"$deps"; then missing=1; fi
 done
 if [ "$missing" = 1 ]; then
   say "a library is missing (see 'not found' above); the steps below will fail to start"

@@ -153,10 +153,10 @@ class CudaTrainer final : public Trainer {
         float* p = master ? s.master.data<float>() : s.param->weight->data<float>();
         void* model_out = master ? s.param->weight->raw() : nullptr;
         const int64_t n = s.param->weight->numel();
-        at.push_back({p, s.param->grad->raw(), s.m.data<float>(), adam ? s.v.data<float>() : nullptr, model_out, n});
-        st.push_back({p, s.param->grad->raw(), s.m.data<float>(), model_out, n});
+        if (adam) at.push_back({p, s.param->grad->raw(), s.m.data<float>(), s.v.data<float>(), model_out, n});
+        else st.push_back({p, s.param->grad->raw(), s.m.data<float>(), model_out, n});
       }
-      if (at.empty()) continue;
+      if (at.empty() && st.empty()) continue;
       const double wd = decay ? opt_.weight_decay : 0.0;
       const cpu::AdamWOptions ao{opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, wd};
       const cpu::SgdOptions so{opt_.lr, opt_.momentum, wd};

@@ -14,6 +14,11 @@
 namespace llmplan::exec::cuda {
 namespace {
 
+Status materialized_dropout_is_cpu_only() {
+  return Status::bad_input("executor (cuda): dropout of the attention probabilities with materialized attention is "
+                           "CPU-only; use flash attention or a model without dropout");
+}
+
 // LLMPLAN_CUDA_OP_TIMES=1: every op is timed -- the device synchronised before and after,
 // wall time between -- and a table of the time per op kind goes to stderr when the model is
 // destroyed. Slows the run (no overlap of launch and execution); for finding where a step's
@@ -192,12 +197,11 @@ struct CudaOps {
   }
   template <class T, class... Args>
   Status attention_forward_dropout(Args&&...) const {
-    return Status::bad_input("executor (cuda): dropout of the attention probabilities with materialized attention is "
-                             "CPU-only; use flash attention or a model without dropout");
+    return materialized_dropout_is_cpu_only();
   }
   template <class T, class... Args>
-  Status attention_backward_dropout(Args&&... args) const {
-    return attention_forward_dropout<T>(std::forward<Args>(args)...);
+  Status attention_backward_dropout(Args&&...) const {
+    return materialized_dropout_is_cpu_only();
   }
 
   // The loss comes back to the host (the copy waits for the forward).
@@ -242,8 +246,7 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
     return Status::bad_input("executor (cuda): tp " + std::to_string(c.plan.tp) + " pp " + std::to_string(c.plan.pp) + " cp " +
                              std::to_string(c.plan.cp) + ": tensor, pipeline and context parallel run on the CPU backend only so far");
   if (c.spec.dropout && !c.plan.flash_attention)
-    return Status::bad_input("executor (cuda): dropout of the attention probabilities with materialized attention is "
-                             "CPU-only; use flash attention or a model without dropout");
+    return materialized_dropout_is_cpu_only();
   const DType s = c.storage, g = c.grad;
   if (s == DType::f32 && g == DType::f32) return build<float, float>(ctx, c);
   if (s == DType::bf16 && g == DType::bf16) return build<bf16_t, bf16_t>(ctx, c);

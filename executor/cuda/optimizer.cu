@@ -43,6 +43,14 @@ __device__ __forceinline__ int find_tensor(const TensorList& a, int64_t block) {
   return t;
 }
 
+// This block's tensor t and its chunk [begin, end) of t's elements.
+__device__ __forceinline__ int block_chunk(const TensorList& a, int64_t& begin, int64_t& end) {
+  const int t = find_tensor(a, blockIdx.x);
+  begin = (static_cast<int64_t>(blockIdx.x) - a.start[t]) * kChunk;
+  end = min(a.n[t], begin + kChunk);
+  return t;
+}
+
 __device__ __forceinline__ void write_model(void* out, int64_t i, float p, DType t) {
   if (out == nullptr) return;
   if (t == DType::bf16) {
@@ -56,9 +64,8 @@ __device__ __forceinline__ void write_model(void* out, int64_t i, float p, DType
 
 template <class G>
 __global__ void adamw_kernel(TensorList a, AdamWParams h, DType model_dtype) {
-  const int t = find_tensor(a, blockIdx.x);
-  const int64_t begin = (static_cast<int64_t>(blockIdx.x) - a.start[t]) * kChunk;
-  const int64_t end = min(a.n[t], begin + kChunk);
+  int64_t begin, end;
+  const int t = block_chunk(a, begin, end);
   const G* g = static_cast<const G*>(a.g[t]);
   float *p = a.p[t], *m = a.s1[t], *v = a.s2[t];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -77,9 +84,8 @@ __global__ void adamw_kernel(TensorList a, AdamWParams h, DType model_dtype) {
 
 template <class G>
 __global__ void sgd_kernel(TensorList a, SgdParams h, DType model_dtype) {
-  const int t = find_tensor(a, blockIdx.x);
-  const int64_t begin = (static_cast<int64_t>(blockIdx.x) - a.start[t]) * kChunk;
-  const int64_t end = min(a.n[t], begin + kChunk);
+  int64_t begin, end;
+  const int t = block_chunk(a, begin, end);
   const G* g = static_cast<const G*>(a.g[t]);
   float *p = a.p[t], *buf = a.s1[t];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {

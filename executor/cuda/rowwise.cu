@@ -168,6 +168,18 @@ Status norm_backward(CudaContext& ctx, const S* x, const S* w, const S* dy, S* d
 
 // ---------------------------------------------------------------- cross-entropy
 
+// The row's max m and sum exp(x - m), in every thread of the block (block reductions: every
+// thread must call it).
+template <class S>
+__device__ __forceinline__ void row_max_sum_exp(const S* row, int64_t v, float& m, float& sum) {
+  m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, load(row[j]));
+  m = block_max(m);
+  float s = 0;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(load(row[j]) - m);
+  sum = block_sum(s);
+}
+
 // row_loss[r] = (max - x_t) + log(sum exp(x - max)) for counted rows, 0 for ignored ones.
 template <class S>
 __global__ void xent_forward_kernel(const S* logits, const int32_t* targets, float* row_loss, int64_t v) {
@@ -178,12 +190,8 @@ __global__ void xent_forward_kernel(const S* logits, const int32_t* targets, flo
     return;
   }
   const S* row = logits + r * v;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, load(row[j]));
-  m = block_max(m);
-  float s = 0;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(load(row[j]) - m);
-  s = block_sum(s);
+  float m, s;
+  row_max_sum_exp(row, v, m, s);
   if (threadIdx.x == 0) row_loss[r] = (m - load(row[t])) + logf(s);
 }
 
@@ -226,12 +234,9 @@ __global__ void xent_backward_kernel(const S* logits, const int32_t* targets, S*
   const double d = denom != 0 ? denom : *counted;
   const float scale = d == 0 ? 0.0f : static_cast<float>(dloss / d);
   const S* row = logits + r * v;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, load(row[j]));
-  m = block_max(m);
-  float s = 0;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += expf(load(row[j]) - m);
-  const float log_sum = logf(block_sum(s));  // block_sum synchronises: all reads of the row are done
+  float m, s;
+  row_max_sum_exp(row, v, m, s);  // ends in block_sum, which synchronises: all reads of the row are done
+  const float log_sum = logf(s);
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
     const float z = load(row[j]);
     drow[j] = store<S>(scale * (expf((z - m) - log_sum) - (j == t ? 1.0f : 0.0f)));

@@ -10,10 +10,8 @@
 #include "cuda_test_util.h"
 #include "executor/cuda/cuda_allocator.h"
 
-namespace llmplan::exec::cuda {
+namespace llmplan::exec::cuda::testing {
 namespace {
-using testing::check;
-using testing::ctx;
 
 // The same allocation sequence (categories, phases, frees) on a CPU and a CUDA allocator
 // leaves identical statistics: the accounting is the base class's, not the backend's.
@@ -162,4 +160,4 @@ TEST(CudaContext, StreamsCopiesAndFills) {
 }
 
 }  // namespace
-}  // namespace llmplan::exec::cuda
+}  // namespace llmplan::exec::cuda::testing

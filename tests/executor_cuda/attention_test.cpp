@@ -9,18 +9,8 @@
 #include "executor/cpu/attention.h"
 #include "executor/cuda/attention.h"
 
-namespace llmplan::exec::cuda {
+namespace llmplan::exec::cuda::testing {
 namespace {
-using exec::testing::Workspace;
-using testing::check;
-using testing::close;
-using testing::ctx;
-using testing::Dev;
-using testing::DevWorkspace;
-using testing::kTol;
-using testing::random_vec;
-using testing::Rng;
-using testing::test_seed;
 
 template <class T>
 class CudaAttention : public ::testing::Test {};
@@ -157,4 +147,4 @@ TEST(CudaAttention, FlashRejectsHeadsWiderThanItsTile) {
 }
 
 }  // namespace
-}  // namespace llmplan::exec::cuda
+}  // namespace llmplan::exec::cuda::testing

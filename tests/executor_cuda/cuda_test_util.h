@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../executor/test_util.h"  // run_seed, test_seed, Rng
+#include "../executor/test_util.h"  // run_seed, test_seed, Rng, Workspace
 #include "executor/cuda/context.h"
 #include "executor/dtype.h"
 #include "executor/tensor.h"
@@ -33,6 +33,7 @@ namespace llmplan::exec::cuda::testing {
 using exec::testing::Rng;
 using exec::testing::run_seed;
 using exec::testing::test_seed;
+using exec::testing::Workspace;
 
 extern CudaContext* g_context;  // main.cpp
 inline CudaContext& ctx() { return *g_context; }

@@ -8,18 +8,8 @@
 #include "executor/cpu/linear.h"
 #include "executor/cuda/linear.h"
 
-namespace llmplan::exec::cuda {
+namespace llmplan::exec::cuda::testing {
 namespace {
-using exec::testing::Workspace;
-using testing::check;
-using testing::close;
-using testing::ctx;
-using testing::Dev;
-using testing::DevWorkspace;
-using testing::kTol;
-using testing::random_vec;
-using testing::Rng;
-using testing::test_seed;
 
 // Runs forward and backward of one linear layer on both devices and compares y, dx, dw, db.
 template <class S, class G>
@@ -146,4 +136,4 @@ TYPED_TEST(CudaGemm, TransposesStridesAlphaBetaMatchNaive) {
 }
 
 }  // namespace
-}  // namespace llmplan::exec::cuda
+}  // namespace llmplan::exec::cuda::testing

@@ -11,19 +11,8 @@
 #include "executor/cpu/ops.h"
 #include "executor/cuda/ops.h"
 
-namespace llmplan::exec::cuda {
+namespace llmplan::exec::cuda::testing {
 namespace {
-using exec::testing::Workspace;
-using testing::check;
-using testing::close;
-using testing::ctx;
-using testing::Dev;
-using testing::DevWorkspace;
-using testing::kTol;
-using testing::random_vec;
-using testing::Rng;
-using testing::same;
-using testing::test_seed;
 
 template <class T>
 class CudaOps : public ::testing::Test {};
@@ -390,4 +379,4 @@ TYPED_TEST(CudaOptimizer, SgdMatchesCpu) {
 }
 
 }  // namespace
-}  // namespace llmplan::exec::cuda
+}  // namespace llmplan::exec::cuda::testing
