@@ -95,6 +95,13 @@ ScalePolicy apply_scale_policy(double raw_norm, const PrecisionScheme& scheme, c
   return p;
 }
 
+void note_applied_step(const PrecisionScheme& scheme, const TrainerOptions& opt, double* loss_scale, int* good_steps) {
+  if (scheme.loss_scaling && ++*good_steps >= opt.growth_interval) {
+    *loss_scale *= 2;
+    *good_steps = 0;
+  }
+}
+
 Result<std::unique_ptr<Trainer>> Trainer::create(TrackingAllocator& a, Model& model, const TrainingJob& job,
                                                  const PrecisionScheme& scheme, const TrainerOptions& options,
                                                  const TrainerShard* shard) {
@@ -222,10 +229,7 @@ StepOutcome CpuTrainer::step() {
   }
   for (State& s : states_) update(s, sp.grad_scale);
   ++updates_;
-  if (scheme_.loss_scaling && ++good_steps_ >= opt_.growth_interval) {
-    loss_scale_ *= 2;
-    good_steps_ = 0;
-  }
+  note_applied_step(scheme_, opt_, &loss_scale_, &good_steps_);
   return out;
 }
 

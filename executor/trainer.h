@@ -115,5 +115,8 @@ struct ScalePolicy {
 };
 ScalePolicy apply_scale_policy(double raw_norm, const PrecisionScheme& scheme, const TrainerOptions& opt,
                                double* loss_scale, int* good_steps);
+// After an applied (not skipped) update: fp16 doubles its loss scale every growth_interval
+// clean steps.
+void note_applied_step(const PrecisionScheme& scheme, const TrainerOptions& opt, double* loss_scale, int* good_steps);
 
 }  // namespace llmplan::exec

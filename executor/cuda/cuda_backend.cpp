@@ -94,10 +94,7 @@ class CudaTrainer final : public Trainer {
       return out;
     }
     ++updates_;
-    if (scheme_.loss_scaling && ++good_steps_ >= opt_.growth_interval) {
-      loss_scale_ *= 2;
-      good_steps_ = 0;
-    }
+    note_applied_step(scheme_, opt_, &loss_scale_, &good_steps_);
     return out;
   }
 
