@@ -147,7 +147,7 @@ Runner register_sweep(CLI::App* sub) {
       space.precision = {s.file.job.precision};
     } else {
       // Unpinned: the GPU's 16-bit format (bf16 where it has one) at O2.
-      s.file.job.precision = s.file.cluster.gpu.peak(Dtype::bf16) > 0 ? Precision::bf16 : Precision::fp16;
+      s.file.job.precision = default_half_precision(s.file.cluster.gpu);
       space.precision = {s.file.job.precision};
     }
     if (!parse_enum(c->objective, &opt.objective))

@@ -1,7 +1,9 @@
 #include "gui/chart_util.h"
 
+#include <QBarSet>
 #include <QChart>
 #include <QChartView>
+#include <QHorizontalStackedBarSeries>
 #include <QLegend>
 #include <QValueAxis>
 
@@ -41,6 +43,22 @@ void attach(QChart* chart, QAbstractSeries* series) {
   const auto h = chart->axes(Qt::Horizontal), v = chart->axes(Qt::Vertical);
   if (!h.isEmpty()) series->attachAxis(h.first());
   if (!v.isEmpty()) series->attachAxis(v.first());
+}
+
+void reset_chart(QChart* chart) {
+  chart->removeAllSeries();
+  for (QAbstractAxis* a : chart->axes()) {
+    chart->removeAxis(a);
+    delete a;
+  }
+}
+
+QBarSet* find_bar_set(const QChart* chart, const QString& label) {
+  for (QAbstractSeries* s : chart->series())
+    if (auto* bars = qobject_cast<QHorizontalStackedBarSeries*>(s))
+      for (QBarSet* set : bars->barSets())
+        if (set->label() == label) return set;
+  return nullptr;
 }
 
 QColor palette_color(int i) {

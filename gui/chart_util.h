@@ -9,6 +9,7 @@
 #include <QString>
 
 class QAbstractSeries;
+class QBarSet;
 class QChart;
 class QChartView;
 class QValueAxis;
@@ -22,6 +23,10 @@ QChart* make_chart(const QString& title, Qt::Alignment legend = Qt::AlignBottom)
 QChartView* make_chart_view(QChart* chart);
 // Attaches `series` to the chart and to its first horizontal and vertical axes.
 void attach(QChart* chart, QAbstractSeries* series);
+// Removes (and deletes) every series and axis of the chart.
+void reset_chart(QChart* chart);
+// The bar set labelled `label` in the chart's horizontal stacked bar series, or nullptr.
+QBarSet* find_bar_set(const QChart* chart, const QString& label);
 
 // Stable colours by index (a 12-colour qualitative palette).
 QColor palette_color(int i);

@@ -25,21 +25,13 @@ MemoryChart::MemoryChart(QWidget* parent) : QWidget(parent) {
 }
 
 void MemoryChart::clear() {
-  chart_->removeAllSeries();
-  for (QAbstractAxis* a : chart_->axes()) {
-    chart_->removeAxis(a);
-    delete a;
-  }
+  reset_chart(chart_);
   categories_.clear();
   chart_->setTitle(tr("Memory per GPU: select a plan"));
 }
 
 QBarSet* MemoryChart::bar_set(const QString& label) const {
-  for (QAbstractSeries* s : chart_->series())
-    if (auto* bars = qobject_cast<QHorizontalStackedBarSeries*>(s))
-      for (QBarSet* set : bars->barSets())
-        if (set->label() == label) return set;
-  return nullptr;
+  return find_bar_set(chart_, label);
 }
 
 void MemoryChart::show_plan(const PlanDetails& d, double headroom_bytes) {

@@ -24,14 +24,6 @@ namespace llmplan::gui {
 
 namespace {
 
-void reset_chart(QChart* chart) {
-  chart->removeAllSeries();
-  for (QAbstractAxis* a : chart->axes()) {
-    chart->removeAxis(a);
-    delete a;
-  }
-}
-
 // Predicted (x) against measured (y) with the y = x line; points of runs that measured
 // nothing (still running, failed before the first step) are left out.
 void fill_comparison(QChart* chart, const std::vector<std::pair<double, double>>& pts, const QString& unit, const QString& what) {

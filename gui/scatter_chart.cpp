@@ -27,11 +27,7 @@ ScatterChart::ScatterChart(const PlanTableModel* model, const PlanFilterProxy* p
 }
 
 void ScatterChart::rebuild() {
-  chart_->removeAllSeries();
-  for (QAbstractAxis* a : chart_->axes()) {
-    chart_->removeAxis(a);
-    delete a;
-  }
+  reset_chart(chart_);
   fits_ = nofit_ = selected_series_ = nullptr;
   pareto_ = nullptr;
   shown_.clear();

@@ -88,7 +88,7 @@ Result<SweepRequest> make_sweep_request(const SweepInputs& in, const PresetRegis
     r.space.precision = {j.precision};
   } else {
     // Unpinned: the GPU's 16-bit format (bf16 where it has one) at O2, as the CLI does.
-    j.precision = f.cluster.gpu.peak(Dtype::bf16) > 0 ? Precision::bf16 : Precision::fp16;
+    j.precision = default_half_precision(f.cluster.gpu);
     r.space.precision = {j.precision};
   }
   if (!parse_enum(in.objective, &r.options.objective))

@@ -23,20 +23,12 @@ TimeChart::TimeChart(QWidget* parent) : QWidget(parent) {
 }
 
 void TimeChart::clear() {
-  chart_->removeAllSeries();
-  for (QAbstractAxis* a : chart_->axes()) {
-    chart_->removeAxis(a);
-    delete a;
-  }
+  reset_chart(chart_);
   chart_->setTitle(tr("Step time: select a plan"));
 }
 
 QBarSet* TimeChart::bar_set(const QString& label) const {
-  for (QAbstractSeries* s : chart_->series())
-    if (auto* bars = qobject_cast<QHorizontalStackedBarSeries*>(s))
-      for (QBarSet* set : bars->barSets())
-        if (set->label() == label) return set;
-  return nullptr;
+  return find_bar_set(chart_, label);
 }
 
 void TimeChart::show_plan(const PlanDetails& d) {

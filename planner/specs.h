@@ -135,6 +135,10 @@ struct ParallelPlan {
   int world_size() const { return dp * tp * pp * cp; }
 };
 
+// The 16-bit format to train in on this GPU when none is asked for: bf16 where the GPU has
+// a bf16 peak, else fp16.
+inline Precision default_half_precision(const GpuSpec& g) { return g.peak(Dtype::bf16) > 0 ? Precision::bf16 : Precision::fp16; }
+
 // Short names used in JSON, CLI and tables ("llama", "bf16", "O2", "selective", "1f1b").
 const char* to_string(Family v);
 const char* to_string(Dtype v);

@@ -177,7 +177,7 @@ void prepare_job(const ReferenceRecord& r, Prepared* p) {
   TrainingJob& j = p->job;
   j.seq_len = r.model.seq_len.value_or(2048);
   parse_enum(r.job.mode, &j.mode);
-  const std::string prec = r.job.precision.value_or(p->cluster.gpu.peak(Dtype::bf16) > 0 ? "bf16" : "fp16");
+  const std::string prec = r.job.precision.value_or(to_string(default_half_precision(p->cluster.gpu)));
   if (!r.job.precision) p->assumptions.push_back("precision=" + prec + " (16-bit mixed precision)");
   j.fp8_linear = prec == "fp8";
   j.precision = prec == "fp32" ? Precision::fp32 : (prec == "fp16" ? Precision::fp16 : Precision::bf16);

@@ -212,6 +212,16 @@ void StepBuilder::build_stage(int s) {
     }
   }
 
+  // ZeRO-3: the all-gather of layer jl of chunk c before a pass over it (the embedding
+  // rides with the pipeline's first layer, the head with its last); -1 without ZeRO-3.
+  auto zero3_layer_gather = [&](int c, int jl, int mb) {
+    if (!zero3) return -1;
+    const LayerCost& L = sc.layers[c * per_chunk + jl];
+    double bytes = L.weight_bytes;
+    if (s == 0 && c == 0 && jl == 0) bytes += sc.embedding_weight_bytes;
+    if (c * pp_ + s == last_virtual && jl == per_chunk - 1) bytes += sc.head_weight_bytes;
+    return zero3_gather(s, bytes, mb, c, L.global_layer);
+  };
   int prev_send = -1, prev_last = -1;
   for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
     const PipelineOp& o = prog[i];
@@ -230,13 +240,7 @@ void StepBuilder::build_stage(int s) {
       for (int jl = 0; jl < per_chunk; ++jl) {
         const int li = c * per_chunk + jl;
         const LayerCost& L = sc.layers[li];
-        int gather = -1;
-        if (zero3) {
-          double bytes = L.weight_bytes;
-          if (s == 0 && c == 0 && jl == 0) bytes += sc.embedding_weight_bytes;
-          if (k == last_virtual && jl == per_chunk - 1) bytes += sc.head_weight_bytes;
-          gather = zero3_gather(s, bytes, mb, c, L.global_layer);
-        }
+        const int gather = zero3_layer_gather(c, jl, mb);
         const int t = add_compute(s, EventKind::forward, L.compute[0], mb, c, L.global_layer);
         first_compute(t);
         engine_.depend(prev, t);
@@ -302,13 +306,7 @@ void StepBuilder::build_stage(int s) {
       for (int jl = per_chunk - 1; jl >= 0; --jl) {
         const int li = c * per_chunk + jl;
         const LayerCost& L = sc.layers[li];
-        int gather = -1;
-        if (zero3) {
-          double bytes = L.weight_bytes;
-          if (s == 0 && c == 0 && jl == 0) bytes += sc.embedding_weight_bytes;
-          if (k == last_virtual && jl == per_chunk - 1) bytes += sc.head_weight_bytes;
-          gather = zero3_gather(s, bytes, mb, c, L.global_layer);
-        }
+        const int gather = zero3_layer_gather(c, jl, mb);
         const bool recompute = L.compute[2] > 0 || L.comm[0][2].total() > 0 || L.comm[1][2].total() > 0 || L.comm[2][2].total() > 0;
         int visit = -1;
         if (recompute) {

@@ -8,24 +8,16 @@
 #include "planner/plan_check.h"
 #include "planner/recipe.h"
 #include "planner/units.h"
+#include "tests/model_fixtures.h"
 
 namespace llmplan {
 namespace {
 
-// GPT-3 175B shape (Brown et al. 2020): the model of Korthikanti et al. 2022's tables.
+// GPT-3 175B shape (Brown et al. 2020) with the vocabulary padded to 51200: the model of
+// Korthikanti et al. 2022's tables.
 ModelSpec gpt3_175b() {
-  ModelSpec m;
-  m.name = "gpt3-175b";
-  m.family = Family::gpt;
-  m.layers = 96;
-  m.hidden = 12288;
-  m.heads = 96;
-  m.kv_heads = 96;
-  m.ffn_hidden = 4 * 12288;
+  ModelSpec m = testing::gpt3_175b();
   m.vocab = 51200;
-  m.max_positions = 2048;
-  m.tied_embeddings = true;
-  m.dropout = true;
   return m;
 }
 
@@ -119,16 +111,7 @@ TEST(DeepSpeedEstimator, Zero2OffloadKeepsHalfPrecisionWeightsOnly) {
 // with or without SP (column: x is the full, gathered input; row: the partial z is summed
 // over TP before B). Llama-2-7B shape, r = 8, t = 2.
 TEST(LoraParallelLinear, AdapterShardsAndLowRankActivationsPerRank) {
-  ModelSpec m;
-  m.name = "llama2-7b";
-  m.family = Family::llama;
-  m.layers = 32;
-  m.hidden = 4096;
-  m.heads = 32;
-  m.kv_heads = 32;
-  m.ffn_hidden = 11008;
-  m.vocab = 32000;
-  m.max_positions = 4096;
+  const ModelSpec m = testing::llama2_7b();
   const uint32_t qo = projection_bit(Projection::q) | projection_bit(Projection::o);
   const ParamCounts pc = count_params(m, 2, 1, 1, qo, 8);
   EXPECT_DOUBLE_EQ(pc.lora_per_layer, 2 * 8 * (4096 + 4096));
