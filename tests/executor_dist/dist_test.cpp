@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -395,11 +396,23 @@ TEST(RankProxy, Llama2_7bTp2Pp2Dp2MatchesThePlannerPerRank) {
 }
 
 #ifdef LLMPLAN_MPIEXEC
-int run_mpi(int np, const std::string& args, const std::string& env = {}) {
-  const std::string cmd = env + " " + LLMPLAN_MPIEXEC + " --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " " +
-                          g_self + " " + args;
+// Runs `env mpirun ... -np N program args` and returns its exit status. OpenMPI 4 makes its
+// session directory /tmp/ompi.<host>.<uid> at start-up, and two mpiruns started in the same
+// instant (ctest -j) race on that mkdir: the loser aborts in orte_init with "File exists".
+// Each launch therefore gets a private TMPDIR, so no two session directories meet.
+int run_mpirun(int np, const std::string& program_and_args, const std::string& env = {}) {
+  char session_base[] = "/tmp/llmplan-mpi-XXXXXX";
+  if (::mkdtemp(session_base) == nullptr) return 127;
+  const std::string cmd = "TMPDIR=" + std::string(session_base) + " " + env + " " + LLMPLAN_MPIEXEC +
+                          " --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " " + program_and_args;
   const int rc = std::system(cmd.c_str());
+  std::error_code ignored;
+  std::filesystem::remove_all(session_base, ignored);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+int run_mpi(int np, const std::string& args, const std::string& env = {}) {
+  return run_mpirun(np, g_self + " " + args, env);
 }
 
 double rel(double a, double b) { return std::fabs(a - b) / std::max(1e-12, std::fabs(b)); }
@@ -533,9 +546,8 @@ TEST(DeadRank, RankZeroRecordsTheRunAsFailed) {
   const PlanFile f = tiny_plan(Family::gpt, 2, 0);
   ASSERT_TRUE(write_json_file(plan, plan_file_to_json(f, estimate_memory(f.model, f.cluster, f.job, f.plan),
                                                       estimate_time(f.model, f.cluster, f.job, f.plan))));
-  const std::string cmd = std::string("LLMPLAN_TEST_DIE_AT_STEP=2 ") + LLMPLAN_MPIEXEC + " --allow-run-as-root --oversubscribe -np 2 " +
-                          LLMPLAN_CLI + " execute " + plan + " --steps 5 --warmup 0 --db " + db + " > /dev/null";
-  const int rc = std::system(cmd.c_str());
+  const int rc = run_mpirun(2, std::string(LLMPLAN_CLI) + " execute " + plan + " --steps 5 --warmup 0 --db " + db + " > /dev/null",
+                            "LLMPLAN_TEST_DIE_AT_STEP=2");
   EXPECT_NE(rc, 0);
   Result<ProfileStore> st = ProfileStore::open(db);
   ASSERT_TRUE(st) << st.status().message();
