@@ -2,6 +2,7 @@
 // the files it writes. Each case runs the real executable.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -37,6 +38,14 @@ struct BadCase {
   const char* args;
   const char* must_mention;
 };
+// So ctest lists each case by its command line, not as "16-byte object <...>".
+void PrintTo(const BadCase& c, std::ostream* os) { *os << '"' << c.args << '"'; }
+std::string bad_case_name(const ::testing::TestParamInfo<BadCase>& info) {
+  std::string name = std::to_string(info.index) + "_";
+  for (const char* ch = info.param.args; *ch != '\0' && name.size() < 48; ++ch)
+    name += std::isalnum(static_cast<unsigned char>(*ch)) ? *ch : '_';
+  return name;
+}
 
 class BadInput : public ::testing::TestWithParam<BadCase> {};
 
@@ -68,7 +77,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"sweep --params 7B --gpus 0", "--gpus"},
                       BadCase{"sweep --params 7B --objective speed", "--objective"},
                       BadCase{"memory --model /nonexistent/model.json", "/nonexistent/model.json"},
-                      BadCase{"memory --bogus-flag", "bogus"}));
+                      BadCase{"memory --bogus-flag", "bogus"}),
+    bad_case_name);
 
 TEST(Cli, MalformedModelFileNamesFileAndPosition) {
   const std::string p = temp_path("bad.json");
