@@ -289,7 +289,10 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     ++groups;
   }
   if (p.ep > 1) {
-    x.comm_buffers += 2 * tokens / seq_div * m.moe.experts_per_token * m.moe.capacity_factor * h * act_bytes;
+    // The all-to-all send buffer of one dispatch or combine (or of their gradients in
+    // backward): the rank's capacity-padded expert rows; the receiving side is the expert
+    // input / output the recipe keeps (executor/model_impl.h, moe_fwd). One at a time.
+    x.comm_buffers += moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
     ++groups;
   }
   x.comm_buffers += groups * opt.nccl_bytes_per_group;
