@@ -224,6 +224,7 @@ ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lor
     mlp_rank = m.moe.experts / static_cast<double>(ep) * one + router +
                (m.moe.shared_experts > 0 ? mlp(static_cast<double>(m.ffn_hidden) * m.moe.shared_experts, t) : 0);
     mlp_active = m.moe.experts_per_token * one + router + shared;
+    pc.expert_per_layer_rank = m.moe.experts / static_cast<double>(ep) * one;
   } else {
     mlp_full = mlp(static_cast<double>(m.ffn_hidden), 1);
     mlp_rank = mlp(static_cast<double>(m.ffn_hidden), t);

@@ -114,6 +114,9 @@ struct ParamCounts {
   double lora_per_layer_rank = 0;  // adapter parameters, one layer, one rank
   double total = 0;           // whole model (tied head counted once), excluding LoRA
   double active_per_token = 0;  // parameters that touch a token (MoE: top-k experts only)
+  // MoE: the routed experts' share of per_layer_rank (experts/ep of them). Their replicas are
+  // the dp*cp/ep ranks holding the same experts, so ZeRO partitions them over that many.
+  double expert_per_layer_rank = 0;
 };
 
 // REQUIRES: t divides heads and kv_heads (callers validate the plan first).
