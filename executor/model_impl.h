@@ -823,8 +823,8 @@ class ModelImpl final : public Model {
         LL_TRY(c_.comm->all_to_all(d(send), d(sv.expert_input), El_ * cap_ * h_, c_.storage, Group::ep));
         send.reset();
       }
-      // ---- experts, block by block
-      const int64_t nb = ep_ * El_;  // blocks of C rows: (source, local expert)
+      // ---- experts, block by block (one GEMM over all blocks when the rank has one expert)
+      const int64_t nb = ep_ * El_, run = El_ == 1 ? nb : 1, rr = run * cap_;  // blocks of C rows: (source, local expert)
       const int64_t hid = rows_ * fe_;
       LL_TRY(lmake(L, sv.act_out, "mlp.act_out", hid, c_.storage, mode));
       if (gpt_) LL_TRY(lmake(L, sv.fc1_out, "mlp.fc1_out", hid, c_.storage, mode));
@@ -832,14 +832,14 @@ class ModelImpl final : public Model {
         LL_TRY(lmake(L, sv.gate_out, "mlp.gate_out", hid, c_.storage, mode));
         LL_TRY(lmake(L, sv.up_out, "mlp.up_out", hid, c_.storage, mode));
       }
-      for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t b = 0; b < nb; b += run) {
         const auto el = static_cast<size_t>(b % El_);
         const S* xb = d(sv.expert_input) + b * cap_ * h_;
         if (gpt_) {
-          LL_TRY(lin_fwd(L, L.moe.up[el], xb, d(sv.fc1_out) + b * cap_ * fe_, mode, cap_));
+          LL_TRY(lin_fwd(L, L.moe.up[el], xb, d(sv.fc1_out) + b * cap_ * fe_, mode, rr));
         } else {
-          LL_TRY(lin_fwd(L, L.moe.gate[el], xb, d(sv.gate_out) + b * cap_ * fe_, mode, cap_));
-          LL_TRY(lin_fwd(L, L.moe.up[el], xb, d(sv.up_out) + b * cap_ * fe_, mode, cap_));
+          LL_TRY(lin_fwd(L, L.moe.gate[el], xb, d(sv.gate_out) + b * cap_ * fe_, mode, rr));
+          LL_TRY(lin_fwd(L, L.moe.up[el], xb, d(sv.up_out) + b * cap_ * fe_, mode, rr));
         }
       }
       if (gpt_) LL_TRY(ops_.template gelu_forward<S>(d(sv.fc1_out), d(sv.act_out), hid));
@@ -848,8 +848,8 @@ class ModelImpl final : public Model {
       Tensor& out = ep_ > 1 ? send : sv.expert_output;
       if (ep_ > 1) LL_TRY(make(a_, send, rows_ * h_, c_.storage, Category::communication, "moe.combine"));
       else LL_TRY(lmake(L, sv.expert_output, "moe.expert_output", rows_ * h_, c_.storage, mode));
-      for (int64_t b = 0; b < nb; ++b)
-        LL_TRY(lin_fwd(L, L.moe.down[static_cast<size_t>(b % El_)], d(sv.act_out) + b * cap_ * fe_, d(out) + b * cap_ * h_, mode, cap_));
+      for (int64_t b = 0; b < nb; b += run)
+        LL_TRY(lin_fwd(L, L.moe.down[static_cast<size_t>(b % El_)], d(sv.act_out) + b * cap_ * fe_, d(out) + b * cap_ * h_, mode, rr));
       if (ep_ > 1) {
         LL_TRY(lmake(L, sv.expert_output, "moe.expert_output", rows_ * h_, c_.storage, mode));
         LL_TRY(c_.comm->all_to_all(d(send), d(sv.expert_output), El_ * cap_ * h_, c_.storage, Group::ep));
@@ -924,34 +924,34 @@ class ModelImpl final : public Model {
         dcomb.reset();
       }
       const S* dob = ep_ > 1 ? d(dout) : d(dcomb);
-      // ---- experts, block by block
-      const int64_t nb = ep_ * El_, hid = rows_ * fe_;
+      // ---- experts, block by block (as in moe_fwd)
+      const int64_t nb = ep_ * El_, hid = rows_ * fe_, run = El_ == 1 ? nb : 1, rr = run * cap_;
       Tensor dact, dup, din;
       LL_TRY(ws(dact, hid, "moe.d_act"));
-      for (int64_t b = 0; b < nb; ++b)
+      for (int64_t b = 0; b < nb; b += run)
         LL_TRY(lin_bwd(L, L.moe.down[static_cast<size_t>(b % El_)], dob + b * cap_ * h_, dopt(sv.act_out) + b * cap_ * fe_,
-                       d(dact) + b * cap_ * fe_, cap_));
+                       d(dact) + b * cap_ * fe_, rr));
       dout.reset();
       dcomb.reset();
       LL_TRY(make(a_, din, rows_ * h_, c_.storage, ep_ > 1 ? Category::communication : Category::workspace, "moe.d_expert_input"));
       Tensor tmp;
-      LL_TRY(ws(tmp, cap_ * h_, "moe.d_expert_input_up"));
+      LL_TRY(ws(tmp, rr * h_, "moe.d_expert_input_up"));
       if (gpt_) {
         LL_TRY(ops_.template gelu_backward<S>(d(sv.fc1_out), d(dact), d(dact), hid));
       } else {
         LL_TRY(ws(dup, hid, "moe.d_up"));
         LL_TRY(ops_.template swiglu_backward<S>(d(sv.gate_out), d(sv.up_out), d(dact), d(dact), d(dup), hid));
       }
-      for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t b = 0; b < nb; b += run) {
         const auto el = static_cast<size_t>(b % El_);
         const S* xb = dopt(sv.expert_input) ? d(sv.expert_input) + b * cap_ * h_ : nullptr;
         S* db = d(din) + b * cap_ * h_;
         if (gpt_) {
-          LL_TRY(lin_bwd(L, L.moe.up[el], d(dact) + b * cap_ * fe_, xb, db, cap_));
+          LL_TRY(lin_bwd(L, L.moe.up[el], d(dact) + b * cap_ * fe_, xb, db, rr));
         } else {
-          LL_TRY(lin_bwd(L, L.moe.gate[el], d(dact) + b * cap_ * fe_, xb, db, cap_));
-          LL_TRY(lin_bwd(L, L.moe.up[el], d(dup) + b * cap_ * fe_, xb, d(tmp), cap_));
-          LL_TRY(ops_.template add_inplace<S>(db, d(tmp), cap_ * h_));
+          LL_TRY(lin_bwd(L, L.moe.gate[el], d(dact) + b * cap_ * fe_, xb, db, rr));
+          LL_TRY(lin_bwd(L, L.moe.up[el], d(dup) + b * cap_ * fe_, xb, d(tmp), rr));
+          LL_TRY(ops_.template add_inplace<S>(db, d(tmp), rr * h_));
         }
       }
       dact.reset();

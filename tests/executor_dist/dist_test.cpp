@@ -434,6 +434,39 @@ TEST(RankProxy, Llama2_7bTp2Pp2Dp2MatchesThePlannerPerRank) {
   }
 }
 
+// Rank proxy of an expert-parallel MoE plan (dp4 ep2, ZeRO-1): one process builds rank R's
+// experts (half of them) with a LocalCommunicator, whose all-to-all hands back what it
+// sends; model states, activations, logits and the all-to-all send buffer equal the
+// planner's per-rank prediction (expert states sharded over the 2 ranks holding them, the
+// rest over 4).
+TEST(RankProxy, MoeExpertParallelMatchesThePlannerPerRank) {
+  PlanFile f = tiny_plan(Family::llama, 4, 1);
+  f.model = testing::tiny_moe_model(Family::llama, 256);
+  f.plan.ep = 2;
+  for (int rank : {0, 3}) {
+    LocalCommunicator comm(f.plan, rank);
+    RunOptions o = options();
+    o.steps = 2;
+    o.comm = &comm;
+    int experts = 0;
+    o.on_done = [&](Model& m) {
+      for (const ParamRef& p : m.params()) experts += p.expert && p.name.find(".up.weight") != std::string::npos;
+    };
+    Result<RunReport> r = run_plan(f, o);
+    ASSERT_TRUE(r) << r.status().message();
+    EXPECT_TRUE(r->comm_modelled);
+    EXPECT_EQ(experts, 2 * f.model.layers) << "experts/ep per layer";
+    for (const CompareLine& l : r->memory_lines) {
+      if (l.gpu_only) continue;
+      std::printf("[moe proxy rank %d]  %-22s predicted %12.0f  measured %12.0f\n", rank, l.name.c_str(), l.predicted, l.measured);
+      if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
+          l.name == "activations" || l.name == "logits_loss" || l.name == "communication") {
+        EXPECT_NEAR(l.measured, l.predicted, 64) << "rank " << rank << " " << l.name;
+      }
+    }
+  }
+}
+
 #ifdef LLMPLAN_MPIEXEC
 // Runs `env mpirun ... -np N program args` and returns its exit status. OpenMPI 4 makes its
 // session directory /tmp/ompi.<host>.<uid> at start-up, and two mpiruns started in the same
