@@ -231,10 +231,10 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     return Status::bad_input("--backend cuda runs the single-rank equivalent of a plan so far; distributed runs and rank "
                              "proxies (--proxy-rank) are CPU-only");
   if (comm) {
-    if (fp.ep > 1 && (fp.pp > 1 || fp.tp > 1 || fp.zero >= 2))
+    if (fp.ep > 1 && (fp.pp > 1 || fp.tp > 1))
       return Status::bad_input("distributed executor: expert parallel (ep " + std::to_string(fp.ep) +
-                               ") runs with data and context parallel and ZeRO 0-1 so far; this plan has tp" + std::to_string(fp.tp) +
-                               " pp" + std::to_string(fp.pp) + " ZeRO-" + std::to_string(fp.zero));
+                               ") runs with data and context parallel and ZeRO so far; this plan has tp" + std::to_string(fp.tp) +
+                               " pp" + std::to_string(fp.pp));
     if (fp.cp > 1 && o.comm->modelled())
       return Status::bad_input("rank proxy: context parallel (cp " + std::to_string(fp.cp) + ") runs on real ranks only (mpirun)");
     if (fp.vpp > 1 && fp.schedule == Schedule::gpipe)

@@ -67,9 +67,6 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
   d->dp_ = comm.size(Group::dp_cp);
   d->rank_ = comm.rank(Group::dp_cp);
   const bool ep = model.config().plan.ep > 1;
-  if (ep && zero >= 2)
-    return Status::bad_input("data parallel: ZeRO-" + std::to_string(zero) + " with expert parallel (ep " +
-                             std::to_string(model.config().plan.ep) + ") is not implemented; use ZeRO 0 or 1");
   d->groups_[0] = {Group::dp_cp, d->dp_, d->rank_, {}, 0};
   d->groups_[1] = {Group::edp, ep ? comm.size(Group::edp) : d->dp_, ep ? comm.rank(Group::edp) : d->rank_, {}, 0};
   std::vector<ParamRef>& ps = model.params();
@@ -186,24 +183,41 @@ void for_each_slice(const std::vector<int>& ids, const std::vector<int64_t>& chu
 }
 }  // namespace
 
+std::vector<int> DataParallel::in_group(const std::vector<int>& ids, int group) const {
+  std::vector<int> v;
+  for (int i : ids)
+    if (parts_[static_cast<size_t>(i)].group == group) v.push_back(i);
+  return v;
+}
+
 Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
+  for (int g = 0; g < 2; ++g) {
+    const std::vector<int> mine = in_group(ids, g);
+    if (!mine.empty())
+      if (Status s = reduce_scatter(mine, g); !s) return s;
+  }
+  return Status::ok();
+}
+
+Status DataParallel::reduce_scatter(const std::vector<int>& ids, int group) {
   std::vector<ParamRef>& ps = model_->params();
+  const int dp = groups_[group].size;
   std::vector<int64_t> chunks;
   int64_t total = 0;
   for (int i : ids) total += chunks.emplace_back(parts_[static_cast<size_t>(i)].chunk);
-  const int64_t k_max = bucket_elems_ / dp_;
+  const int64_t k_max = bucket_elems_ / dp;
   float* in = a_.data<float>();
   float* out = b_.data<float>();
   for (int64_t lo = 0; lo < total; lo += k_max) {
     const int64_t k = std::min(k_max, total - lo);
-    std::memset(in, 0, static_cast<size_t>(k * dp_) * 4);
-    for (int r = 0; r < dp_; ++r)
+    std::memset(in, 0, static_cast<size_t>(k * dp) * 4);
+    for (int r = 0; r < dp; ++r)
       for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
         const Part& pt = parts_[static_cast<size_t>(i)];
         const int64_t e = r * pt.chunk + off;  // element of the full gradient
         read_f32(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
       });
-    if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, Group::dp_cp); !s) return s;
+    if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, groups_[group].group); !s) return s;
     ++buckets_;
     // The partition waits in the stash while the full gradient is in the model.
     for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
@@ -273,7 +287,12 @@ Status DataParallel::gather_unit(int unit) {
     todo.push_back(i);
   }
   unit_gathered_[static_cast<size_t>(unit)] = 1;
-  return gather(todo, true, 0);  // ZeRO-3: no expert parallel, one group
+  for (int g = 0; g < 2; ++g) {
+    const std::vector<int> mine = in_group(todo, g);
+    if (!mine.empty())
+      if (Status s = gather(mine, true, g); !s) return s;
+  }
+  return Status::ok();
 }
 
 void DataParallel::release_unit(int unit) {

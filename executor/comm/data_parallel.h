@@ -35,8 +35,9 @@
 //              updated slices into every replica's full weights.
 // Expert parallel (plan.ep > 1, MoE): a routed expert's parameters (ParamRef::expert) are
 // replicated only over the dp*cp/ep ranks holding that expert (Group::edp), so their
-// gradients are all-reduced, and ZeRO-1 partitions them, over edp; every other parameter
-// over dp_cp as above. ZeRO-2/3 with ep > 1: bad_input (not implemented).
+// gradients are all-reduced or reduce-scattered, and ZeRO partitions (and ZeRO-3 gathers)
+// them, over edp; every other parameter over dp_cp as above. A unit mixing both (an MoE
+// layer) moves each group's parameters in its own collectives.
 // Thread-safety: none.
 #pragma once
 
@@ -93,7 +94,9 @@ class DataParallel final : public ParamHooks {
   };
   DataParallel() = default;
   Status gather(const std::vector<int>& ids, bool from_partition, int group);
-  Status reduce_scatter(const std::vector<int>& ids);
+  Status reduce_scatter(const std::vector<int>& ids);             // each over its parameters' group
+  Status reduce_scatter(const std::vector<int>& ids, int group);  // REQUIRES: all of ids in groups_[group]
+  std::vector<int> in_group(const std::vector<int>& ids, int group) const;
   Status gather_unit(int unit);
   void release_unit(int unit);
 

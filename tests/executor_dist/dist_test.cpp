@@ -116,6 +116,10 @@ const Case kCases[] = {
     {.name = "moe_llama_dp4_ep2_zero1", .family = Family::llama, .dp = 4, .zero = 1, .moe = true, .ep = 2},
     {.name = "moe_gpt_dp4_ep4", .family = Family::gpt, .dp = 4, .zero = 0, .moe = true, .ep = 4},
     {.name = "moe_llama_pp2", .family = Family::llama, .dp = 1, .zero = 0, .pp = 2, .moe = true},
+    {.name = "moe_llama_dp2_ep2_zero2", .family = Family::llama, .dp = 2, .zero = 2, .moe = true, .ep = 2},
+    {.name = "moe_gpt_dp4_ep2_zero3", .family = Family::gpt, .dp = 4, .zero = 3, .moe = true, .ep = 2},
+    {.name = "moe_llama_dp2_ep2_zero3_selective", .family = Family::llama, .dp = 2, .zero = 3, .recompute = Recompute::selective,
+     .moe = true, .ep = 2},
     {.name = "moe_gpt_dp2_zero2", .family = Family::gpt, .dp = 2, .zero = 2, .moe = true},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
