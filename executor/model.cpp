@@ -42,7 +42,24 @@ Status check_model_config(const ModelConfig& c) {
   } else if (c.plan.tp != 1) {
     return Status::bad_input("executor: tp must be >= 1");
   }
-  if (m.moe.enabled()) return Status::bad_input("executor: MoE models are not implemented (model " + m.name + ")");
+  if (const MoeSpec& e = m.moe; e.enabled()) {
+    if (e.experts_per_token < 1 || e.experts_per_token > e.experts || e.expert_ffn_hidden <= 0 || !(e.capacity_factor > 0))
+      return Status::bad_input("executor: model " + m.name + ": MoE needs 1 <= experts_per_token <= experts, expert_ffn_hidden > 0 "
+                               "and capacity_factor > 0");
+    if (c.plan.tp > 1)
+      return Status::bad_input("executor: model " + m.name + " is a mixture of experts; MoE with tp > 1 is not implemented "
+                               "(use dp and ep)");
+    if (c.job.mode == TrainMode::lora)
+      return Status::bad_input("executor: model " + m.name + " is a mixture of experts; LoRA on MoE layers is not implemented");
+    const int ep = c.plan.ep;
+    if (ep < 1 || e.experts % ep != 0)
+      return Status::bad_input("executor: ep " + std::to_string(ep) + " must be >= 1 and divide the " + std::to_string(e.experts) +
+                               " experts of " + m.name);
+    if (ep > 1 && (c.comm == nullptr || c.comm->size(Group::ep) != ep))
+      return Status::bad_input("executor: ep " + std::to_string(ep) + " needs a communicator with an EP group of that size");
+  } else if (c.plan.ep != 1) {
+    return Status::bad_input("executor: ep " + std::to_string(c.plan.ep) + " on " + m.name + ", which has no experts");
+  }
   if (m.heads <= 0 || m.kv_heads <= 0 || m.heads % m.kv_heads != 0 || m.hidden <= 0 || m.vocab <= 0)
     return Status::bad_input("executor: model " + m.name + ": heads, kv_heads, hidden, vocab must be positive, kv_heads | heads");
   if (m.family == Family::gpt && c.job.seq_len > m.max_positions)

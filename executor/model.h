@@ -51,6 +51,12 @@
 // is the rank's tokens' share of the global mean; gradients are summed over DP x CP by
 // DataParallel (Group::dp_cp).
 //
+// Mixture of experts (spec.moe; CPU backend, tp = 1): the MLP of every layer is a router,
+// top-k routed experts with capacity-padded buffers and optional shared experts (model_impl.h,
+// moe_fwd, states the conventions). Expert parallel, plan.ep > 1 with a communicator: this
+// rank holds experts [ep_rank*E/ep, (ep_rank+1)*E/ep) (ParamRef::expert), and tokens travel
+// to their experts' ranks and back by all-to-all over Group::ep, forward and backward.
+//
 // Errors: out-of-memory from the allocator is returned as its Status (runtime); where()
 // says which phase and layer were running. Thread-safety: none; one thread drives a model.
 #pragma once
@@ -122,6 +128,10 @@ struct ParamRef {
   bool decay = true;       // weight decay applies (matrices), not norms and biases
   TpSplit split;           // dim -1 unless plan.tp > 1
   bool shared_copy = false;  // the last stage's copy of a tied embedding (pp > 1): not in the gradient norm
+  // A routed expert's weight (MoE): held by the ep ranks that own that expert only, so its
+  // gradient is summed (and ZeRO-partitioned) over the replicas holding the same experts
+  // (Group::edp), not over all of DP (comm/data_parallel.h).
+  bool expert = false;
 };
 
 struct Where {
@@ -191,7 +201,7 @@ class Model {
 };
 
 // Builds the model's weights (initialised) and gradients in `alloc`. Errors: bad_input
-// for what is not implemented (tp/pp/cp > 1, MoE, storage/grad pairs), runtime for OOM.
+// for what is not implemented (MoE with tp > 1 or LoRA, storage/grad pairs), runtime for OOM.
 // REQUIRES: alloc outlives the model.
 Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& config);
 

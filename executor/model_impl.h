@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <span>
 #include <string>
 #include <thread>
@@ -104,6 +105,8 @@ class ModelImpl final : public Model {
   struct Saved {
     Tensor qkv_input, q, k, v, lse, probs, probs_mask, probs_dropped, proj_input, attn_mask, ln2_input, mlp_input,
         fc1_out, gate_out, up_out, act_out, mlp_mask;
+    // MoE (fc1/gate/up/act_out above are then the routed experts' rows).
+    Tensor router_probs, expert_input, expert_output, sh_fc1, sh_gate, sh_up, sh_act;
     Tensor lora_z[7];
     void clear() { *this = Saved{}; }
   };
@@ -114,6 +117,14 @@ class ModelImpl final : public Model {
     SavedTensorList recipe;
     Norm ln1, ln2;
     Linear q, k, v, o, gate, up, down;
+    // MoE instead of gate/up/down: the router (E, h), this rank's routed experts
+    // (e0_ .. e0_ + El_ - 1, each an MLP of width expert_ffn_hidden) and the shared experts
+    // (one MLP of width ffn_hidden * shared_experts).
+    struct Moe {
+      Tensor router, grouter;
+      std::vector<Linear> gate, up, down;
+      Linear sgate, sup, sdown;
+    } moe;
     Saved sv;
   };
 
@@ -142,6 +153,19 @@ class ModelImpl final : public Model {
     v0_ = tr_ * Vl_;
     sp_ = t_ > 1 && c_.plan.sp;
     ns_ = sp_ ? n_ / t_ : n_;
+    if (m.moe.enabled()) {
+      moe_ = true;
+      E_ = m.moe.experts;
+      k_ = m.moe.experts_per_token;
+      fe_ = m.moe.expert_ffn_hidden;
+      ep_ = std::max(1, c_.plan.ep);
+      er_ = ep_ > 1 ? c_.comm->rank(Group::ep) : 0;
+      El_ = E_ / ep_;
+      e0_ = er_ * El_;
+      cap_ = static_cast<int64_t>(moe_expert_capacity(m, static_cast<double>(ns_)));
+      rows_ = E_ * cap_;
+      fs_ = m.ffn_hidden * m.moe.shared_experts / t_;
+    }
     const bool lora = c_.job.mode == TrainMode::lora;
     const int frozen = c_.job.frozen_layer_count(m.layers);
     embed_trainable_ = !lora && frozen == 0;
@@ -266,12 +290,13 @@ class ModelImpl final : public Model {
   }
 
   // in, out: the full widths; column-parallel splits out, row-parallel splits in.
-  Status init_linear(Layer& L, Linear& li, Projection p, Par par, int64_t in, int64_t out) {
+  // name: the parameter's prefix (default "layer<i>.<projection>").
+  Status init_linear(Layer& L, Linear& li, Projection p, Par par, int64_t in, int64_t out, const std::string& name = {}) {
     li.proj = p;
     li.par = t_ > 1 ? par : Par::none;
     li.in = par == Par::row ? in / t_ : in;
     li.out = par == Par::column ? out / t_ : out;
-    const std::string base = "layer" + std::to_string(L.index) + "." + kProjName[static_cast<int>(p)];
+    const std::string base = name.empty() ? "layer" + std::to_string(L.index) + "." + kProjName[static_cast<int>(p)] : name;
     const bool train = L.ctx.base_trainable;
     LL_TRY(param(li.w, li.gw, {par == Par::column ? 0 : par == Par::row ? 1 : -1, out, in}, base + ".weight", train, true,
                  c_.options.init_std));
@@ -309,9 +334,38 @@ class ModelImpl final : public Model {
     LL_TRY(init_linear(L, L.v, Projection::v, Par::column, h_, m.kv_width()));
     LL_TRY(init_linear(L, L.o, Projection::o, Par::row, m.q_width(), h_));
     LL_TRY(init_norm(L.ln2, pre + ".ln2", L.ctx.base_trainable));
+    if (moe_) return init_moe(L);
     if (!gpt_) LL_TRY(init_linear(L, L.gate, Projection::gate, Par::column, h_, m.ffn_hidden));
     LL_TRY(init_linear(L, L.up, Projection::up, Par::column, h_, m.ffn_hidden));
     LL_TRY(init_linear(L, L.down, Projection::down, Par::row, m.ffn_hidden, h_));
+    return Status::ok();
+  }
+
+  // Router, this rank's experts (named by their global index, so every EP rank's expert e
+  // is initialised as a single-rank model's), shared experts.
+  Status init_moe(Layer& L) {
+    const std::string pre = "layer" + std::to_string(L.index) + ".moe.";
+    const bool train = L.ctx.base_trainable;
+    auto& mo = L.moe;
+    LL_TRY(param(mo.router, mo.grouter, {-1, E_, h_}, pre + "router.weight", train, true, c_.options.init_std));
+    mo.gate.resize(static_cast<size_t>(El_));  // sized before param() keeps pointers into them
+    mo.up.resize(static_cast<size_t>(El_));
+    mo.down.resize(static_cast<size_t>(El_));
+    for (int64_t el = 0; el < El_; ++el) {
+      const size_t at = params_.size();
+      const std::string ex = pre + "expert" + std::to_string(e0_ + el) + ".";
+      const auto i = static_cast<size_t>(el);
+      if (!gpt_) LL_TRY(init_linear(L, mo.gate[i], Projection::gate, Par::none, h_, fe_, ex + "gate"));
+      LL_TRY(init_linear(L, mo.up[i], Projection::up, Par::none, h_, fe_, ex + "up"));
+      LL_TRY(init_linear(L, mo.down[i], Projection::down, Par::none, fe_, h_, ex + "down"));
+      for (size_t k = at; k < params_.size(); ++k) params_[k].expert = true;
+    }
+    if (fs_ > 0) {
+      const int64_t fs = c_.spec.ffn_hidden * c_.spec.moe.shared_experts;
+      if (!gpt_) LL_TRY(init_linear(L, mo.sgate, Projection::gate, Par::column, h_, fs, pre + "shared.gate"));
+      LL_TRY(init_linear(L, mo.sup, Projection::up, Par::column, h_, fs, pre + "shared.up"));
+      LL_TRY(init_linear(L, mo.sdown, Projection::down, Par::row, fs, h_, pre + "shared.down"));
+    }
     return Status::ok();
   }
 
@@ -377,7 +431,8 @@ class ModelImpl final : public Model {
   // y (n, out) = x W^T + b (+ LoRA: scale x A^T B^T, z = scale x A^T kept as lora.<p>.z).
   // Row-parallel: the partial outputs are summed over TP (the bias added by TP rank 0 only).
   // With SP, y of a row-parallel projection is this rank's ns_ tokens (reduce-scatter).
-  Status lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
+  // rows: 0 = n_ (the micro-batch); an MoE expert's block of C rows otherwise (no TP, no LoRA).
+  Status lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode, int64_t rows = 0) {
     const bool row = li.par == Par::row;
     const S* bias = !row || tr_ == 0 ? dopt(li.b) : nullptr;
     if (row && sp_) {
@@ -386,7 +441,7 @@ class ModelImpl final : public Model {
       LL_TRY(lin_base_fwd(x, d(li.w), bias, d(full), n_, li.in, li.out));
       LL_TRY(c_.comm->reduce_scatter_sum(d(full), y, ns_ * li.out, c_.storage, Group::tp));
     } else {
-      LL_TRY(lin_base_fwd(x, d(li.w), bias, y, n_, li.in, li.out));
+      LL_TRY(lin_base_fwd(x, d(li.w), bias, y, rows > 0 ? rows : n_, li.in, li.out));
       if (row) LL_TRY(tp_sum(y, n_ * li.out));
     }
     if (li.lora) LL_TRY(lora_fwd(L, li, x, y, mode));
@@ -442,7 +497,7 @@ class ModelImpl final : public Model {
   // then whole too and is added by TP rank 0 only, because the caller sums dx over TP.
   // Row-parallel: dy is whole (gathered under SP) and z was summed in forward, so dB and dz
   // are equal on every rank and dA, dx are this rank's input columns: no communication.
-  Status lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx) {
+  Status lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx, int64_t rows = 0) {
     Tensor dxl;
     if (li.lora) {
       const int64_t r = L.ctx.lora_rank;
@@ -456,7 +511,7 @@ class ModelImpl final : public Model {
       if (lora_dx) LL_TRY(ws(dxl, n_ * li.in, "lora.dx"));
       LL_TRY(lin_base_bwd(d(dz), x, d(li.la), lora_dx ? d(dxl) : nullptr, g(li.gla), nullptr, n_, li.in, r));
     }
-    LL_TRY(lin_base_bwd(dy, x, d(li.w), dx, g(li.gw), g(li.gb), n_, li.in, li.out));
+    LL_TRY(lin_base_bwd(dy, x, d(li.w), dx, g(li.gw), g(li.gb), rows > 0 ? rows : n_, li.in, li.out));
     if (dx && dxl.defined()) LL_TRY(ops_.template add_inplace<S>(dx, d(dxl), n_ * li.in));
     return Status::ok();
   }
@@ -655,6 +710,322 @@ class ModelImpl final : public Model {
     }
   }
 
+  // ---------------------------------------------------------------- mixture of experts
+  //
+  // The MoE MLP (CPU backend; tp = 1), for the ns_ tokens x of this rank (the ln2 output,
+  // "mlp.input"):
+  //   router   logits = x Wr^T (E, no bias) in the storage dtype; probs = softmax in fp32
+  //            ("moe.router_probs", kept: its backward and the top-k are re-derived from it)
+  //   top-k    each token's k most probable experts (ties to the lower index), gates
+  //            renormalised over them, g_j = p_j / sum_{i<k} p_i -- Mixtral's convention
+  //            (softmax over the top-k logits is the same numbers)
+  //   capacity C = ceil(cf * ns_ * k / E) rows per expert and routing rank (GShard); rows
+  //            are given out to first choices of all tokens before second choices, in
+  //            token order; a choice past C is dropped and contributes zero
+  //   dispatch the routed token rows into a zero-padded (E, C, h) buffer, laid out by the
+  //            expert's owner (EP rank j owns experts [j*El, (j+1)*El)); with ep > 1 an
+  //            all-to-all over Group::ep delivers (ep sources, El, C, h) to each owner:
+  //            "moe.expert_input", block b = src*El + el holds expert el's rows from src
+  //   experts  the model family's MLP per block (GPT: fc1, GELU, fc2 with biases; Llama:
+  //            SwiGLU gate/up/down), over the padding rows too (their gradient is zero)
+  //   combine  the outputs go back the same way ("moe.expert_output", (E, C, h) on the
+  //            routing rank, kept: the gates' gradient is dy . output), y_t = sum_j g_j o_j
+  //   shared   shared experts: one dense MLP of width ffn_hidden * shared_experts on every
+  //            token, added to y
+  // The all-to-all send buffers are Category::communication; what arrives is the tensor it
+  // becomes (the recipe's kept tensors, or workspace gradients). ep = 1: no exchange; the
+  // dispatch buffer is the expert input and the experts write the output in place.
+
+  static A ld(S x) {
+    if constexpr (std::is_same_v<S, bf16_t>) return bf16_to_float(x);
+    else if constexpr (std::is_same_v<S, f16_t>) return f16_to_float(x);
+    else return x;
+  }
+  static S st(A x) {
+    if constexpr (std::is_same_v<S, bf16_t>) return float_to_bf16(x);
+    else if constexpr (std::is_same_v<S, f16_t>) return float_to_f16(x);
+    else return x;
+  }
+
+  // One micro-batch's routing, re-derived from the kept probabilities in backward (the same
+  // numbers give the same choices): choice j of token t is index t*k + j.
+  struct Routing {
+    std::vector<int32_t> expert, slot;  // slot: row in the expert's C, -1 = dropped
+    std::vector<A> gate;
+  };
+  Routing route(const A* probs, int64_t T) const {
+    Routing r;
+    const auto tk = static_cast<size_t>(T * k_);
+    r.expert.resize(tk);
+    r.slot.assign(tk, -1);
+    r.gate.resize(tk);
+    std::vector<int32_t> idx(static_cast<size_t>(E_));
+    for (int64_t t = 0; t < T; ++t) {
+      const A* p = probs + t * E_;
+      for (int32_t e = 0; e < E_; ++e) idx[static_cast<size_t>(e)] = e;
+      std::partial_sort(idx.begin(), idx.begin() + k_, idx.end(), [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      A sum = 0;
+      for (int j = 0; j < k_; ++j) sum += p[idx[static_cast<size_t>(j)]];
+      for (int j = 0; j < k_; ++j) {
+        const auto at = static_cast<size_t>(t * k_ + j);
+        r.expert[at] = idx[static_cast<size_t>(j)];
+        r.gate[at] = p[idx[static_cast<size_t>(j)]] / sum;
+      }
+    }
+    std::vector<int64_t> used(static_cast<size_t>(E_), 0);
+    for (int j = 0; j < k_; ++j)
+      for (int64_t t = 0; t < T; ++t) {
+        const auto at = static_cast<size_t>(t * k_ + j);
+        int64_t& u = used[static_cast<size_t>(r.expert[at])];
+        if (u < cap_) r.slot[at] = static_cast<int32_t>(u++);
+      }
+    return r;
+  }
+  // Row of (expert e, slot) in a routing rank's (E, C, h) buffer.
+  int64_t moe_row(const Routing& r, size_t at) const { return static_cast<int64_t>(r.expert[at]) * cap_ + r.slot[at]; }
+
+  // y (ns_, h) = the MoE MLP of sv.mlp_input (routed + shared experts).
+  Status moe_fwd(Layer& L, S* y, Mode mode) {
+    if constexpr (!Ops::kHostMemory) {
+      return Status::bad_input("executor: MoE layers run on the CPU backend only");
+    } else {
+      constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
+      const int64_t T = ns_;
+      Saved& sv = L.sv;
+      const S* x = d(sv.mlp_input);
+      // ---- router
+      Tensor logits;
+      LL_TRY(ws(logits, T * E_, "moe.router_logits"));
+      LL_TRY(lin_base_fwd(x, d(L.moe.router), nullptr, d(logits), T, h_, E_));
+      LL_TRY(lmake(L, sv.router_probs, "moe.router_probs", T * E_, kA, mode));
+      A* probs = sv.router_probs.template data<A>();
+      for (int64_t t = 0; t < T; ++t) {
+        const S* z = d(logits) + t * E_;
+        A* p = probs + t * E_;
+        A mx = ld(z[0]), sum = 0;
+        for (int64_t e = 1; e < E_; ++e) mx = std::max(mx, ld(z[e]));
+        for (int64_t e = 0; e < E_; ++e) sum += p[e] = std::exp(ld(z[e]) - mx);
+        for (int64_t e = 0; e < E_; ++e) p[e] /= sum;
+      }
+      logits.reset();
+      const Routing r = route(probs, T);
+      // ---- dispatch
+      Tensor send;
+      Tensor& disp = ep_ > 1 ? send : sv.expert_input;
+      if (ep_ > 1) LL_TRY(make(a_, send, rows_ * h_, c_.storage, Category::communication, "moe.dispatch"));
+      else LL_TRY(lmake(L, sv.expert_input, "moe.expert_input", rows_ * h_, c_.storage, mode));
+      LL_TRY(ops_.zero(disp.raw(), disp.bytes()));
+      const auto rowb = static_cast<size_t>(h_) * sizeof(S);
+      for (size_t at = 0; at < r.slot.size(); ++at)
+        if (r.slot[at] >= 0) std::memcpy(d(disp) + moe_row(r, at) * h_, x + static_cast<int64_t>(at / static_cast<size_t>(k_)) * h_, rowb);
+      if (ep_ > 1) {
+        LL_TRY(lmake(L, sv.expert_input, "moe.expert_input", rows_ * h_, c_.storage, mode));
+        LL_TRY(c_.comm->all_to_all(d(send), d(sv.expert_input), El_ * cap_ * h_, c_.storage, Group::ep));
+        send.reset();
+      }
+      // ---- experts, block by block (one GEMM over all blocks when the rank has one expert)
+      const int64_t nb = ep_ * El_, run = El_ == 1 ? nb : 1, rr = run * cap_;  // blocks of C rows: (source, local expert)
+      const int64_t hid = rows_ * fe_;
+      LL_TRY(lmake(L, sv.act_out, "mlp.act_out", hid, c_.storage, mode));
+      if (gpt_) LL_TRY(lmake(L, sv.fc1_out, "mlp.fc1_out", hid, c_.storage, mode));
+      else {
+        LL_TRY(lmake(L, sv.gate_out, "mlp.gate_out", hid, c_.storage, mode));
+        LL_TRY(lmake(L, sv.up_out, "mlp.up_out", hid, c_.storage, mode));
+      }
+      for (int64_t b = 0; b < nb; b += run) {
+        const auto el = static_cast<size_t>(b % El_);
+        const S* xb = d(sv.expert_input) + b * cap_ * h_;
+        if (gpt_) {
+          LL_TRY(lin_fwd(L, L.moe.up[el], xb, d(sv.fc1_out) + b * cap_ * fe_, mode, rr));
+        } else {
+          LL_TRY(lin_fwd(L, L.moe.gate[el], xb, d(sv.gate_out) + b * cap_ * fe_, mode, rr));
+          LL_TRY(lin_fwd(L, L.moe.up[el], xb, d(sv.up_out) + b * cap_ * fe_, mode, rr));
+        }
+      }
+      if (gpt_) LL_TRY(ops_.template gelu_forward<S>(d(sv.fc1_out), d(sv.act_out), hid));
+      else LL_TRY(ops_.template swiglu_forward<S>(d(sv.gate_out), d(sv.up_out), d(sv.act_out), hid));
+      // ---- combine: the outputs go back to the routing ranks
+      Tensor& out = ep_ > 1 ? send : sv.expert_output;
+      if (ep_ > 1) LL_TRY(make(a_, send, rows_ * h_, c_.storage, Category::communication, "moe.combine"));
+      else LL_TRY(lmake(L, sv.expert_output, "moe.expert_output", rows_ * h_, c_.storage, mode));
+      for (int64_t b = 0; b < nb; b += run)
+        LL_TRY(lin_fwd(L, L.moe.down[static_cast<size_t>(b % El_)], d(sv.act_out) + b * cap_ * fe_, d(out) + b * cap_ * h_, mode, rr));
+      if (ep_ > 1) {
+        LL_TRY(lmake(L, sv.expert_output, "moe.expert_output", rows_ * h_, c_.storage, mode));
+        LL_TRY(c_.comm->all_to_all(d(send), d(sv.expert_output), El_ * cap_ * h_, c_.storage, Group::ep));
+        send.reset();
+      }
+      std::vector<A> acc(static_cast<size_t>(h_));
+      for (int64_t t = 0; t < T; ++t) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (int j = 0; j < k_; ++j) {
+          const auto at = static_cast<size_t>(t * k_ + j);
+          if (r.slot[at] < 0) continue;
+          const S* o = d(sv.expert_output) + moe_row(r, at) * h_;
+          for (int64_t i = 0; i < h_; ++i) acc[static_cast<size_t>(i)] += r.gate[at] * ld(o[i]);
+        }
+        for (int64_t i = 0; i < h_; ++i) y[t * h_ + i] = st(acc[static_cast<size_t>(i)]);
+      }
+      // ---- shared experts
+      if (fs_ > 0) {
+        const int64_t sh = T * fs_;
+        Tensor tmp;
+        LL_TRY(lmake(L, sv.sh_act, "moe.shared_act_out", sh, c_.storage, mode));
+        if (gpt_) {
+          LL_TRY(lmake(L, sv.sh_fc1, "moe.shared_fc1_out", sh, c_.storage, mode));
+          LL_TRY(lin_fwd(L, L.moe.sup, x, d(sv.sh_fc1), mode));
+          LL_TRY(ops_.template gelu_forward<S>(d(sv.sh_fc1), d(sv.sh_act), sh));
+        } else {
+          LL_TRY(lmake(L, sv.sh_gate, "moe.shared_gate_out", sh, c_.storage, mode));
+          LL_TRY(lmake(L, sv.sh_up, "moe.shared_up_out", sh, c_.storage, mode));
+          LL_TRY(lin_fwd(L, L.moe.sgate, x, d(sv.sh_gate), mode));
+          LL_TRY(lin_fwd(L, L.moe.sup, x, d(sv.sh_up), mode));
+          LL_TRY(ops_.template swiglu_forward<S>(d(sv.sh_gate), d(sv.sh_up), d(sv.sh_act), sh));
+        }
+        LL_TRY(ws(tmp, T * h_, "moe.shared_out"));
+        LL_TRY(lin_fwd(L, L.moe.sdown, d(sv.sh_act), d(tmp), mode));
+        LL_TRY(ops_.template add_inplace<S>(y, d(tmp), T * h_));
+      }
+      return Status::ok();
+    }
+  }
+
+  // dy (ns_, h): the MoE output's gradient -> dx (ns_, h) = its input's (overwritten);
+  // weight gradients accumulate. Reverses moe_fwd, with the same exchanges in reverse.
+  Status moe_bwd(Layer& L, const S* dy, S* dx) {
+    if constexpr (!Ops::kHostMemory) {
+      return Status::bad_input("executor: MoE layers run on the CPU backend only");
+    } else {
+      const int64_t T = ns_;
+      Saved& sv = L.sv;
+      const S* x = dopt(sv.mlp_input);
+      const A* probs = sv.router_probs.template data<A>();
+      const Routing r = route(probs, T);
+      // ---- combine: d output rows = g_j dy_t; d gate_j = dy_t . o_j
+      std::vector<A> dgate(r.gate.size(), A(0));
+      Tensor dcomb, dout;
+      LL_TRY(make(a_, dcomb, rows_ * h_, c_.storage, ep_ > 1 ? Category::communication : Category::workspace, "moe.d_combine"));
+      LL_TRY(ops_.zero(dcomb.raw(), dcomb.bytes()));
+      for (size_t at = 0; at < r.slot.size(); ++at) {
+        if (r.slot[at] < 0) continue;
+        const S* dyt = dy + static_cast<int64_t>(at / static_cast<size_t>(k_)) * h_;
+        const S* o = d(sv.expert_output) + moe_row(r, at) * h_;
+        S* dc = d(dcomb) + moe_row(r, at) * h_;
+        A dot = 0;
+        for (int64_t i = 0; i < h_; ++i) {
+          dot += ld(dyt[i]) * ld(o[i]);
+          dc[i] = st(r.gate[at] * ld(dyt[i]));
+        }
+        dgate[at] = dot;
+      }
+      if (ep_ > 1) {
+        LL_TRY(ws(dout, rows_ * h_, "moe.d_expert_output"));
+        LL_TRY(c_.comm->all_to_all(d(dcomb), d(dout), El_ * cap_ * h_, c_.storage, Group::ep));
+        dcomb.reset();
+      }
+      const S* dob = ep_ > 1 ? d(dout) : d(dcomb);
+      // ---- experts, block by block (as in moe_fwd)
+      const int64_t nb = ep_ * El_, hid = rows_ * fe_, run = El_ == 1 ? nb : 1, rr = run * cap_;
+      Tensor dact, dup, din;
+      LL_TRY(ws(dact, hid, "moe.d_act"));
+      for (int64_t b = 0; b < nb; b += run)
+        LL_TRY(lin_bwd(L, L.moe.down[static_cast<size_t>(b % El_)], dob + b * cap_ * h_, dopt(sv.act_out) + b * cap_ * fe_,
+                       d(dact) + b * cap_ * fe_, rr));
+      dout.reset();
+      dcomb.reset();
+      LL_TRY(make(a_, din, rows_ * h_, c_.storage, ep_ > 1 ? Category::communication : Category::workspace, "moe.d_expert_input"));
+      Tensor tmp;
+      LL_TRY(ws(tmp, rr * h_, "moe.d_expert_input_up"));
+      if (gpt_) {
+        LL_TRY(ops_.template gelu_backward<S>(d(sv.fc1_out), d(dact), d(dact), hid));
+      } else {
+        LL_TRY(ws(dup, hid, "moe.d_up"));
+        LL_TRY(ops_.template swiglu_backward<S>(d(sv.gate_out), d(sv.up_out), d(dact), d(dact), d(dup), hid));
+      }
+      for (int64_t b = 0; b < nb; b += run) {
+        const auto el = static_cast<size_t>(b % El_);
+        const S* xb = dopt(sv.expert_input) ? d(sv.expert_input) + b * cap_ * h_ : nullptr;
+        S* db = d(din) + b * cap_ * h_;
+        if (gpt_) {
+          LL_TRY(lin_bwd(L, L.moe.up[el], d(dact) + b * cap_ * fe_, xb, db, rr));
+        } else {
+          LL_TRY(lin_bwd(L, L.moe.gate[el], d(dact) + b * cap_ * fe_, xb, db, rr));
+          LL_TRY(lin_bwd(L, L.moe.up[el], d(dup) + b * cap_ * fe_, xb, d(tmp), rr));
+          LL_TRY(ops_.template add_inplace<S>(db, d(tmp), rr * h_));
+        }
+      }
+      dact.reset();
+      dup.reset();
+      tmp.reset();
+      Tensor dback;  // the dispatch buffer's gradient on the routing rank
+      if (ep_ > 1) {
+        LL_TRY(ws(dback, rows_ * h_, "moe.d_dispatch"));
+        LL_TRY(c_.comm->all_to_all(d(din), d(dback), El_ * cap_ * h_, c_.storage, Group::ep));
+        din.reset();
+      }
+      const S* dd = ep_ > 1 ? d(dback) : d(din);
+      // ---- dispatch: dx_t = sum of its routed rows' gradients
+      std::vector<A> acc(static_cast<size_t>(h_));
+      for (int64_t t = 0; t < T; ++t) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (int j = 0; j < k_; ++j) {
+          const auto at = static_cast<size_t>(t * k_ + j);
+          if (r.slot[at] < 0) continue;
+          const S* row = dd + moe_row(r, at) * h_;
+          for (int64_t i = 0; i < h_; ++i) acc[static_cast<size_t>(i)] += ld(row[i]);
+        }
+        for (int64_t i = 0; i < h_; ++i) dx[t * h_ + i] = st(acc[static_cast<size_t>(i)]);
+      }
+      dback.reset();
+      din.reset();
+      // ---- router: gates -> top-k probabilities -> softmax -> logits -> Wr, x
+      Tensor dlogits;
+      LL_TRY(ws(dlogits, T * E_, "moe.d_router_logits"));
+      std::vector<A> dp(static_cast<size_t>(E_));
+      for (int64_t t = 0; t < T; ++t) {
+        const A* p = probs + t * E_;
+        std::fill(dp.begin(), dp.end(), A(0));
+        A sum = 0, gdg = 0;  // sum of the top-k probabilities; sum_j g_j dg_j
+        for (int j = 0; j < k_; ++j) {
+          const auto at = static_cast<size_t>(t * k_ + j);
+          sum += p[r.expert[at]];
+          gdg += r.gate[at] * dgate[at];
+        }
+        for (int j = 0; j < k_; ++j) {  // g_j = p_j / sum: dp_j = (dg_j - sum_i g_i dg_i) / sum
+          const auto at = static_cast<size_t>(t * k_ + j);
+          dp[static_cast<size_t>(r.expert[at])] = (dgate[at] - gdg) / sum;
+        }
+        A pdp = 0;
+        for (int64_t e = 0; e < E_; ++e) pdp += p[e] * dp[static_cast<size_t>(e)];
+        for (int64_t e = 0; e < E_; ++e) d(dlogits)[t * E_ + e] = st(p[e] * (dp[static_cast<size_t>(e)] - pdp));
+      }
+      LL_TRY(ws(tmp, T * h_, "moe.d_router_input"));
+      LL_TRY(lin_base_bwd(d(dlogits), x, d(L.moe.router), d(tmp), g(L.moe.grouter), nullptr, T, h_, E_));
+      LL_TRY(ops_.template add_inplace<S>(dx, d(tmp), T * h_));
+      dlogits.reset();
+      // ---- shared experts
+      if (fs_ > 0) {
+        const int64_t sh = T * fs_;
+        Tensor dsa, dsu;
+        LL_TRY(ws(dsa, sh, "moe.d_shared_act"));
+        LL_TRY(lin_bwd(L, L.moe.sdown, dy, dopt(sv.sh_act), d(dsa)));
+        if (gpt_) {
+          LL_TRY(ops_.template gelu_backward<S>(d(sv.sh_fc1), d(dsa), d(dsa), sh));
+          LL_TRY(lin_bwd(L, L.moe.sup, d(dsa), x, d(tmp)));
+          LL_TRY(ops_.template add_inplace<S>(dx, d(tmp), T * h_));
+        } else {
+          LL_TRY(ws(dsu, sh, "moe.d_shared_up"));
+          LL_TRY(ops_.template swiglu_backward<S>(d(sv.sh_gate), d(sv.sh_up), d(dsa), d(dsa), d(dsu), sh));
+          LL_TRY(lin_bwd(L, L.moe.sgate, d(dsa), x, d(tmp)));
+          LL_TRY(ops_.template add_inplace<S>(dx, d(tmp), T * h_));
+          LL_TRY(lin_bwd(L, L.moe.sup, d(dsu), x, d(tmp)));
+          LL_TRY(ops_.template add_inplace<S>(dx, d(tmp), T * h_));
+        }
+      }
+      return Status::ok();
+    }
+  }
+
   // ---------------------------------------------------------------- layer forward
 
   // x (n, h) -> out (n, h) in `out_cat`; the recipe's tensors land in L.sv.
@@ -704,22 +1075,26 @@ class ModelImpl final : public Model {
     // ---- MLP
     LL_TRY(lmake(L, sv.mlp_input, "mlp.input", ns * h_, c_.storage, mode));
     LL_TRY(norm_fwd(L.ln2, d(sv.ln2_input), d(sv.mlp_input)));
-    if (sp_) LL_TRY(sp_gather(gathered, d(sv.mlp_input), "mlp.input.gathered"));
-    const S* min = sp_ ? d(gathered) : d(sv.mlp_input);
-    LL_TRY(lmake(L, sv.act_out, "mlp.act_out", n * f_, c_.storage, mode));
-    if (gpt_) {
-      LL_TRY(lmake(L, sv.fc1_out, "mlp.fc1_out", n * f_, c_.storage, mode));
-      LL_TRY(lin_fwd(L, L.up, min, d(sv.fc1_out), mode));
-      LL_TRY(ops_.template gelu_forward<S>(d(sv.fc1_out), d(sv.act_out), n * f_));
+    if (moe_) {
+      LL_TRY(moe_fwd(L, d(branch), mode));
     } else {
-      LL_TRY(lmake(L, sv.gate_out, "mlp.gate_out", n * f_, c_.storage, mode));
-      LL_TRY(lmake(L, sv.up_out, "mlp.up_out", n * f_, c_.storage, mode));
-      LL_TRY(lin_fwd(L, L.gate, min, d(sv.gate_out), mode));
-      LL_TRY(lin_fwd(L, L.up, min, d(sv.up_out), mode));
-      LL_TRY(ops_.template swiglu_forward<S>(d(sv.gate_out), d(sv.up_out), d(sv.act_out), n * f_));
+      if (sp_) LL_TRY(sp_gather(gathered, d(sv.mlp_input), "mlp.input.gathered"));
+      const S* min = sp_ ? d(gathered) : d(sv.mlp_input);
+      LL_TRY(lmake(L, sv.act_out, "mlp.act_out", n * f_, c_.storage, mode));
+      if (gpt_) {
+        LL_TRY(lmake(L, sv.fc1_out, "mlp.fc1_out", n * f_, c_.storage, mode));
+        LL_TRY(lin_fwd(L, L.up, min, d(sv.fc1_out), mode));
+        LL_TRY(ops_.template gelu_forward<S>(d(sv.fc1_out), d(sv.act_out), n * f_));
+      } else {
+        LL_TRY(lmake(L, sv.gate_out, "mlp.gate_out", n * f_, c_.storage, mode));
+        LL_TRY(lmake(L, sv.up_out, "mlp.up_out", n * f_, c_.storage, mode));
+        LL_TRY(lin_fwd(L, L.gate, min, d(sv.gate_out), mode));
+        LL_TRY(lin_fwd(L, L.up, min, d(sv.up_out), mode));
+        LL_TRY(ops_.template swiglu_forward<S>(d(sv.gate_out), d(sv.up_out), d(sv.act_out), n * f_));
+      }
+      gathered.reset();
+      LL_TRY(lin_fwd(L, L.down, d(sv.act_out), d(branch), mode));
     }
-    gathered.reset();
-    LL_TRY(lin_fwd(L, L.down, d(sv.act_out), d(branch), mode));
     if (drop_) {
       LL_TRY(lmake(L, sv.mlp_mask, "mlp.resid_dropout_mask", ns * h_, DType::u8, mode));
       LL_TRY(ops_.template dropout_forward<S>(d(branch), d(branch), sv.mlp_mask.template data<uint8_t>(), ns * h_, p_, site_seed(seed, L.index, 3)));
@@ -734,7 +1109,8 @@ class ModelImpl final : public Model {
   static void drop_transients(Saved& sv) {
     for (Tensor* t : {&sv.qkv_input, &sv.q, &sv.k, &sv.v, &sv.lse, &sv.probs, &sv.probs_mask, &sv.probs_dropped,
                       &sv.proj_input, &sv.attn_mask, &sv.ln2_input, &sv.mlp_input, &sv.fc1_out, &sv.gate_out,
-                      &sv.up_out, &sv.act_out, &sv.mlp_mask})
+                      &sv.up_out, &sv.act_out, &sv.mlp_mask, &sv.router_probs, &sv.expert_input, &sv.expert_output,
+                      &sv.sh_fc1, &sv.sh_gate, &sv.sh_up, &sv.sh_act})
       if (t->defined() && t->category() != Category::activations) t->reset();
     for (Tensor& t : sv.lora_z)
       if (t.defined() && t.category() != Category::activations) t.reset();
@@ -768,30 +1144,36 @@ class ModelImpl final : public Model {
       LL_TRY(sp_gather(gathered, dy, "mlp.d_out.gathered"));
       dy = d(gathered);
     }
-    LL_TRY(ws(dact, n * f_, "mlp.d_act"));
-    LL_TRY(lin_bwd(L, L.down, dy, dopt(sv.act_out), d(dact)));
-    dbranch.reset();
-    gathered.reset();
-    const S* min = dopt(sv.mlp_input);
-    if (sp_ && min != nullptr) {
-      LL_TRY(sp_gather(gathered, min, "mlp.input.gathered"));
-      min = d(gathered);
-    }
-    LL_TRY(ws(dmid, n * h_, "mlp.d_input"));
-    if (gpt_) {
-      LL_TRY(ops_.template gelu_backward<S>(d(sv.fc1_out), d(dact), d(dact), n * f_));
-      LL_TRY(lin_bwd(L, L.up, d(dact), min, d(dmid)));
-      dact.reset();
+    if (moe_) {
+      LL_TRY(ws(dmid, n * h_, "mlp.d_input"));
+      LL_TRY(moe_bwd(L, dy, d(dmid)));
+      dbranch.reset();
     } else {
-      Tensor dup, tmp;
-      LL_TRY(ws(dup, n * f_, "mlp.d_up"));
-      LL_TRY(ops_.template swiglu_backward<S>(d(sv.gate_out), d(sv.up_out), d(dact), d(dact), d(dup), n * f_));
-      LL_TRY(lin_bwd(L, L.gate, d(dact), min, d(dmid)));
-      dact.reset();
-      LL_TRY(ws(tmp, n * h_, "mlp.d_input_up"));
-      LL_TRY(lin_bwd(L, L.up, d(dup), min, d(tmp)));
-      dup.reset();
-      LL_TRY(ops_.template add_inplace<S>(d(dmid), d(tmp), n * h_));
+      LL_TRY(ws(dact, n * f_, "mlp.d_act"));
+      LL_TRY(lin_bwd(L, L.down, dy, dopt(sv.act_out), d(dact)));
+      dbranch.reset();
+      gathered.reset();
+      const S* min = dopt(sv.mlp_input);
+      if (sp_ && min != nullptr) {
+        LL_TRY(sp_gather(gathered, min, "mlp.input.gathered"));
+        min = d(gathered);
+      }
+      LL_TRY(ws(dmid, n * h_, "mlp.d_input"));
+      if (gpt_) {
+        LL_TRY(ops_.template gelu_backward<S>(d(sv.fc1_out), d(dact), d(dact), n * f_));
+        LL_TRY(lin_bwd(L, L.up, d(dact), min, d(dmid)));
+        dact.reset();
+      } else {
+        Tensor dup, tmp;
+        LL_TRY(ws(dup, n * f_, "mlp.d_up"));
+        LL_TRY(ops_.template swiglu_backward<S>(d(sv.gate_out), d(sv.up_out), d(dact), d(dact), d(dup), n * f_));
+        LL_TRY(lin_bwd(L, L.gate, d(dact), min, d(dmid)));
+        dact.reset();
+        LL_TRY(ws(tmp, n * h_, "mlp.d_input_up"));
+        LL_TRY(lin_bwd(L, L.up, d(dup), min, d(tmp)));
+        dup.reset();
+        LL_TRY(ops_.template add_inplace<S>(d(dmid), d(tmp), n * h_));
+      }
     }
     gathered.reset();
     LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "mlp.d_input_local"));  // column-parallel: partial sums
@@ -1216,6 +1598,12 @@ class ModelImpl final : public Model {
   int64_t h_ = 0, n_ = 0, V_ = 0, f_ = 0;  // f_: this rank's MLP width (ffn_hidden / t)
   int t_ = 1, tr_ = 0;                      // TP size and this rank's TP index
   bool sp_ = false;                          // sequence parallel (t_ > 1 and plan.sp)
+  // MoE (see moe_fwd): E_ routed experts, top-k_, expert width fe_; ep_ ranks of Group::ep,
+  // this one (er_) holding experts e0_ .. e0_ + El_ - 1; cap_ rows per expert and routing
+  // rank, rows_ = E_ * cap_; fs_: this rank's shared-expert width (0: none).
+  bool moe_ = false;
+  int E_ = 0, k_ = 0, ep_ = 1, er_ = 0;
+  int64_t El_ = 0, e0_ = 0, fe_ = 0, cap_ = 0, rows_ = 0, fs_ = 0;
   int64_t ns_ = 0;                           // tokens in this rank's sequence slice: n_ / t_ with SP, else n_
   int64_t qw_ = 0, kvw_ = 0, Vl_ = 0, v0_ = 0;  // local q / kv widths, vocab rows [v0_, v0_ + Vl_)
   double p_ = 0, lora_scale_ = 0;

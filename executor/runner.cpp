@@ -83,7 +83,7 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   const int64_t micro_per_step = microbatches_per_step(f.job, p);
   if (comm) {  // distributed data parallel: the plan's dp and ZeRO stay
     changes.push_back(std::string(comm->modelled() ? "rank proxy of" : "rank") + " " + std::to_string(comm->rank(Group::world)) +
-                      " of dp" + std::to_string(p.dp) + (p.tp > 1 ? " tp" + std::to_string(p.tp) + (p.sp ? " sp" : "") : std::string()) +
+                      " of dp" + std::to_string(p.dp) + (p.ep > 1 ? " ep" + std::to_string(p.ep) : std::string()) + (p.tp > 1 ? " tp" + std::to_string(p.tp) + (p.sp ? " sp" : "") : std::string()) +
                       (p.pp > 1 ? " pp" + std::to_string(p.pp) + (p.vpp > 1 ? " vpp" + std::to_string(p.vpp) : std::string()) + (p.schedule == Schedule::gpipe ? " gpipe" : " 1f1b") : std::string()) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
                       comm->name() + (comm->modelled() ? " (communication modelled, not run)" : ""));
     if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
@@ -231,9 +231,10 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     return Status::bad_input("--backend cuda runs the single-rank equivalent of a plan so far; distributed runs and rank "
                              "proxies (--proxy-rank) are CPU-only");
   if (comm) {
-    if (fp.ep > 1)
-      return Status::bad_input("distributed executor: data, tensor (with SP), context and pipeline parallel (GPipe, 1F1B, "
-                               "interleaved 1F1B) are implemented so far; this plan has ep" + std::to_string(fp.ep));
+    if (fp.ep > 1 && (fp.pp > 1 || fp.tp > 1))
+      return Status::bad_input("distributed executor: expert parallel (ep " + std::to_string(fp.ep) +
+                               ") runs with data and context parallel and ZeRO so far; this plan has tp" + std::to_string(fp.tp) +
+                               " pp" + std::to_string(fp.pp));
     if (fp.cp > 1 && o.comm->modelled())
       return Status::bad_input("rank proxy: context parallel (cp " + std::to_string(fp.cp) + ") runs on real ranks only (mpirun)");
     if (fp.vpp > 1 && fp.schedule == Schedule::gpipe)
@@ -361,9 +362,13 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   }
   Result<std::unique_ptr<Trainer>> trainer = backend->create_trainer(**model, e.job, ps, o.trainer, shard ? &*shard : nullptr);
   if (!trainer) return fail_oom(trainer.status(), Where{Phase::other, -1, "optimizer states and master weights"});
-  if (comm && (e.plan.tp > 1 || e.plan.pp > 1))
-    (*trainer)->set_norm_reduce([c = o.comm](double split_sq, double rep_sq) {
+  // Routed experts differ over EP: without ZeRO their squares are summed over EP here; with
+  // ZeRO-1 every rank's partition is summed over DP x CP by the shard, which covers them.
+  const bool ep_norm = e.plan.ep > 1 && e.plan.zero == 0;
+  if (comm && (e.plan.tp > 1 || e.plan.pp > 1 || ep_norm))
+    (*trainer)->set_norm_reduce([c = o.comm, ep_norm](double split_sq, double rep_sq) {
       (void)c->all_reduce_sum(&split_sq, 1, DType::f64, Group::tp);
+      if (ep_norm) (void)c->all_reduce_sum(&split_sq, 1, DType::f64, Group::ep);
       double x = split_sq + rep_sq;
       (void)c->all_reduce_sum(&x, 1, DType::f64, Group::pp);
       return x;

@@ -216,7 +216,7 @@ StepOutcome CpuTrainer::step() {
     if (s.param->shared_copy) continue;  // its twin on the first stage counts
     const int64_t es = dtype_size(s.param->grad->dtype());
     const cpu::GradRef g{static_cast<char*>(s.param->grad->raw()) + s.grad_offset * es, s.count, s.param->grad->dtype()};
-    (s.param->split.dim >= 0 ? split : grads).push_back(g);
+    (s.param->split.dim >= 0 || s.param->expert ? split : grads).push_back(g);
   }
   const double rn = cpu::global_grad_norm(grads), sn = cpu::global_grad_norm(split);
   double raw_norm = norm_reduce_ ? std::sqrt(norm_reduce_(sn * sn, rn * rn)) : std::sqrt(sn * sn + rn * rn);

@@ -212,6 +212,7 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
   } else {
     sp.trainable += (layers - frozen_here) * pc.per_layer_rank;
     sp.frozen += frozen_here * pc.per_layer_rank;
+    sp.expert = (layers - frozen_here) * pc.expert_per_layer_rank;
   }
   if (stage == 0) (embedding_trainable ? sp.trainable : sp.frozen) += pc.embedding_rank;
   if (stage == p.pp - 1) (j.mode == TrainMode::lora ? sp.frozen : sp.trainable) += pc.head_rank;
@@ -289,7 +290,10 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     ++groups;
   }
   if (p.ep > 1) {
-    x.comm_buffers += 2 * tokens / seq_div * m.moe.experts_per_token * m.moe.capacity_factor * h * act_bytes;
+    // The all-to-all send buffer of one dispatch or combine (or of their gradients in
+    // backward): the rank's capacity-padded expert rows; the receiving side is the expert
+    // input / output the recipe keeps (executor/model_impl.h, moe_fwd). One at a time.
+    x.comm_buffers += moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
     ++groups;
   }
   x.comm_buffers += groups * opt.nccl_bytes_per_group;
@@ -401,7 +405,17 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // ---- parameters on this rank
   const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, out.layers);
   const StageParams params = stage_params(m, j, p, in.pc, stage);
-  const ModelStateBytes states = model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
+  ModelStateBytes states = model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
+  if (p.ep > 1 && params.expert > 0) {
+    // Expert parallel: a routed expert's states exist only on the dp*cp/ep ranks holding
+    // that expert, so ZeRO shards them over those (Megatron-Core's expert-data-parallel
+    // group), the rest over dp*cp.
+    const ModelStateBytes dense =
+        model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
+    const ModelStateBytes ex = model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer);
+    states = {dense.weights + ex.weights, dense.gradients + ex.gradients, dense.optimizer_states + ex.optimizer_states,
+              dense.master_weights + ex.master_weights};
+  }
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, params.trainable, opt, in.pc);
   std::array<double, kMemoryItems> base{};
   base[static_cast<int>(MemoryItem::weights)] = states.weights;

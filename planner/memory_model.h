@@ -139,6 +139,7 @@ double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const
 // stage, LM head on the last), from count_params.
 struct StageParams {
   double trainable = 0, frozen = 0;
+  double expert = 0;  // of trainable: routed-expert parameters (MoE), ZeRO-sharded over dp*cp/ep
 };
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage);
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage);

@@ -1,5 +1,6 @@
 #include "planner/recipe.h"
 
+#include <cmath>
 #include <string>
 
 namespace llmplan {
@@ -24,6 +25,13 @@ bool is_lora_target_name(const std::string& name) {
     if (name == k) return true;
   return false;
 }
+
+double moe_expert_capacity(const ModelSpec& m, double tokens) {
+  if (!m.moe.enabled()) return 0;
+  return std::ceil(m.moe.capacity_factor * tokens * m.moe.experts_per_token / m.moe.experts);
+}
+
+double moe_expert_rows(const ModelSpec& m, double tokens) { return m.moe.experts * moe_expert_capacity(m, tokens); }
 
 double SavedTensorList::bytes() const {
   double sum = 0;
@@ -95,27 +103,47 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
 
   // ---- MLP half (GPT: 19sbh with f = 4h; Llama SwiGLU: gate, up and their product)
   out.add({"ln2.input", bs * h / seq_div, act, false});
-  const bool moe = m.moe.enabled();
-  // MoE: tokens are dispatched to k experts (capacity cf) and experts are split by EP,
-  // not by TP, so expert activations scale with routed tokens, not with 1/t.
-  const double tokens_local = moe ? bs / seq_div * m.moe.experts_per_token * m.moe.capacity_factor : bs;
-  const double f = static_cast<double>(moe ? m.moe.expert_ffn_hidden : m.ffn_hidden);
-  const double f_div = moe ? 1.0 : t;
-  if (moe) out.add({"moe.router_probs", bs / seq_div * m.moe.experts, 4, false});
-  if (needs_input(c, Projection::up) || needs_input(c, Projection::gate))
-    out.add({"mlp.input", (moe ? tokens_local : bs / seq_div) * h, act, false});
-  if (gpt) {
-    out.add({"mlp.fc1_out", tokens_local * f / f_div, act, false});
+  if (m.moe.enabled()) {
+    // MoE (executor/model_impl.h, moe_fwd): the rank routes its tok tokens (its sequence
+    // slice under SP); every routed expert computes a capacity-padded buffer, and the
+    // rank's experts (E/ep of them) together see E * C rows whatever ep is (each of its
+    // experts takes C rows from each of the ep ranks it serves), C = ceil(cf * tok * k / E).
+    const double tok = bs / seq_div;
+    const double rows = moe_expert_rows(m, tok);
+    const double fe = static_cast<double>(m.moe.expert_ffn_hidden);
+    // The ln2 output: the router's and the shared experts' input.
+    if (needs_input(c, Projection::up) || needs_input(c, Projection::gate)) out.add({"mlp.input", tok * h, act, false});
+    out.add({"moe.router_probs", tok * m.moe.experts, 4, false});  // fp32 softmax: its backward and the top-k
+    if (needs_input(c, Projection::up) || needs_input(c, Projection::gate)) out.add({"moe.expert_input", rows * h, act, false});
+    if (gpt) {
+      out.add({"mlp.fc1_out", rows * fe, act, false});
+    } else {
+      out.add({"mlp.gate_out", rows * fe, act, false});
+      out.add({"mlp.up_out", rows * fe, act, false});
+    }
+    if (needs_input(c, Projection::down)) out.add({"mlp.act_out", rows * fe, act, false});
+    // The experts' outputs as they come back to the routing rank: the gate's gradient is
+    // dy . expert_output.
+    out.add({"moe.expert_output", rows * h, act, false});
+    if (m.moe.shared_experts > 0) {  // one dense MLP of width f * shared_experts, split by TP
+      const double fs = static_cast<double>(m.ffn_hidden) * m.moe.shared_experts;
+      if (gpt) {
+        out.add({"moe.shared_fc1_out", bs * fs / t, act, false});
+      } else {
+        out.add({"moe.shared_gate_out", bs * fs / t, act, false});
+        out.add({"moe.shared_up_out", bs * fs / t, act, false});
+      }
+      out.add({"moe.shared_act_out", bs * fs / t, act, false});
+    }
   } else {
-    out.add({"mlp.gate_out", tokens_local * f / f_div, act, false});
-    out.add({"mlp.up_out", tokens_local * f / f_div, act, false});
-  }
-  if (needs_input(c, Projection::down)) out.add({"mlp.act_out", tokens_local * f / f_div, act, false});
-  if (moe && m.moe.shared_experts > 0) {
-    const double fs = static_cast<double>(m.ffn_hidden) * m.moe.shared_experts;
-    out.add({"moe.shared_gate_out", bs * fs / t, act, false});
-    out.add({"moe.shared_up_out", bs * fs / t, act, false});
-    out.add({"moe.shared_act_out", bs * fs / t, act, false});
+    if (needs_input(c, Projection::up) || needs_input(c, Projection::gate)) out.add({"mlp.input", bs * h / seq_div, act, false});
+    if (gpt) {
+      out.add({"mlp.fc1_out", bs * m.ffn_hidden / t, act, false});
+    } else {
+      out.add({"mlp.gate_out", bs * m.ffn_hidden / t, act, false});
+      out.add({"mlp.up_out", bs * m.ffn_hidden / t, act, false});
+    }
+    if (needs_input(c, Projection::down)) out.add({"mlp.act_out", bs * m.ffn_hidden / t, act, false});
   }
   if (drop) out.add({"mlp.resid_dropout_mask", bs * h / seq_div, 1, false});
 
@@ -196,6 +224,7 @@ ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lor
     mlp_rank = m.moe.experts / static_cast<double>(ep) * one + router +
                (m.moe.shared_experts > 0 ? mlp(static_cast<double>(m.ffn_hidden) * m.moe.shared_experts, t) : 0);
     mlp_active = m.moe.experts_per_token * one + router + shared;
+    pc.expert_per_layer_rank = m.moe.experts / static_cast<double>(ep) * one;
   } else {
     mlp_full = mlp(static_cast<double>(m.ffn_hidden), 1);
     mlp_rank = mlp(static_cast<double>(m.ffn_hidden), t);

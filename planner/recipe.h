@@ -68,6 +68,14 @@ struct LayerContext {
   int lora_rank = 0;
 };
 
+// MoE capacity (GShard, Lepikhin et al. 2020): the rows one routed expert takes from the
+// `tokens` tokens of one routing rank, C = ceil(capacity_factor * tokens * k / experts);
+// tokens routed to an expert beyond C are dropped. moe_expert_rows = experts * C: the
+// rows a rank's experts compute per micro-batch (E/ep experts x C rows from each of ep
+// ranks), the size of the dispatch buffers. 0 for a dense model.
+double moe_expert_capacity(const ModelSpec& m, double tokens);
+double moe_expert_rows(const ModelSpec& m, double tokens);
+
 // The tensors one layer keeps for backward with no recompute (policy none). Tensors a
 // layer does not need — e.g. the input of a frozen projection — are left out.
 SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& c);
@@ -106,6 +114,9 @@ struct ParamCounts {
   double lora_per_layer_rank = 0;  // adapter parameters, one layer, one rank
   double total = 0;           // whole model (tied head counted once), excluding LoRA
   double active_per_token = 0;  // parameters that touch a token (MoE: top-k experts only)
+  // MoE: the routed experts' share of per_layer_rank (experts/ep of them). Their replicas are
+  // the dp*cp/ep ranks holding the same experts, so ZeRO partitions them over that many.
+  double expert_per_layer_rank = 0;
 };
 
 // REQUIRES: t divides heads and kv_heads (callers validate the plan first).

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -29,6 +30,8 @@ const char* to_string(Group g) {
     case Group::dp: return "dp";
     case Group::pp: return "pp";
     case Group::dp_cp: return "dp_cp";
+    case Group::ep: return "ep";
+    case Group::edp: return "edp";
   }
   return "?";
 }
@@ -44,6 +47,8 @@ int LocalCommunicator::rank(Group g) const {
     case Group::dp: return c_.dp;
     case Group::pp: return c_.pp;
     case Group::dp_cp: return c_.dp * plan_.cp + c_.cp;
+    case Group::ep: return (c_.dp * plan_.cp + c_.cp) % std::max(1, plan_.ep);
+    case Group::edp: return (c_.dp * plan_.cp + c_.cp) / std::max(1, plan_.ep);
   }
   return 0;
 }
@@ -56,6 +61,8 @@ int LocalCommunicator::size(Group g) const {
     case Group::dp: return plan_.dp;
     case Group::pp: return plan_.pp;
     case Group::dp_cp: return plan_.dp * plan_.cp;
+    case Group::ep: return std::max(1, plan_.ep);
+    case Group::edp: return plan_.dp * plan_.cp / std::max(1, plan_.ep);
   }
   return 1;
 }
@@ -70,6 +77,11 @@ Status LocalCommunicator::all_gather(const void* in, void* out, int64_t count, D
   const int64_t b = count * dtype_size(t);
   for (int i = 0; i < size(g); ++i)
     if (static_cast<const char*>(out) + i * b != in) std::memmove(static_cast<char*>(out) + i * b, in, static_cast<size_t>(b));
+  return Status::ok();
+}
+
+Status LocalCommunicator::all_to_all(const void* in, void* out, int64_t count, DType t, Group g) {
+  std::memcpy(out, in, static_cast<size_t>(count * size(g) * dtype_size(t)));
   return Status::ok();
 }
 

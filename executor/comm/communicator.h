@@ -13,7 +13,8 @@
 //   LocalCommunicator (here) one process standing in for one rank: world size 1, or a
 //                     rank proxy. Every collective produces a buffer of the right shape and
 //                     size locally (all-reduce: unchanged; reduce-scatter: this rank's
-//                     slice; all-gather: this rank's slice copied to every slot; broadcast,
+//                     slice; all-gather: this rank's slice copied to every slot; all-to-all:
+//                     out = in, as if every peer sent what this rank sends; broadcast,
 //                     barrier: nothing; recv: zeros), so memory and compute are the rank's
 //                     real ones; the traffic is only modelled (modelled() is true).
 //   NcclCommunicator  (CUDA issue) the same interface over NCCL.
@@ -46,8 +47,15 @@ RankCoords coords_of(const ParallelPlan& plan, int rank);
 // dp_cp: the DP x CP ranks of one (tp, pp) coordinate, ordered dp-major (= dp when cp = 1):
 // parameters are replicated over it, so gradients are summed and ZeRO partitions over it
 // (Megatron's data-parallel-with-context-parallel group).
-enum class Group : uint8_t { world, tp, cp, dp, pp, dp_cp };
-const char* to_string(Group g);  // "world", "tp", "cp", "dp", "pp", "dp_cp"
+// Expert parallel (MoE, plan.ep inside dp*cp, as Megatron-Core lays it out): with q the
+// rank's index in dp_cp, the ep group is the ep consecutive q of one block (ep rank
+// q % ep), which exchange tokens and each hold experts/ep of the routed experts (EP rank j:
+// experts [j*E/ep, (j+1)*E/ep)); edp is the dp*cp/ep ranks holding the same experts
+// (same q % ep; edp rank q / ep), over which expert gradients are summed and ZeRO
+// partitions them. ep = 1: ep is this rank alone and edp = dp_cp.
+enum class Group : uint8_t { world, tp, cp, dp, pp, dp_cp, ep, edp };
+const char* to_string(Group g);  // "world", "tp", "cp", "dp", "pp", "dp_cp", "ep", "edp"
+inline constexpr int kGroups = 8;
 
 class Communicator {
  public:
@@ -64,6 +72,10 @@ class Communicator {
   // in (count) from every rank; out (count * size(g)) = the slices in group-rank order.
   virtual Status all_gather(const void* in, void* out, int64_t count, DType t, Group g) = 0;
   virtual Status broadcast(void* buf, int64_t count, DType t, int root, Group g) = 0;
+  // in (count * size(g)): block j goes to group rank j; out (count * size(g)): block j is
+  // what group rank j sent this rank (MPI_Alltoall; MoE token dispatch and combine).
+  // REQUIRES: in and out do not overlap.
+  virtual Status all_to_all(const void* in, void* out, int64_t count, DType t, Group g) = 0;
   // Point to point, peer = group rank. tag distinguishes concurrent streams (micro-batch).
   virtual Status send(const void* buf, int64_t count, DType t, int peer, Group g, int tag) = 0;
   virtual Status recv(void* buf, int64_t count, DType t, int peer, Group g, int tag) = 0;
@@ -105,6 +117,7 @@ class LocalCommunicator final : public Communicator {
   Status reduce_scatter_sum(const void* in, void* out, int64_t count, DType t, Group g) override;
   Status all_gather(const void* in, void* out, int64_t count, DType t, Group g) override;
   Status broadcast(void*, int64_t, DType, int, Group) override { return Status::ok(); }
+  Status all_to_all(const void* in, void* out, int64_t count, DType t, Group g) override;
   Status send(const void*, int64_t, DType, int, Group, int) override { return Status::ok(); }
   Status recv(void* buf, int64_t count, DType t, int, Group, int) override;
   Status sendrecv(const void*, void* rbuf, int64_t count, DType t, int peer, Group g, int, int tag) override {

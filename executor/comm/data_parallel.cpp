@@ -10,13 +10,13 @@ namespace llmplan::exec {
 
 namespace {
 
-// Visits the pieces of flat range [lo, hi) of the trainable params: fn(param, offset in
-// param, count, offset in the range).
-void for_each_piece(std::vector<ParamRef>& params, int64_t lo, int64_t hi,
+// Visits the pieces of flat range [lo, hi) of the params `ids` (trainable, laid end to
+// end): fn(param, offset in param, count, offset in the range).
+void for_each_piece(std::vector<ParamRef>& params, const std::vector<int>& ids, int64_t lo, int64_t hi,
                     const std::function<void(ParamRef&, int64_t, int64_t, int64_t)>& fn) {
   int64_t flat = 0;
-  for (ParamRef& p : params) {
-    if (!p.grad) continue;
+  for (int i : ids) {
+    ParamRef& p = params[static_cast<size_t>(i)];
     const int64_t n = p.weight->numel();
     const int64_t a = std::max(lo, flat), b = std::min(hi, flat + n);
     if (a < b) fn(p, a - flat, b - a, a - lo);
@@ -45,12 +45,12 @@ void add_into(const float* in, Tensor& t, int64_t off, int64_t n) {
 }
 
 // Packs flat [lo, hi) of grads (or weights) into buf (zeros beyond N), or unpacks it.
-void pack(std::vector<ParamRef>& ps, int64_t lo, int64_t hi, float* buf, bool grads) {
+void pack(std::vector<ParamRef>& ps, const std::vector<int>& ids, int64_t lo, int64_t hi, float* buf, bool grads) {
   std::memset(buf, 0, static_cast<size_t>(hi - lo) * 4);
-  for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { read_f32(grads ? *p.grad : *p.weight, off, buf + at, c); });
+  for_each_piece(ps, ids, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { read_f32(grads ? *p.grad : *p.weight, off, buf + at, c); });
 }
-void unpack(std::vector<ParamRef>& ps, int64_t lo, int64_t hi, const float* buf, bool grads) {
-  for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { write_f32(buf + at, grads ? *p.grad : *p.weight, off, c); });
+void unpack(std::vector<ParamRef>& ps, const std::vector<int>& ids, int64_t lo, int64_t hi, const float* buf, bool grads) {
+  for_each_piece(ps, ids, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { write_f32(buf + at, grads ? *p.grad : *p.weight, off, c); });
 }
 
 int64_t clamp0(int64_t x, int64_t hi) { return std::max<int64_t>(0, std::min(x, hi)); }
@@ -66,20 +66,28 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
   d->zero_ = zero;
   d->dp_ = comm.size(Group::dp_cp);
   d->rank_ = comm.rank(Group::dp_cp);
+  const bool ep = model.config().plan.ep > 1;
+  d->groups_[0] = {Group::dp_cp, d->dp_, d->rank_, {}, 0};
+  d->groups_[1] = {Group::edp, ep ? comm.size(Group::edp) : d->dp_, ep ? comm.rank(Group::edp) : d->rank_, {}, 0};
   std::vector<ParamRef>& ps = model.params();
   d->parts_.resize(ps.size());
   for (size_t i = 0; i < ps.size(); ++i) {
     Part& pt = d->parts_[i];
+    pt.group = ep && ps[i].expert ? 1 : 0;
+    const GroupShare& gs = d->groups_[pt.group];
     pt.n = ps[i].weight->numel();
-    pt.chunk = (pt.n + d->dp_ - 1) / d->dp_;
-    pt.lo = d->rank_ * pt.chunk;
+    pt.chunk = (pt.n + gs.size - 1) / gs.size;
+    pt.lo = gs.rank * pt.chunk;
     pt.count = clamp0(pt.n - pt.lo, pt.chunk);
     if (ps[i].grad) {
       d->n_ += pt.n;
       d->trainable_.push_back(static_cast<int>(i));
+      d->groups_[pt.group].ids.push_back(static_cast<int>(i));
+      d->groups_[pt.group].n += pt.n;
     }
   }
-  // A bucket holds a multiple of dp elements so reduce-scatter / all-gather split it evenly.
+  // A bucket holds a multiple of both groups' sizes so reduce-scatter / all-gather split it
+  // evenly (edp's size divides dp_cp's).
   d->bucket_elems_ = std::max<int64_t>(d->dp_, bucket_bytes / 4 / d->dp_ * d->dp_);
   for (Tensor* t : {&d->a_, &d->b_}) {
     Result<Tensor> r = Tensor::zeros(alloc, Shape{d->bucket_elems_}, DType::f32, Category::communication, "dp.bucket");
@@ -141,16 +149,20 @@ TrainerShard DataParallel::shard() const {
 Status DataParallel::sync_grads() {
   std::vector<ParamRef>& ps = model_->params();
   if (dp_ == 1 || zero_ >= 2) return Status::ok();
-  // All-reduce, alternating the two buckets (a real backend overlaps one with packing the other).
+  // All-reduce, alternating the two buckets (a real backend overlaps one with packing the
+  // other); expert parameters (ep > 1) over the ranks holding the same experts.
   bool use_a = true;
-  for (int64_t lo = 0; lo < n_; lo += bucket_elems_) {
-    const int64_t hi = std::min(n_, lo + bucket_elems_);
-    float* buf = (use_a ? a_ : b_).data<float>();
-    use_a = !use_a;
-    pack(ps, lo, hi, buf, true);
-    if (Status s = comm_->all_reduce_sum(buf, hi - lo, DType::f32, Group::dp_cp); !s) return s;
-    ++buckets_;
-    unpack(ps, lo, hi, buf, true);
+  for (const GroupShare& gs : groups_) {
+    if (gs.size == 1) continue;
+    for (int64_t lo = 0; lo < gs.n; lo += bucket_elems_) {
+      const int64_t hi = std::min(gs.n, lo + bucket_elems_);
+      float* buf = (use_a ? a_ : b_).data<float>();
+      use_a = !use_a;
+      pack(ps, gs.ids, lo, hi, buf, true);
+      if (Status s = comm_->all_reduce_sum(buf, hi - lo, DType::f32, gs.group); !s) return s;
+      ++buckets_;
+      unpack(ps, gs.ids, lo, hi, buf, true);
+    }
   }
   return Status::ok();
 }
@@ -171,24 +183,41 @@ void for_each_slice(const std::vector<int>& ids, const std::vector<int64_t>& chu
 }
 }  // namespace
 
+std::vector<int> DataParallel::in_group(const std::vector<int>& ids, int group) const {
+  std::vector<int> v;
+  for (int i : ids)
+    if (parts_[static_cast<size_t>(i)].group == group) v.push_back(i);
+  return v;
+}
+
 Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
+  for (int g = 0; g < 2; ++g) {
+    const std::vector<int> mine = in_group(ids, g);
+    if (!mine.empty())
+      if (Status s = reduce_scatter(mine, g); !s) return s;
+  }
+  return Status::ok();
+}
+
+Status DataParallel::reduce_scatter(const std::vector<int>& ids, int group) {
   std::vector<ParamRef>& ps = model_->params();
+  const int dp = groups_[group].size;
   std::vector<int64_t> chunks;
   int64_t total = 0;
   for (int i : ids) total += chunks.emplace_back(parts_[static_cast<size_t>(i)].chunk);
-  const int64_t k_max = bucket_elems_ / dp_;
+  const int64_t k_max = bucket_elems_ / dp;
   float* in = a_.data<float>();
   float* out = b_.data<float>();
   for (int64_t lo = 0; lo < total; lo += k_max) {
     const int64_t k = std::min(k_max, total - lo);
-    std::memset(in, 0, static_cast<size_t>(k * dp_) * 4);
-    for (int r = 0; r < dp_; ++r)
+    std::memset(in, 0, static_cast<size_t>(k * dp) * 4);
+    for (int r = 0; r < dp; ++r)
       for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
         const Part& pt = parts_[static_cast<size_t>(i)];
         const int64_t e = r * pt.chunk + off;  // element of the full gradient
         read_f32(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
       });
-    if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, Group::dp_cp); !s) return s;
+    if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, groups_[group].group); !s) return s;
     ++buckets_;
     // The partition waits in the stash while the full gradient is in the model.
     for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
@@ -201,12 +230,15 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
 
 // All-gathers the slices of `ids` into the model's full-size weights: from the stashed
 // partition (ZeRO-3), or from this rank's slice of the full weight (ZeRO 1-2, after the step).
-Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
+// REQUIRES: every one of `ids` is partitioned over groups_[group].
+Status DataParallel::gather(const std::vector<int>& ids, bool from_partition, int group) {
   std::vector<ParamRef>& ps = model_->params();
+  const int dp = groups_[group].size, rank = groups_[group].rank;
+  const Group grp = groups_[group].group;
   std::vector<int64_t> chunks;
   int64_t total = 0;
   for (int i : ids) total += chunks.emplace_back(parts_[static_cast<size_t>(i)].chunk);
-  const int64_t k_max = bucket_elems_ / dp_;
+  const int64_t k_max = bucket_elems_ / dp;
   float* in = b_.data<float>();
   float* out = a_.data<float>();
   for (int64_t lo = 0; lo < total; lo += k_max) {
@@ -218,10 +250,10 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
       if (from_partition) read_f32(pt.wstash, off, in + at, valid);
       else read_f32(*ps[static_cast<size_t>(i)].weight, pt.lo + off, in + at, valid);
     });
-    if (Status s = comm_->all_gather(in, out, k, DType::f32, Group::dp_cp); !s) return s;
+    if (Status s = comm_->all_gather(in, out, k, DType::f32, grp); !s) return s;
     ++buckets_;
-    for (int r = 0; r < dp_; ++r) {
-      if (r == rank_ && !from_partition) continue;  // already there
+    for (int r = 0; r < dp; ++r) {
+      if (r == rank && !from_partition) continue;  // already there
       for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
         const Part& pt = parts_[static_cast<size_t>(i)];
         const int64_t e = r * pt.chunk + off;
@@ -234,7 +266,10 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
 
 Status DataParallel::gather_weights() {
   if (zero_ == 0 || zero_ >= 3 || dp_ == 1) return Status::ok();
-  return gather(trainable_, false);
+  for (int g = 0; g < 2; ++g)
+    if (groups_[g].size > 1 && !groups_[g].ids.empty())
+      if (Status s = gather(groups_[g].ids, false, g); !s) return s;
+  return Status::ok();
 }
 
 Status DataParallel::gather_unit(int unit) {
@@ -252,7 +287,12 @@ Status DataParallel::gather_unit(int unit) {
     todo.push_back(i);
   }
   unit_gathered_[static_cast<size_t>(unit)] = 1;
-  return gather(todo, true);
+  for (int g = 0; g < 2; ++g) {
+    const std::vector<int> mine = in_group(todo, g);
+    if (!mine.empty())
+      if (Status s = gather(mine, true, g); !s) return s;
+  }
+  return Status::ok();
 }
 
 void DataParallel::release_unit(int unit) {

@@ -33,6 +33,11 @@
 //              nothing is gathered after the step.
 //   ZeRO 1, 2  gather_weights after the optimizer step: bucketed all-gather of every rank's
 //              updated slices into every replica's full weights.
+// Expert parallel (plan.ep > 1, MoE): a routed expert's parameters (ParamRef::expert) are
+// replicated only over the dp*cp/ep ranks holding that expert (Group::edp), so their
+// gradients are all-reduced or reduce-scattered, and ZeRO partitions (and ZeRO-3 gathers)
+// them, over edp; every other parameter over dp_cp as above. A unit mixing both (an MoE
+// layer) moves each group's parameters in its own collectives.
 // Thread-safety: none.
 #pragma once
 
@@ -75,12 +80,23 @@ class DataParallel final : public ParamHooks {
     int64_t lo = 0;     // this rank's slice starts at rank * chunk
     int64_t count = 0;  // elements this rank owns: min(chunk, n - lo), >= 0
     int refs = 0;       // ZeRO-3: gathered units that hold this parameter
+    int group = 0;      // groups_ index it is reduced and partitioned over
     Tensor wstash;      // ZeRO-3: the weight partition while the gathered tensor is in the model
     Tensor gstash;      // ZeRO >= 2: the gradient partition while the full gradient is in the model
   };
+  // A group parameters are replicated over: [0] dp_cp, [1] edp (expert parameters, ep > 1;
+  // with ep = 1 it holds nothing).
+  struct GroupShare {
+    Group group = Group::dp_cp;
+    int size = 1, rank = 0;
+    std::vector<int> ids;  // its trainable params() indices
+    int64_t n = 0;         // their elements
+  };
   DataParallel() = default;
-  Status gather(const std::vector<int>& ids, bool from_partition);
-  Status reduce_scatter(const std::vector<int>& ids);
+  Status gather(const std::vector<int>& ids, bool from_partition, int group);
+  Status reduce_scatter(const std::vector<int>& ids);             // each over its parameters' group
+  Status reduce_scatter(const std::vector<int>& ids, int group);  // REQUIRES: all of ids in groups_[group]
+  std::vector<int> in_group(const std::vector<int>& ids, int group) const;
   Status gather_unit(int unit);
   void release_unit(int unit);
 
@@ -89,6 +105,7 @@ class DataParallel final : public ParamHooks {
   Communicator* comm_ = nullptr;
   int zero_ = 0, dp_ = 1, rank_ = 0;
   int64_t n_ = 0, bucket_elems_ = 0, buckets_ = 0;
+  GroupShare groups_[2];
   std::vector<Part> parts_;           // per model.params() index
   std::vector<int> trainable_;        // params() indices with a gradient
   std::vector<char> unit_gathered_;   // ZeRO-3, per unit

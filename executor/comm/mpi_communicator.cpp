@@ -3,6 +3,7 @@
 #ifdef LLMPLAN_HAVE_MPI
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -101,6 +102,9 @@ class MpiCommunicator final : public Communicator {
     c->c_ = coords_of(plan, c->world_rank_);
     c->comms_[0] = MPI_COMM_WORLD;
     const RankCoords k = c->c_;
+    const int ep = std::max(1, plan.ep), q = k.dp * plan.cp + k.cp;  // the EP layout: communicator.h
+    if ((plan.dp * plan.cp) % ep != 0)
+      return Status::bad_input("ep " + std::to_string(plan.ep) + " must divide dp*cp " + std::to_string(plan.dp * plan.cp));
     // colour: the coordinates other than the group's; key: the group's coordinate.
     const struct { Group g; int colour, key; } splits[] = {
         {Group::tp, (k.pp * plan.dp + k.dp) * plan.cp + k.cp, k.tp},
@@ -108,6 +112,8 @@ class MpiCommunicator final : public Communicator {
         {Group::dp, (k.pp * plan.cp + k.cp) * plan.tp + k.tp, k.dp},
         {Group::pp, (k.dp * plan.cp + k.cp) * plan.tp + k.tp, k.pp},
         {Group::dp_cp, k.pp * plan.tp + k.tp, k.dp * plan.cp + k.cp},
+        {Group::ep, (k.pp * plan.tp + k.tp) * (plan.dp * plan.cp / ep) + q / ep, q % ep},
+        {Group::edp, (k.pp * plan.tp + k.tp) * ep + q % ep, q / ep},
     };
     for (const auto& s : splits) {
       MPI_Comm& out = c->comms_[static_cast<int>(s.g)];
@@ -157,6 +163,9 @@ class MpiCommunicator final : public Communicator {
   }
   Status broadcast(void* buf, int64_t n, DType t, int root, Group g) override {
     return check(MPI_Bcast(buf, static_cast<int>(n), mpi_type(t), root, comm(g)), "Bcast", g);
+  }
+  Status all_to_all(const void* in, void* out, int64_t n, DType t, Group g) override {
+    return check(MPI_Alltoall(in, static_cast<int>(n), mpi_type(t), out, static_cast<int>(n), mpi_type(t), comm(g)), "Alltoall", g);
   }
   Status send(const void* buf, int64_t n, DType t, int peer, Group g, int tag) override {
     return check(MPI_Send(buf, static_cast<int>(n), mpi_type(t), peer, tag, comm(g)), "Send", g);
@@ -224,7 +233,8 @@ class MpiCommunicator final : public Communicator {
   RankCoords c_;
   int world_rank_ = 0, world_size_ = 1;
   bool thread_multiple_ = false;
-  MPI_Comm comms_[6] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  MPI_Comm comms_[kGroups] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL,
+                              MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
   std::atomic<double> last_{0};
   std::thread watchdog_;
   std::mutex mu_;

@@ -245,6 +245,9 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
   if (c.plan.tp > 1 || c.plan.pp > 1 || c.plan.cp > 1)
     return Status::bad_input("executor (cuda): tp " + std::to_string(c.plan.tp) + " pp " + std::to_string(c.plan.pp) + " cp " +
                              std::to_string(c.plan.cp) + ": tensor, pipeline and context parallel run on the CPU backend only so far");
+  if (c.spec.moe.enabled())
+    return Status::bad_input("executor (cuda): model " + c.spec.name + " is a mixture of experts; MoE layers (routing, "
+                             "dispatch, expert parallel) run on the CPU backend only so far (--backend cpu)");
   if (c.spec.dropout && !c.plan.flash_attention)
     return materialized_dropout_is_cpu_only();
   const DType s = c.storage, g = c.grad;

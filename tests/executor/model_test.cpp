@@ -52,6 +52,19 @@ ModelSpec tiny_llama() {
   return m;
 }
 
+// The MoE versions: 4 routed experts of width 24, top-2; Llama also one shared expert
+// (width ffn_hidden). capacity_factor < 1 makes some tokens overflow (dropped).
+ModelSpec tiny_moe(Family fam, double capacity_factor = 1.0) {
+  ModelSpec m = fam == Family::gpt ? tiny_gpt(true) : tiny_llama();
+  m.name += "-moe";
+  m.moe.experts = 4;
+  m.moe.experts_per_token = 2;
+  m.moe.expert_ffn_hidden = 24;
+  m.moe.shared_experts = fam == Family::gpt ? 0 : 1;
+  m.moe.capacity_factor = capacity_factor;
+  return m;
+}
+
 ModelConfig config(const ModelSpec& m, Precision prec, Recompute rc, bool flash, bool f64 = false) {
   ModelConfig c;
   c.spec = m;
@@ -134,6 +147,84 @@ TEST(ModelGrad, LlamaMaterializedSelectiveFloat64) {
   check_gradients(config(tiny_llama(), Precision::fp32, Recompute::selective, false, true), false);
 }
 
+// MoE: router, top-k gates, capacity drop, dispatch and combine, experts and shared experts.
+TEST(ModelGrad, MoeGptWithDropoutAndDroppedTokensFloat64) {
+  check_gradients(config(tiny_moe(Family::gpt, 0.75), Precision::fp32, Recompute::none, true, true), false);
+}
+TEST(ModelGrad, MoeLlamaSharedExpertFloat64) {
+  check_gradients(config(tiny_moe(Family::llama), Precision::fp32, Recompute::none, true, true), true);
+}
+TEST(ModelGrad, MoeLlamaFullRecomputeFloat64) {
+  check_gradients(config(tiny_moe(Family::llama, 1.5), Precision::fp32, Recompute::full, false, true), false);
+}
+
+// An independent reference for the MoE forward and backward: one expert, top-1, capacity
+// for every token and no shared expert is the dense model with f = expert_ffn_hidden (the
+// softmax over one expert is 1, so its gate is 1). With the dense model's weights copied
+// in, losses and every mapped gradient agree; the router's gradient is zero.
+TEST(ModelMoe, OneExpertEqualsTheDenseModel) {
+  for (Family fam : {Family::gpt, Family::llama}) {
+    ModelSpec dense = fam == Family::gpt ? tiny_gpt(false) : tiny_llama();
+    dense.ffn_hidden = 24;
+    ModelSpec moe = dense;
+    moe.moe.experts = 1;
+    moe.moe.experts_per_token = 1;
+    moe.moe.expert_ffn_hidden = 24;
+    moe.moe.capacity_factor = 1.0;
+    ModelConfig cd = config(dense, Precision::fp32, Recompute::none, true, true), cm = config(moe, Precision::fp32, Recompute::none, true, true);
+    cd.options.randomize_all = cm.options.randomize_all = true;
+    CpuAllocator ad, am;
+    auto md = build_model(ad, cd);
+    auto mm = build_model(am, cm);
+    ASSERT_TRUE(md.ok() && mm.ok());
+    std::vector<ParamRef>& pd = (*md)->params();
+    std::vector<ParamRef>& pm = (*mm)->params();
+    // The same order but for the router, which sits where the dense MLP begins.
+    std::vector<std::pair<ParamRef*, ParamRef*>> pairs;
+    size_t j = 0;
+    for (ParamRef& p : pm) {
+      if (p.name.find("router") != std::string::npos) continue;
+      ASSERT_LT(j, pd.size());
+      ASSERT_EQ(p.weight->numel(), pd[j].weight->numel()) << p.name << " vs " << pd[j].name;
+      std::memcpy(p.weight->raw(), pd[j].weight->raw(), static_cast<size_t>(p.weight->bytes()));
+      pairs.push_back({&p, &pd[j]});
+      ++j;
+    }
+    ASSERT_EQ(j, pd.size());
+    const Data data = random_data(cd, test_seed());
+    (*md)->zero_grads();
+    (*mm)->zero_grads();
+    const double ld = *(*md)->forward_backward(data.batch(true), 1.0, 0, 5);
+    const double lm = *(*mm)->forward_backward(data.batch(true), 1.0, 0, 5);
+    EXPECT_NEAR(lm, ld, 1e-12 * std::fabs(ld)) << dense.name;
+    double worst = 0;
+    for (auto [a, b] : pairs)
+      for (int64_t i = 0; i < a->grad->numel(); ++i)
+        worst = std::max(worst, std::fabs(a->grad->data<double>()[i] - b->grad->data<double>()[i]));
+    EXPECT_LT(worst, 1e-12) << dense.name;
+    for (ParamRef& p : pm) {
+      if (p.name.find("router") == std::string::npos) continue;
+      for (int64_t i = 0; i < p.grad->numel(); ++i) EXPECT_NEAR(p.grad->data<double>()[i], 0, 1e-14);
+    }
+    std::printf("%s one-expert MoE vs dense: loss %.15f vs %.15f, worst gradient diff %.2e\n", dense.name.c_str(), lm, ld, worst);
+  }
+}
+
+TEST(ModelMoe, BadPlansGetAClearMessage) {
+  ModelConfig c = config(tiny_moe(Family::llama), Precision::fp32, Recompute::none, true);
+  c.plan.ep = 3;
+  CpuAllocator a;
+  auto m = build_model(a, c);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().exit_code(), 2);
+  EXPECT_NE(m.status().message().find("ep 3"), std::string::npos) << m.status().message();
+  ModelConfig dense = config(tiny_llama(), Precision::fp32, Recompute::none, true);
+  dense.plan.ep = 2;
+  auto d = build_model(a, dense);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("no experts"), std::string::npos) << d.status().message();
+}
+
 // What the planner says the activation category holds at the end of the forward: every
 // layer's recipe bytes under its policy, the final-norm and LM-head inputs, and GPT's
 // embedding dropout mask (memory_model.cpp's last-stage and first-stage terms).
@@ -179,6 +270,23 @@ TEST(ModelRecipe, ActivationBytesEqualRecipeForEveryPolicyAndPrecision) {
   EXPECT_EQ(checked, 72);
 }
 
+TEST(ModelRecipe, MoeActivationBytesEqualRecipeForEveryPolicyAndPrecision) {
+  int checked = 0;
+  for (const ModelSpec& spec : {tiny_moe(Family::gpt, 0.75), tiny_moe(Family::llama), tiny_moe(Family::llama, 1.3)})
+    for (Precision prec : {Precision::fp32, Precision::bf16})
+      for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full, Recompute::full_k})
+        for (bool flash : {false, true}) {
+          const ModelConfig c = config(spec, prec, rc, flash);
+          SCOPED_TRACE(spec.name + " cf " + std::to_string(spec.moe.capacity_factor) + " " + to_string(prec) + " " + to_string(rc) +
+                       (flash ? " flash" : " materialized"));
+          const int64_t measured = measured_activation_bytes(c), planned = planned_activation_bytes(c);
+          EXPECT_EQ(measured, planned);
+          if (checked % 8 == 0) std::printf("%s: measured %lld B, recipe %lld B\n", c.spec.name.c_str(), static_cast<long long>(measured), static_cast<long long>(planned));
+          ++checked;
+        }
+  EXPECT_EQ(checked, 48);
+}
+
 TEST(ModelRecipe, LoraAndFrozenLayersKeepWhatTheRecipeSays) {
   for (const ModelSpec& spec : {tiny_gpt(true), tiny_llama()}) {
     ModelConfig lora = config(spec, Precision::bf16, Recompute::none, false);
@@ -218,7 +326,7 @@ std::vector<double> train_losses(const ModelConfig& c, int steps, int64_t* act_p
 }
 
 TEST(ModelRecompute, BitIdenticalLossesAndLessActivationMemory) {
-  for (const ModelSpec& spec : {tiny_gpt(true), tiny_llama()}) {
+  for (const ModelSpec& spec : {tiny_gpt(true), tiny_llama(), tiny_moe(Family::gpt), tiny_moe(Family::llama)}) {
     int64_t none_peak = 0, sel_peak = 0, full_peak = 0;
     const ModelConfig cn = config(spec, Precision::fp32, Recompute::none, false);
     const ModelConfig cs = config(spec, Precision::fp32, Recompute::selective, false);

@@ -26,6 +26,19 @@ inline ModelSpec tiny_model(Family fam, int64_t vocab) {
   return m;
 }
 
+// The MoE version: every MLP 4 routed experts of width 64, top-2, capacity factor 1.25
+// (some tokens overflow and are dropped); Llama also one shared expert (width ffn_hidden).
+inline ModelSpec tiny_moe_model(Family fam, int64_t vocab) {
+  ModelSpec m = tiny_model(fam, vocab);
+  m.name += "-moe";
+  m.moe.experts = 4;
+  m.moe.experts_per_token = 2;
+  m.moe.expert_ffn_hidden = 64;
+  m.moe.shared_experts = fam == Family::gpt ? 0 : 1;
+  m.moe.capacity_factor = 1.25;
+  return m;
+}
+
 inline PlanFile tiny_plan(Family fam, Precision prec, Recompute rc, bool flash) {
   PlanFile f;
   f.model = tiny_model(fam, kByteVocab);

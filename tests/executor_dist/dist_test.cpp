@@ -50,6 +50,8 @@ struct Case {
   int vpp = 1;     // > 1: interleaved 1F1B
   int layers = 2;  // vpp > 1 needs layers divisible by pp * vpp
   int cp = 1;      // context parallel: each CP rank holds seq_len / cp tokens of every sequence
+  bool moe = false;  // the tiny MoE model (tiny_plans.h tiny_moe_model)
+  int ep = 1;        // expert parallel: experts / ep per rank, tokens exchanged by all-to-all
   int world() const { return dp * tp * pp * cp; }
 };
 const Case kCases[] = {
@@ -101,6 +103,24 @@ const Case kCases[] = {
     {"gpt_dp2_cp2_zero2", Family::gpt, 2, 2, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 1, 2, 2},
     {"llama_cp2_full_recompute", Family::llama, 1, 0, 1, false, 1, Schedule::one_f_one_b, Recompute::full, nullptr, Precision::fp32, 1, 2, 2},
     {"gpt_tp2_sp_cp2", Family::gpt, 1, 0, 2, true, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 1, 2, 2},
+    // Mixture of experts: data parallel over MoE layers, then expert parallel (each rank
+    // holds half the experts; tokens travel to them and back by all-to-all, forward and
+    // backward), with ZeRO-1 partitioning expert states over the ranks holding the same
+    // experts (dp4 ep2: pairs of replicas), and with the layer forward recomputed (the
+    // all-to-alls run again in backward).
+    {.name = "moe_llama_dp2", .family = Family::llama, .dp = 2, .zero = 0, .moe = true},
+    {.name = "moe_llama_dp2_ep2", .family = Family::llama, .dp = 2, .zero = 0, .moe = true, .ep = 2},
+    {.name = "moe_gpt_dp2_ep2_zero1", .family = Family::gpt, .dp = 2, .zero = 1, .moe = true, .ep = 2},
+    {.name = "moe_llama_dp2_ep2_full_recompute", .family = Family::llama, .dp = 2, .zero = 0, .recompute = Recompute::full,
+     .moe = true, .ep = 2},
+    {.name = "moe_llama_dp4_ep2_zero1", .family = Family::llama, .dp = 4, .zero = 1, .moe = true, .ep = 2},
+    {.name = "moe_gpt_dp4_ep4", .family = Family::gpt, .dp = 4, .zero = 0, .moe = true, .ep = 4},
+    {.name = "moe_llama_pp2", .family = Family::llama, .dp = 1, .zero = 0, .pp = 2, .moe = true},
+    {.name = "moe_llama_dp2_ep2_zero2", .family = Family::llama, .dp = 2, .zero = 2, .moe = true, .ep = 2},
+    {.name = "moe_gpt_dp4_ep2_zero3", .family = Family::gpt, .dp = 4, .zero = 3, .moe = true, .ep = 2},
+    {.name = "moe_llama_dp2_ep2_zero3_selective", .family = Family::llama, .dp = 2, .zero = 3, .recompute = Recompute::selective,
+     .moe = true, .ep = 2},
+    {.name = "moe_gpt_dp2_zero2", .family = Family::gpt, .dp = 2, .zero = 2, .moe = true},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
@@ -206,8 +226,10 @@ int child_main(const std::string& case_name, const std::string& out) {
     if (case_name != c.name) continue;
     PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp, c.pp, c.schedule, c.recompute, c.lora, c.cp);
     f.job.precision = c.precision;
+    if (c.moe) f.model = testing::tiny_moe_model(c.family, 256);
     f.model.layers = c.layers;
     f.plan.vpp = c.vpp;
+    f.plan.ep = c.ep;
     Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(f.plan, 60);
     if (!comm) {
       std::fprintf(stderr, "%s\n", comm.status().message().c_str());
@@ -334,6 +356,29 @@ TEST(LocalCommunicator, ProducesRightlyShapedBuffers) {
   EXPECT_EQ(g[6], 4);
 }
 
+// Expert parallel inside dp*cp (communicator.h): the ep group is ep consecutive DP x CP
+// ranks, edp the ranks with the same EP index. dp2 cp2 ep2, tp2: DP x CP index q = dp*2+cp.
+TEST(LocalCommunicator, ExpertGroupsAndAllToAll) {
+  ParallelPlan p;
+  p.dp = 2;
+  p.cp = 2;
+  p.tp = 2;
+  p.ep = 2;
+  for (int rank = 0; rank < 8; ++rank) {
+    LocalCommunicator c(p, rank);
+    const RankCoords k = coords_of(p, rank);
+    const int q = k.dp * 2 + k.cp;
+    EXPECT_EQ(c.size(Group::ep), 2);
+    EXPECT_EQ(c.size(Group::edp), 2);
+    EXPECT_EQ(c.rank(Group::ep), q % 2) << rank;
+    EXPECT_EQ(c.rank(Group::edp), q / 2) << rank;
+  }
+  LocalCommunicator c(p, 3);
+  std::vector<float> in = {1, 2, 3, 4}, out(4);
+  ASSERT_TRUE(c.all_to_all(in.data(), out.data(), 2, DType::f32, Group::ep));
+  EXPECT_EQ(out, in);  // the stand-in: every peer sent what this rank sends
+}
+
 TEST(Launch, CommandNamesMpirunAndTheRankCount) {
   const std::string cmd = launch_command(8, "best.json");
   EXPECT_NE(cmd.find("mpirun"), std::string::npos);
@@ -395,6 +440,39 @@ TEST(RankProxy, Llama2_7bTp2Pp2Dp2MatchesThePlannerPerRank) {
   }
 }
 
+// Rank proxy of an expert-parallel MoE plan (dp4 ep2, ZeRO-1): one process builds rank R's
+// experts (half of them) with a LocalCommunicator, whose all-to-all hands back what it
+// sends; model states, activations, logits and the all-to-all send buffer equal the
+// planner's per-rank prediction (expert states sharded over the 2 ranks holding them, the
+// rest over 4).
+TEST(RankProxy, MoeExpertParallelMatchesThePlannerPerRank) {
+  PlanFile f = tiny_plan(Family::llama, 4, 1);
+  f.model = testing::tiny_moe_model(Family::llama, 256);
+  f.plan.ep = 2;
+  for (int rank : {0, 3}) {
+    LocalCommunicator comm(f.plan, rank);
+    RunOptions o = options();
+    o.steps = 2;
+    o.comm = &comm;
+    int experts = 0;
+    o.on_done = [&](Model& m) {
+      for (const ParamRef& p : m.params()) experts += p.expert && p.name.find(".up.weight") != std::string::npos;
+    };
+    Result<RunReport> r = run_plan(f, o);
+    ASSERT_TRUE(r) << r.status().message();
+    EXPECT_TRUE(r->comm_modelled);
+    EXPECT_EQ(experts, 2 * f.model.layers) << "experts/ep per layer";
+    for (const CompareLine& l : r->memory_lines) {
+      if (l.gpu_only) continue;
+      std::printf("[moe proxy rank %d]  %-22s predicted %12.0f  measured %12.0f\n", rank, l.name.c_str(), l.predicted, l.measured);
+      if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
+          l.name == "activations" || l.name == "logits_loss" || l.name == "communication") {
+        EXPECT_NEAR(l.measured, l.predicted, 64) << "rank " << rank << " " << l.name;
+      }
+    }
+  }
+}
+
 #ifdef LLMPLAN_MPIEXEC
 // Runs `env mpirun ... -np N program args` and returns its exit status. OpenMPI 4 makes its
 // session directory /tmp/ompi.<host>.<uid> at start-up, and two mpiruns started in the same
@@ -424,6 +502,7 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
   // Reference: one process, the same global batch (dp = 1, grad_accum = all micro-batches).
   PlanFile ref = tiny_plan(c.family, 1, 0, 1, false, 1, Schedule::one_f_one_b, c.recompute, c.lora);
   ref.job.precision = c.precision;
+  if (c.moe) ref.model = testing::tiny_moe_model(c.family, 256);
   ref.model.layers = c.layers;
   ref.plan.grad_accum = 4;
   RunOptions o = options();
