@@ -2,9 +2,10 @@
 // accumulation.
 //
 // Storage types S: float and double call sgemm/dgemm directly on the arguments and need no
-// workspace. bf16_t and f16_t convert their operands into fp32 workspace, run sgemm there,
-// and round the results once into S. Weight gradients G: S itself, or float ("fp32 main
-// grads") for 16-bit S.
+// workspace. bf16_t and f16_t widen their operands into fp32 tiles of at most 512 x 1024
+// (so the workspace is a few MiB for any layer), run sgemm on the tiles, accumulate each
+// output tile in fp32 over the whole inner dimension and round it once into S. Weight
+// gradients G: S itself, or float ("fp32 main grads") for 16-bit S.
 // Workspace: `ws` must be 64-byte aligned with at least linear_workspace_bytes(...) bytes
 // (0 for float and double, where an empty span is fine); it is scratch only, the same size
 // serves forward and backward.
