@@ -259,7 +259,7 @@ void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
   SweepOptions so;
   so.threads = opt.sweep_threads;
   so.top_k = 1;
-  so.memory = opt.memory;
+  so.memory = p->memory;
   so.efficiency = opt.efficiency;
   const SweepResult sr = run_sweep(p->model, p->cluster, p->job, p->gpus, space, so);
   if (sr.top.empty()) {
@@ -282,8 +282,22 @@ void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
 
 }  // namespace
 
+MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOptions& base) {
+  MemoryOptions o = base;
+  if (r.framework == "torchtitan") {
+    // torchtitan's Llama configs set activation_checkpoint.mode = "selective" with
+    // selective_ac_option = "op" (torchtitan/models/llama/parallelize_llama.py,
+    // _apply_ac_to_transformer_block: save mm, SDPA, reduce-scatter, max; every second mm
+    // recomputed), and its loss is F.cross_entropy(pred.flatten(0, 1).float(), labels).
+    o.selective = SelectiveRecompute::torch_op_sac;
+    o.loss_bytes_per_logit = 12;
+  }
+  return o;
+}
+
 PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& presets, const ValidationOptions& opt) {
   Prepared p;
+  p.memory = framework_memory_options(r, opt.memory);
   prepare_model(r, &p);
   if (p.skip.empty()) prepare_cluster(r, presets, &p);
   if (p.skip.empty()) prepare_degrees(r, &p);
@@ -362,7 +376,7 @@ ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p, const 
     return row;
   }
   const StepTime st = estimate_time(p.model, p.cluster, p.job, p.plan, opt.efficiency);
-  const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, opt.memory);
+  const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, p.memory);
   row.predicted_oom = !mem.fits(0);
   row.peak_fraction = mem.worst.total / mem.capacity;
   const RefMeasured& me = r.measured;
@@ -399,7 +413,7 @@ ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p, const 
 }
 
 // README "How to compare" 3, by memory_scope.
-ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const ValidationOptions& opt) {
+ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const ValidationOptions&) {
   ValidationRow row = base_row(r, p, false);
   row.metric = Metric::memory;
   row.unit = "GiB";
@@ -426,7 +440,7 @@ ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const Vali
     const int zero = p.plan.zero;
     bytes = model_state_bytes(*r.model.params, 0, p.job, zero, p.plan.dp * p.plan.cp, p.plan.offload_optimizer).total();
   } else {
-    const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, opt.memory);
+    const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, p.memory);
     row.predicted_oom = p.hardware_known && !mem.fits(0);
     if (scope == "allocator_peak") bytes = mem.worst.allocator_peak;
     else if (scope == "nvml_used") bytes = mem.worst.total;

@@ -133,11 +133,16 @@ struct PreparedRecord {
   int gpus = 0;
   bool has_architecture = false;         // layers/hidden/heads known (else params-only analytic)
   bool hardware_known = false;           // a GPU preset (not "other")
+  MemoryOptions memory;                  // the record's framework conventions (framework_memory_options)
   std::vector<std::string> sweep_knobs;  // null plan knobs the sweep filled
   std::vector<std::string> assumptions, notes;
   std::string skip;                      // non-empty: no prediction ("missing seq_len")
 };
 struct ValidationOptions;
+// `base` with the memory conventions of the record's framework where they differ from
+// llmplan's executor (the defaults): torchtitan's per-operator selective checkpointing and
+// its cross-entropy on fp32-upcast logits. Keyed on the framework only, never the record.
+MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOptions& base);
 PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& presets, const ValidationOptions& opt);
 
 enum class Metric { tflops_per_gpu, mfu, hfu, tokens_per_s, memory };

@@ -165,12 +165,11 @@ TEST(ValidateShipped, SkipsOnlyWithAReason) {
 }
 
 // Every record with oom: false ran; the planner says "does not fit" for only a few, all
-// within a few percent of the card (torchtitan's per-op SAC keeps less than the planner's
-// "selective"; MPT 350M at the 40 GB edge).
+// within a few percent of the card (MPT 350M at the 40 GB edge).
 TEST(ValidateShipped, FewRunsThatRanArePredictedNotToFit) {
   int oom = 0;
   for (const ValidationRow& r : shipped().rows) oom += r.throughput && r.predicted_oom;
-  EXPECT_LE(oom, 3);
+  EXPECT_LE(oom, 2);
 }
 
 // The ZeRO paper's model-state figures (Rajbhandari et al. 2020 §5, 7.5B, N_d = 64):
@@ -204,21 +203,26 @@ TEST(ValidateShipped, DeepSpeedEstimatorModelStates) {
   EXPECT_NEAR(row("deepspeed_estimator_t5_3b_8gpu_zero3_offload_all_zero_init", false).predicted, 2 * psi / 8 / kGiB, 1e-9);
 }
 
-// Measured memory. The 10% target is NOT met for torchtitan: its "selective" is per-op
-// SAC (keeps about half the matmul outputs; the planner's selective with flash attention
-// keeps everything), and its figure is PyTorch's peak *reserved* memory, which sits near
-// 84 GiB of 96 for every long-sequence run whatever the need. Bounds reached, with margin.
+// Measured memory (torchtitan: PyTorch's peak reserved memory, max over ranks). The
+// planner describes torchtitan with its own conventions (framework_memory_options):
+// per-operator selective checkpointing and F.cross_entropy on fp32-upcast logits (12 bytes
+// per logit at the loss backward). Before them: median 40.1%, max 86.3%. The 10% target
+// is met by 2 of 8 and missed narrowly by 4 (10.5-11%); NOT met by
+// - the 70B FSDP+TP run (-26%): torchtitan's loss-parallel cross-entropy and the
+//   all-gathered (not /t) input of the output projection under SP are not modelled;
+// - the 2025 H200 run (+31%): the same per-GPU work as the 2024 8-GPU Float8 run, which
+//   measured 62 GiB beside model states against this run's 44 GiB; torchtitan compiles
+//   the loss since 2025 (components/loss.py), which the record's fields cannot say.
+// Bounds reached, with margin.
 TEST(ValidateShipped, MeasuredMemory) {
   const std::vector<SummaryLine> lines = summarize(shipped().rows);
   const SummaryLine& tt = line(lines, "torchtitan", false, false);
   EXPECT_EQ(tt.all.n, 8);
-  // Reached 40.8% (34.0% before the memory model followed the executor's measured order:
-  // logits freed before the layers' backward, the checkpoint not counted twice). The
-  // full-recompute 32k-131k runs are under-predicted (49-50 GiB vs 84 measured) by what
-  // the model does not know (torchtitan's caching allocator reserving up to 84 of 96 GiB,
-  // fp32 logits copies), not by the layer working set, which the executor test measures.
-  EXPECT_LE(tt.all.median_abs, 0.42);
-  EXPECT_LE(tt.all.max_abs, 0.90);     // reached 85.0% (H200 run, 48 GiB measured)
+  EXPECT_LE(tt.all.median_abs, 0.12);  // reached 10.9%
+  EXPECT_LE(tt.all.max_abs, 0.33) << tt.all.worst_id;  // reached 30.9% (H200 run)
+  int within = 0;
+  for (const ValidationRow& r : shipped().rows) within += !r.throughput && !r.skipped && !r.assumed && r.group == "torchtitan" && std::fabs(r.error) <= 0.12;
+  EXPECT_GE(within, 6);  // reached: 6 of 8 within 12%
   // BERT-large fine-tuning on one V100, nvidia-smi: vocab derived from params (assumed).
   const ValidationRow& bert = row("hf_memory_anatomy_bert_large_v100", false);
   EXPECT_TRUE(bert.assumed);
