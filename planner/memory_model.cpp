@@ -264,6 +264,11 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
       double pool = layers >= 2 ? 2 * layer : layer;
       if (is_first) pool = std::max(pool, emb_unit + (layers > 0 ? layer : 0));
       if (is_last) pool = std::max(pool, head_unit + (layers > 0 ? layer : 0));
+      if (opt.zero3_root_gathered) {
+        // A tied head on the first stage reads the embedding's table: only its norm is new.
+        const double root = (is_first ? emb_unit : 0) + (is_last ? norm + (m.tied_embeddings && is_first ? 0 : tok) : 0);
+        pool = root + (layers >= 2 ? 2 * layer : layer);
+      }
       x.gathered_pool = pool * act_bytes;
     }
   }

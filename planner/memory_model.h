@@ -71,6 +71,13 @@ struct MemoryOptions {
   // the loss backward with three fp32 tensors: the saved log-probabilities, their
   // gradient and the gradient of the upcast logits = 12. Default: 0.
   double loss_bytes_per_logit = 0;
+  // ZeRO-3 as PyTorch FSDP2 wraps a model (torchtitan: one fully_shard per layer, then the
+  // root): the root's parameters -- embedding, final norm, LM head -- are gathered at the
+  // root's pre-forward and stay gathered to the end of backward ("the root FSDP state has
+  // its value [reshard_after_forward] specially set to False", fully_shard's docstring),
+  // beside the current and the prefetched layer. Default: false (the executor gathers the
+  // embedding and the head as units in order of use, like the layers).
+  bool zero3_root_gathered = false;
 };
 
 struct StageMemory {

@@ -288,9 +288,11 @@ MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOpt
     // torchtitan's Llama configs set activation_checkpoint.mode = "selective" with
     // selective_ac_option = "op" (torchtitan/models/llama/parallelize_llama.py,
     // _apply_ac_to_transformer_block: save mm, SDPA, reduce-scatter, max; every second mm
-    // recomputed), and its loss is F.cross_entropy(pred.flatten(0, 1).float(), labels).
+    // recomputed), its loss is F.cross_entropy(pred.flatten(0, 1).float(), labels), and its
+    // ZeRO-3 is FSDP2 with the embedding, final norm and output in the root unit.
     o.selective = SelectiveRecompute::torch_op_sac;
     o.loss_bytes_per_logit = 12;
+    o.zero3_root_gathered = true;
   }
   return o;
 }

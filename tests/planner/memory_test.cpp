@@ -1,5 +1,6 @@
 // Memory model against independent published references. Each expected value is typed in
 // from its source (paper, equation), never taken from the code's own output.
+#include <algorithm>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -157,6 +158,26 @@ TEST(LossBuffers, BytesPerLogitFromTheOptions) {
   const int logits = static_cast<int>(MemoryItem::logits_loss);
   EXPECT_DOUBLE_EQ(estimate_memory(m, cl, j, p).worst.item_peak[logits], 4096.0 * 32000 * 6);
   EXPECT_DOUBLE_EQ(estimate_memory(m, cl, j, p, torch).worst.item_peak[logits], 4096.0 * 32000 * 12);
+}
+
+// FSDP2's root unit (embedding, final norm, untied head) stays gathered beside the current
+// and prefetched layer; the executor's default gathers the head as a unit in order of use.
+TEST(ZeroThree, Fsdp2RootUnitStaysGathered) {
+  const ModelSpec m = testing::llama2_7b();  // untied, RMSNorm
+  ParallelPlan p;
+  p.dp = 8;
+  p.zero = 3;
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.global_batch = 8;
+  const ClusterSpec cl = testing::dgx_a100(1);
+  MemoryOptions fsdp2;
+  fsdp2.zero3_root_gathered = true;
+  const ParamCounts pc = count_params(m, 1, 1, 1, 0, 0);
+  const double h = 4096, vh = 32000 * h;
+  const int gathered = static_cast<int>(MemoryItem::gathered_params);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, cl, j, p).worst.item_peak[gathered], std::max(2 * pc.per_layer, vh + h + pc.per_layer) * 2);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, cl, j, p, fsdp2).worst.item_peak[gathered], (vh + vh + h + 2 * pc.per_layer) * 2);
 }
 
 TEST(LoraParallelLinear, AdapterShardsAndLowRankActivationsPerRank) {
