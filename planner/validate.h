@@ -224,8 +224,8 @@ Efficiency fit_prior();
 
 // Nelder-Mead (with restarts) from `start.efficiency` over the Efficiency fields named in
 // efficiency_field_names(), minimising on the fitting subset, with e = |log(pred/pub)|:
-// 0.5 median(e) + 0.5 mean(e) + 0.1 max(e). Deterministic: the same file, presets and
-// start give the same constants.
+// 0.5 median(e) + 0.5 mean(e) + 0.1 max(e) + sum(max(0, e - log 1.12)). Deterministic:
+// the same file, presets and start give the same constants.
 FitReport fit_efficiency(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& start);
 
 // The fit's objective for `opt.efficiency` on the fitting subset (lower is better).

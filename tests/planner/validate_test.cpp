@@ -91,38 +91,40 @@ TEST(SourceFlops, ChowdheryIsSixNPlusFullAttention) {
 
 // ---------------------------------------------------------------- accuracy bounds
 
-// The throughput targets of the issue: median |error| <= 10% (met: 5.0% overall, 5.2%
-// on the held-out half) and no record worse than 25% (NOT met: 3 of 154 fully specified
-// records are between 25% and 30%: MPT 760m on A100-80GB at seq 512, which runs slower
-// than the same model at seq 2048 and than the A100-40GB run at seq 512; llm.c's "up to
-// ~60%" MFU; torchtitan's 8B CP2 run at 65k tokens). MPT's long-sequence H100 runs were
-// the worst before GpuSpec::mma_sync_fraction (their FlashAttention-2/Triton kernels
-// reach 2/3 of Hopper's peak at most). The bounds below are the ones reached, with a
+// The throughput targets of the issue: median |error| <= 10% (met: 5.5% overall, 5.5%
+// on the held-out half) and no record worse than 25% (met on the held-out half, max
+// 24.8%; NOT met by 1 of 154 fully specified records: llm.c's GPT-2 124M, whose "up to
+// ~60%" MFU is a best-step claim, at -26.6%). Before the fit's objective counted every
+// record's excess over 12% (fit_efficiency), 3 records were over 25% (MPT 760m on
+// A100-80GB at seq 512, which runs slower than the same model at seq 2048 and than the
+// A100-40GB run at seq 512: 29.1%; llm.c 124M: 25.7%; torchtitan's 8B CP2 run: 25.5%)
+// with a median of 5.0% (5.2% held out). The bounds below are the ones reached, with a
 // little margin, so a regression fails.
 TEST(ValidateShipped, ThroughputOfFullySpecifiedRecords) {
   const std::vector<SummaryLine> lines = summarize(shipped().rows);
   const SummaryLine& all = line(lines, "ALL", true, false);
   EXPECT_GE(all.all.n, 150);
   EXPECT_LE(all.all.median_abs, 0.10);  // the target
-  EXPECT_LE(all.all.median_abs, 0.06);  // reached: 5.0%
-  EXPECT_LE(all.held_out.median_abs, 0.06) << "held-out half (not fitted)";  // reached: 5.2%
-  EXPECT_LE(all.all.max_abs, 0.31) << all.all.worst_id;  // target 25%; reached 29.1%
+  EXPECT_LE(all.all.median_abs, 0.06);  // reached: 5.5%
+  EXPECT_LE(all.held_out.median_abs, 0.06) << "held-out half (not fitted)";  // reached: 5.5%
+  EXPECT_LE(all.held_out.max_abs, 0.25) << "held-out half: " << all.held_out.worst_id;  // the target; reached 24.8%
+  EXPECT_LE(all.all.max_abs, 0.27) << all.all.worst_id;  // target 25%; reached 26.6% (llm.c 124M)
   int within = 0, n = 0;
   for (const ValidationRow& r : shipped().rows) {
     if (!r.throughput || r.skipped || r.assumed) continue;
     ++n;
     within += std::fabs(r.error) <= 0.25;
   }
-  EXPECT_GE(within, static_cast<int>(0.97 * n)) << within << " of " << n << " within 25%";  // reached: 151 of 154
+  EXPECT_GE(within, n - 1) << within << " of " << n << " within 25%";  // reached: 153 of 154
 
   // Per source group: TP/PP-heavy, FSDP-only and FSDP+TP/PP/CP behave differently.
   const std::map<std::string, std::pair<double, double>> bounds = {
-      // The fit's basin hides most TP traffic (tp_overlap 0.93), which costs Narayanan's
-      // TP-heavy rows (2.0% / 5.6% with the previous constants).
-      {"narayanan2021_table1", {0.09, 0.17}},  // reached 7.2% / 15.0%
-      {"mpt", {0.06, 0.31}},                   // reached 4.9% / 29.1%
-      {"torchtitan", {0.05, 0.27}},            // reached 3.4% / 25.5%
-      {"llmc", {0.20, 0.27}},                  // reached 19.1% / 25.7% ("up to ~60%" MFU claims)
+      // Narayanan's rows are all over-predicted by 5-12% (tp_overlap 0.40): the fit trades
+      // their median (7.2% before) for their worst (15.0% before).
+      {"narayanan2021_table1", {0.10, 0.13}},  // reached 9.1% / 12.0%
+      {"mpt", {0.06, 0.25}},                   // reached 5.4% / 24.8%
+      {"torchtitan", {0.07, 0.25}},            // reached 5.7% / 24.1%
+      {"llmc", {0.22, 0.27}},                  // reached 20.8% / 26.6% ("up to ~60%" MFU claims)
   };
   for (const auto& [group, b] : bounds) {
     const SummaryLine& l = line(lines, group, true, false);
@@ -146,7 +148,7 @@ TEST(ValidateShipped, AssumedRecordsAreKeptApartAndListTheirRules) {
   }
   EXPECT_GE(assumed, 10);
   const SummaryLine& all = line(summarize(shipped().rows), "ALL", true, true);
-  EXPECT_LE(all.all.median_abs, 0.25);  // reached: 15% (Megatron-Core, torchtitan 405B, DeepSpeed-Azure)
+  EXPECT_LE(all.all.median_abs, 0.25);  // reached: 12.8% (Megatron-Core, torchtitan 405B, DeepSpeed-Azure)
   const ValidationRow& mcore = row("mcore_h100_weak_7.1B", true);
   bool sweep_rule = false;
   for (const std::string& a : mcore.assumptions) sweep_rule |= a.find("micro_batch=") == 0 && a.find("sweep") != std::string::npos;
