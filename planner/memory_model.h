@@ -69,7 +69,8 @@ struct MemoryOptions {
   // the executor's loss: the 16-bit logits plus their fp32 softmax (act bytes + 4).
   // PyTorch's F.cross_entropy on logits upcast with .float() (torchtitan, HF) peaks in
   // the loss backward with three fp32 tensors: the saved log-probabilities, their
-  // gradient and the gradient of the upcast logits = 12. Default: 0.
+  // gradient and the gradient of the upcast logits = 12; DTensor's loss_parallel
+  // cross-entropy under TP holds four (16). Default: 0.
   double loss_bytes_per_logit = 0;
   // ZeRO-3 as PyTorch FSDP2 wraps a model (torchtitan: one fully_shard per layer, then the
   // root): the root's parameters -- embedding, final norm, LM head -- are gathered at the

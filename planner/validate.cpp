@@ -291,7 +291,12 @@ MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOpt
     // recomputed), its loss is F.cross_entropy(pred.flatten(0, 1).float(), labels), and its
     // ZeRO-3 is FSDP2 with the embedding, final norm and output in the root unit.
     o.selective = SelectiveRecompute::torch_op_sac;
-    o.loss_bytes_per_logit = 12;
+    // With TP, torchtitan runs the loss under loss_parallel() (its default): DTensor's
+    // vocab-sharded cross-entropy (torch/distributed/tensor/parallel/loss.py) peaks in
+    // the fused nll + log-softmax backward with four fp32 tensors per logit -- the saved
+    // log-probabilities, zeros_like(x) scattered with -1, exp(x), and their sum -- = 16;
+    // without TP, aten's loss peaks at 12 (MemoryOptions::loss_bytes_per_logit).
+    o.loss_bytes_per_logit = r.plan.tp.value_or(1) > 1 ? 16 : 12;
     o.zero3_root_gathered = true;
   }
   return o;

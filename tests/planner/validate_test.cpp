@@ -208,11 +208,11 @@ TEST(ValidateShipped, DeepSpeedEstimatorModelStates) {
 // Measured memory (torchtitan: PyTorch's peak reserved memory, max over ranks). The
 // planner describes torchtitan with its own conventions (framework_memory_options):
 // per-operator selective checkpointing, F.cross_entropy on fp32-upcast logits (12 bytes
-// per logit at the loss backward) and FSDP2's root unit (embedding, norm, output) gathered
-// from forward to the end of backward. Before them: median 40.1%, max 86.3%, none within
-// 10%. Now 6 of 8 within 10%; NOT met by
-// - the 70B FSDP+TP run (-26%): torchtitan's loss-parallel cross-entropy and the
-//   all-gathered (not /t) input of the output projection under SP are not modelled;
+// per logit at the loss backward; 16 under TP's loss_parallel) and FSDP2's root unit
+// (embedding, norm, output) gathered from forward to the end of backward. Before them:
+// median 40.1%, max 86.3%, none within 10%. Now 6 of 8 within 10%; NOT met by
+// - the 70B FSDP+TP run (-14%): the all-gathered (not /t) input of the output projection
+//   under SP (+1.75 GiB) is not modelled, and the rest is unexplained;
 // - the 2025 H200 run (+34%): the same per-GPU work as the 2024 8-GPU Float8 run, which
 //   measured 62 GiB beside model states against this run's 44 GiB; torchtitan compiles
 //   the loss since 2025 (components/loss.py), which the record's fields cannot say.
