@@ -147,7 +147,7 @@ int explain_record(const ReferenceSet& set, const PresetRegistry& presets, const
     f.plan = p.plan;
     f.gpus = p.gpus;
     print_setup(f);
-    print_memory(estimate_memory(p.model, p.cluster, p.job, p.plan, opt.memory), 0);
+    print_memory(estimate_memory(p.model, p.cluster, p.job, p.plan, p.memory), 0);
     print_time(estimate_time(p.model, p.cluster, p.job, p.plan, opt.efficiency), p.gpus);
     return 0;
   }

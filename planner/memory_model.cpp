@@ -244,7 +244,9 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   if (is_last) {
     x.head_input = tokens * h / seq_div * act_bytes;
     x.last_chunk_set = 2 * x.head_input;  // final-norm input (the last layer's output) + LM-head input
-    x.logits_set = tokens * static_cast<double>(m.vocab) / p.tp * (act_bytes + 4);  // logits + fp32 softmax
+    // logits + fp32 softmax (the executor's loss), or the framework's loss peak
+    const double per_logit = opt.loss_bytes_per_logit > 0 ? opt.loss_bytes_per_logit : act_bytes + 4;
+    x.logits_set = tokens * static_cast<double>(m.vocab) / p.tp * per_logit;
   }
   x.activation_grads = frozen_here < layers ? activation_gradient_bytes(m, j, p) : 0;
   if (p.zero >= 2) {
@@ -263,6 +265,11 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
       double pool = layers >= 2 ? 2 * layer : layer;
       if (is_first) pool = std::max(pool, emb_unit + (layers > 0 ? layer : 0));
       if (is_last) pool = std::max(pool, head_unit + (layers > 0 ? layer : 0));
+      if (opt.zero3_root_gathered) {
+        // A tied head on the first stage reads the embedding's table: only its norm is new.
+        const double root = (is_first ? emb_unit : 0) + (is_last ? norm + (m.tied_embeddings && is_first ? 0 : tok) : 0);
+        pool = root + (layers >= 2 ? 2 * layer : layer);
+      }
       x.gathered_pool = pool * act_bytes;
     }
   }
@@ -322,7 +329,7 @@ double sum_items(const std::array<double, kMemoryItems>& b) {
 
 }  // namespace
 
-MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const MemoryOptions& opt) {
   MemoryInputs in;
   const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
   in.pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
@@ -340,6 +347,13 @@ MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const Paral
       in.layer_bytes[f][r] = activation_bytes_per_layer(sums, rc);
       in.remat_bytes[f][r] = lc.grad_flows ? layer_rematerialised_bytes(sums, rc) : 0;
       in.transient_bytes[f][r] = layer_forward_transient_bytes(sums, trainable, rc);
+      if (rc == LayerRecompute::selective && opt.selective == SelectiveRecompute::torch_op_sac && lc.grad_flows) {
+        // Per-op SAC keeps its save list; backward re-runs the layer's other operators,
+        // whose outputs are then live beside the kept ones; in forward they are transient.
+        in.layer_bytes[f][r] = sums.op_sac;
+        in.remat_bytes[f][r] = std::max(0.0, sums.all - sums.op_sac);
+        in.transient_bytes[f][r] = sums.input + in.remat_bytes[f][r];
+      }
     }
   }
   // The same walk over a stage's layers as stage_memory, once per distinct stage shape,
@@ -541,12 +555,12 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
 
 StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec&, const TrainingJob& j, const ParallelPlan& p, int stage,
                                   const MemoryOptions& opt) {
-  return stage_memory(m, j, p, stage, opt, memory_inputs(m, j, p));
+  return stage_memory(m, j, p, stage, opt, memory_inputs(m, j, p, opt));
 }
 
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryOptions& opt) {
-  return estimate_memory(m, c, j, p, memory_inputs(m, j, p), opt);
+  return estimate_memory(m, c, j, p, memory_inputs(m, j, p, opt), opt);
 }
 
 namespace {

@@ -39,7 +39,16 @@ const char* label(MemoryItem item);      // "optimizer states"
 enum class Phase { forward, backward, optimizer };
 const char* to_string(Phase p);
 
-// Framework and hardware constants outside the model. Every default has its reason.
+// What a "selective" recompute keeps (Recompute::selective).
+enum class SelectiveRecompute {
+  attention_scores,  // Megatron's (Korthikanti 2022): all but the attention scores; llmplan's executor
+  torch_op_sac,      // PyTorch per-operator SAC (torchtitan "op"): SavedTensorSums::op_sac
+};
+
+// Framework and hardware constants outside the model. Every default has its reason, and
+// the defaults describe llmplan's own executor (tests/executor* hold them byte-exact);
+// `llmplan validate` sets the other frameworks' conventions (planner/validate.cpp,
+// framework_memory_options) from a record's framework and memory metric.
 struct MemoryOptions {
   // CUDA context with cuBLAS/NCCL kernels loaded, as nvidia-smi shows it for a PyTorch
   // process on A100/H100 with CUDA 12 lazy loading (~0.5-0.8 GiB measured in the field).
@@ -54,6 +63,22 @@ struct MemoryOptions {
   // Caching-allocator reserve beyond allocated bytes, as a fraction of the dynamic part
   // (activations, working sets, buffers). Default: 5%.
   double fragmentation_fraction = 0.05;
+  // What Recompute::selective keeps. Default: attention_scores (the executor's).
+  SelectiveRecompute selective = SelectiveRecompute::attention_scores;
+  // Bytes per logit element (b*s*V/t) held at the loss's peak on the last stage. 0 means
+  // the executor's loss: the 16-bit logits plus their fp32 softmax (act bytes + 4).
+  // PyTorch's F.cross_entropy on logits upcast with .float() (torchtitan, HF) peaks in
+  // the loss backward with three fp32 tensors: the saved log-probabilities, their
+  // gradient and the gradient of the upcast logits = 12; DTensor's loss_parallel
+  // cross-entropy under TP holds four (16). Default: 0.
+  double loss_bytes_per_logit = 0;
+  // ZeRO-3 as PyTorch FSDP2 wraps a model (torchtitan: one fully_shard per layer, then the
+  // root): the root's parameters -- embedding, final norm, LM head -- are gathered at the
+  // root's pre-forward and stay gathered to the end of backward ("the root FSDP state has
+  // its value [reshard_after_forward] specially set to False", fully_shard's docstring),
+  // beside the current and the prefetched layer. Default: false (the executor gathers the
+  // embedding and the head as units in order of use, like the layers).
+  bool zero3_root_gathered = false;
 };
 
 struct StageMemory {
@@ -201,13 +226,14 @@ struct MemoryInputs {
   int run_count = 0;
   bool runs_complete = false;
 };
-MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
+// `opt` matters only through opt.selective.
+MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const MemoryOptions& opt = {});
 
 // REQUIRES: check_plan(m, c, j, p, ...) == none.
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryOptions& opt = {});
 // The same from precomputed inputs; results are identical.
-// REQUIRES: `in` = memory_inputs(m, j, q) for a plan q that differs from p at most in dp,
+// REQUIRES: `in` = memory_inputs(m, j, q, opt) for a plan q that differs from p at most in dp,
 // zero, offload_optimizer, recompute, recompute_layers, vpp and schedule.
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryInputs& in, const MemoryOptions& opt = {});

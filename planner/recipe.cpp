@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <string_view>
 
 namespace llmplan {
 
@@ -158,6 +159,24 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
   return out;
 }
 
+namespace {
+
+// SavedTensorSums::op_sac from the recipe's tensors of the same names. The matmul outputs
+// are counted at their recipe size; the down projection's output (h wide, not in the
+// recipe: the residual add needs nothing) is added for SwiGLU, where it is the 7th matmul.
+double op_sac_bytes(const ModelSpec& m, const LayerContext& c, const SavedTensorList& list, double input) {
+  if (!c.grad_flows) return 0;
+  static constexpr std::string_view kKept[] = {"attn.q", "attn.v", "attn.lse", "attn.proj_input", "mlp.gate_out", "mlp.fc1_out"};
+  double bytes = input;
+  for (int i = 0; i < list.count; ++i)
+    for (std::string_view name : kKept)
+      if (name == list.items[i].name) bytes += list.items[i].bytes();
+  if (m.family != Family::gpt) bytes += input;  // the down projection's output, b*s*h like the input
+  return bytes;
+}
+
+}  // namespace
+
 SavedTensorSums sum_saved_tensors(const ModelSpec& m, const LayerContext& c) {
   SavedTensorSums sums;
   sums.grad_flows = c.grad_flows;
@@ -168,6 +187,7 @@ SavedTensorSums sum_saved_tensors(const ModelSpec& m, const LayerContext& c) {
     sums.all += list.items[i].bytes();
     if (list.items[i].attention_scores) sums.scores += list.items[i].bytes();
   }
+  sums.op_sac = op_sac_bytes(m, c, list, sums.input);
   return sums;
 }
 

@@ -93,6 +93,14 @@ struct SavedTensorSums {
   double all = 0;          // bytes of every tensor of saved_tensors_per_layer
   double scores = 0;       // bytes of its attention-score tensors
   double input = 0;        // the layer input a full recompute keeps: b*s*h (/t under SP), act dtype
+  // What PyTorch's per-operator selective checkpointing keeps (torchtitan's
+  // selective_ac_option "op", torch.utils.checkpoint with a save list of matmuls and SDPA):
+  // the layer input, the fused-attention output and its logsumexp, and the output of every
+  // other matmul in call order (q, k, v, o, gate|fc1, up, down: q, v, gate|fc1 and, for
+  // SwiGLU, down). Under TP the row-parallel outputs' reduce-scatters are kept too; not
+  // counted (the records that use this policy run tp = 1). Not what llmplan's executor
+  // does: the memory model uses it only when MemoryOptions::selective says so.
+  double op_sac = 0;
 };
 SavedTensorSums sum_saved_tensors(const ModelSpec& m, const LayerContext& c);
 double activation_bytes_per_layer(const SavedTensorSums& s, LayerRecompute policy);

@@ -228,7 +228,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                         ++r.evaluated;
                         if (!shape.ready) {
                           shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
-                          shape.memory = memory_inputs(m, jj, p);
+                          shape.memory = memory_inputs(m, jj, p, opt.memory);
                           shape.ready = true;
                         }
                         const MemoryPeak mem = estimate_memory_peak(m, c, jj, p, shape.memory, opt.memory);

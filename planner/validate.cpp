@@ -259,7 +259,7 @@ void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
   SweepOptions so;
   so.threads = opt.sweep_threads;
   so.top_k = 1;
-  so.memory = opt.memory;
+  so.memory = p->memory;
   so.efficiency = opt.efficiency;
   const SweepResult sr = run_sweep(p->model, p->cluster, p->job, p->gpus, space, so);
   if (sr.top.empty()) {
@@ -282,8 +282,29 @@ void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
 
 }  // namespace
 
+MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOptions& base) {
+  MemoryOptions o = base;
+  if (r.framework == "torchtitan") {
+    // torchtitan's Llama configs set activation_checkpoint.mode = "selective" with
+    // selective_ac_option = "op" (torchtitan/models/llama/parallelize_llama.py,
+    // _apply_ac_to_transformer_block: save mm, SDPA, reduce-scatter, max; every second mm
+    // recomputed), its loss is F.cross_entropy(pred.flatten(0, 1).float(), labels), and its
+    // ZeRO-3 is FSDP2 with the embedding, final norm and output in the root unit.
+    o.selective = SelectiveRecompute::torch_op_sac;
+    // With TP, torchtitan runs the loss under loss_parallel() (its default): DTensor's
+    // vocab-sharded cross-entropy (torch/distributed/tensor/parallel/loss.py) peaks in
+    // the fused nll + log-softmax backward with four fp32 tensors per logit -- the saved
+    // log-probabilities, zeros_like(x) scattered with -1, exp(x), and their sum -- = 16;
+    // without TP, aten's loss peaks at 12 (MemoryOptions::loss_bytes_per_logit).
+    o.loss_bytes_per_logit = r.plan.tp.value_or(1) > 1 ? 16 : 12;
+    o.zero3_root_gathered = true;
+  }
+  return o;
+}
+
 PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& presets, const ValidationOptions& opt) {
   Prepared p;
+  p.memory = framework_memory_options(r, opt.memory);
   prepare_model(r, &p);
   if (p.skip.empty()) prepare_cluster(r, presets, &p);
   if (p.skip.empty()) prepare_degrees(r, &p);
@@ -362,7 +383,7 @@ ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p, const 
     return row;
   }
   const StepTime st = estimate_time(p.model, p.cluster, p.job, p.plan, opt.efficiency);
-  const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, opt.memory);
+  const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, p.memory);
   row.predicted_oom = !mem.fits(0);
   row.peak_fraction = mem.worst.total / mem.capacity;
   const RefMeasured& me = r.measured;
@@ -399,7 +420,7 @@ ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p, const 
 }
 
 // README "How to compare" 3, by memory_scope.
-ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const ValidationOptions& opt) {
+ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const ValidationOptions&) {
   ValidationRow row = base_row(r, p, false);
   row.metric = Metric::memory;
   row.unit = "GiB";
@@ -426,7 +447,7 @@ ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const Vali
     const int zero = p.plan.zero;
     bytes = model_state_bytes(*r.model.params, 0, p.job, zero, p.plan.dp * p.plan.cp, p.plan.offload_optimizer).total();
   } else {
-    const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, opt.memory);
+    const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, p.memory);
     row.predicted_oom = p.hardware_known && !mem.fits(0);
     if (scope == "allocator_peak") bytes = mem.worst.allocator_peak;
     else if (scope == "nvml_used") bytes = mem.worst.total;
@@ -584,7 +605,14 @@ namespace {
 // The fit's objective over the fitting subset, on e = |log(predicted/published)| (over-
 // and under-prediction alike): half the median (the target) plus half the mean (which
 // keeps the landscape smooth enough for the simplex) plus a tenth of the worst (guards
-// the tail). The weights were chosen by comparing held-out errors of a few variants.
+// the tail), plus every record's excess over a 12% margin. The last term encodes the
+// issue's second target (no record worse than 25%): without it the large MPT group sets
+// the median and the mean, and the few records of the other groups (Narayanan's 3, the
+// CP and llm.c rows) could sit anywhere in a wide, flat basin -- a 9-point multi-start
+// over (overlap, tp_overlap) found objectives within 1e-4 whose Narayanan errors ranged
+// from 1.7% to 7.2% median. With it, the same multi-start reaches the single start's
+// optimum. The margin (12%) was chosen among 10, 12, 15, 17, 20 and 25% by the held-out
+// half: median 5.5% and max 24.8% at 12%, against 5.2-8.6% and 26.3-30.2% for the others.
 double objective_and_rows(const ReferenceSet& set, const PresetRegistry& presets, ValidationOptions opt, int* rows_used) {
   opt.fully_specified_throughput_only = true;
   const std::vector<ValidationRow> rows = validate_records(set, presets, opt);
@@ -600,7 +628,10 @@ double objective_and_rows(const ReferenceSet& set, const PresetRegistry& presets
   if (n == 0) return 1e9;
   std::sort(errs.begin(), errs.end());
   const double median = n % 2 ? errs[n / 2] : 0.5 * (errs[n / 2 - 1] + errs[n / 2]);
-  return 0.5 * median + 0.5 * sum / static_cast<double>(n) + 0.1 * errs.back();
+  const double margin = std::log(1.12);
+  double excess = 0;
+  for (double e : errs) excess += std::max(0.0, e - margin);
+  return 0.5 * median + 0.5 * sum / static_cast<double>(n) + 0.1 * errs.back() + excess;
 }
 
 // The simplex works on x = field / step so that every coordinate moves on the same

@@ -133,11 +133,16 @@ struct PreparedRecord {
   int gpus = 0;
   bool has_architecture = false;         // layers/hidden/heads known (else params-only analytic)
   bool hardware_known = false;           // a GPU preset (not "other")
+  MemoryOptions memory;                  // the record's framework conventions (framework_memory_options)
   std::vector<std::string> sweep_knobs;  // null plan knobs the sweep filled
   std::vector<std::string> assumptions, notes;
   std::string skip;                      // non-empty: no prediction ("missing seq_len")
 };
 struct ValidationOptions;
+// `base` with the memory conventions of the record's framework where they differ from
+// llmplan's executor (the defaults): torchtitan's per-operator selective checkpointing and
+// its cross-entropy on fp32-upcast logits. Keyed on the framework only, never the record.
+MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOptions& base);
 PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& presets, const ValidationOptions& opt);
 
 enum class Metric { tflops_per_gpu, mfu, hfu, tokens_per_s, memory };
@@ -219,8 +224,8 @@ Efficiency fit_prior();
 
 // Nelder-Mead (with restarts) from `start.efficiency` over the Efficiency fields named in
 // efficiency_field_names(), minimising on the fitting subset, with e = |log(pred/pub)|:
-// 0.5 median(e) + 0.5 mean(e) + 0.1 max(e). Deterministic: the same file, presets and
-// start give the same constants.
+// 0.5 median(e) + 0.5 mean(e) + 0.1 max(e) + sum(max(0, e - log 1.12)). Deterministic:
+// the same file, presets and start give the same constants.
 FitReport fit_efficiency(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& start);
 
 // The fit's objective for `opt.efficiency` on the fitting subset (lower is better).

@@ -1,5 +1,6 @@
 // Memory model against independent published references. Each expected value is typed in
 // from its source (paper, equation), never taken from the code's own output.
+#include <algorithm>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -110,6 +111,75 @@ TEST(DeepSpeedEstimator, Zero2OffloadKeepsHalfPrecisionWeightsOnly) {
 // input columns and keeps B whole. The low-rank activation z = x A^T is b*s*r on every rank,
 // with or without SP (column: x is the full, gathered input; row: the partial z is summed
 // over TP before B). Llama-2-7B shape, r = 8, t = 2.
+// PyTorch per-operator selective checkpointing (torchtitan's "op" policy) keeps the layer
+// input, the SDPA output and logsumexp, and every other matmul output in call order:
+// q, v, gate and down for a SwiGLU block. Llama 2 7B, b = 2, s = 4096, flash, tp = 1.
+TEST(TorchOpSac, KeepsEveryOtherMatmulOutput) {
+  const ModelSpec m = testing::llama2_7b();
+  LayerContext c;
+  c.b = 2;
+  c.s = c.s_kv = 4096;
+  const double tokens = 2.0 * 4096, h = 4096, f = 11008;
+  const SavedTensorSums sums = sum_saved_tensors(m, c);
+  const double lse = 2.0 * 32 * 4096 * 4;  // fp32 per head and token
+  // input + q + v + SDPA output + gate output + down output, 16-bit.
+  EXPECT_DOUBLE_EQ(sums.op_sac, tokens * (h + h + h + h + f + h) * 2 + lse);
+  EXPECT_LT(sums.op_sac, 0.5 * sums.all);
+
+  // Only MemoryOptions::selective switches to it; the default (the executor's) is unchanged.
+  ParallelPlan p;
+  p.micro_batch = 2;
+  p.recompute = Recompute::selective;
+  p.flash_attention = true;
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.global_batch = 2;
+  const ClusterSpec cl = testing::dgx_a100(1);
+  MemoryOptions op;
+  op.selective = SelectiveRecompute::torch_op_sac;
+  const MemoryReport mine = estimate_memory(m, cl, j, p);
+  const MemoryReport torch = estimate_memory(m, cl, j, p, op);
+  const int act = static_cast<int>(MemoryItem::activations);
+  EXPECT_DOUBLE_EQ(torch.worst.item_peak[act] - mine.worst.item_peak[act], m.layers * (sums.op_sac - sums.all));
+}
+
+// The loss's peak bytes per logit: the executor's 16-bit logits + fp32 softmax by default,
+// or a framework's (torchtitan's cross-entropy on upcast logits: 12).
+TEST(LossBuffers, BytesPerLogitFromTheOptions) {
+  const ModelSpec m = testing::llama2_7b();
+  ParallelPlan p;
+  p.micro_batch = 1;
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.global_batch = 1;
+  const ClusterSpec cl = testing::dgx_a100(1);
+  MemoryOptions torch;
+  torch.loss_bytes_per_logit = 12;
+  const int logits = static_cast<int>(MemoryItem::logits_loss);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, cl, j, p).worst.item_peak[logits], 4096.0 * 32000 * 6);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, cl, j, p, torch).worst.item_peak[logits], 4096.0 * 32000 * 12);
+}
+
+// FSDP2's root unit (embedding, final norm, untied head) stays gathered beside the current
+// and prefetched layer; the executor's default gathers the head as a unit in order of use.
+TEST(ZeroThree, Fsdp2RootUnitStaysGathered) {
+  const ModelSpec m = testing::llama2_7b();  // untied, RMSNorm
+  ParallelPlan p;
+  p.dp = 8;
+  p.zero = 3;
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.global_batch = 8;
+  const ClusterSpec cl = testing::dgx_a100(1);
+  MemoryOptions fsdp2;
+  fsdp2.zero3_root_gathered = true;
+  const ParamCounts pc = count_params(m, 1, 1, 1, 0, 0);
+  const double h = 4096, vh = 32000 * h;
+  const int gathered = static_cast<int>(MemoryItem::gathered_params);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, cl, j, p).worst.item_peak[gathered], std::max(2 * pc.per_layer, vh + h + pc.per_layer) * 2);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, cl, j, p, fsdp2).worst.item_peak[gathered], (vh + vh + h + 2 * pc.per_layer) * 2);
+}
+
 TEST(LoraParallelLinear, AdapterShardsAndLowRankActivationsPerRank) {
   const ModelSpec m = testing::llama2_7b();
   const uint32_t qo = projection_bit(Projection::q) | projection_bit(Projection::o);

@@ -91,38 +91,40 @@ TEST(SourceFlops, ChowdheryIsSixNPlusFullAttention) {
 
 // ---------------------------------------------------------------- accuracy bounds
 
-// The throughput targets of the issue: median |error| <= 10% (met: 5.0% overall, 5.2%
-// on the held-out half) and no record worse than 25% (NOT met: 3 of 154 fully specified
-// records are between 25% and 30%: MPT 760m on A100-80GB at seq 512, which runs slower
-// than the same model at seq 2048 and than the A100-40GB run at seq 512; llm.c's "up to
-// ~60%" MFU; torchtitan's 8B CP2 run at 65k tokens). MPT's long-sequence H100 runs were
-// the worst before GpuSpec::mma_sync_fraction (their FlashAttention-2/Triton kernels
-// reach 2/3 of Hopper's peak at most). The bounds below are the ones reached, with a
+// The throughput targets of the issue: median |error| <= 10% (met: 5.5% overall, 5.5%
+// on the held-out half) and no record worse than 25% (met on the held-out half, max
+// 24.8%; NOT met by 1 of 154 fully specified records: llm.c's GPT-2 124M, whose "up to
+// ~60%" MFU is a best-step claim, at -26.6%). Before the fit's objective counted every
+// record's excess over 12% (fit_efficiency), 3 records were over 25% (MPT 760m on
+// A100-80GB at seq 512, which runs slower than the same model at seq 2048 and than the
+// A100-40GB run at seq 512: 29.1%; llm.c 124M: 25.7%; torchtitan's 8B CP2 run: 25.5%)
+// with a median of 5.0% (5.2% held out). The bounds below are the ones reached, with a
 // little margin, so a regression fails.
 TEST(ValidateShipped, ThroughputOfFullySpecifiedRecords) {
   const std::vector<SummaryLine> lines = summarize(shipped().rows);
   const SummaryLine& all = line(lines, "ALL", true, false);
   EXPECT_GE(all.all.n, 150);
   EXPECT_LE(all.all.median_abs, 0.10);  // the target
-  EXPECT_LE(all.all.median_abs, 0.06);  // reached: 5.0%
-  EXPECT_LE(all.held_out.median_abs, 0.06) << "held-out half (not fitted)";  // reached: 5.2%
-  EXPECT_LE(all.all.max_abs, 0.31) << all.all.worst_id;  // target 25%; reached 29.1%
+  EXPECT_LE(all.all.median_abs, 0.06);  // reached: 5.5%
+  EXPECT_LE(all.held_out.median_abs, 0.06) << "held-out half (not fitted)";  // reached: 5.5%
+  EXPECT_LE(all.held_out.max_abs, 0.25) << "held-out half: " << all.held_out.worst_id;  // the target; reached 24.8%
+  EXPECT_LE(all.all.max_abs, 0.27) << all.all.worst_id;  // target 25%; reached 26.6% (llm.c 124M)
   int within = 0, n = 0;
   for (const ValidationRow& r : shipped().rows) {
     if (!r.throughput || r.skipped || r.assumed) continue;
     ++n;
     within += std::fabs(r.error) <= 0.25;
   }
-  EXPECT_GE(within, static_cast<int>(0.97 * n)) << within << " of " << n << " within 25%";  // reached: 151 of 154
+  EXPECT_GE(within, n - 1) << within << " of " << n << " within 25%";  // reached: 153 of 154
 
   // Per source group: TP/PP-heavy, FSDP-only and FSDP+TP/PP/CP behave differently.
   const std::map<std::string, std::pair<double, double>> bounds = {
-      // The fit's basin hides most TP traffic (tp_overlap 0.93), which costs Narayanan's
-      // TP-heavy rows (2.0% / 5.6% with the previous constants).
-      {"narayanan2021_table1", {0.09, 0.17}},  // reached 7.2% / 15.0%
-      {"mpt", {0.06, 0.31}},                   // reached 4.9% / 29.1%
-      {"torchtitan", {0.05, 0.27}},            // reached 3.4% / 25.5%
-      {"llmc", {0.20, 0.27}},                  // reached 19.1% / 25.7% ("up to ~60%" MFU claims)
+      // Narayanan's rows are all over-predicted by 5-12% (tp_overlap 0.40): the fit trades
+      // their median (7.2% before) for their worst (15.0% before).
+      {"narayanan2021_table1", {0.10, 0.13}},  // reached 9.1% / 12.0%
+      {"mpt", {0.06, 0.25}},                   // reached 5.4% / 24.8%
+      {"torchtitan", {0.07, 0.25}},            // reached 5.7% / 24.1%
+      {"llmc", {0.22, 0.27}},                  // reached 20.8% / 26.6% ("up to ~60%" MFU claims)
   };
   for (const auto& [group, b] : bounds) {
     const SummaryLine& l = line(lines, group, true, false);
@@ -146,7 +148,7 @@ TEST(ValidateShipped, AssumedRecordsAreKeptApartAndListTheirRules) {
   }
   EXPECT_GE(assumed, 10);
   const SummaryLine& all = line(summarize(shipped().rows), "ALL", true, true);
-  EXPECT_LE(all.all.median_abs, 0.25);  // reached: 15% (Megatron-Core, torchtitan 405B, DeepSpeed-Azure)
+  EXPECT_LE(all.all.median_abs, 0.25);  // reached: 12.8% (Megatron-Core, torchtitan 405B, DeepSpeed-Azure)
   const ValidationRow& mcore = row("mcore_h100_weak_7.1B", true);
   bool sweep_rule = false;
   for (const std::string& a : mcore.assumptions) sweep_rule |= a.find("micro_batch=") == 0 && a.find("sweep") != std::string::npos;
@@ -165,12 +167,11 @@ TEST(ValidateShipped, SkipsOnlyWithAReason) {
 }
 
 // Every record with oom: false ran; the planner says "does not fit" for only a few, all
-// within a few percent of the card (torchtitan's per-op SAC keeps less than the planner's
-// "selective"; MPT 350M at the 40 GB edge).
+// within a few percent of the card (MPT 350M at the 40 GB edge).
 TEST(ValidateShipped, FewRunsThatRanArePredictedNotToFit) {
   int oom = 0;
   for (const ValidationRow& r : shipped().rows) oom += r.throughput && r.predicted_oom;
-  EXPECT_LE(oom, 3);
+  EXPECT_LE(oom, 2);
 }
 
 // The ZeRO paper's model-state figures (Rajbhandari et al. 2020 §5, 7.5B, N_d = 64):
@@ -204,21 +205,27 @@ TEST(ValidateShipped, DeepSpeedEstimatorModelStates) {
   EXPECT_NEAR(row("deepspeed_estimator_t5_3b_8gpu_zero3_offload_all_zero_init", false).predicted, 2 * psi / 8 / kGiB, 1e-9);
 }
 
-// Measured memory. The 10% target is NOT met for torchtitan: its "selective" is per-op
-// SAC (keeps about half the matmul outputs; the planner's selective with flash attention
-// keeps everything), and its figure is PyTorch's peak *reserved* memory, which sits near
-// 84 GiB of 96 for every long-sequence run whatever the need. Bounds reached, with margin.
+// Measured memory (torchtitan: PyTorch's peak reserved memory, max over ranks). The
+// planner describes torchtitan with its own conventions (framework_memory_options):
+// per-operator selective checkpointing, F.cross_entropy on fp32-upcast logits (12 bytes
+// per logit at the loss backward; 16 under TP's loss_parallel) and FSDP2's root unit
+// (embedding, norm, output) gathered from forward to the end of backward. Before them:
+// median 40.1%, max 86.3%, none within 10%. Now 6 of 8 within 10%; NOT met by
+// - the 70B FSDP+TP run (-14%): the all-gathered (not /t) input of the output projection
+//   under SP (+1.75 GiB) is not modelled, and the rest is unexplained;
+// - the 2025 H200 run (+34%): the same per-GPU work as the 2024 8-GPU Float8 run, which
+//   measured 62 GiB beside model states against this run's 44 GiB; torchtitan compiles
+//   the loss since 2025 (components/loss.py), which the record's fields cannot say.
+// Bounds reached, with margin.
 TEST(ValidateShipped, MeasuredMemory) {
   const std::vector<SummaryLine> lines = summarize(shipped().rows);
   const SummaryLine& tt = line(lines, "torchtitan", false, false);
   EXPECT_EQ(tt.all.n, 8);
-  // Reached 40.8% (34.0% before the memory model followed the executor's measured order:
-  // logits freed before the layers' backward, the checkpoint not counted twice). The
-  // full-recompute 32k-131k runs are under-predicted (49-50 GiB vs 84 measured) by what
-  // the model does not know (torchtitan's caching allocator reserving up to 84 of 96 GiB,
-  // fp32 logits copies), not by the layer working set, which the executor test measures.
-  EXPECT_LE(tt.all.median_abs, 0.42);
-  EXPECT_LE(tt.all.max_abs, 0.90);     // reached 85.0% (H200 run, 48 GiB measured)
+  EXPECT_LE(tt.all.median_abs, 0.10);  // reached 9.1%
+  EXPECT_LE(tt.all.max_abs, 0.36) << tt.all.worst_id;  // reached 34.0% (H200 run)
+  int within = 0;
+  for (const ValidationRow& r : shipped().rows) within += !r.throughput && !r.skipped && !r.assumed && r.group == "torchtitan" && std::fabs(r.error) <= 0.10;
+  EXPECT_GE(within, 6);  // reached: 6 of 8 within 10%
   // BERT-large fine-tuning on one V100, nvidia-smi: vocab derived from params (assumed).
   const ValidationRow& bert = row("hf_memory_anatomy_bert_large_v100", false);
   EXPECT_TRUE(bert.assumed);
