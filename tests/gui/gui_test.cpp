@@ -489,18 +489,15 @@ class GuiTest : public QObject {
       Schedule schedule;
       double tolerance;  // relative, against estimate_time's total
     };
-    // pp1 dp8 ZeRO-1 (NVLink; 326 buckets of 40M parameters each way): compute (6.5509 s)
-    // and optimizer (0.0329 s) are the same functions on both sides; the difference is
-    // the DP term (simulated 6.5907 s, analytic 6.6834 s, -1.39%):
-    //  - parameter all-gathers: the analytic model hides gather_overlap x forward
-    //    (0.0068 s) of their 0.1063 s and exposes 0.0996 s; the simulator plays them out
-    //    ahead of the forwards that need them and exposes only the gathers before the first
-    //    layer (the embedding's 164M parameters and layer 0: 0.0042 s): -0.0953 s;
-    //  - gradient reduce-scatters: all hidden behind backward on both sides but the last
-    //    bucket: analytic p2p of 25 MiB (0.0001 s), simulated the last ZeRO-1 bucket with the
-    //    embedding's fp32 gradients (0.0027 s): +0.0026 s.
-    //  Sum -0.0927 s = -1.39%; the tolerance leaves 0.1% for refits of the efficiencies.
-    const Case cases[] = {{8, 1, 1, 1, 2, 1, Schedule::one_f_one_b, 0.015}, {2, 1, 4, 1, 1, 1, Schedule::one_f_one_b, 0.06},
+    // pp1 dp8 ZeRO-1 (NVLink): compute and optimizer are the same functions on both sides;
+    // the difference is the DP term. The analytic model hides only `overlap` x backward of
+    // the gradient reduce-scatters and `gather_overlap` x forward of the parameter gathers,
+    // and the fit on the published runs puts both near 0 (0.007 and 0.003: the frameworks'
+    // defaults do not overlap them), so it exposes almost all of the 0.29 s; the simulator
+    // plays the collectives out on the communication stream beside the compute and exposes
+    // only the last bucket and the gathers before the first layer (timeline 6.29 s,
+    // analytic 6.58 s: -4.4%). The tolerance leaves 1.6% for refits of the efficiencies.
+    const Case cases[] = {{8, 1, 1, 1, 2, 1, Schedule::one_f_one_b, 0.06}, {2, 1, 4, 1, 1, 1, Schedule::one_f_one_b, 0.06},
                           {2, 2, 2, 1, 2, 0, Schedule::gpipe, 0.06},       {1, 2, 4, 2, 1, 1, Schedule::interleaved, 0.08}};
     for (const Case& k : cases) {
       PlanFile f;
