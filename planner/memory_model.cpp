@@ -227,7 +227,7 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
 namespace {
 
 // stage_memory_extras with the rank's parameter counts given (read only under ZeRO-2/3).
-StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, double trainable,
+StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
                                       const MemoryOptions& opt, const ParamCounts& pc) {
   StageMemoryExtras x;
   const int layers = layers_in_stage(m.layers, p.pp, stage);
@@ -273,7 +273,6 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
       x.gathered_pool = pool * act_bytes;
     }
   }
-  if ((j.mode == TrainMode::lora || trainable > 0) && (p.zero == 1 || p.zero == 2)) x.optimizer_buffers = 2 * opt.dp_bucket_bytes;
 
   int groups = 0;
   if (p.dp * p.cp > 1) {
@@ -309,14 +308,14 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
 
 }  // namespace
 
-StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, double trainable,
+StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
                                       const MemoryOptions& opt) {
   ParamCounts pc;
   if (p.zero >= 2) {
     const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
     pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
   }
-  return stage_memory_extras(m, j, p, stage, trainable, opt, pc);
+  return stage_memory_extras(m, j, p, stage, opt, pc);
 }
 
 namespace {
@@ -404,7 +403,7 @@ struct StagePhases {
   int layers = 0;
   double inflight = 0;
   double activations = 0, logits = 0, transient = 0, remat_and_grads = 0;  // bytes, for item_peak
-  double gathered_peak = 0;  // the ZeRO-3 pool (forward, backward) + the ZeRO 1-2 buckets (optimizer), for item_peak
+  double gathered_peak = 0;  // the ZeRO-3 pool (forward, backward), for item_peak
 };
 
 StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
@@ -430,7 +429,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
     states = {dense.weights + ex.weights, dense.gradients + ex.gradients, dense.optimizer_states + ex.optimizer_states,
               dense.master_weights + ex.master_weights};
   }
-  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, params.trainable, opt, in.pc);
+  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc);
   std::array<double, kMemoryItems> base{};
   base[static_cast<int>(MemoryItem::weights)] = states.weights;
   base[static_cast<int>(MemoryItem::gradients)] = states.gradients;
@@ -470,7 +469,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   out.logits = logits;
   out.transient = transient;
   out.remat_and_grads = remat + x.activation_grads;
-  out.gathered_peak = base[static_cast<int>(MemoryItem::gathered_params)] + x.optimizer_buffers;
+  out.gathered_peak = base[static_cast<int>(MemoryItem::gathered_params)];
 
   // Forward: the later of two moments -- the end of the head forward (every kept tensor
   // and the logits), or a layer forward's transient before the head input exists (the
@@ -497,9 +496,10 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
   bwd[static_cast<int>(MemoryItem::backward_working)] = out.remat_and_grads;
   bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
-  // Optimizer step: activations and ZeRO-3's gathered units are gone; ZeRO 1-2 all-gather
-  // the updated parameters by bucket.
-  optim[static_cast<int>(MemoryItem::gathered_params)] = x.optimizer_buffers;
+  // Optimizer step: activations and ZeRO-3's gathered units are gone. ZeRO 1-2 all-gather
+  // the updated parameters through the persistent DP buckets (comm_buffers) straight into
+  // the weights, as the executor, Megatron's distributed optimizer and DeepSpeed do: no
+  // memory of their own.
   for (auto& b : out.b) {
     const double dynamic = b[static_cast<int>(MemoryItem::activations)] + b[static_cast<int>(MemoryItem::backward_working)] +
                            b[static_cast<int>(MemoryItem::logits_loss)] + b[static_cast<int>(MemoryItem::gathered_params)] +
@@ -527,7 +527,7 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   sm.inflight_microbatches = sp.inflight;
   // Each item's peak over the step: the model states and buffers of the optimizer phase,
   // the gradients of the backward phase (ZeRO >= 2: with a unit's full gradient), the
-  // ZeRO-3 gathered pool plus the ZeRO 1-2 parameter buckets, the activations and logits
+  // ZeRO-3 gathered pool, the activations and logits
   // at the end of the head forward, the larger of the forward transient and the backward
   // working set, and the largest fragmentation reserve.
   const int frag = static_cast<int>(MemoryItem::fragmentation);
@@ -576,7 +576,7 @@ namespace {
 // non-negative values round monotonically). Such a stage cannot exceed the stage before,
 // so it cannot become the worst (ties keep the earlier stage): skipping it keeps the
 // report exact and makes a plan cost a few stages instead of pp. (The terms that do not
-// scale with the count are equal on equal shapes: parameters and the ZeRO 1-2 buckets
+// scale with the count are equal on equal shapes: parameters and the DP buckets
 // follow the layers and frozen layers; so do ZeRO-2/3's unit gradient in backward -- a
 // middle stage's largest trainable unit is one of its layers if any trains -- and ZeRO-3's
 // gathered pool, one or two of its layers.) One case breaks the

@@ -178,7 +178,6 @@ struct StageMemoryExtras {
   double activation_grads = 0;  // activation_gradient_bytes when a layer of the stage trains, else 0
   double gathered_pool = 0;     // ZeRO-3: current + prefetched unit gathered at TP-local size (see below)
   double unit_grad_transient = 0;  // ZeRO >= 2: one unit's full-size gradient during its backward (see below)
-  double optimizer_buffers = 0; // during the optimizer step: ZeRO >= 1 parameter all-gather buckets
   double comm_buffers = 0;      // DP buckets, TP/SP gathers, PP send/recv, CP ring, EP, NCCL
 };
 // ZeRO-2/3 work per *unit* -- the embedding (first stage), each layer, the final norm with
@@ -190,10 +189,8 @@ struct StageMemoryExtras {
 //   gathered_pool        ZeRO-3 holds the unit in use and the next one prefetched: the largest
 //                        sum of two units adjacent in the order of use, in the compute dtype
 //                        (4 B fp32, 2 B 16-bit: what the GEMMs read; an O1 fp32 copy is not gathered).
-//   optimizer_buffers    ZeRO 1-2 only: ZeRO-3 keeps the updated partition and gathers nothing
-//                        after the step.
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
-                                      double trainable, const MemoryOptions& opt = {});
+                                      const MemoryOptions& opt = {});
 
 // What estimate_memory needs that depends only on the model, the job and the plan's tp,
 // pp, cp, ep, sp, micro_batch and flash_attention: parameter counts, per-layer bytes for

@@ -169,14 +169,13 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     // The forward phase's gradients are the persistent ones (ZeRO >= 2 adds a unit's full
     // gradient during backward only: grad_transient_bytes).
     st.static_bytes[static_cast<int>(MemoryItem::gradients)] = sm.phase_bytes[static_cast<int>(Phase::forward)][static_cast<int>(MemoryItem::gradients)];
-    const StageMemoryExtras x = stage_memory_extras(m, j, p, s, trainable, mem);
+    const StageMemoryExtras x = stage_memory_extras(m, j, p, s, mem);
     st.first_chunk_extra_bytes = x.first_chunk_set;
     st.last_chunk_extra_bytes = x.last_chunk_set;
     st.head_input_bytes = x.head_input;
     st.logits_bytes = x.logits_set;
     st.activation_grad_bytes = x.activation_grads;
     st.static_bytes[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
-    st.optimizer_buffer_bytes = x.optimizer_buffers;
     st.grad_transient_bytes = x.unit_grad_transient;
     st.fragmentation_fraction = mem.fragmentation_fraction;
   }

@@ -79,7 +79,6 @@ struct StageCost {
   double head_input_bytes = 0;         // of which made after the last layer's forward (the LM-head input)
   double logits_bytes = 0;             // per micro-batch on the last stage, head forward to its backward
   double activation_grad_bytes = 0;    // during a backward: output gradient + widest intermediate gradient
-  double optimizer_buffer_bytes = 0;   // during the optimizer step (ZeRO 1-2 parameter all-gather buckets)
   double grad_transient_bytes = 0;     // during a backward: ZeRO >= 2 full-size gradient of the unit being reduced
   double fragmentation_fraction = 0.05;  // allocator reserve, fraction of the dynamic bytes at each moment
 };

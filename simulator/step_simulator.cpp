@@ -526,10 +526,11 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     }
   }
   const EngineTask& optim = tasks[b.compute_tasks(s).back()];
-  // ZeRO-3's gathered units are released before the step (the planner's optimizer phase).
-  const double optim_buffers = sc.optimizer_buffer_bytes - sc.static_bytes[static_cast<int>(MemoryItem::gathered_params)];
-  deltas.push_back({optim.start, 1, -1, false, 0, 0, 0, optim_buffers});
-  deltas.push_back({optim.end, 0, -1, false, 0, 0, 0, -optim_buffers});
+  // ZeRO-3's gathered units are released before the step (the planner's optimizer phase);
+  // ZeRO 1-2 gather the updated parameters through the DP buckets, already counted.
+  const double gathered_released = -sc.static_bytes[static_cast<int>(MemoryItem::gathered_params)];
+  deltas.push_back({optim.start, 1, -1, false, 0, 0, 0, gathered_released});
+  deltas.push_back({optim.end, 0, -1, false, 0, 0, 0, -gathered_released});
   std::stable_sort(deltas.begin(), deltas.end(),
                    [](const Delta& x, const Delta& y) { return x.time != y.time ? x.time < y.time : x.order < y.order; });
 
