@@ -72,7 +72,9 @@ struct RunOptions {
   ModelOptions model;
   std::function<void(int step, int total, bool warmup, double loss, double time_s, double tokens_per_s)> on_step;
   // Distributed (world size > 1): this rank's communicator -- an MpiCommunicator, or a
-  // LocalCommunicator for a rank proxy. nullptr: the single-rank equivalent runs (above).
+  // LocalCommunicator for a rank proxy; on the CUDA backend an NcclCommunicator over the
+  // device backend's context (check_distributed_backend says what runs there).
+  // nullptr: the single-rank equivalent runs (above).
   // Implemented so far: data parallel with ZeRO 0-3 (comm/data_parallel.h), tensor parallel with or without
   // SP (model.h), pipeline parallel with GPipe, 1F1B and interleaved 1F1B (vpp > 1)
   // (comm/pipeline.h); cp = ep = 1.
@@ -126,6 +128,14 @@ struct RunReport {
   Where oom_where;
   std::vector<std::string> fixes;  // planner explain: fitting changes first
 };
+
+// Whether `backend` ("cpu", "cuda") runs `plan` distributed over a real (modelled = false)
+// or modelled (a rank proxy) communicator. The CPU runs everything run_plan implements.
+// The CUDA backend runs data parallel with ZeRO 0 over NCCL, one GPU per rank; the rest
+// is refused (bad_input naming the plan field): tp (the vocabulary-parallel embedding and
+// cross-entropy are host loops), pp and cp (the CUDA model builds neither), zero >= 1 (the
+// CUDA trainer has no shards), and rank proxies (LocalCommunicator moves host memory).
+Status check_distributed_backend(const std::string& backend, const ParallelPlan& plan, bool modelled);
 
 // Builds the model and trainer, runs warmup + steps, measures and compares. Errors: see top.
 Result<RunReport> run_plan(const PlanFile& plan, const RunOptions& options);

@@ -16,7 +16,8 @@
 //                     slice; all-gather: this rank's slice copied to every slot; broadcast,
 //                     barrier: nothing; recv: zeros), so memory and compute are the rank's
 //                     real ones; the traffic is only modelled (modelled() is true).
-//   NcclCommunicator  (CUDA issue) the same interface over NCCL.
+//   NcclCommunicator  (executor/cuda/nccl_communicator.h) the same interface over NCCL for
+//                     device buffers, one GPU per rank.
 // Counts are elements of `dtype`; buffers are host memory for the CPU backend. Sums are
 // element-wise in the dtype (f32 sums in f32). Errors: runtime Status carrying the MPI
 // message; a peer that died surfaces as such an error or as the watchdog (see MpiCommunicator).
@@ -48,6 +49,17 @@ RankCoords coords_of(const ParallelPlan& plan, int rank);
 // (Megatron's data-parallel-with-context-parallel group).
 enum class Group : uint8_t { world, tp, cp, dp, pp, dp_cp };
 const char* to_string(Group g);  // "world", "tp", "cp", "dp", "pp", "dp_cp"
+inline constexpr Group kSubgroups[] = {Group::tp, Group::cp, Group::dp, Group::pp, Group::dp_cp};
+
+// How group g is cut out of the world (MPI_Comm_split, ncclCommSplit): ranks with equal
+// colour form one group, ordered by key. colour = the coordinates other than g's (so two
+// ranks share a group exactly when they differ only in g's coordinates), key = the rank's
+// index in g. Group::world: colour 0, key = world rank. REQUIRES: c is a rank of plan.
+struct GroupSplit {
+  int colour = 0, key = 0;
+  bool operator==(const GroupSplit&) const = default;
+};
+GroupSplit group_split(const ParallelPlan& plan, const RankCoords& c, Group g);
 
 class Communicator {
  public:
@@ -123,6 +135,10 @@ class LocalCommunicator final : public Communicator {
 // World size the launcher started this process with, from the environment
 // (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_SIZE, SLURM_NTASKS under srun); 0 = not launched by one.
 int launcher_world_size();
+// This process's rank among the launcher's processes on this node, from the environment
+// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK, SLURM_LOCALID under
+// srun); -1 = not known. One GPU per rank: the CUDA device ordinal.
+int launcher_local_rank();
 // The exact command that runs `plan_path` on `world` processes with OpenMPI here
 // (root needs --allow-run-as-root; --oversubscribe when world exceeds the cores):
 //   mpirun --allow-run-as-root --oversubscribe -np 8 llmplan execute best.json

@@ -25,41 +25,71 @@ void for_each_piece(std::vector<ParamRef>& params, int64_t lo, int64_t hi,
   }
 }
 
-// t[off, off + n) += in, in the tensor's dtype after an f32 sum (a 16-bit partition rounds
-// once per micro-batch, as a 16-bit gradient accumulating in place does).
-void add_into(const float* in, Tensor& t, int64_t off, int64_t n) {
-  if (n <= 0) return;
-  if (t.dtype() == DType::f32) {
-    float* g = t.data<float>() + off;
-    for (int64_t i = 0; i < n; ++i) g[i] += in[i];
-    return;
-  }
-  constexpr int64_t kChunk = 1024;
-  float tmp[kChunk];
-  for (int64_t at = 0; at < n; at += kChunk) {
-    const int64_t c = std::min(kChunk, n - at);
-    read_f32(t, off + at, tmp, c);
-    for (int64_t i = 0; i < c; ++i) tmp[i] += in[at + i];
-    write_f32(tmp, t, off + at, c);
-  }
-}
-
 // Packs flat [lo, hi) of grads (or weights) into buf (zeros beyond N), or unpacks it.
-void pack(std::vector<ParamRef>& ps, int64_t lo, int64_t hi, float* buf, bool grads) {
-  std::memset(buf, 0, static_cast<size_t>(hi - lo) * 4);
-  for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { read_f32(grads ? *p.grad : *p.weight, off, buf + at, c); });
+Status pack(BucketOps& ops, std::vector<ParamRef>& ps, int64_t lo, int64_t hi, float* buf, bool grads) {
+  if (Status s = ops.zero(buf, (hi - lo) * 4); !s) return s;
+  Status st = Status::ok();
+  for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) {
+    if (st) st = ops.read_f32(grads ? *p.grad : *p.weight, off, buf + at, c);
+  });
+  return st;
 }
-void unpack(std::vector<ParamRef>& ps, int64_t lo, int64_t hi, const float* buf, bool grads) {
-  for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { write_f32(buf + at, grads ? *p.grad : *p.weight, off, c); });
+Status unpack(BucketOps& ops, std::vector<ParamRef>& ps, int64_t lo, int64_t hi, const float* buf, bool grads) {
+  Status st = Status::ok();
+  for_each_piece(ps, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) {
+    if (st) st = ops.write_f32(buf + at, grads ? *p.grad : *p.weight, off, c);
+  });
+  return st;
 }
 
 int64_t clamp0(int64_t x, int64_t hi) { return std::max<int64_t>(0, std::min(x, hi)); }
 
 }  // namespace
 
+// ---- HostBucketOps
+
+Status HostBucketOps::zero(void* p, int64_t bytes) {
+  if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
+  return Status::ok();
+}
+Status HostBucketOps::read_f32(const Tensor& t, int64_t off, float* out, int64_t n) {
+  exec::read_f32(t, off, out, n);
+  return Status::ok();
+}
+Status HostBucketOps::write_f32(const float* in, Tensor& t, int64_t off, int64_t n) {
+  exec::write_f32(in, t, off, n);
+  return Status::ok();
+}
+// A 16-bit partition rounds once per micro-batch, as a 16-bit gradient accumulating in
+// place does.
+Status HostBucketOps::add_f32(const float* in, Tensor& t, int64_t off, int64_t n) {
+  if (n <= 0) return Status::ok();
+  if (t.dtype() == DType::f32) {
+    float* g = t.data<float>() + off;
+    for (int64_t i = 0; i < n; ++i) g[i] += in[i];
+    return Status::ok();
+  }
+  constexpr int64_t kChunk = 1024;
+  float tmp[kChunk];
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t c = std::min(kChunk, n - at);
+    exec::read_f32(t, off + at, tmp, c);
+    for (int64_t i = 0; i < c; ++i) tmp[i] += in[at + i];
+    exec::write_f32(tmp, t, off + at, c);
+  }
+  return Status::ok();
+}
+Status HostBucketOps::copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return Status::ok();
+}
+
+// ---- DataParallel
+
 Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& alloc, Model& model, Communicator& comm, int zero,
-                                                           int64_t bucket_bytes) {
+                                                           int64_t bucket_bytes, BucketOps* ops) {
   std::unique_ptr<DataParallel> d(new DataParallel());
+  d->ops_ = ops != nullptr ? ops : &d->host_ops_;
   d->alloc_ = &alloc;
   d->model_ = &model;
   d->comm_ = &comm;
@@ -82,9 +112,10 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
   // A bucket holds a multiple of dp elements so reduce-scatter / all-gather split it evenly.
   d->bucket_elems_ = std::max<int64_t>(d->dp_, bucket_bytes / 4 / d->dp_ * d->dp_);
   for (Tensor* t : {&d->a_, &d->b_}) {
-    Result<Tensor> r = Tensor::zeros(alloc, Shape{d->bucket_elems_}, DType::f32, Category::communication, "dp.bucket");
+    Result<Tensor> r = Tensor::empty(alloc, Shape{d->bucket_elems_}, DType::f32, Category::communication, "dp.bucket");
     if (!r) return r.status();
     *t = std::move(*r);
+    if (Status s = d->ops_->zero(t->raw(), t->bytes()); !s) return s;
   }
   if (zero < 2 || d->dp_ == 1) return d;
   // Shrink to the partition: the model was built full-size (its initialisation draws the
@@ -93,16 +124,19 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
     Part& pt = d->parts_[i];
     ParamRef& p = ps[i];
     if (p.grad) {
-      Result<Tensor> g = Tensor::zeros(alloc, Shape{pt.count}, p.grad->dtype(), Category::gradients, p.name + ".grad.partition");
+      Result<Tensor> g = Tensor::empty(alloc, Shape{pt.count}, p.grad->dtype(), Category::gradients, p.name + ".grad.partition");
       if (!g) return g.status();
       *p.grad = std::move(*g);
+      if (Status s = d->zero_tensor(*p.grad); !s) return s;
     }
     if (zero >= 3) {
       Result<Tensor> w = Tensor::empty(alloc, Shape{pt.count}, p.weight->dtype(), Category::weights, p.name + ".partition");
       if (!w) return w.status();
       if (pt.count > 0)
-        std::memcpy(w->raw(), static_cast<const char*>(p.weight->raw()) + pt.lo * dtype_size(p.weight->dtype()),
-                    static_cast<size_t>(w->bytes()));
+        if (Status s = d->ops_->copy(w->raw(), static_cast<const char*>(p.weight->raw()) + pt.lo * dtype_size(p.weight->dtype()),
+                                     w->bytes());
+            !s)
+          return s;
       *p.weight = std::move(*w);
     }
   }
@@ -115,6 +149,9 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
   model.set_param_hooks(d.get());
   return d;
 }
+
+// Tensor::zeros memsets on the host; a device tensor is zeroed through the ops.
+Status DataParallel::zero_tensor(Tensor& t) { return ops_->zero(t.raw(), t.bytes()); }
 
 DataParallel::~DataParallel() {
   if (zero_ >= 2 && dp_ > 1) model_->set_param_hooks(nullptr);
@@ -147,10 +184,10 @@ Status DataParallel::sync_grads() {
     const int64_t hi = std::min(n_, lo + bucket_elems_);
     float* buf = (use_a ? a_ : b_).data<float>();
     use_a = !use_a;
-    pack(ps, lo, hi, buf, true);
+    if (Status s = pack(*ops_, ps, lo, hi, buf, true); !s) return s;
     if (Status s = comm_->all_reduce_sum(buf, hi - lo, DType::f32, Group::dp_cp); !s) return s;
     ++buckets_;
-    unpack(ps, lo, hi, buf, true);
+    if (Status s = unpack(*ops_, ps, lo, hi, buf, true); !s) return s;
   }
   return Status::ok();
 }
@@ -181,20 +218,22 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
   float* out = b_.data<float>();
   for (int64_t lo = 0; lo < total; lo += k_max) {
     const int64_t k = std::min(k_max, total - lo);
-    std::memset(in, 0, static_cast<size_t>(k * dp_) * 4);
+    Status st = ops_->zero(in, k * dp_ * 4);
     for (int r = 0; r < dp_; ++r)
       for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
         const Part& pt = parts_[static_cast<size_t>(i)];
         const int64_t e = r * pt.chunk + off;  // element of the full gradient
-        read_f32(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
+        if (st) st = ops_->read_f32(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
       });
+    if (!st) return st;
     if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, Group::dp_cp); !s) return s;
     ++buckets_;
     // The partition waits in the stash while the full gradient is in the model.
     for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
       Part& pt = parts_[static_cast<size_t>(i)];
-      add_into(out + at, pt.gstash, off, clamp0(pt.count - off, c));
+      if (st) st = ops_->add_f32(out + at, pt.gstash, off, clamp0(pt.count - off, c));
     });
+    if (!st) return st;
   }
   return Status::ok();
 }
@@ -211,13 +250,15 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
   float* out = a_.data<float>();
   for (int64_t lo = 0; lo < total; lo += k_max) {
     const int64_t k = std::min(k_max, total - lo);
-    std::memset(in, 0, static_cast<size_t>(k) * 4);
+    Status st = ops_->zero(in, k * 4);
     for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
       const Part& pt = parts_[static_cast<size_t>(i)];
       const int64_t valid = clamp0(pt.count - off, c);
-      if (from_partition) read_f32(pt.wstash, off, in + at, valid);
-      else read_f32(*ps[static_cast<size_t>(i)].weight, pt.lo + off, in + at, valid);
+      if (!st) return;
+      if (from_partition) st = ops_->read_f32(pt.wstash, off, in + at, valid);
+      else st = ops_->read_f32(*ps[static_cast<size_t>(i)].weight, pt.lo + off, in + at, valid);
     });
+    if (!st) return st;
     if (Status s = comm_->all_gather(in, out, k, DType::f32, Group::dp_cp); !s) return s;
     ++buckets_;
     for (int r = 0; r < dp_; ++r) {
@@ -225,9 +266,10 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
       for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
         const Part& pt = parts_[static_cast<size_t>(i)];
         const int64_t e = r * pt.chunk + off;
-        write_f32(out + r * k + at, *ps[static_cast<size_t>(i)].weight, e, clamp0(pt.n - e, c));
+        if (st) st = ops_->write_f32(out + r * k + at, *ps[static_cast<size_t>(i)].weight, e, clamp0(pt.n - e, c));
       });
     }
+    if (!st) return st;
   }
   return Status::ok();
 }
@@ -283,8 +325,9 @@ Status DataParallel::begin_grads(int unit) {
   for (int i : unit_grads_[static_cast<size_t>(unit)]) {
     Part& pt = parts_[static_cast<size_t>(i)];
     ParamRef& p = ps[static_cast<size_t>(i)];
-    Result<Tensor> full = Tensor::zeros(*alloc_, Shape{pt.n}, p.grad->dtype(), Category::gradients, p.name + ".grad");
+    Result<Tensor> full = Tensor::empty(*alloc_, Shape{pt.n}, p.grad->dtype(), Category::gradients, p.name + ".grad");
     if (!full) return full.status();
+    if (Status s = zero_tensor(*full); !s) return s;
     pt.gstash = std::move(*p.grad);
     *p.grad = std::move(*full);
   }

@@ -11,6 +11,10 @@
 // (PyTorch FSDP's layout). Per rank the partition differs from the planner's n / dp by less
 // than one element per parameter (none when dp divides every size).
 //
+// Memory: the model's tensors and the buckets live where the backend keeps them; every
+// movement between them goes through `ops` (comm/bucket_ops.h: host loops on the CPU,
+// kernels on a GPU), and the communicator must accept that memory (MPI: host, NCCL: device).
+//
 // Transfers go through two f32 bucket buffers of `bucket_bytes` each in
 // Category::communication (the planner's 2 * dp_bucket_bytes of comm_buffers); 16-bit
 // gradients and weights are widened to f32 in the bucket, so sums are f32 sums. A bucket
@@ -41,6 +45,7 @@
 #include <vector>
 
 #include "executor/allocator.h"
+#include "executor/comm/bucket_ops.h"
 #include "executor/comm/communicator.h"
 #include "executor/model.h"
 #include "executor/tensor.h"
@@ -52,9 +57,10 @@ class DataParallel final : public ParamHooks {
  public:
   // Shrinks the model's gradients (ZeRO >= 2) and weights (ZeRO-3) to this rank's partition
   // and, for ZeRO >= 2, installs itself as the model's ParamHooks.
-  // REQUIRES: model, comm and alloc outlive this. Errors: runtime (OOM of the buckets).
+  // ops: the backend's BucketOps; nullptr = host memory (HostBucketOps).
+  // REQUIRES: model, comm, alloc and ops outlive this. Errors: runtime (OOM of the buckets).
   static Result<std::unique_ptr<DataParallel>> create(TrackingAllocator& alloc, Model& model, Communicator& comm, int zero,
-                                                      int64_t bucket_bytes);
+                                                      int64_t bucket_bytes, BucketOps* ops = nullptr);
   ~DataParallel() override;
   Status sync_grads();      // ZeRO 0, 1; no-op for ZeRO 2, 3 (reduced during backward)
   Status gather_weights();  // after the optimizer step: ZeRO 1, 2; no-op otherwise
@@ -82,8 +88,11 @@ class DataParallel final : public ParamHooks {
   Status gather(const std::vector<int>& ids, bool from_partition);
   Status reduce_scatter(const std::vector<int>& ids);
   Status gather_unit(int unit);
+  Status zero_tensor(Tensor& t);
   void release_unit(int unit);
 
+  HostBucketOps host_ops_;
+  BucketOps* ops_ = nullptr;  // &host_ops_ or the backend's
   TrackingAllocator* alloc_ = nullptr;
   Model* model_ = nullptr;
   Communicator* comm_ = nullptr;

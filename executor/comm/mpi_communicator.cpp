@@ -100,18 +100,10 @@ class MpiCommunicator final : public Communicator {
                                launch_command(plan.world_size(), "<plan>"));
     c->c_ = coords_of(plan, c->world_rank_);
     c->comms_[0] = MPI_COMM_WORLD;
-    const RankCoords k = c->c_;
-    // colour: the coordinates other than the group's; key: the group's coordinate.
-    const struct { Group g; int colour, key; } splits[] = {
-        {Group::tp, (k.pp * plan.dp + k.dp) * plan.cp + k.cp, k.tp},
-        {Group::cp, (k.pp * plan.dp + k.dp) * plan.tp + k.tp, k.cp},
-        {Group::dp, (k.pp * plan.cp + k.cp) * plan.tp + k.tp, k.dp},
-        {Group::pp, (k.dp * plan.cp + k.cp) * plan.tp + k.tp, k.pp},
-        {Group::dp_cp, k.pp * plan.tp + k.tp, k.dp * plan.cp + k.cp},
-    };
-    for (const auto& s : splits) {
-      MPI_Comm& out = c->comms_[static_cast<int>(s.g)];
-      if (Status st = check(MPI_Comm_split(MPI_COMM_WORLD, s.colour, s.key, &out), "Comm_split", s.g); !st) return st;
+    for (Group g : kSubgroups) {  // colour: the coordinates other than g's; key: g's coordinate
+      const GroupSplit s = group_split(plan, c->c_, g);
+      MPI_Comm& out = c->comms_[static_cast<int>(g)];
+      if (Status st = check(MPI_Comm_split(MPI_COMM_WORLD, s.colour, s.key, &out), "Comm_split", g); !st) return st;
       MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN);
     }
     if (watchdog_s > 0) c->start_watchdog(watchdog_s);

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "executor/cpu/optimizer.h"
+#include "executor/cuda/cuda_bucket_ops.h"
 #include "executor/cuda/cuda_model.h"
 #include "executor/cuda/ops.h"
 
@@ -181,14 +183,16 @@ class CudaTrainer final : public Trainer {
 
 class CudaBackend final : public ExecBackend {
  public:
-  explicit CudaBackend(std::unique_ptr<CudaContext> ctx) : ctx_(std::move(ctx)) {}
+  explicit CudaBackend(std::unique_ptr<CudaContext> ctx) : ctx_(std::move(ctx)), buckets_(*ctx_) {}
+  CudaContext& context() { return *ctx_; }
   std::string name() const override { return "cuda"; }
   std::string device_name() const override { return ctx_->device_name(); }
   TrackingAllocator& allocator() override { return ctx_->allocator(); }
   Result<std::unique_ptr<Model>> build_model(const ModelConfig& c) override { return build_cuda_model(*ctx_, c); }
   Result<std::unique_ptr<Trainer>> create_trainer(Model& m, const TrainingJob& job, const PrecisionScheme& scheme,
                                                   const TrainerOptions& options, const TrainerShard* shard) override {
-    if (shard != nullptr) return Status::bad_input("trainer (cuda): ZeRO shards are CPU-only so far");
+    if (shard != nullptr)
+      return Status::bad_input("trainer (cuda): ZeRO shards (plan.zero >= 1 with dp > 1) are CPU-only so far; set plan.zero 0");
     return CudaTrainer::create(*ctx_, m, job, scheme, options);
   }
   Status synchronize() override { return ctx_->synchronize(); }
@@ -204,12 +208,29 @@ class CudaBackend final : public ExecBackend {
     l.used_at_start = d.used_at_start;
     return l;
   }
+  BucketOps* bucket_ops() override { return &buckets_; }
 
  private:
   std::unique_ptr<CudaContext> ctx_;
+  CudaBucketOps buckets_;
 };
 
 }  // namespace
+
+Result<int> device_for_local_rank(int local_rank, int device_count) {
+  const int r = local_rank < 0 ? 0 : local_rank;
+  if (device_count < 1) return Status::bad_input("no CUDA device visible to this rank");
+  if (r >= device_count)
+    return Status::bad_input("local rank " + std::to_string(r) + " has no GPU of its own: " + std::to_string(device_count) +
+                             " visible on this node (CUDA_VISIBLE_DEVICES); --backend cuda runs one rank per GPU, so start "
+                             "at most " + std::to_string(device_count) + " ranks per node");
+  return r;
+}
+
+CudaContext* context_of(ExecBackend& b) {
+  CudaBackend* c = dynamic_cast<CudaBackend*>(&b);
+  return c != nullptr ? &c->context() : nullptr;
+}
 
 Result<std::unique_ptr<ExecBackend>> make_cuda_backend(const CudaOptions& options) {
   const DeviceProbe probe = probe_devices();

@@ -10,6 +10,10 @@
 // scaling (a non-finite norm skips the step). O3 (16-bit optimizer states) and ZeRO shards
 // are CPU-only (bad_input).
 //
+// Distributed (world size > 1): one GPU per rank; the runner's communicator is then an
+// NcclCommunicator (executor/cuda/nccl_communicator.h) on this backend's context, and the
+// data-parallel buckets move device memory through bucket_ops() (CudaBucketOps).
+//
 // Memory outside the allocator's categories (DeviceMemoryLines) comes from the allocator's
 // cudaMemGetInfo samples: the context, the libraries, the cuBLASLt workspace, the reserved
 // and used peaks.
@@ -26,5 +30,14 @@ namespace llmplan::exec::cuda {
 
 // Errors: runtime without a usable device (the probe's reason in the message).
 Result<std::unique_ptr<ExecBackend>> make_cuda_backend(const CudaOptions& options = {});
+// The context of a backend made by make_cuda_backend (its NCCL communicator runs on that
+// context's streams); nullptr for any other backend.
+CudaContext* context_of(ExecBackend& backend);
+
+// One GPU per rank: the device ordinal for the process with launcher-local rank
+// `local_rank` (communicator.h launcher_local_rank; -1 when not launched, = device 0) on a
+// node with `device_count` visible devices. Errors: bad_input when the node runs more
+// ranks than it has GPUs (ranks would share a device, which NCCL refuses).
+Result<int> device_for_local_rank(int local_rank, int device_count);
 
 }  // namespace llmplan::exec::cuda
