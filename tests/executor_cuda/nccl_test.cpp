@@ -224,9 +224,13 @@ TEST(NcclDist, Dp2MatchesCpu) {
   const int gpus = probe_devices().count;
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs (one per rank), " << gpus << " visible";
   if (!mpi_built()) GTEST_SKIP() << "this build has no MPI";
+  // The build machine's mpirun, or LLMPLAN_MPIEXEC on a machine the binary was carried to.
+  const char* env = std::getenv("LLMPLAN_MPIEXEC");
+  const std::string mpiexec = env && *env ? env : LLMPLAN_MPIEXEC;
+  if (!std::filesystem::exists(mpiexec)) GTEST_SKIP() << "no " << mpiexec << " on this machine (set LLMPLAN_MPIEXEC)";
   char session_base[] = "/tmp/llmplan-mpi-XXXXXX";  // private TMPDIR: see tests/executor_dist
   ASSERT_NE(::mkdtemp(session_base), nullptr);
-  const std::string cmd = "TMPDIR=" + std::string(session_base) + " " + LLMPLAN_MPIEXEC +
+  const std::string cmd = "TMPDIR=" + std::string(session_base) + " " + mpiexec +
                           " --allow-run-as-root --oversubscribe -np 2 " + g_self + " --child-dp2";
   const int rc = std::system(cmd.c_str());
   std::error_code ignored;
