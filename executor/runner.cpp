@@ -219,7 +219,7 @@ std::unique_ptr<ExecBackend> make_cpu_backend() { return std::make_unique<CpuBac
 
 Status check_distributed_backend(const std::string& backend, const ParallelPlan& p, bool modelled) {
   if (backend != "cuda") return Status::ok();
-  const std::string why = "--backend cuda runs data parallel (dp, ZeRO 0) over NCCL so far; ";
+  const std::string why = "--backend cuda runs data parallel (dp, ZeRO 0-3) over NCCL so far; ";
   if (modelled)
     return Status::bad_input(why + "a rank proxy (--proxy-rank) moves host memory in its stand-in collectives: run it with "
                                    "--backend cpu");
@@ -233,9 +233,6 @@ Status check_distributed_backend(const std::string& backend, const ParallelPlan&
   if (p.cp > 1)
     return Status::bad_input(why + "plan.cp " + std::to_string(p.cp) +
                              ": context-parallel attention is CPU-only; set plan.cp 1 or use --backend cpu");
-  if (p.zero > 0 && p.dp > 1)
-    return Status::bad_input(why + "plan.zero " + std::to_string(p.zero) +
-                             ": the CUDA trainer keeps no ZeRO shards; set plan.zero 0 or use --backend cpu");
   return Status::ok();
 }
 

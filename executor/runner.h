@@ -131,10 +131,10 @@ struct RunReport {
 
 // Whether `backend` ("cpu", "cuda") runs `plan` distributed over a real (modelled = false)
 // or modelled (a rank proxy) communicator. The CPU runs everything run_plan implements.
-// The CUDA backend runs data parallel with ZeRO 0 over NCCL, one GPU per rank; the rest
+// The CUDA backend runs data parallel with ZeRO 0-3 over NCCL, one GPU per rank; the rest
 // is refused (bad_input naming the plan field): tp (the vocabulary-parallel embedding and
-// cross-entropy are host loops), pp and cp (the CUDA model builds neither), zero >= 1 (the
-// CUDA trainer has no shards), and rank proxies (LocalCommunicator moves host memory).
+// cross-entropy are host loops), pp and cp (the CUDA model builds neither), and rank
+// proxies (LocalCommunicator moves host memory).
 Status check_distributed_backend(const std::string& backend, const ParallelPlan& plan, bool modelled);
 
 // Builds the model and trainer, runs warmup + steps, measures and compares. Errors: see top.

@@ -178,7 +178,8 @@ TrainerShard DataParallel::shard() const {
 Status DataParallel::sync_grads() {
   std::vector<ParamRef>& ps = model_->params();
   if (dp_ == 1 || zero_ >= 2) return Status::ok();
-  // All-reduce, alternating the two buckets (a real backend overlaps one with packing the other).
+  // All-reduce, alternating the two buckets (so a backend that overlaps could pack one while
+  // the other is reduced; the NCCL one does not yet: nccl_communicator.h).
   bool use_a = true;
   for (int64_t lo = 0; lo < n_; lo += bucket_elems_) {
     const int64_t hi = std::min(n_, lo + bucket_elems_);
@@ -311,8 +312,9 @@ void DataParallel::release_unit(int unit) {
 Status DataParallel::use_weights(int unit, int next) {
   if (zero_ < 3) return Status::ok();
   if (Status s = gather_unit(unit); !s) return s;
-  // Prefetch: a GPU backend starts this all-gather now so it overlaps u's compute; the
-  // memory held (current + next unit) is the same here.
+  // Prefetch: the next unit's all-gather is issued now, so a backend that overlaps could run
+  // it beside u's compute (the NCCL one does not yet); the memory held (current + next
+  // unit) is the same either way.
   return gather_unit(next);
 }
 

@@ -26,7 +26,9 @@
 //              allocated, zeroed, in Category::gradients; when the unit's backward ends
 //              (end_grads) they are reduce-scattered bucket by bucket, added into the
 //              partition, and freed -- so every micro-batch's gradients are reduced while
-//              the backward goes on (blocking here; a GPU backend overlaps). sync_grads is
+//              the backward goes on (blocking on the CPU; on a GPU the collective runs on
+//              the communication stream, but the compute stream still waits for it --
+//              no overlap yet, see executor/cuda/nccl_communicator.h). sync_grads is
 //              then a no-op. The planner counts that one unit's full gradient as a
 //              backward-phase transient of the gradients line.
 //   ZeRO 3     weights persist only as this rank's partition (Category::weights).

@@ -7,8 +7,9 @@
 // copy of every weight in Category::weights) -- with AdamW or SGD-momentum, fused
 // multi-tensor launches (executor/cuda/optimizer.h), global gradient-norm clipping (sum of
 // squares in double on the device, one 8-byte read back per step) and fp16 dynamic loss
-// scaling (a non-finite norm skips the step). O3 (16-bit optimizer states) and ZeRO shards
-// are CPU-only (bad_input).
+// scaling (a non-finite norm skips the step). ZeRO shards (trainer.h TrainerShard) as on
+// the CPU: states and masters for this rank's ranges only, the norm's squares summed over
+// DP. O3 (16-bit optimizer states) is CPU-only (bad_input).
 //
 // Distributed (world size > 1): one GPU per rank; the runner's communicator is then an
 // NcclCommunicator (executor/cuda/nccl_communicator.h) on this backend's context, and the

@@ -4,10 +4,11 @@
 //                   it must produce, in every DType, on the NCCL world group and on a group
 //                   of one (the local copies); host buffers routed to the host communicator;
 //                   a mixed call refused; ordering against the compute stream.
-//   NcclDist.Dp2MatchesCpu  2 ranks, one GPU each, under mpirun: a dp2 fp32 training run on
-//                   --backend cuda over NCCL against the single-process CPU run of the same
-//                   global batch (losses within 1e-4 relative). Runs only with >= 2 GPUs and
-//                   an mpirun in the build; skips and says why otherwise.
+//   NcclDist.Dp2MatchesCpu  2 ranks, one GPU each, under mpirun: dp2 fp32 training runs on
+//                   --backend cuda over NCCL, ZeRO 0, 1, 2 and 3, each against the
+//                   single-process CPU run of the same global batch (losses within 1e-4
+//                   relative). Runs only with >= 2 GPUs and an mpirun; skips and says why
+//                   otherwise.
 // main: without a usable CUDA device the binary exits 77 (ctest's SKIP) with the reason.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -167,19 +168,19 @@ TEST(NcclWorld1, OrderedAgainstTheComputeStream) {
 
 // ---- 2 ranks
 
-PlanFile dp_plan(int dp) {
+PlanFile dp_plan(int dp, int zero = 0) {
   PlanFile f = exec::testing::tiny_plan(Family::gpt, Precision::fp32, Recompute::none, true);
   f.plan.dp = dp;
+  f.plan.zero = zero;
   f.plan.grad_accum = 2 / dp;  // global batch 16 = 8 x 2 micro-batches either way
   f.cluster.gpus_per_node = dp;
   return f;
 }
 
-// One rank of the 2-rank run (started by mpirun): the CUDA dp2 run over NCCL; rank 0 then
-// runs the CPU reference in-process and compares. Exit 0 = agree.
+// One rank of the 2-rank run (started by mpirun): the CUDA dp2 runs over NCCL (ZeRO 0-3);
+// rank 0 then runs the CPU reference in-process and compares. Exit 0 = all agree.
 int child_dp2() {
-  const PlanFile f = dp_plan(2);
-  Result<std::unique_ptr<Communicator>> mpi = create_mpi_communicator(f.plan, 120);
+  Result<std::unique_ptr<Communicator>> mpi = create_mpi_communicator(dp_plan(2).plan, 300);
   if (!mpi) return std::printf("mpi: %s\n", mpi.status().message().c_str()), 1;
   const int me = (*mpi)->rank(Group::world);
   Result<int> dev = device_for_local_rank(launcher_local_rank(), probe_devices().count);
@@ -197,8 +198,12 @@ int child_dp2() {
   o.backend = "cuda";
   o.device_backend = be->get();
   o.comm = nccl->get();
-  Result<RunReport> g = run_plan(f, o);
-  if (!g) return std::printf("rank %d: cuda dp2 run: %s\n", me, g.status().message().c_str()), 1;
+  std::vector<RunReport> runs;
+  for (int zero = 0; zero <= 3; ++zero) {
+    Result<RunReport> g = run_plan(dp_plan(2, zero), o);
+    if (!g) return std::printf("rank %d: cuda dp2 ZeRO-%d run: %s\n", me, zero, g.status().message().c_str()), 1;
+    runs.push_back(std::move(*g));
+  }
   nccl->reset();
   if (me != 0) return 0;
   RunOptions oc = o;
@@ -208,12 +213,15 @@ int child_dp2() {
   Result<RunReport> c = run_plan(dp_plan(1), oc);
   if (!c) return std::printf("cpu reference: %s\n", c.status().message().c_str()), 1;
   int bad = 0;
-  for (size_t i = 0; i < c->steps.size() && i < g->steps.size(); ++i) {
-    const double a = c->steps[i].loss, b = g->steps[i].loss, rel = std::abs(b - a) / std::abs(a);
-    std::printf("step %zu: cpu dp1 %.6f, cuda dp2 (nccl) %.6f, relative %.2e\n", i, a, b, rel);
-    bad += !(rel <= 1e-4);
+  for (size_t z = 0; z < runs.size(); ++z) {
+    const RunReport& g = runs[z];
+    if (c->steps.size() != g.steps.size()) ++bad;
+    for (size_t i = 0; i < c->steps.size() && i < g.steps.size(); ++i) {
+      const double a = c->steps[i].loss, b = g.steps[i].loss, rel = std::abs(b - a) / std::abs(a);
+      std::printf("step %zu: cpu dp1 %.6f, cuda dp2 ZeRO-%zu (nccl) %.6f, relative %.2e\n", i, a, z, b, rel);
+      bad += !(rel <= 1e-4);
+    }
   }
-  if (c->steps.size() != g->steps.size()) ++bad;
   return bad == 0 ? 0 : 1;
 }
 
