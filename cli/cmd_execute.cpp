@@ -201,8 +201,11 @@ Runner register_execute(CLI::App* sub) {
       if (comm) {
         // The same refusals predict_run makes, before a GPU and NCCL are set up for nothing.
         if (Status s = exec::check_distributed_backend("cuda", f->plan, comm->modelled()); !s) return report(s);
-        // One GPU per rank: the launcher's local rank picks this node's device.
-        Result<int> dev = exec::cuda::device_for_local_rank(exec::launcher_local_rank(), exec::cuda::probe_devices().count);
+        // One GPU per rank: the rank's index among the node's MPI processes picks the device
+        // (MPI's shared-memory split; the launcher's variable where that is unavailable).
+        int local = exec::mpi_node_local_rank();
+        if (local < 0) local = exec::launcher_local_rank();
+        Result<int> dev = exec::cuda::device_for_local_rank(local, exec::cuda::probe_devices().count);
         if (!dev) return report(dev.status().with_context("rank " + std::to_string(my_rank)));
         co.device = *dev;
       }

@@ -21,6 +21,7 @@ bool mpi_built() { return false; }
 Result<std::unique_ptr<Communicator>> create_mpi_communicator(const ParallelPlan&, double) {
   return Status::bad_input("this llmplan was built without MPI (install libopenmpi-dev and reconfigure)");
 }
+int mpi_node_local_rank() { return -1; }
 #else
 bool mpi_built() { return true; }
 
@@ -228,6 +229,19 @@ class MpiCommunicator final : public Communicator {
 
 Result<std::unique_ptr<Communicator>> create_mpi_communicator(const ParallelPlan& plan, double watchdog_seconds) {
   return MpiCommunicator::create(plan, watchdog_seconds);
+}
+
+int mpi_node_local_rank() {
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  if (!inited || fin) return -1;
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return -1;
+  int r = -1;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
 }
 #endif
 

@@ -183,7 +183,9 @@ int child_dp2() {
   Result<std::unique_ptr<Communicator>> mpi = create_mpi_communicator(dp_plan(2).plan, 300);
   if (!mpi) return std::printf("mpi: %s\n", mpi.status().message().c_str()), 1;
   const int me = (*mpi)->rank(Group::world);
-  Result<int> dev = device_for_local_rank(launcher_local_rank(), probe_devices().count);
+  int local = mpi_node_local_rank();
+  if (local < 0) local = launcher_local_rank();
+  Result<int> dev = device_for_local_rank(local, probe_devices().count);
   if (!dev) return std::printf("rank %d: %s\n", me, dev.status().message().c_str()), 1;
   CudaOptions co;
   co.device = *dev;

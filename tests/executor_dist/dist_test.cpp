@@ -527,6 +527,23 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
 INSTANTIATE_TEST_SUITE_P(Matrix, Distributed, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
+// One GPU per rank picks its device by the rank's index on its node: MPI's shared-memory
+// split agrees with the launcher's variable (one node here: = the world rank).
+int child_local_rank() {
+  ParallelPlan p;
+  p.dp = 2;
+  Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(p, 60);
+  if (!comm) return std::fprintf(stderr, "%s\n", comm.status().message().c_str()), 2;
+  const int split = mpi_node_local_rank(), env = launcher_local_rank(), world = (*comm)->rank(Group::world);
+  std::printf("rank %d: node-local rank %d (MPI split), %d (launcher)\n", world, split, env);
+  return split == world && env == world ? 0 : 1;
+}
+
+TEST(LocalRank, MpiSplitAgreesWithTheLauncher) {
+  EXPECT_EQ(mpi_node_local_rank(), -1);  // MPI not initialised in the gtest parent
+  EXPECT_EQ(run_mpi(2, "--child-local-rank"), 0);
+}
+
 TEST(DeadRank, OthersExitWithAnErrorInBoundedTime) {
   const std::string out = ::testing::TempDir() + "dist_dead_" + std::to_string(::getpid());
   const auto t0 = std::chrono::steady_clock::now();
@@ -558,6 +575,23 @@ TEST(DeadRank, RankZeroRecordsTheRunAsFailed) {
               to_string(runs->front().status));
   EXPECT_EQ(runs->front().status, RunStatus::failed);
 }
+
+// `mpirun -np 2 llmplan execute --backend cuda` on a plan the GPU cannot run distributed:
+// every rank refuses with the plan field named (exit 2) before it looks for a GPU or NCCL.
+TEST(CudaDistributed, CliRefusesTensorParallelNamingTheField) {
+  const std::string dir = ::testing::TempDir();
+  const std::string plan = dir + "dist_cuda_tp2_plan.json", log = dir + "dist_cuda_tp2.log";
+  const PlanFile f = tiny_plan(Family::gpt, 1, 0, 2);
+  ASSERT_TRUE(write_json_file(plan, plan_file_to_json(f, estimate_memory(f.model, f.cluster, f.job, f.plan),
+                                                      estimate_time(f.model, f.cluster, f.job, f.plan))));
+  const int rc = run_mpirun(2, std::string(LLMPLAN_CLI) + " execute " + plan + " --backend cuda --db " + dir +
+                                   "dist_cuda_tp2.db > " + log + " 2>&1");
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(rc, 0) << out;
+  if (out.find("without the CUDA toolkit") != std::string::npos) GTEST_SKIP() << "a build without CUDA: " << out;
+  EXPECT_NE(out.find("plan.tp 2"), std::string::npos) << out;
+}
 #endif
 #endif
 
@@ -567,6 +601,9 @@ TEST(DeadRank, RankZeroRecordsTheRunAsFailed) {
 int main(int argc, char** argv) {
   llmplan::exec::g_self = argv[0];
   if (argc == 4 && std::string(argv[1]) == "--child") return llmplan::exec::child_main(argv[2], argv[3]);
+#ifdef LLMPLAN_MPIEXEC
+  if (argc == 2 && std::string(argv[1]) == "--child-local-rank") return llmplan::exec::child_local_rank();
+#endif
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
