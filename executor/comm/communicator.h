@@ -102,6 +102,17 @@ class Communicator {
   // The caller made progress (a step finished); resets the watchdog. No-op by default.
   virtual void progress() {}
 
+  // Overlap with compute (a GPU's communication stream). By default every collective's
+  // result is there for whatever the caller does next. A communicator that can_defer()
+  // may, while set_deferred(true), leave device buffers of the collectives issued then
+  // in flight: the caller's later device work may run beside them, and must not read
+  // their outputs or overwrite their inputs before fence() (after which it sees every
+  // collective issued before the call). Host buffers are always complete on return.
+  // Default (MPI, local): nothing to defer; set_deferred and fence do nothing.
+  virtual bool can_defer() const { return false; }
+  virtual void set_deferred(bool on) { (void)on; }
+  virtual Status fence() { return Status::ok(); }
+
   RankCoords coords() const { return {rank(Group::tp), rank(Group::cp), rank(Group::dp), rank(Group::pp)}; }
 };
 

@@ -154,6 +154,7 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
 Status DataParallel::zero_tensor(Tensor& t) { return ops_->zero(t.raw(), t.bytes()); }
 
 DataParallel::~DataParallel() {
+  if (pending_) (void)comm_->fence();  // an unfinished step: its result is not needed, the buckets must be idle
   if (zero_ >= 2 && dp_ > 1) model_->set_param_hooks(nullptr);
 }
 
@@ -175,20 +176,43 @@ TrainerShard DataParallel::shard() const {
   return s;
 }
 
+Status DataParallel::complete(std::function<Status()> unpack, bool defer) {
+  pending_ = std::move(unpack);
+  return defer && comm_->can_defer() ? Status::ok() : finish();
+}
+
+Status DataParallel::finish() {
+  if (!pending_) return Status::ok();
+  std::function<Status()> unpack = std::move(pending_);
+  pending_ = nullptr;
+  if (Status s = comm_->fence(); !s) return s;
+  return unpack();
+}
+
+template <class F>
+Status DataParallel::collective(F&& f) {
+  const bool defer = comm_->can_defer();
+  if (defer) comm_->set_deferred(true);  // only this call: the model's and the runner's stay ordered
+  Status s = f();
+  if (defer) comm_->set_deferred(false);
+  return s;
+}
+
 Status DataParallel::sync_grads() {
   std::vector<ParamRef>& ps = model_->params();
+  if (Status s = finish(); !s) return s;  // the last unit's reduce-scatter (ZeRO 2, 3)
   if (dp_ == 1 || zero_ >= 2) return Status::ok();
-  // All-reduce, alternating the two buckets (so a backend that overlaps could pack one while
-  // the other is reduced; the NCCL one does not yet: nccl_communicator.h).
+  // All-reduce, alternating the two buckets, each completed at once (after the backward:
+  // nothing to overlap with but the packing of the next bucket).
   bool use_a = true;
   for (int64_t lo = 0; lo < n_; lo += bucket_elems_) {
     const int64_t hi = std::min(n_, lo + bucket_elems_);
     float* buf = (use_a ? a_ : b_).data<float>();
     use_a = !use_a;
     if (Status s = pack(*ops_, ps, lo, hi, buf, true); !s) return s;
-    if (Status s = comm_->all_reduce_sum(buf, hi - lo, DType::f32, Group::dp_cp); !s) return s;
+    if (Status s = collective([&] { return comm_->all_reduce_sum(buf, hi - lo, DType::f32, Group::dp_cp); }); !s) return s;
     ++buckets_;
-    if (Status s = unpack(*ops_, ps, lo, hi, buf, true); !s) return s;
+    if (Status s = complete([this, lo, hi, buf] { return unpack(*ops_, model_->params(), lo, hi, buf, true); }, false); !s) return s;
   }
   return Status::ok();
 }
@@ -209,7 +233,7 @@ void for_each_slice(const std::vector<int>& ids, const std::vector<int64_t>& chu
 }
 }  // namespace
 
-Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
+Status DataParallel::reduce_scatter(const std::vector<int>& ids, bool defer) {
   std::vector<ParamRef>& ps = model_->params();
   std::vector<int64_t> chunks;
   int64_t total = 0;
@@ -219,6 +243,7 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
   float* out = b_.data<float>();
   for (int64_t lo = 0; lo < total; lo += k_max) {
     const int64_t k = std::min(k_max, total - lo);
+    if (Status s = finish(); !s) return s;  // both buckets free, the previous result in place
     Status st = ops_->zero(in, k * dp_ * 4);
     for (int r = 0; r < dp_; ++r)
       for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
@@ -227,21 +252,31 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
         if (st) st = ops_->read_f32(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
       });
     if (!st) return st;
-    if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, Group::dp_cp); !s) return s;
+    if (Status s = collective([&] { return comm_->reduce_scatter_sum(in, out, k, DType::f32, Group::dp_cp); }); !s) return s;
     ++buckets_;
-    // The partition waits in the stash while the full gradient is in the model.
-    for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
-      Part& pt = parts_[static_cast<size_t>(i)];
-      if (st) st = ops_->add_f32(out + at, pt.gstash, off, clamp0(pt.count - off, c));
-    });
-    if (!st) return st;
+    // Added into the partition: in the stash while the full gradient is in the model (now,
+    // or when a later micro-batch's begin_grads moved it there), in the model after end_grads.
+    const bool last = lo + k >= total;
+    Status c = complete(
+        [this, ids, chunks, lo, k, out] {
+          std::vector<ParamRef>& ps = model_->params();
+          Status r = Status::ok();
+          for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+            Part& pt = parts_[static_cast<size_t>(i)];
+            Tensor& part = pt.gstash.defined() ? pt.gstash : *ps[static_cast<size_t>(i)].grad;
+            if (r) r = ops_->add_f32(out + at, part, off, clamp0(pt.count - off, c));
+          });
+          return r;
+        },
+        defer && last);
+    if (!c) return c;
   }
   return Status::ok();
 }
 
 // All-gathers the slices of `ids` into the model's full-size weights: from the stashed
 // partition (ZeRO-3), or from this rank's slice of the full weight (ZeRO 1-2, after the step).
-Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
+Status DataParallel::gather(const std::vector<int>& ids, bool from_partition, bool defer) {
   std::vector<ParamRef>& ps = model_->params();
   std::vector<int64_t> chunks;
   int64_t total = 0;
@@ -251,6 +286,7 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
   float* out = a_.data<float>();
   for (int64_t lo = 0; lo < total; lo += k_max) {
     const int64_t k = std::min(k_max, total - lo);
+    if (Status s = finish(); !s) return s;  // both buckets free, the previous result in place
     Status st = ops_->zero(in, k * 4);
     for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
       const Part& pt = parts_[static_cast<size_t>(i)];
@@ -260,27 +296,35 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition) {
       else st = ops_->read_f32(*ps[static_cast<size_t>(i)].weight, pt.lo + off, in + at, valid);
     });
     if (!st) return st;
-    if (Status s = comm_->all_gather(in, out, k, DType::f32, Group::dp_cp); !s) return s;
+    if (Status s = collective([&] { return comm_->all_gather(in, out, k, DType::f32, Group::dp_cp); }); !s) return s;
     ++buckets_;
-    for (int r = 0; r < dp_; ++r) {
-      if (r == rank_ && !from_partition) continue;  // already there
-      for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
-        const Part& pt = parts_[static_cast<size_t>(i)];
-        const int64_t e = r * pt.chunk + off;
-        if (st) st = ops_->write_f32(out + r * k + at, *ps[static_cast<size_t>(i)].weight, e, clamp0(pt.n - e, c));
-      });
-    }
-    if (!st) return st;
+    const bool last = lo + k >= total;
+    Status c = complete(
+        [this, ids, chunks, lo, k, out, from_partition] {
+          std::vector<ParamRef>& ps = model_->params();
+          Status w = Status::ok();
+          for (int r = 0; r < dp_; ++r) {
+            if (r == rank_ && !from_partition) continue;  // already there
+            for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+              const Part& pt = parts_[static_cast<size_t>(i)];
+              const int64_t e = r * pt.chunk + off;
+              if (w) w = ops_->write_f32(out + r * k + at, *ps[static_cast<size_t>(i)].weight, e, clamp0(pt.n - e, c));
+            });
+          }
+          return w;
+        },
+        defer && last);
+    if (!c) return c;
   }
   return Status::ok();
 }
 
 Status DataParallel::gather_weights() {
   if (zero_ == 0 || zero_ >= 3 || dp_ == 1) return Status::ok();
-  return gather(trainable_, false);
+  return gather(trainable_, false, false);
 }
 
-Status DataParallel::gather_unit(int unit) {
+Status DataParallel::gather_unit(int unit, bool defer) {
   if (unit < 0 || unit_gathered_[static_cast<size_t>(unit)]) return Status::ok();
   std::vector<ParamRef>& ps = model_->params();
   std::vector<int> todo;  // not already gathered by another unit (a tied embedding)
@@ -295,7 +339,7 @@ Status DataParallel::gather_unit(int unit) {
     todo.push_back(i);
   }
   unit_gathered_[static_cast<size_t>(unit)] = 1;
-  return gather(todo, true);
+  return gather(todo, true, defer);
 }
 
 void DataParallel::release_unit(int unit) {
@@ -311,11 +355,12 @@ void DataParallel::release_unit(int unit) {
 
 Status DataParallel::use_weights(int unit, int next) {
   if (zero_ < 3) return Status::ok();
-  if (Status s = gather_unit(unit); !s) return s;
-  // Prefetch: the next unit's all-gather is issued now, so a backend that overlaps could run
-  // it beside u's compute (the NCCL one does not yet); the memory held (current + next
-  // unit) is the same either way.
-  return gather_unit(next);
+  if (Status s = finish(); !s) return s;  // u's weights, prefetched by the previous call, in place
+  if (Status s = gather_unit(unit, false); !s) return s;
+  // Prefetch: the next unit's all-gather is issued now and, where the communicator can
+  // defer, runs beside u's compute (finished by the next call); the memory held (current +
+  // next unit) is the same either way.
+  return gather_unit(next, true);
 }
 
 void DataParallel::release_weights(int unit) {
@@ -338,17 +383,22 @@ Status DataParallel::begin_grads(int unit) {
 
 Status DataParallel::end_grads(int unit) {
   const std::vector<int>& ids = unit_grads_[static_cast<size_t>(unit)];
-  Status s = reduce_scatter(ids);
+  // Deferrable: the full gradients are read into the bucket before the collective, and the
+  // result is added into the partition by the next call that needs the buckets or the
+  // partitions (sync_grads before the optimizer) -- the next unit's backward runs meanwhile.
+  Status s = reduce_scatter(ids, true);
   std::vector<ParamRef>& ps = model_->params();
   for (int i : ids) *ps[static_cast<size_t>(i)].grad = std::move(parts_[static_cast<size_t>(i)].gstash);  // frees the full one
   return s;
 }
 
 Status DataParallel::unshard_weights() {
+  if (Status s = finish(); !s) return s;
   if (zero_ < 3 || dp_ == 1) return Status::ok();
   const size_t units = model_->units().size();
   for (size_t u = 0; u < units; ++u)
-    if (Status s = gather_unit(static_cast<int>(u)); !s) return s;
+    if (Status s = gather_unit(static_cast<int>(u), false); !s) return s;
+  if (Status s = finish(); !s) return s;
   // Keep the full tensors: drop the partitions and forget that the units were gathered.
   for (Part& pt : parts_) {
     pt.wstash.reset();

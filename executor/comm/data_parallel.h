@@ -26,10 +26,8 @@
 //              allocated, zeroed, in Category::gradients; when the unit's backward ends
 //              (end_grads) they are reduce-scattered bucket by bucket, added into the
 //              partition, and freed -- so every micro-batch's gradients are reduced while
-//              the backward goes on (blocking on the CPU; on a GPU the collective runs on
-//              the communication stream, but the compute stream still waits for it --
-//              no overlap yet, see executor/cuda/nccl_communicator.h). sync_grads is
-//              then a no-op. The planner counts that one unit's full gradient as a
+//              the backward goes on (overlap below). sync_grads then only completes the
+//              last one. The planner counts that one unit's full gradient as a
 //              backward-phase transient of the gradients line.
 //   ZeRO 3     weights persist only as this rank's partition (Category::weights).
 //              use_weights(u, next) all-gathers unit u (and prefetches `next`) into
@@ -39,10 +37,19 @@
 //              nothing is gathered after the step.
 //   ZeRO 1, 2  gather_weights after the optimizer step: bucketed all-gather of every rank's
 //              updated slices into every replica's full weights.
+// Overlap (a communicator that can_defer: NCCL's): a collective touches only the two
+// buckets, so the unpack of a unit's last reduce-scatter (ZeRO 2, 3) and of a prefetched
+// unit's all-gather (ZeRO 3) is left pending while the model computes on -- the next
+// unit's backward, the current unit's forward -- and done by the next call that needs the
+// buckets, the prefetched weights or the partitions (finish: fence, then unpack). Every
+// other collective is completed before its call returns. With MPI (blocking) nothing is
+// pending and the order of operations is the CPU's as it always was. One collective is in
+// flight at a time (each uses both buckets).
 // Thread-safety: none.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -87,9 +94,16 @@ class DataParallel final : public ParamHooks {
     Tensor gstash;      // ZeRO >= 2: the gradient partition while the full gradient is in the model
   };
   DataParallel() = default;
-  Status gather(const std::vector<int>& ids, bool from_partition);
-  Status reduce_scatter(const std::vector<int>& ids);
-  Status gather_unit(int unit);
+  // defer: the last bucket's unpack may stay pending (Communicator::can_defer).
+  Status gather(const std::vector<int>& ids, bool from_partition, bool defer);
+  Status reduce_scatter(const std::vector<int>& ids, bool defer);
+  Status gather_unit(int unit, bool defer);
+  // The unpack of the collective just issued: run now (after fence), or kept as pending_
+  // when `defer` and the communicator can defer. finish() runs a pending one after fence().
+  Status complete(std::function<Status()> unpack, bool defer);
+  Status finish();
+  template <class F>
+  Status collective(F&& f);  // f() with the communicator deferring where it can
   Status zero_tensor(Tensor& t);
   void release_unit(int unit);
 
@@ -105,6 +119,7 @@ class DataParallel final : public ParamHooks {
   std::vector<char> unit_gathered_;   // ZeRO-3, per unit
   std::vector<std::vector<int>> unit_grads_;  // per unit: its trainable params() indices
   Tensor a_, b_;  // the two f32 buckets
+  std::function<Status()> pending_;  // the deferred unpack of the last collective, if any
 };
 
 }  // namespace llmplan::exec

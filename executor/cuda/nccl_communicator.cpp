@@ -128,6 +128,9 @@ class NcclCommunicator final : public Communicator {
   Status wait_send(int handle) override { return handle < 0 ? Status::ok() : host_.wait_send(handle); }
   Status barrier(Group g) override { return host_.barrier(g); }
   void progress() override { host_.progress(); }
+  bool can_defer() const override { return true; }
+  void set_deferred(bool on) override { deferred_ = on; }
+  Status fence() override { return ctx_.order_after(ctx_.compute_stream(), ctx_.comm_stream()); }
 
  private:
   // The host communicator's plan, reconstructed from its group sizes (the layout needs
@@ -161,6 +164,7 @@ class NcclCommunicator final : public Communicator {
   Status run(Group g, F&& f) {
     if (Status s = ctx_.order_after(ctx_.comm_stream(), ctx_.compute_stream()); !s) return tag(s, g);
     if (Status s = f(comms_[static_cast<int>(g)]); !s) return tag(s, g);
+    if (deferred_) return Status::ok();  // the caller fences before it touches the buffers
     return tag(ctx_.order_after(ctx_.compute_stream(), ctx_.comm_stream()), g);
   }
 
@@ -179,6 +183,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<NcclComm> world_;
   std::vector<std::unique_ptr<NcclComm>> owned_;  // the split subgroups
   std::array<NcclComm*, kGroups> comms_{};         // per Group; nullptr: a group of one
+  bool deferred_ = false;                          // set_deferred: no compute wait after a call
 };
 
 }  // namespace

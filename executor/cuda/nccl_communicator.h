@@ -22,10 +22,11 @@
 // the compute stream waits for the communication stream, so kernels enqueued later read
 // the results, and buffers freed later are reused by the caching allocator only after the
 // collective (cuda_allocator.h's rule for memory used on another stream). Calls return
-// once enqueued. So the host never waits, but the GPU does not yet overlap a collective
-// with compute (the time model's DP/ZeRO overlap): that needs the compute stream to wait
-// only where it reads a result, and the allocator to know which blocks the communication
-// stream still uses. Point-to-point pairs by call order per peer (tags are ignored): each
+// once enqueued, so the host never waits. Overlap (Communicator::set_deferred, used by
+// DataParallel for ZeRO-2's reduce-scatter during backward and ZeRO-3's prefetch): while
+// deferred, the compute stream does not wait after the call; fence() makes it wait. The
+// deferred collectives touch only the caller's persistent buffers (the DP buckets), so
+// no freed block is still in use on the communication stream. Point-to-point pairs by call order per peer (tags are ignored): each
 // rank's stream keeps its program order, so a schedule that is deadlock-free with blocking
 // MPI send/recv is deadlock-free here. isend is such a send and returns -1 (complete as far
 // as the caller can tell: a later write of the buffer is stream-ordered after it).
