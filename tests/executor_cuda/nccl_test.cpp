@@ -3,7 +3,8 @@
 //                   collective and point-to-point call on device buffers against the values
 //                   it must produce, in every DType, on the NCCL world group and on a group
 //                   of one (the local copies); host buffers routed to the host communicator;
-//                   a mixed call refused; ordering against the compute stream.
+//                   a mixed call refused; ordering against the compute stream, and
+//                   deferred calls completed by fence().
 //   NcclDist.Dp2MatchesCpu  2 ranks, one GPU each, under mpirun: dp2 fp32 training runs on
 //                   --backend cuda over NCCL, ZeRO 0, 1, 2 and 3, each against the
 //                   single-process CPU run of the same global batch (losses within 1e-4
@@ -164,6 +165,29 @@ TEST(NcclWorld1, OrderedAgainstTheComputeStream) {
   for (const bf16_t& x : h) bad += x.bits != 0;
   EXPECT_EQ(bad, 0u);
   check(w.ctx->synchronize());
+}
+
+// Deferred (DataParallel's overlap): no compute wait after the call, fence() adds it.
+TEST(NcclWorld1, DeferredCollectivesCompleteAtTheFence) {
+  World1 w;
+  ASSERT_TRUE(w.nccl->can_defer());
+  const int64_t n = int64_t{1} << 22;
+  Result<Tensor> a = Tensor::empty(w.ctx->allocator(), Shape{n}, DType::f32, Category::workspace, "a");
+  Result<Tensor> b = Tensor::empty(w.ctx->allocator(), Shape{n}, DType::f32, Category::workspace, "b");
+  Result<Tensor> c = Tensor::empty(w.ctx->allocator(), Shape{n}, DType::bf16, Category::workspace, "c");
+  ASSERT_TRUE(a && b && c);
+  check(fill_bytes(*w.ctx, b->raw(), 0xFF, b->bytes()));
+  check(fill_bytes(*w.ctx, a->raw(), 0, a->bytes()));
+  w.nccl->set_deferred(true);
+  check(w.nccl->all_gather(a->raw(), b->raw(), n, DType::f32, Group::world));
+  w.nccl->set_deferred(false);
+  check(w.nccl->fence());
+  check(cast<float, bf16_t>(*w.ctx, b->data<float>(), c->data<bf16_t>(), n));
+  std::vector<bf16_t> h(static_cast<size_t>(n));
+  check(copy_to_host(*w.ctx, h.data(), c->raw(), c->bytes()));
+  size_t bad = 0;
+  for (const bf16_t& x : h) bad += x.bits != 0;
+  EXPECT_EQ(bad, 0u);
 }
 
 // ---- 2 ranks
