@@ -21,6 +21,9 @@
 #if LLMPLAN_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
 #endif
+#if LLMPLAN_HAVE_NCCL
+#include "executor/cuda/nccl_communicator.h"
+#endif
 #include "planner/calibration.h"
 #include "planner/units.h"
 #include "profiles/profile_store.h"
@@ -191,13 +194,36 @@ Runner register_execute(CLI::App* sub) {
       o.memory_limit = static_cast<int64_t>(*lim);
     }
     std::unique_ptr<exec::ExecBackend> device;
+    std::unique_ptr<exec::Communicator> nccl;  // destroyed before the device and the MPI communicator
     if (c->backend == "cuda") {
 #if LLMPLAN_HAVE_CUDA_BACKEND
-      if (comm) return report(Status::bad_input("--backend cuda: distributed runs and rank proxies are CPU-only so far; run without --proxy-rank"));
-      Result<std::unique_ptr<exec::ExecBackend>> b = exec::cuda::make_cuda_backend();
+      exec::cuda::CudaOptions co;
+      if (comm) {
+        // The same refusals predict_run makes, before a GPU and NCCL are set up for nothing.
+        if (Status s = exec::check_distributed_backend("cuda", f->model, f->plan, comm->modelled()); !s) return report(s);
+        // One GPU per rank: the rank's index among the node's MPI processes picks the device
+        // (MPI's shared-memory split; the launcher's variable where that is unavailable).
+        int local = exec::mpi_node_local_rank();
+        if (local < 0) local = exec::launcher_local_rank();
+        Result<int> dev = exec::cuda::device_for_local_rank(local, exec::cuda::probe_devices().count);
+        if (!dev) return report(dev.status().with_context("rank " + std::to_string(my_rank)));
+        co.device = *dev;
+      }
+      Result<std::unique_ptr<exec::ExecBackend>> b = exec::cuda::make_cuda_backend(co);
       if (!b) return report(b.status());
       device = std::move(*b);
       o.device_backend = device.get();
+      if (comm) {
+#if LLMPLAN_HAVE_NCCL
+        Result<std::unique_ptr<exec::Communicator>> nc = exec::cuda::create_nccl_communicator(*exec::cuda::context_of(*device), *comm);
+        if (!nc) return report(nc.status());
+        nccl = std::move(*nc);
+        o.comm = nccl.get();
+#else
+        return report(Status::bad_input("--backend cuda with " + std::to_string(world) + " ranks: this llmplan was built without "
+                                        "NCCL (cmake found no nccl.h / libnccl); rebuild with NCCL or use --backend cpu"));
+#endif
+      }
 #else
       return report(Status::bad_input("--backend cuda: this llmplan was built without the CUDA toolkit (cmake said "
                                       "'CUDA parts off'); rebuild where nvcc is on PATH"));
@@ -221,7 +247,7 @@ Runner register_execute(CLI::App* sub) {
     rec.plan_json = plan_file_to_json(*f, estimate_memory(f->model, f->cluster, f->job, f->plan),
                                       estimate_time(f->model, f->cluster, f->job, f->plan)).dump();
     rec.model = f->model.name + (c->layers > 0 && c->layers != f->model.layers ? " (" + std::to_string(c->layers) + " layers)" : "");
-    rec.hardware = (device ? device->device_name() : cpu_name()) + (comm && !comm->modelled() ? " x" + std::to_string(world) + " ranks (mpi)" : "") +
+    rec.hardware = (device ? device->device_name() : cpu_name()) + (comm && !comm->modelled() ? " x" + std::to_string(world) + " ranks (" + (nccl ? "nccl" : "mpi") + ")" : "") +
                    (c->proxy_rank >= 0 ? " (proxy of rank " + std::to_string(c->proxy_rank) + ")" : "");
     rec.host = host_name();
     rec.backend = c->backend;

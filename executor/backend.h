@@ -14,6 +14,7 @@
 #include <string>
 
 #include "executor/allocator.h"
+#include "executor/comm/bucket_ops.h"
 #include "executor/model.h"
 #include "executor/trainer.h"
 #include "planner/status.h"
@@ -43,6 +44,9 @@ class ExecBackend {
   // Waits for all queued work; returns the first asynchronous error (step timing ends here).
   virtual Status synchronize() = 0;
   virtual DeviceMemoryLines device_memory() = 0;
+  // How the data-parallel buckets move this backend's memory (comm/bucket_ops.h);
+  // nullptr: host memory (the default, the CPU).
+  virtual BucketOps* bucket_ops() { return nullptr; }
 };
 
 // The host backend: CpuAllocator, build_model, Trainer::create.

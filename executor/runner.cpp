@@ -217,6 +217,40 @@ class CpuBackend final : public ExecBackend {
 
 std::unique_ptr<ExecBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
+Status check_distributed_backend(const std::string& backend, const ParallelPlan& p, bool modelled) {
+  if (backend != "cuda") return Status::ok();
+  const std::string why = "--backend cuda runs data parallel (dp, ZeRO 0-3) over NCCL so far; ";
+  if (modelled)
+    return Status::bad_input(why + "a rank proxy (--proxy-rank) moves host memory in its stand-in collectives: run it with "
+                                   "--backend cpu");
+  if (p.tp > 1)
+    return Status::bad_input(why + "plan.tp " + std::to_string(p.tp) +
+                             ": the vocabulary-parallel embedding and cross-entropy are CPU-only; set plan.tp 1 or use --backend cpu");
+  if (p.pp > 1)
+    return Status::bad_input(why + "plan.pp " + std::to_string(p.pp) +
+                             ": the CUDA model builds no pipeline stages (one set of device batch buffers); set plan.pp 1 or "
+                             "use --backend cpu");
+  if (p.cp > 1)
+    return Status::bad_input(why + "plan.cp " + std::to_string(p.cp) +
+                             ": context-parallel attention is CPU-only; set plan.cp 1 or use --backend cpu");
+  if (p.ep > 1)
+    return Status::bad_input(why + "plan.ep " + std::to_string(p.ep) +
+                             ": expert parallel needs MoE layers, which the CUDA model does not have; set plan.ep 1 or "
+                             "use --backend cpu");
+  return Status::ok();
+}
+
+Status check_distributed_backend(const std::string& backend, const ModelSpec& model, const ParallelPlan& p, bool modelled) {
+  if (Status s = check_distributed_backend(backend, p, modelled); !s) return s;
+  // build_cuda_model refuses MoE too, but only after every rank has picked a GPU and joined
+  // NCCL; refusing here names the cause before any of that (and on every rank alike).
+  if (backend == "cuda" && model.moe.enabled())
+    return Status::bad_input("--backend cuda runs data parallel (dp, ZeRO 0-3) over NCCL so far; model " + model.name +
+                             " is a mixture of experts, and MoE layers (routing, dispatch, expert parallel) run on the CPU "
+                             "backend only: use --backend cpu");
+  return Status::ok();
+}
+
 Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   if (o.backend != "cpu" && o.backend != "cuda") return Status::bad_input("--backend: expected cpu or cuda, got '" + o.backend + "'");
   if (o.steps < 1 || o.warmup < 0) return Status::bad_input("--steps must be >= 1 and --warmup >= 0");
@@ -227,10 +261,8 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   r.original = f;
   const ParallelPlan& fp = f.plan;
   const Communicator* comm = o.comm && fp.world_size() > 1 ? o.comm : nullptr;
-  if (comm && o.backend == "cuda")
-    return Status::bad_input("--backend cuda runs the single-rank equivalent of a plan so far; distributed runs and rank "
-                             "proxies (--proxy-rank) are CPU-only");
   if (comm) {
+    if (Status s = check_distributed_backend(o.backend, f.model, fp, comm->modelled()); !s) return s;
     if (fp.ep > 1 && (fp.pp > 1 || fp.tp > 1))
       return Status::bad_input("distributed executor: expert parallel (ep " + std::to_string(fp.ep) +
                                ") runs with data and context parallel and ZeRO so far; this plan has tp" + std::to_string(fp.tp) +
@@ -355,7 +387,8 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   std::optional<TrainerShard> shard;
   // Parameters are replicated over DP x CP: both sum gradients and ZeRO partitions over them.
   if (comm && e.plan.dp * e.plan.cp > 1) {  // TP-only plans have no DP group to synchronise
-    Result<std::unique_ptr<DataParallel>> d = DataParallel::create(alloc, **model, *o.comm, e.plan.zero, o.bucket_bytes);
+    Result<std::unique_ptr<DataParallel>> d = DataParallel::create(alloc, **model, *o.comm, e.plan.zero, o.bucket_bytes,
+                                                                       backend->bucket_ops());
     if (!d) return fail_oom(d.status(), Where{Phase::other, -1, "data-parallel buckets"});
     dpar = std::move(*d);
     if (e.plan.zero >= 1) shard = dpar->shard();

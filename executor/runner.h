@@ -72,10 +72,13 @@ struct RunOptions {
   ModelOptions model;
   std::function<void(int step, int total, bool warmup, double loss, double time_s, double tokens_per_s)> on_step;
   // Distributed (world size > 1): this rank's communicator -- an MpiCommunicator, or a
-  // LocalCommunicator for a rank proxy. nullptr: the single-rank equivalent runs (above).
+  // LocalCommunicator for a rank proxy; on the CUDA backend an NcclCommunicator over the
+  // device backend's context (check_distributed_backend says what runs there).
+  // nullptr: the single-rank equivalent runs (above).
   // Implemented so far: data parallel with ZeRO 0-3 (comm/data_parallel.h), tensor parallel with or without
   // SP (model.h), pipeline parallel with GPipe, 1F1B and interleaved 1F1B (vpp > 1)
-  // (comm/pipeline.h); cp = ep = 1.
+  // (comm/pipeline.h), context parallel, and expert parallel (ep > 1, MoE) with data and
+  // context parallel and ZeRO (tp = pp = 1).
   Communicator* comm = nullptr;
   int64_t bucket_bytes = 25 * 1024 * 1024;  // DP bucket (also the prediction's dp_bucket_bytes). Default: 25 MiB
   std::function<void(Model&)> on_done;      // tests: called with the trained model (ZeRO-3: gathered whole) before teardown
@@ -126,6 +129,17 @@ struct RunReport {
   Where oom_where;
   std::vector<std::string> fixes;  // planner explain: fitting changes first
 };
+
+// Whether `backend` ("cpu", "cuda") runs `plan` distributed over a real (modelled = false)
+// or modelled (a rank proxy) communicator. The CPU runs everything run_plan implements.
+// The CUDA backend runs data parallel with ZeRO 0-3 over NCCL, one GPU per rank; the rest
+// is refused (bad_input naming the plan field): tp (the vocabulary-parallel embedding and
+// cross-entropy are host loops), pp and cp (the CUDA model builds neither), ep (no MoE
+// kernels), and rank proxies (LocalCommunicator moves host memory).
+Status check_distributed_backend(const std::string& backend, const ParallelPlan& plan, bool modelled);
+// The same, plus the model: the CUDA backend also refuses a mixture-of-experts model (the
+// CUDA model has no MoE kernels; bad_input naming the model and MoE), whatever plan.ep is.
+Status check_distributed_backend(const std::string& backend, const ModelSpec& model, const ParallelPlan& plan, bool modelled);
 
 // Builds the model and trainer, runs warmup + steps, measures and compares. Errors: see top.
 Result<RunReport> run_plan(const PlanFile& plan, const RunOptions& options);

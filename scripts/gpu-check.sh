@@ -6,16 +6,16 @@
 # Two modes:
 #   scripts/gpu-check.sh --prepare [BUILD_DIR]   HERE, on the build machine (no GPU needed).
 #       Packs BUILD_DIR's (default build) executor_cuda_tests, llmplan_cuda_peak and, when
-#       built, the llmplan CLI -- stripped -- with every shared library they need except
-#       glibc's, libstdc++/libgcc_s (the GPU image's are newer) and CUDA's own (cuBLAS,
-#       NCCL: found there), into BUILD_DIR/gpu-bundle/bundle.tar.xz (about 10 MB;
+#       built, executor_cuda_nccl_tests and the llmplan CLI -- stripped -- with every
+#       shared library they need except glibc's, libstdc++/libgcc_s (the GPU image's are
+#       newer) and CUDA's own (cuBLAS, NCCL: found there), into BUILD_DIR/gpu-bundle/bundle.tar.xz (about 25 MB;
 #       OpenBLAS alone is 36 MB unpacked).
 #   scripts/gpu-check.sh [BUNDLE_DIR]            THERE, from the repository root: runs the
 #       check from BUNDLE_DIR (default build/gpu-bundle) and writes ${OUT:-results}/.
 #
 # Build here, then prepare (the steps a session runs before its device call):
 #   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
-#   cmake --build build -j2 --target executor_cuda_tests llmplan_cuda_peak llmplan
+#   cmake --build build -j2 --target executor_cuda_tests executor_cuda_nccl_tests llmplan_cuda_peak llmplan
 #   scripts/gpu-check.sh --prepare
 # and run it with the device tool, carrying only the bundle:
 #   run(command="bash scripts/gpu-check.sh", carry=["build/gpu-bundle"], timeout_s=600)
@@ -28,6 +28,8 @@
 #      wheels' nvidia/*/lib via `python3 -c 'import nvidia'`, then find /); LD_LIBRARY_PATH
 #   2. nvidia-smi and ldd of every binary, before anything else runs
 #   3. executor_cuda_tests (every CUDA op against its CPU twin): log and JUnit XML
+#   3b. executor_cuda_nccl_tests: the NCCL communicator's 1-rank collectives; with >= 2 GPUs
+#      also the 2-rank dp2 run (mpirun, one GPU per rank) against the CPU
 #   4. llmplan_cuda_peak: measured bf16 GEMM peak (8192^3, cuBLASLt) and copy bandwidth
 #   5. training benchmark with `llmplan execute --backend cuda`: GPT-2 124M (1 GPU) and the
 #      single-rank equivalent of a llama2-7b dp8 plan with --layers 4; tokens/s, MFU against
@@ -47,11 +49,12 @@ if [ "${1:-}" = "--prepare" ]; then
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib"
   bins=()
-  for b in tests/executor_cuda/executor_cuda_tests executor/cuda/llmplan_cuda_peak cli/llmplan; do
+  for b in tests/executor_cuda/executor_cuda_tests executor/cuda/llmplan_cuda_peak cli/llmplan \
+    tests/executor_cuda/executor_cuda_nccl_tests; do
     if [ -x "$build/$b" ]; then
       bins+=("$build/$b")
       strip -o "$stage/bin/$(basename "$b")" "$build/$b" || cp "$build/$b" "$stage/bin/"
-    elif [ "$b" != cli/llmplan ]; then
+    elif [ "$b" != cli/llmplan ] && [ "$b" != tests/executor_cuda/executor_cuda_nccl_tests ]; then
       echo "gpu-check --prepare: $build/$b is missing: build it first (see the top of this script)" >&2
       exit 1
     fi
@@ -99,7 +102,8 @@ if [ -f "$bundle/bundle.tar.xz" ]; then
 else
   say "no $bundle/bundle.tar.xz: using the build tree's binaries directly (no carried libraries)"
   mkdir -p "$root/bin" "$root/lib"
-  for b in build/tests/executor_cuda/executor_cuda_tests build/executor/cuda/llmplan_cuda_peak build/cli/llmplan; do
+  for b in build/tests/executor_cuda/executor_cuda_tests build/executor/cuda/llmplan_cuda_peak build/cli/llmplan \
+    build/tests/executor_cuda/executor_cuda_nccl_tests; do
     [ -x "$b" ] && ln -s "$PWD/$b" "$root/bin/"
   done
 fi
@@ -162,7 +166,7 @@ elif [ -n "${LLMPLAN_CHECK_SKIP_TESTS:-}" ]; then
   row "executor_cuda_tests" "skipped" 0 "LLMPLAN_CHECK_SKIP_TESTS set"
 else
   say "== executor_cuda_tests"
-  run_env timeout $(($(left) - 200 > 60 ? $(left) - 200 : 60)) "$bin/executor_cuda_tests" \
+  run_env timeout $(($(left) - 260 > 60 ? $(left) - 260 : 60)) "$bin/executor_cuda_tests" \
     --gtest_output="xml:$out/tests.xml" >"$out/tests.log" 2>&1
   rc=$?
   cat "$out/tests.log" >>"$log"
@@ -177,6 +181,41 @@ else
   esac
   row "executor_cuda_tests" "$status" $((SECONDS - t0)) "passed ${passed:-0}, failed ${failed:-0}; $seed"
   grep -E '^\[  FAILED  \]' "$out/tests.log" | sort -u | tee -a "$log"
+fi
+
+# 3b. The NCCL communicator (tests/executor_cuda/nccl_test.cpp): a 1-rank communicator's
+# collectives always; with >= 2 GPUs also the 2-rank dp2 training run under mpirun against
+# the CPU (the test starts mpirun itself and skips, saying why, when there is none).
+t0=$SECONDS
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ ! -x "$bin/executor_cuda_nccl_tests" ]; then
+  row "executor_cuda_nccl_tests" "skipped" 0 "not in the bundle (built without NCCL)"
+elif [ "$(left)" -lt 60 ]; then
+  row "executor_cuda_nccl_tests" "skipped" 0 "no time left"
+else
+  filter='NcclWorld1.*'
+  limit=60
+  if [ "${gpus:-0}" -ge 2 ] && [ "$(left)" -ge 240 ]; then
+    filter='NcclWorld1.*:NcclDist.*'
+    limit=180
+  fi
+  say "== executor_cuda_nccl_tests ($filter; $gpus GPU(s))"
+  run_env timeout "$limit" "$bin/executor_cuda_nccl_tests" --gtest_filter="$filter" \
+    --gtest_output="xml:$out/nccl_tests.xml" >"$out/nccl_tests.log" 2>&1
+  rc=$?
+  cat "$out/nccl_tests.log" >>"$log"
+  passed=$(grep -o '\[  PASSED  \] [0-9]* test' "$out/nccl_tests.log" | grep -o '[0-9]*' | head -1)
+  failed=$(grep -o '\[  FAILED  \] [0-9]* test' "$out/nccl_tests.log" | grep -o '[0-9]*' | head -1)
+  skipped=$(grep -o '\[  SKIPPED \] [0-9]* test' "$out/nccl_tests.log" | grep -o '[0-9]*' | head -1)
+  case $rc in
+    0) status=ok ;;
+    77) status="skipped (no device)" ;;
+    124) status="TIMEOUT" ;;
+    *) status="FAIL (rc $rc)" ;;
+  esac
+  row "executor_cuda_nccl_tests" "$status" $((SECONDS - t0)) \
+    "$filter: passed ${passed:-0}, failed ${failed:-0}, skipped ${skipped:-0}"
+  grep -E '^\[  (FAILED|SKIPPED) \]|^step [0-9]+:' "$out/nccl_tests.log" | sort -u | tee -a "$log"
 fi
 
 # 4. Measured peaks.

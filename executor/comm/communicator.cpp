@@ -36,6 +36,25 @@ const char* to_string(Group g) {
   return "?";
 }
 
+GroupSplit group_split(const ParallelPlan& p, const RankCoords& k, Group g) {
+  switch (g) {
+    case Group::world: return {0, rank_of(p, k)};
+    case Group::tp: return {(k.pp * p.dp + k.dp) * p.cp + k.cp, k.tp};
+    case Group::cp: return {(k.pp * p.dp + k.dp) * p.tp + k.tp, k.cp};
+    case Group::dp: return {(k.pp * p.cp + k.cp) * p.tp + k.tp, k.dp};
+    case Group::pp: return {(k.dp * p.cp + k.cp) * p.tp + k.tp, k.pp};
+    case Group::dp_cp: return {k.pp * p.tp + k.tp, k.dp * p.cp + k.cp};
+    case Group::ep:
+    case Group::edp: {
+      // The EP layout (communicator.h): q = the dp_cp index, cut into dp*cp/ep blocks of ep.
+      const int ep = std::max(1, p.ep), q = k.dp * p.cp + k.cp, blocks = p.dp * p.cp / ep;
+      if (g == Group::ep) return {(k.pp * p.tp + k.tp) * blocks + q / ep, q % ep};
+      return {(k.pp * p.tp + k.tp) * ep + q % ep, q / ep};
+    }
+  }
+  return {};
+}
+
 LocalCommunicator::LocalCommunicator(const ParallelPlan& plan, int rank)
     : plan_(plan), c_(coords_of(plan, rank)), rank_(rank), world_(plan.world_size()) {}
 
@@ -99,6 +118,16 @@ int launcher_world_size() {
     }
   }
   return 0;
+}
+
+int launcher_local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* s = std::getenv(v); s && *s) {
+      if (std::strcmp(v, "SLURM_LOCALID") == 0 && !std::getenv("SLURM_STEP_ID")) continue;  // as launcher_world_size
+      return std::atoi(s);
+    }
+  }
+  return -1;
 }
 
 std::string launch_command(int world, const std::string& plan_path, const std::string& extra_args) {

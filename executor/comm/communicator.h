@@ -17,7 +17,8 @@
 //                     out = in, as if every peer sent what this rank sends; broadcast,
 //                     barrier: nothing; recv: zeros), so memory and compute are the rank's
 //                     real ones; the traffic is only modelled (modelled() is true).
-//   NcclCommunicator  (CUDA issue) the same interface over NCCL.
+//   NcclCommunicator  (executor/cuda/nccl_communicator.h) the same interface over NCCL for
+//                     device buffers, one GPU per rank.
 // Counts are elements of `dtype`; buffers are host memory for the CPU backend. Sums are
 // element-wise in the dtype (f32 sums in f32). Errors: runtime Status carrying the MPI
 // message; a peer that died surfaces as such an error or as the watchdog (see MpiCommunicator).
@@ -56,6 +57,20 @@ RankCoords coords_of(const ParallelPlan& plan, int rank);
 enum class Group : uint8_t { world, tp, cp, dp, pp, dp_cp, ep, edp };
 const char* to_string(Group g);  // "world", "tp", "cp", "dp", "pp", "dp_cp", "ep", "edp"
 inline constexpr int kGroups = 8;
+inline constexpr Group kSubgroups[] = {Group::tp, Group::cp, Group::dp, Group::pp, Group::dp_cp, Group::ep, Group::edp};
+
+// How group g is cut out of the world (MPI_Comm_split, ncclCommSplit): ranks with equal
+// colour form one group, ordered by key. colour = the coordinates other than g's (so two
+// ranks share a group exactly when they differ only in g's coordinates), key = the rank's
+// index in g. ep / edp: the coordinates are (tp, pp, q / ep, q % ep) with q the dp_cp index
+// (the layout above), so ep's colour is (tp, pp, q / ep), key q % ep, and edp's colour is
+// (tp, pp, q % ep), key q / ep. Group::world: colour 0, key = world rank.
+// REQUIRES: c is a rank of plan; plan.ep (>= 1, 0 read as 1) divides dp * cp.
+struct GroupSplit {
+  int colour = 0, key = 0;
+  bool operator==(const GroupSplit&) const = default;
+};
+GroupSplit group_split(const ParallelPlan& plan, const RankCoords& c, Group g);
 
 class Communicator {
  public:
@@ -102,6 +117,17 @@ class Communicator {
   // The caller made progress (a step finished); resets the watchdog. No-op by default.
   virtual void progress() {}
 
+  // Overlap with compute (a GPU's communication stream). By default every collective's
+  // result is there for whatever the caller does next. A communicator that can_defer()
+  // may, while set_deferred(true), leave device buffers of the collectives issued then
+  // in flight: the caller's later device work may run beside them, and must not read
+  // their outputs or overwrite their inputs before fence() (after which it sees every
+  // collective issued before the call). Host buffers are always complete on return.
+  // Default (MPI, local): nothing to defer; set_deferred and fence do nothing.
+  virtual bool can_defer() const { return false; }
+  virtual void set_deferred(bool on) { (void)on; }
+  virtual Status fence() { return Status::ok(); }
+
   RankCoords coords() const { return {rank(Group::tp), rank(Group::cp), rank(Group::dp), rank(Group::pp)}; }
 };
 
@@ -136,6 +162,10 @@ class LocalCommunicator final : public Communicator {
 // World size the launcher started this process with, from the environment
 // (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_SIZE, SLURM_NTASKS under srun); 0 = not launched by one.
 int launcher_world_size();
+// This process's rank among the launcher's processes on this node, from the environment
+// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK, SLURM_LOCALID under
+// srun); -1 = not known. One GPU per rank: the CUDA device ordinal.
+int launcher_local_rank();
 // The exact command that runs `plan_path` on `world` processes with OpenMPI here
 // (root needs --allow-run-as-root; --oversubscribe when world exceeds the cores):
 //   mpirun --allow-run-as-root --oversubscribe -np 8 llmplan execute best.json

@@ -25,41 +25,71 @@ void for_each_piece(std::vector<ParamRef>& params, const std::vector<int>& ids, 
   }
 }
 
-// t[off, off + n) += in, in the tensor's dtype after an f32 sum (a 16-bit partition rounds
-// once per micro-batch, as a 16-bit gradient accumulating in place does).
-void add_into(const float* in, Tensor& t, int64_t off, int64_t n) {
-  if (n <= 0) return;
-  if (t.dtype() == DType::f32) {
-    float* g = t.data<float>() + off;
-    for (int64_t i = 0; i < n; ++i) g[i] += in[i];
-    return;
-  }
-  constexpr int64_t kChunk = 1024;
-  float tmp[kChunk];
-  for (int64_t at = 0; at < n; at += kChunk) {
-    const int64_t c = std::min(kChunk, n - at);
-    read_f32(t, off + at, tmp, c);
-    for (int64_t i = 0; i < c; ++i) tmp[i] += in[at + i];
-    write_f32(tmp, t, off + at, c);
-  }
-}
-
 // Packs flat [lo, hi) of grads (or weights) into buf (zeros beyond N), or unpacks it.
-void pack(std::vector<ParamRef>& ps, const std::vector<int>& ids, int64_t lo, int64_t hi, float* buf, bool grads) {
-  std::memset(buf, 0, static_cast<size_t>(hi - lo) * 4);
-  for_each_piece(ps, ids, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { read_f32(grads ? *p.grad : *p.weight, off, buf + at, c); });
+Status pack(BucketOps& ops, std::vector<ParamRef>& ps, const std::vector<int>& ids, int64_t lo, int64_t hi, float* buf, bool grads) {
+  if (Status s = ops.zero(buf, (hi - lo) * 4); !s) return s;
+  Status st = Status::ok();
+  for_each_piece(ps, ids, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) {
+    if (st) st = ops.read_f32(grads ? *p.grad : *p.weight, off, buf + at, c);
+  });
+  return st;
 }
-void unpack(std::vector<ParamRef>& ps, const std::vector<int>& ids, int64_t lo, int64_t hi, const float* buf, bool grads) {
-  for_each_piece(ps, ids, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) { write_f32(buf + at, grads ? *p.grad : *p.weight, off, c); });
+Status unpack(BucketOps& ops, std::vector<ParamRef>& ps, const std::vector<int>& ids, int64_t lo, int64_t hi, const float* buf, bool grads) {
+  Status st = Status::ok();
+  for_each_piece(ps, ids, lo, hi, [&](ParamRef& p, int64_t off, int64_t c, int64_t at) {
+    if (st) st = ops.write_f32(buf + at, grads ? *p.grad : *p.weight, off, c);
+  });
+  return st;
 }
 
 int64_t clamp0(int64_t x, int64_t hi) { return std::max<int64_t>(0, std::min(x, hi)); }
 
 }  // namespace
 
+// ---- HostBucketOps
+
+Status HostBucketOps::zero(void* p, int64_t bytes) {
+  if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
+  return Status::ok();
+}
+Status HostBucketOps::read_f32(const Tensor& t, int64_t off, float* out, int64_t n) {
+  exec::read_f32(t, off, out, n);
+  return Status::ok();
+}
+Status HostBucketOps::write_f32(const float* in, Tensor& t, int64_t off, int64_t n) {
+  exec::write_f32(in, t, off, n);
+  return Status::ok();
+}
+// A 16-bit partition rounds once per micro-batch, as a 16-bit gradient accumulating in
+// place does.
+Status HostBucketOps::add_f32(const float* in, Tensor& t, int64_t off, int64_t n) {
+  if (n <= 0) return Status::ok();
+  if (t.dtype() == DType::f32) {
+    float* g = t.data<float>() + off;
+    for (int64_t i = 0; i < n; ++i) g[i] += in[i];
+    return Status::ok();
+  }
+  constexpr int64_t kChunk = 1024;
+  float tmp[kChunk];
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t c = std::min(kChunk, n - at);
+    exec::read_f32(t, off + at, tmp, c);
+    for (int64_t i = 0; i < c; ++i) tmp[i] += in[at + i];
+    exec::write_f32(tmp, t, off + at, c);
+  }
+  return Status::ok();
+}
+Status HostBucketOps::copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return Status::ok();
+}
+
+// ---- DataParallel
+
 Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& alloc, Model& model, Communicator& comm, int zero,
-                                                           int64_t bucket_bytes) {
+                                                           int64_t bucket_bytes, BucketOps* ops) {
   std::unique_ptr<DataParallel> d(new DataParallel());
+  d->ops_ = ops != nullptr ? ops : &d->host_ops_;
   d->alloc_ = &alloc;
   d->model_ = &model;
   d->comm_ = &comm;
@@ -90,9 +120,10 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
   // evenly (edp's size divides dp_cp's).
   d->bucket_elems_ = std::max<int64_t>(d->dp_, bucket_bytes / 4 / d->dp_ * d->dp_);
   for (Tensor* t : {&d->a_, &d->b_}) {
-    Result<Tensor> r = Tensor::zeros(alloc, Shape{d->bucket_elems_}, DType::f32, Category::communication, "dp.bucket");
+    Result<Tensor> r = Tensor::empty(alloc, Shape{d->bucket_elems_}, DType::f32, Category::communication, "dp.bucket");
     if (!r) return r.status();
     *t = std::move(*r);
+    if (Status s = d->ops_->zero(t->raw(), t->bytes()); !s) return s;
   }
   if (zero < 2 || d->dp_ == 1) return d;
   // Shrink to the partition: the model was built full-size (its initialisation draws the
@@ -101,16 +132,19 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
     Part& pt = d->parts_[i];
     ParamRef& p = ps[i];
     if (p.grad) {
-      Result<Tensor> g = Tensor::zeros(alloc, Shape{pt.count}, p.grad->dtype(), Category::gradients, p.name + ".grad.partition");
+      Result<Tensor> g = Tensor::empty(alloc, Shape{pt.count}, p.grad->dtype(), Category::gradients, p.name + ".grad.partition");
       if (!g) return g.status();
       *p.grad = std::move(*g);
+      if (Status s = d->zero_tensor(*p.grad); !s) return s;
     }
     if (zero >= 3) {
       Result<Tensor> w = Tensor::empty(alloc, Shape{pt.count}, p.weight->dtype(), Category::weights, p.name + ".partition");
       if (!w) return w.status();
       if (pt.count > 0)
-        std::memcpy(w->raw(), static_cast<const char*>(p.weight->raw()) + pt.lo * dtype_size(p.weight->dtype()),
-                    static_cast<size_t>(w->bytes()));
+        if (Status s = d->ops_->copy(w->raw(), static_cast<const char*>(p.weight->raw()) + pt.lo * dtype_size(p.weight->dtype()),
+                                     w->bytes());
+            !s)
+          return s;
       *p.weight = std::move(*w);
     }
   }
@@ -124,7 +158,11 @@ Result<std::unique_ptr<DataParallel>> DataParallel::create(TrackingAllocator& al
   return d;
 }
 
+// Tensor::zeros memsets on the host; a device tensor is zeroed through the ops.
+Status DataParallel::zero_tensor(Tensor& t) { return ops_->zero(t.raw(), t.bytes()); }
+
 DataParallel::~DataParallel() {
+  if (pending_) (void)comm_->fence();  // an unfinished step: its result is not needed, the buckets must be idle
   if (zero_ >= 2 && dp_ > 1) model_->set_param_hooks(nullptr);
 }
 
@@ -146,11 +184,35 @@ TrainerShard DataParallel::shard() const {
   return s;
 }
 
+Status DataParallel::complete(std::function<Status()> unpack, bool defer) {
+  pending_ = std::move(unpack);
+  return defer && comm_->can_defer() ? Status::ok() : finish();
+}
+
+Status DataParallel::finish() {
+  if (!pending_) return Status::ok();
+  std::function<Status()> unpack = std::move(pending_);
+  pending_ = nullptr;
+  if (Status s = comm_->fence(); !s) return s;
+  return unpack();
+}
+
+template <class F>
+Status DataParallel::collective(F&& f) {
+  const bool defer = comm_->can_defer();
+  if (defer) comm_->set_deferred(true);  // only this call: the model's and the runner's stay ordered
+  Status s = f();
+  if (defer) comm_->set_deferred(false);
+  return s;
+}
+
 Status DataParallel::sync_grads() {
   std::vector<ParamRef>& ps = model_->params();
+  if (Status s = finish(); !s) return s;  // the last unit's reduce-scatter (ZeRO 2, 3)
   if (dp_ == 1 || zero_ >= 2) return Status::ok();
-  // All-reduce, alternating the two buckets (a real backend overlaps one with packing the
-  // other); expert parameters (ep > 1) over the ranks holding the same experts.
+  // All-reduce, alternating the two buckets, each completed at once (after the backward:
+  // nothing to overlap with but the packing of the next bucket); expert parameters (ep > 1)
+  // over the ranks holding the same experts (edp), the rest over dp_cp.
   bool use_a = true;
   for (const GroupShare& gs : groups_) {
     if (gs.size == 1) continue;
@@ -158,10 +220,12 @@ Status DataParallel::sync_grads() {
       const int64_t hi = std::min(gs.n, lo + bucket_elems_);
       float* buf = (use_a ? a_ : b_).data<float>();
       use_a = !use_a;
-      pack(ps, gs.ids, lo, hi, buf, true);
-      if (Status s = comm_->all_reduce_sum(buf, hi - lo, DType::f32, gs.group); !s) return s;
+      if (Status s = pack(*ops_, ps, gs.ids, lo, hi, buf, true); !s) return s;
+      if (Status s = collective([&] { return comm_->all_reduce_sum(buf, hi - lo, DType::f32, gs.group); }); !s) return s;
       ++buckets_;
-      unpack(ps, gs.ids, lo, hi, buf, true);
+      if (Status s = complete([this, &gs, lo, hi, buf] { return unpack(*ops_, model_->params(), gs.ids, lo, hi, buf, true); }, false);
+          !s)
+        return s;
     }
   }
   return Status::ok();
@@ -190,16 +254,17 @@ std::vector<int> DataParallel::in_group(const std::vector<int>& ids, int group) 
   return v;
 }
 
-Status DataParallel::reduce_scatter(const std::vector<int>& ids) {
-  for (int g = 0; g < 2; ++g) {
-    const std::vector<int> mine = in_group(ids, g);
-    if (!mine.empty())
-      if (Status s = reduce_scatter(mine, g); !s) return s;
-  }
+Status DataParallel::reduce_scatter(const std::vector<int>& ids, bool defer) {
+  // The non-expert group first, then the expert one; only the very last bucket's unpack may
+  // stay pending (the expert group's first bucket finishes the other group's last one).
+  const std::vector<int> mine[2] = {in_group(ids, 0), in_group(ids, 1)};
+  for (int g = 0; g < 2; ++g)
+    if (!mine[g].empty())
+      if (Status s = reduce_scatter(mine[g], g, defer && (g == 1 || mine[1].empty())); !s) return s;
   return Status::ok();
 }
 
-Status DataParallel::reduce_scatter(const std::vector<int>& ids, int group) {
+Status DataParallel::reduce_scatter(const std::vector<int>& ids, int group, bool defer) {
   std::vector<ParamRef>& ps = model_->params();
   const int dp = groups_[group].size;
   std::vector<int64_t> chunks;
@@ -210,20 +275,33 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids, int group) {
   float* out = b_.data<float>();
   for (int64_t lo = 0; lo < total; lo += k_max) {
     const int64_t k = std::min(k_max, total - lo);
-    std::memset(in, 0, static_cast<size_t>(k * dp) * 4);
+    if (Status s = finish(); !s) return s;  // both buckets free, the previous result in place
+    Status st = ops_->zero(in, k * dp * 4);
     for (int r = 0; r < dp; ++r)
       for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
         const Part& pt = parts_[static_cast<size_t>(i)];
         const int64_t e = r * pt.chunk + off;  // element of the full gradient
-        read_f32(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
+        if (st) st = ops_->read_f32(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
       });
-    if (Status s = comm_->reduce_scatter_sum(in, out, k, DType::f32, groups_[group].group); !s) return s;
+    if (!st) return st;
+    if (Status s = collective([&] { return comm_->reduce_scatter_sum(in, out, k, DType::f32, groups_[group].group); }); !s) return s;
     ++buckets_;
-    // The partition waits in the stash while the full gradient is in the model.
-    for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
-      Part& pt = parts_[static_cast<size_t>(i)];
-      add_into(out + at, pt.gstash, off, clamp0(pt.count - off, c));
-    });
+    // Added into the partition: in the stash while the full gradient is in the model (now,
+    // or when a later micro-batch's begin_grads moved it there), in the model after end_grads.
+    const bool last = lo + k >= total;
+    Status c = complete(
+        [this, ids, chunks, lo, k, out] {
+          std::vector<ParamRef>& ps = model_->params();
+          Status r = Status::ok();
+          for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+            Part& pt = parts_[static_cast<size_t>(i)];
+            Tensor& part = pt.gstash.defined() ? pt.gstash : *ps[static_cast<size_t>(i)].grad;
+            if (r) r = ops_->add_f32(out + at, part, off, clamp0(pt.count - off, c));
+          });
+          return r;
+        },
+        defer && last);
+    if (!c) return c;
   }
   return Status::ok();
 }
@@ -231,7 +309,7 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids, int group) {
 // All-gathers the slices of `ids` into the model's full-size weights: from the stashed
 // partition (ZeRO-3), or from this rank's slice of the full weight (ZeRO 1-2, after the step).
 // REQUIRES: every one of `ids` is partitioned over groups_[group].
-Status DataParallel::gather(const std::vector<int>& ids, bool from_partition, int group) {
+Status DataParallel::gather(const std::vector<int>& ids, bool from_partition, int group, bool defer) {
   std::vector<ParamRef>& ps = model_->params();
   const int dp = groups_[group].size, rank = groups_[group].rank;
   const Group grp = groups_[group].group;
@@ -243,36 +321,49 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition, in
   float* out = a_.data<float>();
   for (int64_t lo = 0; lo < total; lo += k_max) {
     const int64_t k = std::min(k_max, total - lo);
-    std::memset(in, 0, static_cast<size_t>(k) * 4);
+    if (Status s = finish(); !s) return s;  // both buckets free, the previous result in place
+    Status st = ops_->zero(in, k * 4);
     for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
       const Part& pt = parts_[static_cast<size_t>(i)];
       const int64_t valid = clamp0(pt.count - off, c);
-      if (from_partition) read_f32(pt.wstash, off, in + at, valid);
-      else read_f32(*ps[static_cast<size_t>(i)].weight, pt.lo + off, in + at, valid);
+      if (!st) return;
+      if (from_partition) st = ops_->read_f32(pt.wstash, off, in + at, valid);
+      else st = ops_->read_f32(*ps[static_cast<size_t>(i)].weight, pt.lo + off, in + at, valid);
     });
-    if (Status s = comm_->all_gather(in, out, k, DType::f32, grp); !s) return s;
+    if (!st) return st;
+    if (Status s = collective([&] { return comm_->all_gather(in, out, k, DType::f32, grp); }); !s) return s;
     ++buckets_;
-    for (int r = 0; r < dp; ++r) {
-      if (r == rank && !from_partition) continue;  // already there
-      for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
-        const Part& pt = parts_[static_cast<size_t>(i)];
-        const int64_t e = r * pt.chunk + off;
-        write_f32(out + r * k + at, *ps[static_cast<size_t>(i)].weight, e, clamp0(pt.n - e, c));
-      });
-    }
+    const bool last = lo + k >= total;
+    Status c = complete(
+        [this, ids, chunks, lo, k, out, from_partition, dp, rank] {
+          std::vector<ParamRef>& ps = model_->params();
+          Status w = Status::ok();
+          for (int r = 0; r < dp; ++r) {
+            if (r == rank && !from_partition) continue;  // already there
+            for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+              const Part& pt = parts_[static_cast<size_t>(i)];
+              const int64_t e = r * pt.chunk + off;
+              if (w) w = ops_->write_f32(out + r * k + at, *ps[static_cast<size_t>(i)].weight, e, clamp0(pt.n - e, c));
+            });
+          }
+          return w;
+        },
+        defer && last);
+    if (!c) return c;
   }
   return Status::ok();
 }
 
 Status DataParallel::gather_weights() {
   if (zero_ == 0 || zero_ >= 3 || dp_ == 1) return Status::ok();
+  // Each group in its own all-gathers (dp_cp, then edp); nothing is left pending.
   for (int g = 0; g < 2; ++g)
     if (groups_[g].size > 1 && !groups_[g].ids.empty())
-      if (Status s = gather(groups_[g].ids, false, g); !s) return s;
+      if (Status s = gather(groups_[g].ids, false, g, false); !s) return s;
   return Status::ok();
 }
 
-Status DataParallel::gather_unit(int unit) {
+Status DataParallel::gather_unit(int unit, bool defer) {
   if (unit < 0 || unit_gathered_[static_cast<size_t>(unit)]) return Status::ok();
   std::vector<ParamRef>& ps = model_->params();
   std::vector<int> todo;  // not already gathered by another unit (a tied embedding)
@@ -287,11 +378,11 @@ Status DataParallel::gather_unit(int unit) {
     todo.push_back(i);
   }
   unit_gathered_[static_cast<size_t>(unit)] = 1;
-  for (int g = 0; g < 2; ++g) {
-    const std::vector<int> mine = in_group(todo, g);
-    if (!mine.empty())
-      if (Status s = gather(mine, true, g); !s) return s;
-  }
+  // As reduce_scatter: only the last group's last bucket may stay pending.
+  const std::vector<int> mine[2] = {in_group(todo, 0), in_group(todo, 1)};
+  for (int g = 0; g < 2; ++g)
+    if (!mine[g].empty())
+      if (Status s = gather(mine[g], true, g, defer && (g == 1 || mine[1].empty())); !s) return s;
   return Status::ok();
 }
 
@@ -308,10 +399,12 @@ void DataParallel::release_unit(int unit) {
 
 Status DataParallel::use_weights(int unit, int next) {
   if (zero_ < 3) return Status::ok();
-  if (Status s = gather_unit(unit); !s) return s;
-  // Prefetch: a GPU backend starts this all-gather now so it overlaps u's compute; the
-  // memory held (current + next unit) is the same here.
-  return gather_unit(next);
+  if (Status s = finish(); !s) return s;  // u's weights, prefetched by the previous call, in place
+  if (Status s = gather_unit(unit, false); !s) return s;
+  // Prefetch: the next unit's all-gather is issued now and, where the communicator can
+  // defer, runs beside u's compute (finished by the next call); the memory held (current +
+  // next unit) is the same either way.
+  return gather_unit(next, true);
 }
 
 void DataParallel::release_weights(int unit) {
@@ -323,8 +416,9 @@ Status DataParallel::begin_grads(int unit) {
   for (int i : unit_grads_[static_cast<size_t>(unit)]) {
     Part& pt = parts_[static_cast<size_t>(i)];
     ParamRef& p = ps[static_cast<size_t>(i)];
-    Result<Tensor> full = Tensor::zeros(*alloc_, Shape{pt.n}, p.grad->dtype(), Category::gradients, p.name + ".grad");
+    Result<Tensor> full = Tensor::empty(*alloc_, Shape{pt.n}, p.grad->dtype(), Category::gradients, p.name + ".grad");
     if (!full) return full.status();
+    if (Status s = zero_tensor(*full); !s) return s;
     pt.gstash = std::move(*p.grad);
     *p.grad = std::move(*full);
   }
@@ -333,17 +427,22 @@ Status DataParallel::begin_grads(int unit) {
 
 Status DataParallel::end_grads(int unit) {
   const std::vector<int>& ids = unit_grads_[static_cast<size_t>(unit)];
-  Status s = reduce_scatter(ids);
+  // Deferrable: the full gradients are read into the bucket before the collective, and the
+  // result is added into the partition by the next call that needs the buckets or the
+  // partitions (sync_grads before the optimizer) -- the next unit's backward runs meanwhile.
+  Status s = reduce_scatter(ids, true);
   std::vector<ParamRef>& ps = model_->params();
   for (int i : ids) *ps[static_cast<size_t>(i)].grad = std::move(parts_[static_cast<size_t>(i)].gstash);  // frees the full one
   return s;
 }
 
 Status DataParallel::unshard_weights() {
+  if (Status s = finish(); !s) return s;
   if (zero_ < 3 || dp_ == 1) return Status::ok();
   const size_t units = model_->units().size();
   for (size_t u = 0; u < units; ++u)
-    if (Status s = gather_unit(static_cast<int>(u)); !s) return s;
+    if (Status s = gather_unit(static_cast<int>(u), false); !s) return s;
+  if (Status s = finish(); !s) return s;
   // Keep the full tensors: drop the partitions and forget that the units were gathered.
   for (Part& pt : parts_) {
     pt.wstash.reset();

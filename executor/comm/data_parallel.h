@@ -11,6 +11,10 @@
 // (PyTorch FSDP's layout). Per rank the partition differs from the planner's n / dp by less
 // than one element per parameter (none when dp divides every size).
 //
+// Memory: the model's tensors and the buckets live where the backend keeps them; every
+// movement between them goes through `ops` (comm/bucket_ops.h: host loops on the CPU,
+// kernels on a GPU), and the communicator must accept that memory (MPI: host, NCCL: device).
+//
 // Transfers go through two f32 bucket buffers of `bucket_bytes` each in
 // Category::communication (the planner's 2 * dp_bucket_bytes of comm_buffers); 16-bit
 // gradients and weights are widened to f32 in the bucket, so sums are f32 sums. A bucket
@@ -22,8 +26,8 @@
 //              allocated, zeroed, in Category::gradients; when the unit's backward ends
 //              (end_grads) they are reduce-scattered bucket by bucket, added into the
 //              partition, and freed -- so every micro-batch's gradients are reduced while
-//              the backward goes on (blocking here; a GPU backend overlaps). sync_grads is
-//              then a no-op. The planner counts that one unit's full gradient as a
+//              the backward goes on (overlap below). sync_grads then only completes the
+//              last one. The planner counts that one unit's full gradient as a
 //              backward-phase transient of the gradients line.
 //   ZeRO 3     weights persist only as this rank's partition (Category::weights).
 //              use_weights(u, next) all-gathers unit u (and prefetches `next`) into
@@ -38,14 +42,26 @@
 // gradients are all-reduced or reduce-scattered, and ZeRO partitions (and ZeRO-3 gathers)
 // them, over edp; every other parameter over dp_cp as above. A unit mixing both (an MoE
 // layer) moves each group's parameters in its own collectives.
+// Overlap (a communicator that can_defer: NCCL's): a collective touches only the two
+// buckets, so the unpack of a unit's last reduce-scatter (ZeRO 2, 3) and of a prefetched
+// unit's all-gather (ZeRO 3) is left pending while the model computes on -- the next
+// unit's backward, the current unit's forward -- and done by the next call that needs the
+// buckets, the prefetched weights or the partitions (finish: fence, then unpack). Every
+// other collective is completed before its call returns. With MPI (blocking) nothing is
+// pending and the order of operations is the CPU's as it always was. One collective is in
+// flight at a time (each uses both buckets).
+// With expert parallel a unit's collectives are its dp_cp ones, then its edp ones; only the
+// last of them is left pending (each collective's first bucket finishes the one before).
 // Thread-safety: none.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "executor/allocator.h"
+#include "executor/comm/bucket_ops.h"
 #include "executor/comm/communicator.h"
 #include "executor/model.h"
 #include "executor/tensor.h"
@@ -57,9 +73,10 @@ class DataParallel final : public ParamHooks {
  public:
   // Shrinks the model's gradients (ZeRO >= 2) and weights (ZeRO-3) to this rank's partition
   // and, for ZeRO >= 2, installs itself as the model's ParamHooks.
-  // REQUIRES: model, comm and alloc outlive this. Errors: runtime (OOM of the buckets).
+  // ops: the backend's BucketOps; nullptr = host memory (HostBucketOps).
+  // REQUIRES: model, comm, alloc and ops outlive this. Errors: runtime (OOM of the buckets).
   static Result<std::unique_ptr<DataParallel>> create(TrackingAllocator& alloc, Model& model, Communicator& comm, int zero,
-                                                      int64_t bucket_bytes);
+                                                      int64_t bucket_bytes, BucketOps* ops = nullptr);
   ~DataParallel() override;
   Status sync_grads();      // ZeRO 0, 1; no-op for ZeRO 2, 3 (reduced during backward)
   Status gather_weights();  // after the optimizer step: ZeRO 1, 2; no-op otherwise
@@ -93,13 +110,25 @@ class DataParallel final : public ParamHooks {
     int64_t n = 0;         // their elements
   };
   DataParallel() = default;
-  Status gather(const std::vector<int>& ids, bool from_partition, int group);
-  Status reduce_scatter(const std::vector<int>& ids);             // each over its parameters' group
-  Status reduce_scatter(const std::vector<int>& ids, int group);  // REQUIRES: all of ids in groups_[group]
-  std::vector<int> in_group(const std::vector<int>& ids, int group) const;
-  Status gather_unit(int unit);
+  // defer: the last bucket's unpack may stay pending (Communicator::can_defer).
+  // group: the groups_ index; REQUIRES: every one of ids is partitioned over groups_[group].
+  Status gather(const std::vector<int>& ids, bool from_partition, int group, bool defer);
+  // Each over its parameters' group (dp_cp, then edp); only the last collective may stay pending.
+  Status reduce_scatter(const std::vector<int>& ids, bool defer);
+  Status reduce_scatter(const std::vector<int>& ids, int group, bool defer);  // REQUIRES: as gather
+  std::vector<int> in_group(const std::vector<int>& ids, int group) const;   // those of ids in groups_[group]
+  Status gather_unit(int unit, bool defer);
+  // The unpack of the collective just issued: run now (after fence), or kept as pending_
+  // when `defer` and the communicator can defer. finish() runs a pending one after fence().
+  Status complete(std::function<Status()> unpack, bool defer);
+  Status finish();
+  template <class F>
+  Status collective(F&& f);  // f() with the communicator deferring where it can
+  Status zero_tensor(Tensor& t);
   void release_unit(int unit);
 
+  HostBucketOps host_ops_;
+  BucketOps* ops_ = nullptr;  // &host_ops_ or the backend's
   TrackingAllocator* alloc_ = nullptr;
   Model* model_ = nullptr;
   Communicator* comm_ = nullptr;
@@ -111,6 +140,7 @@ class DataParallel final : public ParamHooks {
   std::vector<char> unit_gathered_;   // ZeRO-3, per unit
   std::vector<std::vector<int>> unit_grads_;  // per unit: its trainable params() indices
   Tensor a_, b_;  // the two f32 buckets
+  std::function<Status()> pending_;  // the deferred unpack of the last collective, if any
 };
 
 }  // namespace llmplan::exec

@@ -22,6 +22,7 @@ bool mpi_built() { return false; }
 Result<std::unique_ptr<Communicator>> create_mpi_communicator(const ParallelPlan&, double) {
   return Status::bad_input("this llmplan was built without MPI (install libopenmpi-dev and reconfigure)");
 }
+int mpi_node_local_rank() { return -1; }
 #else
 bool mpi_built() { return true; }
 
@@ -101,23 +102,12 @@ class MpiCommunicator final : public Communicator {
                                launch_command(plan.world_size(), "<plan>"));
     c->c_ = coords_of(plan, c->world_rank_);
     c->comms_[0] = MPI_COMM_WORLD;
-    const RankCoords k = c->c_;
-    const int ep = std::max(1, plan.ep), q = k.dp * plan.cp + k.cp;  // the EP layout: communicator.h
-    if ((plan.dp * plan.cp) % ep != 0)
+    if ((plan.dp * plan.cp) % std::max(1, plan.ep) != 0)
       return Status::bad_input("ep " + std::to_string(plan.ep) + " must divide dp*cp " + std::to_string(plan.dp * plan.cp));
-    // colour: the coordinates other than the group's; key: the group's coordinate.
-    const struct { Group g; int colour, key; } splits[] = {
-        {Group::tp, (k.pp * plan.dp + k.dp) * plan.cp + k.cp, k.tp},
-        {Group::cp, (k.pp * plan.dp + k.dp) * plan.tp + k.tp, k.cp},
-        {Group::dp, (k.pp * plan.cp + k.cp) * plan.tp + k.tp, k.dp},
-        {Group::pp, (k.dp * plan.cp + k.cp) * plan.tp + k.tp, k.pp},
-        {Group::dp_cp, k.pp * plan.tp + k.tp, k.dp * plan.cp + k.cp},
-        {Group::ep, (k.pp * plan.tp + k.tp) * (plan.dp * plan.cp / ep) + q / ep, q % ep},
-        {Group::edp, (k.pp * plan.tp + k.tp) * ep + q % ep, q / ep},
-    };
-    for (const auto& s : splits) {
-      MPI_Comm& out = c->comms_[static_cast<int>(s.g)];
-      if (Status st = check(MPI_Comm_split(MPI_COMM_WORLD, s.colour, s.key, &out), "Comm_split", s.g); !st) return st;
+    for (Group g : kSubgroups) {  // colour: the coordinates other than g's; key: g's coordinate
+      const GroupSplit s = group_split(plan, c->c_, g);
+      MPI_Comm& out = c->comms_[static_cast<int>(g)];
+      if (Status st = check(MPI_Comm_split(MPI_COMM_WORLD, s.colour, s.key, &out), "Comm_split", g); !st) return st;
       MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN);
     }
     if (watchdog_s > 0) c->start_watchdog(watchdog_s);
@@ -246,6 +236,19 @@ class MpiCommunicator final : public Communicator {
 
 Result<std::unique_ptr<Communicator>> create_mpi_communicator(const ParallelPlan& plan, double watchdog_seconds) {
   return MpiCommunicator::create(plan, watchdog_seconds);
+}
+
+int mpi_node_local_rank() {
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  if (!inited || fin) return -1;
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return -1;
+  int r = -1;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
 }
 #endif
 

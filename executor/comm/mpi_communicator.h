@@ -24,4 +24,10 @@ bool mpi_built();  // this build has MPI
 // Errors: bad_input (no MPI in the build, world size != plan's), runtime (MPI failure).
 Result<std::unique_ptr<Communicator>> create_mpi_communicator(const ParallelPlan& plan, double watchdog_seconds = 300);
 
+// This process's rank among the MPI processes on its node (MPI_Comm_split_type,
+// MPI_COMM_TYPE_SHARED): the launcher-independent way to pick one GPU per rank. Collective
+// over MPI_COMM_WORLD (every rank calls it). -1 without MPI in the build, or when MPI is not
+// initialised (before create_mpi_communicator, after its destruction).
+int mpi_node_local_rank();
+
 }  // namespace llmplan::exec

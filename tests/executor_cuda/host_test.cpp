@@ -3,9 +3,14 @@
 // size classes, op workspaces) hold their formulas.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <set>
 #include <string>
 
+#include "executor/comm/communicator.h"
+#include "executor/cuda/cuda_backend.h"
 #include "executor/cuda/ops.h"
+#include "executor/runner.h"
 
 namespace llmplan::exec::cuda {
 namespace {
@@ -56,6 +61,156 @@ TEST(CudaHost, WorkspaceSizes) {
   EXPECT_GE(norm_workspace_bytes(4096, 4096), 4096 * 8);
   EXPECT_EQ(linear_workspace_bytes(4096, 4096), column_sums_workspace_bytes(4096, 4096));
   EXPECT_EQ(column_sums_workspace_bytes(10, 100), 2 * 512);  // one chunk of 100 floats, twice, 256-aligned
+}
+
+// ---- distributed CUDA: what decides the NCCL groups and the device, and what is refused
+
+// The split colours and keys cut the world into exactly the groups of the layout: two
+// ranks share a colour iff they differ only in g's coordinates, and the key is the rank's
+// index in g (so ncclCommSplit ranks = MPI_Comm_split ranks = coordinates).
+TEST(CudaHostDist, GroupSplitColoursAreTheLayoutsGroups) {
+  // ep 1 (ep: each rank alone, edp = dp_cp), 2 and 3 (both divide dp * cp = 6).
+  for (int ep : {1, 2, 3}) {
+    ParallelPlan p;
+    p.tp = 2;
+    p.cp = 2;
+    p.dp = 3;
+    p.pp = 2;
+    p.ep = ep;
+    const int world = p.world_size();
+    // The expert groups cut DP x CP (index q = dp * cp + cp) into blocks of ep: ep = one
+    // block, edp = the same place in every block (communicator.h).
+    auto differ_only_in = [&p](const RankCoords& a, const RankCoords& b, Group g) {
+      const int qa = a.dp * p.cp + a.cp, qb = b.dp * p.cp + b.cp;
+      if (g == Group::ep) return a.tp == b.tp && a.pp == b.pp && qa / p.ep == qb / p.ep;
+      if (g == Group::edp) return a.tp == b.tp && a.pp == b.pp && qa % p.ep == qb % p.ep;
+      return (g == Group::tp || a.tp == b.tp) && (g == Group::cp || g == Group::dp_cp || a.cp == b.cp) &&
+             (g == Group::dp || g == Group::dp_cp || a.dp == b.dp) && (g == Group::pp || a.pp == b.pp);
+    };
+    for (Group g : kSubgroups) {
+      LocalCommunicator probe(p, 0);
+      const int n = probe.size(g);
+      const std::string what = std::string(to_string(g)) + " ep" + std::to_string(ep);
+      std::set<int> colours;
+      for (int a = 0; a < world; ++a) {
+        const RankCoords ca = coords_of(p, a);
+        const GroupSplit sa = group_split(p, ca, g);
+        colours.insert(sa.colour);
+        EXPECT_GE(sa.colour, 0) << what;  // ncclCommSplit: negative colours mean "no group"
+        EXPECT_EQ(sa.key, LocalCommunicator(p, a).rank(g)) << what << " rank " << a;
+        for (int b = 0; b < world; ++b) {
+          const RankCoords cb = coords_of(p, b);
+          EXPECT_EQ(sa.colour == group_split(p, cb, g).colour, differ_only_in(ca, cb, g)) << what << " ranks " << a << ", " << b;
+        }
+      }
+      EXPECT_EQ(static_cast<int>(colours.size()), world / n) << what;
+    }
+  }
+  ParallelPlan p;
+  p.tp = 2;
+  p.cp = 2;
+  p.dp = 3;
+  p.pp = 2;
+  const GroupSplit w = group_split(p, coords_of(p, 5), Group::world);
+  EXPECT_EQ(w, (GroupSplit{0, 5}));
+  // dp2 x cp2 (tp = pp = 1): the dp_cp group is the world, numbered dp-major.
+  ParallelPlan q;
+  q.dp = 2;
+  q.cp = 2;
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(group_split(q, coords_of(q, r), Group::dp_cp), (GroupSplit{0, r}));
+}
+
+TEST(CudaHostDist, LocalRankFromTheLauncher) {
+  const char* vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"};
+  for (const char* v : vars)
+    if (std::getenv(v)) GTEST_SKIP() << "started by a launcher (" << v << " is set)";
+  EXPECT_EQ(launcher_local_rank(), -1);
+  setenv("MPI_LOCALRANKID", "3", 1);
+  EXPECT_EQ(launcher_local_rank(), 3);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);  // OpenMPI's name comes first
+  EXPECT_EQ(launcher_local_rank(), 1);
+  unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  unsetenv("MPI_LOCALRANKID");
+  setenv("SLURM_LOCALID", "2", 1);  // in an allocation but outside srun: no step, not trusted
+  EXPECT_EQ(launcher_local_rank(), -1);
+  unsetenv("SLURM_LOCALID");
+}
+
+TEST(CudaHostDist, OneGpuPerRank) {
+  EXPECT_EQ(*device_for_local_rank(-1, 1), 0);  // not launched: device 0
+  EXPECT_EQ(*device_for_local_rank(0, 8), 0);
+  EXPECT_EQ(*device_for_local_rank(7, 8), 7);
+  Result<int> over = device_for_local_rank(2, 2);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().kind(), ErrorKind::bad_input);
+  EXPECT_NE(over.status().message().find("local rank 2 has no GPU of its own: 2 visible"), std::string::npos)
+      << over.status().message();
+  EXPECT_FALSE(device_for_local_rank(0, 0).ok());
+}
+
+// What --backend cuda runs distributed: dp with ZeRO 0-3; each refusal names the plan field.
+TEST(CudaHostDist, RefusalsNameThePlanField) {
+  auto plan = [](int dp, int tp, int pp, int cp, int zero) {
+    ParallelPlan p;
+    p.dp = dp;
+    p.tp = tp;
+    p.pp = pp;
+    p.cp = cp;
+    p.zero = zero;
+    return p;
+  };
+  auto ep_plan = [&](int dp, int ep) {
+    ParallelPlan p = plan(dp, 1, 1, 1, 0);
+    p.ep = ep;
+    return p;
+  };
+  EXPECT_TRUE(check_distributed_backend("cuda", plan(2, 1, 1, 1, 0), false));
+  EXPECT_TRUE(check_distributed_backend("cuda", plan(8, 1, 1, 1, 0), false));
+  for (int zero = 1; zero <= 3; ++zero) EXPECT_TRUE(check_distributed_backend("cuda", plan(2, 1, 1, 1, zero), false));
+  const struct {
+    ParallelPlan p;
+    bool modelled;
+    const char* field;
+  } refused[] = {
+      {plan(2, 2, 1, 1, 0), false, "plan.tp 2"},    {plan(2, 1, 2, 1, 0), false, "plan.pp 2"},
+      {plan(2, 1, 1, 2, 0), false, "plan.cp 2"},    {plan(4, 2, 1, 1, 1), false, "plan.tp 2"},
+      {plan(2, 1, 1, 1, 0), true, "--proxy-rank"},  {ep_plan(2, 2), false, "plan.ep 2"},
+      {ep_plan(4, 4), false, "plan.ep 4"},
+  };
+  for (const auto& r : refused) {
+    const Status s = check_distributed_backend("cuda", r.p, r.modelled);
+    ASSERT_FALSE(s) << r.field;
+    EXPECT_EQ(s.kind(), ErrorKind::bad_input);
+    EXPECT_NE(s.message().find(r.field), std::string::npos) << s.message();
+    EXPECT_TRUE(check_distributed_backend("cpu", r.p, r.modelled)) << r.field;  // the CPU runs them all
+  }
+}
+
+// The CUDA model has no MoE kernels: with the model in view the CUDA backend refuses a
+// mixture of experts distributed whatever plan.ep is (ep 1: plain data parallel), naming
+// MoE and the CPU backend, before any GPU or NCCL is set up. A dense model passes.
+TEST(CudaHostDist, RefusesMixtureOfExpertsModels) {
+  ParallelPlan p;
+  p.dp = 2;
+  ModelSpec dense;
+  dense.name = "dense";
+  ModelSpec moe = dense;
+  moe.name = "tiny-moe";
+  moe.moe.experts = 4;
+  moe.moe.experts_per_token = 2;
+  ASSERT_TRUE(moe.moe.enabled());
+  EXPECT_TRUE(check_distributed_backend("cuda", dense, p, false));
+  const Status s = check_distributed_backend("cuda", moe, p, false);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.kind(), ErrorKind::bad_input);
+  EXPECT_NE(s.message().find("tiny-moe is a mixture of experts"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--backend cpu"), std::string::npos) << s.message();
+  EXPECT_TRUE(check_distributed_backend("cpu", moe, p, false));
+  p.ep = 2;  // the plan's refusal comes first and names the field
+  const Status e = check_distributed_backend("cuda", moe, p, false);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.message().find("plan.ep 2"), std::string::npos) << e.message();
+  EXPECT_TRUE(check_distributed_backend("cpu", moe, p, false));
 }
 
 }  // namespace

@@ -379,6 +379,74 @@ TEST(LocalCommunicator, ExpertGroupsAndAllToAll) {
   EXPECT_EQ(out, in);  // the stand-in: every peer sent what this rank sends
 }
 
+// group_split (MPI_Comm_split's and ncclCommSplit's colours and keys) cuts exactly the
+// groups LocalCommunicator and the EP layout describe, ep and edp included: ranks share a
+// colour iff they share the group's "other" coordinates -- for ep (tp, pp, q / ep), for edp
+// (tp, pp, q % ep), q the DP x CP index -- and the key is the rank's index in the group.
+TEST(GroupSplit, AgreesWithTheLayoutForExpertParallelPlans) {
+  struct Dims {
+    int tp, pp, dp, cp, ep;
+  };
+  for (const Dims d : {Dims{2, 1, 2, 2, 2}, Dims{1, 2, 4, 1, 2}, Dims{1, 1, 4, 1, 4}, Dims{2, 2, 2, 1, 1}, Dims{1, 1, 2, 2, 4},
+                       Dims{2, 1, 4, 2, 2}}) {
+    ParallelPlan p;
+    p.tp = d.tp;
+    p.pp = d.pp;
+    p.dp = d.dp;
+    p.cp = d.cp;
+    p.ep = d.ep;
+    const int world = p.world_size();
+    const std::string what = "tp" + std::to_string(d.tp) + " pp" + std::to_string(d.pp) + " dp" + std::to_string(d.dp) + " cp" +
+                             std::to_string(d.cp) + " ep" + std::to_string(d.ep);
+    // The group-defining coordinates that must agree for two ranks to share group g.
+    auto others = [&](const RankCoords& k, Group g) -> std::vector<int> {
+      const int q = k.dp * p.cp + k.cp;
+      switch (g) {
+        case Group::tp: return {k.pp, k.dp, k.cp};
+        case Group::cp: return {k.pp, k.dp, k.tp};
+        case Group::dp: return {k.pp, k.cp, k.tp};
+        case Group::pp: return {k.dp, k.cp, k.tp};
+        case Group::dp_cp: return {k.pp, k.tp};
+        case Group::ep: return {k.pp, k.tp, q / p.ep};
+        case Group::edp: return {k.pp, k.tp, q % p.ep};
+        default: return {};
+      }
+    };
+    EXPECT_EQ(std::size(kSubgroups), static_cast<size_t>(kGroups - 1)) << "every group but the world is split";
+    for (Group g : kSubgroups) {
+      for (int a = 0; a < world; ++a) {
+        const RankCoords ka = coords_of(p, a);
+        const GroupSplit sa = group_split(p, ka, g);
+        const LocalCommunicator la(p, a);
+        EXPECT_EQ(sa.key, la.rank(g)) << what << " " << to_string(g) << " rank " << a;
+        EXPECT_GE(sa.colour, 0) << what << " " << to_string(g);
+        int members = 0;
+        for (int b = 0; b < world; ++b) {
+          const RankCoords kb = coords_of(p, b);
+          const GroupSplit sb = group_split(p, kb, g);
+          const bool same = others(ka, g) == others(kb, g);
+          EXPECT_EQ(sa.colour == sb.colour, same) << what << " " << to_string(g) << " ranks " << a << ", " << b;
+          if (same) {
+            ++members;
+            if (a != b) {
+              EXPECT_NE(sa.key, sb.key) << what << " " << to_string(g) << " ranks " << a << ", " << b;
+            }
+          }
+        }
+        EXPECT_EQ(members, la.size(g)) << what << " " << to_string(g) << " rank " << a;
+      }
+    }
+    // ep = 1: ep is each rank alone, edp = dp_cp (colours may differ, the members may not).
+    if (d.ep == 1) {
+      for (int a = 0; a < world; ++a) {
+        const RankCoords k = coords_of(p, a);
+        EXPECT_EQ(group_split(p, k, Group::edp).key, group_split(p, k, Group::dp_cp).key) << what;
+        EXPECT_EQ(group_split(p, k, Group::ep).key, 0) << what;
+      }
+    }
+  }
+}
+
 TEST(Launch, CommandNamesMpirunAndTheRankCount) {
   const std::string cmd = launch_command(8, "best.json");
   EXPECT_NE(cmd.find("mpirun"), std::string::npos);
@@ -606,6 +674,74 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
 INSTANTIATE_TEST_SUITE_P(Matrix, Distributed, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
+// One GPU per rank picks its device by the rank's index on its node: MPI's shared-memory
+// split agrees with the launcher's variable (one node here: = the world rank).
+int child_local_rank() {
+  ParallelPlan p;
+  p.dp = 2;
+  Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(p, 60);
+  if (!comm) return std::fprintf(stderr, "%s\n", comm.status().message().c_str()), 2;
+  const int split = mpi_node_local_rank(), env = launcher_local_rank(), world = (*comm)->rank(Group::world);
+  std::printf("rank %d: node-local rank %d (MPI split), %d (launcher)\n", world, split, env);
+  return split == world && env == world ? 0 : 1;
+}
+
+// MpiCommunicator's groups are the layout's (group_split): over every group the world ranks
+// all-gathered in group order are exactly the ranks LocalCommunicator puts there, in key
+// order. dp2 cp2 ep2 on 4 ranks: ep = {q, q+1} blocks, edp = same q % 2.
+int child_groups() {
+  ParallelPlan p;
+  p.dp = 2;
+  p.cp = 2;
+  p.ep = 2;
+  Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(p, 60);
+  if (!comm) return std::fprintf(stderr, "%s\n", comm.status().message().c_str()), 2;
+  Communicator& c = **comm;
+  const int me = c.rank(Group::world);
+  const RankCoords k = coords_of(p, me);
+  int bad = 0;
+  for (Group g : kSubgroups) {
+    const GroupSplit mine = group_split(p, k, g);
+    std::vector<int> want(static_cast<size_t>(c.size(g)), -1);
+    for (int r = 0; r < p.world_size(); ++r) {
+      const GroupSplit s = group_split(p, coords_of(p, r), g);
+      if (s.colour == mine.colour) want.at(static_cast<size_t>(s.key)) = r;
+    }
+    std::vector<int> got(want.size(), -1);
+    if (Status s = c.all_gather(&me, got.data(), 1, DType::i32, g); !s)
+      return std::fprintf(stderr, "%s\n", s.message().c_str()), 2;
+    if (got != want || c.rank(g) != LocalCommunicator(p, me).rank(g)) {
+      std::fprintf(stderr, "rank %d: the %s group differs from the layout\n", me, to_string(g));
+      ++bad;
+    }
+  }
+  // The all-to-all over ep: block j goes to ep rank j, so what comes back names the senders.
+  const int n = c.size(Group::ep);
+  std::vector<int> in(static_cast<size_t>(n)), out(static_cast<size_t>(n), -1);
+  for (int j = 0; j < n; ++j) in[static_cast<size_t>(j)] = me * 100 + j;
+  if (Status s = c.all_to_all(in.data(), out.data(), 1, DType::i32, Group::ep); !s)
+    return std::fprintf(stderr, "%s\n", s.message().c_str()), 2;
+  const int my_ep = c.rank(Group::ep), q = k.dp * p.cp + k.cp;
+  for (int j = 0; j < n; ++j) {
+    const int sender_q = (q / n) * n + j;  // ep rank j of this block (cp is the fast coordinate)
+    RankCoords sk = k;
+    sk.dp = sender_q / p.cp;
+    sk.cp = sender_q % p.cp;
+    if (out[static_cast<size_t>(j)] != rank_of(p, sk) * 100 + my_ep) {
+      std::fprintf(stderr, "rank %d: all-to-all block %d is %d\n", me, j, out[static_cast<size_t>(j)]);
+      ++bad;
+    }
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+TEST(GroupSplit, MpiGroupsAndAllToAllFollowTheLayout) { EXPECT_EQ(run_mpi(4, "--child-groups"), 0); }
+
+TEST(LocalRank, MpiSplitAgreesWithTheLauncher) {
+  EXPECT_EQ(mpi_node_local_rank(), -1);  // MPI not initialised in the gtest parent
+  EXPECT_EQ(run_mpi(2, "--child-local-rank"), 0);
+}
+
 TEST(DeadRank, OthersExitWithAnErrorInBoundedTime) {
   const std::string out = ::testing::TempDir() + "dist_dead_" + std::to_string(::getpid());
   const auto t0 = std::chrono::steady_clock::now();
@@ -637,6 +773,41 @@ TEST(DeadRank, RankZeroRecordsTheRunAsFailed) {
               to_string(runs->front().status));
   EXPECT_EQ(runs->front().status, RunStatus::failed);
 }
+
+// `mpirun -np 2 llmplan execute --backend cuda` on a plan the GPU cannot run distributed:
+// every rank refuses with the plan field named (exit 2) before it looks for a GPU or NCCL.
+TEST(CudaDistributed, CliRefusesTensorParallelNamingTheField) {
+  const std::string dir = ::testing::TempDir();
+  const std::string plan = dir + "dist_cuda_tp2_plan.json", log = dir + "dist_cuda_tp2.log";
+  const PlanFile f = tiny_plan(Family::gpt, 1, 0, 2);
+  ASSERT_TRUE(write_json_file(plan, plan_file_to_json(f, estimate_memory(f.model, f.cluster, f.job, f.plan),
+                                                      estimate_time(f.model, f.cluster, f.job, f.plan))));
+  const int rc = run_mpirun(2, std::string(LLMPLAN_CLI) + " execute " + plan + " --backend cuda --db " + dir +
+                                   "dist_cuda_tp2.db > " + log + " 2>&1");
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(rc, 0) << out;
+  if (out.find("without the CUDA toolkit") != std::string::npos) GTEST_SKIP() << "a build without CUDA: " << out;
+  EXPECT_NE(out.find("plan.tp 2"), std::string::npos) << out;
+}
+
+// The same for a mixture of experts on plain data parallel (ep 1): the CUDA model has no
+// MoE kernels, so every rank refuses naming MoE before it sets up a GPU or NCCL.
+TEST(CudaDistributed, CliRefusesMixtureOfExperts) {
+  const std::string dir = ::testing::TempDir();
+  const std::string plan = dir + "dist_cuda_moe_plan.json", log = dir + "dist_cuda_moe.log";
+  PlanFile f = tiny_plan(Family::gpt, 2, 0);
+  f.model = testing::tiny_moe_model(Family::gpt, 256);
+  ASSERT_TRUE(write_json_file(plan, plan_file_to_json(f, estimate_memory(f.model, f.cluster, f.job, f.plan),
+                                                      estimate_time(f.model, f.cluster, f.job, f.plan))));
+  const int rc = run_mpirun(2, std::string(LLMPLAN_CLI) + " execute " + plan + " --backend cuda --db " + dir +
+                                   "dist_cuda_moe.db > " + log + " 2>&1");
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(rc, 0) << out;
+  if (out.find("without the CUDA toolkit") != std::string::npos) GTEST_SKIP() << "a build without CUDA: " << out;
+  EXPECT_NE(out.find("is a mixture of experts"), std::string::npos) << out;
+}
 #endif
 #endif
 
@@ -646,6 +817,10 @@ TEST(DeadRank, RankZeroRecordsTheRunAsFailed) {
 int main(int argc, char** argv) {
   llmplan::exec::g_self = argv[0];
   if (argc == 4 && std::string(argv[1]) == "--child") return llmplan::exec::child_main(argv[2], argv[3]);
+#ifdef LLMPLAN_MPIEXEC
+  if (argc == 2 && std::string(argv[1]) == "--child-local-rank") return llmplan::exec::child_local_rank();
+  if (argc == 2 && std::string(argv[1]) == "--child-groups") return llmplan::exec::child_groups();
+#endif
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
