@@ -263,10 +263,10 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   const Communicator* comm = o.comm && fp.world_size() > 1 ? o.comm : nullptr;
   if (comm) {
     if (Status s = check_distributed_backend(o.backend, f.model, fp, comm->modelled()); !s) return s;
-    if (fp.ep > 1 && (fp.pp > 1 || fp.tp > 1))
+    if (fp.ep > 1 && fp.tp > 1)
       return Status::bad_input("distributed executor: expert parallel (ep " + std::to_string(fp.ep) +
-                               ") runs with data and context parallel and ZeRO so far; this plan has tp" + std::to_string(fp.tp) +
-                               " pp" + std::to_string(fp.pp));
+                               ") runs with data, context and pipeline parallel and ZeRO so far; this plan has tp" +
+                               std::to_string(fp.tp));
     if (fp.cp > 1 && o.comm->modelled())
       return Status::bad_input("rank proxy: context parallel (cp " + std::to_string(fp.cp) + ") runs on real ranks only (mpirun)");
     if (fp.vpp > 1 && fp.schedule == Schedule::gpipe)

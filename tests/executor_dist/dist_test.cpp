@@ -121,6 +121,10 @@ const Case kCases[] = {
     {.name = "moe_llama_dp2_ep2_zero3_selective", .family = Family::llama, .dp = 2, .zero = 3, .recompute = Recompute::selective,
      .moe = true, .ep = 2},
     {.name = "moe_gpt_dp2_zero2", .family = Family::gpt, .dp = 2, .zero = 2, .moe = true},
+    // Expert parallel on pipeline stages (pp2 x dp2 ep2): each stage's EP and EDP groups
+    // are its own (the layout's colour holds pp); GPT's tied head sums over the two stages.
+    {.name = "moe_llama_pp2_ep2", .family = Family::llama, .dp = 2, .zero = 0, .pp = 2, .moe = true, .ep = 2},
+    {.name = "moe_gpt_dp2_pp2_ep2_zero1", .family = Family::gpt, .dp = 2, .zero = 1, .pp = 2, .moe = true, .ep = 2},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
