@@ -46,9 +46,9 @@ Status check_model_config(const ModelConfig& c) {
     if (e.experts_per_token < 1 || e.experts_per_token > e.experts || e.expert_ffn_hidden <= 0 || !(e.capacity_factor > 0))
       return Status::bad_input("executor: model " + m.name + ": MoE needs 1 <= experts_per_token <= experts, expert_ffn_hidden > 0 "
                                "and capacity_factor > 0");
-    if (c.plan.tp > 1)
-      return Status::bad_input("executor: model " + m.name + " is a mixture of experts; MoE with tp > 1 is not implemented "
-                               "(use dp and ep)");
+    if (c.plan.tp > 1 && !c.plan.sp)
+      return Status::bad_input("executor: model " + m.name + " is a mixture of experts: plan.tp " + std::to_string(c.plan.tp) +
+                               " needs plan.sp (each TP rank routes its own sequence shard), as the planner requires");
     if (c.job.mode == TrainMode::lora)
       return Status::bad_input("executor: model " + m.name + " is a mixture of experts; LoRA on MoE layers is not implemented");
     const int ep = c.plan.ep;

@@ -51,11 +51,16 @@
 // is the rank's tokens' share of the global mean; gradients are summed over DP x CP by
 // DataParallel (Group::dp_cp).
 //
-// Mixture of experts (spec.moe; CPU backend, tp = 1): the MLP of every layer is a router,
-// top-k routed experts with capacity-padded buffers and optional shared experts (model_impl.h,
+// Mixture of experts (spec.moe; CPU backend): the MLP of every layer is a router, top-k
+// routed experts with capacity-padded buffers and optional shared experts (model_impl.h,
 // moe_fwd, states the conventions). Expert parallel, plan.ep > 1 with a communicator: this
 // rank holds experts [ep_rank*E/ep, (ep_rank+1)*E/ep) (ParamRef::expert), and tokens travel
 // to their experts' ranks and back by all-to-all over Group::ep, forward and backward.
+// Under TP (which needs SP, as in the planner's recipe): each TP rank routes its own
+// sequence shard (ns tokens) through the router and its EP rank's experts, which are whole
+// on every TP rank (EP groups are per TP rank); their gradients are summed over TP per
+// micro-batch. Shared experts are TP-split like a dense MLP (input all-gathered, output
+// reduce-scattered).
 //
 // Errors: out-of-memory from the allocator is returned as its Status (runtime); where()
 // says which phase and layer were running. Thread-safety: none; one thread drives a model.
@@ -201,7 +206,8 @@ class Model {
 };
 
 // Builds the model's weights (initialised) and gradients in `alloc`. Errors: bad_input
-// for what is not implemented (MoE with tp > 1 or LoRA, storage/grad pairs), runtime for OOM.
+// for what is not implemented (MoE with tp > 1 without sp, or with LoRA; storage/grad pairs),
+// runtime for OOM.
 // REQUIRES: alloc outlives the model.
 Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& config);
 

@@ -712,8 +712,9 @@ class ModelImpl final : public Model {
 
   // ---------------------------------------------------------------- mixture of experts
   //
-  // The MoE MLP (CPU backend; tp = 1), for the ns_ tokens x of this rank (the ln2 output,
-  // "mlp.input"):
+  // The MoE MLP (CPU backend), for the ns_ tokens x of this rank (the ln2 output,
+  // "mlp.input"; under TP with SP its sequence shard: router and routed experts are whole
+  // on every TP rank, see tp_partial_grads):
   //   router   logits = x Wr^T (E, no bias) in the storage dtype; probs = softmax in fp32
   //            ("moe.router_probs", kept: its backward and the top-k are re-derived from it)
   //   top-k    each token's k most probable experts (ties to the lower index), gates
@@ -731,7 +732,8 @@ class ModelImpl final : public Model {
   //   combine  the outputs go back the same way ("moe.expert_output", (E, C, h) on the
   //            routing rank, kept: the gates' gradient is dy . output), y_t = sum_j g_j o_j
   //   shared   shared experts: one dense MLP of width ffn_hidden * shared_experts on every
-  //            token, added to y
+  //            token, added to y; TP-split (column, row) like the dense MLP, over the
+  //            all-gathered sequence under SP
   // The all-to-all send buffers are Category::communication; what arrives is the tensor it
   // becomes (the recipe's kept tensors, or workspace gradients). ep = 1: no exchange; the
   // dispatch buffer is the expert input and the experts write the output in place.
@@ -793,6 +795,13 @@ class ModelImpl final : public Model {
       const int64_t T = ns_;
       Saved& sv = L.sv;
       const S* x = d(sv.mlp_input);
+      // Shared experts under SP are TP-split like a dense MLP and read the whole sequence:
+      // its input is all-gathered first, so that their GEMMs may run beside the token
+      // exchange (Megatron-Core's shared-expert overlap); the buffer stays live through the
+      // dispatch, which is why the planner adds the TP and EP communication buffers.
+      Tensor gathered;
+      if (fs_ > 0 && sp_) LL_TRY(sp_gather(gathered, x, "mlp.input.gathered"));
+      const S* xs = gathered.defined() ? d(gathered) : x;
       // ---- router
       Tensor logits;
       LL_TRY(ws(logits, T * E_, "moe.router_logits"));
@@ -867,27 +876,64 @@ class ModelImpl final : public Model {
         for (int64_t i = 0; i < h_; ++i) y[t * h_ + i] = st(acc[static_cast<size_t>(i)]);
       }
       // ---- shared experts
-      if (fs_ > 0) {
-        const int64_t sh = T * fs_;
+      if (fs_ > 0) {  // over all n_ tokens, fs_ = this TP rank's columns
+        const int64_t sh = n_ * fs_;
         Tensor tmp;
         LL_TRY(lmake(L, sv.sh_act, "moe.shared_act_out", sh, c_.storage, mode));
         if (gpt_) {
           LL_TRY(lmake(L, sv.sh_fc1, "moe.shared_fc1_out", sh, c_.storage, mode));
-          LL_TRY(lin_fwd(L, L.moe.sup, x, d(sv.sh_fc1), mode));
+          LL_TRY(lin_fwd(L, L.moe.sup, xs, d(sv.sh_fc1), mode));
           LL_TRY(ops_.template gelu_forward<S>(d(sv.sh_fc1), d(sv.sh_act), sh));
         } else {
           LL_TRY(lmake(L, sv.sh_gate, "moe.shared_gate_out", sh, c_.storage, mode));
           LL_TRY(lmake(L, sv.sh_up, "moe.shared_up_out", sh, c_.storage, mode));
-          LL_TRY(lin_fwd(L, L.moe.sgate, x, d(sv.sh_gate), mode));
-          LL_TRY(lin_fwd(L, L.moe.sup, x, d(sv.sh_up), mode));
+          LL_TRY(lin_fwd(L, L.moe.sgate, xs, d(sv.sh_gate), mode));
+          LL_TRY(lin_fwd(L, L.moe.sup, xs, d(sv.sh_up), mode));
           LL_TRY(ops_.template swiglu_forward<S>(d(sv.sh_gate), d(sv.sh_up), d(sv.sh_act), sh));
         }
-        LL_TRY(ws(tmp, T * h_, "moe.shared_out"));
+        gathered.reset();
+        LL_TRY(ws(tmp, T * h_, "moe.shared_out"));  // row-parallel: reduce-scattered to this rank's tokens
         LL_TRY(lin_fwd(L, L.moe.sdown, d(sv.sh_act), d(tmp), mode));
         LL_TRY(ops_.template add_inplace<S>(y, d(tmp), T * h_));
       }
       return Status::ok();
     }
+  }
+
+  // MoE under TP (with SP): every TP rank routes its own ns_ tokens through a router and
+  // routed experts that are whole on each TP rank (experts are split over EP only), so their
+  // weight gradients of one micro-batch are partial sums. They are computed into zeroed
+  // buffers swapped in for the gradients, summed over TP and added -- as norm_bwd does for
+  // sequence-parallel norms -- so the gradients stay equal on every TP rank. t = 1: none.
+  std::vector<Tensor*> tp_partial_grads(Layer& L) {
+    std::vector<Tensor*> v;
+    if (t_ == 1) return v;
+    v.push_back(&L.moe.grouter);
+    for (std::vector<Linear>* set : {&L.moe.gate, &L.moe.up, &L.moe.down})
+      for (Linear& li : *set)
+        for (Tensor* t : {&li.gw, &li.gb}) v.push_back(t);
+    std::erase_if(v, [](Tensor* t) { return !t->defined(); });
+    return v;
+  }
+  // Moves each gradient of gs into whole and puts a zeroed tensor of its shape in its place.
+  Status swap_in_partials(const std::vector<Tensor*>& gs, std::vector<Tensor>& whole) {
+    for (Tensor* t : gs) {
+      Result<Tensor> z = ops_.zeros(t->shape(), t->dtype(), Category::workspace, "moe.grad_partial");
+      if (!z) return z.status();
+      whole.push_back(std::move(*t));
+      *t = std::move(*z);
+    }
+    return Status::ok();
+  }
+  // Sums each partial over TP, adds it to its gradient and puts the gradient back.
+  Status sum_partials(const std::vector<Tensor*>& gs, std::vector<Tensor>& whole) {
+    for (size_t i = 0; i < gs.size(); ++i) {
+      LL_TRY(c_.comm->all_reduce_sum(gs[i]->raw(), gs[i]->numel(), gs[i]->dtype(), Group::tp));
+      LL_TRY(ops_.template add_inplace<G>(g(whole[i]), g(*gs[i]), gs[i]->numel()));
+      *gs[i] = std::move(whole[i]);
+    }
+    whole.clear();
+    return Status::ok();
   }
 
   // dy (ns_, h): the MoE output's gradient -> dx (ns_, h) = its input's (overwritten);
@@ -901,6 +947,9 @@ class ModelImpl final : public Model {
       const S* x = dopt(sv.mlp_input);
       const A* probs = sv.router_probs.template data<A>();
       const Routing r = route(probs, T);
+      std::vector<Tensor*> partial = tp_partial_grads(L);
+      std::vector<Tensor> whole;
+      LL_TRY(swap_in_partials(partial, whole));
       // ---- combine: d output rows = g_j dy_t; d gate_j = dy_t . o_j
       std::vector<A> dgate(r.gate.size(), A(0));
       Tensor dcomb, dout;
@@ -1003,24 +1052,40 @@ class ModelImpl final : public Model {
       LL_TRY(lin_base_bwd(d(dlogits), x, d(L.moe.router), d(tmp), g(L.moe.grouter), nullptr, T, h_, E_));
       LL_TRY(ops_.template add_inplace<S>(dx, d(tmp), T * h_));
       dlogits.reset();
-      // ---- shared experts
+      LL_TRY(sum_partials(partial, whole));
+      // ---- shared experts: TP-split, over all n_ tokens (dy and x gathered under SP); the
+      // column-parallel input gradient is partial and is summed over TP to this rank's tokens
       if (fs_ > 0) {
-        const int64_t sh = T * fs_;
-        Tensor dsa, dsu;
+        const int64_t sh = n_ * fs_;
+        Tensor dsa, dsu, gathered, dpart, tmpn, dlocal;
+        const S* dys = dy;
+        if (sp_) {
+          LL_TRY(sp_gather(gathered, dy, "mlp.d_out.gathered"));
+          dys = d(gathered);
+        }
         LL_TRY(ws(dsa, sh, "moe.d_shared_act"));
-        LL_TRY(lin_bwd(L, L.moe.sdown, dy, dopt(sv.sh_act), d(dsa)));
+        LL_TRY(lin_bwd(L, L.moe.sdown, dys, dopt(sv.sh_act), d(dsa)));
+        gathered.reset();
+        const S* xs = x;
+        if (sp_ && x != nullptr) {
+          LL_TRY(sp_gather(gathered, x, "mlp.input.gathered"));
+          xs = d(gathered);
+        }
+        LL_TRY(ws(dpart, n_ * h_, "moe.d_shared_input"));
         if (gpt_) {
           LL_TRY(ops_.template gelu_backward<S>(d(sv.sh_fc1), d(dsa), d(dsa), sh));
-          LL_TRY(lin_bwd(L, L.moe.sup, d(dsa), x, d(tmp)));
-          LL_TRY(ops_.template add_inplace<S>(dx, d(tmp), T * h_));
+          LL_TRY(lin_bwd(L, L.moe.sup, d(dsa), xs, d(dpart)));
         } else {
           LL_TRY(ws(dsu, sh, "moe.d_shared_up"));
           LL_TRY(ops_.template swiglu_backward<S>(d(sv.sh_gate), d(sv.sh_up), d(dsa), d(dsa), d(dsu), sh));
-          LL_TRY(lin_bwd(L, L.moe.sgate, d(dsa), x, d(tmp)));
-          LL_TRY(ops_.template add_inplace<S>(dx, d(tmp), T * h_));
-          LL_TRY(lin_bwd(L, L.moe.sup, d(dsu), x, d(tmp)));
-          LL_TRY(ops_.template add_inplace<S>(dx, d(tmp), T * h_));
+          LL_TRY(lin_bwd(L, L.moe.sgate, d(dsa), xs, d(dpart)));
+          LL_TRY(ws(tmpn, n_ * h_, "moe.d_shared_input_up"));
+          LL_TRY(lin_bwd(L, L.moe.sup, d(dsu), xs, d(tmpn)));
+          LL_TRY(ops_.template add_inplace<S>(d(dpart), d(tmpn), n_ * h_));
         }
+        gathered.reset();
+        LL_TRY(tp_reduce_input_grad(d(dpart), dlocal, "moe.d_shared_input_local"));
+        LL_TRY(ops_.template add_inplace<S>(dx, sp_ ? d(dlocal) : d(dpart), T * h_));
       }
       return Status::ok();
     }
@@ -1140,12 +1205,12 @@ class ModelImpl final : public Model {
       LL_TRY(ops_.template dropout_backward<S>(dx, sv.mlp_mask.template data<uint8_t>(), d(dbranch), ns * h_, p_));
       dy = d(dbranch);
     }
-    if (sp_) {  // row-parallel backward needs the full-sequence output gradient
+    if (sp_ && !moe_) {  // row-parallel backward needs the full-sequence output gradient
       LL_TRY(sp_gather(gathered, dy, "mlp.d_out.gathered"));
       dy = d(gathered);
     }
-    if (moe_) {
-      LL_TRY(ws(dmid, n * h_, "mlp.d_input"));
+    if (moe_) {  // this rank's tokens in and out; moe_bwd gathers for the shared experts itself
+      LL_TRY(ws(dmid, ns * h_, "mlp.d_input"));
       LL_TRY(moe_bwd(L, dy, d(dmid)));
       dbranch.reset();
     } else {
@@ -1176,8 +1241,8 @@ class ModelImpl final : public Model {
       }
     }
     gathered.reset();
-    LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "mlp.d_input_local"));  // column-parallel: partial sums
-    LL_TRY(norm_bwd(L.ln2, d(sv.ln2_input), sp_ ? d(dlocal) : d(dmid), dx, true));
+    if (!moe_) LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "mlp.d_input_local"));  // column-parallel: partial sums
+    LL_TRY(norm_bwd(L.ln2, d(sv.ln2_input), sp_ && !moe_ ? d(dlocal) : d(dmid), dx, true));
     dmid.reset();
     dlocal.reset();
     // ---- attention

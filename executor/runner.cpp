@@ -263,10 +263,6 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   const Communicator* comm = o.comm && fp.world_size() > 1 ? o.comm : nullptr;
   if (comm) {
     if (Status s = check_distributed_backend(o.backend, f.model, fp, comm->modelled()); !s) return s;
-    if (fp.ep > 1 && fp.tp > 1)
-      return Status::bad_input("distributed executor: expert parallel (ep " + std::to_string(fp.ep) +
-                               ") runs with data, context and pipeline parallel and ZeRO so far; this plan has tp" +
-                               std::to_string(fp.tp));
     if (fp.cp > 1 && o.comm->modelled())
       return Status::bad_input("rank proxy: context parallel (cp " + std::to_string(fp.cp) + ") runs on real ranks only (mpirun)");
     if (fp.vpp > 1 && fp.schedule == Schedule::gpipe)
@@ -397,12 +393,14 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   if (!trainer) return fail_oom(trainer.status(), Where{Phase::other, -1, "optimizer states and master weights"});
   // Routed experts differ over EP: without ZeRO their squares are summed over EP here; with
   // ZeRO-1 every rank's partition is summed over DP x CP by the shard, which covers them.
+  // They are whole on every TP rank (MoE under TP: experts are split over EP only), so they
+  // are not summed over TP.
   const bool ep_norm = e.plan.ep > 1 && e.plan.zero == 0;
   if (comm && (e.plan.tp > 1 || e.plan.pp > 1 || ep_norm))
-    (*trainer)->set_norm_reduce([c = o.comm, ep_norm](double split_sq, double rep_sq) {
+    (*trainer)->set_norm_reduce([c = o.comm, ep_norm](double split_sq, double expert_sq, double rep_sq) {
       (void)c->all_reduce_sum(&split_sq, 1, DType::f64, Group::tp);
-      if (ep_norm) (void)c->all_reduce_sum(&split_sq, 1, DType::f64, Group::ep);
-      double x = split_sq + rep_sq;
+      if (ep_norm) (void)c->all_reduce_sum(&expert_sq, 1, DType::f64, Group::ep);
+      double x = split_sq + expert_sq + rep_sq;
       (void)c->all_reduce_sum(&x, 1, DType::f64, Group::pp);
       return x;
     });

@@ -77,8 +77,8 @@ struct RunOptions {
   // nullptr: the single-rank equivalent runs (above).
   // Implemented so far: data parallel with ZeRO 0-3 (comm/data_parallel.h), tensor parallel with or without
   // SP (model.h), pipeline parallel with GPipe, 1F1B and interleaved 1F1B (vpp > 1)
-  // (comm/pipeline.h), context parallel, and expert parallel (ep > 1, MoE) with data and
-  // context parallel and ZeRO (tp = pp = 1).
+  // (comm/pipeline.h), context parallel, and expert parallel (ep > 1, MoE) with data,
+  // context, pipeline and tensor parallel (with SP) and ZeRO.
   Communicator* comm = nullptr;
   int64_t bucket_bytes = 25 * 1024 * 1024;  // DP bucket (also the prediction's dp_bucket_bytes). Default: 25 MiB
   std::function<void(Model&)> on_done;      // tests: called with the trained model (ZeRO-3: gathered whole) before teardown

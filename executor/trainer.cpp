@@ -50,7 +50,7 @@ class CpuTrainer final : public Trainer {
   double loss_scale() const override { return loss_scale_; }
   StepOutcome step() override;
   int64_t updates() const override { return updates_; }
-  void set_norm_reduce(std::function<double(double, double)> f) override { norm_reduce_ = std::move(f); }
+  void set_norm_reduce(std::function<double(double, double, double)> f) override { norm_reduce_ = std::move(f); }
 
  private:
   friend class Trainer;
@@ -69,7 +69,7 @@ class CpuTrainer final : public Trainer {
   TrainerOptions opt_;
   std::vector<State> states_;
   std::optional<TrainerShard> shard_;
-  std::function<double(double, double)> norm_reduce_;
+  std::function<double(double, double, double)> norm_reduce_;
   std::vector<Tensor> frozen_copies_;  // O1: f32 copies of frozen weights (planner counts 6 B)
   double loss_scale_ = 1;
   int good_steps_ = 0;
@@ -211,15 +211,15 @@ void CpuTrainer::update(State& s, double grad_scale) {
 StepOutcome CpuTrainer::step() {
   StepOutcome out;
   out.loss_scale = loss_scale_;
-  std::vector<cpu::GradRef> grads, split;  // split: TP-split parameters
+  std::vector<cpu::GradRef> grads, split, expert;  // split: TP-split parameters; expert: routed experts
   for (State& s : states_) {
     if (s.param->shared_copy) continue;  // its twin on the first stage counts
     const int64_t es = dtype_size(s.param->grad->dtype());
     const cpu::GradRef g{static_cast<char*>(s.param->grad->raw()) + s.grad_offset * es, s.count, s.param->grad->dtype()};
-    (s.param->split.dim >= 0 || s.param->expert ? split : grads).push_back(g);
+    (s.param->expert ? expert : s.param->split.dim >= 0 ? split : grads).push_back(g);
   }
-  const double rn = cpu::global_grad_norm(grads), sn = cpu::global_grad_norm(split);
-  double raw_norm = norm_reduce_ ? std::sqrt(norm_reduce_(sn * sn, rn * rn)) : std::sqrt(sn * sn + rn * rn);
+  const double rn = cpu::global_grad_norm(grads), sn = cpu::global_grad_norm(split), en = cpu::global_grad_norm(expert);
+  double raw_norm = norm_reduce_ ? std::sqrt(norm_reduce_(sn * sn, en * en, rn * rn)) : std::sqrt(sn * sn + en * en + rn * rn);
   if (shard_) raw_norm = std::sqrt(shard_->reduce_sum(raw_norm * raw_norm));
   const ScalePolicy sp = apply_scale_policy(raw_norm, scheme_, opt_, &loss_scale_, &good_steps_);
   out.grad_norm = sp.norm;

@@ -97,13 +97,14 @@ class Trainer {
   virtual int64_t updates() const = 0;
   // A device failure in the last step() (which then reported it as skipped); ok on the CPU.
   virtual Status last_error() const { return Status::ok(); }
-  // Model parallel (TP, PP, EP): f(split_sq, replicated_sq) returns the gradient norm's sum
-  // of squares over this rank's model-parallel group: split_sq over TP-split parameters
-  // (ParamRef::split.dim >= 0, summed over TP) and routed experts (ParamRef::expert, summed
-  // over EP when ep > 1 without ZeRO), replicated_sq over the others (equal on every TP
-  // rank, counted once), both summed over the pipeline stages. Shared copies
-  // (ParamRef::shared_copy) are left out. Unset: split_sq + replicated_sq.
-  virtual void set_norm_reduce(std::function<double(double, double)> f) = 0;
+  // Model parallel (TP, PP, EP): f(split_sq, expert_sq, replicated_sq) returns the gradient
+  // norm's sum of squares over this rank's model-parallel group: split_sq over TP-split
+  // parameters (ParamRef::split.dim >= 0, summed over TP), expert_sq over routed experts
+  // (ParamRef::expert: whole on every TP rank, so summed over EP only, when ep > 1 without
+  // ZeRO), replicated_sq over the others (equal on every TP rank, counted once), all summed
+  // over the pipeline stages. Shared copies (ParamRef::shared_copy) are left out.
+  // Unset: split_sq + expert_sq + replicated_sq.
+  virtual void set_norm_reduce(std::function<double(double, double, double)> f) = 0;
 };
 
 // The loss-scale and clipping policy every backend shares: from the gradient norm of the

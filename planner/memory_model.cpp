@@ -299,7 +299,12 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     // The all-to-all send buffer of one dispatch or combine (or of their gradients in
     // backward): the rank's capacity-padded expert rows; the receiving side is the expert
     // input / output the recipe keeps (executor/model_impl.h, moe_fwd). One at a time.
-    x.comm_buffers += moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
+    // Under SP the all-gathered layer input above is live during the dispatch only when
+    // shared experts read it (moe_fwd gathers it before the exchange); without them the two
+    // are never live together, so only the larger counts.
+    const double a2a = moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
+    const double sp_gather = p.tp > 1 && p.sp ? tokens * h * act_bytes : 0;
+    x.comm_buffers += m.moe.shared_experts > 0 ? a2a : std::max(a2a, sp_gather) - sp_gather;
     ++groups;
   }
   x.comm_buffers += groups * opt.nccl_bytes_per_group;

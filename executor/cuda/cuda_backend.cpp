@@ -85,7 +85,7 @@ class CudaTrainer final : public Trainer {
   double loss_scale() const override { return loss_scale_; }
   int64_t updates() const override { return updates_; }
   Status last_error() const override { return error_; }
-  void set_norm_reduce(std::function<double(double, double)> f) override { norm_reduce_ = std::move(f); }
+  void set_norm_reduce(std::function<double(double, double, double)> f) override { norm_reduce_ = std::move(f); }
 
   StepOutcome step() override {
     StepOutcome out;
@@ -149,7 +149,7 @@ class CudaTrainer final : public Trainer {
     }
     double host[2] = {0, 0};
     if (Status s = copy_to_host(ctx_, host, acc, sizeof(host)); !s) return s;
-    const double raw = norm_reduce_ ? std::sqrt(norm_reduce_(host[0], host[1])) : std::sqrt(host[0] + host[1]);
+    const double raw = norm_reduce_ ? std::sqrt(norm_reduce_(host[0], 0, host[1])) : std::sqrt(host[0] + host[1]);
     // ZeRO: every DP rank holds a share of the gradients; their squares add (as the CPU trainer).
     return shard_ ? std::sqrt(shard_->reduce_sum(raw * raw)) : raw;
   }
@@ -195,7 +195,7 @@ class CudaTrainer final : public Trainer {
   std::optional<TrainerShard> shard_;  // ZeRO >= 1 with dp > 1
   std::vector<Tensor> frozen_copies_;
   Tensor norm_acc_;  // 2 doubles: TP-split and replicated sums of squares
-  std::function<double(double, double)> norm_reduce_;
+  std::function<double(double, double, double)> norm_reduce_;  // no MoE on CUDA: expert_sq 0
   double loss_scale_ = 1;
   int good_steps_ = 0;
   int64_t updates_ = 0;

@@ -52,6 +52,10 @@ struct Case {
   int cp = 1;      // context parallel: each CP rank holds seq_len / cp tokens of every sequence
   bool moe = false;  // the tiny MoE model (tiny_plans.h tiny_moe_model)
   int ep = 1;        // expert parallel: experts / ep per rank, tokens exchanged by all-to-all
+  // > 0: the MoE capacity factor (the model's 1.25 otherwise). Which tokens an expert drops
+  // depends on the tokens routed together; under SP each TP rank routes its own shard, so
+  // the reference (whole micro-batches) agrees only when nothing is dropped: E / k = 2.
+  double capacity_factor = 0;
   int world() const { return dp * tp * pp * cp; }
 };
 const Case kCases[] = {
@@ -125,6 +129,15 @@ const Case kCases[] = {
     // are its own (the layout's colour holds pp); GPT's tied head sums over the two stages.
     {.name = "moe_llama_pp2_ep2", .family = Family::llama, .dp = 2, .zero = 0, .pp = 2, .moe = true, .ep = 2},
     {.name = "moe_gpt_dp2_pp2_ep2_zero1", .family = Family::gpt, .dp = 2, .zero = 1, .pp = 2, .moe = true, .ep = 2},
+    // MoE under TP with SP: each TP rank routes its sequence shard through whole experts
+    // (split over EP only; expert and router gradients summed over TP), shared experts
+    // TP-split like a dense MLP.
+    {.name = "moe_llama_tp2_sp", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true, .moe = true,
+     .capacity_factor = 2},
+    {.name = "moe_llama_dp2_tp2_sp_ep2", .family = Family::llama, .dp = 2, .zero = 0, .tp = 2, .sp = true, .moe = true, .ep = 2,
+     .capacity_factor = 2},
+    {.name = "moe_gpt_dp2_tp2_sp_ep2_zero1", .family = Family::gpt, .dp = 2, .zero = 1, .tp = 2, .sp = true, .moe = true,
+     .ep = 2, .capacity_factor = 2},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
@@ -231,6 +244,7 @@ int child_main(const std::string& case_name, const std::string& out) {
     PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp, c.pp, c.schedule, c.recompute, c.lora, c.cp);
     f.job.precision = c.precision;
     if (c.moe) f.model = testing::tiny_moe_model(c.family, 256);
+    if (c.capacity_factor > 0) f.model.moe.capacity_factor = c.capacity_factor;
     f.model.layers = c.layers;
     f.plan.vpp = c.vpp;
     f.plan.ep = c.ep;
@@ -575,6 +589,7 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
   PlanFile ref = tiny_plan(c.family, 1, 0, 1, false, 1, Schedule::one_f_one_b, c.recompute, c.lora);
   ref.job.precision = c.precision;
   if (c.moe) ref.model = testing::tiny_moe_model(c.family, 256);
+  if (c.capacity_factor > 0) ref.model.moe.capacity_factor = c.capacity_factor;
   ref.model.layers = c.layers;
   ref.plan.grad_accum = 4;
   RunOptions o = options();
