@@ -263,8 +263,6 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   const Communicator* comm = o.comm && fp.world_size() > 1 ? o.comm : nullptr;
   if (comm) {
     if (Status s = check_distributed_backend(o.backend, f.model, fp, comm->modelled()); !s) return s;
-    if (fp.cp > 1 && o.comm->modelled())
-      return Status::bad_input("rank proxy: context parallel (cp " + std::to_string(fp.cp) + ") runs on real ranks only (mpirun)");
     if (fp.vpp > 1 && fp.schedule == Schedule::gpipe)
       return Status::bad_input("distributed executor: vpp " + std::to_string(fp.vpp) +
                                " runs interleaved 1F1B; set schedule 1f1b (GPipe has no interleaved variant here)");

@@ -16,7 +16,10 @@
 //                     slice; all-gather: this rank's slice copied to every slot; all-to-all:
 //                     out = in, as if every peer sent what this rank sends; broadcast,
 //                     barrier: nothing; recv: zeros), so memory and compute are the rank's
-//                     real ones; the traffic is only modelled (modelled() is true).
+//                     real ones; the traffic is only modelled (modelled() is true). Context
+//                     parallel needs nothing more: its all-gathered whole-sequence q, k, v
+//                     are this rank's slice cp times, so attention runs over all s keys in
+//                     the buffers and with the work of a real rank.
 //   NcclCommunicator  (executor/cuda/nccl_communicator.h) the same interface over NCCL for
 //                     device buffers, one GPU per rank.
 // Counts are elements of `dtype`; buffers are host memory for the CPU backend. Sums are

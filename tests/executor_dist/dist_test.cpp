@@ -526,6 +526,42 @@ TEST(RankProxy, Llama2_7bTp2Pp2Dp2MatchesThePlannerPerRank) {
   }
 }
 
+// Rank proxy of a context-parallel plan (dp2 cp2 ZeRO-1, GPT and Llama; tp2 sp cp2): one process
+// keeps CP rank c's slice of every sequence; LocalCommunicator's all-gather of q, k, v
+// hands back copies of this rank's slice in every slot (the shape of the whole sequence),
+// so attention runs over all s keys as on a real rank. Model states, activations (scores
+// of the local queries against all keys) and logits equal the planner's per-rank
+// prediction; communication is printed only (the executor gathers whole-sequence q, k, v
+// where the planner counts a ring's K/V chunks, as in the Distributed cp cases; the proxy's
+// equals a real rank's: llama_dp2_cp2_zero1 measures 262144 bytes on every rank, as here).
+TEST(RankProxy, ContextParallelMatchesThePlannerPerRank) {
+  for (int i = 0; i < 3; ++i) {
+    const Family fam = i == 1 ? Family::gpt : Family::llama;
+    PlanFile f = i < 2 ? tiny_plan(fam, 2, 1, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, 2)
+                       : tiny_plan(fam, 1, 0, 2, true, 1, Schedule::one_f_one_b, Recompute::none, nullptr, 2);
+    for (int rank : {0, 3}) {
+      LocalCommunicator comm(f.plan, rank);
+      RunOptions o = options();
+      o.steps = 2;
+      o.comm = &comm;
+      Result<RunReport> r = run_plan(f, o);
+      ASSERT_TRUE(r) << r.status().message();
+      EXPECT_TRUE(r->comm_modelled);
+      EXPECT_EQ(r->coords.cp, rank % 2);
+      for (const StepMeasure& s : r->steps) EXPECT_TRUE(std::isfinite(s.loss));
+      for (const CompareLine& l : r->memory_lines) {
+        if (l.gpu_only) continue;
+        std::printf("[cp proxy %s rank %d]  %-22s predicted %12.0f  measured %12.0f\n",
+                    i == 0 ? "llama dp2 cp2" : i == 1 ? "gpt dp2 cp2" : "llama tp2 sp cp2", rank, l.name.c_str(), l.predicted, l.measured);
+        if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
+            l.name == "activations" || l.name == "logits_loss") {
+          EXPECT_NEAR(l.measured, l.predicted, 64) << "rank " << rank << " " << l.name;
+        }
+      }
+    }
+  }
+}
+
 // Rank proxy of an expert-parallel MoE plan (dp4 ep2, ZeRO-1): one process builds rank R's
 // experts (half of them) with a LocalCommunicator, whose all-to-all hands back what it
 // sends; model states, activations, logits and the all-to-all send buffer equal the
