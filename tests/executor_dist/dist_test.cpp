@@ -129,6 +129,8 @@ const Case kCases[] = {
     // are its own (the layout's colour holds pp); GPT's tied head sums over the two stages.
     {.name = "moe_llama_pp2_ep2", .family = Family::llama, .dp = 2, .zero = 0, .pp = 2, .moe = true, .ep = 2},
     {.name = "moe_gpt_dp2_pp2_ep2_zero1", .family = Family::gpt, .dp = 2, .zero = 1, .pp = 2, .moe = true, .ep = 2},
+    {.name = "moe_llama_dp2_pp2_ep2_zero2", .family = Family::llama, .dp = 2, .zero = 2, .pp = 2, .moe = true, .ep = 2},
+    {.name = "moe_gpt_dp2_pp2_ep2_zero3", .family = Family::gpt, .dp = 2, .zero = 3, .pp = 2, .moe = true, .ep = 2},
     // MoE under TP with SP: each TP rank routes its sequence shard through whole experts
     // (split over EP only; expert and router gradients summed over TP), shared experts
     // TP-split like a dense MLP.
@@ -138,6 +140,15 @@ const Case kCases[] = {
      .capacity_factor = 2},
     {.name = "moe_gpt_dp2_tp2_sp_ep2_zero1", .family = Family::gpt, .dp = 2, .zero = 1, .tp = 2, .sp = true, .moe = true,
      .ep = 2, .capacity_factor = 2},
+    {.name = "moe_llama_dp2_tp2_sp_ep2_zero2", .family = Family::llama, .dp = 2, .zero = 2, .tp = 2, .sp = true, .moe = true,
+     .ep = 2, .capacity_factor = 2},
+    {.name = "moe_llama_tp2_sp_full_recompute", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true,
+     .recompute = Recompute::full, .moe = true, .capacity_factor = 2},
+    {.name = "moe_llama_tp2_sp_pp2", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true, .pp = 2, .moe = true,
+     .capacity_factor = 2},
+    // Context parallel shards the routed tokens as SP does (hence no drops for the reference).
+    {.name = "moe_llama_cp2_ep2", .family = Family::llama, .dp = 1, .zero = 0, .cp = 2, .moe = true, .ep = 2,
+     .capacity_factor = 2},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
