@@ -573,6 +573,33 @@ TEST(RankProxy, ContextParallelMatchesThePlannerPerRank) {
   }
 }
 
+// Rank proxy of an MoE plan under TP with SP and EP (dp2 tp2 sp ep2, ZeRO-1): the TP
+// all-reduce of the router's and experts' partial gradients is a no-op stand-in, the
+// shared experts' gathers copy; model states, activations, logits and communication (the
+// SP gather live through the all-to-all send buffer) equal the planner's per rank.
+TEST(RankProxy, MoeTensorParallelMatchesThePlannerPerRank) {
+  PlanFile f = tiny_plan(Family::llama, 2, 1, 2, true);
+  f.model = testing::tiny_moe_model(Family::llama, 256);
+  f.plan.ep = 2;
+  for (int rank : {0, 3}) {
+    LocalCommunicator comm(f.plan, rank);
+    RunOptions o = options();
+    o.steps = 2;
+    o.comm = &comm;
+    Result<RunReport> r = run_plan(f, o);
+    ASSERT_TRUE(r) << r.status().message();
+    EXPECT_TRUE(r->comm_modelled);
+    for (const CompareLine& l : r->memory_lines) {
+      if (l.gpu_only) continue;
+      std::printf("[moe tp proxy rank %d]  %-22s predicted %12.0f  measured %12.0f\n", rank, l.name.c_str(), l.predicted, l.measured);
+      if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
+          l.name == "activations" || l.name == "logits_loss" || l.name == "communication") {
+        EXPECT_NEAR(l.measured, l.predicted, 64) << "rank " << rank << " " << l.name;
+      }
+    }
+  }
+}
+
 // Rank proxy of an expert-parallel MoE plan (dp4 ep2, ZeRO-1): one process builds rank R's
 // experts (half of them) with a LocalCommunicator, whose all-to-all hands back what it
 // sends; model states, activations, logits and the all-to-all send buffer equal the
