@@ -559,6 +559,9 @@ TEST(RankProxy, ContextParallelMatchesThePlannerPerRank) {
       ASSERT_TRUE(r) << r.status().message();
       EXPECT_TRUE(r->comm_modelled);
       EXPECT_EQ(r->coords.cp, rank % 2);
+      // The plan says ring (the default); what runs, and is predicted, is the all-gather.
+      EXPECT_EQ(r->executed.plan.cp_exchange, CpExchange::all_gather);
+      EXPECT_NE(r->label.find("cp2 ring run as all-gather"), std::string::npos) << r->label;
       for (const StepMeasure& s : r->steps) EXPECT_TRUE(std::isfinite(s.loss));
       for (const CompareLine& l : r->memory_lines) {
         if (l.gpu_only) continue;
