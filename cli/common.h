@@ -73,6 +73,6 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s);
 int report(const Status& s);
 
 std::string gib(double bytes);  // "12.34 GiB"
-std::string plan_summary(const ParallelPlan& p);  // "dp4 tp2 pp1 mb2 ga64 zero1 selective"
+std::string plan_summary(const ParallelPlan& p);  // "dp4 tp2 pp1 mb2 ga64 zero1 selective" ("cp2 all_gather" if not ring)
 
 }  // namespace llmplan::cli

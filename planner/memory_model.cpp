@@ -189,6 +189,14 @@ double layer_forward_transient_bytes(const ModelSpec& m, const LayerContext& lc,
   return layer_forward_transient_bytes(sums, lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc)), policy);
 }
 
+double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, bool backward) {
+  if (p.cp <= 1) return 0;
+  const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  const double whole = static_cast<double>(p.micro_batch) * static_cast<double>(j.seq_len) / p.tp * act_bytes;  // per column
+  const double qw = static_cast<double>(m.q_width()), kvw = static_cast<double>(m.kv_width());
+  return whole * (backward ? 3 * qw + 2 * kvw : qw + 3 * kvw);
+}
+
 double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
   const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
   const double seq_div = p.sp ? p.tp : 1.0;
@@ -275,6 +283,8 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   }
 
   int groups = 0;
+  double sp_ep = 0;        // the SP gather and EP all-to-all buffers counted below (MLP / GEMM-input side)
+  double cp_gathered = 0;  // the CP all-gather's buffers (attention side)
   if (p.dp * p.cp > 1) {
     x.comm_buffers += 2 * opt.dp_bucket_bytes;
     ++groups;
@@ -283,6 +293,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     // Sequence parallel all-gathers a layer's input into a full-sequence buffer; plain TP
     // all-reduces in place and needs none (measured by the distributed executor).
     if (p.sp) x.comm_buffers += tokens * h * act_bytes;
+    if (p.sp) sp_ep += tokens * h * act_bytes;
     ++groups;
   }
   if (p.pp > 1) {
@@ -292,7 +303,9 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     ++groups;
   }
   if (p.cp > 1) {
-    x.comm_buffers += 2 * tokens * m.kv_width() / p.tp * 2 * act_bytes;  // K and V chunks in flight on the ring
+    // All-gather: added below, against the SP and EP buffers it is never live with.
+    if (p.cp_exchange == CpExchange::all_gather) cp_gathered = cp_all_gather_buffer_bytes(m, j, p, frozen_here < layers);
+    else x.comm_buffers += 2 * tokens * m.kv_width() / p.tp * 2 * act_bytes;  // K and V chunks in flight on the ring
     ++groups;
   }
   if (p.ep > 1) {
@@ -304,9 +317,15 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     // are never live together, so only the larger counts.
     const double a2a = moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
     const double sp_gather = p.tp > 1 && p.sp ? tokens * h * act_bytes : 0;
-    x.comm_buffers += m.moe.shared_experts > 0 ? a2a : std::max(a2a, sp_gather) - sp_gather;
+    const double ep_extra = m.moe.shared_experts > 0 ? a2a : std::max(a2a, sp_gather) - sp_gather;
+    x.comm_buffers += ep_extra;
+    sp_ep += ep_extra;
     ++groups;
   }
+  // The CP all-gather's buffers live only inside attention (cp_attn_fwd / cp_attn_bwd free
+  // them on return), the SP gather only around the GEMM that reads it and the EP buffers
+  // only inside the MoE MLP: the executor never holds both sides, so only the larger counts.
+  if (cp_gathered > 0) x.comm_buffers += std::max(cp_gathered, sp_ep) - sp_ep;
   x.comm_buffers += groups * opt.nccl_bytes_per_group;
   return x;
 }

@@ -160,6 +160,18 @@ double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTen
 // (2h + 2f) x tokens x act_bytes (h/t under SP, f/t under TP; MoE: k routed experts' f).
 double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
 
+// Context parallel run as an all-gather (CpExchange::all_gather, the executor's
+// cp_attn_fwd / cp_attn_bwd): the most communication-buffer bytes a rank holds for it at
+// once. Each gather lands in a raw buffer (b*s/cp tokens from each of the cp ranks, rank-
+// major) and is reordered into a whole-sequence one, both b*s*w*act_bytes (w the TP-local
+// width); the raw one is freed after the reorder. Forward gathers q, k, v: the peak is
+// q + k + v whole + v raw = b*s*(qw + 3 kvw)/t. Backward re-gathers q, k, v and then the
+// output gradient: q + k + v + dout whole + dout raw = b*s*(3 qw + 2 kvw)/t, the larger;
+// `backward` says whether a layer of the stage runs one. 0 when cp == 1. The buffers live
+// only inside attention, so stage_memory_extras counts the larger of them and the SP
+// gather + EP all-to-all buffers (MLP / GEMM-input side), never both.
+double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, bool backward);
+
 // Parameters on a stage's rank: trainable and frozen (layers, embedding on the first
 // stage, LM head on the last), from count_params.
 struct StageParams {
@@ -178,7 +190,7 @@ struct StageMemoryExtras {
   double activation_grads = 0;  // activation_gradient_bytes when a layer of the stage trains, else 0
   double gathered_pool = 0;     // ZeRO-3: current + prefetched unit gathered at TP-local size (see below)
   double unit_grad_transient = 0;  // ZeRO >= 2: one unit's full-size gradient during its backward (see below)
-  double comm_buffers = 0;      // DP buckets, TP/SP gathers, PP send/recv, CP ring, EP, NCCL
+  double comm_buffers = 0;      // DP buckets, TP/SP gathers, PP send/recv, CP ring or all-gather, EP, NCCL
 };
 // ZeRO-2/3 work per *unit* -- the embedding (first stage), each layer, the final norm with
 // the LM head (last stage; a tied head reads the token table again) -- as FSDP and the

@@ -335,12 +335,13 @@ Result<ParallelPlan> plan_from_json(const json& j, const std::string& origin) {
   r.get("flash_attention", &p.flash_attention, false);
   p.schedule = p.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
   r.get_enum("schedule", &p.schedule, "gpipe, 1f1b, interleaved", false);
+  r.get_enum("cp_exchange", &p.cp_exchange, "ring, all_gather", false);
   if (Status s = r.finish(); !s) return s;
   return p;
 }
 
 json to_json(const ParallelPlan& p) {
-  return {{"dp", p.dp},
+  json j = {{"dp", p.dp},
           {"tp", p.tp},
           {"pp", p.pp},
           {"vpp", p.vpp},
@@ -355,6 +356,9 @@ json to_json(const ParallelPlan& p) {
           {"offload_optimizer", p.offload_optimizer},
           {"flash_attention", p.flash_attention},
           {"schedule", to_string(p.schedule)}};
+  // Written only when it is not the default, so ring plans' files stay as they were.
+  if (p.cp_exchange != CpExchange::ring) j["cp_exchange"] = to_string(p.cp_exchange);
+  return j;
 }
 
 }  // namespace llmplan

@@ -117,6 +117,11 @@ struct TrainingJob {
 
 enum class Recompute { none, selective, full, full_k };  // full_k: k layers per stage full
 enum class Schedule { gpipe, one_f_one_b, interleaved };
+// How context parallel exchanges K and V between the CP ranks. ring: Megatron's ring (two
+// K/V chunks in flight, overlapped with attention). all_gather: the executor's (Llama 3's)
+// exchange: q, k, v (and, in backward, the output gradient) all-gathered whole into
+// communication buffers before attention, not overlapped. Meaningful only when cp > 1.
+enum class CpExchange { ring, all_gather };
 
 struct ParallelPlan {
   int dp = 1, tp = 1, pp = 1;
@@ -132,6 +137,7 @@ struct ParallelPlan {
   bool offload_optimizer = false;    // optimizer states and master weights in host memory
   bool flash_attention = true;       // fused attention: no s*s scores kept
   Schedule schedule = Schedule::one_f_one_b;
+  CpExchange cp_exchange = CpExchange::ring;  // plan files without it are ring
   int world_size() const { return dp * tp * pp * cp; }
 };
 
@@ -149,6 +155,7 @@ const char* to_string(Optimizer v);
 const char* to_string(GradConvention v);
 const char* to_string(Recompute v);
 const char* to_string(Schedule v);
+const char* to_string(CpExchange v);
 
 // Parse the names above; return false (and leave *out untouched) on an unknown name.
 bool parse_enum(const std::string& s, Family* out);
@@ -160,5 +167,6 @@ bool parse_enum(const std::string& s, Optimizer* out);
 bool parse_enum(const std::string& s, GradConvention* out);
 bool parse_enum(const std::string& s, Recompute* out);
 bool parse_enum(const std::string& s, Schedule* out);
+bool parse_enum(const std::string& s, CpExchange* out);
 
 }  // namespace llmplan

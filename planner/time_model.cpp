@@ -121,7 +121,7 @@ LayerCommByPass layer_comm_by_pass(const LayerTimes& lt, LayerRecompute policy, 
   const double n_ep = nf + nb;
   r.ep[0] = lt.ep_comm * nf / n_ep;
   r.ep[1] = lt.ep_comm * nb / n_ep;
-  r.cp[0] = grad_flows ? lt.cp_comm_exposed / 3 : lt.cp_comm_exposed;
+  r.cp[0] = lt.cp_comm_forward > 0 ? lt.cp_comm_forward : grad_flows ? lt.cp_comm_exposed / 3 : lt.cp_comm_exposed;
   r.cp[1] = lt.cp_comm_exposed - r.cp[0];
   return r;
 }
@@ -302,11 +302,24 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     if (policy == LayerRecompute::full && lc.grad_flows) lt.tp_comm += 2 * one * (1 - e.tp_overlap);
   }
   // ---- CP ring: K and V chunks pass around the ring, hidden behind attention.
-  if (p.cp > 1) {
+  if (p.cp > 1 && p.cp_exchange == CpExchange::ring) {
     const double chunk = 2 * tokens * kvw / t * eb;
     const Link l = group_link(c, p, Group::cp);
     const double ring = (p.cp - 1) * p2p_time(chunk, l, e);
     lt.cp_comm_exposed = std::max(0.0, ring - attn_fwd) + (lc.grad_flows ? std::max(0.0, 2 * ring - attn_bwd) : 0);
+  }
+  // ---- CP all-gather (the executor's cp_attn_fwd / cp_attn_bwd): q, k, v gathered whole
+  // before attention can start, so nothing hides them; backward gathers q, k, v again and
+  // the output gradient (dk, dv are whole on every rank: no reduce-scatter). A fully
+  // recomputed layer runs the forward's gathers once more.
+  if (p.cp > 1 && p.cp_exchange == CpExchange::all_gather) {
+    const Link l = group_link(c, p, Group::cp);
+    const double whole = p.cp * tokens / t * eb;  // bytes per column of one gathered tensor
+    const double gq = allgather_time(whole * qw, p.cp, l, e) + e.kernel_launch_s;
+    const double gkv = allgather_time(whole * kvw, p.cp, l, e) + e.kernel_launch_s;
+    const double fwd = gq + 2 * gkv;
+    lt.cp_comm_exposed = lt.cp_comm_forward = fwd;
+    if (lc.grad_flows) lt.cp_comm_exposed += fwd + gq + (policy == LayerRecompute::full ? fwd : 0);
   }
   // ---- EP all-to-all: dispatch and combine, forward and backward.
   if (m.moe.enabled() && p.ep > 1) {

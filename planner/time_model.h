@@ -90,7 +90,8 @@ struct LayerTimes {
   double backward = 0;         // compute, s
   double recompute = 0;        // extra forward work during backward under the policy, s
   double tp_comm = 0;          // TP/SP collectives, fwd + bwd, s (before overlap)
-  double cp_comm_exposed = 0;  // CP ring exchange not hidden behind attention, s
+  double cp_comm_exposed = 0;  // CP ring exchange not hidden behind attention (all-gather: all of it), s
+  double cp_comm_forward = 0;  // of cp_comm_exposed, the forward's part under all-gather; 0 for the ring (a third)
   double ep_comm = 0;          // MoE all-to-all dispatch + combine, fwd + bwd, s
 };
 LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const LayerContext& lc,
@@ -216,7 +217,7 @@ struct CriticalStage {
 };
 
 // What estimate_time needs that depends only on the model, cluster, job, efficiency and
-// the plan's dp, tp, pp, cp, ep, sp, micro_batch and flash_attention.
+// the plan's dp, tp, pp, cp, cp_exchange, ep, sp, micro_batch and flash_attention.
 struct StepTimeInputs {
   LayerTimes kinds[2][3];     // [frozen layer][LayerRecompute]: one layer, one micro-batch
   HeadTimes head;             // LM head on the last stage

@@ -542,8 +542,8 @@ TEST(RankProxy, Llama2_7bTp2Pp2Dp2MatchesThePlannerPerRank) {
 // hands back copies of this rank's slice in every slot (the shape of the whole sequence),
 // so attention runs over all s keys as on a real rank. Model states, activations (scores
 // of the local queries against all keys) and logits equal the planner's per-rank
-// prediction; communication is printed only (the executor gathers whole-sequence q, k, v
-// where the planner counts a ring's K/V chunks, as in the Distributed cp cases; the proxy's
+// prediction, and so does communication: the runner predicts the executed config with
+// cp_exchange all_gather (whole-sequence q, k, v and the output gradient; the proxy's
 // equals a real rank's: llama_dp2_cp2_zero1 measures 262144 bytes on every rank, as here).
 TEST(RankProxy, ContextParallelMatchesThePlannerPerRank) {
   for (int i = 0; i < 3; ++i) {
@@ -559,13 +559,16 @@ TEST(RankProxy, ContextParallelMatchesThePlannerPerRank) {
       ASSERT_TRUE(r) << r.status().message();
       EXPECT_TRUE(r->comm_modelled);
       EXPECT_EQ(r->coords.cp, rank % 2);
+      // The plan says ring (the default); what runs, and is predicted, is the all-gather.
+      EXPECT_EQ(r->executed.plan.cp_exchange, CpExchange::all_gather);
+      EXPECT_NE(r->label.find("cp2 ring run as all-gather"), std::string::npos) << r->label;
       for (const StepMeasure& s : r->steps) EXPECT_TRUE(std::isfinite(s.loss));
       for (const CompareLine& l : r->memory_lines) {
         if (l.gpu_only) continue;
         std::printf("[cp proxy %s rank %d]  %-22s predicted %12.0f  measured %12.0f\n",
                     i == 0 ? "llama dp2 cp2" : i == 1 ? "gpt dp2 cp2" : "llama tp2 sp cp2", rank, l.name.c_str(), l.predicted, l.measured);
         if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
-            l.name == "activations" || l.name == "logits_loss") {
+            l.name == "activations" || l.name == "logits_loss" || l.name == "communication") {
           EXPECT_NEAR(l.measured, l.predicted, 64) << "rank " << rank << " " << l.name;
         }
       }
@@ -753,10 +756,10 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
       // TP without SP all-reduces in place: the planner's TP line (one layer input,
       // b*s*h, the SP all-gather buffer) has no counterpart, so communication is printed only;
       // with SP that buffer is the all-gathered GEMM input and must match.
-      // CP gathers whole-sequence q, k, v (and the output gradient) rather than the planner's
-      // ring of K/V chunks, so its communication is printed only too.
+      // CP gathers whole-sequence q, k, v (and the output gradient): the runner predicts the
+      // executed config with cp_exchange all_gather, whose buffers must match too.
       if (name == "weights" || name == "optimizer_states" || name == "master_weights" || name == "activations" ||
-          name == "logits_loss" || (name == "communication" && (c.tp == 1 || c.sp) && c.cp == 1) || name == "gradients" ||
+          name == "logits_loss" || (name == "communication" && (c.tp == 1 || c.sp)) || name == "gradients" ||
           (name == "gathered_params" && c.zero == 3)) {
         EXPECT_NEAR(meas, pred, std::max(64.0, 1e-4 * pred)) << name;
       }

@@ -4,6 +4,7 @@
 #include "planner/memory_model.h"
 #include "planner/recipe.h"
 #include "planner/time_model.h"
+#include "tests/model_fixtures.h"
 
 namespace llmplan {
 namespace {
@@ -121,6 +122,41 @@ TEST(Inflight, MatchesMegatronRules) {
   p.schedule = Schedule::gpipe;
   p.vpp = 1;
   EXPECT_EQ(inflight_microbatches(p, 64, 3), 64);
+}
+
+// CP run as an all-gather (the executor's exchange) is not hidden behind attention: per
+// layer, forward gathers q, k, v whole and backward gathers them again plus the output
+// gradient. Llama-2-7B's shape with 8 KV heads, seq 4096, micro-batch 1, cp 2, bf16: a
+// whole tensor is 4096 tokens x 2 B = 8192 B per column, q 4096 columns, k and v 1024.
+// One all-gather over 2 ranks of B bytes: B/2 / (bw x network efficiency) + one latency,
+// plus a kernel launch.
+TEST(ContextParallel, AllGatherTimeFromHandArithmetic) {
+  ModelSpec m = testing::llama2_7b();
+  m.kv_heads = 8;
+  ClusterSpec c;
+  c.gpus_per_node = 8;
+  c.intra_node_bandwidth = 300e9;
+  c.intra_node_latency = 5e-6;
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.precision = Precision::bf16;
+  ParallelPlan p;
+  p.cp = 2;
+  p.micro_batch = 1;
+  p.cp_exchange = CpExchange::all_gather;
+  const Efficiency e;
+  const LayerContext lc = layer_context(m, j, p, 0);
+  ASSERT_TRUE(lc.grad_flows);
+  const auto gather = [&](double bytes) { return bytes / 2 / (300e9 * e.network) + 5e-6 + e.kernel_launch_s; };
+  const double fwd = gather(8192.0 * 4096) + 2 * gather(8192.0 * 1024);
+  const LayerTimes lt = layer_times(m, c, j, p, lc, LayerRecompute::none, e);
+  EXPECT_NEAR(lt.cp_comm_exposed, 2 * fwd + gather(8192.0 * 4096), 1e-12);
+  EXPECT_NEAR(lt.cp_comm_forward, fwd, 1e-12);
+  // A fully recomputed layer gathers q, k, v once more.
+  EXPECT_NEAR(layer_times(m, c, j, p, lc, LayerRecompute::full, e).cp_comm_exposed, 3 * fwd + gather(8192.0 * 4096), 1e-12);
+  // The ring's chunks are overlapped with attention and its forward share stays a third.
+  p.cp_exchange = CpExchange::ring;
+  EXPECT_EQ(layer_times(m, c, j, p, lc, LayerRecompute::none, e).cp_comm_forward, 0);
 }
 
 }  // namespace
