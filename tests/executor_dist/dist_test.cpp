@@ -870,18 +870,25 @@ TEST(DeadRank, RankZeroRecordsTheRunAsFailed) {
   EXPECT_EQ(runs->front().status, RunStatus::failed);
 }
 
+// Writes plan f, runs `mpirun -np 2 llmplan execute PLAN --backend cuda` on it and returns
+// what the ranks printed; *rc: mpirun's exit status.
+std::string execute_cuda_on_two_ranks(const PlanFile& f, const std::string& name, int* rc) {
+  const std::string dir = ::testing::TempDir();
+  const std::string plan = dir + name + "_plan.json", log = dir + name + ".log";
+  if (!write_json_file(plan, plan_file_to_json(f, estimate_memory(f.model, f.cluster, f.job, f.plan),
+                                               estimate_time(f.model, f.cluster, f.job, f.plan))))
+    return "could not write " + plan;
+  *rc = run_mpirun(2, std::string(LLMPLAN_CLI) + " execute " + plan + " --backend cuda --db " + dir + name + ".db > " + log +
+                          " 2>&1");
+  std::ifstream in(log);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // `mpirun -np 2 llmplan execute --backend cuda` on a plan the GPU cannot run distributed:
 // every rank refuses with the plan field named (exit 2) before it looks for a GPU or NCCL.
 TEST(CudaDistributed, CliRefusesTensorParallelNamingTheField) {
-  const std::string dir = ::testing::TempDir();
-  const std::string plan = dir + "dist_cuda_tp2_plan.json", log = dir + "dist_cuda_tp2.log";
-  const PlanFile f = tiny_plan(Family::gpt, 1, 0, 2);
-  ASSERT_TRUE(write_json_file(plan, plan_file_to_json(f, estimate_memory(f.model, f.cluster, f.job, f.plan),
-                                                      estimate_time(f.model, f.cluster, f.job, f.plan))));
-  const int rc = run_mpirun(2, std::string(LLMPLAN_CLI) + " execute " + plan + " --backend cuda --db " + dir +
-                                   "dist_cuda_tp2.db > " + log + " 2>&1");
-  std::ifstream in(log);
-  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int rc = 0;
+  const std::string out = execute_cuda_on_two_ranks(tiny_plan(Family::gpt, 1, 0, 2), "dist_cuda_tp2", &rc);
   EXPECT_NE(rc, 0) << out;
   if (out.find("without the CUDA toolkit") != std::string::npos) GTEST_SKIP() << "a build without CUDA: " << out;
   EXPECT_NE(out.find("plan.tp 2"), std::string::npos) << out;
@@ -890,16 +897,10 @@ TEST(CudaDistributed, CliRefusesTensorParallelNamingTheField) {
 // The same for a mixture of experts on plain data parallel (ep 1): the CUDA model has no
 // MoE kernels, so every rank refuses naming MoE before it sets up a GPU or NCCL.
 TEST(CudaDistributed, CliRefusesMixtureOfExperts) {
-  const std::string dir = ::testing::TempDir();
-  const std::string plan = dir + "dist_cuda_moe_plan.json", log = dir + "dist_cuda_moe.log";
   PlanFile f = tiny_plan(Family::gpt, 2, 0);
   f.model = testing::tiny_moe_model(Family::gpt, 256);
-  ASSERT_TRUE(write_json_file(plan, plan_file_to_json(f, estimate_memory(f.model, f.cluster, f.job, f.plan),
-                                                      estimate_time(f.model, f.cluster, f.job, f.plan))));
-  const int rc = run_mpirun(2, std::string(LLMPLAN_CLI) + " execute " + plan + " --backend cuda --db " + dir +
-                                   "dist_cuda_moe.db > " + log + " 2>&1");
-  std::ifstream in(log);
-  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int rc = 0;
+  const std::string out = execute_cuda_on_two_ranks(f, "dist_cuda_moe", &rc);
   EXPECT_NE(rc, 0) << out;
   if (out.find("without the CUDA toolkit") != std::string::npos) GTEST_SKIP() << "a build without CUDA: " << out;
   EXPECT_NE(out.find("is a mixture of experts"), std::string::npos) << out;
