@@ -482,6 +482,21 @@ TEST(Launch, CommandNamesMpirunAndTheRankCount) {
   EXPECT_NE(cmd.find("-np 8 llmplan execute best.json"), std::string::npos);
 }
 
+// Prints a rank's memory lines and expects the ones the planner predicts exactly -- model
+// states, activations, logits and, with `communication`, the communication buffers -- to
+// equal the prediction within `rel` of it plus 64 bytes.
+void expect_rank_lines_match(const RunReport& r, const std::string& tag, int rank, bool communication, double rel) {
+  for (const CompareLine& l : r.memory_lines) {
+    if (l.gpu_only) continue;
+    std::printf("[%s rank %d]  %-22s predicted %14.0f  measured %14.0f  %+.3f%%\n", tag.c_str(), rank, l.name.c_str(), l.predicted,
+                l.measured, 100 * l.rel_error());
+    if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
+        l.name == "activations" || l.name == "logits_loss" || (communication && l.name == "communication")) {
+      EXPECT_NEAR(l.measured, l.predicted, rel * l.predicted + 64) << tag << " rank " << rank << " " << l.name;
+    }
+  }
+}
+
 // Rank proxy: one process builds exactly rank R's shard of llama2-7b on 8 GPUs (tp2 pp2
 // dp2, ZeRO-1, selective recompute; 4 layers, seq 128, micro-batch 1, 2 micro-batches so
 // stage 0 holds 2 in flight under 1F1B) with a LocalCommunicator, and its allocator-side
@@ -525,15 +540,7 @@ TEST(RankProxy, Llama2_7bTp2Pp2Dp2MatchesThePlannerPerRank) {
     ASSERT_TRUE(r) << r.status().message();
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("[proxy rank %d: tp %d pp %d dp %d] %.1f s; %s\n", rank, r->coords.tp, r->coords.pp, r->coords.dp, sec, r->label.c_str());
-    for (const CompareLine& l : r->memory_lines) {
-      if (l.gpu_only) continue;
-      std::printf("[proxy rank %d]  %-22s predicted %14.0f  measured %14.0f  %+.3f%%\n", rank, l.name.c_str(), l.predicted, l.measured,
-                  100 * l.rel_error());
-      if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
-          l.name == "activations" || l.name == "logits_loss") {
-        EXPECT_NEAR(l.measured, l.predicted, 0.03 * l.predicted + 64) << "rank " << rank << " " << l.name;
-      }
-    }
+    expect_rank_lines_match(*r, "proxy", rank, false, 0.03);
   }
 }
 
@@ -563,15 +570,8 @@ TEST(RankProxy, ContextParallelMatchesThePlannerPerRank) {
       EXPECT_EQ(r->executed.plan.cp_exchange, CpExchange::all_gather);
       EXPECT_NE(r->label.find("cp2 ring run as all-gather"), std::string::npos) << r->label;
       for (const StepMeasure& s : r->steps) EXPECT_TRUE(std::isfinite(s.loss));
-      for (const CompareLine& l : r->memory_lines) {
-        if (l.gpu_only) continue;
-        std::printf("[cp proxy %s rank %d]  %-22s predicted %12.0f  measured %12.0f\n",
-                    i == 0 ? "llama dp2 cp2" : i == 1 ? "gpt dp2 cp2" : "llama tp2 sp cp2", rank, l.name.c_str(), l.predicted, l.measured);
-        if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
-            l.name == "activations" || l.name == "logits_loss" || l.name == "communication") {
-          EXPECT_NEAR(l.measured, l.predicted, 64) << "rank " << rank << " " << l.name;
-        }
-      }
+      expect_rank_lines_match(*r, i == 0 ? "cp proxy llama dp2 cp2" : i == 1 ? "cp proxy gpt dp2 cp2" : "cp proxy llama tp2 sp cp2",
+                              rank, true, 0);
     }
   }
 }
@@ -592,14 +592,7 @@ TEST(RankProxy, MoeTensorParallelMatchesThePlannerPerRank) {
     Result<RunReport> r = run_plan(f, o);
     ASSERT_TRUE(r) << r.status().message();
     EXPECT_TRUE(r->comm_modelled);
-    for (const CompareLine& l : r->memory_lines) {
-      if (l.gpu_only) continue;
-      std::printf("[moe tp proxy rank %d]  %-22s predicted %12.0f  measured %12.0f\n", rank, l.name.c_str(), l.predicted, l.measured);
-      if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
-          l.name == "activations" || l.name == "logits_loss" || l.name == "communication") {
-        EXPECT_NEAR(l.measured, l.predicted, 64) << "rank " << rank << " " << l.name;
-      }
-    }
+    expect_rank_lines_match(*r, "moe tp proxy", rank, true, 0);
   }
 }
 
@@ -625,14 +618,7 @@ TEST(RankProxy, MoeExpertParallelMatchesThePlannerPerRank) {
     ASSERT_TRUE(r) << r.status().message();
     EXPECT_TRUE(r->comm_modelled);
     EXPECT_EQ(experts, 2 * f.model.layers) << "experts/ep per layer";
-    for (const CompareLine& l : r->memory_lines) {
-      if (l.gpu_only) continue;
-      std::printf("[moe proxy rank %d]  %-22s predicted %12.0f  measured %12.0f\n", rank, l.name.c_str(), l.predicted, l.measured);
-      if (l.name == "weights" || l.name == "gradients" || l.name == "optimizer_states" || l.name == "master_weights" ||
-          l.name == "activations" || l.name == "logits_loss" || l.name == "communication") {
-        EXPECT_NEAR(l.measured, l.predicted, 64) << "rank " << rank << " " << l.name;
-      }
-    }
+    expect_rank_lines_match(*r, "moe proxy", rank, true, 0);
   }
 }
 
