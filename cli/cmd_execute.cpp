@@ -150,15 +150,16 @@ Runner register_execute(CLI::App* sub) {
     if (!f) return report(f.status());
     // ---- which rank this process is: single process, MPI rank, or rank proxy
     const int world = f->plan.world_size();
+    // Started without MPI on CUDA: one GPU here, and the runner executes the plan's
+    // single-rank equivalent (its label says so).
+    const bool single_gpu_equivalent = world > 1 && c->backend == "cuda" && exec::launcher_world_size() == 0;
     std::unique_ptr<exec::Communicator> comm;
     sigset_t sigterm{};
     if (c->proxy_rank >= 0) {
       if (c->proxy_rank >= world)
         return report(Status::bad_input("--proxy-rank " + std::to_string(c->proxy_rank) + ": the plan has ranks 0.." + std::to_string(world - 1)));
       comm = std::make_unique<exec::LocalCommunicator>(f->plan, c->proxy_rank);
-    } else if (world > 1 && c->backend == "cuda" && exec::launcher_world_size() == 0) {
-      // One GPU here: the runner executes the plan's single-rank equivalent (its label says so).
-    } else if (world > 1) {
+    } else if (world > 1 && !single_gpu_equivalent) {
       if (exec::launcher_world_size() == 0)
         return report(Status::bad_input("this plan uses " + std::to_string(world) + " ranks; start one process per rank with MPI:\n  " +
                                         exec::launch_command(world, c->plan_file) +

@@ -785,6 +785,22 @@ class ModelImpl final : public Model {
   }
   // Row of (expert e, slot) in a routing rank's (E, C, h) buffer.
   int64_t moe_row(const Routing& r, size_t at) const { return static_cast<int64_t>(r.expert[at]) * cap_ + r.slot[at]; }
+  // out (T, h): each token's sum over its kept routes of rows (E, C, h) at moe_row, weighted
+  // by the route's gate (the combine, forward) or not (the dispatch's gradient, backward).
+  void sum_routed_rows(const Routing& r, const S* rows, S* out, int64_t T, bool gated) const {
+    std::vector<A> acc(static_cast<size_t>(h_));
+    for (int64_t t = 0; t < T; ++t) {
+      std::fill(acc.begin(), acc.end(), A(0));
+      for (int j = 0; j < k_; ++j) {
+        const auto at = static_cast<size_t>(t * k_ + j);
+        if (r.slot[at] < 0) continue;
+        const S* row = rows + moe_row(r, at) * h_;
+        const A w = gated ? r.gate[at] : A(1);
+        for (int64_t i = 0; i < h_; ++i) acc[static_cast<size_t>(i)] += w * ld(row[i]);
+      }
+      for (int64_t i = 0; i < h_; ++i) out[t * h_ + i] = st(acc[static_cast<size_t>(i)]);
+    }
+  }
 
   // y (ns_, h) = the MoE MLP of sv.mlp_input (routed + shared experts).
   Status moe_fwd(Layer& L, S* y, Mode mode) {
@@ -864,17 +880,7 @@ class ModelImpl final : public Model {
         LL_TRY(c_.comm->all_to_all(d(send), d(sv.expert_output), El_ * cap_ * h_, c_.storage, Group::ep));
         send.reset();
       }
-      std::vector<A> acc(static_cast<size_t>(h_));
-      for (int64_t t = 0; t < T; ++t) {
-        std::fill(acc.begin(), acc.end(), A(0));
-        for (int j = 0; j < k_; ++j) {
-          const auto at = static_cast<size_t>(t * k_ + j);
-          if (r.slot[at] < 0) continue;
-          const S* o = d(sv.expert_output) + moe_row(r, at) * h_;
-          for (int64_t i = 0; i < h_; ++i) acc[static_cast<size_t>(i)] += r.gate[at] * ld(o[i]);
-        }
-        for (int64_t i = 0; i < h_; ++i) y[t * h_ + i] = st(acc[static_cast<size_t>(i)]);
-      }
+      sum_routed_rows(r, d(sv.expert_output), y, T, true);
       // ---- shared experts
       if (fs_ > 0) {  // over all n_ tokens, fs_ = this TP rank's columns
         const int64_t sh = n_ * fs_;
@@ -1014,17 +1020,7 @@ class ModelImpl final : public Model {
       }
       const S* dd = ep_ > 1 ? d(dback) : d(din);
       // ---- dispatch: dx_t = sum of its routed rows' gradients
-      std::vector<A> acc(static_cast<size_t>(h_));
-      for (int64_t t = 0; t < T; ++t) {
-        std::fill(acc.begin(), acc.end(), A(0));
-        for (int j = 0; j < k_; ++j) {
-          const auto at = static_cast<size_t>(t * k_ + j);
-          if (r.slot[at] < 0) continue;
-          const S* row = dd + moe_row(r, at) * h_;
-          for (int64_t i = 0; i < h_; ++i) acc[static_cast<size_t>(i)] += ld(row[i]);
-        }
-        for (int64_t i = 0; i < h_; ++i) dx[t * h_ + i] = st(acc[static_cast<size_t>(i)]);
-      }
+      sum_routed_rows(r, dd, dx, T, false);
       dback.reset();
       din.reset();
       // ---- router: gates -> top-k probabilities -> softmax -> logits -> Wr, x

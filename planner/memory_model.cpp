@@ -442,17 +442,14 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // ---- parameters on this rank
   const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, out.layers);
   const StageParams params = stage_params(m, j, p, in.pc, stage);
-  ModelStateBytes states = model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
-  if (p.ep > 1 && params.expert > 0) {
-    // Expert parallel: a routed expert's states exist only on the dp*cp/ep ranks holding
-    // that expert, so ZeRO shards them over those (Megatron-Core's expert-data-parallel
-    // group), the rest over dp*cp.
-    const ModelStateBytes dense =
-        model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
-    const ModelStateBytes ex = model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer);
-    states = {dense.weights + ex.weights, dense.gradients + ex.gradients, dense.optimizer_states + ex.optimizer_states,
-              dense.master_weights + ex.master_weights};
-  }
+  // Expert parallel: a routed expert's states exist only on the dp*cp/ep ranks holding that
+  // expert, so ZeRO shards them over those (Megatron-Core's expert-data-parallel group), the
+  // rest over dp*cp.
+  const bool expert_shards = p.ep > 1 && params.expert > 0;
+  const ModelStateBytes states =
+      expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer) +
+                          model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer)
+                    : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc);
   std::array<double, kMemoryItems> base{};
   base[static_cast<int>(MemoryItem::weights)] = states.weights;

@@ -115,6 +115,9 @@ BytesPerParam bytes_per_param(const TrainingJob& j);
 struct ModelStateBytes {
   double weights = 0, gradients = 0, optimizer_states = 0, master_weights = 0;
   double total() const { return weights + gradients + optimizer_states + master_weights; }
+  ModelStateBytes operator+(const ModelStateBytes& o) const {
+    return {weights + o.weights, gradients + o.gradients, optimizer_states + o.optimizer_states, master_weights + o.master_weights};
+  }
 };
 // Model states of one rank holding `trainable` + `frozen` parameters, sharded over a
 // data-parallel group of `shard_group` ranks by ZeRO stage `zero` (0-3); offload moves

@@ -58,19 +58,7 @@ GroupSplit group_split(const ParallelPlan& p, const RankCoords& k, Group g) {
 LocalCommunicator::LocalCommunicator(const ParallelPlan& plan, int rank)
     : plan_(plan), c_(coords_of(plan, rank)), rank_(rank), world_(plan.world_size()) {}
 
-int LocalCommunicator::rank(Group g) const {
-  switch (g) {
-    case Group::world: return rank_;
-    case Group::tp: return c_.tp;
-    case Group::cp: return c_.cp;
-    case Group::dp: return c_.dp;
-    case Group::pp: return c_.pp;
-    case Group::dp_cp: return c_.dp * plan_.cp + c_.cp;
-    case Group::ep: return (c_.dp * plan_.cp + c_.cp) % std::max(1, plan_.ep);
-    case Group::edp: return (c_.dp * plan_.cp + c_.cp) / std::max(1, plan_.ep);
-  }
-  return 0;
-}
+int LocalCommunicator::rank(Group g) const { return group_split(plan_, c_, g).key; }
 
 int LocalCommunicator::size(Group g) const {
   switch (g) {

@@ -446,8 +446,14 @@ TEST(GroupSplit, AgreesWithTheLayoutForExpertParallelPlans) {
       for (int a = 0; a < world; ++a) {
         const RankCoords ka = coords_of(p, a);
         const GroupSplit sa = group_split(p, ka, g);
+        // The key is the rank's index in g: its coordinate along g (dp_cp: dp-major; ep/edp:
+        // the position inside, and the number of, its block of ep consecutive dp_cp ranks).
+        const int q = ka.dp * p.cp + ka.cp;
+        const int index = g == Group::tp ? ka.tp : g == Group::cp ? ka.cp : g == Group::dp ? ka.dp : g == Group::pp ? ka.pp
+                          : g == Group::dp_cp ? q : g == Group::ep ? q % p.ep : q / p.ep;
+        EXPECT_EQ(sa.key, index) << what << " " << to_string(g) << " rank " << a;
         const LocalCommunicator la(p, a);
-        EXPECT_EQ(sa.key, la.rank(g)) << what << " " << to_string(g) << " rank " << a;
+        EXPECT_EQ(la.rank(g), index) << what << " " << to_string(g) << " rank " << a;
         EXPECT_GE(sa.colour, 0) << what << " " << to_string(g);
         int members = 0;
         for (int b = 0; b < world; ++b) {
