@@ -23,8 +23,8 @@ Status check_model_config(const ModelConfig& c) {
   if (const int cp = c.plan.cp; cp != 1) {
     if (cp < 1 || c.comm == nullptr || c.comm->size(Group::cp) != cp)
       return Status::bad_input("executor: cp " + std::to_string(cp) + " needs a communicator with a CP group of that size");
-    if (c.job.seq_len % cp != 0)
-      return Status::bad_input("executor: cp " + std::to_string(cp) + " must divide seq_len " + std::to_string(c.job.seq_len));
+    if (c.job.seq_len % (2 * cp) != 0)  // each rank holds two of 2*cp chunks (load-balanced causal attention)
+      return Status::bad_input("executor: 2 * cp (" + std::to_string(2 * cp) + ") must divide seq_len " + std::to_string(c.job.seq_len));
   }
   if (c.plan.pp < 1 || c.stage < 0 || c.stage >= c.plan.pp || c.plan.vpp < 1 || c.chunk < 0 || c.chunk >= c.plan.vpp)
     return Status::bad_input("executor: stage " + std::to_string(c.stage) + " chunk " + std::to_string(c.chunk) + " of pp " +

@@ -39,15 +39,15 @@
 // Not implemented with t > 1: sequence parallel, LoRA. pp = 1 and cp = 1 are required.
 //
 // Context parallel, plan.cp > 1 with a communicator (CPU backend): the model is given the
-// micro-batch's whole sequences and keeps CP rank c's contiguous slice of each, tokens
-// [c*s/cp, (c+1)*s/cp) (positions, RoPE angles and document restarts are those of the
-// whole sequence). Every per-token tensor, the saved ones included, is for these b*s/cp
-// tokens, as the planner's recipe counts them (attention scores and probabilities: the
-// local queries against all s keys). Attention all-gathers q, k, v over CP into buffers
-// counted as communication and runs the full-sequence attention; the rank keeps its
-// queries' rows. Its backward gathers them again with the output gradient, re-runs the
-// full attention forward and backward (every CP rank computes the same full dk, dv) and
-// keeps its slice -- exact, not Megatron's ring, and cp times the attention work. The loss
+// micro-batch's whole sequences, cut into 2cp chunks, and keeps chunks c and 2cp-1-c of each
+// on CP rank c (Llama 3's load-balanced layout: causal attention costs every rank alike;
+// positions, RoPE angles and document restarts are those of the whole sequence). Every
+// per-token tensor, the saved ones included, is for these b*s/cp tokens, as the planner's
+// recipe counts them (attention scores and probabilities: the local queries against all s
+// keys). Attention all-gathers k and v over CP into buffers counted as communication and
+// runs the rank's own queries over them; backward gathers k and v again, computes this
+// rank's queries' share of the whole-sequence dk, dv and reduce-scatters them, so each rank
+// gets its rows summed over every query (the planner's CpExchange::all_gather). The loss
 // is the rank's tokens' share of the global mean; gradients are summed over DP x CP by
 // DataParallel (Group::dp_cp).
 //

@@ -563,24 +563,31 @@ class ModelImpl final : public Model {
     return dm;
   }
 
-  // Materialised attention forward into L.sv (probs, and the dropout tensors), output o.
-  Status attn_scores_fwd(Layer& L, S* o, Mode mode, uint64_t seed) {
-    const cpu::AttentionDims dm = dims();
-    const int64_t ss = dm.b * dm.heads * dm.s * dm.s;
+  // The attention forward the plan selects, for the queries `q` of `dm` (all of the
+  // sequence, or a CP rank's) against keys and values k, v with key doc ids `doc`: output o,
+  // and into L.sv what the backward reads -- lse (flash), or probs and with dropout the
+  // mask and dropped probabilities -- kept or not as `mode` and the recipe say.
+  Status attn_fwd_kernel(Layer& L, const S* q, const S* k, const S* v, const int32_t* doc, const cpu::AttentionDims& dm, S* o,
+                         Mode mode, uint64_t seed) {
+    const int64_t rows = dm.b * dm.heads * cpu::query_rows(dm);  // (b, heads, sq)
     Saved& sv = L.sv;
-    LL_TRY(lmake(L, sv.probs, "attn.probs", ss, c_.storage, mode));
     Scratch sc;
+    if (c_.plan.flash_attention) {
+      LL_TRY(lmake(L, sv.lse, "attn.lse", rows, std::is_same_v<S, double> ? DType::f64 : DType::f32, mode));
+      LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true, /*backward=*/false), "attention.workspace"));
+      return ops_.template attention_forward_flash<S>(q, k, v, doc, o, sv.lse.template data<A>(), dm, sc.span());
+    }
+    const int64_t ss = rows * dm.s;
+    LL_TRY(lmake(L, sv.probs, "attn.probs", ss, c_.storage, mode));
     if (drop_) {
       LL_TRY(lmake(L, sv.probs_mask, "attn.probs_dropout_mask", ss, DType::u8, mode));
       LL_TRY(lmake(L, sv.probs_dropped, "attn.probs_dropped", ss, c_.storage, mode));
       LL_TRY(scratch(a_, sc, ops_.attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
-      LL_TRY(ops_.template attention_forward_dropout<S>(d(sv.q), d(sv.k), d(sv.v), staged_.doc, o, d(sv.probs), sv.probs_mask.template data<uint8_t>(),
-                                        d(sv.probs_dropped), dm, p_, site_seed(seed, L.index, 1), sc.span()));
-    } else {
-      LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
-      LL_TRY(ops_.template attention_forward_materialized<S>(d(sv.q), d(sv.k), d(sv.v), staged_.doc, o, d(sv.probs), dm, sc.span()));
+      return ops_.template attention_forward_dropout<S>(q, k, v, doc, o, d(sv.probs), sv.probs_mask.template data<uint8_t>(),
+                                                        d(sv.probs_dropped), dm, p_, site_seed(seed, L.index, 1), sc.span());
     }
-    return Status::ok();
+    LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
+    return ops_.template attention_forward_materialized<S>(q, k, v, doc, o, d(sv.probs), dm, sc.span());
   }
 
   // The attention forward's tensors the backward reads; lse is used only with flash attention,
@@ -608,105 +615,99 @@ class ModelImpl final : public Model {
   }
 
   // ---------------------------------------------------------------- context parallel
+  //
+  // Context parallel as an all-gather of keys and values (Llama 3's CP; the planner's
+  // CpExchange::all_gather). The sequence is cut into 2cp chunks and rank cr_ keeps chunks
+  // cr_ and 2cp-1-cr_ of every sequence (its sl_ rows, cp_position), so that causal
+  // attention costs every CP rank the same. Forward gathers k and v whole and this rank's
+  // queries attend over them (AttentionDims q_rows / q_offset / q_split): scores, lse and
+  // output are this rank's rows only. Backward gathers k and v again; this rank's queries'
+  // contributions to the whole-sequence dk, dv are summed over the CP group by a
+  // reduce-scatter that hands each rank its own rows.
 
-  // (b, sl_, w) slices of every CP rank -> full (b, S_, w), in communication buffers.
+  // The sequence position of this rank's row t of a sequence (0 <= t < sl_).
+  int64_t cp_position(int64_t t) const {
+    const int64_t c = sl_ / 2;
+    return t < c ? cr_ * c + t : (2 * cp_ - 1 - cr_) * c + (t - c);
+  }
+  cpu::AttentionDims cp_dims() const {
+    cpu::AttentionDims dm = dims();  // dm.s = S_: every key
+    dm.q_rows = sl_;
+    dm.q_split = sl_ / 2;
+    dm.q_offset = cp_position(0);
+    dm.q_offset_hi = cp_position(sl_ / 2);
+    return dm;
+  }
+  // Copies between rank-major (cp, b, sl_, w) blocks -- a CP collective's layout, block q
+  // holding rank q's rows -- and whole sequences (b, S_, w); to_whole picks the direction.
+  Status cp_reorder(S* rank_major, S* whole, int64_t w, bool to_whole) {
+    const int64_t b = c_.plan.micro_batch, c = sl_ / 2, bytes = c * w * static_cast<int64_t>(sizeof(S));
+    for (int q = 0; q < cp_; ++q)
+      for (int64_t j = 0; j < b; ++j)
+        for (int half = 0; half < 2; ++half) {
+          S* rm = rank_major + (q * n_ + j * sl_ + half * c) * w;
+          S* wh = whole + (j * S_ + (half == 0 ? q : 2 * cp_ - 1 - q) * c) * w;
+          LL_TRY(to_whole ? ops_.copy(wh, rm, bytes) : ops_.copy(rm, wh, bytes));
+        }
+    return Status::ok();
+  }
+  // (b, sl_, w) rows of every CP rank -> whole sequences (b, S_, w), in communication buffers.
   Status cp_gather(const S* local, Tensor& full, int64_t w, const char* name) {
-    const int64_t b = c_.plan.micro_batch;
     Tensor raw;
     LL_TRY(make(a_, raw, cp_ * n_ * w, c_.storage, Category::communication, name));
     LL_TRY(c_.comm->all_gather(local, d(raw), n_ * w, c_.storage, Group::cp));
     LL_TRY(make(a_, full, cp_ * n_ * w, c_.storage, Category::communication, name));
-    for (int r = 0; r < cp_; ++r)
-      for (int64_t j = 0; j < b; ++j)
-        LL_TRY(ops_.copy(d(full) + (j * S_ + r * sl_) * w, d(raw) + (r * n_ + j * sl_) * w, sl_ * w * static_cast<int64_t>(sizeof(S))));
-    return Status::ok();
+    return cp_reorder(d(raw), d(full), w, true);
   }
-  // This rank's rows [cr_*sl_, (cr_+1)*sl_) of each of `rows` blocks of S_ rows of `inner` elements.
-  template <class T>
-  Status cp_slice(const T* full, T* local, int64_t rows, int64_t inner) {
-    for (int64_t r = 0; r < rows; ++r)
-      LL_TRY(ops_.copy(local + r * sl_ * inner, full + (r * S_ + cr_ * sl_) * inner, sl_ * inner * static_cast<int64_t>(sizeof(T))));
-    return Status::ok();
+  // Whole-sequence partial sums (b, S_, w) of every CP rank -> this rank's rows of the sum.
+  Status cp_reduce_scatter(S* whole, S* local, int64_t w, const char* name) {
+    Tensor raw;
+    LL_TRY(make(a_, raw, cp_ * n_ * w, c_.storage, Category::communication, name));
+    LL_TRY(cp_reorder(d(raw), whole, w, false));
+    return c_.comm->reduce_scatter_sum(d(raw), local, n_ * w, c_.storage, Group::cp);
   }
-  // The full-sequence attention forward over q, k, v gathered from every CP rank (each
-  // rank computes the same; the dropout masks are drawn as a single-rank run draws them).
-  struct CpFull {
-    Tensor q, k, v, o, lse, probs, mask, dropped;
+  struct CpKeys {
+    Tensor k, v;  // (b, S_, kvw): every rank's keys and values
   };
-  Status cp_attn_full(Layer& L, CpFull& f, uint64_t seed) {
-    const cpu::AttentionDims dm = dims();  // whole sequences: dm.s = S_
-    const int64_t nf = dm.b * S_, ss = dm.b * dm.heads * S_ * S_;
-    constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
-    LL_TRY(cp_gather(d(L.sv.q), f.q, qw_, "attn.q.cp_gathered"));
-    LL_TRY(cp_gather(d(L.sv.k), f.k, kvw_, "attn.k.cp_gathered"));
-    LL_TRY(cp_gather(d(L.sv.v), f.v, kvw_, "attn.v.cp_gathered"));
-    LL_TRY(ws(f.o, nf * qw_, "attn.out.cp_full"));
-    Scratch sc;
-    if (c_.plan.flash_attention) {
-      LL_TRY(make(a_, f.lse, dm.b * dm.heads * S_, kA, Category::workspace, "attn.lse.cp_full"));
-      LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true, /*backward=*/false), "attention.workspace"));
-      return ops_.template attention_forward_flash<S>(d(f.q), d(f.k), d(f.v), doc_, d(f.o), f.lse.template data<A>(), dm, sc.span());
-    }
-    LL_TRY(ws(f.probs, ss, "attn.probs.cp_full"));
-    if (drop_) {
-      LL_TRY(make(a_, f.mask, ss, DType::u8, Category::workspace, "attn.probs_dropout_mask.cp_full"));
-      LL_TRY(ws(f.dropped, ss, "attn.probs_dropped.cp_full"));
-      LL_TRY(scratch(a_, sc, ops_.attention_dropout_workspace_bytes(c_.storage, dm), "attention.workspace"));
-      return ops_.template attention_forward_dropout<S>(d(f.q), d(f.k), d(f.v), doc_, d(f.o), d(f.probs), f.mask.template data<uint8_t>(),
-                                                        d(f.dropped), dm, p_, site_seed(seed, L.index, 1), sc.span());
-    }
-    LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, false), "attention.workspace"));
-    return ops_.template attention_forward_materialized<S>(d(f.q), d(f.k), d(f.v), doc_, d(f.o), d(f.probs), dm, sc.span());
+  Status cp_gather_keys(Layer& L, CpKeys& kv) {
+    LL_TRY(cp_gather(d(L.sv.k), kv.k, kvw_, "attn.k.cp_gathered"));
+    return cp_gather(d(L.sv.v), kv.v, kvw_, "attn.v.cp_gathered");
   }
-  // Forward: this rank's queries' output into sv.proj_input and their rows of lse / probs
-  // (and dropout tensors) into the recipe's tensors (local queries x all keys).
+  // Forward: this rank's queries' output into sv.proj_input, their lse / probs (and dropout
+  // tensors; the masks drawn as a single-rank run draws those rows) into sv.
   Status cp_attn_fwd(Layer& L, Mode mode, uint64_t seed) {
     if constexpr (!Ops::kHostMemory) {
       return Status::bad_input("executor: context parallel (cp > 1) runs on the CPU backend only");
     } else {
-      const cpu::AttentionDims dm = dims();
-      const int64_t bh = dm.b * dm.heads;
-      constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
-      Saved& sv = L.sv;
-      CpFull f;
-      LL_TRY(cp_attn_full(L, f, seed));
-      LL_TRY(cp_slice(d(f.o), d(sv.proj_input), dm.b, qw_));
-      if (c_.plan.flash_attention) {
-        LL_TRY(lmake(L, sv.lse, "attn.lse", bh * sl_, kA, mode));
-        return cp_slice(f.lse.template data<A>(), sv.lse.template data<A>(), bh, 1);
-      }
-      LL_TRY(lmake(L, sv.probs, "attn.probs", bh * sl_ * S_, c_.storage, mode));
-      LL_TRY(cp_slice(d(f.probs), d(sv.probs), bh, S_));
-      if (drop_) {
-        LL_TRY(lmake(L, sv.probs_mask, "attn.probs_dropout_mask", bh * sl_ * S_, DType::u8, mode));
-        LL_TRY(lmake(L, sv.probs_dropped, "attn.probs_dropped", bh * sl_ * S_, c_.storage, mode));
-        LL_TRY(cp_slice(f.mask.template data<uint8_t>(), sv.probs_mask.template data<uint8_t>(), bh, S_));
-        LL_TRY(cp_slice(d(f.dropped), d(sv.probs_dropped), bh, S_));
-      }
-      return Status::ok();
+      CpKeys kv;
+      LL_TRY(cp_gather_keys(L, kv));
+      return attn_fwd_kernel(L, d(L.sv.q), d(kv.k), d(kv.v), doc_, cp_dims(), d(L.sv.proj_input), mode, seed);
     }
   }
   // Backward: dout (n_, qw) this rank's output gradient -> dq (n_, qw), dk, dv (n_, kvw) of
-  // this rank's tokens. The whole output gradient is gathered, the full attention re-run
-  // (forward and backward) and this rank's rows of dq, dk, dv kept; dk and dv are the
-  // whole gradients (every query's contribution), equal on every CP rank.
+  // this rank's tokens. Under selective recompute without flash the scores of this rank's
+  // queries are recomputed over the gathered keys first.
   Status cp_attn_bwd(Layer& L, const S* dout, S* dq, S* dk, S* dv, uint64_t seed) {
     if constexpr (!Ops::kHostMemory) {
       return Status::bad_input("executor: context parallel (cp > 1) runs on the CPU backend only");
     } else {
-      const cpu::AttentionDims dm = dims();
-      const int64_t nf = dm.b * S_;
-      CpFull f;
-      LL_TRY(cp_attn_full(L, f, seed));
-      Tensor dof, dqf, dkf, dvf;
-      LL_TRY(cp_gather(dout, dof, qw_, "attn.d_out.cp_gathered"));
-      LL_TRY(ws(dqf, nf * qw_, "attn.dq.cp_full"));
-      LL_TRY(ws(dkf, nf * kvw_, "attn.dk.cp_full"));
-      LL_TRY(ws(dvf, nf * kvw_, "attn.dv.cp_full"));
-      LL_TRY(attn_bwd_kernel({f.q, f.k, f.v, doc_, f.o, f.lse, f.probs, f.mask, f.dropped}, d(dof), d(dqf), d(dkf), d(dvf), dm));
-      LL_TRY(cp_slice(d(dqf), dq, dm.b, qw_));
-      LL_TRY(cp_slice(d(dkf), dk, dm.b, kvw_));
-      return cp_slice(d(dvf), dv, dm.b, kvw_);
+      const cpu::AttentionDims dm = cp_dims();
+      Saved& sv = L.sv;
+      CpKeys kv;
+      LL_TRY(cp_gather_keys(L, kv));
+      Tensor o, dkw, dvw;
+      if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention) {
+        LL_TRY(ws(o, n_ * qw_, "attn.recompute_out"));
+        LL_TRY(attn_fwd_kernel(L, d(sv.q), d(kv.k), d(kv.v), doc_, dm, d(o), Mode::recompute, seed));
+        o.reset();
+      }
+      LL_TRY(ws(dkw, dm.b * S_ * kvw_, "attn.dk.cp_whole"));
+      LL_TRY(ws(dvw, dm.b * S_ * kvw_, "attn.dv.cp_whole"));
+      LL_TRY(attn_bwd_kernel({sv.q, kv.k, kv.v, doc_, sv.proj_input, sv.lse, sv.probs, sv.probs_mask, sv.probs_dropped}, dout, dq,
+                             d(dkw), d(dvw), dm));
+      kv = CpKeys{};
+      LL_TRY(cp_reduce_scatter(d(dkw), dk, kvw_, "attn.dk.cp_reduce_scatter"));
+      return cp_reduce_scatter(d(dvw), dv, kvw_, "attn.dv.cp_reduce_scatter");
     }
   }
 
@@ -1114,15 +1115,8 @@ class ModelImpl final : public Model {
     LL_TRY(lmake(L, sv.proj_input, "attn.proj_input", n * qw, c_.storage, mode));
     if (cp_ > 1) {
       LL_TRY(cp_attn_fwd(L, mode, seed));
-    } else if (c_.plan.flash_attention) {
-      const cpu::AttentionDims dm = dims();
-      LL_TRY(lmake(L, sv.lse, "attn.lse", dm.b * dm.heads * dm.s, std::is_same_v<S, double> ? DType::f64 : DType::f32, mode));
-      Scratch sc;
-      LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true, /*backward=*/false), "attention.workspace"));
-      LL_TRY(ops_.template attention_forward_flash<S>(d(sv.q), d(sv.k), d(sv.v), staged_.doc, d(sv.proj_input), sv.lse.template data<A>(), dm,
-                                      sc.span()));
     } else {
-      LL_TRY(attn_scores_fwd(L, d(sv.proj_input), mode, seed));
+      LL_TRY(attn_fwd_kernel(L, d(sv.q), d(sv.k), d(sv.v), staged_.doc, dims(), d(sv.proj_input), mode, seed));
     }
     Tensor branch;
     LL_TRY(ws(branch, ns * h_, "attn.out"));
@@ -1190,7 +1184,7 @@ class ModelImpl final : public Model {
     } else if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention && cp_ == 1) {  // CP: recomputed below
       Tensor o;
       LL_TRY(ws(o, n * qw, "attn.recompute_out"));
-      LL_TRY(attn_scores_fwd(L, d(o), Mode::recompute, seed));
+      LL_TRY(attn_fwd_kernel(L, d(L.sv.q), d(L.sv.k), d(L.sv.v), staged_.doc, dims(), d(o), Mode::recompute, seed));
     }
     Saved& sv = L.sv;
     // ---- MLP
@@ -1491,12 +1485,12 @@ class ModelImpl final : public Model {
       pf[static_cast<size_t>(i)] = (t == 0 || doc_ == nullptr || doc_[i] != doc_[i - 1]) ? 0 : pf[static_cast<size_t>(i - 1)] + 1;
     }
     Batch lb = b;
-    if (cp_ > 1) {  // this rank's tokens [cr_*sl_, (cr_+1)*sl_) of every sequence
+    if (cp_ > 1) {  // this rank's rows of every sequence (cp_position)
       cp_tok_.resize(static_cast<size_t>(n));
       cp_tgt_.resize(static_cast<size_t>(n));
       cp_doc_.resize(doc_ ? static_cast<size_t>(n) : 0);
       for (int64_t i = 0; i < n; ++i) {
-        const auto gi = static_cast<size_t>((i / sl_) * s + cr_ * sl_ + i % sl_);
+        const auto gi = static_cast<size_t>((i / sl_) * s + cp_position(i % sl_));
         positions_[static_cast<size_t>(i)] = pf[gi];
         cp_tok_[static_cast<size_t>(i)] = b.tokens[gi];
         cp_tgt_[static_cast<size_t>(i)] = b.targets[gi];

@@ -189,12 +189,11 @@ double layer_forward_transient_bytes(const ModelSpec& m, const LayerContext& lc,
   return layer_forward_transient_bytes(sums, lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc)), policy);
 }
 
-double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, bool backward) {
+double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
   if (p.cp <= 1) return 0;
   const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
   const double whole = static_cast<double>(p.micro_batch) * static_cast<double>(j.seq_len) / p.tp * act_bytes;  // per column
-  const double qw = static_cast<double>(m.q_width()), kvw = static_cast<double>(m.kv_width());
-  return whole * (backward ? 3 * qw + 2 * kvw : qw + 3 * kvw);
+  return whole * 3 * static_cast<double>(m.kv_width());
 }
 
 double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
@@ -304,7 +303,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   }
   if (p.cp > 1) {
     // All-gather: added below, against the SP and EP buffers it is never live with.
-    if (p.cp_exchange == CpExchange::all_gather) cp_gathered = cp_all_gather_buffer_bytes(m, j, p, frozen_here < layers);
+    if (p.cp_exchange == CpExchange::all_gather) cp_gathered = cp_all_gather_buffer_bytes(m, j, p);
     else x.comm_buffers += 2 * tokens * m.kv_width() / p.tp * 2 * act_bytes;  // K and V chunks in flight on the ring
     ++groups;
   }

@@ -167,13 +167,13 @@ double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const
 // cp_attn_fwd / cp_attn_bwd): the most communication-buffer bytes a rank holds for it at
 // once. Each gather lands in a raw buffer (b*s/cp tokens from each of the cp ranks, rank-
 // major) and is reordered into a whole-sequence one, both b*s*w*act_bytes (w the TP-local
-// width); the raw one is freed after the reorder. Forward gathers q, k, v: the peak is
-// q + k + v whole + v raw = b*s*(qw + 3 kvw)/t. Backward re-gathers q, k, v and then the
-// output gradient: q + k + v + dout whole + dout raw = b*s*(3 qw + 2 kvw)/t, the larger;
-// `backward` says whether a layer of the stage runs one. 0 when cp == 1. The buffers live
-// only inside attention, so stage_memory_extras counts the larger of them and the SP
-// gather + EP all-to-all buffers (MLP / GEMM-input side), never both.
-double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, bool backward);
+// width); the raw one is freed after the reorder. Forward and backward both gather k then
+// v: the peak is k whole + v raw + v whole = 3 b*s*kvw/t*act_bytes. (Backward's reduce-
+// scatters of dk and dv use one raw buffer after the gathered k and v are freed; queries
+// and the output gradient stay local.) 0 when cp == 1. The buffers live only inside
+// attention, so stage_memory_extras counts the larger of them and the SP gather + EP
+// all-to-all buffers (MLP / GEMM-input side), never both.
+double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
 
 // Parameters on a stage's rank: trainable and frozen (layers, embedding on the first
 // stage, LM head on the last), from count_params.

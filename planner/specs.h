@@ -119,8 +119,9 @@ enum class Recompute { none, selective, full, full_k };  // full_k: k layers per
 enum class Schedule { gpipe, one_f_one_b, interleaved };
 // How context parallel exchanges K and V between the CP ranks. ring: Megatron's ring (two
 // K/V chunks in flight, overlapped with attention). all_gather: the executor's (Llama 3's)
-// exchange: q, k, v (and, in backward, the output gradient) all-gathered whole into
-// communication buffers before attention, not overlapped. Meaningful only when cp > 1.
+// exchange: k and v all-gathered whole into communication buffers before attention, not
+// overlapped, and their gradients reduce-scattered in backward; queries stay local.
+// Meaningful only when cp > 1.
 enum class CpExchange { ring, all_gather };
 
 struct ParallelPlan {

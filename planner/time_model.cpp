@@ -308,18 +308,18 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const double ring = (p.cp - 1) * p2p_time(chunk, l, e);
     lt.cp_comm_exposed = std::max(0.0, ring - attn_fwd) + (lc.grad_flows ? std::max(0.0, 2 * ring - attn_bwd) : 0);
   }
-  // ---- CP all-gather (the executor's cp_attn_fwd / cp_attn_bwd): q, k, v gathered whole
-  // before attention can start, so nothing hides them; backward gathers q, k, v again and
-  // the output gradient (dk, dv are whole on every rank: no reduce-scatter). A fully
-  // recomputed layer runs the forward's gathers once more.
+  // ---- CP all-gather (the executor's cp_attn_fwd / cp_attn_bwd, Llama 3's CP): k and v
+  // gathered whole before attention can start, so nothing hides them; queries stay local.
+  // Backward gathers k and v again and reduce-scatters their whole-sequence gradients (a
+  // reduce-scatter moves what an all-gather does). A fully recomputed layer runs the
+  // forward's gathers once more; selective recompute shares the backward's.
   if (p.cp > 1 && p.cp_exchange == CpExchange::all_gather) {
     const Link l = group_link(c, p, Group::cp);
     const double whole = p.cp * tokens / t * eb;  // bytes per column of one gathered tensor
-    const double gq = allgather_time(whole * qw, p.cp, l, e) + e.kernel_launch_s;
     const double gkv = allgather_time(whole * kvw, p.cp, l, e) + e.kernel_launch_s;
-    const double fwd = gq + 2 * gkv;
+    const double fwd = 2 * gkv;
     lt.cp_comm_exposed = lt.cp_comm_forward = fwd;
-    if (lc.grad_flows) lt.cp_comm_exposed += fwd + gq + (policy == LayerRecompute::full ? fwd : 0);
+    if (lc.grad_flows) lt.cp_comm_exposed += 2 * fwd + (policy == LayerRecompute::full ? fwd : 0);
   }
   // ---- EP all-to-all: dispatch and combine, forward and backward.
   if (m.moe.enabled() && p.ep > 1) {

@@ -44,17 +44,21 @@ void mask_row(A* row, int64_t i, int64_t j0, int64_t cols, const Mask& mask) {
 
 int64_t tile(const AttentionDims& dm) { return std::max<int64_t>(1, std::min(dm.block, dm.s)); }
 
+// Keys any query of the slice may see: causal, none past the last query's position.
+int64_t key_rows(const AttentionDims& dm) { return std::min(dm.s, query_position(dm, query_rows(dm) - 1) + 1); }
+
 template <class A>
 int64_t workspace_bytes(const AttentionDims& dm, bool flash) {
-  const int64_t sd = carved_bytes<A>(dm.s * dm.head_dim);
+  const int64_t sq = query_rows(dm);
+  const int64_t kd = carved_bytes<A>(dm.s * dm.head_dim), qd = carved_bytes<A>(sq * dm.head_dim);
   if (flash) {
     const int64_t t = carved_bytes<A>(tile(dm) * tile(dm));
-    const int64_t fwd = 4 * sd + t + 2 * carved_bytes<A>(dm.s);  // K V Q O, a tile, m and l
-    const int64_t bwd = 7 * sd + 2 * t + carved_bytes<A>(dm.s);  // K V dK dV Q dO dQ, P dP, D
+    const int64_t fwd = 2 * kd + 2 * qd + t + 2 * carved_bytes<A>(sq);  // K V, Q O, a tile, m and l
+    const int64_t bwd = 4 * kd + 3 * qd + 2 * t + carved_bytes<A>(sq);  // K V dK dV, Q dO dQ, P dP, D
     return std::max(fwd, bwd);
   }
-  const int64_t ss = carved_bytes<A>(dm.s * dm.s);
-  return std::max(4 * sd + ss, 7 * sd + 2 * ss);  // K V Q O P; backward adds dK dV dO dQ dP
+  const int64_t ss = carved_bytes<A>(sq * dm.s);
+  return std::max(2 * kd + 2 * qd + ss, 4 * kd + 3 * qd + 2 * ss);  // K V Q O P; backward adds dK dV dO dQ dP
 }
 }  // namespace
 
@@ -64,18 +68,20 @@ int64_t attention_workspace_bytes(DType st, const AttentionDims& dm, bool flash)
 
 // ---------------------------------------------------------------- materialized
 
+// Scores are (sq, s) with leading dimension s; only the first kl columns are computed (the
+// rest are masked for every query of the slice) and stored as 0.
 template <class S>
 void attention_forward_materialized(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
                                     S* probs, const AttentionDims& dm, std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, d = dm.head_dim, g = group(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), kl = key_rows(dm), d = dm.head_dim, g = group(dm);
   const A scale = score_scale<A>(dm);
   Carver c(ws);
   A* K = c.take<A>(s * d);
   A* V = c.take<A>(s * d);
-  A* Q = c.take<A>(s * d);
-  A* O = c.take<A>(s * d);
-  A* P = c.take<A>(s * s);
+  A* Q = c.take<A>(sq * d);
+  A* O = c.take<A>(sq * d);
+  A* P = c.take<A>(sq * s);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
@@ -83,21 +89,23 @@ void attention_forward_materialized(const S* q, const S* k, const S* v, const in
       gather(k, K, kvv);
       gather(v, V, kvv);
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
-        const HeadView qv{bi, h, dm.heads, s, d};
+        const HeadView qv{bi, h, dm.heads, sq, d};
         gather(q, Q, qv);
-        gemm(false, true, s, s, d, scale, Q, d, K, d, A(0), P, s);  // P (s, s) = scale Q K^T
-        S* probs_h = probs + (bi * dm.heads + h) * s * s;
-        for (int64_t i = 0; i < s; ++i) {  // row softmax over the allowed keys
+        gemm(false, true, sq, kl, d, scale, Q, d, K, d, A(0), P, s);  // P (sq, kl) = scale Q K^T
+        S* probs_h = probs + (bi * dm.heads + h) * sq * s;
+        for (int64_t i = 0; i < sq; ++i) {  // row softmax over the allowed keys
+          const int64_t gi = query_position(dm, i);
           A* row = P + i * s;
-          mask_row(row, i, 0, s, mask);
-          const A sum = exp_shifted(row, s, max_of(row, i + 1));  // keys after i are masked
+          mask_row(row, gi, 0, kl, mask);
+          const A sum = exp_shifted(row, kl, max_of(row, gi + 1));  // keys after gi are masked
           const A inv = A(1) / sum;
-          for (int64_t j = 0; j < s; ++j) {
+          for (int64_t j = 0; j < kl; ++j) {
             row[j] *= inv;
             probs_h[i * s + j] = store<S>(row[j]);
           }
+          for (int64_t j = kl; j < s; ++j) probs_h[i * s + j] = store<S>(A(0));
         }
-        gemm(false, false, s, d, s, A(1), P, s, V, d, A(0), O, d);  // O (s, d) = P V
+        gemm(false, false, sq, d, kl, A(1), P, s, V, d, A(0), O, d);  // O (sq, d) = P V
         scatter(O, o, qv);
       }
     }
@@ -110,18 +118,18 @@ void attention_backward_materialized(const S* q, const S* k, const S* v, const S
                                      const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dm,
                                      std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, d = dm.head_dim, g = group(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), kl = key_rows(dm), d = dm.head_dim, g = group(dm);
   const A scale = score_scale<A>(dm);
   Carver c(ws);
   A* K = c.take<A>(s * d);
   A* V = c.take<A>(s * d);
   A* dK = c.take<A>(s * d);
   A* dV = c.take<A>(s * d);
-  A* Q = c.take<A>(s * d);
-  A* dO = c.take<A>(s * d);
-  A* dQ = c.take<A>(s * d);
-  A* P = c.take<A>(s * s);
-  A* dP = c.take<A>(s * s);
+  A* Q = c.take<A>(sq * d);
+  A* dO = c.take<A>(sq * d);
+  A* dQ = c.take<A>(sq * d);
+  A* P = c.take<A>(sq * s);
+  A* dP = c.take<A>(sq * s);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
       const HeadView kvv{bi, kh, dm.kv_heads, s, d};
@@ -130,20 +138,21 @@ void attention_backward_materialized(const S* q, const S* k, const S* v, const S
       zero(dK, s * d);
       zero(dV, s * d);
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
-        const HeadView qv{bi, h, dm.heads, s, d};
+        const HeadView qv{bi, h, dm.heads, sq, d};
         gather(q, Q, qv);
         gather(dout, dO, qv);
-        const S* probs_h = probs + (bi * dm.heads + h) * s * s;
-        for (int64_t i = 0; i < s * s; ++i) P[i] = load(probs_h[i]);
-        gemm(false, true, s, s, d, A(1), dO, d, V, d, A(0), dP, s);  // dP (s, s) = dO V^T
-        for (int64_t i = 0; i < s; ++i) {
+        const S* probs_h = probs + (bi * dm.heads + h) * sq * s;
+        for (int64_t i = 0; i < sq; ++i)
+          for (int64_t j = 0; j < kl; ++j) P[i * s + j] = load(probs_h[i * s + j]);
+        gemm(false, true, sq, kl, d, A(1), dO, d, V, d, A(0), dP, s);  // dP (sq, kl) = dO V^T
+        for (int64_t i = 0; i < sq; ++i) {
           A D = 0;
-          for (int64_t j = 0; j < s; ++j) D += P[i * s + j] * dP[i * s + j];
-          for (int64_t j = 0; j < s; ++j) dP[i * s + j] = P[i * s + j] * (dP[i * s + j] - D);  // dS
+          for (int64_t j = 0; j < kl; ++j) D += P[i * s + j] * dP[i * s + j];
+          for (int64_t j = 0; j < kl; ++j) dP[i * s + j] = P[i * s + j] * (dP[i * s + j] - D);  // dS
         }
-        gemm(false, false, s, d, s, scale, dP, s, K, d, A(0), dQ, d);  // dQ = scale dS K
-        gemm(true, false, s, d, s, scale, dP, s, Q, d, A(1), dK, d);   // dK += scale dS^T Q
-        gemm(true, false, s, d, s, A(1), P, s, dO, d, A(1), dV, d);    // dV += P^T dO
+        gemm(false, false, sq, d, kl, scale, dP, s, K, d, A(0), dQ, d);  // dQ = scale dS K
+        gemm(true, false, kl, d, sq, scale, dP, s, Q, d, A(1), dK, d);   // dK += scale dS^T Q
+        gemm(true, false, kl, d, sq, A(1), P, s, dO, d, A(1), dV, d);    // dV += P^T dO
         scatter(dQ, dq, qv);
       }
       scatter(dK, dk, kvv);
@@ -160,17 +169,17 @@ template <class S>
 void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
                              acc_t<S>* lse, const AttentionDims& dm, std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, d = dm.head_dim, g = group(dm), B = tile(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), kl = key_rows(dm), d = dm.head_dim, g = group(dm), B = tile(dm);
   const A scale = score_scale<A>(dm);
   const A neg_inf = -std::numeric_limits<A>::infinity();
   Carver c(ws);
   A* K = c.take<A>(s * d);
   A* V = c.take<A>(s * d);
-  A* Q = c.take<A>(s * d);
-  A* O = c.take<A>(s * d);
+  A* Q = c.take<A>(sq * d);
+  A* O = c.take<A>(sq * d);
   A* T = c.take<A>(B * B);  // scores, then probabilities, of one tile (rows, cols), ld B
-  A* m = c.take<A>(s);
-  A* l = c.take<A>(s);
+  A* m = c.take<A>(sq);
+  A* l = c.take<A>(sq);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
@@ -178,20 +187,20 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
       gather(k, K, kvv);
       gather(v, V, kvv);
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
-        const HeadView qv{bi, h, dm.heads, s, d};
+        const HeadView qv{bi, h, dm.heads, sq, d};
         gather(q, Q, qv);
-        zero(O, s * d);
-        std::fill(m, m + s, neg_inf);
-        zero(l, s);
-        for (int64_t i0 = 0; i0 < s; i0 += B) {
-          const int64_t rows = std::min(B, s - i0);
-          for (int64_t j0 = 0; j0 < i0 + rows; j0 += B) {  // causal: tiles left of the diagonal
-            const int64_t cols = std::min(B, s - j0);
+        zero(O, sq * d);
+        std::fill(m, m + sq, neg_inf);
+        zero(l, sq);
+        for (int64_t i0 = 0; i0 < sq; i0 += B) {
+          const int64_t rows = std::min(B, sq - i0);
+          for (int64_t j0 = 0; j0 <= query_position(dm, i0 + rows - 1); j0 += B) {  // causal: tiles left of the diagonal
+            const int64_t cols = std::min(B, kl - j0);
             gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), T, B);
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
               A* t = T + r * B;
-              mask_row(t, i, j0, cols, mask);
+              mask_row(t, query_position(dm, i), j0, cols, mask);
               const A mx = max_of(t, cols);
               if (mx == neg_inf) {  // no allowed key in this tile: contributes nothing
                 std::fill(t, t + cols, A(0));
@@ -206,8 +215,8 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
             gemm(false, false, rows, d, cols, A(1), T, B, V + j0 * d, d, A(1), O + i0 * d, d);
           }
         }
-        A* lse_h = lse + (bi * dm.heads + h) * s;
-        for (int64_t i = 0; i < s; ++i) {
+        A* lse_h = lse + (bi * dm.heads + h) * sq;
+        for (int64_t i = 0; i < sq; ++i) {
           for (int64_t cc = 0; cc < d; ++cc) O[i * d + cc] /= l[i];
           lse_h[i] = m[i] + std::log(l[i]);
         }
@@ -225,19 +234,19 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
                               const acc_t<S>* lse, const S* dout, S* dq, S* dk, S* dv,
                               const AttentionDims& dm, std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, d = dm.head_dim, g = group(dm), B = tile(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), kl = key_rows(dm), d = dm.head_dim, g = group(dm), B = tile(dm);
   const A scale = score_scale<A>(dm);
   Carver c(ws);
   A* K = c.take<A>(s * d);
   A* V = c.take<A>(s * d);
   A* dK = c.take<A>(s * d);
   A* dV = c.take<A>(s * d);
-  A* Q = c.take<A>(s * d);
-  A* dO = c.take<A>(s * d);
-  A* dQ = c.take<A>(s * d);
+  A* Q = c.take<A>(sq * d);
+  A* dO = c.take<A>(sq * d);
+  A* dQ = c.take<A>(sq * d);
   A* P = c.take<A>(B * B);   // tile (rows, cols), ld B
   A* dP = c.take<A>(B * B);  // tile, then dS
-  A* D = c.take<A>(s);
+  A* D = c.take<A>(sq);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
@@ -247,27 +256,27 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
       zero(dK, s * d);
       zero(dV, s * d);
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
-        const HeadView qv{bi, h, dm.heads, s, d};
+        const HeadView qv{bi, h, dm.heads, sq, d};
         gather(q, Q, qv);
         gather(dout, dO, qv);
-        for (int64_t i = 0; i < s; ++i) {
+        for (int64_t i = 0; i < sq; ++i) {
           A acc = 0;
           for (int64_t cc = 0; cc < d; ++cc) acc += dO[i * d + cc] * load(o[qv.at(i) + cc]);
           D[i] = acc;
         }
-        zero(dQ, s * d);
-        const A* lse_h = lse + (bi * dm.heads + h) * s;
-        for (int64_t i0 = 0; i0 < s; i0 += B) {
-          const int64_t rows = std::min(B, s - i0);
-          for (int64_t j0 = 0; j0 < i0 + rows; j0 += B) {
-            const int64_t cols = std::min(B, s - j0);
+        zero(dQ, sq * d);
+        const A* lse_h = lse + (bi * dm.heads + h) * sq;
+        for (int64_t i0 = 0; i0 < sq; i0 += B) {
+          const int64_t rows = std::min(B, sq - i0);
+          for (int64_t j0 = 0; j0 <= query_position(dm, i0 + rows - 1); j0 += B) {
+            const int64_t cols = std::min(B, kl - j0);
             gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), P, B);
             gemm(false, true, rows, cols, d, A(1), dO + i0 * d, d, V + j0 * d, d, A(0), dP, B);
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
               A* p = P + r * B;
               A* dp = dP + r * B;
-              mask_row(p, i, j0, cols, mask);
+              mask_row(p, query_position(dm, i), j0, cols, mask);
               for (int64_t cc = 0; cc < cols; ++cc) {
                 p[cc] = exp_acc(p[cc] - lse_h[i]);  // 0 where masked
                 dp[cc] = p[cc] * (dp[cc] - D[i]);

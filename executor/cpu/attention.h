@@ -5,6 +5,14 @@
 //   P[b, h, i, :] = softmax_j (scale * q[b, i, h] . k[b, j, h / g])  over allowed j
 //   allowed(i, j): j <= i, and doc[b, j] == doc[b, i] when doc ids are given
 //
+// Queries may be a slice of the sequence, against all s keys (context parallel with gathered
+// keys and values, where each rank keeps its own queries): q_rows rows, row i at sequence
+// position pos(i) = q_offset + i for i < q_split and q_offset_hi + (i - q_split) from
+// q_split on (two chunks: the load-balanced CP layout, which gives rank r chunks r and
+// 2cp-1-r of 2cp). Every allowed(i, j) above reads pos(i) for i. Keys past the last query's
+// position are masked for every query and skipped; their dk and dv rows are 0. Defaults
+// (q_rows 0, q_offset 0, q_split 0): the whole sequence, ordinary causal self-attention.
+//
 // Query head h reads key/value head h / g (as Hugging Face repeat_kv). Two variants with
 // the same results:
 //   materialized: forward saves probs P (b, heads, s, s) in the storage type (0 where not
@@ -39,22 +47,34 @@ struct AttentionDims {
   int64_t head_dim = 0;   // d
   double scale = 0;       // score scale; 0 means 1 / sqrt(d). Default: 0
   int64_t block = 64;     // flash tile size (query and key rows). Default: 64
+  int64_t q_rows = 0;     // query rows per sequence; 0 means s. Default: 0
+  int64_t q_offset = 0;   // sequence position of query row 0. Default: 0
+  int64_t q_split = 0;    // rows of the first chunk; 0: one chunk of q_rows rows. Default: 0
+  int64_t q_offset_hi = 0;  // sequence position of row q_split (> the first chunk's). Default: 0
 };
 
-// q (b, s, heads, d), k, v (b, s, kv_heads, d), doc (b, s) or nullptr ->
-// o (b, s, heads, d), probs (b, heads, s, s).
+// sq: the query rows per sequence (dims.q_rows, or s when 0). Below, shapes with sq are
+// per query row, shapes with s per key.
+inline int64_t query_rows(const AttentionDims& dm) { return dm.q_rows > 0 ? dm.q_rows : dm.s; }
+// The sequence position of query row i (increasing in i).
+inline int64_t query_position(const AttentionDims& dm, int64_t i) {
+  return dm.q_split > 0 && i >= dm.q_split ? dm.q_offset_hi + (i - dm.q_split) : dm.q_offset + i;
+}
+
+// q (b, sq, heads, d), k, v (b, s, kv_heads, d), doc (b, s, of the keys) or nullptr ->
+// o (b, sq, heads, d), probs (b, heads, sq, s).
 template <class S>
 void attention_forward_materialized(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
                                     S* probs, const AttentionDims& dims, std::span<std::byte> ws);
 
-// q, k, v, probs as saved; dout (b, s, heads, d) -> dq (b, s, heads, d), dk, dv (b, s,
-// kv_heads, d). (The mask is already in probs.)
+// q, k, v, probs as saved; dout (b, sq, heads, d) -> dq (b, sq, heads, d), dk, dv (b, s,
+// kv_heads, d): the gradient through these queries. (The mask is already in probs.)
 template <class S>
 void attention_backward_materialized(const S* q, const S* k, const S* v, const S* probs,
                                      const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dims,
                                      std::span<std::byte> ws);
 
-// q, k, v, doc as above -> o (b, s, heads, d), lse (b, heads, s).
+// q, k, v, doc as above -> o (b, sq, heads, d), lse (b, heads, sq).
 template <class S>
 void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
                              acc_t<S>* lse, const AttentionDims& dims, std::span<std::byte> ws);

@@ -6,8 +6,10 @@
 //   D = P * mask / (1 - p),  mask[i] = (u_i >= p)           saved: mask (u8), dropped D
 //   o = D v
 //
-// u_i = dropout_uniform(seed, i) with i the element's index in the (b, heads, s, s) probs
-// tensor, so a recomputation with the same seed reproduces the mask bit for bit.
+// u_i = dropout_uniform(seed, i) with i the element's index in the whole sequence's
+// (b, heads, s, s) probs tensor (query row query_position(dims, r) for local row r), so a
+// recomputation with the same seed reproduces the mask bit for bit, and a slice of the
+// queries (AttentionDims::q_rows, context parallel) draws the whole run's mask rows.
 // Backward (from the saved P, mask, D and q, k, v):
 //   dV += D^T dO;  dD = dO V^T;  dP = dD * mask / (1 - p);  dS = P (dP - rowsum(P dP));
 //   dQ = scale dS K;  dK += scale dS^T Q.
@@ -26,8 +28,8 @@
 
 namespace llmplan::exec::cpu {
 
-// q (b, s, heads, d), k, v (b, s, kv_heads, d), doc (b, s) or nullptr -> o (b, s, heads, d),
-// probs, dropped (b, heads, s, s) in S, mask (b, heads, s, s) u8.
+// q (b, sq, heads, d), k, v (b, s, kv_heads, d), doc (b, s) or nullptr -> o (b, sq, heads, d),
+// probs, dropped (b, heads, sq, s) in S, mask (b, heads, sq, s) u8 (sq: query_rows(dims)).
 template <class S>
 void attention_forward_dropout(const S* q, const S* k, const S* v, const int32_t* doc, S* o, S* probs,
                                uint8_t* mask, S* dropped, const AttentionDims& dims, double p, uint64_t seed,

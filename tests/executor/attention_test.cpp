@@ -1,5 +1,6 @@
 // Causal GQA attention with a document mask, both variants, float64: forward against a
-// naive reference, backward against finite differences, and flash == materialized.
+// naive reference, backward against finite differences, and flash == materialized; and
+// the query slices context parallel runs (two chunks of a rank against every key).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "executor/cpu/attention.h"
+#include "executor/cpu/attention_dropout.h"
 #include "test_util.h"
 
 namespace llmplan::exec {
@@ -163,6 +165,99 @@ TEST(Attention, MaterializedProbsAreZeroOutsideTheMaskAndRowsSumToOne) {
         }
         EXPECT_NEAR(sum, 1.0, 1e-14);
       }
+}
+
+// Context parallel's query slices: s = 12 in 2cp = 6 chunks of 2, rank r's queries are
+// chunks r and 5-r (q_split 2). Each slice's output equals the naive whole-sequence
+// attention's rows at those positions; its dq equals those rows of the finite-difference
+// gradient of the whole sequence's loss, and the slices' dk, dv summed over the ranks equal
+// the whole dk, dv -- for flash and materialized. With dropout, each slice draws exactly
+// the whole run's mask rows, and the same sums hold against the whole-sequence kernel.
+TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) {
+  Rng rng(test_seed());
+  const int64_t b = 2, s = 12, a = 4, akv = 2, d = 3, cp = 3, c = s / (2 * cp), sq = 2 * c;
+  Case whole = make_case(rng, b, s, a, akv, d, /*block=*/3, /*with_docs=*/true);
+  const Vec ref = naive_attention(whole.q, whole.k, whole.v, &whole.doc, whole.dm);
+  auto loss = [&] { return dot(whole.G, naive_attention(whole.q, whole.k, whole.v, &whole.doc, whole.dm)); };
+  const Vec nq = numeric_grad(whole.q, loss), nk = numeric_grad(whole.k, loss), nv = numeric_grad(whole.v, loss);
+  // Whole-sequence dropout run, the reference for the slices' draws.
+  const double p = 0.3;
+  const uint64_t seed = 99;
+  testing::Workspace wdw(cpu::attention_dropout_workspace_bytes(DType::f64, whole.dm));
+  const int64_t ss = b * a * s * s;
+  Vec wo(whole.q.size()), wprobs(ss), wdropped(ss), wdq(whole.q.size()), wdk(whole.k.size()), wdv(whole.v.size());
+  std::vector<uint8_t> wmask(ss);
+  cpu::attention_forward_dropout<double>(whole.q.data(), whole.k.data(), whole.v.data(), whole.docs(), wo.data(), wprobs.data(),
+                                         wmask.data(), wdropped.data(), whole.dm, p, seed, wdw.span());
+  cpu::attention_backward_dropout<double>(whole.q.data(), whole.k.data(), whole.v.data(), wprobs.data(), wmask.data(), wdropped.data(),
+                                          whole.G.data(), wdq.data(), wdk.data(), wdv.data(), whole.dm, p, wdw.span());
+  const int64_t row = a * d;  // elements of one token's q, o, G
+  for (int variant = 0; variant < 3; ++variant) {  // flash, materialized, dropout
+    Vec o_all(whole.q.size(), 0.0), dq_all(whole.q.size(), 0.0), dk_sum(whole.k.size(), 0.0), dv_sum(whole.v.size(), 0.0);
+    for (int64_t r = 0; r < cp; ++r) {
+      cpu::AttentionDims dm = whole.dm;
+      dm.q_rows = sq;
+      dm.q_split = c;
+      dm.q_offset = r * c;
+      dm.q_offset_hi = (2 * cp - 1 - r) * c;
+      Vec q(b * sq * row), G(b * sq * row), o(q.size()), dq(q.size()), dk(whole.k.size()), dv(whole.v.size());
+      for (int64_t bi = 0; bi < b; ++bi)
+        for (int64_t i = 0; i < sq; ++i)
+          for (int64_t e = 0; e < row; ++e) {
+            q[(bi * sq + i) * row + e] = whole.q[(bi * s + cpu::query_position(dm, i)) * row + e];
+            G[(bi * sq + i) * row + e] = whole.G[(bi * s + cpu::query_position(dm, i)) * row + e];
+          }
+      if (variant == 0) {
+        testing::Workspace w(cpu::attention_workspace_bytes(DType::f64, dm, true));
+        Vec lse(b * a * sq);
+        cpu::attention_forward_flash<double>(q.data(), whole.k.data(), whole.v.data(), whole.docs(), o.data(), lse.data(), dm, w.span());
+        cpu::attention_backward_flash<double>(q.data(), whole.k.data(), whole.v.data(), whole.docs(), o.data(), lse.data(), G.data(),
+                                              dq.data(), dk.data(), dv.data(), dm, w.span());
+      } else if (variant == 1) {
+        testing::Workspace w(cpu::attention_workspace_bytes(DType::f64, dm, false));
+        Vec probs(b * a * sq * s);
+        cpu::attention_forward_materialized<double>(q.data(), whole.k.data(), whole.v.data(), whole.docs(), o.data(), probs.data(), dm,
+                                                    w.span());
+        cpu::attention_backward_materialized<double>(q.data(), whole.k.data(), whole.v.data(), probs.data(), G.data(), dq.data(),
+                                                     dk.data(), dv.data(), dm, w.span());
+      } else {
+        testing::Workspace w(cpu::attention_dropout_workspace_bytes(DType::f64, dm));
+        Vec probs(b * a * sq * s), dropped(probs.size());
+        std::vector<uint8_t> mask(probs.size());
+        cpu::attention_forward_dropout<double>(q.data(), whole.k.data(), whole.v.data(), whole.docs(), o.data(), probs.data(),
+                                               mask.data(), dropped.data(), dm, p, seed, w.span());
+        for (int64_t bh = 0; bh < b * a; ++bh)
+          for (int64_t i = 0; i < sq; ++i)
+            for (int64_t j = 0; j < s; ++j)
+              ASSERT_EQ(mask[(bh * sq + i) * s + j], wmask[(bh * s + cpu::query_position(dm, i)) * s + j]) << "rank " << r;
+        cpu::attention_backward_dropout<double>(q.data(), whole.k.data(), whole.v.data(), probs.data(), mask.data(), dropped.data(),
+                                                G.data(), dq.data(), dk.data(), dv.data(), dm, p, w.span());
+      }
+      for (int64_t bi = 0; bi < b; ++bi)
+        for (int64_t i = 0; i < sq; ++i)
+          for (int64_t e = 0; e < row; ++e) {
+            o_all[(bi * s + cpu::query_position(dm, i)) * row + e] = o[(bi * sq + i) * row + e];
+            dq_all[(bi * s + cpu::query_position(dm, i)) * row + e] = dq[(bi * sq + i) * row + e];
+          }
+      for (size_t e = 0; e < dk.size(); ++e) {
+        dk_sum[e] += dk[e];
+        dv_sum[e] += dv[e];
+      }
+    }
+    const char* name = variant == 0 ? "flash" : variant == 1 ? "materialized" : "dropout";
+    SCOPED_TRACE(name);
+    if (variant < 2) {
+      EXPECT_TRUE(grads_match("slices' o", o_all, ref, 1e-13));
+      EXPECT_TRUE(grads_match("slices' dq", dq_all, nq, 1e-6));
+      EXPECT_TRUE(grads_match("slices' dk summed", dk_sum, nk, 1e-6));
+      EXPECT_TRUE(grads_match("slices' dv summed", dv_sum, nv, 1e-6));
+    } else {
+      EXPECT_TRUE(grads_match("slices' o", o_all, wo, 1e-13));
+      EXPECT_TRUE(grads_match("slices' dq", dq_all, wdq, 1e-13));
+      EXPECT_TRUE(grads_match("slices' dk summed", dk_sum, wdk, 1e-13));
+      EXPECT_TRUE(grads_match("slices' dv summed", dv_sum, wdv, 1e-13));
+    }
+  }
 }
 
 }  // namespace

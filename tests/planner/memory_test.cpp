@@ -212,9 +212,9 @@ TEST(LoraParallelLinear, AdapterShardsAndLowRankActivationsPerRank) {
 // Context parallel run as an all-gather (the executor's exchange), bytes from hand
 // arithmetic: Llama-2-7B's shape with 8 KV heads (q width 4096, kv width 1024), seq 8192,
 // micro-batch 1, tp 2, cp 4, bf16. One whole gathered tensor is 1 x 8192 x w/2 x 2 B =
-// 8192 B per column of w. Forward peak: q + k + v whole + v raw = 8192 x (4096 + 3 x 1024)
-// = 58720256; backward: q + k + v + dout whole + dout raw = 8192 x (3 x 4096 + 2 x 1024)
-// = 117440512. The ring holds two K/V chunks of the rank's 2048 tokens: 2 x 2048 x 1024/2
+// 8192 B per column of w. Forward and backward gather k, then v: k whole + v raw + v whole
+// = 8192 x 3 x 1024 = 25165824 (queries and the output gradient stay local; the dk / dv
+// reduce-scatter buffer comes after k and v are freed). The ring holds two K/V chunks of the rank's 2048 tokens: 2 x 2048 x 1024/2
 // x 2 (K, V) x 2 B = 8388608, so the stage's communication grows by the difference.
 TEST(ContextParallel, AllGatherBuffersFromHandArithmetic) {
   ModelSpec m = testing::llama2_7b();
@@ -227,8 +227,7 @@ TEST(ContextParallel, AllGatherBuffersFromHandArithmetic) {
   p.cp = 4;
   p.micro_batch = 1;
   p.cp_exchange = CpExchange::all_gather;
-  EXPECT_DOUBLE_EQ(cp_all_gather_buffer_bytes(m, j, p, false), 58720256.0);
-  EXPECT_DOUBLE_EQ(cp_all_gather_buffer_bytes(m, j, p, true), 117440512.0);
+  EXPECT_DOUBLE_EQ(cp_all_gather_buffer_bytes(m, j, p), 25165824.0);
   MemoryOptions opt;
   opt.dp_bucket_bytes = 0;
   opt.nccl_bytes_per_group = 0;
@@ -236,17 +235,17 @@ TEST(ContextParallel, AllGatherBuffersFromHandArithmetic) {
   p.cp_exchange = CpExchange::ring;
   const double ring = stage_memory_extras(m, j, p, 0, opt).comm_buffers;
   EXPECT_DOUBLE_EQ(ring, 8388608.0);
-  EXPECT_DOUBLE_EQ(gathered, 117440512.0);
+  EXPECT_DOUBLE_EQ(gathered, 25165824.0);
   // With SP the layer-input gather (2048 x 4096 x 2 B = 16777216) is never live with the
   // CP gathers: only the larger of the two counts.
   p.sp = true;
   const double ring_sp = stage_memory_extras(m, j, p, 0, opt).comm_buffers;
   EXPECT_DOUBLE_EQ(ring_sp, 8388608.0 + 16777216.0);
   p.cp_exchange = CpExchange::all_gather;
-  EXPECT_DOUBLE_EQ(stage_memory_extras(m, j, p, 0, opt).comm_buffers, 117440512.0);
+  EXPECT_DOUBLE_EQ(stage_memory_extras(m, j, p, 0, opt).comm_buffers, 25165824.0);
   // No CP: nothing.
   p.cp = 1;
-  EXPECT_DOUBLE_EQ(cp_all_gather_buffer_bytes(m, j, p, true), 0.0);
+  EXPECT_DOUBLE_EQ(cp_all_gather_buffer_bytes(m, j, p), 0.0);
 }
 
 }  // namespace

@@ -125,8 +125,8 @@ TEST(Inflight, MatchesMegatronRules) {
 }
 
 // CP run as an all-gather (the executor's exchange) is not hidden behind attention: per
-// layer, forward gathers q, k, v whole and backward gathers them again plus the output
-// gradient. Llama-2-7B's shape with 8 KV heads, seq 4096, micro-batch 1, cp 2, bf16: a
+// layer, forward gathers k and v whole; backward gathers them again and reduce-scatters
+// their gradients (the same bytes as a gather). Llama-2-7B's shape with 8 KV heads, seq 4096, micro-batch 1, cp 2, bf16: a
 // whole tensor is 4096 tokens x 2 B = 8192 B per column, q 4096 columns, k and v 1024.
 // One all-gather over 2 ranks of B bytes: B/2 / (bw x network efficiency) + one latency,
 // plus a kernel launch.
@@ -148,12 +148,14 @@ TEST(ContextParallel, AllGatherTimeFromHandArithmetic) {
   const LayerContext lc = layer_context(m, j, p, 0);
   ASSERT_TRUE(lc.grad_flows);
   const auto gather = [&](double bytes) { return bytes / 2 / (300e9 * e.network) + 5e-6 + e.kernel_launch_s; };
-  const double fwd = gather(8192.0 * 4096) + 2 * gather(8192.0 * 1024);
+  const double fwd = 2 * gather(8192.0 * 1024);
   const LayerTimes lt = layer_times(m, c, j, p, lc, LayerRecompute::none, e);
-  EXPECT_NEAR(lt.cp_comm_exposed, 2 * fwd + gather(8192.0 * 4096), 1e-12);
+  EXPECT_NEAR(lt.cp_comm_exposed, fwd + 4 * gather(8192.0 * 1024), 1e-12);
   EXPECT_NEAR(lt.cp_comm_forward, fwd, 1e-12);
-  // A fully recomputed layer gathers q, k, v once more.
-  EXPECT_NEAR(layer_times(m, c, j, p, lc, LayerRecompute::full, e).cp_comm_exposed, 3 * fwd + gather(8192.0 * 4096), 1e-12);
+  // A fully recomputed layer gathers k and v once more; selective recompute reuses the
+  // backward's gathers.
+  EXPECT_NEAR(layer_times(m, c, j, p, lc, LayerRecompute::full, e).cp_comm_exposed, 2 * fwd + 4 * gather(8192.0 * 1024), 1e-12);
+  EXPECT_NEAR(layer_times(m, c, j, p, lc, LayerRecompute::selective, e).cp_comm_exposed, fwd + 4 * gather(8192.0 * 1024), 1e-12);
   // The ring's chunks are overlapped with attention and its forward share stays a third.
   p.cp_exchange = CpExchange::ring;
   EXPECT_EQ(layer_times(m, c, j, p, lc, LayerRecompute::none, e).cp_comm_forward, 0);
