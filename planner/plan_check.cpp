@@ -16,7 +16,7 @@ const char* describe(RejectReason r) {
     case RejectReason::pp_layers: return "pp larger than the layer count";
     case RejectReason::vpp_layers: return "layers not divisible by pp*vpp (or vpp without pp)";
     case RejectReason::cp_sequence: return "2*cp does not divide the sequence length";
-    case RejectReason::cp_needs_flash: return "context parallel needs flash attention";
+    case RejectReason::cp_needs_flash: return "context parallel over a ring needs flash attention";
     case RejectReason::ep_experts: return "ep does not divide experts and dp*cp (or model is dense)";
     case RejectReason::sp_needs_tp: return "sequence parallel needs tp > 1";
     case RejectReason::moe_tp_needs_sp: return "MoE with tp > 1 needs sequence parallel";
@@ -54,7 +54,9 @@ RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const Training
   if (p.pp > m.layers) return RejectReason::pp_layers;
   if (p.vpp > 1 && (p.pp == 1 || m.layers % (p.pp * p.vpp) != 0)) return RejectReason::vpp_layers;
   if (p.cp > 1 && j.seq_len % (2 * p.cp) != 0) return RejectReason::cp_sequence;
-  if (p.cp > 1 && !p.flash_attention) return RejectReason::cp_needs_flash;
+  // The ring merges partial softmaxes chunk by chunk (flash's online softmax); the all-gather
+  // has every key at once and can materialise its queries' scores.
+  if (p.cp > 1 && !p.flash_attention && p.cp_exchange == CpExchange::ring) return RejectReason::cp_needs_flash;
   if (p.ep > 1 && (!m.moe.enabled() || m.moe.experts % p.ep != 0 || (p.dp * p.cp) % p.ep != 0)) return RejectReason::ep_experts;
   if (p.sp && p.tp == 1) return RejectReason::sp_needs_tp;
   if (m.moe.enabled() && p.tp > 1 && !p.sp) return RejectReason::moe_tp_needs_sp;

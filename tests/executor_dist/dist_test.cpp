@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <tuple>
 #include <string>
@@ -56,8 +57,11 @@ struct Case {
   // depends on the tokens routed together; under SP each TP rank routes its own shard, so
   // the reference (whole micro-batches) agrees only when nothing is dropped: E / k = 2.
   double capacity_factor = 0;
+  bool flash = true;  // false: materialised attention (GPT: its attention-dropout kernels, p = 0)
   int world() const { return dp * tp * pp * cp; }
 };
+// ctest and gtest name a case by its name, not by its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 const Case kCases[] = {
     {"gpt_dp2", Family::gpt, 2, 0},    {"gpt_dp2_zero1", Family::gpt, 2, 1},     {"llama_dp2_zero2", Family::llama, 2, 2},
     {"gpt_dp4_zero1", Family::gpt, 4, 1}, {"llama_dp4_zero2", Family::llama, 4, 2},
@@ -149,6 +153,15 @@ const Case kCases[] = {
     // Context parallel shards the routed tokens as SP does (hence no drops for the reference).
     {.name = "moe_llama_cp2_ep2", .family = Family::llama, .dp = 1, .zero = 0, .cp = 2, .moe = true, .ep = 2,
      .capacity_factor = 2},
+    // Context parallel with materialised attention: scores of the rank's queries kept, or
+    // (selective) recomputed in backward over the re-gathered keys.
+    {.name = "gpt_dp2_cp2_materialized", .family = Family::gpt, .dp = 2, .zero = 1, .cp = 2, .flash = false},
+    {.name = "llama_cp2_selective_materialized", .family = Family::llama, .dp = 1, .zero = 0, .recompute = Recompute::selective,
+     .cp = 2, .flash = false},
+    // MoE on interleaved pipeline stages (pp2 vpp2: 4 layers, 2 chunks a rank).
+    {.name = "moe_gpt_pp2_vpp2_ep1", .family = Family::gpt, .dp = 1, .zero = 0, .pp = 2, .vpp = 2, .layers = 4, .moe = true},
+    {.name = "moe_llama_dp2_pp2_vpp2_ep2_zero1", .family = Family::llama, .dp = 2, .zero = 1, .pp = 2, .vpp = 2, .layers = 4,
+     .moe = true, .ep = 2},
 };
 constexpr int64_t kBucket = 64 * 1024;  // bytes: several buckets for these models
 
@@ -259,6 +272,8 @@ int child_main(const std::string& case_name, const std::string& out) {
     f.model.layers = c.layers;
     f.plan.vpp = c.vpp;
     f.plan.ep = c.ep;
+    f.plan.flash_attention = c.flash;
+    if (c.cp > 1 && !c.flash) f.plan.cp_exchange = CpExchange::all_gather;  // a ring needs flash (plan_check)
     Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(f.plan, 60);
     if (!comm) {
       std::fprintf(stderr, "%s\n", comm.status().message().c_str());
@@ -660,6 +675,7 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
   if (c.moe) ref.model = testing::tiny_moe_model(c.family, 256);
   if (c.capacity_factor > 0) ref.model.moe.capacity_factor = c.capacity_factor;
   ref.model.layers = c.layers;
+  ref.plan.flash_attention = c.flash;
   ref.plan.grad_accum = 4;
   RunOptions o = options();
   std::map<std::string, std::vector<double>> ref_params;
