@@ -220,8 +220,9 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   if (m.moe.enabled()) {
     const double fe = static_cast<double>(m.moe.expert_ffn_hidden);
     const double local_experts = static_cast<double>(m.moe.experts) / p.ep;
-    const double routed = tokens / t * m.moe.experts_per_token * m.moe.capacity_factor;  // tokens this rank sends
-    const double per_expert = routed * p.ep / m.moe.experts;                               // tokens a local expert receives
+    // The executor's dispatch buffer: every expert's capacity C of rows, padded (GShard).
+    const double routed = moe_expert_rows(m, tokens / t);  // rows this rank sends, E x C
+    const double per_expert = routed * p.ep / m.moe.experts;  // rows a local expert computes, ep x C
     gemms[ng++] = {per_expert, (gpt ? 1 : 2) * fe, h, true, local_experts};
     gemms[ng++] = {per_expert, h, fe, true, local_experts};
     gemms[ng++] = {tokens / t, static_cast<double>(m.moe.experts), h, true, 1};  // router
@@ -323,7 +324,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   }
   // ---- EP all-to-all: dispatch and combine, forward and backward.
   if (m.moe.enabled() && p.ep > 1) {
-    const double bytes = tokens / (p.sp ? t : 1) * m.moe.experts_per_token * m.moe.capacity_factor * h * eb;
+    const double bytes = moe_expert_rows(m, tokens / (p.sp ? t : 1)) * h * eb;  // the capacity-padded send buffer
     const Link l = group_link(c, p, Group::ep);
     lt.ep_comm = (lc.grad_flows ? 4 : 2) * alltoall_time(bytes, p.ep, l, e);
   }
