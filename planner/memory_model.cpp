@@ -203,7 +203,10 @@ double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const
   const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) /
                          (m.moe.enabled() ? 1 : p.tp);
   const double mlp_grads = m.family == Family::gpt ? 1 : 2;  // GELU: d(fc1); SwiGLU: d(gate) and d(up)
-  return (2 * tokens * m.hidden / seq_div + mlp_grads * tokens * f_local) * act_bytes;
+  const double mlp_moment = (2 * tokens * m.hidden / seq_div + mlp_grads * tokens * f_local) * act_bytes;
+  if (p.cp <= 1 || p.cp_exchange != CpExchange::all_gather) return mlp_moment;
+  const double qw = static_cast<double>(m.q_width()) / p.tp, kvw = static_cast<double>(m.kv_width()) / p.tp;
+  return std::max(mlp_moment, tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw) * act_bytes);
 }
 
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage) {

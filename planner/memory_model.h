@@ -161,6 +161,10 @@ double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTen
 // its input, and the widest intermediate gradients of the MLP -- one f-wide gradient for
 // GPT's GELU, two for SwiGLU (the gate and up gradients exist together): (2h + f) or
 // (2h + 2f) x tokens x act_bytes (h/t under SP, f/t under TP; MoE: k routed experts' f).
+// Context parallel as an all-gather adds a wider moment in attention's backward: the
+// gradients of the attention output and of q, k, v (tokens x (2 qw + 2 kvw)/t) beside the
+// whole-sequence dk, dv partials that are reduce-scattered (2 cp x tokens x kvw/t); the
+// larger of the two moments counts.
 double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
 
 // Context parallel run as an all-gather (CpExchange::all_gather, the executor's
