@@ -57,6 +57,17 @@ struct Efficiency {
   double gather_overlap = 0.00306588;  // fraction of compute that can hide parameter all-gathers
   double tp_overlap = 0.400402;     // fraction of TP traffic hidden behind GEMMs
   double fp8_gemm_speedup = 1.97468;  // fp8 linear GEMMs versus bf16 at equal efficiency (peak ratio 2)
+  // Cross-entropy over the logits: HBM bytes per logit that the loss kernels move in one
+  // forward + backward of a trained head, outside the LM-head GEMMs (which write and read
+  // the 16-bit logits and their gradient). Counted from the kernels, not fitted. The
+  // default is PyTorch's aten loss on fp32-upcast logits: forward upcast (2 read + 4
+  // written), log-softmax (4 + 4); backward nll (4 written), log-softmax backward (4 + 4
+  // read, 4 written), downcast (4 + 2): 36 in all. A fused classifier on the 16-bit logits
+  // that writes their gradient in place over them (llm.c's fused_classifier_kernel5: one
+  // read for the row's max and sum, a second read and the in-place write of softmax -
+  // one-hot) moves 3 x 2 = 6. `llmplan validate` sets it per framework
+  // (framework_efficiency); head_times splits it 1/3 forward, 2/3 backward.
+  double loss_bytes_per_logit = 36;
 };
 
 // Which link a collective crosses, from the rank layout (TP innermost, then CP, DP, PP).
@@ -124,7 +135,10 @@ Dtype compute_dtype(const TrainingJob& j, const GpuSpec& g);
 
 // ---- Pieces of estimate_time that the simulator schedules itself (one source of truth).
 
-// LM head + cross-entropy of one micro-batch on the last stage.
+// LM head + cross-entropy of one micro-batch on the last stage: the head GEMM forward,
+// its input and weight gradients backward, and the loss kernels' traffic
+// (Efficiency::loss_bytes_per_logit), 1/3 of it forward and 2/3 backward (the split the
+// model has always used: backward twice the forward).
 struct HeadTimes {
   double forward = 0;   // s
   double backward = 0;  // s (input gradient only under LoRA, where the head is frozen)
