@@ -148,7 +148,7 @@ int explain_record(const ReferenceSet& set, const PresetRegistry& presets, const
     f.gpus = p.gpus;
     print_setup(f);
     print_memory(estimate_memory(p.model, p.cluster, p.job, p.plan, p.memory), 0);
-    print_time(estimate_time(p.model, p.cluster, p.job, p.plan, opt.efficiency), p.gpus);
+    print_time(estimate_time(p.model, p.cluster, p.job, p.plan, p.efficiency), p.gpus);
     return 0;
   }
   return report(Status::bad_input("--explain: no record with id '" + id + "'"));
@@ -170,6 +170,7 @@ int simulate_records(const ReferenceSet& set, const PresetRegistry& presets, con
     if (r.kind.find("throughput") == std::string::npos) continue;
     const PreparedRecord p = prepare_record(r, presets, opt);
     if (!p.skip.empty() || !p.has_architecture || !p.hardware_known) continue;
+    so.efficiency = p.efficiency;
     Result<SimResult> sim = simulate_step(p.model, p.cluster, p.job, p.plan, so);
     if (!sim) {
       std::printf("%-52s %-22s %s\n", r.id.c_str(), r.group.c_str(), sim.status().message().c_str());

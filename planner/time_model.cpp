@@ -89,9 +89,12 @@ HeadTimes head_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob
   const double tokens_mb = static_cast<double>(p.micro_batch) * static_cast<double>(j.seq_len / p.cp);
   const bool head_trains = j.mode != TrainMode::lora;
   HeadTimes h;
-  h.forward = gemm_time(tokens_mb, static_cast<double>(m.vocab) / p.tp, static_cast<double>(m.hidden), top.act_bytes, peak, bw, e) +
-              3 * tokens_mb * static_cast<double>(m.vocab) / p.tp * 4 / (bw * e.memory);
-  h.backward = h.forward * (head_trains ? 2 : 1);
+  const double gemm = gemm_time(tokens_mb, static_cast<double>(m.vocab) / p.tp, static_cast<double>(m.hidden), top.act_bytes, peak, bw, e);
+  const double loss = tokens_mb * static_cast<double>(m.vocab) / p.tp * e.loss_bytes_per_logit / (bw * e.memory);
+  // A frozen head (LoRA) passes only the input gradient back: one GEMM, and the loss at
+  // the forward's share.
+  h.forward = gemm + loss / 3;
+  h.backward = head_trains ? 2 * gemm + 2 * loss / 3 : gemm + loss / 3;
   return h;
 }
 

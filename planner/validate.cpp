@@ -260,7 +260,7 @@ void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
   so.threads = opt.sweep_threads;
   so.top_k = 1;
   so.memory = p->memory;
-  so.efficiency = opt.efficiency;
+  so.efficiency = p->efficiency;
   const SweepResult sr = run_sweep(p->model, p->cluster, p->job, p->gpus, space, so);
   if (sr.top.empty()) {
     p->skip = "no plan fits for the missing knobs (sweep)";
@@ -302,9 +302,19 @@ MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOpt
   return o;
 }
 
+Efficiency framework_efficiency(const ReferenceRecord& r, const Efficiency& base) {
+  Efficiency e = base;
+  // llm.c's fused_classifier (llmc/fused_classifier.cuh) takes the bf16 logits, reads each
+  // row once for its max and sum and once more to write softmax - one-hot over it in
+  // place: 3 x 2 bytes per logit, and no separate loss backward.
+  if (r.framework == "llm.c") e.loss_bytes_per_logit = 6;
+  return e;
+}
+
 PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& presets, const ValidationOptions& opt) {
   Prepared p;
   p.memory = framework_memory_options(r, opt.memory);
+  p.efficiency = framework_efficiency(r, opt.efficiency);
   prepare_model(r, &p);
   if (p.skip.empty()) prepare_cluster(r, presets, &p);
   if (p.skip.empty()) prepare_degrees(r, &p);
@@ -374,7 +384,7 @@ double source_flops(const ReferenceRecord& r, const Prepared& p, bool hardware) 
 
 // README "How to compare" 2: tflops_per_gpu with its formula, else mfu/hfu on the
 // record's peak, else tokens/s per GPU.
-ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p, const ValidationOptions& opt) {
+ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p) {
   ValidationRow row = base_row(r, p, true);
   if (row.skipped) return row;
   if (!p.hardware_known) {
@@ -382,7 +392,7 @@ ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p, const 
     row.skip_reason = "no hardware (gpu other)";
     return row;
   }
-  const StepTime st = estimate_time(p.model, p.cluster, p.job, p.plan, opt.efficiency);
+  const StepTime st = estimate_time(p.model, p.cluster, p.job, p.plan, p.efficiency);
   const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, p.memory);
   row.predicted_oom = !mem.fits(0);
   row.peak_fraction = mem.worst.total / mem.capacity;
@@ -477,7 +487,7 @@ std::vector<ValidationRow> validate_records(const ReferenceSet& set, const Prese
     if (opt.fully_specified_throughput_only && !wants_throughput) continue;
     const Prepared p = prepare_record(r, presets, opt);
     if (wants_throughput) {
-      ValidationRow row = throughput_row(r, p, opt);
+      ValidationRow row = throughput_row(r, p);
       row.index_in_group = index;
       if (!row.skipped && !row.assumed) row.fitting_subset = in_fitting_subset(specified_in_group[r.group]++);
       if (!opt.fully_specified_throughput_only || (!row.skipped && !row.assumed)) rows.push_back(std::move(row));
@@ -605,14 +615,18 @@ namespace {
 // The fit's objective over the fitting subset, on e = |log(predicted/published)| (over-
 // and under-prediction alike): half the median (the target) plus half the mean (which
 // keeps the landscape smooth enough for the simplex) plus a tenth of the worst (guards
-// the tail), plus every record's excess over a 12% margin. The last term encodes the
+// the tail), plus every record's excess over a 17% margin. The last term encodes the
 // issue's second target (no record worse than 25%): without it the large MPT group sets
 // the median and the mean, and the few records of the other groups (Narayanan's 3, the
 // CP and llm.c rows) could sit anywhere in a wide, flat basin -- a 9-point multi-start
 // over (overlap, tp_overlap) found objectives within 1e-4 whose Narayanan errors ranged
 // from 1.7% to 7.2% median. With it, the same multi-start reaches the single start's
-// optimum. The margin (12%) was chosen among 10, 12, 15, 17, 20 and 25% by the held-out
-// half: median 5.5% and max 24.8% at 12%, against 5.2-8.6% and 26.3-30.2% for the others.
+// optimum. The margin is chosen among 10, 12, 15, 17, 20 and 25% by the held-out half's
+// worst record, then its median. First 12% (median 5.5%, max 24.8%; the others 26.3-30.2%
+// max). With llm.c's fused classifier (framework_efficiency) the same choice gives 17%:
+// held-out median 5.1% and max 24.9%, against 5.0-7.2% and 25.1-28.9% for the others (12%:
+// 5.1% and 26.3%). The fitted constants move a lot between margins while the errors move
+// little: the objective is flat in several directions on these records.
 double objective_and_rows(const ReferenceSet& set, const PresetRegistry& presets, ValidationOptions opt, int* rows_used) {
   opt.fully_specified_throughput_only = true;
   const std::vector<ValidationRow> rows = validate_records(set, presets, opt);
@@ -628,7 +642,7 @@ double objective_and_rows(const ReferenceSet& set, const PresetRegistry& presets
   if (n == 0) return 1e9;
   std::sort(errs.begin(), errs.end());
   const double median = n % 2 ? errs[n / 2] : 0.5 * (errs[n / 2 - 1] + errs[n / 2]);
-  const double margin = std::log(1.12);
+  const double margin = std::log(1.17);
   double excess = 0;
   for (double e : errs) excess += std::max(0.0, e - margin);
   return 0.5 * median + 0.5 * sum / static_cast<double>(n) + 0.1 * errs.back() + excess;

@@ -134,6 +134,7 @@ struct PreparedRecord {
   bool has_architecture = false;         // layers/hidden/heads known (else params-only analytic)
   bool hardware_known = false;           // a GPU preset (not "other")
   MemoryOptions memory;                  // the record's framework conventions (framework_memory_options)
+  Efficiency efficiency;                 // the options' constants with the framework's kernels (framework_efficiency)
   std::vector<std::string> sweep_knobs;  // null plan knobs the sweep filled
   std::vector<std::string> assumptions, notes;
   std::string skip;                      // non-empty: no prediction ("missing seq_len")
@@ -143,6 +144,10 @@ struct ValidationOptions;
 // llmplan's executor (the defaults): torchtitan's per-operator selective checkpointing and
 // its cross-entropy on fp32-upcast logits. Keyed on the framework only, never the record.
 MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOptions& base);
+// `base` with the framework's kernel conventions where they differ from the defaults (the
+// cross-entropy's bytes per logit of llm.c's fused classifier); never a fitted constant.
+// Keyed on the framework only, never the record.
+Efficiency framework_efficiency(const ReferenceRecord& r, const Efficiency& base);
 PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& presets, const ValidationOptions& opt);
 
 enum class Metric { tflops_per_gpu, mfu, hfu, tokens_per_s, memory };

@@ -492,11 +492,11 @@ class GuiTest : public QObject {
     // pp1 dp8 ZeRO-1 (NVLink): compute and optimizer are the same functions on both sides;
     // the difference is the DP term. The analytic model hides only `overlap` x backward of
     // the gradient reduce-scatters and `gather_overlap` x forward of the parameter gathers,
-    // and the fit on the published runs puts both near 0 (0.007 and 0.003: the frameworks'
-    // defaults do not overlap them), so it exposes almost all of the 0.29 s; the simulator
+    // and the fit on the published runs puts them low (0.007 and 0.21: the frameworks'
+    // defaults overlap them little), so it exposes most of the DP traffic; the simulator
     // plays the collectives out on the communication stream beside the compute and exposes
-    // only the last bucket and the gathers before the first layer (timeline 6.29 s,
-    // analytic 6.58 s: -4.4%). The tolerance leaves 1.6% for refits of the efficiencies.
+    // only the last bucket and the gathers before the first layer (timeline 6.58 s,
+    // analytic 6.76 s: -2.8%). The tolerance leaves 3% for refits of the efficiencies.
     const Case cases[] = {{8, 1, 1, 1, 2, 1, Schedule::one_f_one_b, 0.06}, {2, 1, 4, 1, 1, 1, Schedule::one_f_one_b, 0.06},
                           {2, 2, 2, 1, 2, 0, Schedule::gpipe, 0.06},       {1, 2, 4, 2, 1, 1, Schedule::interleaved, 0.08}};
     for (const Case& k : cases) {

@@ -91,40 +91,43 @@ TEST(SourceFlops, ChowdheryIsSixNPlusFullAttention) {
 
 // ---------------------------------------------------------------- accuracy bounds
 
-// The throughput targets of the issue: median |error| <= 10% (met: 5.5% overall, 5.5%
-// on the held-out half) and no record worse than 25% (met on the held-out half, max
-// 24.8%; NOT met by 1 of 154 fully specified records: llm.c's GPT-2 124M, whose "up to
-// ~60%" MFU is a best-step claim, at -26.6%). Before the fit's objective counted every
-// record's excess over 12% (fit_efficiency), 3 records were over 25% (MPT 760m on
-// A100-80GB at seq 512, which runs slower than the same model at seq 2048 and than the
-// A100-40GB run at seq 512: 29.1%; llm.c 124M: 25.7%; torchtitan's 8B CP2 run: 25.5%)
-// with a median of 5.0% (5.2% held out). The bounds below are the ones reached, with a
-// little margin, so a regression fails.
+// The throughput targets of the issue: median |error| <= 10% (met: 5.1% overall, 5.1%
+// on the held-out half) and no record worse than 25% (met: max 24.9%, the held-out MPT
+// 3B fp8 run at seq 32768). llm.c's GPT-2 124M ("up to ~60%" MFU, a best-step claim) was
+// at -26.6% until the time model counted llm.c's fused classifier (6 bytes per logit
+// against the fp32 aten loss's 36: framework_efficiency); it is now at -14.5%. History:
+// before the fit's objective counted every record's excess over a margin (fit_efficiency),
+// 3 records were over 25% (MPT 760m on A100-80GB at seq 512, which runs slower than the
+// same model at seq 2048 and than the A100-40GB run at seq 512: 29.1%; llm.c 124M: 25.7%;
+// torchtitan's 8B CP2 run: 25.5%) with a median of 5.0% (5.2% held out). The bounds below
+// are the ones reached, with a little margin, so a regression fails.
 TEST(ValidateShipped, ThroughputOfFullySpecifiedRecords) {
   const std::vector<SummaryLine> lines = summarize(shipped().rows);
   const SummaryLine& all = line(lines, "ALL", true, false);
   EXPECT_GE(all.all.n, 150);
   EXPECT_LE(all.all.median_abs, 0.10);  // the target
-  EXPECT_LE(all.all.median_abs, 0.06);  // reached: 5.5%
-  EXPECT_LE(all.held_out.median_abs, 0.06) << "held-out half (not fitted)";  // reached: 5.5%
-  EXPECT_LE(all.held_out.max_abs, 0.25) << "held-out half: " << all.held_out.worst_id;  // the target; reached 24.8%
-  EXPECT_LE(all.all.max_abs, 0.27) << all.all.worst_id;  // target 25%; reached 26.6% (llm.c 124M)
+  EXPECT_LE(all.all.median_abs, 0.06);  // reached: 5.1%
+  EXPECT_LE(all.held_out.median_abs, 0.06) << "held-out half (not fitted)";  // reached: 5.1%
+  EXPECT_LE(all.held_out.max_abs, 0.25) << "held-out half: " << all.held_out.worst_id;  // the target; reached 24.9%
+  EXPECT_LE(all.all.max_abs, 0.25) << all.all.worst_id;  // the target; reached 24.9%
   int within = 0, n = 0;
   for (const ValidationRow& r : shipped().rows) {
     if (!r.throughput || r.skipped || r.assumed) continue;
     ++n;
     within += std::fabs(r.error) <= 0.25;
   }
-  EXPECT_GE(within, n - 1) << within << " of " << n << " within 25%";  // reached: 153 of 154
+  EXPECT_EQ(within, n) << within << " of " << n << " within 25%";  // reached: 154 of 154
 
   // Per source group: TP/PP-heavy, FSDP-only and FSDP+TP/PP/CP behave differently.
   const std::map<std::string, std::pair<double, double>> bounds = {
-      // Narayanan's rows are all over-predicted by 5-12% (tp_overlap 0.40): the fit trades
-      // their median (7.2% before) for their worst (15.0% before).
-      {"narayanan2021_table1", {0.10, 0.13}},  // reached 9.1% / 12.0%
-      {"mpt", {0.06, 0.25}},                   // reached 5.4% / 24.8%
-      {"torchtitan", {0.07, 0.25}},            // reached 5.7% / 24.1%
-      {"llmc", {0.22, 0.27}},                  // reached 20.8% / 26.6% ("up to ~60%" MFU claims)
+      // Narayanan's rows were all over-predicted by 5-12% with the 12%-margin fit
+      // (tp_overlap 0.40); the 17%-margin fit (tp_overlap 0.50) has them at -0.5 to +5%.
+      {"narayanan2021_table1", {0.06, 0.07}},  // reached 4.1% / 5.0%
+      {"mpt", {0.06, 0.25}},                   // reached 5.1% / 24.9%
+      // Worse in median than with the 12%-margin fit (5.7%; held out 1.8% -> 7.1%), better
+      // at the worst (24.1% -> 16.7%).
+      {"torchtitan", {0.09, 0.19}},            // reached 8.0% / 16.7%
+      {"llmc", {0.17, 0.17}},                  // reached 14.9% / 15.2% ("up to ~60%", "~50%" MFU claims)
   };
   for (const auto& [group, b] : bounds) {
     const SummaryLine& l = line(lines, group, true, false);
