@@ -49,12 +49,6 @@ Status check_model_config(const ModelConfig& c) {
     if (c.plan.tp > 1 && !c.plan.sp)
       return Status::bad_input("executor: model " + m.name + " is a mixture of experts: plan.tp " + std::to_string(c.plan.tp) +
                                " needs plan.sp (each TP rank routes its own sequence shard), as the planner requires");
-    if (c.job.mode == TrainMode::lora)
-      for (const std::string& target : c.job.lora.targets)
-        if (target == "gate" || target == "up" || target == "down")
-          return Status::bad_input("executor: model " + m.name + " is a mixture of experts: LoRA target '" + target +
-                                   "' would need adapters per expert, which are not implemented; use attention targets "
-                                   "(q, k, v, o) in job.lora.targets");
     const int ep = c.plan.ep;
     if (ep < 1 || e.experts % ep != 0)
       return Status::bad_input("executor: ep " + std::to_string(ep) + " must be >= 1 and divide the " + std::to_string(e.experts) +

@@ -291,7 +291,9 @@ class ModelImpl final : public Model {
 
   // in, out: the full widths; column-parallel splits out, row-parallel splits in.
   // name: the parameter's prefix (default "layer<i>.<projection>").
-  Status init_linear(Layer& L, Linear& li, Projection p, Par par, int64_t in, int64_t out, const std::string& name = {}) {
+  // adapters: false keeps a LoRA target's projection without them (MoE shared experts).
+  Status init_linear(Layer& L, Linear& li, Projection p, Par par, int64_t in, int64_t out, const std::string& name = {},
+                     bool adapters = true) {
     li.proj = p;
     li.par = t_ > 1 ? par : Par::none;
     li.in = par == Par::row ? in / t_ : in;
@@ -301,7 +303,7 @@ class ModelImpl final : public Model {
     LL_TRY(param(li.w, li.gw, {par == Par::column ? 0 : par == Par::row ? 1 : -1, out, in}, base + ".weight", train, true,
                  c_.options.init_std));
     if (gpt_) LL_TRY(param(li.b, li.gb, {par == Par::column ? 1 : -1, 1, out}, base + ".bias", train, false, 0, 0.0));
-    if (L.ctx.lora_targets & projection_bit(p)) {
+    if (adapters && (L.ctx.lora_targets & projection_bit(p))) {
       li.lora = true;
       const int64_t r = L.ctx.lora_rank;
       // Under TP (Megatron / PEFT LoraParallelLinear): a column-parallel projection keeps A
@@ -362,9 +364,10 @@ class ModelImpl final : public Model {
     }
     if (fs_ > 0) {
       const int64_t fs = c_.spec.ffn_hidden * c_.spec.moe.shared_experts;
-      if (!gpt_) LL_TRY(init_linear(L, mo.sgate, Projection::gate, Par::column, h_, fs, pre + "shared.gate"));
-      LL_TRY(init_linear(L, mo.sup, Projection::up, Par::column, h_, fs, pre + "shared.up"));
-      LL_TRY(init_linear(L, mo.sdown, Projection::down, Par::row, fs, h_, pre + "shared.down"));
+      // LoRA MLP targets adapt the routed experts only (the planner's count_params).
+      if (!gpt_) LL_TRY(init_linear(L, mo.sgate, Projection::gate, Par::column, h_, fs, pre + "shared.gate", false));
+      LL_TRY(init_linear(L, mo.sup, Projection::up, Par::column, h_, fs, pre + "shared.up", false));
+      LL_TRY(init_linear(L, mo.sdown, Projection::down, Par::row, fs, h_, pre + "shared.down", false));
     }
     return Status::ok();
   }
@@ -431,8 +434,9 @@ class ModelImpl final : public Model {
   // y (n, out) = x W^T + b (+ LoRA: scale x A^T B^T, z = scale x A^T kept as lora.<p>.z).
   // Row-parallel: the partial outputs are summed over TP (the bias added by TP rank 0 only).
   // With SP, y of a row-parallel projection is this rank's ns_ tokens (reduce-scatter).
-  // rows: 0 = n_ (the micro-batch); an MoE expert's block of C rows otherwise (no TP, no LoRA).
-  Status lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode, int64_t rows = 0) {
+  // rows: 0 = n_ (the micro-batch); an MoE expert's block of rows otherwise (no TP), which
+  // starts at row row0 of the rank's rows_ expert rows (its LoRA intermediate's offset).
+  Status lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode, int64_t rows = 0, int64_t row0 = 0) {
     const bool row = li.par == Par::row;
     const S* bias = !row || tr_ == 0 ? dopt(li.b) : nullptr;
     if (row && sp_) {
@@ -444,7 +448,7 @@ class ModelImpl final : public Model {
       LL_TRY(lin_base_fwd(x, d(li.w), bias, y, rows > 0 ? rows : n_, li.in, li.out));
       if (row) LL_TRY(tp_sum(y, n_ * li.out));
     }
-    if (li.lora) LL_TRY(lora_fwd(L, li, x, y, mode));
+    if (li.lora) LL_TRY(rows > 0 ? expert_lora_fwd(L, li, x, y, mode, rows, row0) : lora_fwd(L, li, x, y, mode));
     return Status::ok();
   }
   // y += z B^T with z = scale x A^T (n_, r), kept as lora.<p>.z: n_ * r on every TP rank
@@ -468,6 +472,21 @@ class ModelImpl final : public Model {
     LL_TRY(lin_base_fwd(zr, d(li.lb), nullptr, d(tmp), rows, r, li.out));
     LL_TRY(ops_.template add_inplace<S>(y, d(tmp), rows * li.out));
     return Status::ok();
+  }
+  // An MoE expert's adapter over its block of `rows` rows: y += scale (x A^T) B^T. The
+  // intermediate z of every block of the rank's rows_ expert rows is one tensor, kept as
+  // lora.<p>.z (rows_ * r, the recipe's E * C * r), allocated by the block at row 0.
+  Status expert_lora_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode, int64_t rows, int64_t row0) {
+    const int64_t r = L.ctx.lora_rank;
+    Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
+    if (row0 == 0) LL_TRY(lmake(L, z, kLoraZ[static_cast<int>(li.proj)], rows_ * r, c_.storage, mode));
+    S* zb = d(z) + row0 * r;
+    LL_TRY(lin_base_fwd(x, d(li.la), nullptr, zb, rows, li.in, r));
+    LL_TRY(ops_.scale(zb, rows * r, lora_scale_));
+    Tensor tmp;
+    LL_TRY(ws(tmp, rows * li.out, "lora.out"));
+    LL_TRY(lin_base_fwd(zb, d(li.lb), nullptr, d(tmp), rows, r, li.out));
+    return ops_.template add_inplace<S>(y, d(tmp), rows * li.out);
   }
   // Sequence parallel: full (n_, h) = the ns_-token slices of every TP rank, in a buffer
   // counted as communication (the planner's TP/SP all-gather line).
@@ -497,9 +516,19 @@ class ModelImpl final : public Model {
   // then whole too and is added by TP rank 0 only, because the caller sums dx over TP.
   // Row-parallel: dy is whole (gathered under SP) and z was summed in forward, so dB and dz
   // are equal on every rank and dA, dx are this rank's input columns: no communication.
-  Status lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx, int64_t rows = 0) {
+  // rows, row0: an MoE expert's block, as in lin_fwd.
+  Status lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx, int64_t rows = 0, int64_t row0 = 0) {
     Tensor dxl;
-    if (li.lora) {
+    if (li.lora && rows > 0) {  // an expert's adapter: no TP, this block's rows of z
+      const int64_t r = L.ctx.lora_rank;
+      Tensor dz;
+      LL_TRY(ws(dz, rows * r, "lora.dz"));
+      const S* zb = d(L.sv.lora_z[static_cast<int>(li.proj)]) + row0 * r;
+      LL_TRY(lin_base_bwd(dy, zb, d(li.lb), d(dz), g(li.glb), nullptr, rows, r, li.out));
+      LL_TRY(ops_.scale(d(dz), rows * r, lora_scale_));
+      if (dx != nullptr) LL_TRY(ws(dxl, rows * li.in, "lora.dx"));
+      LL_TRY(lin_base_bwd(d(dz), x, d(li.la), dx != nullptr ? d(dxl) : nullptr, g(li.gla), nullptr, rows, li.in, r));
+    } else if (li.lora) {
       const int64_t r = L.ctx.lora_rank;
       Tensor dz;
       LL_TRY(ws(dz, n_ * r, "lora.dz"));
@@ -512,7 +541,7 @@ class ModelImpl final : public Model {
       LL_TRY(lin_base_bwd(d(dz), x, d(li.la), lora_dx ? d(dxl) : nullptr, g(li.gla), nullptr, n_, li.in, r));
     }
     LL_TRY(lin_base_bwd(dy, x, d(li.w), dx, g(li.gw), g(li.gb), rows > 0 ? rows : n_, li.in, li.out));
-    if (dx && dxl.defined()) LL_TRY(ops_.template add_inplace<S>(dx, d(dxl), n_ * li.in));
+    if (dx && dxl.defined()) LL_TRY(ops_.template add_inplace<S>(dx, d(dxl), (rows > 0 ? rows : n_) * li.in));
     return Status::ok();
   }
 
@@ -862,10 +891,10 @@ class ModelImpl final : public Model {
         const auto el = static_cast<size_t>(b % El_);
         const S* xb = d(sv.expert_input) + b * cap_ * h_;
         if (gpt_) {
-          LL_TRY(lin_fwd(L, L.moe.up[el], xb, d(sv.fc1_out) + b * cap_ * fe_, mode, rr));
+          LL_TRY(lin_fwd(L, L.moe.up[el], xb, d(sv.fc1_out) + b * cap_ * fe_, mode, rr, b * cap_));
         } else {
-          LL_TRY(lin_fwd(L, L.moe.gate[el], xb, d(sv.gate_out) + b * cap_ * fe_, mode, rr));
-          LL_TRY(lin_fwd(L, L.moe.up[el], xb, d(sv.up_out) + b * cap_ * fe_, mode, rr));
+          LL_TRY(lin_fwd(L, L.moe.gate[el], xb, d(sv.gate_out) + b * cap_ * fe_, mode, rr, b * cap_));
+          LL_TRY(lin_fwd(L, L.moe.up[el], xb, d(sv.up_out) + b * cap_ * fe_, mode, rr, b * cap_));
         }
       }
       if (gpt_) LL_TRY(ops_.template gelu_forward<S>(d(sv.fc1_out), d(sv.act_out), hid));
@@ -875,7 +904,8 @@ class ModelImpl final : public Model {
       if (ep_ > 1) LL_TRY(make(a_, send, rows_ * h_, c_.storage, Category::communication, "moe.combine"));
       else LL_TRY(lmake(L, sv.expert_output, "moe.expert_output", rows_ * h_, c_.storage, mode));
       for (int64_t b = 0; b < nb; b += run)
-        LL_TRY(lin_fwd(L, L.moe.down[static_cast<size_t>(b % El_)], d(sv.act_out) + b * cap_ * fe_, d(out) + b * cap_ * h_, mode, rr));
+        LL_TRY(lin_fwd(L, L.moe.down[static_cast<size_t>(b % El_)], d(sv.act_out) + b * cap_ * fe_, d(out) + b * cap_ * h_, mode, rr,
+                       b * cap_));
       if (ep_ > 1) {
         LL_TRY(lmake(L, sv.expert_output, "moe.expert_output", rows_ * h_, c_.storage, mode));
         LL_TRY(c_.comm->all_to_all(d(send), d(sv.expert_output), El_ * cap_ * h_, c_.storage, Group::ep));
@@ -918,7 +948,7 @@ class ModelImpl final : public Model {
     v.push_back(&L.moe.grouter);
     for (std::vector<Linear>* set : {&L.moe.gate, &L.moe.up, &L.moe.down})
       for (Linear& li : *set)
-        for (Tensor* t : {&li.gw, &li.gb}) v.push_back(t);
+        for (Tensor* t : {&li.gw, &li.gb, &li.gla, &li.glb}) v.push_back(t);
     std::erase_if(v, [](Tensor* t) { return !t->defined(); });
     return v;
   }
@@ -986,7 +1016,7 @@ class ModelImpl final : public Model {
       LL_TRY(ws(dact, hid, "moe.d_act"));
       for (int64_t b = 0; b < nb; b += run)
         LL_TRY(lin_bwd(L, L.moe.down[static_cast<size_t>(b % El_)], dob + b * cap_ * h_, dopt(sv.act_out) + b * cap_ * fe_,
-                       d(dact) + b * cap_ * fe_, rr));
+                       d(dact) + b * cap_ * fe_, rr, b * cap_));
       dout.reset();
       dcomb.reset();
       LL_TRY(make(a_, din, rows_ * h_, c_.storage, ep_ > 1 ? Category::communication : Category::workspace, "moe.d_expert_input"));
@@ -1003,10 +1033,10 @@ class ModelImpl final : public Model {
         const S* xb = dopt(sv.expert_input) ? d(sv.expert_input) + b * cap_ * h_ : nullptr;
         S* db = d(din) + b * cap_ * h_;
         if (gpt_) {
-          LL_TRY(lin_bwd(L, L.moe.up[el], d(dact) + b * cap_ * fe_, xb, db, rr));
+          LL_TRY(lin_bwd(L, L.moe.up[el], d(dact) + b * cap_ * fe_, xb, db, rr, b * cap_));
         } else {
-          LL_TRY(lin_bwd(L, L.moe.gate[el], d(dact) + b * cap_ * fe_, xb, db, rr));
-          LL_TRY(lin_bwd(L, L.moe.up[el], d(dup) + b * cap_ * fe_, xb, d(tmp), rr));
+          LL_TRY(lin_bwd(L, L.moe.gate[el], d(dact) + b * cap_ * fe_, xb, db, rr, b * cap_));
+          LL_TRY(lin_bwd(L, L.moe.up[el], d(dup) + b * cap_ * fe_, xb, d(tmp), rr, b * cap_));
           LL_TRY(ops_.template add_inplace<S>(db, d(tmp), rr * h_));
         }
       }

@@ -219,6 +219,7 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
   if (j.mode == TrainMode::lora) {
     sp.frozen += layers * pc.per_layer_rank;
     sp.trainable += (layers - frozen_here) * pc.lora_per_layer_rank;
+    sp.expert = (layers - frozen_here) * pc.lora_expert_per_layer_rank;
   } else {
     sp.trainable += (layers - frozen_here) * pc.per_layer_rank;
     sp.frozen += frozen_here * pc.per_layer_rank;
@@ -236,7 +237,8 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
 
 namespace {
 
-// stage_memory_extras with the rank's parameter counts given (read only under ZeRO-2/3).
+// stage_memory_extras with the rank's parameter counts given (read only under ZeRO-2/3 and
+// for MoE under TP).
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
                                       const MemoryOptions& opt, const ParamCounts& pc) {
   StageMemoryExtras x;
@@ -259,6 +261,11 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     x.logits_set = tokens * static_cast<double>(m.vocab) / p.tp * per_logit;
   }
   x.activation_grads = frozen_here < layers ? activation_gradient_bytes(m, j, p) : 0;
+  if (m.moe.enabled() && p.tp > 1 && opt.moe_tp_partial_gradients && frozen_here < layers) {
+    const double partial = j.mode == TrainMode::lora ? pc.lora_expert_per_layer_rank
+                                                     : pc.expert_per_layer_rank + static_cast<double>(m.moe.experts) * h;  // + router
+    x.activation_grads += partial * bytes_per_param(j).gradients;
+  }
   if (p.zero >= 2) {
     const bool lora = j.mode == TrainMode::lora;
     const double tok = static_cast<double>(m.vocab) * h / p.tp;
@@ -337,7 +344,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
                                       const MemoryOptions& opt) {
   ParamCounts pc;
-  if (p.zero >= 2) {
+  if (p.zero >= 2 || (m.moe.enabled() && p.tp > 1)) {
     const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
     pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
   }

@@ -79,6 +79,12 @@ struct MemoryOptions {
   // beside the current and the prefetched layer. Default: false (the executor gathers the
   // embedding and the head as units in order of use, like the layers).
   bool zero3_root_gathered = false;
+  // MoE under TP, where each TP rank routes its own tokens through whole experts: the
+  // executor computes a layer's router and routed-expert gradients (LoRA: the experts'
+  // adapters) into zeroed partial buffers, sums them over TP and adds them (model_impl.h,
+  // swap_in_partials), so one layer's worth of them is live through its MoE backward.
+  // Frameworks that fold the TP sum into the gradient reduction hold none. Default: true.
+  bool moe_tp_partial_gradients = true;
 };
 
 struct StageMemory {
@@ -183,7 +189,7 @@ double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, cons
 // stage, LM head on the last), from count_params.
 struct StageParams {
   double trainable = 0, frozen = 0;
-  double expert = 0;  // of trainable: routed-expert parameters (MoE), ZeRO-sharded over dp*cp/ep
+  double expert = 0;  // of trainable: routed-expert parameters (MoE; LoRA: their adapters), ZeRO-sharded over dp*cp/ep
 };
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage);
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage);

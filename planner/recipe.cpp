@@ -152,9 +152,13 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
   // b*s*r on every rank under TP, with or without SP (Region::replicated): a column-parallel
   // target applies its whole A to the full (gathered) input; a row-parallel one sums its
   // partial x_local A_local^T over TP before its whole B (executor/model_impl.h, lora_fwd).
+  // MoE: an MLP target's adapters are per routed expert (shared experts have none), over
+  // the capacity-padded rows the rank's experts compute (moe_expert_rows, as above).
   static const char* kLoraNames[] = {"lora.q.z", "lora.k.z", "lora.v.z", "lora.o.z", "lora.gate.z", "lora.up.z", "lora.down.z"};
   for (int p = 0; p < 7; ++p) {
-    if (is_lora(c, static_cast<Projection>(p))) out.add({kLoraNames[p], bs * c.lora_rank, act, false});
+    const bool expert = m.moe.enabled() && p >= static_cast<int>(Projection::gate);
+    const double rows = expert ? moe_expert_rows(m, bs / seq_div) : bs;
+    if (is_lora(c, static_cast<Projection>(p))) out.add({kLoraNames[p], rows * c.lora_rank, act, false});
   }
   return out;
 }
@@ -273,6 +277,7 @@ ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lor
     const double split = (m.moe.enabled() && p >= 4) ? 1 : t;
     const double per = ps.column_parallel ? lora_rank * (ps.in + ps.out / split) : lora_rank * (ps.in / split + ps.out);
     pc.lora_per_layer_rank += experts_rank * per;
+    if (m.moe.enabled() && p >= 4) pc.lora_expert_per_layer_rank += experts_rank * per;
   }
   pc.total = m.layers * pc.per_layer + pc.embedding + pc.head;
   pc.active_per_token = m.layers * (attn + mlp_active + 2 * norm) + pc.embedding + pc.head;
@@ -310,7 +315,13 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
     if (!(c.lora_targets & (1u << p))) continue;
     const ProjShape ps = projection_shape(m, static_cast<Projection>(p));
     // Column-parallel: A whole, B this rank's out/t rows. Row-parallel: A this rank's in/t
-    // columns, B whole over every token (over this rank's tokens/t under SP).
+    // columns, B whole over every token (over this rank's tokens/t under SP). MoE experts'
+    // adapters: whole, over the rank's routed rows.
+    if (m.moe.enabled() && p >= static_cast<int>(Projection::gate)) {
+      const double routed = tokens * m.moe.experts_per_token * moe_capacity_tokens_factor / t;
+      fl.gemm_lora += 2 * routed * c.lora_rank * (ps.in + ps.out);
+      continue;
+    }
     fl.gemm_lora += ps.column_parallel ? 2 * tokens * c.lora_rank * (ps.in + ps.out / t)
                                        : 2 * tokens * c.lora_rank * (ps.in / t + ps.out / (c.sp ? t : 1));
   }

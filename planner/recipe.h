@@ -125,6 +125,8 @@ struct ParamCounts {
   // MoE: the routed experts' share of per_layer_rank (experts/ep of them). Their replicas are
   // the dp*cp/ep ranks holding the same experts, so ZeRO partitions them over that many.
   double expert_per_layer_rank = 0;
+  // LoRA: the routed experts' adapters' share of lora_per_layer_rank, partitioned likewise.
+  double lora_expert_per_layer_rank = 0;
 };
 
 // REQUIRES: t divides heads and kv_heads (callers validate the plan first).

@@ -284,6 +284,9 @@ void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
 
 MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOptions& base) {
   MemoryOptions o = base;
+  // Megatron-Core and the others sum replicated experts' gradients with the data-parallel
+  // reduction; the per-layer TP partials are the executor's alone.
+  o.moe_tp_partial_gradients = false;
   if (r.framework == "torchtitan") {
     // torchtitan's Llama configs set activation_checkpoint.mode = "selective" with
     // selective_ac_option = "op" (torchtitan/models/llama/parallelize_llama.py,

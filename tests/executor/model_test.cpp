@@ -114,7 +114,10 @@ void check_gradients(ModelConfig c, bool with_docs) {
   Rng rng(test_seed() + 1);
   std::vector<double> analytic, numeric;
   for (ParamRef& p : m.params()) {
-    ASSERT_NE(p.grad, nullptr) << p.name;
+    if (p.grad == nullptr) {  // LoRA: the frozen base weights
+      ASSERT_TRUE(c.job.mode == TrainMode::lora) << p.name;
+      continue;
+    }
     double* w = p.weight->data<double>();
     const double* g = p.grad->data<double>();
     for (int k = 0; k < 3; ++k) {  // three random elements of each parameter
@@ -156,6 +159,42 @@ TEST(ModelGrad, MoeLlamaSharedExpertFloat64) {
 }
 TEST(ModelGrad, MoeLlamaFullRecomputeFloat64) {
   check_gradients(config(tiny_moe(Family::llama, 1.5), Precision::fp32, Recompute::full, false, true), false);
+}
+
+// LoRA on MoE models: adapters on every routed expert's MLP projections (their rows of
+// the capacity-padded dispatch buffer) and on attention; router, experts and the shared
+// expert frozen, gradients passed through them.
+ModelConfig moe_lora(ModelConfig c, std::vector<std::string> targets) {
+  c.job.mode = TrainMode::lora;
+  c.job.lora.rank = 2;
+  c.job.lora.alpha = 3;
+  c.job.lora.targets = std::move(targets);
+  return c;
+}
+TEST(ModelGrad, MoeLlamaLoraOnExpertsFloat64) {
+  check_gradients(moe_lora(config(tiny_moe(Family::llama), Precision::fp32, Recompute::none, true, true), {"q", "gate", "up", "down"}),
+                  true);
+}
+TEST(ModelGrad, MoeGptLoraOnExpertsWithDroppedTokensFloat64) {
+  check_gradients(moe_lora(config(tiny_moe(Family::gpt, 0.75), Precision::fp32, Recompute::selective, false, true), {"v", "fc1", "fc2"}),
+                  false);
+}
+TEST(ModelMoe, LoraAdaptsEveryRoutedExpertAndNotTheSharedOne) {
+  ModelConfig c = moe_lora(config(tiny_moe(Family::llama), Precision::fp32, Recompute::none, true), {"gate", "up", "down"});
+  CpuAllocator alloc;
+  auto model = build_model(alloc, c);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  int adapters = 0;
+  for (ParamRef& p : (*model)->params()) {
+    const bool adapter = p.name.find("lora_") != std::string::npos;
+    EXPECT_EQ(p.grad != nullptr, adapter) << p.name;
+    if (adapter) {
+      EXPECT_EQ(p.name.find("shared"), std::string::npos) << p.name;
+      ++adapters;
+    }
+  }
+  // 2 layers x 4 experts x 3 projections x (A, B)
+  EXPECT_EQ(adapters, 2 * 4 * 3 * 2);
 }
 
 // An independent reference for the MoE forward and backward: one expert, top-1, capacity
@@ -288,7 +327,7 @@ TEST(ModelRecipe, MoeActivationBytesEqualRecipeForEveryPolicyAndPrecision) {
 }
 
 TEST(ModelRecipe, LoraAndFrozenLayersKeepWhatTheRecipeSays) {
-  for (const ModelSpec& spec : {tiny_gpt(true), tiny_llama()}) {
+  for (const ModelSpec& spec : {tiny_gpt(true), tiny_llama(), tiny_moe(Family::gpt, 0.75), tiny_moe(Family::llama)}) {
     ModelConfig lora = config(spec, Precision::bf16, Recompute::none, false);
     lora.job.mode = TrainMode::lora;
     lora.job.lora.rank = 2;

@@ -158,11 +158,18 @@ const Case kCases[] = {
     {.name = "gpt_dp2_cp2_materialized", .family = Family::gpt, .dp = 2, .zero = 1, .cp = 2, .flash = false},
     {.name = "llama_cp2_selective_materialized", .family = Family::llama, .dp = 1, .zero = 0, .recompute = Recompute::selective,
      .cp = 2, .flash = false},
-    // LoRA on an MoE model: adapters on the attention projections; router and experts are
-    // frozen base weights that pass gradients through (EP all-to-all in backward too).
+    // LoRA on an MoE model: adapters on the attention projections and on every routed
+    // expert (summed over the ranks holding the same experts, and over TP where each TP
+    // rank routes its own tokens); router, experts and shared experts are frozen base
+    // weights that pass gradients through (EP all-to-all in backward too).
     {.name = "moe_llama_dp2_ep2_lora_qkvo", .family = Family::llama, .dp = 2, .zero = 1, .lora = "q,k,v,o", .moe = true, .ep = 2},
+    {.name = "moe_llama_dp2_ep2_lora_all_zero2", .family = Family::llama, .dp = 2, .zero = 2, .lora = "q,k,v,o,gate,up,down",
+     .moe = true, .ep = 2},
+    {.name = "moe_gpt_dp4_ep2_lora_mlp", .family = Family::gpt, .dp = 4, .zero = 0, .lora = "up,down", .moe = true, .ep = 2},
     {.name = "moe_gpt_tp2_sp_lora_qv", .family = Family::gpt, .dp = 1, .zero = 0, .tp = 2, .sp = true, .lora = "q,v", .moe = true,
      .capacity_factor = 2},
+    {.name = "moe_llama_tp2_sp_lora_all", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true,
+     .lora = "q,k,v,o,gate,up,down", .moe = true, .capacity_factor = 2},
     // MoE on interleaved pipeline stages (pp2 vpp2: 4 layers, 2 chunks a rank).
     {.name = "moe_gpt_pp2_vpp2_ep1", .family = Family::gpt, .dp = 1, .zero = 0, .pp = 2, .vpp = 2, .layers = 4, .moe = true},
     {.name = "moe_llama_dp2_pp2_vpp2_ep2_zero1", .family = Family::llama, .dp = 2, .zero = 1, .pp = 2, .vpp = 2, .layers = 4,
