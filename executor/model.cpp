@@ -279,4 +279,35 @@ Result<std::unique_ptr<Model>> build_chunk(TrackingAllocator& alloc, const Model
 
 }  // namespace
 
+int64_t cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage) {
+  if (storage == DType::f32 || storage == DType::f64) return 0;
+  constexpr int64_t kChunk = CpuOps<bf16_t, float>::kChunk;
+  const int64_t t = std::max(1, p.tp), n = static_cast<int64_t>(p.micro_batch) * (j.seq_len / std::max(1, p.cp));
+  const int64_t ns = p.sp ? n / t : n, h = m.hidden;
+  int64_t worst = 0;
+  auto gemm = [&](int64_t rows, int64_t in, int64_t out) {
+    worst = std::max(worst, cpu::linear_workspace_bytes(storage, std::min(rows, kChunk), in, out));
+  };
+  gemm(n, h, m.q_width() / t);
+  gemm(n, h, m.kv_width() / t);
+  gemm(n, m.q_width() / t, h);
+  if (m.moe.enabled()) {
+    const int64_t rows = static_cast<int64_t>(moe_expert_rows(m, static_cast<double>(ns)));
+    const int64_t local = m.moe.experts / std::max(1, p.ep);
+    const int64_t call = local == 1 ? rows : rows / m.moe.experts;  // one GEMM over all blocks, or one block
+    gemm(call, h, m.moe.expert_ffn_hidden);
+    gemm(call, m.moe.expert_ffn_hidden, h);
+    gemm(ns, h, m.moe.experts);
+    const int64_t fs = m.ffn_hidden * m.moe.shared_experts / t;
+    if (fs > 0) {
+      gemm(n, h, fs);
+      gemm(n, fs, h);
+    }
+  } else {
+    gemm(n, h, m.ffn_hidden / t);
+    gemm(n, m.ffn_hidden / t, h);
+  }
+  return worst;
+}
+
 }  // namespace llmplan::exec

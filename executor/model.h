@@ -206,12 +206,20 @@ class Model {
 };
 
 // Builds the model's weights (initialised) and gradients in `alloc`. Errors: bad_input
-// for what is not implemented (MoE with tp > 1 without sp, or with LoRA; storage/grad pairs),
-// runtime for OOM.
+// for what is not implemented (MoE with tp > 1 without sp; storage/grad pairs), runtime
+// for OOM.
 // REQUIRES: alloc outlives the model.
 Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& config);
 
 // The recipe's context of global layer `layer` for this config (act_bytes from storage).
 LayerContext model_layer_context(const ModelConfig& config, int layer);
+
+// The largest scratch one layer GEMM of the CPU backend takes with 16-bit `storage`: its
+// operands widened to fp32 tiles over chunks of rows (cpu/linear.h), over every shape a
+// transformer layer runs on a rank of plan `p` (attention and MLP projections, MoE
+// experts and router). 0 for f32 and f64, whose GEMMs need none. It is live beside a
+// layer's backward working set (MemoryOptions::backward_gemm_scratch_bytes); the LM
+// head's runs while only the logits' tensors are.
+int64_t cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage);
 
 }  // namespace llmplan::exec

@@ -200,10 +200,23 @@ double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const
   const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
   const double seq_div = p.sp ? p.tp : 1.0;
   const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
-  const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) /
-                         (m.moe.enabled() ? 1 : p.tp);
   const double mlp_grads = m.family == Family::gpt ? 1 : 2;  // GELU: d(fc1); SwiGLU: d(gate) and d(up)
-  const double mlp_moment = (2 * tokens * m.hidden / seq_div + mlp_grads * tokens * f_local) * act_bytes;
+  double mlp_moment = 0;
+  if (m.moe.enabled()) {
+    // The routed experts' backward (executor/model_impl.h, moe_bwd) over the rank's E x C
+    // capacity-padded rows, beside the layer's output and input gradients (2 tok x h):
+    // first the expert outputs' gradient (rows x h) and the activation gradient (rows x fe);
+    // then the hidden gradients (1 or 2 x rows x fe), the expert inputs' gradient (rows x h;
+    // a communication buffer under ep > 1, sent back by all-to-all) and one GEMM call's
+    // input-gradient scratch (all rows with one local expert, one block of C rows otherwise).
+    const double h = static_cast<double>(m.hidden), tok = tokens / seq_div, fe = static_cast<double>(m.moe.expert_ffn_hidden);
+    const double rows = moe_expert_rows(m, tok), local = static_cast<double>(m.moe.experts) / p.ep;
+    const double call = local == 1 ? rows : rows / m.moe.experts;
+    const double down = rows * (h + fe), up = rows * (mlp_grads * fe + (p.ep > 1 ? 0 : h)) + call * h;
+    mlp_moment = (2 * tok * h + std::max(down, up)) * act_bytes;
+  } else {
+    mlp_moment = (2 * tokens * m.hidden / seq_div + mlp_grads * tokens * static_cast<double>(m.ffn_hidden) / p.tp) * act_bytes;
+  }
   if (p.cp <= 1 || p.cp_exchange != CpExchange::all_gather) return mlp_moment;
   const double qw = static_cast<double>(m.q_width()) / p.tp, kvw = static_cast<double>(m.kv_width()) / p.tp;
   return std::max(mlp_moment, tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw) * act_bytes);
@@ -261,6 +274,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     x.logits_set = tokens * static_cast<double>(m.vocab) / p.tp * per_logit;
   }
   x.activation_grads = frozen_here < layers ? activation_gradient_bytes(m, j, p) : 0;
+  if (frozen_here < layers) x.activation_grads += opt.backward_gemm_scratch_bytes;
   if (m.moe.enabled() && p.tp > 1 && opt.moe_tp_partial_gradients && frozen_here < layers) {
     const double partial = j.mode == TrainMode::lora ? pc.lora_expert_per_layer_rank
                                                      : pc.expert_per_layer_rank + static_cast<double>(m.moe.experts) * h;  // + router

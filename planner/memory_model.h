@@ -85,6 +85,11 @@ struct MemoryOptions {
   // swap_in_partials), so one layer's worth of them is live through its MoE backward.
   // Frameworks that fold the TP sum into the gradient reduction hold none. Default: true.
   bool moe_tp_partial_gradients = true;
+  // Scratch a layer GEMM takes beside the backward's activation gradients. llmplan's CPU
+  // backend widens 16-bit operands into fp32 tiles (exec::cpu_linear_scratch_bytes; the
+  // runner sets it); a GPU's cuBLAS workspace is gemm_workspace_bytes instead, held all
+  // step long. Default: 0.
+  double backward_gemm_scratch_bytes = 0;
 };
 
 struct StageMemory {
@@ -166,7 +171,8 @@ double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTen
 // Activation gradients live during one layer's backward: the gradient of its output, of
 // its input, and the widest intermediate gradients of the MLP -- one f-wide gradient for
 // GPT's GELU, two for SwiGLU (the gate and up gradients exist together): (2h + f) or
-// (2h + 2f) x tokens x act_bytes (h/t under SP, f/t under TP; MoE: k routed experts' f).
+// (2h + 2f) x tokens x act_bytes (h/t under SP, f/t under TP). MoE: the routed experts'
+// backward over the capacity-padded rows, see the definition.
 // Context parallel as an all-gather adds a wider moment in attention's backward: the
 // gradients of the attention output and of q, k, v (tokens x (2 qw + 2 kvw)/t) beside the
 // whole-sequence dk, dv partials that are reduce-scattered (2 cp x tokens x kvw/t); the

@@ -22,28 +22,14 @@ using testing::tiny_plan;
 
 const std::string kCorpus = std::string(LLMPLAN_SOURCE_ROOT) + "/data/corpus";
 
-// The CPU backend's only allocation outside the planner's lines: a 16-bit GEMM converts
-// its operands to fp32 in a scratch buffer of at most 256 rows (model.cpp kChunk), live
-// while the GEMM runs -- the largest is the MLP's h <-> f projection, during a layer's
-// backward beside the activation gradients. On a GPU this is cuBLAS's fixed workspace
-// (MemoryItem::workspace), which the allocator-side comparison zeroes. fp32: none.
-double cpu_gemm_scratch(const PlanFile& f) {
-  if (f.job.precision == Precision::fp32) return 0;
-  const DType st = f.job.precision == Precision::bf16 ? DType::bf16 : DType::f16;
-  const int64_t rows = std::min<int64_t>(256, static_cast<int64_t>(f.plan.micro_batch) * f.job.seq_len);
-  const int64_t h = f.model.hidden, ff = f.model.ffn_hidden, qw = f.model.q_width(), kvw = f.model.kv_width();
-  int64_t ws = 0;
-  for (auto [in, out] : {std::pair{h, qw}, std::pair{h, kvw}, std::pair{qw, h}, std::pair{h, ff}, std::pair{ff, h}})
-    ws = std::max(ws, cpu::linear_workspace_bytes(st, rows, in, out));
-  return static_cast<double>(ws);
-}
-
 // Total measured peak within 3% of the planner's allocator-side prediction for every
 // recompute policy, both families, fp32 and bf16: weights, gradients, optimizer states,
 // master weights, activations, the layer working set (forward transient or backward
 // re-materialisation + activation gradients), logits + loss (the GPU-only lines -- CUDA
-// context, cuBLAS workspace, NCCL, fragmentation -- zeroed), plus the CPU GEMM scratch
-// above wherever a layer GEMM runs beside the working set (the backward phase).
+// context, cuBLAS workspace, NCCL, fragmentation -- zeroed), plus the CPU backend's 16-bit
+// GEMM scratch beside the backward working set (the runner's
+// MemoryOptions::backward_gemm_scratch_bytes: at most 256 rows widened to fp32, the
+// largest for the MLP's h <-> f projection; 0 in fp32).
 TEST(Runner, PeakWithinThreePercentOfAllocatorSidePrediction) {
   for (Family fam : {Family::gpt, Family::llama})
     for (Precision prec : {Precision::fp32, Precision::bf16})
@@ -55,13 +41,13 @@ TEST(Runner, PeakWithinThreePercentOfAllocatorSidePrediction) {
         Result<RunReport> r = run_plan(f, o);
         ASSERT_TRUE(r.ok()) << r.status().message();
         const StageMemory& pa = r->predicted_alloc;
-        const double scratch = cpu_gemm_scratch(f);
-        const double pred_fwd = pa.phase_total[0], pred_bwd = pa.phase_total[1] + scratch;
+        const double scratch = static_cast<double>(cpu_linear_scratch_bytes(f.model, f.job, f.plan, precision_scheme(f.job).storage));
+        const double pred_fwd = pa.phase_total[0], pred_bwd = pa.phase_total[1];
         const double pred = std::max({pred_fwd, pred_bwd, pa.phase_total[2]});
         const double meas = static_cast<double>(r->memory.peak_total);
         const double meas_fwd = static_cast<double>(r->memory.phase[static_cast<int>(Phase::forward)].total);
         const double meas_bwd = static_cast<double>(r->memory.phase[static_cast<int>(Phase::backward)].total);
-        std::printf("%s %s %s: peak measured %.0f B (%s), predicted %.0f B (%s peak %s, + CPU GEMM scratch %.0f B in backward): "
+        std::printf("%s %s %s: peak measured %.0f B (%s), predicted %.0f B (%s peak %s, with CPU GEMM scratch %.0f B in backward): "
                     "%+.2f%%; forward %.0f vs %.0f B (%+.2f%%), backward %.0f vs %.0f B (%+.2f%%)\n",
                     f.model.name.c_str(), to_string(prec), to_string(rc), meas, to_string(r->memory.peak_phase), pred,
                     pred_fwd >= pred_bwd ? "forward" : "backward", to_string(pa.peak_phase), scratch, 100 * (meas / pred - 1),
