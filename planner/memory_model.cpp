@@ -302,6 +302,9 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
         pool = root + (layers >= 2 ? 2 * layer : layer);
       }
       x.gathered_pool = pool * act_bytes;
+      double pool_bwd = layers >= 2 ? 2 * layer : layer;
+      if (is_last) pool_bwd = std::max(pool_bwd, head_unit + (layers > 0 ? layer : 0));
+      x.gathered_pool_backward = opt.zero3_root_gathered ? x.gathered_pool : pool_bwd * act_bytes;
     }
   }
 
@@ -540,6 +543,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
   bwd[static_cast<int>(MemoryItem::backward_working)] = out.remat_and_grads;
   bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
+  bwd[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool_backward;
   // Optimizer step: activations and ZeRO-3's gathered units are gone. ZeRO 1-2 all-gather
   // the updated parameters through the persistent DP buckets (comm_buffers) straight into
   // the weights, as the executor, Megatron's distributed optimizer and DeepSpeed do: no

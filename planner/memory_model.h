@@ -208,6 +208,7 @@ struct StageMemoryExtras {
   double logits_set = 0;        // logits + fp32 softmax of one micro-batch (last stage)
   double activation_grads = 0;  // activation_gradient_bytes when a layer of the stage trains, else 0
   double gathered_pool = 0;     // ZeRO-3: current + prefetched unit gathered at TP-local size (see below)
+  double gathered_pool_backward = 0;  // ZeRO-3: the same in backward (no embedding: see below)
   double unit_grad_transient = 0;  // ZeRO >= 2: one unit's full-size gradient during its backward (see below)
   double comm_buffers = 0;      // DP buckets, TP/SP gathers, PP send/recv, CP ring or all-gather, EP, NCCL
 };
@@ -220,6 +221,9 @@ struct StageMemoryExtras {
 //   gathered_pool        ZeRO-3 holds the unit in use and the next one prefetched: the largest
 //                        sum of two units adjacent in the order of use, in the compute dtype
 //                        (4 B fp32, 2 B 16-bit: what the GEMMs read; an O1 fp32 copy is not gathered).
+//                        Backward gathers the head and the layers only (the embedding's
+//                        gradient needs no weights): gathered_pool_backward, unless the
+//                        root stays gathered through backward (zero3_root_gathered).
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
                                       const MemoryOptions& opt = {});
 
