@@ -1611,7 +1611,8 @@ class ModelImpl final : public Model {
     const int64_t n = n_, ns = ns_;
     const int nl = static_cast<int>(layers_.size());
     Tensor dx, gathered;
-    LL_TRY(ws(dx, ns * h_, "layer.d_output"));
+    // The last stage makes it after the loss's fp32 softmax is freed: never beside it.
+    if (!last_) LL_TRY(ws(dx, ns * h_, "layer.d_output"));
     if (last_) {
       set_where(Phase::backward, -1, "loss");
       if (t_ == 1)
@@ -1620,6 +1621,7 @@ class ModelImpl final : public Model {
       if (ld == Vl_) LL_TRY(ops_.template cast<A, S>(sm_.template data<A>(), d(logits_), n * Vl_));
       else LL_TRY(ops_.template cast_rows<A, S>(sm_.template data<A>(), Vl_, d(logits_), ld, n, Vl_));
       sm_.reset();
+      LL_TRY(ws(dx, ns * h_, "layer.d_output"));
       set_where(Phase::backward, -1, "head");
       Tensor& W = m.tied_embeddings ? wte_ : whead_;
       Tensor& gW = m.tied_embeddings ? gwte_ : gwhead_;
