@@ -102,9 +102,10 @@ const Case kCases[] = {
     {"llama_dp2_pp2_vpp2_zero2", Family::llama, 2, 2, 1, false, 2, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 2, 4},
     {"gpt_pp2_vpp2_full_recompute", Family::gpt, 1, 0, 1, false, 2, Schedule::one_f_one_b, Recompute::full, nullptr, Precision::fp32, 2, 4},
     {"gpt_pp4_vpp2", Family::gpt, 1, 0, 1, false, 4, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 2, 8},
-    // Context parallel (16 of the 32 tokens of each sequence per CP rank): global RoPE /
-    // learned positions, attention over all-gathered q, k, v; gradients summed and ZeRO
-    // partitioned over DP x CP (the planner's dp * cp).
+    // Context parallel (16 of the 32 tokens of each sequence per CP rank: chunks c and 3-c
+    // of 4): global RoPE / learned positions, the rank's queries over all-gathered k, v,
+    // dk and dv reduce-scattered; gradients summed and ZeRO partitioned over DP x CP (the
+    // planner's dp * cp).
     {"llama_cp2", Family::llama, 1, 0, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 1, 2, 2},
     {"gpt_cp2", Family::gpt, 1, 0, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 1, 2, 2},
     {"llama_dp2_cp2_zero1", Family::llama, 2, 1, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, Precision::fp32, 1, 2, 2},
@@ -578,13 +579,13 @@ TEST(RankProxy, Llama2_7bTp2Pp2Dp2MatchesThePlannerPerRank) {
 }
 
 // Rank proxy of a context-parallel plan (dp2 cp2 ZeRO-1, GPT and Llama; tp2 sp cp2): one process
-// keeps CP rank c's slice of every sequence; LocalCommunicator's all-gather of q, k, v
-// hands back copies of this rank's slice in every slot (the shape of the whole sequence),
-// so attention runs over all s keys as on a real rank. Model states, activations (scores
-// of the local queries against all keys) and logits equal the planner's per-rank
+// keeps CP rank c's two chunks of every sequence; LocalCommunicator's all-gather of k, v
+// hands back copies of this rank's rows in every slot (the shape of the whole sequence),
+// so its queries attend over all s keys as on a real rank. Model states, activations
+// (scores of the local queries against all keys) and logits equal the planner's per-rank
 // prediction, and so does communication: the runner predicts the executed config with
-// cp_exchange all_gather (whole-sequence q, k, v and the output gradient; the proxy's
-// equals a real rank's: llama_dp2_cp2_zero1 measures 262144 bytes on every rank, as here).
+// cp_exchange all_gather (whole-sequence k and v, the dk / dv reduce-scatter buffer; the
+// proxy's equals a real rank's: llama_dp2_cp2_zero1 measures 180224 bytes on every rank).
 TEST(RankProxy, ContextParallelMatchesThePlannerPerRank) {
   for (int i = 0; i < 3; ++i) {
     const Family fam = i == 1 ? Family::gpt : Family::llama;
@@ -776,8 +777,8 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
       // TP without SP all-reduces in place: the planner's TP line (one layer input,
       // b*s*h, the SP all-gather buffer) has no counterpart, so communication is printed only;
       // with SP that buffer is the all-gathered GEMM input and must match.
-      // CP gathers whole-sequence q, k, v (and the output gradient): the runner predicts the
-      // executed config with cp_exchange all_gather, whose buffers must match too.
+      // CP gathers whole-sequence k and v (and reduce-scatters their gradients): the runner
+      // predicts the executed config with cp_exchange all_gather, whose buffers must match too.
       if (name == "weights" || name == "optimizer_states" || name == "master_weights" || name == "activations" ||
           name == "logits_loss" || (name == "communication" && (c.tp == 1 || c.sp)) || name == "gradients" ||
           (name == "gathered_params" && c.zero == 3)) {
