@@ -229,20 +229,21 @@ Status check_distributed_backend(const std::string& backend, const ParallelPlan&
   if (modelled)
     return Status::bad_input(why + "a rank proxy (--proxy-rank) moves host memory in its stand-in collectives: run it with "
                                    "--backend cpu");
-  if (p.tp > 1)
-    return Status::bad_input(why + "plan.tp " + std::to_string(p.tp) +
-                             ": the vocabulary-parallel embedding and cross-entropy are CPU-only; set plan.tp 1 or use --backend cpu");
-  if (p.pp > 1)
-    return Status::bad_input(why + "plan.pp " + std::to_string(p.pp) +
-                             ": the CUDA model builds no pipeline stages (one set of device batch buffers); set plan.pp 1 or "
-                             "use --backend cpu");
-  if (p.cp > 1)
-    return Status::bad_input(why + "plan.cp " + std::to_string(p.cp) +
-                             ": context-parallel attention is CPU-only; set plan.cp 1 or use --backend cpu");
-  if (p.ep > 1)
-    return Status::bad_input(why + "plan.ep " + std::to_string(p.ep) +
-                             ": expert parallel needs MoE layers, which the CUDA model does not have; set plan.ep 1 or "
-                             "use --backend cpu");
+  // Each parallel dimension the CUDA model lacks, with what it lacks.
+  const struct {
+    const char* field;
+    int degree;
+    const char* missing;
+  } refused[] = {
+      {"tp", p.tp, "the vocabulary-parallel embedding and cross-entropy are CPU-only"},
+      {"pp", p.pp, "the CUDA model builds no pipeline stages (one set of device batch buffers)"},
+      {"cp", p.cp, "context-parallel attention is CPU-only"},
+      {"ep", p.ep, "expert parallel needs MoE layers, which the CUDA model does not have"},
+  };
+  for (const auto& r : refused)
+    if (r.degree > 1)
+      return Status::bad_input(why + "plan." + r.field + " " + std::to_string(r.degree) + ": " + r.missing + "; set plan." + r.field +
+                               " 1 or use --backend cpu");
   return Status::ok();
 }
 
