@@ -195,7 +195,6 @@ class Model {
   virtual const std::vector<std::vector<int>>& units() const = 0;
   // REQUIRES: hooks (nullable) outlives the model's steps.
   virtual void set_param_hooks(ParamHooks* hooks) = 0;
-  int64_t tokens_per_microbatch() const { return config().plan.micro_batch * config().job.seq_len; }
   // Interleaved 1F1B (plan.vpp > 1): the stage's model chunks (virtual stages stage,
   // stage + pp, ...), each a Model of its own that runs stage_forward / stage_backward;
   // this Model then presents them as one for params(), units(), zero_grads(), hooks (their

@@ -46,7 +46,8 @@ Result<std::unique_ptr<Pipeline>> Pipeline::create(TrackingAllocator& alloc, Mod
   p->comm_ = &comm;
   const ModelConfig& c = model.config();
   p->dtype_ = c.storage;
-  const int64_t tokens = static_cast<int64_t>(c.plan.micro_batch) * c.job.seq_len;
+  // A stage's output: this rank's tokens of the micro-batch (its CP slice, its SP shard).
+  const int64_t tokens = static_cast<int64_t>(c.plan.micro_batch) * (c.job.seq_len / std::max(1, c.plan.cp));
   p->count_ = tokens / (c.plan.sp ? c.plan.tp : 1) * c.spec.hidden;
   for (Tensor* t : {&p->send_, &p->recv_, &p->send_grad_}) {
     if (t == &p->send_grad_ && model.chunks() == 1) continue;

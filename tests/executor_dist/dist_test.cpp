@@ -154,6 +154,9 @@ const Case kCases[] = {
     // Context parallel shards the routed tokens as SP does (hence no drops for the reference).
     {.name = "moe_llama_cp2_ep2", .family = Family::llama, .dp = 1, .zero = 0, .cp = 2, .moe = true, .ep = 2,
      .capacity_factor = 2},
+    // Context parallel on pipeline stages, and with GQA under bf16.
+    {.name = "llama_pp2_cp2_zero1", .family = Family::llama, .dp = 1, .zero = 1, .pp = 2, .cp = 2},
+    {.name = "gpt_dp2_cp2_bf16", .family = Family::gpt, .dp = 2, .zero = 1, .precision = Precision::bf16, .cp = 2},
     // Context parallel with materialised attention: scores of the rank's queries kept, or
     // (selective) recomputed in backward over the re-gathered keys.
     {.name = "gpt_dp2_cp2_materialized", .family = Family::gpt, .dp = 2, .zero = 1, .cp = 2, .flash = false},
