@@ -345,13 +345,17 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     const double sp_gather = p.tp > 1 && p.sp ? tokens * h * act_bytes : 0;
     const double ep_extra = m.moe.shared_experts > 0 ? a2a : std::max(a2a, sp_gather) - sp_gather;
     x.comm_buffers += ep_extra;
+    x.layer_comm_buffers += ep_extra;
     sp_ep += ep_extra;
     ++groups;
   }
   // The CP all-gather's buffers live only inside attention (cp_attn_fwd / cp_attn_bwd free
   // them on return), the SP gather only around the GEMM that reads it and the EP buffers
   // only inside the MoE MLP: the executor never holds both sides, so only the larger counts.
-  if (cp_gathered > 0) x.comm_buffers += std::max(cp_gathered, sp_ep) - sp_ep;
+  if (cp_gathered > 0) {
+    x.comm_buffers += std::max(cp_gathered, sp_ep) - sp_ep;
+    x.layer_comm_buffers += std::max(cp_gathered, sp_ep) - sp_ep;
+  }
   x.comm_buffers += groups * opt.nccl_bytes_per_group;
   return x;
 }
@@ -454,6 +458,7 @@ struct StagePhases {
   double inflight = 0;
   double activations = 0, logits = 0, transient = 0, remat_and_grads = 0;  // bytes, for item_peak
   double gathered_peak = 0;  // the ZeRO-3 pool (forward, backward), for item_peak
+  double comm_peak = 0;      // every communication buffer, inside a layer, for item_peak
 };
 
 StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
@@ -527,10 +532,15 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   fwd = base;
   bwd = base;
   optim = base;
-  const double at_head = activations + logits, at_layer = activations - x.head_input + other_logits + transient;
+  // Inside a layer the layer-only communication buffers (EP, CP all-gather) can be live.
+  const int comm = static_cast<int>(MemoryItem::comm_buffers);
+  out.comm_peak = base[comm];
+  const double at_head = activations + logits,
+               at_layer = activations - x.head_input + other_logits + transient + x.layer_comm_buffers;
   if (at_head >= at_layer) {
     fwd[static_cast<int>(MemoryItem::activations)] = activations;
     fwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
+    fwd[comm] -= x.layer_comm_buffers;
   } else {
     fwd[static_cast<int>(MemoryItem::activations)] = activations - x.head_input;
     fwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
@@ -544,6 +554,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   bwd[static_cast<int>(MemoryItem::backward_working)] = out.remat_and_grads;
   bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
   bwd[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool_backward;
+  optim[comm] -= x.layer_comm_buffers;
   // Optimizer step: activations and ZeRO-3's gathered units are gone. ZeRO 1-2 all-gather
   // the updated parameters through the persistent DP buckets (comm_buffers) straight into
   // the weights, as the executor, Megatron's distributed optimizer and DeepSpeed do: no
@@ -583,6 +594,7 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   const int grads = static_cast<int>(MemoryItem::gradients);
   sm.item_peak[grads] = sp.b[static_cast<int>(Phase::backward)][grads];
   sm.item_peak[static_cast<int>(MemoryItem::gathered_params)] = sp.gathered_peak;
+  sm.item_peak[static_cast<int>(MemoryItem::comm_buffers)] = sp.comm_peak;
   sm.item_peak[static_cast<int>(MemoryItem::activations)] = sp.activations;
   sm.item_peak[static_cast<int>(MemoryItem::logits_loss)] = sp.logits;
   sm.item_peak[static_cast<int>(MemoryItem::backward_working)] = std::max(sp.transient, sp.remat_and_grads);

@@ -211,6 +211,10 @@ struct StageMemoryExtras {
   double gathered_pool_backward = 0;  // ZeRO-3: the same in backward (no embedding: see below)
   double unit_grad_transient = 0;  // ZeRO >= 2: one unit's full-size gradient during its backward (see below)
   double comm_buffers = 0;      // DP buckets, TP/SP gathers, PP send/recv, CP ring or all-gather, EP, NCCL
+  // Of comm_buffers, what lives only inside a layer's forward or backward: the EP
+  // all-to-all buffer and the CP all-gather's (beyond the SP gather they replace). Not
+  // held at the end of the head forward, nor in the optimizer step.
+  double layer_comm_buffers = 0;
 };
 // ZeRO-2/3 work per *unit* -- the embedding (first stage), each layer, the final norm with
 // the LM head (last stage; a tied head reads the token table again) -- as FSDP and the
