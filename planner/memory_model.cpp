@@ -302,9 +302,13 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
         pool = root + (layers >= 2 ? 2 * layer : layer);
       }
       x.gathered_pool = pool * act_bytes;
-      double pool_bwd = layers >= 2 ? 2 * layer : layer;
-      if (is_last) pool_bwd = std::max(pool_bwd, head_unit + (layers > 0 ? layer : 0));
-      x.gathered_pool_backward = opt.zero3_root_gathered ? x.gathered_pool : pool_bwd * act_bytes;
+      // Inside a layer's forward or backward: it and its neighbour in the order of use (the
+      // head after the stage's last layer); the embedding only ever pairs with layer 0
+      // during the embedding's own forward. At the loss the head is released again.
+      double pool_layer = layers >= 2 ? 2 * layer : layer;
+      if (is_last) pool_layer = std::max(pool_layer, head_unit + (layers > 0 ? layer : 0));
+      x.gathered_pool_layer = opt.zero3_root_gathered ? x.gathered_pool : pool_layer * act_bytes;
+      x.gathered_at_loss = opt.zero3_root_gathered ? x.gathered_pool : 0;
     }
   }
 
@@ -535,16 +539,20 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // Inside a layer the layer-only communication buffers (EP, CP all-gather) can be live.
   const int comm = static_cast<int>(MemoryItem::comm_buffers);
   out.comm_peak = base[comm];
-  const double at_head = activations + logits,
-               at_layer = activations - x.head_input + other_logits + transient + x.layer_comm_buffers;
+  // ZeRO-3 holds a layer's pool inside it, and less (the executor: nothing) at the loss.
+  const int gathered = static_cast<int>(MemoryItem::gathered_params);
+  const double at_head = activations + logits + x.gathered_at_loss,
+               at_layer = activations - x.head_input + other_logits + transient + x.layer_comm_buffers + x.gathered_pool_layer;
   if (at_head >= at_layer) {
     fwd[static_cast<int>(MemoryItem::activations)] = activations;
     fwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
     fwd[comm] -= x.layer_comm_buffers;
+    fwd[gathered] = x.gathered_at_loss;
   } else {
     fwd[static_cast<int>(MemoryItem::activations)] = activations - x.head_input;
     fwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
     fwd[static_cast<int>(MemoryItem::backward_working)] = transient;
+    fwd[gathered] = x.gathered_pool_layer;
   }
   // Backward of a layer: the head backward has freed this micro-batch's logits and its
   // final-norm and head inputs; the layer re-materialises what its policy dropped and
@@ -553,8 +561,9 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
   bwd[static_cast<int>(MemoryItem::backward_working)] = out.remat_and_grads;
   bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
-  bwd[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool_backward;
+  bwd[gathered] = x.gathered_pool_layer;
   optim[comm] -= x.layer_comm_buffers;
+  optim[gathered] = 0;
   // Optimizer step: activations and ZeRO-3's gathered units are gone. ZeRO 1-2 all-gather
   // the updated parameters through the persistent DP buckets (comm_buffers) straight into
   // the weights, as the executor, Megatron's distributed optimizer and DeepSpeed do: no

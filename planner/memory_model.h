@@ -208,7 +208,8 @@ struct StageMemoryExtras {
   double logits_set = 0;        // logits + fp32 softmax of one micro-batch (last stage)
   double activation_grads = 0;  // activation_gradient_bytes when a layer of the stage trains, else 0
   double gathered_pool = 0;     // ZeRO-3: current + prefetched unit gathered at TP-local size (see below)
-  double gathered_pool_backward = 0;  // ZeRO-3: the same in backward (no embedding: see below)
+  double gathered_pool_layer = 0;  // ZeRO-3: the same inside a layer's forward or backward (see below)
+  double gathered_at_loss = 0;     // ZeRO-3: at the end of the head forward (see below)
   double unit_grad_transient = 0;  // ZeRO >= 2: one unit's full-size gradient during its backward (see below)
   double comm_buffers = 0;      // DP buckets, TP/SP gathers, PP send/recv, CP ring or all-gather, EP, NCCL
   // Of comm_buffers, what lives only inside a layer's forward or backward: the EP
@@ -225,9 +226,12 @@ struct StageMemoryExtras {
 //   gathered_pool        ZeRO-3 holds the unit in use and the next one prefetched: the largest
 //                        sum of two units adjacent in the order of use, in the compute dtype
 //                        (4 B fp32, 2 B 16-bit: what the GEMMs read; an O1 fp32 copy is not gathered).
-//                        Backward gathers the head and the layers only (the embedding's
-//                        gradient needs no weights): gathered_pool_backward, unless the
-//                        root stays gathered through backward (zero3_root_gathered).
+//                        Inside a layer (forward or backward) the pool is the layer and its
+//                        neighbour, the head after the last layer: gathered_pool_layer (the
+//                        embedding pairs with layer 0 only in its own forward, and backward
+//                        never gathers it: its gradient needs no weights). At the loss the
+//                        head is released again: gathered_at_loss = 0. The optimizer step
+//                        holds none. With zero3_root_gathered (FSDP2) both are the pool.
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
                                       const MemoryOptions& opt = {});
 

@@ -175,7 +175,11 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     st.head_input_bytes = x.head_input;
     st.logits_bytes = x.logits_set;
     st.activation_grad_bytes = x.activation_grads;
-    st.static_bytes[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
+    // Layer-only buffers (planner StageMemoryExtras): held while a forward or backward runs.
+    st.static_bytes[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_at_loss;
+    st.layer_gathered_bytes = x.gathered_pool_layer - x.gathered_at_loss;
+    st.static_bytes[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers - x.layer_comm_buffers;
+    st.layer_comm_bytes = x.layer_comm_buffers;
     st.grad_transient_bytes = x.unit_grad_transient;
     st.fragmentation_fraction = mem.fragmentation_fraction;
   }

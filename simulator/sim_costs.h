@@ -72,8 +72,11 @@ struct StageCost {
   bool optimizer_offloaded = false;
 
   // ---- memory, bytes per rank
-  std::array<double, kMemoryItems> static_bytes{};  // held all step: model states, ZeRO-3 gathered-layer
-                                                    // pool, comm buffers, workspace, CUDA context
+  std::array<double, kMemoryItems> static_bytes{};  // held all step: model states, the ZeRO-3 gathered
+                                                    // units held at the loss, comm buffers outside layers,
+                                                    // workspace, CUDA context
+  double layer_gathered_bytes = 0;  // ZeRO-3: gathered beyond the static ones during a forward or backward
+  double layer_comm_bytes = 0;      // EP all-to-all and CP all-gather buffers during a forward or backward
   double first_chunk_extra_bytes = 0;  // per micro-batch with chunk 0 (stage 0: embedding dropout mask)
   double last_chunk_extra_bytes = 0;   // per micro-batch with the last chunk (last stage: final-norm and LM-head inputs)
   double head_input_bytes = 0;         // of which made after the last layer's forward (the LM-head input)

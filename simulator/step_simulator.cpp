@@ -507,6 +507,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     bool edge;  // the op's start (forward) or end (backward): the in-flight count changes
     double act, work, logits, buffers;
     double grads = 0;  // ZeRO >= 2: the unit gradient a backward holds until it is reduce-scattered
+    double comm = 0;   // layer-only communication buffers (EP, CP all-gather)
   };
   std::vector<Delta> deltas;
   deltas.reserve(prog.size() * 3 + 2);
@@ -515,14 +516,16 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     const int c = o.chunk;
     const OpRef& ref = b.op(s, o.forward, c, o.microbatch);
     const double start = tasks[ref.first].start, end = tasks[ref.last].end;
+    // A forward or backward also holds the layer-only buffers (ZeRO-3 units, EP / CP).
+    const double lg = sc.layer_gathered_bytes, lc = sc.layer_comm_bytes;
     if (o.forward) {
-      deltas.push_back({start, 1, i, true, act[c] - head_in[c], ftrans[c], 0, 0});
-      deltas.push_back({end, 0, i, false, 0, -ftrans[c], 0, 0});
+      deltas.push_back({start, 1, i, true, act[c] - head_in[c], ftrans[c], 0, lg, 0, lc});
+      deltas.push_back({end, 0, i, false, 0, -ftrans[c], 0, -lg, 0, -lc});
       deltas.push_back({end, 1, i, false, head_in[c], 0, logits[c], 0});
     } else {
       const double g = work[c] > 0 ? sc.grad_transient_bytes : 0;  // a chunk that trains
-      deltas.push_back({start, 1, i, false, -head_set[c], work[c], -logits[c], 0, g});
-      deltas.push_back({end, 0, i, true, -(act[c] - head_set[c]), -work[c], 0, 0, -g});
+      deltas.push_back({start, 1, i, false, -head_set[c], work[c], -logits[c], lg, g, lc});
+      deltas.push_back({end, 0, i, true, -(act[c] - head_set[c]), -work[c], 0, -lg, -g, -lc});
     }
   }
   const EngineTask& optim = tasks[b.compute_tasks(s).back()];
@@ -548,6 +551,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     cur[W] += d.work;
     cur[L] += d.logits;
     cur[G] += d.buffers;
+    cur[C] += d.comm;
     cur[static_cast<int>(MemoryItem::gradients)] += d.grads;
     if (d.op >= 0 && d.edge && prog[d.op].forward) {
       ++held[prog[d.op].chunk];
