@@ -346,8 +346,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     // shared experts read it (moe_fwd gathers it before the exchange); without them the two
     // are never live together, so only the larger counts.
     const double a2a = moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
-    const double sp_gather = p.tp > 1 && p.sp ? tokens * h * act_bytes : 0;
-    const double ep_extra = m.moe.shared_experts > 0 ? a2a : std::max(a2a, sp_gather) - sp_gather;
+    const double ep_extra = m.moe.shared_experts > 0 ? a2a : std::max(a2a, sp_ep) - sp_ep;  // sp_ep: the SP gather so far
     x.comm_buffers += ep_extra;
     x.layer_comm_buffers += ep_extra;
     sp_ep += ep_extra;
@@ -356,10 +355,9 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   // The CP all-gather's buffers live only inside attention (cp_attn_fwd / cp_attn_bwd free
   // them on return), the SP gather only around the GEMM that reads it and the EP buffers
   // only inside the MoE MLP: the executor never holds both sides, so only the larger counts.
-  if (cp_gathered > 0) {
-    x.comm_buffers += std::max(cp_gathered, sp_ep) - sp_ep;
-    x.layer_comm_buffers += std::max(cp_gathered, sp_ep) - sp_ep;
-  }
+  const double cp_extra = cp_gathered > 0 ? std::max(cp_gathered, sp_ep) - sp_ep : 0;
+  x.comm_buffers += cp_extra;
+  x.layer_comm_buffers += cp_extra;
   x.comm_buffers += groups * opt.nccl_bytes_per_group;
   return x;
 }

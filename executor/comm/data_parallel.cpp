@@ -235,11 +235,11 @@ Status DataParallel::sync_grads() {
 // moved k <= bucket / dp at a time: a bucket holds rank r's k elements at [r * k, (r + 1) * k).
 // fn(params() index, offset in the slice, count, offset in the bucket piece).
 namespace {
-template <class Fn>
-void for_each_slice(const std::vector<int>& ids, const std::vector<int64_t>& chunks, int64_t lo, int64_t hi, Fn fn) {
+template <class Parts, class Fn>
+void for_each_slice(const Parts& parts, const std::vector<int>& ids, int64_t lo, int64_t hi, Fn fn) {
   int64_t at = 0;
   for (size_t j = 0; j < ids.size() && at < hi; ++j) {
-    const int64_t c = chunks[j];
+    const int64_t c = parts[static_cast<size_t>(ids[j])].chunk;
     const int64_t a = std::max(lo, at), b = std::min(hi, at + c);
     if (a < b) fn(ids[j], a - at, b - a, a - lo);
     at += c;
@@ -267,9 +267,8 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids, bool defer) {
 Status DataParallel::reduce_scatter(const std::vector<int>& ids, int group, bool defer) {
   std::vector<ParamRef>& ps = model_->params();
   const int dp = groups_[group].size;
-  std::vector<int64_t> chunks;
   int64_t total = 0;
-  for (int i : ids) total += chunks.emplace_back(parts_[static_cast<size_t>(i)].chunk);
+  for (int i : ids) total += parts_[static_cast<size_t>(i)].chunk;
   const int64_t k_max = bucket_elems_ / dp;
   float* in = a_.data<float>();
   float* out = b_.data<float>();
@@ -278,7 +277,7 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids, int group, bool
     if (Status s = finish(); !s) return s;  // both buckets free, the previous result in place
     Status st = ops_->zero(in, k * dp * 4);
     for (int r = 0; r < dp; ++r)
-      for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+      for_each_slice(parts_, ids, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
         const Part& pt = parts_[static_cast<size_t>(i)];
         const int64_t e = r * pt.chunk + off;  // element of the full gradient
         if (st) st = ops_->read_f32(*ps[static_cast<size_t>(i)].grad, e, in + r * k + at, clamp0(pt.n - e, c));
@@ -290,10 +289,10 @@ Status DataParallel::reduce_scatter(const std::vector<int>& ids, int group, bool
     // or when a later micro-batch's begin_grads moved it there), in the model after end_grads.
     const bool last = lo + k >= total;
     Status c = complete(
-        [this, ids, chunks, lo, k, out] {
+        [this, ids, lo, k, out] {
           std::vector<ParamRef>& ps = model_->params();
           Status r = Status::ok();
-          for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+          for_each_slice(parts_, ids, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
             Part& pt = parts_[static_cast<size_t>(i)];
             Tensor& part = pt.gstash.defined() ? pt.gstash : *ps[static_cast<size_t>(i)].grad;
             if (r) r = ops_->add_f32(out + at, part, off, clamp0(pt.count - off, c));
@@ -313,9 +312,8 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition, in
   std::vector<ParamRef>& ps = model_->params();
   const int dp = groups_[group].size, rank = groups_[group].rank;
   const Group grp = groups_[group].group;
-  std::vector<int64_t> chunks;
   int64_t total = 0;
-  for (int i : ids) total += chunks.emplace_back(parts_[static_cast<size_t>(i)].chunk);
+  for (int i : ids) total += parts_[static_cast<size_t>(i)].chunk;
   const int64_t k_max = bucket_elems_ / dp;
   float* in = b_.data<float>();
   float* out = a_.data<float>();
@@ -323,7 +321,7 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition, in
     const int64_t k = std::min(k_max, total - lo);
     if (Status s = finish(); !s) return s;  // both buckets free, the previous result in place
     Status st = ops_->zero(in, k * 4);
-    for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+    for_each_slice(parts_, ids, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
       const Part& pt = parts_[static_cast<size_t>(i)];
       const int64_t valid = clamp0(pt.count - off, c);
       if (!st) return;
@@ -335,12 +333,12 @@ Status DataParallel::gather(const std::vector<int>& ids, bool from_partition, in
     ++buckets_;
     const bool last = lo + k >= total;
     Status c = complete(
-        [this, ids, chunks, lo, k, out, from_partition, dp, rank] {
+        [this, ids, lo, k, out, from_partition, dp, rank] {
           std::vector<ParamRef>& ps = model_->params();
           Status w = Status::ok();
           for (int r = 0; r < dp; ++r) {
             if (r == rank && !from_partition) continue;  // already there
-            for_each_slice(ids, chunks, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
+            for_each_slice(parts_, ids, lo, lo + k, [&](int i, int64_t off, int64_t c, int64_t at) {
               const Part& pt = parts_[static_cast<size_t>(i)];
               const int64_t e = r * pt.chunk + off;
               if (w) w = ops_->write_f32(out + r * k + at, *ps[static_cast<size_t>(i)].weight, e, clamp0(pt.n - e, c));

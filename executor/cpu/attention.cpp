@@ -193,8 +193,8 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
         std::fill(m, m + sq, neg_inf);
         zero(l, sq);
         for (int64_t i0 = 0; i0 < sq; i0 += B) {
-          const int64_t rows = std::min(B, sq - i0);
-          for (int64_t j0 = 0; j0 <= query_position(dm, i0 + rows - 1); j0 += B) {  // causal: tiles left of the diagonal
+          const int64_t rows = std::min(B, sq - i0), last = query_position(dm, i0 + rows - 1);
+          for (int64_t j0 = 0; j0 <= last; j0 += B) {  // causal: tiles left of the diagonal
             const int64_t cols = std::min(B, kl - j0);
             gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), T, B);
             for (int64_t r = 0; r < rows; ++r) {
@@ -267,8 +267,8 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
         zero(dQ, sq * d);
         const A* lse_h = lse + (bi * dm.heads + h) * sq;
         for (int64_t i0 = 0; i0 < sq; i0 += B) {
-          const int64_t rows = std::min(B, sq - i0);
-          for (int64_t j0 = 0; j0 <= query_position(dm, i0 + rows - 1); j0 += B) {
+          const int64_t rows = std::min(B, sq - i0), last = query_position(dm, i0 + rows - 1);
+          for (int64_t j0 = 0; j0 <= last; j0 += B) {
             const int64_t cols = std::min(B, kl - j0);
             gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), P, B);
             gemm(false, true, rows, cols, d, A(1), dO + i0 * d, d, V + j0 * d, d, A(0), dP, B);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -534,6 +535,19 @@ void expect_rank_lines_match(const RunReport& r, const std::string& tag, int ran
   }
 }
 
+// Rank R's proxy of `f`: one process, a LocalCommunicator, two steps of the test options;
+// on_done as RunOptions::on_done. The proxy reports communication as modelled.
+Result<RunReport> run_proxy(const PlanFile& f, int rank, std::function<void(Model&)> on_done = {}) {
+  LocalCommunicator comm(f.plan, rank);
+  RunOptions o = options();
+  o.steps = 2;
+  o.comm = &comm;
+  o.on_done = std::move(on_done);
+  Result<RunReport> r = run_plan(f, o);
+  if (r && !r->comm_modelled) return Status::runtime("rank proxy: communication not reported as modelled");
+  return r;
+}
+
 // Rank proxy: one process builds exactly rank R's shard of llama2-7b on 8 GPUs (tp2 pp2
 // dp2, ZeRO-1, selective recompute; 4 layers, seq 128, micro-batch 1, 2 micro-batches so
 // stage 0 holds 2 in flight under 1F1B) with a LocalCommunicator, and its allocator-side
@@ -595,13 +609,8 @@ TEST(RankProxy, ContextParallelMatchesThePlannerPerRank) {
     PlanFile f = i < 2 ? tiny_plan(fam, 2, 1, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, 2)
                        : tiny_plan(fam, 1, 0, 2, true, 1, Schedule::one_f_one_b, Recompute::none, nullptr, 2);
     for (int rank : {0, 3}) {
-      LocalCommunicator comm(f.plan, rank);
-      RunOptions o = options();
-      o.steps = 2;
-      o.comm = &comm;
-      Result<RunReport> r = run_plan(f, o);
+      Result<RunReport> r = run_proxy(f, rank);
       ASSERT_TRUE(r) << r.status().message();
-      EXPECT_TRUE(r->comm_modelled);
       EXPECT_EQ(r->coords.cp, rank % 2);
       // The plan says ring (the default); what runs, and is predicted, is the all-gather.
       EXPECT_EQ(r->executed.plan.cp_exchange, CpExchange::all_gather);
@@ -622,13 +631,8 @@ TEST(RankProxy, MoeTensorParallelMatchesThePlannerPerRank) {
   f.model = testing::tiny_moe_model(Family::llama, 256);
   f.plan.ep = 2;
   for (int rank : {0, 3}) {
-    LocalCommunicator comm(f.plan, rank);
-    RunOptions o = options();
-    o.steps = 2;
-    o.comm = &comm;
-    Result<RunReport> r = run_plan(f, o);
+    Result<RunReport> r = run_proxy(f, rank);
     ASSERT_TRUE(r) << r.status().message();
-    EXPECT_TRUE(r->comm_modelled);
     expect_rank_lines_match(*r, "moe tp proxy", rank, true, 0);
   }
 }
@@ -643,17 +647,11 @@ TEST(RankProxy, MoeExpertParallelMatchesThePlannerPerRank) {
   f.model = testing::tiny_moe_model(Family::llama, 256);
   f.plan.ep = 2;
   for (int rank : {0, 3}) {
-    LocalCommunicator comm(f.plan, rank);
-    RunOptions o = options();
-    o.steps = 2;
-    o.comm = &comm;
     int experts = 0;
-    o.on_done = [&](Model& m) {
+    Result<RunReport> r = run_proxy(f, rank, [&](Model& m) {
       for (const ParamRef& p : m.params()) experts += p.expert && p.name.find(".up.weight") != std::string::npos;
-    };
-    Result<RunReport> r = run_plan(f, o);
+    });
     ASSERT_TRUE(r) << r.status().message();
-    EXPECT_TRUE(r->comm_modelled);
     EXPECT_EQ(experts, 2 * f.model.layers) << "experts/ep per layer";
     expect_rank_lines_match(*r, "moe proxy", rank, true, 0);
   }
