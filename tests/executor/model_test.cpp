@@ -113,6 +113,7 @@ void check_gradients(ModelConfig c, bool with_docs) {
   ASSERT_TRUE(m.forward_backward(data.batch(with_docs), 1.0, 0, seed).ok());
   Rng rng(test_seed() + 1);
   std::vector<double> analytic, numeric;
+  int kinks = 0;
   for (ParamRef& p : m.params()) {
     if (p.grad == nullptr) {  // LoRA: the frozen base weights
       ASSERT_TRUE(c.job.mode == TrainMode::lora) << p.name;
@@ -123,18 +124,36 @@ void check_gradients(ModelConfig c, bool with_docs) {
     for (int k = 0; k < 3; ++k) {  // three random elements of each parameter
       const int64_t i = rng.integer(0, p.weight->numel() - 1);
       const double w0 = w[i], h = 1e-5;
-      w[i] = w0 + h;
-      const double fp = *m.forward_loss(data.batch(with_docs), 0, seed);
-      w[i] = w0 - h;
-      const double fm = *m.forward_loss(data.batch(with_docs), 0, seed);
-      w[i] = w0;
+      auto central = [&](double step) {
+        w[i] = w0 + step;
+        const double fp = *m.forward_loss(data.batch(with_docs), 0, seed);
+        w[i] = w0 - step;
+        const double fm = *m.forward_loss(data.batch(with_docs), 0, seed);
+        w[i] = w0;
+        return (fp - fm) / (2 * step);
+      };
+      const double d = central(h), d_half = central(h / 2);
+      // MoE routing (top-k, capacity) is piecewise: a step that flips a token's expert puts
+      // a jump J in the loss, and the central difference is off by J/2h. Smooth points give
+      // the same difference at h and h/2 to O(h^2); a jump within h does not.
+      if (std::fabs(d - d_half) > 1e-6 * std::fabs(d) + 1e-8) {
+        ++kinks;
+        std::printf("skipped %s[%lld]: difference %.6g at h, %.6g at h/2; analytic %.6g\n", p.name.c_str(), static_cast<long long>(i), d,
+                    d_half, g[i]);
+        continue;
+      }
       analytic.push_back(g[i]);
-      numeric.push_back((fp - fm) / (2 * h));
+      numeric.push_back(d);
     }
   }
+  // A wrong gradient is not a kink (the differences are of the true loss), so it is still
+  // caught. Dense models have none; an MoE model may sit near a routing boundary for a few
+  // tokens (one such token moves every upstream parameter), but not for most samples.
+  const int sampled = kinks + static_cast<int>(analytic.size());
+  EXPECT_LE(kinks, c.spec.moe.enabled() ? sampled / 10 : 0) << c.spec.name << ": elements at a non-differentiable point";
   const ::testing::AssertionResult r = grads_match(c.spec.name, analytic, numeric, 1e-6);
   EXPECT_TRUE(r);
-  std::printf("%s (%zu elements)\n", r.message(), analytic.size());
+  std::printf("%s (%zu elements, %d at a routing kink skipped)\n", r.message(), analytic.size(), kinks);
 }
 
 TEST(ModelGrad, GptMaterializedWithDropoutFloat64) {
