@@ -279,8 +279,8 @@ Result<std::unique_ptr<Model>> build_chunk(TrackingAllocator& alloc, const Model
 
 }  // namespace
 
-int64_t cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage) {
-  if (storage == DType::f32 || storage == DType::f64) return 0;
+CpuGemmScratch cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage) {
+  if (storage == DType::f32 || storage == DType::f64) return {};
   constexpr int64_t kChunk = CpuOps<bf16_t, float>::kChunk;
   const int64_t t = std::max(1, p.tp), n = static_cast<int64_t>(p.micro_batch) * (j.seq_len / std::max(1, p.cp));
   const int64_t ns = p.sp ? n / t : n, h = m.hidden;
@@ -307,7 +307,9 @@ int64_t cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const
     gemm(n, h, m.ffn_hidden / t);
     gemm(n, m.ffn_hidden / t, h);
   }
-  return worst;
+  // The head multiplies the (SP: gathered) micro-batch by this rank's vocabulary rows.
+  const int64_t head = cpu::linear_workspace_bytes(storage, std::min(n, kChunk), h, m.vocab / t);
+  return {worst, head};
 }
 
 }  // namespace llmplan::exec

@@ -213,12 +213,16 @@ Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const Model
 // The recipe's context of global layer `layer` for this config (act_bytes from storage).
 LayerContext model_layer_context(const ModelConfig& config, int layer);
 
-// The largest scratch one layer GEMM of the CPU backend takes with 16-bit `storage`: its
-// operands widened to fp32 tiles over chunks of rows (cpu/linear.h), over every shape a
-// transformer layer runs on a rank of plan `p` (attention and MLP projections, MoE
-// experts and router). 0 for f32 and f64, whose GEMMs need none. It is live beside a
-// layer's backward working set (MemoryOptions::backward_gemm_scratch_bytes); the LM
-// head's runs while only the logits' tensors are.
-int64_t cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage);
+// The scratch the CPU backend's GEMMs take with 16-bit `storage`: their operands widened
+// to fp32 tiles over chunks of rows (cpu/linear.h). layer: the largest over every shape a
+// transformer layer runs on a rank of plan `p` (attention and MLP projections, MoE experts
+// and router), live beside a layer's backward working set
+// (MemoryOptions::backward_gemm_scratch_bytes). head: the LM head's (vocabulary / tp
+// wide), live beside the logits in the head's forward and backward
+// (MemoryOptions::head_gemm_scratch_bytes). Bytes; 0 for f32 and f64, whose GEMMs need none.
+struct CpuGemmScratch {
+  int64_t layer = 0, head = 0;
+};
+CpuGemmScratch cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage);
 
 }  // namespace llmplan::exec

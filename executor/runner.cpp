@@ -302,9 +302,11 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   gpu_only_zero.fragmentation_fraction = 0;
   gpu_only_zero.nccl_bytes_per_group = 0;
   // The CPU backend's 16-bit GEMMs take fp32 tiles where a GPU has its cuBLAS workspace.
-  if (o.backend == "cpu")
-    gpu_only_zero.backward_gemm_scratch_bytes =
-        static_cast<double>(cpu_linear_scratch_bytes(e.model, e.job, e.plan, precision_scheme(e.job).storage));
+  if (o.backend == "cpu") {
+    const CpuGemmScratch scratch = cpu_linear_scratch_bytes(e.model, e.job, e.plan, precision_scheme(e.job).storage);
+    gpu_only_zero.backward_gemm_scratch_bytes = static_cast<double>(scratch.layer);
+    gpu_only_zero.head_gemm_scratch_bytes = static_cast<double>(scratch.head);
+  }
   if (e.plan.pp > 1) {  // this rank's stage
     r.predicted_gpu = estimate_stage_memory(e.model, e.cluster, e.job, e.plan, r.coords.pp, gpu_opt);
     r.predicted_alloc = estimate_stage_memory(e.model, e.cluster, e.job, e.plan, r.coords.pp, gpu_only_zero);

@@ -196,7 +196,7 @@ double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, cons
   return whole * 3 * static_cast<double>(m.kv_width());
 }
 
-double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
   const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
   const double seq_div = p.sp ? p.tp : 1.0;
   const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
@@ -217,9 +217,9 @@ double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const
   } else {
     mlp_moment = (2 * tokens * m.hidden / seq_div + mlp_grads * tokens * static_cast<double>(m.ffn_hidden) / p.tp) * act_bytes;
   }
-  if (p.cp <= 1 || p.cp_exchange != CpExchange::all_gather) return mlp_moment;
+  if (p.cp <= 1 || p.cp_exchange != CpExchange::all_gather) return {mlp_moment, 0};
   const double qw = static_cast<double>(m.q_width()) / p.tp, kvw = static_cast<double>(m.kv_width()) / p.tp;
-  return std::max(mlp_moment, tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw) * act_bytes);
+  return {mlp_moment, tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw) * act_bytes};
 }
 
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage) {
@@ -273,25 +273,38 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     const double per_logit = opt.loss_bytes_per_logit > 0 ? opt.loss_bytes_per_logit : act_bytes + 4;
     x.logits_set = tokens * static_cast<double>(m.vocab) / p.tp * per_logit;
   }
-  x.activation_grads = frozen_here < layers ? activation_gradient_bytes(m, j, p) : 0;
-  if (frozen_here < layers) x.activation_grads += opt.backward_gemm_scratch_bytes;
-  if (m.moe.enabled() && p.tp > 1 && opt.moe_tp_partial_gradients && frozen_here < layers) {
+  const bool layers_train = frozen_here < layers;
+  // The layer backward's MLP moment: its activation gradients, one GEMM's scratch and (MoE
+  // under TP) the layer's partial router and expert gradients, all live in moe_bwd.
+  const LayerBackwardMoments moments = activation_gradient_bytes(m, j, p);
+  double mlp_working = moments.mlp + opt.backward_gemm_scratch_bytes;
+  if (m.moe.enabled() && p.tp > 1 && opt.moe_tp_partial_gradients) {
     const double partial = j.mode == TrainMode::lora ? pc.lora_expert_per_layer_rank
                                                      : pc.expert_per_layer_rank + static_cast<double>(m.moe.experts) * h;  // + router
-    x.activation_grads += partial * bytes_per_param(j).gradients;
+    mlp_working += partial * bytes_per_param(j).gradients;
+  }
+  const double tok_emb = static_cast<double>(m.vocab) * h / p.tp;  // the token table (or untied head) on this rank
+  const double norm = m.family == Family::gpt ? 2 * h : h;          // final norm weight (+ bias)
+  if (is_last) {
+    x.head_logits = tokens * static_cast<double>(m.vocab) / p.tp * act_bytes;
+    x.head_forward_working = opt.head_gemm_scratch_bytes;
+    // The head input gradient over the (SP: gathered) micro-batch and the layer-output
+    // gradient the final norm's backward writes, allocated before the GEMM.
+    x.head_backward_working = (tokens + tokens / seq_div) * h * act_bytes + opt.head_gemm_scratch_bytes;
   }
   if (p.zero >= 2) {
     const bool lora = j.mode == TrainMode::lora;
-    const double tok = static_cast<double>(m.vocab) * h / p.tp;
-    const double norm = m.family == Family::gpt ? 2 * h : h;
+    const double tok = tok_emb;
     const double layer = pc.per_layer_rank + (lora ? pc.lora_per_layer_rank : 0);
     // Units in the order of use: the embedding, the layers, the final norm + head.
     const double emb_unit = pc.embedding_rank, head_unit = norm + tok;
     // Gradients: only trainable parameters have them (a tied head's table trains with the embedding).
     double grad = frozen_here < layers ? (lora ? pc.lora_per_layer_rank : pc.per_layer_rank) : 0;
     if (is_first && embedding_trainable) grad = std::max(grad, emb_unit);
-    if (is_last && !lora) grad = std::max(grad, norm + (m.tied_embeddings && !embedding_trainable ? 0 : tok));
+    const double head_grad = is_last && !lora ? norm + (m.tied_embeddings && !embedding_trainable ? 0 : tok) : 0;
+    grad = std::max(grad, head_grad);
     x.unit_grad_transient = grad * bytes_per_param(j).gradients;
+    x.head_grad_transient = head_grad * bytes_per_param(j).gradients;
     if (p.zero == 3) {
       double pool = layers >= 2 ? 2 * layer : layer;
       if (is_first) pool = std::max(pool, emb_unit + (layers > 0 ? layer : 0));
@@ -305,10 +318,17 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
       // Inside a layer's forward or backward: it and its neighbour in the order of use (the
       // head after the stage's last layer); the embedding only ever pairs with layer 0
       // during the embedding's own forward. At the loss the head is released again.
-      double pool_layer = layers >= 2 ? 2 * layer : layer;
+      const double pool_backward = layers >= 2 ? 2 * layer : layer;
+      double pool_layer = pool_backward;
       if (is_last) pool_layer = std::max(pool_layer, head_unit + (layers > 0 ? layer : 0));
-      x.gathered_pool_layer = opt.zero3_root_gathered ? x.gathered_pool : pool_layer * act_bytes;
-      x.gathered_at_loss = opt.zero3_root_gathered ? x.gathered_pool : 0;
+      const bool root = opt.zero3_root_gathered;
+      x.gathered_pool_layer = root ? x.gathered_pool : pool_layer * act_bytes;
+      x.gathered_pool_backward = root ? x.gathered_pool : pool_backward * act_bytes;
+      x.gathered_at_loss = root ? x.gathered_pool : 0;
+      if (is_last) {
+        x.head_gathered_forward = root ? x.gathered_pool : head_unit * act_bytes;
+        x.head_gathered_backward = root ? x.gathered_pool : (head_unit + (layers_train ? layer : 0)) * act_bytes;
+      }
     }
   }
 
@@ -359,6 +379,14 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   x.comm_buffers += cp_extra;
   x.layer_comm_buffers += cp_extra;
   x.comm_buffers += groups * opt.nccl_bytes_per_group;
+  // A layer's backward peaks at the MLP (with the EP buffers) or, under CP as an
+  // all-gather, in attention (with the gathered keys and values): never both at once.
+  if (layers_train) {
+    const double ep_extra = x.layer_comm_buffers - cp_extra;
+    const bool attention = moments.attention + cp_extra > mlp_working + ep_extra;
+    x.activation_grads = attention ? moments.attention : mlp_working;
+    x.backward_layer_comm = attention ? cp_extra : ep_extra;
+  }
   return x;
 }
 
@@ -458,7 +486,7 @@ struct StagePhases {
   std::array<std::array<double, kMemoryItems>, 3> b;  // [Phase][MemoryItem], bytes
   int layers = 0;
   double inflight = 0;
-  double activations = 0, logits = 0, transient = 0, remat_and_grads = 0;  // bytes, for item_peak
+  double activations = 0, logits = 0, transient = 0, remat_and_grads = 0, head_working = 0;  // bytes, for item_peak
   double gathered_peak = 0;  // the ZeRO-3 pool (forward, backward), for item_peak
   double comm_peak = 0;      // every communication buffer, inside a layer, for item_peak
 };
@@ -523,6 +551,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   out.logits = logits;
   out.transient = transient;
   out.remat_and_grads = remat + x.activation_grads;
+  out.head_working = std::max(x.head_forward_working, x.head_backward_working);
   out.gathered_peak = base[static_cast<int>(MemoryItem::gathered_params)];
 
   // Forward: the later of two moments -- the end of the head forward (every kept tensor
@@ -541,7 +570,16 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   const int gathered = static_cast<int>(MemoryItem::gathered_params);
   const double at_head = activations + logits + x.gathered_at_loss,
                at_layer = activations - x.head_input + other_logits + transient + x.layer_comm_buffers + x.gathered_pool_layer;
-  if (at_head >= at_layer) {
+  // The head's forward GEMM, before the loss adds its fp32 softmax (last stage).
+  const double at_head_gemm =
+      is_last ? activations + other_logits + x.head_logits + x.head_forward_working + x.head_gathered_forward : 0;
+  if (at_head_gemm > at_head && at_head_gemm > at_layer) {
+    fwd[static_cast<int>(MemoryItem::activations)] = activations;
+    fwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits + x.head_logits;
+    fwd[static_cast<int>(MemoryItem::backward_working)] = x.head_forward_working;
+    fwd[comm] -= x.layer_comm_buffers;
+    fwd[gathered] = x.head_gathered_forward;
+  } else if (at_head >= at_layer) {
     fwd[static_cast<int>(MemoryItem::activations)] = activations;
     fwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
     fwd[comm] -= x.layer_comm_buffers;
@@ -555,11 +593,27 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // Backward of a layer: the head backward has freed this micro-batch's logits and its
   // final-norm and head inputs; the layer re-materialises what its policy dropped and
   // holds the activation gradients.
-  bwd[static_cast<int>(MemoryItem::activations)] = activations - (is_last ? x.last_chunk_set : 0);
-  bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
-  bwd[static_cast<int>(MemoryItem::backward_working)] = out.remat_and_grads;
-  bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
-  bwd[gathered] = x.gathered_pool_layer;
+  // The head's backward GEMM (last stage) runs before that, with this micro-batch's
+  // final-norm and head inputs and its logits' gradient still held; the larger counts.
+  const double layer_bwd = activations - x.last_chunk_set + out.remat_and_grads + x.gathered_pool_backward + x.unit_grad_transient +
+                           x.backward_layer_comm;
+  const double head_bwd =
+      is_last ? activations + x.head_logits + x.head_backward_working + x.head_gathered_backward + x.head_grad_transient : 0;
+  bwd[comm] += x.backward_layer_comm - x.layer_comm_buffers;
+  if (is_last && head_bwd > layer_bwd) {
+    bwd[static_cast<int>(MemoryItem::activations)] = activations;
+    bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits + x.head_logits;
+    bwd[static_cast<int>(MemoryItem::backward_working)] = x.head_backward_working;
+    bwd[static_cast<int>(MemoryItem::gradients)] += x.head_grad_transient;
+    bwd[comm] -= x.backward_layer_comm;
+    bwd[gathered] = x.head_gathered_backward;
+  } else {
+    bwd[static_cast<int>(MemoryItem::activations)] = activations - (is_last ? x.last_chunk_set : 0);
+    bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
+    bwd[static_cast<int>(MemoryItem::backward_working)] = out.remat_and_grads;
+    bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
+    bwd[gathered] = x.gathered_pool_backward;
+  }
   optim[comm] -= x.layer_comm_buffers;
   optim[gathered] = 0;
   // Optimizer step: activations and ZeRO-3's gathered units are gone. ZeRO 1-2 all-gather
@@ -604,7 +658,7 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   sm.item_peak[static_cast<int>(MemoryItem::comm_buffers)] = sp.comm_peak;
   sm.item_peak[static_cast<int>(MemoryItem::activations)] = sp.activations;
   sm.item_peak[static_cast<int>(MemoryItem::logits_loss)] = sp.logits;
-  sm.item_peak[static_cast<int>(MemoryItem::backward_working)] = std::max(sp.transient, sp.remat_and_grads);
+  sm.item_peak[static_cast<int>(MemoryItem::backward_working)] = std::max({sp.transient, sp.remat_and_grads, sp.head_working});
   sm.item_peak[frag] = 0;
   for (int ph = 0; ph < 3; ++ph) {
     sm.phase_bytes[ph] = sp.b[ph];

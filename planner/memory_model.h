@@ -90,6 +90,10 @@ struct MemoryOptions {
   // runner sets it); a GPU's cuBLAS workspace is gemm_workspace_bytes instead, held all
   // step long. Default: 0.
   double backward_gemm_scratch_bytes = 0;
+  // The same for the LM head's GEMM (forward and backward, last stage), which is wider
+  // than a layer's by the vocabulary (exec::cpu_linear_scratch_bytes; the runner sets it).
+  // Default: 0.
+  double head_gemm_scratch_bytes = 0;
 };
 
 struct StageMemory {
@@ -168,16 +172,22 @@ double layer_rematerialised_bytes(const ModelSpec& m, const LayerContext& lc, La
 // trained (used when `sums.grad_flows` is false). Results equal the forms above.
 double layer_rematerialised_bytes(const SavedTensorSums& sums, LayerRecompute policy);
 double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTensorSums& as_trainable, LayerRecompute policy);
-// Activation gradients live during one layer's backward: the gradient of its output, of
-// its input, and the widest intermediate gradients of the MLP -- one f-wide gradient for
-// GPT's GELU, two for SwiGLU (the gate and up gradients exist together): (2h + f) or
-// (2h + 2f) x tokens x act_bytes (h/t under SP, f/t under TP). MoE: the routed experts'
-// backward over the capacity-padded rows, see the definition.
-// Context parallel as an all-gather adds a wider moment in attention's backward: the
-// gradients of the attention output and of q, k, v (tokens x (2 qw + 2 kvw)/t) beside the
-// whole-sequence dk, dv partials that are reduce-scattered (2 cp x tokens x kvw/t); the
-// larger of the two moments counts.
-double activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
+// Activation gradients live during one layer's backward, at its two widest moments (bytes):
+//   mlp        the gradient of the layer's output, of its input, and the widest
+//              intermediate gradients of the MLP -- one f-wide gradient for GPT's GELU, two
+//              for SwiGLU (the gate and up gradients exist together): (2h + f) or (2h + 2f)
+//              x tokens x act_bytes (h/t under SP, f/t under TP). MoE: the routed experts'
+//              backward over the capacity-padded rows, see the definition.
+//   attention  context parallel as an all-gather only (0 otherwise): the gradients of the
+//              attention output and of q, k, v (tokens x (2 qw + 2 kvw)/t) beside the
+//              whole-sequence dk, dv partials that are reduce-scattered (2 cp x tokens x kvw/t).
+// What else each moment holds (GEMM scratch and MoE partial gradients at the MLP's, the
+// CP all-gather buffers at attention's) is added by stage_memory_extras, which keeps the
+// larger sum.
+struct LayerBackwardMoments {
+  double mlp = 0, attention = 0;
+};
+LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
 
 // Context parallel run as an all-gather (CpExchange::all_gather, the executor's
 // cp_attn_fwd / cp_attn_bwd): the most communication-buffer bytes a rank holds for it at
@@ -206,16 +216,29 @@ struct StageMemoryExtras {
   double last_chunk_set = 0;    // per micro-batch with the last chunk (last stage: final-norm + LM-head inputs)
   double head_input = 0;        // of which made after the layers' forward (the LM-head input)
   double logits_set = 0;        // logits + fp32 softmax of one micro-batch (last stage)
-  double activation_grads = 0;  // activation_gradient_bytes when a layer of the stage trains, else 0
+  // When a layer of the stage trains (else 0): the working set of a layer's backward beside
+  // the kept activations at its largest moment -- activation gradients (activation_gradient_bytes)
+  // with, at the MLP's moment, one GEMM's scratch and the MoE TP partial gradients -- and
+  // the layer-only communication buffers live at that same moment.
+  double activation_grads = 0;
+  double backward_layer_comm = 0;
   double gathered_pool = 0;     // ZeRO-3: current + prefetched unit gathered at TP-local size (see below)
-  double gathered_pool_layer = 0;  // ZeRO-3: the same inside a layer's forward or backward (see below)
-  double gathered_at_loss = 0;     // ZeRO-3: at the end of the head forward (see below)
+  double gathered_pool_layer = 0;     // ZeRO-3: the same inside a layer's forward (see below)
+  double gathered_pool_backward = 0;  // ZeRO-3: the same inside a layer's backward (see below)
+  double gathered_at_loss = 0;        // ZeRO-3: at the end of the head forward (see below)
   double unit_grad_transient = 0;  // ZeRO >= 2: one unit's full-size gradient during its backward (see below)
   double comm_buffers = 0;      // DP buckets, TP/SP gathers, PP send/recv, CP ring or all-gather, EP, NCCL
   // Of comm_buffers, what lives only inside a layer's forward or backward: the EP
   // all-to-all buffer and the CP all-gather's (beyond the SP gather they replace). Not
   // held at the end of the head forward, nor in the optimizer step.
   double layer_comm_buffers = 0;
+  // The last stage's LM-head GEMMs, two moments beside every kept activation (see below).
+  double head_logits = 0;            // one micro-batch's logits (or their gradient) in the compute dtype
+  double head_forward_working = 0;   // the head forward GEMM's scratch
+  double head_backward_working = 0;  // the head backward GEMM's: its scratch + the final norm's output gradient + the layer-output gradient
+  double head_gathered_forward = 0;  // ZeRO-3: the head unit
+  double head_gathered_backward = 0; // ZeRO-3: the head unit + the stage's last layer, prefetched
+  double head_grad_transient = 0;    // ZeRO >= 2: the head unit's full-size gradient
 };
 // ZeRO-2/3 work per *unit* -- the embedding (first stage), each layer, the final norm with
 // the LM head (last stage; a tied head reads the token table again) -- as FSDP and the
@@ -226,12 +249,21 @@ struct StageMemoryExtras {
 //   gathered_pool        ZeRO-3 holds the unit in use and the next one prefetched: the largest
 //                        sum of two units adjacent in the order of use, in the compute dtype
 //                        (4 B fp32, 2 B 16-bit: what the GEMMs read; an O1 fp32 copy is not gathered).
-//                        Inside a layer (forward or backward) the pool is the layer and its
-//                        neighbour, the head after the last layer: gathered_pool_layer (the
-//                        embedding pairs with layer 0 only in its own forward, and backward
-//                        never gathers it: its gradient needs no weights). At the loss the
-//                        head is released again: gathered_at_loss = 0. The optimizer step
-//                        holds none. With zero3_root_gathered (FSDP2) both are the pool.
+//                        Inside a layer's forward the pool is the layer and the next one,
+//                        the head after the last layer: gathered_pool_layer (the embedding
+//                        pairs with layer 0 only in its own forward). Inside a layer's
+//                        backward it is the layer and the one below it on the stage:
+//                        gathered_pool_backward (the head pairs with the last layer only in
+//                        the head's own backward, and backward never gathers the embedding:
+//                        its gradient needs no weights). At the loss the head is released
+//                        again: gathered_at_loss = 0. The optimizer step holds none. With
+//                        zero3_root_gathered (FSDP2) all of them are the pool.
+// The head's two moments (last stage): its forward GEMM writes the logits in the compute
+// dtype (head_logits) with head_forward_working, the head unit gathered, before the loss
+// adds its fp32 softmax; its backward GEMM reads their gradient, written over the logits,
+// with head_backward_working, head_gathered_backward and head_grad_transient (the loss's
+// fp32 softmax is freed by then, and this micro-batch's final-norm and head inputs are
+// still held).
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
                                       const MemoryOptions& opt = {});
 

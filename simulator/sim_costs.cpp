@@ -178,8 +178,16 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     // Layer-only buffers (planner StageMemoryExtras): held while a forward or backward runs.
     st.static_bytes[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_at_loss;
     st.layer_gathered_bytes = x.gathered_pool_layer - x.gathered_at_loss;
+    st.layer_gathered_backward_bytes = x.gathered_pool_backward - x.gathered_at_loss;
     st.static_bytes[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers - x.layer_comm_buffers;
     st.layer_comm_bytes = x.layer_comm_buffers;
+    st.layer_comm_backward_bytes = x.backward_layer_comm;
+    st.head_logits_bytes = x.head_logits;
+    st.head_forward_working_bytes = x.head_forward_working;
+    st.head_backward_working_bytes = x.head_backward_working;
+    st.head_gathered_forward_bytes = x.head_gathered_forward - x.gathered_at_loss;
+    st.head_gathered_backward_bytes = x.head_gathered_backward - x.gathered_at_loss;
+    st.head_grad_transient_bytes = x.head_grad_transient;
     st.grad_transient_bytes = x.unit_grad_transient;
     st.fragmentation_fraction = mem.fragmentation_fraction;
   }

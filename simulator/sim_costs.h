@@ -75,8 +75,18 @@ struct StageCost {
   std::array<double, kMemoryItems> static_bytes{};  // held all step: model states, the ZeRO-3 gathered
                                                     // units held at the loss, comm buffers outside layers,
                                                     // workspace, CUDA context
-  double layer_gathered_bytes = 0;  // ZeRO-3: gathered beyond the static ones during a forward or backward
-  double layer_comm_bytes = 0;      // EP all-to-all and CP all-gather buffers during a forward or backward
+  double layer_gathered_bytes = 0;  // ZeRO-3: gathered beyond the static ones during a forward ...
+  double layer_gathered_backward_bytes = 0;  // ... and during a backward
+  double layer_comm_bytes = 0;      // EP all-to-all and CP all-gather buffers during a forward ...
+  double layer_comm_backward_bytes = 0;  // ... and at a backward's largest moment
+  // The LM head's GEMMs (last stage; planner StageMemoryExtras): a moment each at the end
+  // of the last chunk's forward (before the loss) and at the start of its backward.
+  double head_logits_bytes = 0;            // the logits (their gradient) in the compute dtype, of logits_bytes
+  double head_forward_working_bytes = 0;
+  double head_backward_working_bytes = 0;
+  double head_gathered_forward_bytes = 0;   // ZeRO-3: gathered beyond the static ones
+  double head_gathered_backward_bytes = 0;
+  double head_grad_transient_bytes = 0;
   double first_chunk_extra_bytes = 0;  // per micro-batch with chunk 0 (stage 0: embedding dropout mask)
   double last_chunk_extra_bytes = 0;   // per micro-batch with the last chunk (last stage: final-norm and LM-head inputs)
   double head_input_bytes = 0;         // of which made after the last layer's forward (the LM-head input)

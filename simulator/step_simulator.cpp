@@ -517,14 +517,32 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     const OpRef& ref = b.op(s, o.forward, c, o.microbatch);
     const double start = tasks[ref.first].start, end = tasks[ref.last].end;
     // A forward or backward also holds the layer-only buffers (ZeRO-3 units, EP / CP).
-    const double lg = sc.layer_gathered_bytes, lc = sc.layer_comm_bytes;
+    // The last chunk's head GEMMs are a moment each, pushed as a pair of deltas that the
+    // stable sort keeps adjacent: at the forward's end, before the loss's own tensors; at
+    // the backward's start, before the head's inputs and logits are freed.
+    const bool head = logits[c] > 0;
     if (o.forward) {
+      const double lg = sc.layer_gathered_bytes, lc = sc.layer_comm_bytes;
       deltas.push_back({start, 1, i, true, act[c] - head_in[c], ftrans[c], 0, lg, 0, lc});
       deltas.push_back({end, 0, i, false, 0, -ftrans[c], 0, -lg, 0, -lc});
-      deltas.push_back({end, 1, i, false, head_in[c], 0, logits[c], 0});
+      if (head) {
+        const double hw = sc.head_forward_working_bytes, hg = sc.head_gathered_forward_bytes, hl = sc.head_logits_bytes;
+        deltas.push_back({end, 1, i, false, head_in[c], hw, hl, hg});
+        deltas.push_back({end, 1, i, false, 0, -hw, logits[c] - hl, -hg});
+      } else {
+        deltas.push_back({end, 1, i, false, head_in[c], 0, logits[c], 0});
+      }
     } else {
+      const double lg = sc.layer_gathered_backward_bytes, lc = sc.layer_comm_backward_bytes;
       const double g = work[c] > 0 ? sc.grad_transient_bytes : 0;  // a chunk that trains
-      deltas.push_back({start, 1, i, false, -head_set[c], work[c], -logits[c], lg, g, lc});
+      if (head) {
+        const double hw = sc.head_backward_working_bytes, hg = sc.head_gathered_backward_bytes, hl = sc.head_logits_bytes;
+        const double hgr = sc.head_grad_transient_bytes;
+        deltas.push_back({start, 1, i, false, 0, hw, -(logits[c] - hl), hg, hgr});
+        deltas.push_back({start, 1, i, false, -head_set[c], work[c] - hw, -hl, lg - hg, g - hgr, lc});
+      } else {
+        deltas.push_back({start, 1, i, false, -head_set[c], work[c], -logits[c], lg, g, lc});
+      }
       deltas.push_back({end, 0, i, true, -(act[c] - head_set[c]), -work[c], 0, -lg, -g, -lc});
     }
   }

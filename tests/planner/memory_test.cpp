@@ -248,5 +248,74 @@ TEST(ContextParallel, AllGatherBuffersFromHandArithmetic) {
   EXPECT_DOUBLE_EQ(cp_all_gather_buffer_bytes(m, j, p), 0.0);
 }
 
+// The LM head's backward GEMM and ZeRO-3's backward pool, from hand arithmetic: Llama-2-7B
+// (h 4096, V 32000, untied head, RMSNorm) on the last of 2 stages, tp 2 with SP, bf16,
+// micro-batch 1 x 4096 tokens, ZeRO-3 over dp 8, 1000 B of head GEMM scratch.
+//   logits (their gradient) in bf16: 4096 x 32000/2 x 2 B                  = 131072000
+//   head backward: head-input gradient over the gathered 4096 tokens + the layer-output
+//   gradient over the rank's 2048, x 4096 x 2 B = 6144 x 8192 = 50331648, + 1000 scratch
+//   head unit (final norm 4096 + the rank's 16000 x 4096 rows) gathered with the stage's
+//   last layer; inside a layer's backward, that layer and the one below it.
+TEST(LmHead, BackwardGemmMomentAndZero3BackwardPoolFromHandArithmetic) {
+  const ModelSpec m = testing::llama2_7b();
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.global_batch = 8;
+  j.precision = Precision::bf16;
+  ParallelPlan p;
+  p.dp = 8;
+  p.tp = 2;
+  p.sp = true;
+  p.pp = 2;
+  p.zero = 3;
+  p.micro_batch = 1;
+  MemoryOptions opt;
+  opt.head_gemm_scratch_bytes = 1000;
+  const StageMemoryExtras last = stage_memory_extras(m, j, p, 1, opt);
+  const double layer = count_params(m, 2, 2, 1, 0, 0).per_layer_rank, head_unit = 4096 + 16000.0 * 4096;
+  EXPECT_DOUBLE_EQ(last.head_logits, 131072000.0);
+  EXPECT_DOUBLE_EQ(last.head_forward_working, 1000.0);
+  EXPECT_DOUBLE_EQ(last.head_backward_working, 50331648.0 + 1000);
+  EXPECT_DOUBLE_EQ(last.head_gathered_forward, head_unit * 2);
+  EXPECT_DOUBLE_EQ(last.head_gathered_backward, (head_unit + layer) * 2);
+  EXPECT_DOUBLE_EQ(last.gathered_pool_backward, 2 * layer * 2);
+  EXPECT_DOUBLE_EQ(last.head_grad_transient, head_unit * bytes_per_param(j).gradients);
+  // Stage 0 has no head: no head moments.
+  const StageMemoryExtras first = stage_memory_extras(m, j, p, 0, opt);
+  EXPECT_DOUBLE_EQ(first.head_logits + first.head_backward_working + first.head_gathered_backward, 0.0);
+}
+
+// A vocabulary far wider than the model (h 64, V 65536, one layer, fp32, 64 tokens): the
+// head backward GEMM's moment outweighs any layer's, so the backward phase holds every
+// activation, the logits' gradient (64 x 65536 x 4 B = 16777216) and the head working
+// set ((64 + 64) x 64 x 4 B = 32768) -- and the forward phase peaks at the loss, where
+// the fp32 softmax joins the logits (2 x 16777216).
+TEST(LmHead, WideVocabularyPeaksAtTheHead) {
+  ModelSpec m = testing::llama2_7b();
+  m.hidden = 64;
+  m.heads = 4;
+  m.kv_heads = 4;
+  m.ffn_hidden = 128;
+  m.vocab = 65536;
+  m.layers = 1;
+  TrainingJob j;
+  j.seq_len = 64;
+  j.global_batch = 1;
+  j.precision = Precision::fp32;
+  ParallelPlan p;
+  p.micro_batch = 1;
+  MemoryOptions opt;
+  opt.dp_bucket_bytes = 0;
+  opt.nccl_bytes_per_group = 0;
+  opt.fragmentation_fraction = 0;
+  const StageMemory sm = estimate_memory(m, testing::dgx_a100(1), j, p, opt).worst;
+  const auto& bwd = sm.phase_bytes[static_cast<int>(Phase::backward)];
+  const auto& fwd = sm.phase_bytes[static_cast<int>(Phase::forward)];
+  EXPECT_DOUBLE_EQ(bwd[static_cast<int>(MemoryItem::logits_loss)], 16777216.0);
+  EXPECT_DOUBLE_EQ(bwd[static_cast<int>(MemoryItem::backward_working)], 32768.0);
+  EXPECT_DOUBLE_EQ(bwd[static_cast<int>(MemoryItem::activations)], fwd[static_cast<int>(MemoryItem::activations)]);
+  EXPECT_DOUBLE_EQ(fwd[static_cast<int>(MemoryItem::logits_loss)], 2 * 16777216.0);
+}
+
 }  // namespace
 }  // namespace llmplan

@@ -106,5 +106,18 @@ TEST(SimMemory, PeakEqualsAnalyticInterleavedFullK) {
   expect_peaks_equal({"llama7b tp2 pp4 vpp2 full_k 2", kLlama, 1, 4096, 32, p});
 }
 
+TEST(SimMemory, PeakEqualsAnalyticAtTheHeadBackward) {
+  // A 256k vocabulary with ZeRO-3: the last stage peaks in the head's backward GEMM (its
+  // logits' gradient, the head unit gathered with the top layer, the head's full-size
+  // gradient) -- a moment between the loss and the first layer backward.
+  ModelSpec wide = kLlama;
+  wide.vocab = 256000;
+  const ParallelPlan p = mk(2, 2, 2, 1, Schedule::one_f_one_b, Recompute::full, 3, 1, 8);
+  const StageMemory last = estimate_stage_memory(wide, dgx_a100(1), testing::job(4096, 8), p, 1);
+  EXPECT_EQ(last.peak_phase, Phase::backward);
+  EXPECT_GT(last.bytes[static_cast<int>(MemoryItem::logits_loss)], 0.0);  // the head's moment, not a layer's
+  expect_peaks_equal({"llama7b V256k dp2 tp2 pp2 zero3 full", wide, 1, 4096, 8, p});
+}
+
 }  // namespace
 }  // namespace llmplan
