@@ -159,6 +159,7 @@ struct CpuOps {
   LL_CPU_OP(attention_backward_materialized)
   LL_CPU_OP(attention_forward_flash)
   LL_CPU_OP(attention_backward_flash)
+  LL_CPU_OP(attention_merge_partial)
   LL_CPU_OP(attention_forward_dropout)
   LL_CPU_OP(attention_backward_dropout)
   LL_CPU_OP(dropout_forward)

@@ -708,6 +708,7 @@ class ModelImpl final : public Model {
     if constexpr (!Ops::kHostMemory) {
       return Status::bad_input("executor: context parallel (cp > 1) runs on the CPU backend only");
     } else {
+      if (c_.plan.cp_exchange == CpExchange::ring) return ring_attn_fwd(L, mode);
       CpKeys kv;
       LL_TRY(cp_gather_keys(L, kv));
       return attn_fwd_kernel(L, d(L.sv.q), d(kv.k), d(kv.v), doc_, cp_dims(), d(L.sv.proj_input), mode, seed);
@@ -720,6 +721,7 @@ class ModelImpl final : public Model {
     if constexpr (!Ops::kHostMemory) {
       return Status::bad_input("executor: context parallel (cp > 1) runs on the CPU backend only");
     } else {
+      if (c_.plan.cp_exchange == CpExchange::ring) return ring_attn_bwd(L, dout, dq, dk, dv);
       const cpu::AttentionDims dm = cp_dims();
       Saved& sv = L.sv;
       CpKeys kv;
@@ -830,6 +832,88 @@ class ModelImpl final : public Model {
       }
       for (int64_t i = 0; i < h_; ++i) out[t * h_ + i] = st(acc[static_cast<size_t>(i)]);
     }
+  }
+
+  // Context parallel as a ring (CpExchange::ring; Megatron's and TransformerEngine's P2P
+  // CP), over the same load-balanced layout. Forward: cp steps; at step i this rank holds
+  // the keys and values of rank cr_ - i (its two chunks, AttentionDims k_rows / k_offset /
+  // k_split) and passes them on to rank cr_ + 1 while its queries attend to them (flash);
+  // the partial outputs are merged by their log-sum-exp. Only two ranks' k and v are ever
+  // held: the current and the next. Backward: the same ring with the merged o and lse; the
+  // dk, dv of each visiting rank's keys accumulate in a buffer that travels with them and,
+  // after a last shift, reaches its owner complete. Flash only (plan_check).
+  cpu::AttentionDims ring_dims(int owner) const {
+    cpu::AttentionDims dm = cp_dims();
+    const int64_t c = sl_ / 2;
+    dm.k_rows = sl_;
+    dm.k_split = c;
+    dm.k_offset = owner * c;
+    dm.k_offset_hi = (2 * cp_ - 1 - owner) * c;
+    return dm;
+  }
+  // (k | v) of this rank's tokens into one buffer of 2 n_ kvw (the unit the ring passes).
+  Status ring_pack(Tensor& kv, const S* k, const S* v, const char* name) {
+    const int64_t w = n_ * kvw_;
+    LL_TRY(make(a_, kv, 2 * w, c_.storage, Category::communication, name));
+    LL_TRY(ops_.copy(d(kv), k, w * static_cast<int64_t>(sizeof(S))));
+    return ops_.copy(d(kv) + w, v, w * static_cast<int64_t>(sizeof(S)));
+  }
+  Status ring_attn_fwd(Layer& L, Mode mode) {
+    Saved& sv = L.sv;
+    const int64_t w = n_ * kvw_;
+    const cpu::AttentionDims dm0 = ring_dims(cr_);
+    const int64_t rows = dm0.b * dm0.heads * cpu::query_rows(dm0);
+    const DType kA = std::is_same_v<S, double> ? DType::f64 : DType::f32;
+    LL_TRY(lmake(L, sv.lse, "attn.lse", rows, kA, mode));
+    Tensor cur, next, o_part, lse_part;
+    LL_TRY(ring_pack(cur, d(sv.k), d(sv.v), "attn.kv.cp_ring"));
+    LL_TRY(make(a_, next, 2 * w, c_.storage, Category::communication, "attn.kv.cp_ring"));
+    LL_TRY(ws(o_part, n_ * qw_, "attn.out.cp_ring_partial"));
+    LL_TRY(make(a_, lse_part, rows, kA, Category::workspace, "attn.lse.cp_ring_partial"));  // ws() maps f32 to storage
+    Scratch sc;
+    LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm0, true, /*backward=*/false), "attention.workspace"));
+    for (int step = 0; step < cp_; ++step) {
+      if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 300 + step));
+      const cpu::AttentionDims dm = ring_dims((cr_ - step + cp_) % cp_);
+      const bool first = step == 0;
+      LL_TRY(ops_.template attention_forward_flash<S>(d(sv.q), d(cur), d(cur) + w, doc_, first ? d(sv.proj_input) : d(o_part),
+                                                      first ? sv.lse.template data<A>() : lse_part.template data<A>(), dm, sc.span()));
+      if (!first)
+        LL_TRY(ops_.template attention_merge_partial<S>(d(sv.proj_input), sv.lse.template data<A>(), d(o_part),
+                                                        lse_part.template data<A>(), dm));
+      std::swap(cur, next);
+    }
+    return Status::ok();
+  }
+  Status ring_attn_bwd(Layer& L, const S* dout, S* dq, S* dk, S* dv) {
+    Saved& sv = L.sv;
+    const int64_t w = n_ * kvw_, bytes_q = n_ * qw_ * static_cast<int64_t>(sizeof(S));
+    Tensor cur, next, acc, acc_next, dq_part, dkv_part;
+    LL_TRY(ring_pack(cur, d(sv.k), d(sv.v), "attn.kv.cp_ring"));
+    LL_TRY(make(a_, next, 2 * w, c_.storage, Category::communication, "attn.kv.cp_ring"));
+    LL_TRY(make(a_, acc, 2 * w, c_.storage, Category::communication, "attn.dkv.cp_ring"));
+    LL_TRY(make(a_, acc_next, 2 * w, c_.storage, Category::communication, "attn.dkv.cp_ring"));
+    LL_TRY(ops_.zero(d(acc), 2 * w * static_cast<int64_t>(sizeof(S))));
+    LL_TRY(ws(dq_part, n_ * qw_, "attn.dq.cp_ring_partial"));
+    LL_TRY(ws(dkv_part, 2 * w, "attn.dkv.cp_ring_partial"));
+    LL_TRY(ops_.zero(dq, bytes_q));
+    Scratch sc;
+    LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, ring_dims(cr_), true), "attention.workspace"));
+    for (int step = 0; step < cp_; ++step) {
+      if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 400 + step));
+      const cpu::AttentionDims dm = ring_dims((cr_ - step + cp_) % cp_);
+      LL_TRY(ops_.template attention_backward_flash<S>(d(sv.q), d(cur), d(cur) + w, doc_, d(sv.proj_input), sv.lse.template data<A>(),
+                                                       dout, d(dq_part), d(dkv_part), d(dkv_part) + w, dm, sc.span()));
+      LL_TRY(ops_.template add_inplace<S>(dq, d(dq_part), n_ * qw_));
+      LL_TRY(ops_.template add_inplace<S>(d(acc), d(dkv_part), 2 * w));
+      // The accumulator of rank cr_ - step's keys moves on with them; after the last
+      // shift this rank holds its own, summed over every rank's queries.
+      LL_TRY(c_.comm->ring_shift(d(acc), d(acc_next), 2 * w, c_.storage, Group::cp, 500 + step));
+      std::swap(cur, next);
+      std::swap(acc, acc_next);
+    }
+    LL_TRY(ops_.copy(dk, d(acc), w * static_cast<int64_t>(sizeof(S))));
+    return ops_.copy(dv, d(acc) + w, w * static_cast<int64_t>(sizeof(S)));
   }
 
   // y (ns_, h) = the MoE MLP of sv.mlp_input (routed + shared experts).

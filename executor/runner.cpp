@@ -87,12 +87,6 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
                       (p.pp > 1 ? " pp" + std::to_string(p.pp) + (p.vpp > 1 ? " vpp" + std::to_string(p.vpp) : std::string()) + (p.schedule == Schedule::gpipe ? " gpipe" : " 1f1b") : std::string()) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
                       comm->name() + (comm->modelled() ? " (communication modelled, not run)" : ""));
     if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
-    // Context parallel runs as an all-gather of k and v (model_impl.h, cp_attn_fwd), so the
-    // prediction compared against the run is the all-gather one, whatever the plan said.
-    if (p.cp > 1) {
-      if (p.cp_exchange != CpExchange::all_gather) changes.push_back("cp" + std::to_string(p.cp) + " ring run as all-gather");
-      e.plan.cp_exchange = CpExchange::all_gather;
-    }
     e.plan.offload_optimizer = false;
     e.plan.grad_accum = static_cast<int>(micro_per_step);  // per DP rank already
     scale_down(f, o, &e, &changes);

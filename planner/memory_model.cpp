@@ -217,9 +217,13 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
   } else {
     mlp_moment = (2 * tokens * m.hidden / seq_div + mlp_grads * tokens * static_cast<double>(m.ffn_hidden) / p.tp) * act_bytes;
   }
-  if (p.cp <= 1 || p.cp_exchange != CpExchange::all_gather) return {mlp_moment, 0};
+  if (p.cp <= 1) return {mlp_moment, 0};
   const double qw = static_cast<double>(m.q_width()) / p.tp, kvw = static_cast<double>(m.kv_width()) / p.tp;
-  return {mlp_moment, tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw) * act_bytes};
+  // The layer output's gradient (the residual's) is live through attention's backward too.
+  const double output_grad = tokens * static_cast<double>(m.hidden) / seq_div;
+  // Ring: beside dout, dq, dk, dv, one step's partial dq and dk, dv (ring_attn_bwd).
+  if (p.cp_exchange == CpExchange::ring) return {mlp_moment, (output_grad + tokens * (3 * qw + 4 * kvw)) * act_bytes};
+  return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw)) * act_bytes};
 }
 
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage) {
@@ -334,7 +338,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
 
   int groups = 0;
   double sp_ep = 0;        // the SP gather and EP all-to-all buffers counted below (MLP / GEMM-input side)
-  double cp_gathered = 0;  // the CP all-gather's buffers (attention side)
+  double cp_forward = 0, cp_backward = 0;  // the CP exchange's buffers in attention's forward and backward
   if (p.dp * p.cp > 1) {
     x.comm_buffers += 2 * opt.dp_bucket_bytes;
     ++groups;
@@ -353,9 +357,16 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     ++groups;
   }
   if (p.cp > 1) {
-    // All-gather: added below, against the SP and EP buffers it is never live with.
-    if (p.cp_exchange == CpExchange::all_gather) cp_gathered = cp_all_gather_buffer_bytes(m, j, p);
-    else x.comm_buffers += 2 * tokens * m.kv_width() / p.tp * 2 * act_bytes;  // K and V chunks in flight on the ring
+    // Added below, against the SP and EP buffers they are never live with.
+    if (p.cp_exchange == CpExchange::all_gather) {
+      cp_forward = cp_backward = cp_all_gather_buffer_bytes(m, j, p);
+    } else {
+      // The ring (model_impl.h, ring_attn_fwd / ring_attn_bwd) holds the k and v of two
+      // ranks, the current and the next; backward also the dk, dv accumulators that travel
+      // with them, current and next.
+      cp_forward = 2 * 2 * tokens * m.kv_width() / p.tp * act_bytes;
+      cp_backward = 2 * cp_forward;
+    }
     ++groups;
   }
   if (p.ep > 1) {
@@ -372,20 +383,22 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     sp_ep += ep_extra;
     ++groups;
   }
-  // The CP all-gather's buffers live only inside attention (cp_attn_fwd / cp_attn_bwd free
+  // The CP exchange's buffers live only inside attention (cp_attn_fwd / cp_attn_bwd free
   // them on return), the SP gather only around the GEMM that reads it and the EP buffers
   // only inside the MoE MLP: the executor never holds both sides, so only the larger counts.
-  const double cp_extra = cp_gathered > 0 ? std::max(cp_gathered, sp_ep) - sp_ep : 0;
+  const double cp_extra = cp_forward > 0 ? std::max(cp_forward, sp_ep) - sp_ep : 0;
+  const double cp_extra_backward = cp_backward > 0 ? std::max(cp_backward, sp_ep) - sp_ep : 0;
+  const double ep_layer = x.layer_comm_buffers;  // the EP all-to-all's, so far the only layer-only buffers
   x.comm_buffers += cp_extra;
   x.layer_comm_buffers += cp_extra;
   x.comm_buffers += groups * opt.nccl_bytes_per_group;
-  // A layer's backward peaks at the MLP (with the EP buffers) or, under CP as an
-  // all-gather, in attention (with the gathered keys and values): never both at once.
+  // A layer's backward peaks at the MLP (with the EP buffers) or, under CP, in attention
+  // (with the exchanged keys and values): never both at once.
   if (layers_train) {
-    const double ep_extra = x.layer_comm_buffers - cp_extra;
-    const bool attention = moments.attention + cp_extra > mlp_working + ep_extra;
+    const bool attention = p.cp > 1 && moments.attention + cp_extra_backward > mlp_working + ep_layer;
     x.activation_grads = attention ? moments.attention : mlp_working;
-    x.backward_layer_comm = attention ? cp_extra : ep_extra;
+    x.backward_layer_comm = attention ? cp_extra_backward : ep_layer;
+    x.cp_backward_buffers = cp_extra_backward;
   }
   return x;
 }
@@ -565,7 +578,8 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   optim = base;
   // Inside a layer the layer-only communication buffers (EP, CP all-gather) can be live.
   const int comm = static_cast<int>(MemoryItem::comm_buffers);
-  out.comm_peak = base[comm];
+  // The ring's backward attention holds more than any forward moment.
+  out.comm_peak = std::max(base[comm], base[comm] - x.layer_comm_buffers + x.cp_backward_buffers);
   // ZeRO-3 holds a layer's pool inside it, and less (the executor: nothing) at the loss.
   const int gathered = static_cast<int>(MemoryItem::gathered_params);
   const double at_head = activations + logits + x.gathered_at_loss,

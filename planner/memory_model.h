@@ -178,9 +178,11 @@ double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTen
 //              for SwiGLU (the gate and up gradients exist together): (2h + f) or (2h + 2f)
 //              x tokens x act_bytes (h/t under SP, f/t under TP). MoE: the routed experts'
 //              backward over the capacity-padded rows, see the definition.
-//   attention  context parallel as an all-gather only (0 otherwise): the gradients of the
-//              attention output and of q, k, v (tokens x (2 qw + 2 kvw)/t) beside the
-//              whole-sequence dk, dv partials that are reduce-scattered (2 cp x tokens x kvw/t).
+//   attention  context parallel only (0 otherwise): the gradients of the layer's output
+//              (tokens x h, h/t under SP), of the attention output and of q, k, v (tokens x
+//              (2 qw + 2 kvw)/t) beside, as an all-gather, the
+//              whole-sequence dk, dv partials that are reduce-scattered (2 cp x tokens x
+//              kvw/t), or on a ring one step's partial dq, dk, dv (tokens x (qw + 2 kvw)/t).
 // What else each moment holds (GEMM scratch and MoE partial gradients at the MLP's, the
 // CP all-gather buffers at attention's) is added by stage_memory_extras, which keeps the
 // larger sum.
@@ -232,6 +234,9 @@ struct StageMemoryExtras {
   // all-to-all buffer and the CP all-gather's (beyond the SP gather they replace). Not
   // held at the end of the head forward, nor in the optimizer step.
   double layer_comm_buffers = 0;
+  // The CP exchange's buffers (beyond the SP gather) in a layer's backward attention, when
+  // a layer trains: the all-gather's as in forward, the ring's with its dk, dv accumulators.
+  double cp_backward_buffers = 0;
   // The last stage's LM-head GEMMs, two moments beside every kept activation (see below).
   double head_logits = 0;            // one micro-batch's logits (or their gradient) in the compute dtype
   double head_forward_working = 0;   // the head forward GEMM's scratch

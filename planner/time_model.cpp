@@ -305,12 +305,14 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     lt.tp_comm = (lc.grad_flows ? 4 : 2) * one * (1 - e.tp_overlap);
     if (policy == LayerRecompute::full && lc.grad_flows) lt.tp_comm += 2 * one * (1 - e.tp_overlap);
   }
-  // ---- CP ring: K and V chunks pass around the ring, hidden behind attention.
+  // ---- CP ring: K and V chunks pass around the ring, hidden behind attention. Backward
+  // passes them again, and their gradients with them: cp shifts, the last one handing each
+  // rank its own (model_impl.h, ring_attn_bwd).
   if (p.cp > 1 && p.cp_exchange == CpExchange::ring) {
     const double chunk = 2 * tokens * kvw / t * eb;
     const Link l = group_link(c, p, Group::cp);
-    const double ring = (p.cp - 1) * p2p_time(chunk, l, e);
-    lt.cp_comm_exposed = std::max(0.0, ring - attn_fwd) + (lc.grad_flows ? std::max(0.0, 2 * ring - attn_bwd) : 0);
+    const double shift = p2p_time(chunk, l, e), ring = (p.cp - 1) * shift, ring_bwd = ring + p.cp * shift;
+    lt.cp_comm_exposed = std::max(0.0, ring - attn_fwd) + (lc.grad_flows ? std::max(0.0, ring_bwd - attn_bwd) : 0);
   }
   // ---- CP all-gather (the executor's cp_attn_fwd / cp_attn_bwd, Llama 3's CP): k and v
   // gathered whole before attention can start, so nothing hides them; queries stay local.

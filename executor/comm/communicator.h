@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -116,6 +117,13 @@ class Communicator {
     (void)handle;
     return Status::ok();
   }
+  // Ring shift (context parallel's ring): sbuf goes to group rank (r + 1) % n, rbuf comes
+  // from (r - 1 + n) % n, both at once so that no rank blocks the ring. REQUIRES: sbuf and
+  // rbuf do not overlap. Default: refused (bad_input naming the communicator).
+  virtual Status ring_shift(const void* sbuf, void* rbuf, int64_t count, DType t, Group g, int tag) {
+    (void)sbuf, (void)rbuf, (void)count, (void)t, (void)g, (void)tag;
+    return Status::bad_input("communicator " + name() + ": no ring shift (context parallel as a ring); use cp_exchange all_gather");
+  }
   virtual Status barrier(Group g) = 0;
   // The caller made progress (a step finished); resets the watchdog. No-op by default.
   virtual void progress() {}
@@ -149,6 +157,11 @@ class LocalCommunicator final : public Communicator {
   Status all_to_all(const void* in, void* out, int64_t count, DType t, Group g) override;
   Status send(const void*, int64_t, DType, int, Group, int) override { return Status::ok(); }
   Status recv(void* buf, int64_t count, DType t, int, Group, int) override;
+  // Stand-in: this rank's own buffer comes back (same shape and size).
+  Status ring_shift(const void* sbuf, void* rbuf, int64_t count, DType t, Group, int) override {
+    std::memmove(rbuf, sbuf, static_cast<size_t>(count * dtype_size(t)));
+    return Status::ok();
+  }
   Status sendrecv(const void*, void* rbuf, int64_t count, DType t, int peer, Group g, int, int tag) override {
     return recv(rbuf, count, t, peer, g, tag);
   }

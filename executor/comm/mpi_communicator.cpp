@@ -168,6 +168,14 @@ class MpiCommunicator final : public Communicator {
                               comm(g), MPI_STATUS_IGNORE),
                  "Sendrecv", g);
   }
+  Status ring_shift(const void* sbuf, void* rbuf, int64_t n, DType t, Group g, int tag) override {
+    int size = 1, me = 0;
+    MPI_Comm_size(comm(g), &size);
+    MPI_Comm_rank(comm(g), &me);
+    return check(MPI_Sendrecv(sbuf, static_cast<int>(n), mpi_type(t), (me + 1) % size, tag, rbuf, static_cast<int>(n), mpi_type(t),
+                              (me - 1 + size) % size, tag, comm(g), MPI_STATUS_IGNORE),
+                 "Sendrecv (ring shift)", g);
+  }
   Result<int> isend(const void* buf, int64_t n, DType t, int peer, Group g, int tag) override {
     MPI_Request rq = MPI_REQUEST_NULL;
     if (Status s = check(MPI_Isend(buf, static_cast<int>(n), mpi_type(t), peer, tag, comm(g), &rq), "Isend", g); !s) return s;

@@ -47,10 +47,39 @@ int64_t tile(const AttentionDims& dm) { return std::max<int64_t>(1, std::min(dm.
 // Keys any query of the slice may see: causal, none past the last query's position.
 int64_t key_rows(const AttentionDims& dm) { return std::min(dm.s, query_position(dm, query_rows(dm) - 1) + 1); }
 
+// The key rows held (flash): one or two chunks of contiguous positions.
+struct KeyChunk {
+  int64_t row, rows, position;  // first row in k / v, row count, sequence position of that row
+};
+int key_chunks(const AttentionDims& dm, KeyChunk (&out)[2]) {
+  if (dm.k_rows <= 0) {
+    out[0] = {0, key_rows(dm), 0};
+    return 1;
+  }
+  if (dm.k_split <= 0 || dm.k_split >= dm.k_rows) {
+    out[0] = {0, dm.k_rows, dm.k_offset};
+    return 1;
+  }
+  out[0] = {0, dm.k_split, dm.k_offset};
+  out[1] = {dm.k_split, dm.k_rows - dm.k_split, dm.k_offset_hi};
+  return 2;
+}
+
+// Calls f(row, position, cols) for every tile of at most B key rows that a query tile whose
+// last position is `last` may see (causal), chunk by chunk.
+template <class F>
+void for_key_tiles(const KeyChunk* chunks, int n, int64_t last, int64_t B, F&& f) {
+  for (int c = 0; c < n; ++c) {
+    const KeyChunk& k = chunks[c];
+    const int64_t visible = std::min(k.rows, last - k.position + 1);
+    for (int64_t j0 = 0; j0 < visible; j0 += B) f(k.row + j0, k.position + j0, std::min(B, visible - j0));
+  }
+}
+
 template <class A>
 int64_t workspace_bytes(const AttentionDims& dm, bool flash) {
   const int64_t sq = query_rows(dm);
-  const int64_t kd = carved_bytes<A>(dm.s * dm.head_dim), qd = carved_bytes<A>(sq * dm.head_dim);
+  const int64_t kd = carved_bytes<A>((flash ? key_rows_held(dm) : dm.s) * dm.head_dim), qd = carved_bytes<A>(sq * dm.head_dim);
   if (flash) {
     const int64_t t = carved_bytes<A>(tile(dm) * tile(dm));
     const int64_t fwd = 2 * kd + 2 * qd + t + 2 * carved_bytes<A>(sq);  // K V, Q O, a tile, m and l
@@ -169,12 +198,14 @@ template <class S>
 void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
                              acc_t<S>* lse, const AttentionDims& dm, std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, sq = query_rows(dm), kl = key_rows(dm), d = dm.head_dim, g = group(dm), B = tile(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), kr = key_rows_held(dm), d = dm.head_dim, g = group(dm), B = tile(dm);
+  KeyChunk chunks[2];
+  const int nchunks = key_chunks(dm, chunks);
   const A scale = score_scale<A>(dm);
   const A neg_inf = -std::numeric_limits<A>::infinity();
   Carver c(ws);
-  A* K = c.take<A>(s * d);
-  A* V = c.take<A>(s * d);
+  A* K = c.take<A>(kr * d);
+  A* V = c.take<A>(kr * d);
   A* Q = c.take<A>(sq * d);
   A* O = c.take<A>(sq * d);
   A* T = c.take<A>(B * B);  // scores, then probabilities, of one tile (rows, cols), ld B
@@ -183,7 +214,7 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
-      const HeadView kvv{bi, kh, dm.kv_heads, s, d};
+      const HeadView kvv{bi, kh, dm.kv_heads, kr, d};
       gather(k, K, kvv);
       gather(v, V, kvv);
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
@@ -194,13 +225,12 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
         zero(l, sq);
         for (int64_t i0 = 0; i0 < sq; i0 += B) {
           const int64_t rows = std::min(B, sq - i0), last = query_position(dm, i0 + rows - 1);
-          for (int64_t j0 = 0; j0 <= last; j0 += B) {  // causal: tiles left of the diagonal
-            const int64_t cols = std::min(B, kl - j0);
+          for_key_tiles(chunks, nchunks, last, B, [&](int64_t j0, int64_t pos, int64_t cols) {  // causal: left of the diagonal
             gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), T, B);
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
               A* t = T + r * B;
-              mask_row(t, query_position(dm, i), j0, cols, mask);
+              mask_row(t, query_position(dm, i), pos, cols, mask);
               const A mx = max_of(t, cols);
               if (mx == neg_inf) {  // no allowed key in this tile: contributes nothing
                 std::fill(t, t + cols, A(0));
@@ -213,10 +243,14 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
               for (int64_t cc = 0; cc < d; ++cc) O[i * d + cc] *= corr;
             }
             gemm(false, false, rows, d, cols, A(1), T, B, V + j0 * d, d, A(1), O + i0 * d, d);
-          }
+          });
         }
         A* lse_h = lse + (bi * dm.heads + h) * sq;
         for (int64_t i = 0; i < sq; ++i) {
+          if (!(l[i] > 0)) {  // no allowed key among those held (a ring step's partial)
+            lse_h[i] = neg_inf;
+            continue;  // O's row is still 0
+          }
           for (int64_t cc = 0; cc < d; ++cc) O[i * d + cc] /= l[i];
           lse_h[i] = m[i] + std::log(l[i]);
         }
@@ -234,13 +268,15 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
                               const acc_t<S>* lse, const S* dout, S* dq, S* dk, S* dv,
                               const AttentionDims& dm, std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, sq = query_rows(dm), kl = key_rows(dm), d = dm.head_dim, g = group(dm), B = tile(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), kr = key_rows_held(dm), d = dm.head_dim, g = group(dm), B = tile(dm);
+  KeyChunk chunks[2];
+  const int nchunks = key_chunks(dm, chunks);
   const A scale = score_scale<A>(dm);
   Carver c(ws);
-  A* K = c.take<A>(s * d);
-  A* V = c.take<A>(s * d);
-  A* dK = c.take<A>(s * d);
-  A* dV = c.take<A>(s * d);
+  A* K = c.take<A>(kr * d);
+  A* V = c.take<A>(kr * d);
+  A* dK = c.take<A>(kr * d);
+  A* dV = c.take<A>(kr * d);
   A* Q = c.take<A>(sq * d);
   A* dO = c.take<A>(sq * d);
   A* dQ = c.take<A>(sq * d);
@@ -250,11 +286,11 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
-      const HeadView kvv{bi, kh, dm.kv_heads, s, d};
+      const HeadView kvv{bi, kh, dm.kv_heads, kr, d};
       gather(k, K, kvv);
       gather(v, V, kvv);
-      zero(dK, s * d);
-      zero(dV, s * d);
+      zero(dK, kr * d);
+      zero(dV, kr * d);
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
         const HeadView qv{bi, h, dm.heads, sq, d};
         gather(q, Q, qv);
@@ -268,15 +304,14 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
         const A* lse_h = lse + (bi * dm.heads + h) * sq;
         for (int64_t i0 = 0; i0 < sq; i0 += B) {
           const int64_t rows = std::min(B, sq - i0), last = query_position(dm, i0 + rows - 1);
-          for (int64_t j0 = 0; j0 <= last; j0 += B) {
-            const int64_t cols = std::min(B, kl - j0);
+          for_key_tiles(chunks, nchunks, last, B, [&](int64_t j0, int64_t pos, int64_t cols) {
             gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), P, B);
             gemm(false, true, rows, cols, d, A(1), dO + i0 * d, d, V + j0 * d, d, A(0), dP, B);
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
               A* p = P + r * B;
               A* dp = dP + r * B;
-              mask_row(p, query_position(dm, i), j0, cols, mask);
+              mask_row(p, query_position(dm, i), pos, cols, mask);
               for (int64_t cc = 0; cc < cols; ++cc) {
                 p[cc] = exp_acc(p[cc] - lse_h[i]);  // 0 where masked
                 dp[cc] = p[cc] * (dp[cc] - D[i]);
@@ -285,7 +320,7 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
             gemm(false, false, rows, d, cols, scale, dP, B, K + j0 * d, d, A(1), dQ + i0 * d, d);
             gemm(true, false, cols, d, rows, scale, dP, B, Q + i0 * d, d, A(1), dK + j0 * d, d);
             gemm(true, false, cols, d, rows, A(1), P, B, dO + i0 * d, d, A(1), dV + j0 * d, d);
-          }
+          });
         }
         scatter(dQ, dq, qv);
       }
@@ -293,6 +328,24 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
       scatter(dV, dv, kvv);
     }
   }
+}
+
+template <class S>
+void attention_merge_partial(S* o, acc_t<S>* lse, const S* o_part, const acc_t<S>* lse_part, const AttentionDims& dm) {
+  using A = acc_t<S>;
+  const int64_t sq = query_rows(dm), d = dm.head_dim;
+  for (int64_t bi = 0; bi < dm.b; ++bi)
+    for (int64_t h = 0; h < dm.heads; ++h)
+      for (int64_t i = 0; i < sq; ++i) {
+        A& l = lse[(bi * dm.heads + h) * sq + i];
+        const A lp = lse_part[(bi * dm.heads + h) * sq + i];
+        if (lp == -std::numeric_limits<A>::infinity()) continue;  // the partial saw no key of this row
+        const A mx = std::max(l, lp);
+        const A w = exp_acc(l - mx), wp = exp_acc(lp - mx), sum = w + wp;
+        const int64_t at = ((bi * sq + i) * dm.heads + h) * d;
+        for (int64_t cc = 0; cc < d; ++cc) o[at + cc] = store<S>((load(o[at + cc]) * w + load(o_part[at + cc]) * wp) / sum);
+        l = mx + std::log(sum);
+      }
 }
 
 #define INST(S)                                                                                 \
@@ -307,7 +360,8 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
                                            std::span<std::byte>);                               \
   template void attention_backward_flash<S>(const S*, const S*, const S*, const int32_t*,       \
                                             const S*, const acc_t<S>*, const S*, S*, S*, S*,    \
-                                            const AttentionDims&, std::span<std::byte>);
+                                            const AttentionDims&, std::span<std::byte>);         \
+  template void attention_merge_partial<S>(S*, acc_t<S>*, const S*, const acc_t<S>*, const AttentionDims&);
 LLMPLAN_FOR_STORAGE(INST)
 #undef INST
 

@@ -13,6 +13,13 @@
 // position are masked for every query and skipped; their dk and dv rows are 0. Defaults
 // (q_rows 0, q_offset 0, q_split 0): the whole sequence, ordinary causal self-attention.
 //
+// The flash variant also takes keys and values that are a slice of the sequence (context
+// parallel as a ring, where each step brings one rank's keys): k_rows rows, at positions
+// given by k_offset, k_split and k_offset_hi as for the queries (two chunks). doc then
+// still holds the whole sequence's ids (b, s), read at positions. A query row with no
+// allowed key among them gets o = 0 and lse = -inf, which attention_merge_partial weighs
+// as nothing. Defaults (k_rows 0): the keys are the whole sequence.
+//
 // Query head h reads key/value head h / g (as Hugging Face repeat_kv). Two variants with
 // the same results:
 //   materialized: forward saves probs P (b, heads, s, s) in the storage type (0 where not
@@ -51,6 +58,10 @@ struct AttentionDims {
   int64_t q_offset = 0;   // sequence position of query row 0. Default: 0
   int64_t q_split = 0;    // rows of the first chunk; 0: one chunk of q_rows rows. Default: 0
   int64_t q_offset_hi = 0;  // sequence position of row q_split (> the first chunk's). Default: 0
+  int64_t k_rows = 0;     // flash only: key rows per sequence; 0 means s. Default: 0
+  int64_t k_offset = 0;   // sequence position of key row 0. Default: 0
+  int64_t k_split = 0;    // rows of the first key chunk; 0: one chunk of k_rows rows. Default: 0
+  int64_t k_offset_hi = 0;  // sequence position of key row k_split. Default: 0
 };
 
 // sq: the query rows per sequence (dims.q_rows, or s when 0). Below, shapes with sq are
@@ -74,6 +85,9 @@ void attention_backward_materialized(const S* q, const S* k, const S* v, const S
                                      const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dims,
                                      std::span<std::byte> ws);
 
+// Key rows per sequence in k and v (dims.k_rows, or s when 0).
+inline int64_t key_rows_held(const AttentionDims& dm) { return dm.k_rows > 0 ? dm.k_rows : dm.s; }
+
 // q, k, v, doc as above -> o (b, sq, heads, d), lse (b, heads, sq).
 template <class S>
 void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
@@ -84,6 +98,13 @@ template <class S>
 void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t* doc, const S* o,
                               const acc_t<S>* lse, const S* dout, S* dq, S* dk, S* dv,
                               const AttentionDims& dims, std::span<std::byte> ws);
+
+// Two flash partials of the same queries over disjoint keys -> their attention over the
+// union: lse' = log(e^lse + e^lse_part), o' = o e^(lse - lse') + o_part e^(lse_part - lse')
+// (o, lse updated in place; shapes as attention_forward_flash's; a row at -inf in both
+// stays o = 0, lse = -inf).
+template <class S>
+void attention_merge_partial(S* o, acc_t<S>* lse, const S* o_part, const acc_t<S>* lse_part, const AttentionDims& dims);
 
 // Workspace bytes for storage `s` (f32 or f64 math width follows it); the larger of the
 // variant's forward and backward needs.

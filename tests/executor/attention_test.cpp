@@ -260,5 +260,78 @@ TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) {
   }
 }
 
+// Context parallel as a ring (float64, GQA, packed documents, s = 12, cp = 3): rank r's
+// queries (chunks r and 2cp-1-r) attend, one flash call per step, to the keys of each
+// owner j in turn (chunks j and 2cp-1-j, AttentionDims k_rows / k_offset / k_split), and
+// attention_merge_partial folds the partials together. The merged output must equal the
+// naive whole-sequence reference's rows; the backward of each step, run with the merged
+// o and lse, must give dq summed over the steps = the finite-difference dq rows, and dk,
+// dv of owner j's rows summed over every rank = the finite-difference dk, dv.
+TEST(Attention, RingStepsOverKeyChunksMergeToTheWholeSequence) {
+  Rng rng(test_seed());
+  const int64_t b = 2, s = 12, a = 4, akv = 2, d = 3, cp = 3, c = s / (2 * cp), sq = 2 * c;
+  Case whole = make_case(rng, b, s, a, akv, d, /*block=*/3, /*with_docs=*/true);
+  const Vec ref = naive_attention(whole.q, whole.k, whole.v, &whole.doc, whole.dm);
+  auto loss = [&] { return dot(whole.G, naive_attention(whole.q, whole.k, whole.v, &whole.doc, whole.dm)); };
+  const Vec nq = numeric_grad(whole.q, loss), nk = numeric_grad(whole.k, loss), nv = numeric_grad(whole.v, loss);
+  const int64_t row = a * d, kvrow = akv * d;
+  // The rows of `x` (b, s, w) at a rank's two chunks -> (b, sq, w), and back.
+  auto slice = [&](const Vec& x, int64_t w, int64_t r) {
+    Vec out(b * sq * w);
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t pos = i < c ? r * c + i : (2 * cp - 1 - r) * c + (i - c);
+        for (int64_t e = 0; e < w; ++e) out[(bi * sq + i) * w + e] = x[(bi * s + pos) * w + e];
+      }
+    return out;
+  };
+  auto unslice_add = [&](const Vec& x, int64_t w, int64_t r, Vec& into) {
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t pos = i < c ? r * c + i : (2 * cp - 1 - r) * c + (i - c);
+        for (int64_t e = 0; e < w; ++e) into[(bi * s + pos) * w + e] += x[(bi * sq + i) * w + e];
+      }
+  };
+  Vec o_all(whole.q.size(), 0.0), dq_all(whole.q.size(), 0.0), dk_all(whole.k.size(), 0.0), dv_all(whole.v.size(), 0.0);
+  for (int64_t r = 0; r < cp; ++r) {
+    cpu::AttentionDims dm = whole.dm;
+    dm.q_rows = sq;
+    dm.q_split = c;
+    dm.q_offset = r * c;
+    dm.q_offset_hi = (2 * cp - 1 - r) * c;
+    dm.k_rows = sq;
+    dm.k_split = c;
+    const Vec q = slice(whole.q, row, r), G = slice(whole.G, row, r);
+    Vec o(q.size()), lse(b * a * sq), op(q.size()), lp(lse.size());
+    testing::Workspace w(cpu::attention_workspace_bytes(DType::f64, dm, true));
+    for (int64_t step = 0; step < cp; ++step) {
+      const int64_t j = (r - step + cp) % cp;
+      dm.k_offset = j * c;
+      dm.k_offset_hi = (2 * cp - 1 - j) * c;
+      const Vec k = slice(whole.k, kvrow, j), v = slice(whole.v, kvrow, j);
+      cpu::attention_forward_flash<double>(q.data(), k.data(), v.data(), whole.docs(), step == 0 ? o.data() : op.data(),
+                                           step == 0 ? lse.data() : lp.data(), dm, w.span());
+      if (step > 0) cpu::attention_merge_partial<double>(o.data(), lse.data(), op.data(), lp.data(), dm);
+    }
+    unslice_add(o, row, r, o_all);
+    for (int64_t step = 0; step < cp; ++step) {
+      const int64_t j = (r - step + cp) % cp;
+      dm.k_offset = j * c;
+      dm.k_offset_hi = (2 * cp - 1 - j) * c;
+      const Vec k = slice(whole.k, kvrow, j), v = slice(whole.v, kvrow, j);
+      Vec dq(q.size()), dk(k.size()), dv(v.size());
+      cpu::attention_backward_flash<double>(q.data(), k.data(), v.data(), whole.docs(), o.data(), lse.data(), G.data(), dq.data(),
+                                            dk.data(), dv.data(), dm, w.span());
+      unslice_add(dq, row, r, dq_all);
+      unslice_add(dk, kvrow, j, dk_all);
+      unslice_add(dv, kvrow, j, dv_all);
+    }
+  }
+  EXPECT_TRUE(grads_match("ring o", o_all, ref, 1e-13));
+  EXPECT_TRUE(grads_match("ring dq", dq_all, nq, 1e-6));
+  EXPECT_TRUE(grads_match("ring dk", dk_all, nk, 1e-6));
+  EXPECT_TRUE(grads_match("ring dv", dv_all, nv, 1e-6));
+}
+
 }  // namespace
 }  // namespace llmplan::exec

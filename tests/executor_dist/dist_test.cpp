@@ -59,6 +59,7 @@ struct Case {
   // the reference (whole micro-batches) agrees only when nothing is dropped: E / k = 2.
   double capacity_factor = 0;
   bool flash = true;  // false: materialised attention (GPT: its attention-dropout kernels, p = 0)
+  bool cp_all_gather = false;  // CP exchange: the ring (the plan default, flash only) or the all-gather
   int world() const { return dp * tp * pp * cp; }
 };
 // ctest and gtest name a case by its name, not by its bytes.
@@ -163,6 +164,16 @@ const Case kCases[] = {
     {.name = "gpt_dp2_cp2_materialized", .family = Family::gpt, .dp = 2, .zero = 1, .cp = 2, .flash = false},
     {.name = "llama_cp2_selective_materialized", .family = Family::llama, .dp = 1, .zero = 0, .recompute = Recompute::selective,
      .cp = 2, .flash = false},
+    // The cases above with flash attention run CP as a ring; these as the all-gather, and a
+    // ring of four ranks (each step's keys: two chunks of 8 tokens of 64).
+    {.name = "llama_cp2_all_gather", .family = Family::llama, .dp = 1, .zero = 0, .cp = 2, .cp_all_gather = true},
+    {.name = "gpt_dp2_cp2_zero2_all_gather", .family = Family::gpt, .dp = 2, .zero = 2, .cp = 2, .cp_all_gather = true},
+    {.name = "gpt_tp2_sp_cp2_all_gather", .family = Family::gpt, .dp = 1, .zero = 0, .tp = 2, .sp = true, .cp = 2,
+     .cp_all_gather = true},
+    {.name = "moe_llama_cp2_ep2_all_gather", .family = Family::llama, .dp = 1, .zero = 0, .cp = 2, .moe = true, .ep = 2,
+     .capacity_factor = 2, .cp_all_gather = true},
+    {.name = "llama_cp4", .family = Family::llama, .dp = 1, .zero = 0, .cp = 4},
+    {.name = "gpt_cp4_selective", .family = Family::gpt, .dp = 1, .zero = 0, .recompute = Recompute::selective, .cp = 4},
     // LoRA on an MoE model: adapters on the attention projections and on every routed
     // expert (summed over the ranks holding the same experts, and over TP where each TP
     // rank routes its own tokens); router, experts and shared experts are frozen base
@@ -290,7 +301,7 @@ int child_main(const std::string& case_name, const std::string& out) {
     f.plan.vpp = c.vpp;
     f.plan.ep = c.ep;
     f.plan.flash_attention = c.flash;
-    if (c.cp > 1 && !c.flash) f.plan.cp_exchange = CpExchange::all_gather;  // a ring needs flash (plan_check)
+    if (c.cp > 1 && (!c.flash || c.cp_all_gather)) f.plan.cp_exchange = CpExchange::all_gather;  // a ring needs flash (plan_check)
     Result<std::unique_ptr<Communicator>> comm = create_mpi_communicator(f.plan, 60);
     if (!comm) {
       std::fprintf(stderr, "%s\n", comm.status().message().c_str());
@@ -595,31 +606,32 @@ TEST(RankProxy, Llama2_7bTp2Pp2Dp2MatchesThePlannerPerRank) {
   }
 }
 
-// Rank proxy of a context-parallel plan (dp2 cp2 ZeRO-1, GPT and Llama; tp2 sp cp2): one process
-// keeps CP rank c's two chunks of every sequence; LocalCommunicator's all-gather of k, v
-// hands back copies of this rank's rows in every slot (the shape of the whole sequence),
-// so its queries attend over all s keys as on a real rank. Model states, activations
-// (scores of the local queries against all keys) and logits equal the planner's per-rank
-// prediction, and so does communication: the runner predicts the executed config with
-// cp_exchange all_gather (whole-sequence k and v, the dk / dv reduce-scatter buffer; the
-// proxy's equals a real rank's: llama_dp2_cp2_zero1 measures 180224 bytes on every rank).
+// Rank proxy of a context-parallel plan (dp2 cp2 ZeRO-1, GPT and Llama; tp2 sp cp2), with
+// either exchange: one process keeps CP rank c's two chunks of every sequence.
+// LocalCommunicator's all-gather of k, v hands back copies of this rank's rows in every
+// slot (the shape of the whole sequence), and its ring shift hands back this rank's own
+// k, v (the shape of the next rank's), so its queries attend as on a real rank. Model
+// states, activations and logits equal the planner's per-rank prediction, and so does
+// communication (whole-sequence k and v and the dk / dv reduce-scatter buffer, or two
+// ranks' k, v and dk, dv; the proxy's equals a real rank's).
 TEST(RankProxy, ContextParallelMatchesThePlannerPerRank) {
-  for (int i = 0; i < 3; ++i) {
-    const Family fam = i == 1 ? Family::gpt : Family::llama;
-    PlanFile f = i < 2 ? tiny_plan(fam, 2, 1, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, 2)
-                       : tiny_plan(fam, 1, 0, 2, true, 1, Schedule::one_f_one_b, Recompute::none, nullptr, 2);
-    for (int rank : {0, 3}) {
-      Result<RunReport> r = run_proxy(f, rank);
-      ASSERT_TRUE(r) << r.status().message();
-      EXPECT_EQ(r->coords.cp, rank % 2);
-      // The plan says ring (the default); what runs, and is predicted, is the all-gather.
-      EXPECT_EQ(r->executed.plan.cp_exchange, CpExchange::all_gather);
-      EXPECT_NE(r->label.find("cp2 ring run as all-gather"), std::string::npos) << r->label;
-      for (const StepMeasure& s : r->steps) EXPECT_TRUE(std::isfinite(s.loss));
-      expect_rank_lines_match(*r, i == 0 ? "cp proxy llama dp2 cp2" : i == 1 ? "cp proxy gpt dp2 cp2" : "cp proxy llama tp2 sp cp2",
-                              rank, true, 0);
+  for (CpExchange exchange : {CpExchange::ring, CpExchange::all_gather})
+    for (int i = 0; i < 3; ++i) {
+      const Family fam = i == 1 ? Family::gpt : Family::llama;
+      PlanFile f = i < 2 ? tiny_plan(fam, 2, 1, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, 2)
+                         : tiny_plan(fam, 1, 0, 2, true, 1, Schedule::one_f_one_b, Recompute::none, nullptr, 2);
+      f.plan.cp_exchange = exchange;
+      for (int rank : {0, 3}) {
+        Result<RunReport> r = run_proxy(f, rank);
+        ASSERT_TRUE(r) << r.status().message();
+        EXPECT_EQ(r->coords.cp, rank % 2);
+        EXPECT_EQ(r->executed.plan.cp_exchange, exchange);  // what the plan says runs, and is predicted
+        for (const StepMeasure& s : r->steps) EXPECT_TRUE(std::isfinite(s.loss));
+        const std::string what = std::string(i == 0 ? "cp proxy llama dp2 cp2" : i == 1 ? "cp proxy gpt dp2 cp2" : "cp proxy llama tp2 sp cp2") +
+                                 (exchange == CpExchange::ring ? " ring" : " all-gather");
+        expect_rank_lines_match(*r, what.c_str(), rank, true, 0);
+      }
     }
-  }
 }
 
 // Rank proxy of an MoE plan under TP with SP and EP (dp2 tp2 sp ep2, ZeRO-1): the TP
@@ -778,8 +790,8 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
       // TP without SP all-reduces in place: the planner's TP line (one layer input,
       // b*s*h, the SP all-gather buffer) has no counterpart, so communication is printed only;
       // with SP that buffer is the all-gathered GEMM input and must match.
-      // CP gathers whole-sequence k and v (and reduce-scatters their gradients): the runner
-      // predicts the executed config with cp_exchange all_gather, whose buffers must match too.
+      // CP's exchange buffers (all-gather: whole-sequence k and v and the dk / dv
+      // reduce-scatter buffer; ring: two ranks' k, v and their dk, dv) must match too.
       if (name == "weights" || name == "optimizer_states" || name == "master_weights" || name == "activations" ||
           name == "logits_loss" || (name == "communication" && (c.tp == 1 || c.sp)) || name == "gradients" ||
           (name == "gathered_params" && c.zero == 3)) {

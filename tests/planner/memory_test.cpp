@@ -214,8 +214,9 @@ TEST(LoraParallelLinear, AdapterShardsAndLowRankActivationsPerRank) {
 // micro-batch 1, tp 2, cp 4, bf16. One whole gathered tensor is 1 x 8192 x w/2 x 2 B =
 // 8192 B per column of w. Forward and backward gather k, then v: k whole + v raw + v whole
 // = 8192 x 3 x 1024 = 25165824 (queries and the output gradient stay local; the dk / dv
-// reduce-scatter buffer comes after k and v are freed). The ring holds two K/V chunks of the rank's 2048 tokens: 2 x 2048 x 1024/2
-// x 2 (K, V) x 2 B = 8388608, so the stage's communication grows by the difference.
+// reduce-scatter buffer comes after k and v are freed). The ring's forward holds the K and
+// V of two ranks' 2048 tokens: 2 x 2048 x 1024/2 x 2 (K, V) x 2 B = 8388608; its backward
+// also their dK, dV accumulators: 16777216, the communication line's peak.
 TEST(ContextParallel, AllGatherBuffersFromHandArithmetic) {
   ModelSpec m = testing::llama2_7b();
   m.kv_heads = 8;
@@ -233,14 +234,18 @@ TEST(ContextParallel, AllGatherBuffersFromHandArithmetic) {
   opt.nccl_bytes_per_group = 0;
   const double gathered = stage_memory_extras(m, j, p, 0, opt).comm_buffers;
   p.cp_exchange = CpExchange::ring;
-  const double ring = stage_memory_extras(m, j, p, 0, opt).comm_buffers;
-  EXPECT_DOUBLE_EQ(ring, 8388608.0);
+  const StageMemoryExtras ring = stage_memory_extras(m, j, p, 0, opt);
+  EXPECT_DOUBLE_EQ(ring.comm_buffers, 8388608.0);
+  EXPECT_DOUBLE_EQ(ring.layer_comm_buffers, 8388608.0);
   EXPECT_DOUBLE_EQ(gathered, 25165824.0);
+  const int comm = static_cast<int>(MemoryItem::comm_buffers);
+  const ClusterSpec cl = testing::dgx_a100(1);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, cl, j, p, opt).worst.item_peak[comm], 16777216.0);
   // With SP the layer-input gather (2048 x 4096 x 2 B = 16777216) is never live with the
-  // CP gathers: only the larger of the two counts.
+  // CP exchange's buffers: only the larger of the two counts.
   p.sp = true;
   const double ring_sp = stage_memory_extras(m, j, p, 0, opt).comm_buffers;
-  EXPECT_DOUBLE_EQ(ring_sp, 8388608.0 + 16777216.0);
+  EXPECT_DOUBLE_EQ(ring_sp, 16777216.0);
   p.cp_exchange = CpExchange::all_gather;
   EXPECT_DOUBLE_EQ(stage_memory_extras(m, j, p, 0, opt).comm_buffers, 25165824.0);
   // No CP: nothing.
