@@ -215,7 +215,15 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     const double down = rows * (h + fe), up = rows * (mlp_grads * fe + (p.ep > 1 ? 0 : h)) + call * h;
     mlp_moment = (2 * tok * h + std::max(down, up)) * act_bytes;
   } else {
-    mlp_moment = (2 * tokens * m.hidden / seq_div + mlp_grads * tokens * static_cast<double>(m.ffn_hidden) / p.tp) * act_bytes;
+    // The output's gradient over the rank's tokens; the input's over the whole sequence
+    // under SP (column-parallel partial sums, reduce-scattered after the GEMMs).
+    const double h = static_cast<double>(m.hidden);
+    mlp_moment = (tokens * h / seq_div + tokens * h + mlp_grads * tokens * static_cast<double>(m.ffn_hidden) / p.tp) * act_bytes;
+    // LoRA on the MLP's input projections: their adapter's input gradient and dz beside
+    // the base GEMM's (model_impl.h, lin_bwd; on TP rank 0 under TP).
+    const uint32_t lora = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+    if (lora & (projection_bit(Projection::gate) | projection_bit(Projection::up)))
+      mlp_moment += tokens * (h + static_cast<double>(j.lora.rank)) * act_bytes;
   }
   if (p.cp <= 1) return {mlp_moment, 0};
   const double qw = static_cast<double>(m.q_width()) / p.tp, kvw = static_cast<double>(m.kv_width()) / p.tp;
@@ -339,6 +347,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   int groups = 0;
   double sp_ep = 0;        // the SP gather and EP all-to-all buffers counted below (MLP / GEMM-input side)
   double cp_forward = 0, cp_backward = 0;  // the CP exchange's buffers in attention's forward and backward
+  double sp_gather = 0, a2a = 0;           // the SP gather of a layer's input; the EP all-to-all buffer
   if (p.dp * p.cp > 1) {
     x.comm_buffers += 2 * opt.dp_bucket_bytes;
     ++groups;
@@ -346,8 +355,11 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   if (p.tp > 1) {
     // Sequence parallel all-gathers a layer's input into a full-sequence buffer; plain TP
     // all-reduces in place and needs none (measured by the distributed executor).
-    if (p.sp) x.comm_buffers += tokens * h * act_bytes;
-    if (p.sp) sp_ep += tokens * h * act_bytes;
+    // It lives only around the GEMMs that read it (a layer's, the LM head's).
+    if (p.sp) sp_gather = tokens * h * act_bytes;
+    x.comm_buffers += sp_gather;
+    x.layer_comm_buffers += sp_gather;
+    sp_ep += sp_gather;
     ++groups;
   }
   if (p.pp > 1) {
@@ -376,7 +388,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     // Under SP the all-gathered layer input above is live during the dispatch only when
     // shared experts read it (moe_fwd gathers it before the exchange); without them the two
     // are never live together, so only the larger counts.
-    const double a2a = moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
+    a2a = moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
     const double ep_extra = m.moe.shared_experts > 0 ? a2a : std::max(a2a, sp_ep) - sp_ep;  // sp_ep: the SP gather so far
     x.comm_buffers += ep_extra;
     x.layer_comm_buffers += ep_extra;
@@ -387,18 +399,21 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   // them on return), the SP gather only around the GEMM that reads it and the EP buffers
   // only inside the MoE MLP: the executor never holds both sides, so only the larger counts.
   const double cp_extra = cp_forward > 0 ? std::max(cp_forward, sp_ep) - sp_ep : 0;
-  const double cp_extra_backward = cp_backward > 0 ? std::max(cp_backward, sp_ep) - sp_ep : 0;
-  const double ep_layer = x.layer_comm_buffers;  // the EP all-to-all's, so far the only layer-only buffers
   x.comm_buffers += cp_extra;
   x.layer_comm_buffers += cp_extra;
   x.comm_buffers += groups * opt.nccl_bytes_per_group;
-  // A layer's backward peaks at the MLP (with the EP buffers) or, under CP, in attention
-  // (with the exchanged keys and values): never both at once.
+  if (is_last) x.head_comm = sp_gather;  // the head's SP-gathered input, in its GEMMs
+  if (is_last && opt.sp_head_input_saved) x.loss_comm = sp_gather;
+  // A layer's backward peaks at the MLP or, under CP, in attention: never both at once.
+  // The MLP's GEMMs read the SP-gathered input (a dense MLP's, shared experts'; routed
+  // experts only their own tokens) and MoE's the all-to-all buffer; attention holds only
+  // the exchanged keys and values (the SP gather is freed after the QKV GEMM).
   if (layers_train) {
-    const bool attention = p.cp > 1 && moments.attention + cp_extra_backward > mlp_working + ep_layer;
+    const double mlp_comm = !m.moe.enabled() || m.moe.shared_experts > 0 ? sp_gather + a2a : a2a;
+    const bool attention = p.cp > 1 && moments.attention + cp_backward > mlp_working + mlp_comm;
     x.activation_grads = attention ? moments.attention : mlp_working;
-    x.backward_layer_comm = attention ? cp_extra_backward : ep_layer;
-    x.cp_backward_buffers = cp_extra_backward;
+    x.backward_layer_comm = attention ? cp_backward : mlp_comm;
+    x.cp_backward_buffers = cp_backward;
   }
   return x;
 }
@@ -582,21 +597,21 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   out.comm_peak = std::max(base[comm], base[comm] - x.layer_comm_buffers + x.cp_backward_buffers);
   // ZeRO-3 holds a layer's pool inside it, and less (the executor: nothing) at the loss.
   const int gathered = static_cast<int>(MemoryItem::gathered_params);
-  const double at_head = activations + logits + x.gathered_at_loss,
+  const double at_head = activations + logits + x.gathered_at_loss + x.loss_comm,
                at_layer = activations - x.head_input + other_logits + transient + x.layer_comm_buffers + x.gathered_pool_layer;
   // The head's forward GEMM, before the loss adds its fp32 softmax (last stage).
   const double at_head_gemm =
-      is_last ? activations + other_logits + x.head_logits + x.head_forward_working + x.head_gathered_forward : 0;
+      is_last ? activations + other_logits + x.head_logits + x.head_forward_working + x.head_gathered_forward + x.head_comm : 0;
   if (at_head_gemm > at_head && at_head_gemm > at_layer) {
     fwd[static_cast<int>(MemoryItem::activations)] = activations;
     fwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits + x.head_logits;
     fwd[static_cast<int>(MemoryItem::backward_working)] = x.head_forward_working;
-    fwd[comm] -= x.layer_comm_buffers;
+    fwd[comm] += x.head_comm - x.layer_comm_buffers;
     fwd[gathered] = x.head_gathered_forward;
   } else if (at_head >= at_layer) {
     fwd[static_cast<int>(MemoryItem::activations)] = activations;
     fwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
-    fwd[comm] -= x.layer_comm_buffers;
+    fwd[comm] += x.loss_comm - x.layer_comm_buffers;
     fwd[gathered] = x.gathered_at_loss;
   } else {
     fwd[static_cast<int>(MemoryItem::activations)] = activations - x.head_input;
@@ -611,15 +626,16 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // final-norm and head inputs and its logits' gradient still held; the larger counts.
   const double layer_bwd = activations - x.last_chunk_set + out.remat_and_grads + x.gathered_pool_backward + x.unit_grad_transient +
                            x.backward_layer_comm;
-  const double head_bwd =
-      is_last ? activations + x.head_logits + x.head_backward_working + x.head_gathered_backward + x.head_grad_transient : 0;
+  const double head_bwd = is_last ? activations + x.head_logits + x.head_backward_working + x.head_gathered_backward +
+                                        x.head_grad_transient + x.head_comm
+                                  : 0;
   bwd[comm] += x.backward_layer_comm - x.layer_comm_buffers;
   if (is_last && head_bwd > layer_bwd) {
     bwd[static_cast<int>(MemoryItem::activations)] = activations;
     bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits + x.head_logits;
     bwd[static_cast<int>(MemoryItem::backward_working)] = x.head_backward_working;
     bwd[static_cast<int>(MemoryItem::gradients)] += x.head_grad_transient;
-    bwd[comm] -= x.backward_layer_comm;
+    bwd[comm] += x.head_comm - x.backward_layer_comm;
     bwd[gathered] = x.head_gathered_backward;
   } else {
     bwd[static_cast<int>(MemoryItem::activations)] = activations - (is_last ? x.last_chunk_set : 0);

@@ -79,6 +79,11 @@ struct MemoryOptions {
   // beside the current and the prefetched layer. Default: false (the executor gathers the
   // embedding and the head as units in order of use, like the layers).
   bool zero3_root_gathered = false;
+  // Sequence parallel by autograd (DTensor, torchtitan): the LM head's all-gathered input
+  // is saved for its weight gradient, so it is live from the head forward to the head
+  // backward, the loss included. Megatron and the executor free it after the GEMM and
+  // gather it again in backward. Default: false.
+  bool sp_head_input_saved = false;
   // MoE under TP, where each TP rank routes its own tokens through whole experts: the
   // executor computes a layer's router and routed-expert gradients (LoRA: the experts'
   // adapters) into zeroed partial buffers, sums them over TP and adds them (model_impl.h,
@@ -230,9 +235,9 @@ struct StageMemoryExtras {
   double gathered_at_loss = 0;        // ZeRO-3: at the end of the head forward (see below)
   double unit_grad_transient = 0;  // ZeRO >= 2: one unit's full-size gradient during its backward (see below)
   double comm_buffers = 0;      // DP buckets, TP/SP gathers, PP send/recv, CP ring or all-gather, EP, NCCL
-  // Of comm_buffers, what lives only inside a layer's forward or backward: the EP
-  // all-to-all buffer and the CP all-gather's (beyond the SP gather they replace). Not
-  // held at the end of the head forward, nor in the optimizer step.
+  // Of comm_buffers, what lives only inside a layer's forward or backward: the SP gather
+  // of a layer's input, the EP all-to-all buffer and the CP exchange's (beyond the SP
+  // gather they replace). Not held at the loss, nor in the optimizer step.
   double layer_comm_buffers = 0;
   // The CP exchange's buffers (beyond the SP gather) in a layer's backward attention, when
   // a layer trains: the all-gather's as in forward, the ring's with its dk, dv accumulators.
@@ -244,6 +249,8 @@ struct StageMemoryExtras {
   double head_gathered_forward = 0;  // ZeRO-3: the head unit
   double head_gathered_backward = 0; // ZeRO-3: the head unit + the stage's last layer, prefetched
   double head_grad_transient = 0;    // ZeRO >= 2: the head unit's full-size gradient
+  double head_comm = 0;              // SP: the head's gathered input, in both GEMMs
+  double loss_comm = 0;              // SP: the same at the loss (MemoryOptions::sp_head_input_saved)
 };
 // ZeRO-2/3 work per *unit* -- the embedding (first stage), each layer, the final norm with
 // the LM head (last stage; a tied head reads the token table again) -- as FSDP and the

@@ -301,6 +301,8 @@ MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOpt
     // without TP, aten's loss peaks at 12 (MemoryOptions::loss_bytes_per_logit).
     o.loss_bytes_per_logit = r.plan.tp.value_or(1) > 1 ? 16 : 12;
     o.zero3_root_gathered = true;
+    // Its SP is DTensor's: autograd saves the head's all-gathered input for backward.
+    o.sp_head_input_saved = true;
   }
   return o;
 }

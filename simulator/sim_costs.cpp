@@ -188,6 +188,8 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     st.head_gathered_forward_bytes = x.head_gathered_forward - x.gathered_at_loss;
     st.head_gathered_backward_bytes = x.head_gathered_backward - x.gathered_at_loss;
     st.head_grad_transient_bytes = x.head_grad_transient;
+    st.head_comm_bytes = x.head_comm;
+    st.loss_comm_bytes = x.loss_comm;
     st.grad_transient_bytes = x.unit_grad_transient;
     st.fragmentation_fraction = mem.fragmentation_fraction;
   }

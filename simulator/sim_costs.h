@@ -87,6 +87,8 @@ struct StageCost {
   double head_gathered_forward_bytes = 0;   // ZeRO-3: gathered beyond the static ones
   double head_gathered_backward_bytes = 0;
   double head_grad_transient_bytes = 0;
+  double head_comm_bytes = 0;               // SP: the head's gathered input ...
+  double loss_comm_bytes = 0;               // ... and what of it stays to the head backward
   double first_chunk_extra_bytes = 0;  // per micro-batch with chunk 0 (stage 0: embedding dropout mask)
   double last_chunk_extra_bytes = 0;   // per micro-batch with the last chunk (last stage: final-norm and LM-head inputs)
   double head_input_bytes = 0;         // of which made after the last layer's forward (the LM-head input)

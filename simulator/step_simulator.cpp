@@ -527,8 +527,9 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       deltas.push_back({end, 0, i, false, 0, -ftrans[c], 0, -lg, 0, -lc});
       if (head) {
         const double hw = sc.head_forward_working_bytes, hg = sc.head_gathered_forward_bytes, hl = sc.head_logits_bytes;
-        deltas.push_back({end, 1, i, false, head_in[c], hw, hl, hg});
-        deltas.push_back({end, 1, i, false, 0, -hw, logits[c] - hl, -hg});
+        const double hc = sc.head_comm_bytes, lc_loss = sc.loss_comm_bytes;
+        deltas.push_back({end, 1, i, false, head_in[c], hw, hl, hg, 0, hc});
+        deltas.push_back({end, 1, i, false, 0, -hw, logits[c] - hl, -hg, 0, lc_loss - hc});
       } else {
         deltas.push_back({end, 1, i, false, head_in[c], 0, logits[c], 0});
       }
@@ -538,8 +539,9 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       if (head) {
         const double hw = sc.head_backward_working_bytes, hg = sc.head_gathered_backward_bytes, hl = sc.head_logits_bytes;
         const double hgr = sc.head_grad_transient_bytes;
-        deltas.push_back({start, 1, i, false, 0, hw, -(logits[c] - hl), hg, hgr});
-        deltas.push_back({start, 1, i, false, -head_set[c], work[c] - hw, -hl, lg - hg, g - hgr, lc});
+        const double hc = sc.head_comm_bytes;
+        deltas.push_back({start, 1, i, false, 0, hw, -(logits[c] - hl), hg, hgr, hc - sc.loss_comm_bytes});
+        deltas.push_back({start, 1, i, false, -head_set[c], work[c] - hw, -hl, lg - hg, g - hgr, lc - hc});
       } else {
         deltas.push_back({start, 1, i, false, -head_set[c], work[c], -logits[c], lg, g, lc});
       }
