@@ -201,7 +201,7 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
   const double seq_div = p.sp ? p.tp : 1.0;
   const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
   const double mlp_grads = m.family == Family::gpt ? 1 : 2;  // GELU: d(fc1); SwiGLU: d(gate) and d(up)
-  double mlp_moment = 0;
+  double mlp_moment = 0, mlp_comm = 0;
   if (m.moe.enabled()) {
     // The routed experts' backward (executor/model_impl.h, moe_bwd) over the rank's E x C
     // capacity-padded rows, beside the layer's output and input gradients (2 tok x h):
@@ -213,7 +213,12 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     const double rows = moe_expert_rows(m, tok), local = static_cast<double>(m.moe.experts) / p.ep;
     const double call = local == 1 ? rows : rows / m.moe.experts;
     const double down = rows * (h + fe), up = rows * (mlp_grads * fe + (p.ep > 1 ? 0 : h)) + call * h;
-    mlp_moment = (2 * tok * h + std::max(down, up)) * act_bytes;
+    // The down projection's moment holds no exchange buffer: its gradient's send buffer is
+    // freed once received. The up projection's holds the expert inputs' gradient in one.
+    const double up_comm = p.ep > 1 ? rows * h : 0;
+    const bool up_wins = up + up_comm > down;
+    mlp_moment = (2 * tok * h + (up_wins ? up : down)) * act_bytes;
+    mlp_comm = up_wins ? up_comm * act_bytes : 0;
   } else {
     // The output's gradient over the rank's tokens; the input's over the whole sequence
     // under SP (column-parallel partial sums, reduce-scattered after the GEMMs).
@@ -225,13 +230,13 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     if (lora & (projection_bit(Projection::gate) | projection_bit(Projection::up)))
       mlp_moment += tokens * (h + static_cast<double>(j.lora.rank)) * act_bytes;
   }
-  if (p.cp <= 1) return {mlp_moment, 0};
+  if (p.cp <= 1) return {mlp_moment, 0, mlp_comm};
   const double qw = static_cast<double>(m.q_width()) / p.tp, kvw = static_cast<double>(m.kv_width()) / p.tp;
   // The layer output's gradient (the residual's) is live through attention's backward too.
   const double output_grad = tokens * static_cast<double>(m.hidden) / seq_div;
   // Ring: beside dout, dq, dk, dv, one step's partial dq and dk, dv (ring_attn_bwd).
-  if (p.cp_exchange == CpExchange::ring) return {mlp_moment, (output_grad + tokens * (3 * qw + 4 * kvw)) * act_bytes};
-  return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw)) * act_bytes};
+  if (p.cp_exchange == CpExchange::ring) return {mlp_moment, (output_grad + tokens * (3 * qw + 4 * kvw)) * act_bytes, mlp_comm};
+  return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw)) * act_bytes, mlp_comm};
 }
 
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage) {
@@ -347,7 +352,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   int groups = 0;
   double sp_ep = 0;        // the SP gather and EP all-to-all buffers counted below (MLP / GEMM-input side)
   double cp_forward = 0, cp_backward = 0;  // the CP exchange's buffers in attention's forward and backward
-  double sp_gather = 0, a2a = 0;           // the SP gather of a layer's input; the EP all-to-all buffer
+  double sp_gather = 0;                    // the SP gather of a layer's input
   if (p.dp * p.cp > 1) {
     x.comm_buffers += 2 * opt.dp_bucket_bytes;
     ++groups;
@@ -388,7 +393,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     // Under SP the all-gathered layer input above is live during the dispatch only when
     // shared experts read it (moe_fwd gathers it before the exchange); without them the two
     // are never live together, so only the larger counts.
-    a2a = moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
+    const double a2a = moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
     const double ep_extra = m.moe.shared_experts > 0 ? a2a : std::max(a2a, sp_ep) - sp_ep;  // sp_ep: the SP gather so far
     x.comm_buffers += ep_extra;
     x.layer_comm_buffers += ep_extra;
@@ -409,7 +414,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   // experts only their own tokens) and MoE's the all-to-all buffer; attention holds only
   // the exchanged keys and values (the SP gather is freed after the QKV GEMM).
   if (layers_train) {
-    const double mlp_comm = !m.moe.enabled() || m.moe.shared_experts > 0 ? sp_gather + a2a : a2a;
+    const double mlp_comm = (!m.moe.enabled() || m.moe.shared_experts > 0 ? sp_gather : 0) + moments.mlp_comm;
     const bool attention = p.cp > 1 && moments.attention + cp_backward > mlp_working + mlp_comm;
     x.activation_grads = attention ? moments.attention : mlp_working;
     x.backward_layer_comm = attention ? cp_backward : mlp_comm;
@@ -516,6 +521,7 @@ struct StagePhases {
   double inflight = 0;
   double activations = 0, logits = 0, transient = 0, remat_and_grads = 0, head_working = 0;  // bytes, for item_peak
   double gathered_peak = 0;  // the ZeRO-3 pool (forward, backward), for item_peak
+  double gradients_peak = 0; // with the largest unit's full gradient (ZeRO >= 2), for item_peak
   double comm_peak = 0;      // every communication buffer, inside a layer, for item_peak
 };
 
@@ -644,6 +650,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
     bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
     bwd[gathered] = x.gathered_pool_backward;
   }
+  out.gradients_peak = base[static_cast<int>(MemoryItem::gradients)] + std::max(x.unit_grad_transient, x.head_grad_transient);
   optim[comm] -= x.layer_comm_buffers;
   optim[gathered] = 0;
   // Optimizer step: activations and ZeRO-3's gathered units are gone. ZeRO 1-2 all-gather
@@ -683,7 +690,7 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   const int frag = static_cast<int>(MemoryItem::fragmentation);
   sm.item_peak = sp.b[static_cast<int>(Phase::optimizer)];
   const int grads = static_cast<int>(MemoryItem::gradients);
-  sm.item_peak[grads] = sp.b[static_cast<int>(Phase::backward)][grads];
+  sm.item_peak[grads] = sp.gradients_peak;
   sm.item_peak[static_cast<int>(MemoryItem::gathered_params)] = sp.gathered_peak;
   sm.item_peak[static_cast<int>(MemoryItem::comm_buffers)] = sp.comm_peak;
   sm.item_peak[static_cast<int>(MemoryItem::activations)] = sp.activations;

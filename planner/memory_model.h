@@ -181,8 +181,10 @@ double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTen
 //   mlp        the gradient of the layer's output, of its input, and the widest
 //              intermediate gradients of the MLP -- one f-wide gradient for GPT's GELU, two
 //              for SwiGLU (the gate and up gradients exist together): (2h + f) or (2h + 2f)
-//              x tokens x act_bytes (h/t under SP, f/t under TP). MoE: the routed experts'
-//              backward over the capacity-padded rows, see the definition.
+//              x tokens x act_bytes (f/t under TP; under SP the output's h/t, the input's
+//              whole-sequence partial h). MoE: the routed experts' backward over the
+//              capacity-padded rows, its larger of two moments (see the definition), with
+//              mlp_comm the all-to-all buffer live at it.
 //   attention  context parallel only (0 otherwise): the gradients of the layer's output
 //              (tokens x h, h/t under SP), of the attention output and of q, k, v (tokens x
 //              (2 qw + 2 kvw)/t) beside, as an all-gather, the
@@ -193,6 +195,7 @@ double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTen
 // larger sum.
 struct LayerBackwardMoments {
   double mlp = 0, attention = 0;
+  double mlp_comm = 0;  // MoE under EP: the all-to-all buffer live at the MLP's moment (beside mlp)
 };
 LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
 
