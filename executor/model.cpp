@@ -35,8 +35,8 @@ Status check_model_config(const ModelConfig& c) {
   if (const int t = c.plan.tp; t > 1) {
     if (c.comm == nullptr || c.comm->size(Group::tp) != t)
       return Status::bad_input("executor: tp " + std::to_string(t) + " needs a communicator with a TP group of that size");
-    if (m.heads % t != 0 || m.kv_heads % t != 0 || m.ffn_hidden % t != 0 || m.vocab % t != 0)
-      return Status::bad_input("executor: tp " + std::to_string(t) + " must divide heads, kv_heads, ffn_hidden and vocab of " + m.name);
+    if (m.heads % t != 0 || m.kv_heads % t != 0 || m.ffn_hidden % t != 0)
+      return Status::bad_input("executor: tp " + std::to_string(t) + " must divide heads, kv_heads and ffn_hidden of " + m.name);
     if (c.plan.sp && (static_cast<int64_t>(c.plan.micro_batch) * (c.job.seq_len / std::max(1, c.plan.cp))) % t != 0)
       return Status::bad_input("executor: sequence parallel needs micro_batch * seq_len / cp divisible by tp " + std::to_string(t));
   } else if (c.plan.tp != 1) {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstring>
 #include <span>
@@ -149,8 +150,12 @@ class ModelImpl final : public Model {
     qw_ = m.q_width() / t_;
     kvw_ = m.kv_width() / t_;
     f_ = m.ffn_hidden / t_;
-    Vl_ = V_ / t_;
+    // Under TP the vocabulary is padded to a multiple of tp (as Megatron pads it): each rank
+    // holds Vl_ rows, of which the first Vr_ are real tokens; the padded rows' logits are
+    // masked out of the loss, so the model computes what the unpadded one does.
+    Vl_ = (V_ + t_ - 1) / t_;
     v0_ = tr_ * Vl_;
+    Vr_ = std::clamp<int64_t>(V_ - v0_, 0, Vl_);
     sp_ = t_ > 1 && c_.plan.sp;
     ns_ = sp_ ? n_ / t_ : n_;
     if (m.moe.enabled()) {
@@ -188,7 +193,7 @@ class ModelImpl final : public Model {
     };
     const int wte_index = static_cast<int>(params_.size());
     if (first_ || (last_ && m.tied_embeddings))
-      LL_TRY(param(wte_, gwte_, {0, V_, h_}, "embed.tokens", embed_trainable_, true, c_.options.init_std, 0, !first_));
+      LL_TRY(param(wte_, gwte_, {0, Vl_ * t_, h_}, "embed.tokens", embed_trainable_, true, c_.options.init_std, 0, !first_));
     if (gpt_ && first_) LL_TRY(param(wpe_, gwpe_, {-1, m.max_positions, h_}, "embed.positions", embed_trainable_, true, c_.options.init_std));
     if (first_) units_.push_back(since(static_cast<size_t>(wte_index)));
     layers_.resize(static_cast<size_t>(nl));
@@ -200,7 +205,7 @@ class ModelImpl final : public Model {
     if (last_) {
       const size_t at = params_.size();
       LL_TRY(init_norm(fnorm_, "final_norm", head_trainable_));
-      if (!m.tied_embeddings) LL_TRY(param(whead_, gwhead_, {0, V_, h_}, "head.weight", head_trainable_, true, c_.options.init_std));
+      if (!m.tied_embeddings) LL_TRY(param(whead_, gwhead_, {0, Vl_ * t_, h_}, "head.weight", head_trainable_, true, c_.options.init_std));
       units_.push_back(since(at));
       if (m.tied_embeddings) units_.back().push_back(wte_index);
     }
@@ -1456,14 +1461,17 @@ class ModelImpl final : public Model {
     constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
     const int64_t n = n_;
     std::vector<A> mx(static_cast<size_t>(n)), all(static_cast<size_t>(n * t_)), red(static_cast<size_t>(2 * n), A(0));
-    for (int64_t i = 0; i < n; ++i) mx[static_cast<size_t>(i)] = *std::max_element(z + i * Vl_, z + (i + 1) * Vl_);
+    // Padded columns (j >= Vr_) are not tokens: out of the max, the sum and the gradient.
+    const A lowest = -std::numeric_limits<A>::infinity();
+    for (int64_t i = 0; i < n; ++i)
+      mx[static_cast<size_t>(i)] = Vr_ > 0 ? *std::max_element(z + i * Vl_, z + i * Vl_ + Vr_) : lowest;
     LL_TRY(c_.comm->all_gather(mx.data(), all.data(), n, kA, Group::tp));
     for (int64_t i = 0; i < n; ++i)
       for (int r = 0; r < t_; ++r) mx[static_cast<size_t>(i)] = std::max(mx[static_cast<size_t>(i)], all[static_cast<size_t>(r * n + i)]);
     for (int64_t i = 0; i < n; ++i) {
       const A* zi = z + i * Vl_;
       A se = 0;
-      for (int64_t j = 0; j < Vl_; ++j) se += std::exp(zi[j] - mx[static_cast<size_t>(i)]);
+      for (int64_t j = 0; j < Vr_; ++j) se += std::exp(zi[j] - mx[static_cast<size_t>(i)]);
       red[static_cast<size_t>(i)] = se;
       const int64_t local = targets[i] - v0_;
       if (targets[i] != cpu::kIgnoreIndex && local >= 0 && local < Vl_) red[static_cast<size_t>(n + i)] = zi[local];
@@ -1487,7 +1495,8 @@ class ModelImpl final : public Model {
         continue;
       }
       const A inv = A(1) / red[static_cast<size_t>(i)];
-      for (int64_t j = 0; j < Vl_; ++j) zi[j] = static_cast<A>(k * static_cast<double>(std::exp(zi[j] - mx[static_cast<size_t>(i)]) * inv));
+      for (int64_t j = 0; j < Vr_; ++j) zi[j] = static_cast<A>(k * static_cast<double>(std::exp(zi[j] - mx[static_cast<size_t>(i)]) * inv));
+      std::fill(zi + Vr_, zi + Vl_, A(0));
       const int64_t local = targets[i] - v0_;
       if (local >= 0 && local < Vl_) zi[local] = static_cast<A>(zi[local] - k);
     }
@@ -1777,6 +1786,7 @@ class ModelImpl final : public Model {
   int64_t El_ = 0, e0_ = 0, fe_ = 0, cap_ = 0, rows_ = 0, fs_ = 0;
   int64_t ns_ = 0;                           // tokens in this rank's sequence slice: n_ / t_ with SP, else n_
   int64_t qw_ = 0, kvw_ = 0, Vl_ = 0, v0_ = 0;  // local q / kv widths, vocab rows [v0_, v0_ + Vl_)
+  int64_t Vr_ = 0;                              // of which real tokens (the rest pad the vocabulary to a multiple of tp)
   double p_ = 0, lora_scale_ = 0;
   Tensor wte_, gwte_, wpe_, gwpe_, whead_, gwhead_;
   Norm fnorm_;

@@ -83,7 +83,9 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   const int64_t micro_per_step = microbatches_per_step(f.job, p);
   if (comm) {  // distributed data parallel: the plan's dp and ZeRO stay
     changes.push_back(std::string(comm->modelled() ? "rank proxy of" : "rank") + " " + std::to_string(comm->rank(Group::world)) +
-                      " of dp" + std::to_string(p.dp) + (p.ep > 1 ? " ep" + std::to_string(p.ep) : std::string()) + (p.tp > 1 ? " tp" + std::to_string(p.tp) + (p.sp ? " sp" : "") : std::string()) +
+                      " of dp" + std::to_string(p.dp) +
+                      (p.cp > 1 ? " cp" + std::to_string(p.cp) + (p.cp_exchange == CpExchange::ring ? " ring" : " all-gather") : std::string()) +
+                      (p.ep > 1 ? " ep" + std::to_string(p.ep) : std::string()) + (p.tp > 1 ? " tp" + std::to_string(p.tp) + (p.sp ? " sp" : "") : std::string()) +
                       (p.pp > 1 ? " pp" + std::to_string(p.pp) + (p.vpp > 1 ? " vpp" + std::to_string(p.vpp) : std::string()) + (p.schedule == Schedule::gpipe ? " gpipe" : " 1f1b") : std::string()) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
                       comm->name() + (comm->modelled() ? " (communication modelled, not run)" : ""));
     if (p.offload_optimizer) changes.push_back("optimizer offload dropped");

@@ -288,7 +288,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     x.last_chunk_set = 2 * x.head_input;  // final-norm input (the last layer's output) + LM-head input
     // logits + fp32 softmax (the executor's loss), or the framework's loss peak
     const double per_logit = opt.loss_bytes_per_logit > 0 ? opt.loss_bytes_per_logit : act_bytes + 4;
-    x.logits_set = tokens * static_cast<double>(m.vocab) / p.tp * per_logit;
+    x.logits_set = tokens * vocab_rows_per_rank(m, p.tp) * per_logit;
   }
   const bool layers_train = frozen_here < layers;
   // The layer backward's MLP moment: its activation gradients, one GEMM's scratch and (MoE
@@ -300,10 +300,10 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
                                                      : pc.expert_per_layer_rank + static_cast<double>(m.moe.experts) * h;  // + router
     mlp_working += partial * bytes_per_param(j).gradients;
   }
-  const double tok_emb = static_cast<double>(m.vocab) * h / p.tp;  // the token table (or untied head) on this rank
+  const double tok_emb = vocab_rows_per_rank(m, p.tp) * h;  // the token table (or untied head) on this rank
   const double norm = m.family == Family::gpt ? 2 * h : h;          // final norm weight (+ bias)
   if (is_last) {
-    x.head_logits = tokens * static_cast<double>(m.vocab) / p.tp * act_bytes;
+    x.head_logits = tokens * vocab_rows_per_rank(m, p.tp) * act_bytes;
     x.head_forward_working = opt.head_gemm_scratch_bytes;
     // The head input gradient over the (SP: gathered) micro-batch and the layer-output
     // gradient the final norm's backward writes, allocated before the GEMM.
@@ -332,9 +332,10 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
         pool = root + (layers >= 2 ? 2 * layer : layer);
       }
       x.gathered_pool = pool * act_bytes;
-      // Inside a layer's forward or backward: it and its neighbour in the order of use (the
-      // head after the stage's last layer); the embedding only ever pairs with layer 0
-      // during the embedding's own forward. At the loss the head is released again.
+      // Inside a layer's forward: it and the next in the order of use (the head after the
+      // stage's last layer; the embedding pairs with layer 0 only in its own forward). Inside
+      // a layer's backward: it and the one below it. At the loss the head is released again;
+      // the head's own GEMMs hold it alone (forward) or with the top layer (backward).
       const double pool_backward = layers >= 2 ? 2 * layer : layer;
       double pool_layer = pool_backward;
       if (is_last) pool_layer = std::max(pool_layer, head_unit + (layers > 0 ? layer : 0));

@@ -261,11 +261,12 @@ ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lor
   const double tok = static_cast<double>(m.vocab) * h;
   const double pos = gpt ? static_cast<double>(m.max_positions) * h : 0;
   pc.embedding = tok + pos;
-  pc.embedding_rank = tok / t + pos;
+  const double tok_rank = vocab_rows_per_rank(m, t) * h;
+  pc.embedding_rank = tok_rank + pos;
   // Head: final norm plus an LM-head matrix when untied; a tied head on pp > 1 keeps a
   // copy of the embedding on the last stage (Megatron), which is memory, not a new param.
   pc.head = norm + (m.tied_embeddings ? 0 : tok);
-  pc.head_rank = norm + ((m.tied_embeddings && pp == 1) ? 0 : tok / t);
+  pc.head_rank = norm + ((m.tied_embeddings && pp == 1) ? 0 : tok_rank);
 
   for (int p = 0; p < 7; ++p) {
     if (!(lora_targets & (1u << p))) continue;

@@ -111,6 +111,12 @@ double recompute_working_bytes(const ModelSpec& m, const LayerContext& c, LayerR
 
 // ---------------------------------------------------------------- parameters
 
+// Vocabulary rows one TP rank holds: the vocabulary padded to a multiple of tp (as
+// Megatron and the executor pad it; the padded rows' logits are masked out of the loss).
+inline double vocab_rows_per_rank(const ModelSpec& m, int tp) {
+  return static_cast<double>((m.vocab + tp - 1) / tp);
+}
+
 struct ParamCounts {
   double per_layer = 0;       // one transformer layer, whole model (no TP/EP split)
   double per_layer_rank = 0;  // one layer on one rank (TP and EP split)
