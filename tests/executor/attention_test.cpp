@@ -167,6 +167,34 @@ TEST(Attention, MaterializedProbsAreZeroOutsideTheMaskAndRowsSumToOne) {
       }
 }
 
+// The whole-sequence reference the context-parallel tests cut up: a random case (GQA,
+// packed documents, flash tile 3), its naive attention output, and the finite-difference
+// gradients of dot(G, o) with respect to q, k and v.
+struct CpReference {
+  Case whole;
+  Vec o, dq, dk, dv;
+};
+// CP rank r's queries of `whole`: chunks r and 2cp-1-r of the 2cp chunks of each sequence.
+cpu::AttentionDims cp_query_dims(const cpu::AttentionDims& whole, int64_t cp, int64_t r) {
+  const int64_t c = whole.s / (2 * cp);
+  cpu::AttentionDims dm = whole;
+  dm.q_rows = 2 * c;
+  dm.q_split = c;
+  dm.q_offset = r * c;
+  dm.q_offset_hi = (2 * cp - 1 - r) * c;
+  return dm;
+}
+CpReference cp_reference(Rng& rng, int64_t b, int64_t s, int64_t a, int64_t akv, int64_t d) {
+  CpReference r{make_case(rng, b, s, a, akv, d, /*block=*/3, /*with_docs=*/true), {}, {}, {}, {}};
+  Case& w = r.whole;
+  r.o = naive_attention(w.q, w.k, w.v, &w.doc, w.dm);
+  auto loss = [&] { return dot(w.G, naive_attention(w.q, w.k, w.v, &w.doc, w.dm)); };
+  r.dq = numeric_grad(w.q, loss);
+  r.dk = numeric_grad(w.k, loss);
+  r.dv = numeric_grad(w.v, loss);
+  return r;
+}
+
 // Context parallel's query slices: s = 12 in 2cp = 6 chunks of 2, rank r's queries are
 // chunks r and 5-r (q_split 2). Each slice's output equals the naive whole-sequence
 // attention's rows at those positions; its dq equals those rows of the finite-difference
@@ -176,10 +204,9 @@ TEST(Attention, MaterializedProbsAreZeroOutsideTheMaskAndRowsSumToOne) {
 TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) {
   Rng rng(test_seed());
   const int64_t b = 2, s = 12, a = 4, akv = 2, d = 3, cp = 3, c = s / (2 * cp), sq = 2 * c;
-  Case whole = make_case(rng, b, s, a, akv, d, /*block=*/3, /*with_docs=*/true);
-  const Vec ref = naive_attention(whole.q, whole.k, whole.v, &whole.doc, whole.dm);
-  auto loss = [&] { return dot(whole.G, naive_attention(whole.q, whole.k, whole.v, &whole.doc, whole.dm)); };
-  const Vec nq = numeric_grad(whole.q, loss), nk = numeric_grad(whole.k, loss), nv = numeric_grad(whole.v, loss);
+  CpReference cr = cp_reference(rng, b, s, a, akv, d);
+  Case& whole = cr.whole;
+  const Vec &ref = cr.o, &nq = cr.dq, &nk = cr.dk, &nv = cr.dv;
   // Whole-sequence dropout run, the reference for the slices' draws.
   const double p = 0.3;
   const uint64_t seed = 99;
@@ -195,11 +222,7 @@ TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) {
   for (int variant = 0; variant < 3; ++variant) {  // flash, materialized, dropout
     Vec o_all(whole.q.size(), 0.0), dq_all(whole.q.size(), 0.0), dk_sum(whole.k.size(), 0.0), dv_sum(whole.v.size(), 0.0);
     for (int64_t r = 0; r < cp; ++r) {
-      cpu::AttentionDims dm = whole.dm;
-      dm.q_rows = sq;
-      dm.q_split = c;
-      dm.q_offset = r * c;
-      dm.q_offset_hi = (2 * cp - 1 - r) * c;
+      const cpu::AttentionDims dm = cp_query_dims(whole.dm, cp, r);
       Vec q(b * sq * row), G(b * sq * row), o(q.size()), dq(q.size()), dk(whole.k.size()), dv(whole.v.size());
       for (int64_t bi = 0; bi < b; ++bi)
         for (int64_t i = 0; i < sq; ++i)
@@ -270,10 +293,9 @@ TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) {
 TEST(Attention, RingStepsOverKeyChunksMergeToTheWholeSequence) {
   Rng rng(test_seed());
   const int64_t b = 2, s = 12, a = 4, akv = 2, d = 3, cp = 3, c = s / (2 * cp), sq = 2 * c;
-  Case whole = make_case(rng, b, s, a, akv, d, /*block=*/3, /*with_docs=*/true);
-  const Vec ref = naive_attention(whole.q, whole.k, whole.v, &whole.doc, whole.dm);
-  auto loss = [&] { return dot(whole.G, naive_attention(whole.q, whole.k, whole.v, &whole.doc, whole.dm)); };
-  const Vec nq = numeric_grad(whole.q, loss), nk = numeric_grad(whole.k, loss), nv = numeric_grad(whole.v, loss);
+  CpReference cr = cp_reference(rng, b, s, a, akv, d);
+  Case& whole = cr.whole;
+  const Vec &ref = cr.o, &nq = cr.dq, &nk = cr.dk, &nv = cr.dv;
   const int64_t row = a * d, kvrow = akv * d;
   // The rows of `x` (b, s, w) at a rank's two chunks -> (b, sq, w), and back.
   auto slice = [&](const Vec& x, int64_t w, int64_t r) {
@@ -294,11 +316,7 @@ TEST(Attention, RingStepsOverKeyChunksMergeToTheWholeSequence) {
   };
   Vec o_all(whole.q.size(), 0.0), dq_all(whole.q.size(), 0.0), dk_all(whole.k.size(), 0.0), dv_all(whole.v.size(), 0.0);
   for (int64_t r = 0; r < cp; ++r) {
-    cpu::AttentionDims dm = whole.dm;
-    dm.q_rows = sq;
-    dm.q_split = c;
-    dm.q_offset = r * c;
-    dm.q_offset_hi = (2 * cp - 1 - r) * c;
+    cpu::AttentionDims dm = cp_query_dims(whole.dm, cp, r);
     dm.k_rows = sq;
     dm.k_split = c;
     const Vec q = slice(whole.q, row, r), G = slice(whole.G, row, r);
