@@ -19,6 +19,7 @@ struct SweepCommand {
   JobFlags job;
   std::vector<int> tp, pp, vpp, cp, ep, micro_batch, zero;
   std::vector<std::string> recompute;
+  std::vector<std::string> cp_exchange;
   std::string sp, offload, flash;  // "on", "off" or "" (vary)
   int max_tp = 0, max_pp = 0;
   int top = 10;
@@ -48,7 +49,9 @@ Status positive_list(const std::vector<int>& v, const char* flag) {
 
 void print_row(int rank, const PlanResult& r) {
   const ParallelPlan& p = r.plan;
-  std::printf("%4d  %3d %3d %3d %3d %3d %3s %4d %5d %4d %-9s %3s %5s  %s %5s %9.2f %12.0f %6.1f%% %8.3f\n", rank, p.dp, p.tp, p.pp, p.vpp, p.cp,
+  // CP with its exchange: r = ring, ag = all-gather.
+  const std::string cp = std::to_string(p.cp) + (p.cp == 1 ? "" : p.cp_exchange == CpExchange::ring ? "r" : "ag");
+  std::printf("%4d  %3d %3d %3d %3d %4s %3s %4d %5d %4d %-9s %3s %5s  %s %5s %9.2f %12.0f %6.1f%% %8.3f\n", rank, p.dp, p.tp, p.pp, p.vpp, cp.c_str(),
               p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? "on" : "-",
               p.flash_attention ? "on" : "off", to_string(r.precision), to_string(r.amp), r.peak_bytes / kGiB, r.tokens_per_s, 100 * r.mfu,
               r.step_time_s);
@@ -81,7 +84,7 @@ std::vector<PlanResult> rerank_by_simulation(const PlanFile& base, const std::ve
 }
 
 void print_header() {
-  std::printf("%4s  %3s %3s %3s %3s %3s %3s %4s %5s %4s %-9s %3s %5s  %-9s %9s %12s %7s %8s\n", "rank", "dp", "tp", "pp", "vpp", "cp", "sp", "mb",
+  std::printf("%4s  %3s %3s %3s %3s %4s %3s %4s %5s %4s %-9s %3s %5s  %-9s %9s %12s %7s %8s\n", "rank", "dp", "tp", "pp", "vpp", "cp", "sp", "mb",
               "accum", "zero", "recompute", "off", "flash", "precision", "peak GiB", "tokens/s", "MFU", "step s");
 }
 
@@ -101,6 +104,7 @@ Runner register_sweep(CLI::App* sub) {
   sub->add_option("--sp", c->sp, "pin sequence parallel: on or off");
   sub->add_option("--offload", c->offload, "pin optimizer offload: on or off");
   sub->add_option("--flash", c->flash, "pin flash attention: on or off");
+  sub->add_option("--cp-exchange", c->cp_exchange, "pin the CP exchange (ring, all_gather)")->delimiter(',');
   sub->add_option("--max-tp", c->max_tp, "upper bound on tp");
   sub->add_option("--max-pp", c->max_pp, "upper bound on pp");
   sub->add_flag("--tp-across-nodes", c->tp_across_nodes, "allow tp larger than a node");
@@ -139,6 +143,11 @@ Runner register_sweep(CLI::App* sub) {
     if (Status st = on_off(c->sp, "--sp", &space.sp); !st) return report(st);
     if (Status st = on_off(c->offload, "--offload", &space.offload); !st) return report(st);
     if (Status st = on_off(c->flash, "--flash", &space.flash); !st) return report(st);
+    for (const auto& x : c->cp_exchange) {
+      CpExchange e;
+      if (!parse_enum(x, &e)) return report(Status::bad_input("--cp-exchange: expected ring or all_gather, got '" + x + "'"));
+      space.cp_exchange.push_back(e);
+    }
     if (c->max_tp < 0 || c->max_pp < 0) return report(Status::bad_input("--max-tp/--max-pp: expected positive bounds"));
     space.max_tp = c->max_tp;
     space.max_pp = c->max_pp;
@@ -186,13 +195,13 @@ Runner register_sweep(CLI::App* sub) {
     if (!c->csv_out.empty()) {
       std::ofstream csv(c->csv_out);
       if (!csv) return report(Status::runtime(c->csv_out + ": cannot write file"));
-      csv << "dp,tp,pp,vpp,cp,ep,sp,micro_batch,grad_accum,zero,recompute,offload,flash,precision,amp,status,peak_gib,tokens_per_s,mfu,step_s\n";
+      csv << "dp,tp,pp,vpp,cp,ep,sp,micro_batch,grad_accum,zero,recompute,offload,flash,precision,amp,status,peak_gib,tokens_per_s,mfu,step_s,cp_exchange\n";
       for (const PlanResult& x : r.all) {
         const ParallelPlan& p = x.plan;
         csv << p.dp << ',' << p.tp << ',' << p.pp << ',' << p.vpp << ',' << p.cp << ',' << p.ep << ',' << p.sp << ',' << p.micro_batch << ','
             << p.grad_accum << ',' << p.zero << ',' << to_string(p.recompute) << ',' << p.offload_optimizer << ',' << p.flash_attention << ','
             << to_string(x.precision) << ',' << to_string(x.amp) << ',' << (x.reason == RejectReason::none ? "fits" : describe(x.reason)) << ','
-            << x.peak_bytes / kGiB << ',' << x.tokens_per_s << ',' << x.mfu << ',' << x.step_time_s << '\n';
+            << x.peak_bytes / kGiB << ',' << x.tokens_per_s << ',' << x.mfu << ',' << x.step_time_s << ',' << to_string(p.cp_exchange) << '\n';
       }
       std::printf("wrote %zu plans to %s\n", r.all.size(), c->csv_out.c_str());
     }

@@ -267,10 +267,10 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
 
 namespace {
 
-// stage_memory_extras with the rank's parameter counts given (read only under ZeRO-2/3 and
-// for MoE under TP).
+// stage_memory_extras with the rank's parameter counts (read only under ZeRO-2/3 and for
+// MoE under TP) and its layers' backward moments given.
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
-                                      const MemoryOptions& opt, const ParamCounts& pc) {
+                                      const MemoryOptions& opt, const ParamCounts& pc, const LayerBackwardMoments& backward_moments) {
   StageMemoryExtras x;
   const int layers = layers_in_stage(m.layers, p.pp, stage);
   const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
@@ -293,7 +293,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   const bool layers_train = frozen_here < layers;
   // The layer backward's MLP moment: its activation gradients, one GEMM's scratch and (MoE
   // under TP) the layer's partial router and expert gradients, all live in moe_bwd.
-  const LayerBackwardMoments moments = activation_gradient_bytes(m, j, p);
+  const LayerBackwardMoments& moments = backward_moments;
   double mlp_working = moments.mlp + opt.backward_gemm_scratch_bytes;
   if (m.moe.enabled() && p.tp > 1 && opt.moe_tp_partial_gradients) {
     const double partial = j.mode == TrainMode::lora ? pc.lora_expert_per_layer_rank
@@ -433,7 +433,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
     pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
   }
-  return stage_memory_extras(m, j, p, stage, opt, pc);
+  return stage_memory_extras(m, j, p, stage, opt, pc, activation_gradient_bytes(m, j, p));
 }
 
 namespace {
@@ -450,6 +450,7 @@ MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const Paral
   MemoryInputs in;
   const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
   in.pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+  in.backward_moments = activation_gradient_bytes(m, j, p);
   const int frozen = j.frozen_layer_count(m.layers);
   for (int f = 0; f < 2; ++f) {
     // A layer index that is (f=1) or is not (f=0) frozen; contexts differ only in that.
@@ -546,7 +547,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
       expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer) +
                           model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer)
                     : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
-  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc);
+  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
   std::array<double, kMemoryItems> base{};
   base[static_cast<int>(MemoryItem::weights)] = states.weights;
   base[static_cast<int>(MemoryItem::gradients)] = states.gradients;

@@ -283,12 +283,14 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
                                       const MemoryOptions& opt = {});
 
 // What estimate_memory needs that depends only on the model, the job and the plan's tp,
-// pp, cp, ep, sp, micro_batch and flash_attention: parameter counts, per-layer bytes for
+// pp, cp, cp_exchange, ep, sp, micro_batch and flash_attention: parameter counts, a
+// layer's backward moments, per-layer bytes for
 // the two kinds of layer (trainable, frozen) under each recompute policy, and their sums
 // over a stage for each distinct stage shape. The sweep computes it once and costs every
 // ZeRO stage, offload, recompute and vpp choice of that shape from it.
 struct MemoryInputs {
   ParamCounts pc;
+  LayerBackwardMoments backward_moments;  // activation_gradient_bytes of the plan's shape
   double layer_bytes[2][3] = {};      // [frozen][LayerRecompute] kept from forward to backward
   double remat_bytes[2][3] = {};      // re-materialised in backward
   double transient_bytes[2][3] = {};  // transient during forward

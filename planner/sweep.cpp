@@ -135,6 +135,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
   const std::vector<int> sps = or_default(space.sp, {0, 1});
   const std::vector<int> offs = or_default(space.offload, {0, 1});
   const std::vector<int> flashes = or_default(space.flash, {1, 0});
+  const std::vector<CpExchange> exchanges = or_default(space.cp_exchange, {CpExchange::ring, CpExchange::all_gather});
   const std::vector<Precision> precs = or_default(space.precision, {j.precision});
 
   std::vector<WorkItem> work;
@@ -145,7 +146,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
 
   // Rough total for progress: items x inner combinations.
   const int64_t inner = static_cast<int64_t>(vpps.size()) * eps.size() * zeros.size() * recs.size() * sps.size() * offs.size() *
-                        flashes.size() * precs.size() * 7;
+                        flashes.size() * exchanges.size() * precs.size() * 7;
   const int64_t total_estimate = static_cast<int64_t>(work.size()) * inner;
 
   const int n_threads = std::max(1, std::min<int>(opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency()),
@@ -161,7 +162,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
     r.top.reserve(opt.top_k + 1);
     ParallelPlan p;
     int64_t local = 0;
-    std::vector<ShapeInputs> shapes;  // [ep][sp][flash][micro-batch] of the current work item and precision
+    std::vector<ShapeInputs> shapes;  // [ep][sp][flash][exchange][micro-batch] of the current work item and precision
     for (size_t w = next++; w < work.size(); w = next++) {
       const WorkItem it = work[w];
       p.tp = it.tp;
@@ -177,14 +178,18 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
         TrainingJob jj = j;
         jj.precision = prec;
         jj.amp = prec == Precision::fp32 ? AmpLevel::O0 : (j.precision == Precision::fp32 ? AmpLevel::O2 : j.amp);
-        shapes.assign(eps.size() * sps.size() * flashes.size() * mbs.size(), ShapeInputs{});
+        shapes.assign(eps.size() * sps.size() * flashes.size() * exchanges.size() * mbs.size(), ShapeInputs{});
+        // The CP exchange means nothing without CP: one pass then.
+        const size_t n_exchanges = it.cp > 1 ? exchanges.size() : 1;
         for (int vpp : vpps)
           for (size_t i_ep = 0; i_ep < eps.size(); ++i_ep)
             for (size_t i_sp = 0; i_sp < sps.size(); ++i_sp)
               for (size_t i_flash = 0; i_flash < flashes.size(); ++i_flash)
+                for (size_t i_x = 0; i_x < n_exchanges; ++i_x)
                 for (size_t i_mb = 0; i_mb < mbs.size(); ++i_mb) {
                   const int ep = eps[i_ep], sp = sps[i_sp], flash = flashes[i_flash], mb = mbs[i_mb];
-                  ShapeInputs& shape = shapes[((i_ep * sps.size() + i_sp) * flashes.size() + i_flash) * mbs.size() + i_mb];
+                  ShapeInputs& shape =
+                      shapes[(((i_ep * sps.size() + i_sp) * flashes.size() + i_flash) * exchanges.size() + i_x) * mbs.size() + i_mb];
                   for (Recompute rc : recs)
                     for (int zero : zeros)
                       for (int off : offs) {
@@ -197,6 +202,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                         p.ep = ep;
                         p.sp = sp != 0;
                         p.flash_attention = flash != 0;
+                        p.cp_exchange = it.cp > 1 ? exchanges[i_x] : CpExchange::ring;
                         p.micro_batch = mb;
                         p.recompute = rc;
                         p.zero = zero;

@@ -33,6 +33,7 @@ struct SweepSpace {
   std::vector<int> sp;               // 0/1
   std::vector<int> offload;          // 0/1
   std::vector<int> flash;            // 0/1
+  std::vector<CpExchange> cp_exchange;  // for cp > 1; default: ring and all_gather
   std::vector<Precision> precision;  // default: the job's precision
   int max_tp = 0, max_pp = 0;        // bounds (0 = none)
   int max_micro_batch = 64;

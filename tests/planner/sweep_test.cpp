@@ -2,6 +2,7 @@
 
 #include "planner/presets.h"
 #include "planner/sweep.h"
+#include "planner/time_model.h"
 
 namespace llmplan {
 namespace {
@@ -72,6 +73,49 @@ TEST(Sweep, SameResultWhateverTheThreadCount) {
   ASSERT_EQ(a.top.size(), b.top.size());
   for (size_t i = 0; i < a.top.size(); ++i) EXPECT_EQ(a.top[i].tokens_per_s, b.top[i].tokens_per_s) << i;
   EXPECT_EQ(a.evaluated, b.evaluated);
+}
+
+// Context parallel varies its exchange too: with flash attention off, only the all-gather
+// can run (the ring merges flash partials), so every evaluated CP plan is an all-gather
+// and each ring plan is rejected for needing flash; with flash on both are costed, and a
+// plan's cached time inputs follow its exchange (each result equals a fresh estimate).
+TEST(Sweep, ContextParallelVariesItsExchange) {
+  const PresetRegistry reg = presets();
+  const ModelSpec m = *reg.model("llama2-7b");
+  const ClusterSpec c = *reg.cluster_for_gpu("a100-80g");
+  TrainingJob j;
+  j.seq_len = 16384;
+  j.global_batch = 16;
+  SweepOptions opt;
+  opt.keep_all = true;
+  opt.threads = 2;
+  SweepSpace space;
+  space.cp = {2};
+  space.tp = {1};
+  space.pp = {1};
+  space.flash = {0};
+  SweepResult r = run_sweep(m, c, j, 8, space, opt);
+  int64_t ring = 0, gathered = 0;
+  for (const PlanResult& x : r.all) {
+    if (x.plan.cp_exchange == CpExchange::ring) {
+      EXPECT_EQ(x.reason, RejectReason::cp_needs_flash);
+      ++ring;
+    } else if (x.reason == RejectReason::none || x.reason == RejectReason::does_not_fit) {
+      ++gathered;
+    }
+  }
+  EXPECT_GT(ring, 0);
+  EXPECT_GT(gathered, 0);
+  space.flash = {1};
+  r = run_sweep(m, c, j, 8, space, opt);
+  int64_t costed[2] = {0, 0};
+  for (const PlanResult& x : r.all) {
+    if (x.reason != RejectReason::none && x.reason != RejectReason::does_not_fit) continue;
+    ++costed[static_cast<int>(x.plan.cp_exchange)];
+    EXPECT_NEAR(x.step_time_s, estimate_time(m, c, job_for(j, x), x.plan).total, 1e-9 * x.step_time_s);
+  }
+  EXPECT_GT(costed[0], 0);
+  EXPECT_GT(costed[1], 0);
 }
 
 }  // namespace
