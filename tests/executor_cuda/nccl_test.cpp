@@ -115,6 +115,13 @@ TEST(NcclWorld1, EveryCollectiveOnDeviceBuffers) {
   }
 }
 
+// A collective given one host and one device buffer is bad input, and says so.
+void expect_mixed_buffers_refused(const Status& mixed) {
+  ASSERT_FALSE(mixed);
+  EXPECT_EQ(mixed.kind(), ErrorKind::bad_input);
+  EXPECT_NE(mixed.message().find("one buffer in device and one in host memory"), std::string::npos) << mixed.message();
+}
+
 // all_to_all (MoE dispatch/combine): on the world group one ncclSend/ncclRecv pair to the
 // rank itself inside an NCCL group; on ep (a group of one with ep = 1) a local copy; host
 // buffers go to the host communicator (LocalCommunicator: out = in). Every DType, bit for
@@ -137,9 +144,7 @@ TEST(NcclWorld1, AllToAllOnDeviceAndHostBuffers) {
   check(w.nccl->all_to_all(in.data(), out.data(), 6, DType::f32, Group::ep));
   EXPECT_EQ(out, in);
   Tensor d = w.device(ramp(DType::f32, 6, 1));
-  const Status mixed = w.nccl->all_to_all(in.data(), d.raw(), 6, DType::f32, Group::world);
-  ASSERT_FALSE(mixed);
-  EXPECT_EQ(mixed.kind(), ErrorKind::bad_input);
+  expect_mixed_buffers_refused(w.nccl->all_to_all(in.data(), d.raw(), 6, DType::f32, Group::world));
 }
 
 // NCCL sends to the rank itself inside a group (sendrecv); a lone send to itself would
@@ -167,10 +172,7 @@ TEST(NcclWorld1, HostBuffersGoToTheHostCommunicator) {
   check(w.nccl->all_gather(in.data(), out.data(), 8, DType::f32, Group::world));
   EXPECT_EQ(out, in);
   Tensor d = w.device(ramp(DType::f32, 8, 1));
-  const Status mixed = w.nccl->all_gather(in.data(), d.raw(), 8, DType::f32, Group::world);
-  ASSERT_FALSE(mixed);
-  EXPECT_EQ(mixed.kind(), ErrorKind::bad_input);
-  EXPECT_NE(mixed.message().find("one buffer in device and one in host memory"), std::string::npos) << mixed.message();
+  expect_mixed_buffers_refused(w.nccl->all_gather(in.data(), d.raw(), 8, DType::f32, Group::world));
 }
 
 // The collective waits for the kernels enqueued before it on the compute stream, and the
