@@ -269,6 +269,14 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     if (fp.vpp > 1 && fp.schedule == Schedule::gpipe)
       return Status::bad_input("distributed executor: vpp " + std::to_string(fp.vpp) +
                                " runs interleaved 1F1B; set schedule 1f1b (GPipe has no interleaved variant here)");
+    // Interleaved stages hold equal model chunks; plain stages may be uneven but not empty.
+    if (const int chunks = fp.pp * std::max(1, fp.vpp);
+        o.layers > 0 && chunks > 1 && (fp.vpp > 1 ? o.layers % chunks != 0 : o.layers < fp.pp))
+      return Status::bad_input("--layers " + std::to_string(o.layers) + ": the plan's pipeline has " +
+                               (fp.vpp > 1 ? "pp " + std::to_string(fp.pp) + " x vpp " + std::to_string(fp.vpp) + " = " +
+                                                 std::to_string(chunks) + " model chunks of equal layers: use a multiple of "
+                                           : "pp " + std::to_string(fp.pp) + " stages: use at least ") +
+                               std::to_string(chunks) + " (e.g. --layers " + std::to_string(chunks) + ")");
     if (comm->size(Group::world) != fp.world_size())
       return Status::bad_input("communicator has " + std::to_string(comm->size(Group::world)) + " ranks, the plan needs " +
                                std::to_string(fp.world_size()));

@@ -569,6 +569,26 @@ Result<RunReport> run_proxy(const PlanFile& f, int rank, std::function<void(Mode
   return r;
 }
 
+// A proxy of a pipeline plan with too few --layers for its stages is bad input naming
+// the flag and the count that works, before any model is built.
+TEST(RankProxy, TooFewLayersForThePipelineNameTheFlag) {
+  PlanFile f = tiny_plan(Family::llama, 1, 0, 1, false, 2);  // pp 2
+  f.model.layers = 8;
+  f.plan.vpp = 2;
+  f.plan.schedule = Schedule::interleaved;
+  LocalCommunicator comm(f.plan, 0);
+  RunOptions o = options();
+  o.comm = &comm;
+  o.layers = 2;
+  Result<RunReport> r = predict_run(f, o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().kind(), ErrorKind::bad_input);
+  EXPECT_NE(r.status().message().find("--layers 2"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("multiple of 4"), std::string::npos) << r.status().message();
+  o.layers = 4;
+  EXPECT_TRUE(predict_run(f, o)) << "4 layers fill pp 2 x vpp 2";
+}
+
 // Rank proxy: one process builds exactly rank R's shard of llama2-7b on 8 GPUs (tp2 pp2
 // dp2, ZeRO-1, selective recompute; 4 layers, seq 128, micro-batch 1, 2 micro-batches so
 // stage 0 holds 2 in flight under 1F1B) with a LocalCommunicator, and its allocator-side
