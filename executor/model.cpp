@@ -281,7 +281,20 @@ Result<std::unique_ptr<Model>> build_chunk(TrackingAllocator& alloc, const Model
 }  // namespace
 
 CpuGemmScratch cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage) {
-  if (storage == DType::f32 || storage == DType::f64) return {};
+  CpuGemmScratch out;
+  if (const int cp = std::max(1, p.cp); cp > 1) {  // model_impl.h: cp_dims, ring_dims
+    const int t = std::max(1, p.tp);
+    cpu::AttentionDims dm;
+    dm.b = p.micro_batch;
+    dm.s = j.seq_len;
+    dm.heads = m.heads / t;
+    dm.kv_heads = m.kv_heads / t;
+    dm.head_dim = m.head_width();
+    dm.q_rows = j.seq_len / cp;
+    if (p.cp_exchange == CpExchange::ring) dm.k_rows = j.seq_len / cp;
+    out.attention = cpu::attention_workspace_bytes(storage, dm, p.flash_attention);
+  }
+  if (storage == DType::f32 || storage == DType::f64) return out;
   constexpr int64_t kChunk = CpuOps<bf16_t, float>::kChunk;
   const int64_t t = std::max(1, p.tp), n = static_cast<int64_t>(p.micro_batch) * (j.seq_len / std::max(1, p.cp));
   const int64_t ns = p.sp ? n / t : n, h = m.hidden;
@@ -309,8 +322,9 @@ CpuGemmScratch cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j
     gemm(n, m.ffn_hidden / t, h);
   }
   // The head multiplies the (SP: gathered) micro-batch by this rank's vocabulary rows.
-  const int64_t head = cpu::linear_workspace_bytes(storage, std::min(n, kChunk), h, m.vocab / t);
-  return {worst, head};
+  out.layer = worst;
+  out.head = cpu::linear_workspace_bytes(storage, std::min(n, kChunk), h, (m.vocab + t - 1) / t);
+  return out;
 }
 
 }  // namespace llmplan::exec

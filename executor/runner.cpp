@@ -310,6 +310,7 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     const CpuGemmScratch scratch = cpu_linear_scratch_bytes(e.model, e.job, e.plan, precision_scheme(e.job).storage);
     gpu_only_zero.backward_gemm_scratch_bytes = static_cast<double>(scratch.layer);
     gpu_only_zero.head_gemm_scratch_bytes = static_cast<double>(scratch.head);
+    gpu_only_zero.attention_scratch_bytes = static_cast<double>(scratch.attention);
   }
   if (e.plan.pp > 1) {  // this rank's stage
     r.predicted_gpu = estimate_stage_memory(e.model, e.cluster, e.job, e.plan, r.coords.pp, gpu_opt);

@@ -352,7 +352,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
 
   int groups = 0;
   double sp_ep = 0;        // the SP gather and EP all-to-all buffers counted below (MLP / GEMM-input side)
-  double cp_forward = 0, cp_backward = 0;  // the CP exchange's buffers in attention's forward and backward
+  double cp_forward = 0, cp_backward = 0;  // the CP exchange's buffers: attention forward's peak, backward kernel's
   double sp_gather = 0;                    // the SP gather of a layer's input
   if (p.dp * p.cp > 1) {
     x.comm_buffers += 2 * opt.dp_bucket_bytes;
@@ -377,7 +377,9 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   if (p.cp > 1) {
     // Added below, against the SP and EP buffers they are never live with.
     if (p.cp_exchange == CpExchange::all_gather) {
-      cp_forward = cp_backward = cp_all_gather_buffer_bytes(m, j, p);
+      cp_forward = cp_all_gather_buffer_bytes(m, j, p);
+      // Backward's kernel runs once v's raw buffer is freed: the whole k and v (2 of the 3).
+      cp_backward = cp_forward * 2 / 3;
     } else {
       // The ring (model_impl.h, ring_attn_fwd / ring_attn_bwd) holds the k and v of two
       // ranks, the current and the next; backward also the dk, dv accumulators that travel
@@ -416,8 +418,9 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   // the exchanged keys and values (the SP gather is freed after the QKV GEMM).
   if (layers_train) {
     const double mlp_comm = (!m.moe.enabled() || m.moe.shared_experts > 0 ? sp_gather : 0) + moments.mlp_comm;
-    const bool attention = p.cp > 1 && moments.attention + cp_backward > mlp_working + mlp_comm;
-    x.activation_grads = attention ? moments.attention : mlp_working;
+    const double attention_working = moments.attention + opt.attention_scratch_bytes;
+    const bool attention = p.cp > 1 && attention_working + cp_backward > mlp_working + mlp_comm;
+    x.activation_grads = attention ? attention_working : mlp_working;
     x.backward_layer_comm = attention ? cp_backward : mlp_comm;
     x.cp_backward_buffers = cp_backward;
   }

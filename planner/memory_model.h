@@ -99,6 +99,10 @@ struct MemoryOptions {
   // than a layer's by the vocabulary (exec::cpu_linear_scratch_bytes; the runner sets it).
   // Default: 0.
   double head_gemm_scratch_bytes = 0;
+  // The attention kernel's workspace at a layer's CP attention backward moment (llmplan's
+  // CPU flash and materialised kernels carve fp32 panels; exec::cpu_linear_scratch_bytes,
+  // the runner sets it). Default: 0.
+  double attention_scratch_bytes = 0;
 };
 
 struct StageMemory {
@@ -242,8 +246,9 @@ struct StageMemoryExtras {
   // of a layer's input, the EP all-to-all buffer and the CP exchange's (beyond the SP
   // gather they replace). Not held at the loss, nor in the optimizer step.
   double layer_comm_buffers = 0;
-  // The CP exchange's buffers (beyond the SP gather) in a layer's backward attention, when
-  // a layer trains: the all-gather's as in forward, the ring's with its dk, dv accumulators.
+  // The CP exchange's buffers in a layer's backward attention kernel, when a layer trains:
+  // the all-gather's whole k and v (its raw buffer is freed by then), the ring's two ranks'
+  // k, v with their dk, dv accumulators.
   double cp_backward_buffers = 0;
   // The last stage's LM-head GEMMs, two moments beside every kept activation (see below).
   double head_logits = 0;            // one micro-batch's logits (or their gradient) in the compute dtype
