@@ -280,8 +280,8 @@ Result<std::unique_ptr<Model>> build_chunk(TrackingAllocator& alloc, const Model
 
 }  // namespace
 
-CpuGemmScratch cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage) {
-  CpuGemmScratch out;
+CpuOpScratch cpu_op_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage) {
+  CpuOpScratch out;
   if (const int cp = std::max(1, p.cp); cp > 1) {  // model_impl.h: cp_dims, ring_dims
     const int t = std::max(1, p.tp);
     cpu::AttentionDims dm;

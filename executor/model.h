@@ -213,8 +213,8 @@ Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const Model
 // The recipe's context of global layer `layer` for this config (act_bytes from storage).
 LayerContext model_layer_context(const ModelConfig& config, int layer);
 
-// The scratch the CPU backend's GEMMs take with 16-bit `storage`: their operands widened
-// to fp32 tiles over chunks of rows (cpu/linear.h). layer: the largest over every shape a
+// The scratch the CPU backend's ops take beside the tensors the planner counts. GEMMs with
+// 16-bit `storage` widen their operands to fp32 tiles over chunks of rows (cpu/linear.h). layer: the largest over every shape a
 // transformer layer runs on a rank of plan `p` (attention and MLP projections, MoE experts
 // and router), live beside a layer's backward working set
 // (MemoryOptions::backward_gemm_scratch_bytes). head: the LM head's (vocabulary / tp
@@ -223,9 +223,9 @@ LayerContext model_layer_context(const ModelConfig& config, int layer);
 // attention: under CP, the attention backward's workspace (cpu/attention.h: fp32 or f64
 // panels of one head, any storage), live at a layer's CP attention moment
 // (MemoryOptions::attention_scratch_bytes); 0 without CP.
-struct CpuGemmScratch {
+struct CpuOpScratch {
   int64_t layer = 0, head = 0, attention = 0;
 };
-CpuGemmScratch cpu_linear_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage);
+CpuOpScratch cpu_op_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage);
 
 }  // namespace llmplan::exec

@@ -20,9 +20,9 @@
 #pragma once
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
 #include <thread>
@@ -453,7 +453,7 @@ class ModelImpl final : public Model {
       LL_TRY(lin_base_fwd(x, d(li.w), bias, y, rows > 0 ? rows : n_, li.in, li.out));
       if (row) LL_TRY(tp_sum(y, n_ * li.out));
     }
-    if (li.lora) LL_TRY(rows > 0 ? expert_lora_fwd(L, li, x, y, mode, rows, row0) : lora_fwd(L, li, x, y, mode));
+    if (li.lora) LL_TRY(lora_fwd(L, li, x, y, mode, rows, row0));
     return Status::ok();
   }
   // y += z B^T with z = scale x A^T (n_, r), kept as lora.<p>.z: n_ * r on every TP rank
@@ -462,36 +462,24 @@ class ModelImpl final : public Model {
   // over TP (n_ * r, the small side: Megatron's RowParallelLinear for A), then B is whole and
   // the product (equal on every rank) is added to the already-reduced y -- under SP to this
   // rank's ns_ tokens only.
-  Status lora_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode) {
-    const int64_t r = L.ctx.lora_rank;
+  // rows > 0: an MoE expert's block of rows starting at row0 (no TP): the z of every block
+  // of the rank's rows_ expert rows is one tensor (the recipe's E * C * r), made by the
+  // block at row 0.
+  Status lora_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode, int64_t rows = 0, int64_t row0 = 0) {
+    const int64_t r = L.ctx.lora_rank, nr = rows > 0 ? rows : n_;
     const bool row = li.par == Par::row;
     Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
-    LL_TRY(lmake(L, z, kLoraZ[static_cast<int>(li.proj)], n_ * r, c_.storage, mode));
-    LL_TRY(lin_base_fwd(x, d(li.la), nullptr, d(z), n_, li.in, r));
-    if (row) LL_TRY(tp_sum(d(z), n_ * r));
-    LL_TRY(ops_.scale(d(z), n_ * r, lora_scale_));
-    const int64_t rows = row && sp_ ? ns_ : n_;
-    const S* zr = d(z) + (row && sp_ ? tr_ * ns_ * r : 0);
-    Tensor tmp;
-    LL_TRY(ws(tmp, rows * li.out, "lora.out"));
-    LL_TRY(lin_base_fwd(zr, d(li.lb), nullptr, d(tmp), rows, r, li.out));
-    LL_TRY(ops_.template add_inplace<S>(y, d(tmp), rows * li.out));
-    return Status::ok();
-  }
-  // An MoE expert's adapter over its block of `rows` rows: y += scale (x A^T) B^T. The
-  // intermediate z of every block of the rank's rows_ expert rows is one tensor, kept as
-  // lora.<p>.z (rows_ * r, the recipe's E * C * r), allocated by the block at row 0.
-  Status expert_lora_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode, int64_t rows, int64_t row0) {
-    const int64_t r = L.ctx.lora_rank;
-    Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
-    if (row0 == 0) LL_TRY(lmake(L, z, kLoraZ[static_cast<int>(li.proj)], rows_ * r, c_.storage, mode));
+    if (row0 == 0) LL_TRY(lmake(L, z, kLoraZ[static_cast<int>(li.proj)], (rows > 0 ? rows_ : n_) * r, c_.storage, mode));
     S* zb = d(z) + row0 * r;
-    LL_TRY(lin_base_fwd(x, d(li.la), nullptr, zb, rows, li.in, r));
-    LL_TRY(ops_.scale(zb, rows * r, lora_scale_));
+    LL_TRY(lin_base_fwd(x, d(li.la), nullptr, zb, nr, li.in, r));
+    if (row) LL_TRY(tp_sum(zb, nr * r));
+    LL_TRY(ops_.scale(zb, nr * r, lora_scale_));
+    const int64_t out_rows = row && sp_ ? ns_ : nr;
+    const S* zr = zb + (row && sp_ ? tr_ * ns_ * r : 0);
     Tensor tmp;
-    LL_TRY(ws(tmp, rows * li.out, "lora.out"));
-    LL_TRY(lin_base_fwd(zb, d(li.lb), nullptr, d(tmp), rows, r, li.out));
-    return ops_.template add_inplace<S>(y, d(tmp), rows * li.out);
+    LL_TRY(ws(tmp, out_rows * li.out, "lora.out"));
+    LL_TRY(lin_base_fwd(zr, d(li.lb), nullptr, d(tmp), out_rows, r, li.out));
+    return ops_.template add_inplace<S>(y, d(tmp), out_rows * li.out);
   }
   // Sequence parallel: full (n_, h) = the ns_-token slices of every TP rank, in a buffer
   // counted as communication (the planner's TP/SP all-gather line).
@@ -523,30 +511,22 @@ class ModelImpl final : public Model {
   // are equal on every rank and dA, dx are this rank's input columns: no communication.
   // rows, row0: an MoE expert's block, as in lin_fwd.
   Status lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx, int64_t rows = 0, int64_t row0 = 0) {
+    const int64_t nr = rows > 0 ? rows : n_;
     Tensor dxl;
-    if (li.lora && rows > 0) {  // an expert's adapter: no TP, this block's rows of z
+    if (li.lora) {  // an expert's block (rows > 0) reads its rows of z; experts have no TP
       const int64_t r = L.ctx.lora_rank;
       Tensor dz;
-      LL_TRY(ws(dz, rows * r, "lora.dz"));
+      LL_TRY(ws(dz, nr * r, "lora.dz"));
       const S* zb = d(L.sv.lora_z[static_cast<int>(li.proj)]) + row0 * r;
-      LL_TRY(lin_base_bwd(dy, zb, d(li.lb), d(dz), g(li.glb), nullptr, rows, r, li.out));
-      LL_TRY(ops_.scale(d(dz), rows * r, lora_scale_));
-      if (dx != nullptr) LL_TRY(ws(dxl, rows * li.in, "lora.dx"));
-      LL_TRY(lin_base_bwd(d(dz), x, d(li.la), dx != nullptr ? d(dxl) : nullptr, g(li.gla), nullptr, rows, li.in, r));
-    } else if (li.lora) {
-      const int64_t r = L.ctx.lora_rank;
-      Tensor dz;
-      LL_TRY(ws(dz, n_ * r, "lora.dz"));
-      Tensor& z = L.sv.lora_z[static_cast<int>(li.proj)];
-      LL_TRY(lin_base_bwd(dy, d(z), d(li.lb), d(dz), g(li.glb), nullptr, n_, r, li.out));
-      if (li.par == Par::column) LL_TRY(tp_sum(d(dz), n_ * r));
-      LL_TRY(ops_.scale(d(dz), n_ * r, lora_scale_));
+      LL_TRY(lin_base_bwd(dy, zb, d(li.lb), d(dz), g(li.glb), nullptr, nr, r, li.out));
+      if (li.par == Par::column) LL_TRY(tp_sum(d(dz), nr * r));
+      LL_TRY(ops_.scale(d(dz), nr * r, lora_scale_));
       const bool lora_dx = dx != nullptr && (li.par != Par::column || tr_ == 0);
-      if (lora_dx) LL_TRY(ws(dxl, n_ * li.in, "lora.dx"));
-      LL_TRY(lin_base_bwd(d(dz), x, d(li.la), lora_dx ? d(dxl) : nullptr, g(li.gla), nullptr, n_, li.in, r));
+      if (lora_dx) LL_TRY(ws(dxl, nr * li.in, "lora.dx"));
+      LL_TRY(lin_base_bwd(d(dz), x, d(li.la), lora_dx ? d(dxl) : nullptr, g(li.gla), nullptr, nr, li.in, r));
     }
-    LL_TRY(lin_base_bwd(dy, x, d(li.w), dx, g(li.gw), g(li.gb), rows > 0 ? rows : n_, li.in, li.out));
-    if (dx && dxl.defined()) LL_TRY(ops_.template add_inplace<S>(dx, d(dxl), (rows > 0 ? rows : n_) * li.in));
+    LL_TRY(lin_base_bwd(dy, x, d(li.w), dx, g(li.gw), g(li.gb), nr, li.in, li.out));
+    if (dx && dxl.defined()) LL_TRY(ops_.template add_inplace<S>(dx, d(dxl), nr * li.in));
     return Status::ok();
   }
 
@@ -659,11 +639,12 @@ class ModelImpl final : public Model {
   // contributions to the whole-sequence dk, dv are summed over the CP group by a
   // reduce-scatter that hands each rank its own rows.
 
-  // The sequence position of this rank's row t of a sequence (0 <= t < sl_).
-  int64_t cp_position(int64_t t) const {
+  // The sequence position of CP rank `rank`'s row t of a sequence (0 <= t < sl_).
+  int64_t cp_position(int64_t t, int rank) const {
     const int64_t c = sl_ / 2;
-    return t < c ? cr_ * c + t : (2 * cp_ - 1 - cr_) * c + (t - c);
+    return t < c ? rank * c + t : (2 * cp_ - 1 - rank) * c + (t - c);
   }
+  int64_t cp_position(int64_t t) const { return cp_position(t, cr_); }
   cpu::AttentionDims cp_dims() const {
     cpu::AttentionDims dm = dims();  // dm.s = S_: every key
     dm.q_rows = sl_;
@@ -745,6 +726,87 @@ class ModelImpl final : public Model {
       LL_TRY(cp_reduce_scatter(d(dkw), dk, kvw_, "attn.dk.cp_reduce_scatter"));
       return cp_reduce_scatter(d(dvw), dv, kvw_, "attn.dv.cp_reduce_scatter");
     }
+  }
+
+  // Context parallel as a ring (CpExchange::ring; Megatron's and TransformerEngine's P2P
+  // CP), over the same load-balanced layout. Forward: cp steps; at step i this rank holds
+  // the keys and values of rank cr_ - i (its two chunks, AttentionDims k_rows / k_offset /
+  // k_split) and passes them on to rank cr_ + 1 while its queries attend to them (flash);
+  // the partial outputs are merged by their log-sum-exp. Only two ranks' k and v are ever
+  // held: the current and the next. Backward: the same ring with the merged o and lse; the
+  // dk, dv of each visiting rank's keys accumulate in a buffer that travels with them and,
+  // after a last shift, reaches its owner complete. Flash only (plan_check).
+  cpu::AttentionDims ring_dims(int owner) const {
+    cpu::AttentionDims dm = cp_dims();
+    dm.k_rows = sl_;
+    dm.k_split = sl_ / 2;
+    dm.k_offset = cp_position(0, owner);
+    dm.k_offset_hi = cp_position(sl_ / 2, owner);
+    return dm;
+  }
+  // (k | v) of this rank's tokens into one buffer of 2 n_ kvw (the unit the ring passes).
+  Status ring_pack(Tensor& kv, const S* k, const S* v, const char* name) {
+    const int64_t w = n_ * kvw_;
+    LL_TRY(make(a_, kv, 2 * w, c_.storage, Category::communication, name));
+    LL_TRY(ops_.copy(d(kv), k, w * static_cast<int64_t>(sizeof(S))));
+    return ops_.copy(d(kv) + w, v, w * static_cast<int64_t>(sizeof(S)));
+  }
+  Status ring_attn_fwd(Layer& L, Mode mode) {
+    Saved& sv = L.sv;
+    const int64_t w = n_ * kvw_;
+    const cpu::AttentionDims dm0 = ring_dims(cr_);
+    const int64_t rows = dm0.b * dm0.heads * cpu::query_rows(dm0);
+    const DType kA = std::is_same_v<S, double> ? DType::f64 : DType::f32;
+    LL_TRY(lmake(L, sv.lse, "attn.lse", rows, kA, mode));
+    Tensor cur, next, o_part, lse_part;
+    LL_TRY(ring_pack(cur, d(sv.k), d(sv.v), "attn.kv.cp_ring"));
+    LL_TRY(make(a_, next, 2 * w, c_.storage, Category::communication, "attn.kv.cp_ring"));
+    LL_TRY(ws(o_part, n_ * qw_, "attn.out.cp_ring_partial"));
+    LL_TRY(make(a_, lse_part, rows, kA, Category::workspace, "attn.lse.cp_ring_partial"));  // ws() maps f32 to storage
+    Scratch sc;
+    LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm0, true, /*backward=*/false), "attention.workspace"));
+    for (int step = 0; step < cp_; ++step) {
+      if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 300 + step));
+      const cpu::AttentionDims dm = ring_dims((cr_ - step + cp_) % cp_);
+      const bool first = step == 0;
+      LL_TRY(ops_.template attention_forward_flash<S>(d(sv.q), d(cur), d(cur) + w, doc_, first ? d(sv.proj_input) : d(o_part),
+                                                      first ? sv.lse.template data<A>() : lse_part.template data<A>(), dm, sc.span()));
+      if (!first)
+        LL_TRY(ops_.template attention_merge_partial<S>(d(sv.proj_input), sv.lse.template data<A>(), d(o_part),
+                                                        lse_part.template data<A>(), dm));
+      std::swap(cur, next);
+    }
+    return Status::ok();
+  }
+  Status ring_attn_bwd(Layer& L, const S* dout, S* dq, S* dk, S* dv) {
+    Saved& sv = L.sv;
+    const int64_t w = n_ * kvw_, bytes_q = n_ * qw_ * static_cast<int64_t>(sizeof(S));
+    Tensor cur, next, acc, acc_next, dq_part, dkv_part;
+    LL_TRY(ring_pack(cur, d(sv.k), d(sv.v), "attn.kv.cp_ring"));
+    LL_TRY(make(a_, next, 2 * w, c_.storage, Category::communication, "attn.kv.cp_ring"));
+    LL_TRY(make(a_, acc, 2 * w, c_.storage, Category::communication, "attn.dkv.cp_ring"));
+    LL_TRY(make(a_, acc_next, 2 * w, c_.storage, Category::communication, "attn.dkv.cp_ring"));
+    LL_TRY(ops_.zero(d(acc), 2 * w * static_cast<int64_t>(sizeof(S))));
+    LL_TRY(ws(dq_part, n_ * qw_, "attn.dq.cp_ring_partial"));
+    LL_TRY(ws(dkv_part, 2 * w, "attn.dkv.cp_ring_partial"));
+    LL_TRY(ops_.zero(dq, bytes_q));
+    Scratch sc;
+    LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, ring_dims(cr_), true), "attention.workspace"));
+    for (int step = 0; step < cp_; ++step) {
+      if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 400 + step));
+      const cpu::AttentionDims dm = ring_dims((cr_ - step + cp_) % cp_);
+      LL_TRY(ops_.template attention_backward_flash<S>(d(sv.q), d(cur), d(cur) + w, doc_, d(sv.proj_input), sv.lse.template data<A>(),
+                                                       dout, d(dq_part), d(dkv_part), d(dkv_part) + w, dm, sc.span()));
+      LL_TRY(ops_.template add_inplace<S>(dq, d(dq_part), n_ * qw_));
+      LL_TRY(ops_.template add_inplace<S>(d(acc), d(dkv_part), 2 * w));
+      // The accumulator of rank cr_ - step's keys moves on with them; after the last
+      // shift this rank holds its own, summed over every rank's queries.
+      LL_TRY(c_.comm->ring_shift(d(acc), d(acc_next), 2 * w, c_.storage, Group::cp, 500 + step));
+      std::swap(cur, next);
+      std::swap(acc, acc_next);
+    }
+    LL_TRY(ops_.copy(dk, d(acc), w * static_cast<int64_t>(sizeof(S))));
+    return ops_.copy(dv, d(acc) + w, w * static_cast<int64_t>(sizeof(S)));
   }
 
   // ---------------------------------------------------------------- mixture of experts
@@ -837,88 +899,6 @@ class ModelImpl final : public Model {
       }
       for (int64_t i = 0; i < h_; ++i) out[t * h_ + i] = st(acc[static_cast<size_t>(i)]);
     }
-  }
-
-  // Context parallel as a ring (CpExchange::ring; Megatron's and TransformerEngine's P2P
-  // CP), over the same load-balanced layout. Forward: cp steps; at step i this rank holds
-  // the keys and values of rank cr_ - i (its two chunks, AttentionDims k_rows / k_offset /
-  // k_split) and passes them on to rank cr_ + 1 while its queries attend to them (flash);
-  // the partial outputs are merged by their log-sum-exp. Only two ranks' k and v are ever
-  // held: the current and the next. Backward: the same ring with the merged o and lse; the
-  // dk, dv of each visiting rank's keys accumulate in a buffer that travels with them and,
-  // after a last shift, reaches its owner complete. Flash only (plan_check).
-  cpu::AttentionDims ring_dims(int owner) const {
-    cpu::AttentionDims dm = cp_dims();
-    const int64_t c = sl_ / 2;
-    dm.k_rows = sl_;
-    dm.k_split = c;
-    dm.k_offset = owner * c;
-    dm.k_offset_hi = (2 * cp_ - 1 - owner) * c;
-    return dm;
-  }
-  // (k | v) of this rank's tokens into one buffer of 2 n_ kvw (the unit the ring passes).
-  Status ring_pack(Tensor& kv, const S* k, const S* v, const char* name) {
-    const int64_t w = n_ * kvw_;
-    LL_TRY(make(a_, kv, 2 * w, c_.storage, Category::communication, name));
-    LL_TRY(ops_.copy(d(kv), k, w * static_cast<int64_t>(sizeof(S))));
-    return ops_.copy(d(kv) + w, v, w * static_cast<int64_t>(sizeof(S)));
-  }
-  Status ring_attn_fwd(Layer& L, Mode mode) {
-    Saved& sv = L.sv;
-    const int64_t w = n_ * kvw_;
-    const cpu::AttentionDims dm0 = ring_dims(cr_);
-    const int64_t rows = dm0.b * dm0.heads * cpu::query_rows(dm0);
-    const DType kA = std::is_same_v<S, double> ? DType::f64 : DType::f32;
-    LL_TRY(lmake(L, sv.lse, "attn.lse", rows, kA, mode));
-    Tensor cur, next, o_part, lse_part;
-    LL_TRY(ring_pack(cur, d(sv.k), d(sv.v), "attn.kv.cp_ring"));
-    LL_TRY(make(a_, next, 2 * w, c_.storage, Category::communication, "attn.kv.cp_ring"));
-    LL_TRY(ws(o_part, n_ * qw_, "attn.out.cp_ring_partial"));
-    LL_TRY(make(a_, lse_part, rows, kA, Category::workspace, "attn.lse.cp_ring_partial"));  // ws() maps f32 to storage
-    Scratch sc;
-    LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm0, true, /*backward=*/false), "attention.workspace"));
-    for (int step = 0; step < cp_; ++step) {
-      if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 300 + step));
-      const cpu::AttentionDims dm = ring_dims((cr_ - step + cp_) % cp_);
-      const bool first = step == 0;
-      LL_TRY(ops_.template attention_forward_flash<S>(d(sv.q), d(cur), d(cur) + w, doc_, first ? d(sv.proj_input) : d(o_part),
-                                                      first ? sv.lse.template data<A>() : lse_part.template data<A>(), dm, sc.span()));
-      if (!first)
-        LL_TRY(ops_.template attention_merge_partial<S>(d(sv.proj_input), sv.lse.template data<A>(), d(o_part),
-                                                        lse_part.template data<A>(), dm));
-      std::swap(cur, next);
-    }
-    return Status::ok();
-  }
-  Status ring_attn_bwd(Layer& L, const S* dout, S* dq, S* dk, S* dv) {
-    Saved& sv = L.sv;
-    const int64_t w = n_ * kvw_, bytes_q = n_ * qw_ * static_cast<int64_t>(sizeof(S));
-    Tensor cur, next, acc, acc_next, dq_part, dkv_part;
-    LL_TRY(ring_pack(cur, d(sv.k), d(sv.v), "attn.kv.cp_ring"));
-    LL_TRY(make(a_, next, 2 * w, c_.storage, Category::communication, "attn.kv.cp_ring"));
-    LL_TRY(make(a_, acc, 2 * w, c_.storage, Category::communication, "attn.dkv.cp_ring"));
-    LL_TRY(make(a_, acc_next, 2 * w, c_.storage, Category::communication, "attn.dkv.cp_ring"));
-    LL_TRY(ops_.zero(d(acc), 2 * w * static_cast<int64_t>(sizeof(S))));
-    LL_TRY(ws(dq_part, n_ * qw_, "attn.dq.cp_ring_partial"));
-    LL_TRY(ws(dkv_part, 2 * w, "attn.dkv.cp_ring_partial"));
-    LL_TRY(ops_.zero(dq, bytes_q));
-    Scratch sc;
-    LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, ring_dims(cr_), true), "attention.workspace"));
-    for (int step = 0; step < cp_; ++step) {
-      if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 400 + step));
-      const cpu::AttentionDims dm = ring_dims((cr_ - step + cp_) % cp_);
-      LL_TRY(ops_.template attention_backward_flash<S>(d(sv.q), d(cur), d(cur) + w, doc_, d(sv.proj_input), sv.lse.template data<A>(),
-                                                       dout, d(dq_part), d(dkv_part), d(dkv_part) + w, dm, sc.span()));
-      LL_TRY(ops_.template add_inplace<S>(dq, d(dq_part), n_ * qw_));
-      LL_TRY(ops_.template add_inplace<S>(d(acc), d(dkv_part), 2 * w));
-      // The accumulator of rank cr_ - step's keys moves on with them; after the last
-      // shift this rank holds its own, summed over every rank's queries.
-      LL_TRY(c_.comm->ring_shift(d(acc), d(acc_next), 2 * w, c_.storage, Group::cp, 500 + step));
-      std::swap(cur, next);
-      std::swap(acc, acc_next);
-    }
-    LL_TRY(ops_.copy(dk, d(acc), w * static_cast<int64_t>(sizeof(S))));
-    return ops_.copy(dv, d(acc) + w, w * static_cast<int64_t>(sizeof(S)));
   }
 
   // y (ns_, h) = the MoE MLP of sv.mlp_input (routed + shared experts).

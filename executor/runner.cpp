@@ -307,7 +307,7 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   gpu_only_zero.nccl_bytes_per_group = 0;
   // The CPU backend's 16-bit GEMMs take fp32 tiles where a GPU has its cuBLAS workspace.
   if (o.backend == "cpu") {
-    const CpuGemmScratch scratch = cpu_linear_scratch_bytes(e.model, e.job, e.plan, precision_scheme(e.job).storage);
+    const CpuOpScratch scratch = cpu_op_scratch_bytes(e.model, e.job, e.plan, precision_scheme(e.job).storage);
     gpu_only_zero.backward_gemm_scratch_bytes = static_cast<double>(scratch.layer);
     gpu_only_zero.head_gemm_scratch_bytes = static_cast<double>(scratch.head);
     gpu_only_zero.attention_scratch_bytes = static_cast<double>(scratch.attention);

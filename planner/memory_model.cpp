@@ -270,7 +270,7 @@ namespace {
 // stage_memory_extras with the rank's parameter counts (read only under ZeRO-2/3 and for
 // MoE under TP) and its layers' backward moments given.
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
-                                      const MemoryOptions& opt, const ParamCounts& pc, const LayerBackwardMoments& backward_moments) {
+                                      const MemoryOptions& opt, const ParamCounts& pc, const LayerBackwardMoments& moments) {
   StageMemoryExtras x;
   const int layers = layers_in_stage(m.layers, p.pp, stage);
   const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
@@ -293,7 +293,6 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   const bool layers_train = frozen_here < layers;
   // The layer backward's MLP moment: its activation gradients, one GEMM's scratch and (MoE
   // under TP) the layer's partial router and expert gradients, all live in moe_bwd.
-  const LayerBackwardMoments& moments = backward_moments;
   double mlp_working = moments.mlp + opt.backward_gemm_scratch_bytes;
   if (m.moe.enabled() && p.tp > 1 && opt.moe_tp_partial_gradients) {
     const double partial = j.mode == TrainMode::lora ? pc.lora_expert_per_layer_rank
@@ -602,7 +601,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   fwd = base;
   bwd = base;
   optim = base;
-  // Inside a layer the layer-only communication buffers (EP, CP all-gather) can be live.
+  // Inside a layer the layer-only communication buffers (SP gather, EP, CP exchange) can be live.
   const int comm = static_cast<int>(MemoryItem::comm_buffers);
   // The ring's backward attention holds more than any forward moment.
   out.comm_peak = std::max(base[comm], base[comm] - x.layer_comm_buffers + x.cp_backward_buffers);

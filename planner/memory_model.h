@@ -91,16 +91,16 @@ struct MemoryOptions {
   // Frameworks that fold the TP sum into the gradient reduction hold none. Default: true.
   bool moe_tp_partial_gradients = true;
   // Scratch a layer GEMM takes beside the backward's activation gradients. llmplan's CPU
-  // backend widens 16-bit operands into fp32 tiles (exec::cpu_linear_scratch_bytes; the
+  // backend widens 16-bit operands into fp32 tiles (exec::cpu_op_scratch_bytes; the
   // runner sets it); a GPU's cuBLAS workspace is gemm_workspace_bytes instead, held all
   // step long. Default: 0.
   double backward_gemm_scratch_bytes = 0;
   // The same for the LM head's GEMM (forward and backward, last stage), which is wider
-  // than a layer's by the vocabulary (exec::cpu_linear_scratch_bytes; the runner sets it).
+  // than a layer's by the vocabulary (exec::cpu_op_scratch_bytes; the runner sets it).
   // Default: 0.
   double head_gemm_scratch_bytes = 0;
   // The attention kernel's workspace at a layer's CP attention backward moment (llmplan's
-  // CPU flash and materialised kernels carve fp32 panels; exec::cpu_linear_scratch_bytes,
+  // CPU flash and materialised kernels carve fp32 panels; exec::cpu_op_scratch_bytes,
   // the runner sets it). Default: 0.
   double attention_scratch_bytes = 0;
 };

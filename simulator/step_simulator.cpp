@@ -507,7 +507,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     bool edge;  // the op's start (forward) or end (backward): the in-flight count changes
     double act, work, logits, buffers;
     double grads = 0;  // ZeRO >= 2: the unit gradient a backward holds until it is reduce-scattered
-    double comm = 0;   // layer-only communication buffers (EP, CP all-gather)
+    double comm = 0;   // layer-only communication buffers (SP gather, EP, CP exchange)
   };
   std::vector<Delta> deltas;
   deltas.reserve(prog.size() * 3 + 2);
@@ -516,7 +516,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     const int c = o.chunk;
     const OpRef& ref = b.op(s, o.forward, c, o.microbatch);
     const double start = tasks[ref.first].start, end = tasks[ref.last].end;
-    // A forward or backward also holds the layer-only buffers (ZeRO-3 units, EP / CP).
+    // A forward or backward also holds the layer-only buffers (ZeRO-3 units, SP / EP / CP).
     // The last chunk's head GEMMs are a moment each, pushed as a pair of deltas that the
     // stable sort keeps adjacent: at the forward's end, before the loss's own tensors; at
     // the backward's start, before the head's inputs and logits are freed.

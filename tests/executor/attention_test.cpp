@@ -184,6 +184,22 @@ cpu::AttentionDims cp_query_dims(const cpu::AttentionDims& whole, int64_t cp, in
   dm.q_offset_hi = (2 * cp - 1 - r) * c;
   return dm;
 }
+// The rows of x (b, s, w) at the query positions of `dm` -> (b, sq, w).
+Vec rows_at(const Vec& x, int64_t w, const cpu::AttentionDims& dm) {
+  const int64_t sq = cpu::query_rows(dm);
+  Vec out(static_cast<size_t>(dm.b * sq * w));
+  for (int64_t bi = 0; bi < dm.b; ++bi)
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t e = 0; e < w; ++e) out[(bi * sq + i) * w + e] = x[(bi * dm.s + cpu::query_position(dm, i)) * w + e];
+  return out;
+}
+// into (b, s, w) += x (b, sq, w) at the query positions of `dm`.
+void add_rows_at(const Vec& x, int64_t w, const cpu::AttentionDims& dm, Vec& into) {
+  const int64_t sq = cpu::query_rows(dm);
+  for (int64_t bi = 0; bi < dm.b; ++bi)
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t e = 0; e < w; ++e) into[(bi * dm.s + cpu::query_position(dm, i)) * w + e] += x[(bi * sq + i) * w + e];
+}
 CpReference cp_reference(Rng& rng, int64_t b, int64_t s, int64_t a, int64_t akv, int64_t d) {
   CpReference r{make_case(rng, b, s, a, akv, d, /*block=*/3, /*with_docs=*/true), {}, {}, {}, {}};
   Case& w = r.whole;
@@ -223,13 +239,8 @@ TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) {
     Vec o_all(whole.q.size(), 0.0), dq_all(whole.q.size(), 0.0), dk_sum(whole.k.size(), 0.0), dv_sum(whole.v.size(), 0.0);
     for (int64_t r = 0; r < cp; ++r) {
       const cpu::AttentionDims dm = cp_query_dims(whole.dm, cp, r);
-      Vec q(b * sq * row), G(b * sq * row), o(q.size()), dq(q.size()), dk(whole.k.size()), dv(whole.v.size());
-      for (int64_t bi = 0; bi < b; ++bi)
-        for (int64_t i = 0; i < sq; ++i)
-          for (int64_t e = 0; e < row; ++e) {
-            q[(bi * sq + i) * row + e] = whole.q[(bi * s + cpu::query_position(dm, i)) * row + e];
-            G[(bi * sq + i) * row + e] = whole.G[(bi * s + cpu::query_position(dm, i)) * row + e];
-          }
+      const Vec q = rows_at(whole.q, row, dm), G = rows_at(whole.G, row, dm);
+      Vec o(q.size()), dq(q.size()), dk(whole.k.size()), dv(whole.v.size());
       if (variant == 0) {
         testing::Workspace w(cpu::attention_workspace_bytes(DType::f64, dm, true));
         Vec lse(b * a * sq);
@@ -256,12 +267,8 @@ TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) {
         cpu::attention_backward_dropout<double>(q.data(), whole.k.data(), whole.v.data(), probs.data(), mask.data(), dropped.data(),
                                                 G.data(), dq.data(), dk.data(), dv.data(), dm, p, w.span());
       }
-      for (int64_t bi = 0; bi < b; ++bi)
-        for (int64_t i = 0; i < sq; ++i)
-          for (int64_t e = 0; e < row; ++e) {
-            o_all[(bi * s + cpu::query_position(dm, i)) * row + e] = o[(bi * sq + i) * row + e];
-            dq_all[(bi * s + cpu::query_position(dm, i)) * row + e] = dq[(bi * sq + i) * row + e];
-          }
+      add_rows_at(o, row, dm, o_all);
+      add_rows_at(dq, row, dm, dq_all);
       for (size_t e = 0; e < dk.size(); ++e) {
         dk_sum[e] += dk[e];
         dv_sum[e] += dv[e];
@@ -297,52 +304,38 @@ TEST(Attention, RingStepsOverKeyChunksMergeToTheWholeSequence) {
   Case& whole = cr.whole;
   const Vec &ref = cr.o, &nq = cr.dq, &nk = cr.dk, &nv = cr.dv;
   const int64_t row = a * d, kvrow = akv * d;
-  // The rows of `x` (b, s, w) at a rank's two chunks -> (b, sq, w), and back.
-  auto slice = [&](const Vec& x, int64_t w, int64_t r) {
-    Vec out(b * sq * w);
-    for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t i = 0; i < sq; ++i) {
-        const int64_t pos = i < c ? r * c + i : (2 * cp - 1 - r) * c + (i - c);
-        for (int64_t e = 0; e < w; ++e) out[(bi * sq + i) * w + e] = x[(bi * s + pos) * w + e];
-      }
-    return out;
-  };
-  auto unslice_add = [&](const Vec& x, int64_t w, int64_t r, Vec& into) {
-    for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t i = 0; i < sq; ++i) {
-        const int64_t pos = i < c ? r * c + i : (2 * cp - 1 - r) * c + (i - c);
-        for (int64_t e = 0; e < w; ++e) into[(bi * s + pos) * w + e] += x[(bi * sq + i) * w + e];
-      }
-  };
   Vec o_all(whole.q.size(), 0.0), dq_all(whole.q.size(), 0.0), dk_all(whole.k.size(), 0.0), dv_all(whole.v.size(), 0.0);
   for (int64_t r = 0; r < cp; ++r) {
     cpu::AttentionDims dm = cp_query_dims(whole.dm, cp, r);
     dm.k_rows = sq;
     dm.k_split = c;
-    const Vec q = slice(whole.q, row, r), G = slice(whole.G, row, r);
+    const Vec q = rows_at(whole.q, row, dm), G = rows_at(whole.G, row, dm);
     Vec o(q.size()), lse(b * a * sq), op(q.size()), lp(lse.size());
     testing::Workspace w(cpu::attention_workspace_bytes(DType::f64, dm, true));
+    // Step `step` holds the keys of rank j = r - step: its two chunks, as its queries are.
+    auto owner = [&](int64_t step) {
+      const cpu::AttentionDims kd = cp_query_dims(whole.dm, cp, (r - step + cp) % cp);
+      dm.k_offset = kd.q_offset;
+      dm.k_offset_hi = kd.q_offset_hi;
+      return kd;
+    };
     for (int64_t step = 0; step < cp; ++step) {
-      const int64_t j = (r - step + cp) % cp;
-      dm.k_offset = j * c;
-      dm.k_offset_hi = (2 * cp - 1 - j) * c;
-      const Vec k = slice(whole.k, kvrow, j), v = slice(whole.v, kvrow, j);
+      const cpu::AttentionDims kd = owner(step);
+      const Vec k = rows_at(whole.k, kvrow, kd), v = rows_at(whole.v, kvrow, kd);
       cpu::attention_forward_flash<double>(q.data(), k.data(), v.data(), whole.docs(), step == 0 ? o.data() : op.data(),
                                            step == 0 ? lse.data() : lp.data(), dm, w.span());
       if (step > 0) cpu::attention_merge_partial<double>(o.data(), lse.data(), op.data(), lp.data(), dm);
     }
-    unslice_add(o, row, r, o_all);
+    add_rows_at(o, row, dm, o_all);
     for (int64_t step = 0; step < cp; ++step) {
-      const int64_t j = (r - step + cp) % cp;
-      dm.k_offset = j * c;
-      dm.k_offset_hi = (2 * cp - 1 - j) * c;
-      const Vec k = slice(whole.k, kvrow, j), v = slice(whole.v, kvrow, j);
+      const cpu::AttentionDims kd = owner(step);
+      const Vec k = rows_at(whole.k, kvrow, kd), v = rows_at(whole.v, kvrow, kd);
       Vec dq(q.size()), dk(k.size()), dv(v.size());
       cpu::attention_backward_flash<double>(q.data(), k.data(), v.data(), whole.docs(), o.data(), lse.data(), G.data(), dq.data(),
                                             dk.data(), dv.data(), dm, w.span());
-      unslice_add(dq, row, r, dq_all);
-      unslice_add(dk, kvrow, j, dk_all);
-      unslice_add(dv, kvrow, j, dv_all);
+      add_rows_at(dq, row, dm, dq_all);
+      add_rows_at(dk, kvrow, kd, dk_all);
+      add_rows_at(dv, kvrow, kd, dv_all);
     }
   }
   EXPECT_TRUE(grads_match("ring o", o_all, ref, 1e-13));

@@ -41,7 +41,7 @@ TEST(Runner, PeakWithinThreePercentOfAllocatorSidePrediction) {
         Result<RunReport> r = run_plan(f, o);
         ASSERT_TRUE(r.ok()) << r.status().message();
         const StageMemory& pa = r->predicted_alloc;
-        const double scratch = static_cast<double>(cpu_linear_scratch_bytes(f.model, f.job, f.plan, precision_scheme(f.job).storage).layer);
+        const double scratch = static_cast<double>(cpu_op_scratch_bytes(f.model, f.job, f.plan, precision_scheme(f.job).storage).layer);
         const double pred_fwd = pa.phase_total[0], pred_bwd = pa.phase_total[1];
         const double pred = std::max({pred_fwd, pred_bwd, pa.phase_total[2]});
         const double meas = static_cast<double>(r->memory.peak_total);
