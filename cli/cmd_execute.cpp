@@ -20,6 +20,7 @@
 #include "executor/runner.h"
 #if LLMPLAN_HAVE_CUDA_BACKEND
 #include "executor/cuda/cuda_backend.h"
+#include "executor/cuda/device_stand_in.h"
 #endif
 #if LLMPLAN_HAVE_NCCL
 #include "executor/cuda/nccl_communicator.h"
@@ -195,7 +196,8 @@ Runner register_execute(CLI::App* sub) {
       o.memory_limit = static_cast<int64_t>(*lim);
     }
     std::unique_ptr<exec::ExecBackend> device;
-    std::unique_ptr<exec::Communicator> nccl;  // destroyed before the device and the MPI communicator
+    // NCCL's, or a CUDA rank proxy's; destroyed before the device and the MPI communicator.
+    std::unique_ptr<exec::Communicator> nccl;
     if (c->backend == "cuda") {
 #if LLMPLAN_HAVE_CUDA_BACKEND
       exec::cuda::CudaOptions co;
@@ -214,7 +216,11 @@ Runner register_execute(CLI::App* sub) {
       if (!b) return report(b.status());
       device = std::move(*b);
       o.device_backend = device.get();
-      if (comm) {
+      if (comm && comm->modelled()) {
+        // A rank proxy on this GPU: the stand-in collectives move device buffers.
+        nccl = exec::cuda::make_device_proxy_communicator(*exec::cuda::context_of(*device), f->plan, c->proxy_rank);
+        o.comm = nccl.get();
+      } else if (comm) {
 #if LLMPLAN_HAVE_NCCL
         Result<std::unique_ptr<exec::Communicator>> nc = exec::cuda::create_nccl_communicator(*exec::cuda::context_of(*device), *comm);
         if (!nc) return report(nc.status());

@@ -138,7 +138,7 @@ struct CpuOps {
   template <class Src, class Dst, class... Args>
   Status cast_rows(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
   Status stage_batch(const Batch& b, const int32_t* positions, int64_t, detail::StagedBatch& out) const {
-    out = {b.tokens, b.targets, b.doc_ids, positions};
+    out = {b.tokens, b.targets, b.doc_ids, positions, {}};
     return Status::ok();
   }
 
@@ -172,6 +172,11 @@ struct CpuOps {
   LL_CPU_OP(rope_backward)
   LL_CPU_OP(embedding_forward)
   LL_CPU_OP(embedding_backward)
+  LL_CPU_OP(embedding_forward_shard)
+  LL_CPU_OP(embedding_backward_shard)
+  LL_CPU_OP(vocab_parallel_ce_max)
+  LL_CPU_OP(vocab_parallel_ce_sums)
+  LL_CPU_OP(vocab_parallel_ce_backward)
   LL_CPU_OP(add)
   LL_CPU_OP(add_inplace)
   LL_CPU_OP(cast)
@@ -180,6 +185,10 @@ struct CpuOps {
   template <class T>
   Result<double> cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n, int64_t v, double denom) const {
     return cpu::cross_entropy_forward<T>(logits, targets, n, v, denom);
+  }
+  template <class A>
+  Result<cpu::VocabCeLoss> vocab_parallel_ce_loss(const int32_t* targets, const A* mx, const A* sums, int64_t n) const {
+    return cpu::vocab_parallel_ce_loss<A>(targets, mx, sums, n);
   }
 };
 

@@ -11,7 +11,8 @@
 // arguments: linear_forward/backward, layernorm/rmsnorm forward/backward, attention
 // (materialized, flash, and the fused-dropout variant), dropout, gelu, swiglu, rope,
 // embedding, add, add_inplace, cast, cross_entropy_forward (Result<double>, the loss on the
-// host) and backward; the scratch sizes linear/norm/attention/attention_dropout
+// host) and backward; the tensor-parallel shards of these: embedding_forward/backward_shard
+// and vocab_parallel_ce_max/sums/backward with vocab_parallel_ce_loss (Result<VocabCeLoss>); the scratch sizes linear/norm/attention/attention_dropout
 // _workspace_bytes and chunk_rows; and fill (host doubles into a tensor), zero, zeros,
 // copy (within the backend's memory), scale, stage_batch (a host Batch and positions to
 // where the ops read them); logits_row_stride(v) (>= v: the backend's padded row of the
@@ -45,12 +46,15 @@ namespace llmplan::exec::detail {
   } while (0)
 
 // One micro-batch where the backend's ops read it: host pointers on the CPU (the Batch's
-// own), device copies on a GPU.
+// own), device copies on a GPU. Each pipeline slot has its own (Slot::staged), so the
+// copies live in `buffers`, which the backend fills and keeps from one micro-batch to the
+// next of the same slot.
 struct StagedBatch {
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
   const int32_t* doc = nullptr;        // nullptr: no document mask
   const int32_t* positions = nullptr;  // (b * s): restart per sequence and document
+  std::vector<Tensor> buffers;         // the backend's copies (a GPU's), empty on the CPU
 };
 
 
@@ -84,8 +88,8 @@ inline constexpr const char* kProjName[] = {"q", "k", "v", "o", "gate", "up", "d
 // model.cpp, CudaOps in cuda/cuda_model.cpp): the functions of executor/cpu/ops.h by the
 // same names and arguments, each returning a Status, plus the memory movements a model
 // needs (fill, zero, zeros, copy, scale, stage_batch) and the workspace sizes of its ops.
-// Ops::kHostMemory says whether tensors are host memory; the few host loops (tensor-
-// parallel embedding and cross-entropy) exist only there.
+// Ops::kHostMemory says whether tensors are host memory; the few host loops (context-
+// parallel token layout, MoE routing) exist only there.
 template <class S, class G, class Ops>
 class ModelImpl final : public Model {
   using A = acc_t<S>;  // math type; also the softmax buffer's type (fp32, fp64 for double)
@@ -1406,80 +1410,54 @@ class ModelImpl final : public Model {
       if (gpt_) LL_TRY(ops_.template embedding_forward<S>(staged_.positions, d(wpe_), out, n_, h_, true));
       return Status::ok();
     }
-    if constexpr (!Ops::kHostMemory) return Status::bad_input("executor: the vocabulary-parallel embedding (tp > 1) runs on the CPU backend only");
     Tensor full;
     S* y = out;
     if (sp_) {
       LL_TRY(ws(full, n_ * h_, "embed.partial"));
       y = d(full);
     }
-    LL_TRY(ops_.zero(y, n_ * h_ * static_cast<int64_t>(sizeof(S))));
-    for (int64_t i = 0; i < n_; ++i) {
-      const int32_t local = tokens[i] - static_cast<int32_t>(v0_);
-      if (local >= 0 && local < Vl_) LL_TRY(ops_.template embedding_forward<S>(&local, d(wte_), y + i * h_, 1, h_));
-    }
+    LL_TRY(ops_.template embedding_forward_shard<S>(tokens, d(wte_), y, n_, h_, v0_, Vl_));
     if (gpt_ && tr_ == 0) LL_TRY(ops_.template embedding_forward<S>(staged_.positions, d(wpe_), y, n_, h_, true));
     if (sp_) return c_.comm->reduce_scatter_sum(y, out, ns_ * h_, c_.storage, Group::tp);
     return tp_sum(y, n_ * h_);
   }
   Status embed_bwd(const int32_t* tokens, const S* dout) {
     if (t_ == 1) return ops_.template embedding_backward<S, G>(tokens, dout, g(gwte_), n_, h_);
-    if constexpr (!Ops::kHostMemory) return Status::bad_input("executor: the vocabulary-parallel embedding (tp > 1) runs on the CPU backend only");
-    for (int64_t i = 0; i < n_; ++i) {
-      const int32_t local = tokens[i] - static_cast<int32_t>(v0_);
-      if (local >= 0 && local < Vl_) LL_TRY(ops_.template embedding_backward<S, G>(&local, dout + i * h_, g(gwte_), 1, h_));
-    }
-    return Status::ok();
+    return ops_.template embedding_backward_shard<S, G>(tokens, dout, g(gwte_), n_, h_, v0_, Vl_);
   }
 
-  // Vocabulary-parallel cross-entropy (Megatron): z (n, Vl_) this rank's logits in A. The
-  // row max (all-gathered), the sum of exponentials and the target logit (all-reduced) give
-  // every TP rank the full loss; with train, z becomes this rank's dlogits in place
-  // (loss_scale / denom * (softmax - onehot), 0 on ignored rows). denom 0: counted rows.
+  // Vocabulary-parallel cross-entropy (Megatron; cpu/cross_entropy.h's three passes): z
+  // (n, Vl_) this rank's logits in A. The row maxima (all-gathered), the sums of
+  // exponentials and the target logits (all-reduced) give every TP rank the full loss; with
+  // train, z becomes this rank's dlogits in place (loss_scale / denom * (softmax - onehot),
+  // 0 on ignored rows and padded columns). denom 0: counted rows.
   Result<double> vocab_parallel_ce(A* z, const int32_t* targets, double denom, bool train, double loss_scale) {
-    if constexpr (!Ops::kHostMemory) return Status::bad_input("executor: the vocabulary-parallel cross-entropy (tp > 1) runs on the CPU backend only");
     constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
     const int64_t n = n_;
-    std::vector<A> mx(static_cast<size_t>(n)), all(static_cast<size_t>(n * t_)), red(static_cast<size_t>(2 * n), A(0));
-    // Padded columns (j >= Vr_) are not tokens: out of the max, the sum and the gradient.
-    const A lowest = -std::numeric_limits<A>::infinity();
-    for (int64_t i = 0; i < n; ++i)
-      mx[static_cast<size_t>(i)] = Vr_ > 0 ? *std::max_element(z + i * Vl_, z + i * Vl_ + Vr_) : lowest;
-    LL_TRY(c_.comm->all_gather(mx.data(), all.data(), n, kA, Group::tp));
-    for (int64_t i = 0; i < n; ++i)
-      for (int r = 0; r < t_; ++r) mx[static_cast<size_t>(i)] = std::max(mx[static_cast<size_t>(i)], all[static_cast<size_t>(r * n + i)]);
-    for (int64_t i = 0; i < n; ++i) {
-      const A* zi = z + i * Vl_;
-      A se = 0;
-      for (int64_t j = 0; j < Vr_; ++j) se += std::exp(zi[j] - mx[static_cast<size_t>(i)]);
-      red[static_cast<size_t>(i)] = se;
-      const int64_t local = targets[i] - v0_;
-      if (targets[i] != cpu::kIgnoreIndex && local >= 0 && local < Vl_) red[static_cast<size_t>(n + i)] = zi[local];
+    // The statistics, (t_ + 3) n values: host scratch outside the accounting on the CPU, as
+    // the planner counts none; on a GPU a device workspace (NCCL moves device buffers), a
+    // few hundred KiB beside the logits.
+    std::vector<A> host;
+    Tensor dev;
+    A* mx = nullptr;
+    if constexpr (Ops::kHostMemory) {
+      host.resize(static_cast<size_t>((t_ + 3) * n));
+      mx = host.data();
+    } else {
+      LL_TRY(make(a_, dev, (t_ + 3) * n, kA, Category::workspace, "loss.vocab_parallel_stats"));
+      mx = dev.template data<A>();
     }
-    LL_TRY(c_.comm->all_reduce_sum(red.data(), 2 * n, kA, Group::tp));
-    int64_t counted = 0;
-    for (int64_t i = 0; i < n; ++i) counted += targets[i] != cpu::kIgnoreIndex;
-    const double dn = denom > 0 ? denom : static_cast<double>(counted);
-    double loss = 0;
-    for (int64_t i = 0; i < n; ++i)
-      if (targets[i] != cpu::kIgnoreIndex)
-        loss += std::log(static_cast<double>(red[static_cast<size_t>(i)])) + static_cast<double>(mx[static_cast<size_t>(i)]) -
-                static_cast<double>(red[static_cast<size_t>(n + i)]);
-    loss = dn > 0 ? loss / dn : 0;
-    if (!train) return loss;
-    const double k = dn > 0 ? loss_scale / dn : 0;
-    for (int64_t i = 0; i < n; ++i) {
-      A* zi = z + i * Vl_;
-      if (targets[i] == cpu::kIgnoreIndex) {
-        std::fill(zi, zi + Vl_, A(0));
-        continue;
-      }
-      const A inv = A(1) / red[static_cast<size_t>(i)];
-      for (int64_t j = 0; j < Vr_; ++j) zi[j] = static_cast<A>(k * static_cast<double>(std::exp(zi[j] - mx[static_cast<size_t>(i)]) * inv));
-      std::fill(zi + Vr_, zi + Vl_, A(0));
-      const int64_t local = targets[i] - v0_;
-      if (local >= 0 && local < Vl_) zi[local] = static_cast<A>(zi[local] - k);
-    }
+    A* all = mx + n;
+    A* sums = all + t_ * n;
+    LL_TRY(ops_.template vocab_parallel_ce_max<A>(z, n, Vl_, Vr_, mx));
+    LL_TRY(c_.comm->all_gather(mx, all, n, kA, Group::tp));
+    LL_TRY(ops_.template vocab_parallel_ce_sums<A>(z, targets, all, t_, n, Vl_, Vr_, v0_, mx, sums));
+    LL_TRY(c_.comm->all_reduce_sum(sums, 2 * n, kA, Group::tp));
+    Result<cpu::VocabCeLoss> l = ops_.template vocab_parallel_ce_loss<A>(targets, mx, sums, n);
+    if (!l) return l.status();
+    const double dn = denom > 0 ? denom : static_cast<double>(l->counted);
+    const double loss = dn > 0 ? l->sum / dn : 0;
+    if (train) LL_TRY(ops_.template vocab_parallel_ce_backward<A>(z, targets, mx, sums, n, Vl_, Vr_, v0_, dn > 0 ? loss_scale / dn : 0));
     return loss;
   }
 

@@ -220,26 +220,17 @@ class CpuBackend final : public ExecBackend {
 std::unique_ptr<ExecBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 Status check_distributed_backend(const std::string& backend, const ParallelPlan& p, bool modelled) {
+  (void)modelled;  // a CUDA rank proxy moves device buffers (cuda/device_stand_in.h)
   if (backend != "cuda") return Status::ok();
-  const std::string why = "--backend cuda runs data parallel (dp, ZeRO 0-3) over NCCL so far; ";
-  if (modelled)
-    return Status::bad_input(why + "a rank proxy (--proxy-rank) moves host memory in its stand-in collectives: run it with "
-                                   "--backend cpu");
-  // Each parallel dimension the CUDA model lacks, with what it lacks.
-  const struct {
-    const char* field;
-    int degree;
-    const char* missing;
-  } refused[] = {
-      {"tp", p.tp, "the vocabulary-parallel embedding and cross-entropy are CPU-only"},
-      {"pp", p.pp, "the CUDA model builds no pipeline stages (one set of device batch buffers)"},
-      {"cp", p.cp, "context-parallel attention is CPU-only"},
-      {"ep", p.ep, "expert parallel needs MoE layers, which the CUDA model does not have"},
-  };
-  for (const auto& r : refused)
-    if (r.degree > 1)
-      return Status::bad_input(why + "plan." + r.field + " " + std::to_string(r.degree) + ": " + r.missing + "; set plan." + r.field +
-                               " 1 or use --backend cpu");
+  const std::string why = "--backend cuda runs data, tensor (with SP) and pipeline parallel so far; ";
+  if (p.cp > 1)
+    return Status::bad_input(why + "plan.cp " + std::to_string(p.cp) +
+                             ": the CUDA attention kernels take whole sequences (context parallel's query and key slices are "
+                             "CPU-only); set plan.cp 1 or use --backend cpu");
+  if (p.ep > 1)
+    return Status::bad_input(why + "plan.ep " + std::to_string(p.ep) +
+                             ": expert parallel needs MoE layers, whose routing runs on the CPU backend only; set plan.ep 1 or "
+                             "use --backend cpu");
   return Status::ok();
 }
 
@@ -248,7 +239,7 @@ Status check_distributed_backend(const std::string& backend, const ModelSpec& mo
   // build_cuda_model refuses MoE too, but only after every rank has picked a GPU and joined
   // NCCL; refusing here names the cause before any of that (and on every rank alike).
   if (backend == "cuda" && model.moe.enabled())
-    return Status::bad_input("--backend cuda runs data parallel (dp, ZeRO 0-3) over NCCL so far; model " + model.name +
+    return Status::bad_input("--backend cuda runs data, tensor (with SP) and pipeline parallel so far; model " + model.name +
                              " is a mixture of experts, and MoE layers (routing, dispatch, expert parallel) run on the CPU "
                              "backend only: use --backend cpu");
   return Status::ok();
@@ -422,7 +413,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     });
   std::unique_ptr<Pipeline> pipe;
   if (comm && e.plan.pp > 1) {
-    Result<std::unique_ptr<Pipeline>> pl = Pipeline::create(alloc, **model, *o.comm);
+    Result<std::unique_ptr<Pipeline>> pl = Pipeline::create(alloc, **model, *o.comm, backend->bucket_ops());
     if (!pl) return fail_oom(pl.status(), Where{Phase::other, -1, "pipeline buffers"});
     pipe = std::move(*pl);
   }

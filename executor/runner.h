@@ -132,13 +132,13 @@ struct RunReport {
 
 // Whether `backend` ("cpu", "cuda") runs `plan` distributed over a real (modelled = false)
 // or modelled (a rank proxy) communicator. The CPU runs everything run_plan implements.
-// The CUDA backend runs data parallel with ZeRO 0-3 over NCCL, one GPU per rank; the rest
-// is refused (bad_input naming the plan field): tp (the vocabulary-parallel embedding and
-// cross-entropy are host loops), pp and cp (the CUDA model builds neither), ep (no MoE
-// kernels), and rank proxies (LocalCommunicator moves host memory).
+// The CUDA backend runs data parallel with ZeRO 0-3, tensor parallel (with SP) and pipeline
+// parallel (GPipe, 1F1B, interleaved) over NCCL, one GPU per rank, and rank proxies of those
+// on one GPU; cp is refused (bad_input naming the plan field: its attention slices are
+// CPU-only).
 Status check_distributed_backend(const std::string& backend, const ParallelPlan& plan, bool modelled);
-// The same, plus the model: the CUDA backend also refuses a mixture-of-experts model (the
-// CUDA model has no MoE kernels; bad_input naming the model and MoE), whatever plan.ep is.
+// The same, plus the model: the CUDA backend also refuses a mixture-of-experts model (its
+// routing is host loops; bad_input naming the model and MoE), whatever plan.ep is.
 Status check_distributed_backend(const std::string& backend, const ModelSpec& model, const ParallelPlan& plan, bool modelled);
 
 // Builds the model and trainer, runs warmup + steps, measures and compares. Errors: see top.

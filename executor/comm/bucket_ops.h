@@ -33,6 +33,10 @@ class BucketOps {
   virtual Status add_f32(const float* in, Tensor& t, int64_t off, int64_t n) = 0;
   // dst = src, bytes (non-overlapping).
   virtual Status copy(void* dst, const void* src, int64_t bytes) = 0;
+  // y (n) += x (n), element-wise in dtype t (f32, f64, bf16, f16; each 16-bit sum rounded
+  // once), so two ranks adding each other's buffers get bit-equal sums (the pipeline's tied
+  // embedding gradient).
+  virtual Status add(DType t, void* y, const void* x, int64_t n) = 0;
 };
 
 // Host memory (the CPU backend): plain loops over tensor.h's read_f32 / write_f32. Never fails.
@@ -43,6 +47,7 @@ class HostBucketOps final : public BucketOps {
   Status write_f32(const float* in, Tensor& t, int64_t off, int64_t n) override;
   Status add_f32(const float* in, Tensor& t, int64_t off, int64_t n) override;
   Status copy(void* dst, const void* src, int64_t bytes) override;
+  Status add(DType t, void* y, const void* x, int64_t n) override;
 };
 
 }  // namespace llmplan::exec

@@ -55,8 +55,21 @@ GroupSplit group_split(const ParallelPlan& p, const RankCoords& k, Group g) {
   return {};
 }
 
-LocalCommunicator::LocalCommunicator(const ParallelPlan& plan, int rank)
-    : plan_(plan), c_(coords_of(plan, rank)), rank_(rank), world_(plan.world_size()) {}
+Status HostStandInMemory::move(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0 && dst != src) std::memmove(dst, src, static_cast<size_t>(bytes));
+  return Status::ok();
+}
+Status HostStandInMemory::zero(void* dst, int64_t bytes) {
+  if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
+  return Status::ok();
+}
+
+LocalCommunicator::LocalCommunicator(const ParallelPlan& plan, int rank, std::shared_ptr<StandInMemory> memory)
+    : plan_(plan),
+      c_(coords_of(plan, rank)),
+      rank_(rank),
+      world_(plan.world_size()),
+      mem_(memory ? std::move(memory) : std::make_shared<HostStandInMemory>()) {}
 
 int LocalCommunicator::rank(Group g) const { return group_split(plan_, c_, g).key; }
 
@@ -76,25 +89,26 @@ int LocalCommunicator::size(Group g) const {
 
 Status LocalCommunicator::reduce_scatter_sum(const void* in, void* out, int64_t count, DType t, Group g) {
   const int64_t b = count * dtype_size(t);
-  std::memmove(out, static_cast<const char*>(in) + rank(g) * b, static_cast<size_t>(b));
-  return Status::ok();
+  return mem_->move(out, static_cast<const char*>(in) + rank(g) * b, b);
 }
 
 Status LocalCommunicator::all_gather(const void* in, void* out, int64_t count, DType t, Group g) {
   const int64_t b = count * dtype_size(t);
   for (int i = 0; i < size(g); ++i)
-    if (static_cast<const char*>(out) + i * b != in) std::memmove(static_cast<char*>(out) + i * b, in, static_cast<size_t>(b));
+    if (Status s = mem_->move(static_cast<char*>(out) + i * b, in, b); !s) return s;
   return Status::ok();
 }
 
 Status LocalCommunicator::all_to_all(const void* in, void* out, int64_t count, DType t, Group g) {
-  std::memcpy(out, in, static_cast<size_t>(count * size(g) * dtype_size(t)));
-  return Status::ok();
+  return mem_->move(out, in, count * size(g) * dtype_size(t));
 }
 
 Status LocalCommunicator::recv(void* buf, int64_t count, DType t, int, Group, int) {
-  std::memset(buf, 0, static_cast<size_t>(count * dtype_size(t)));
-  return Status::ok();
+  return mem_->zero(buf, count * dtype_size(t));
+}
+
+Status LocalCommunicator::ring_shift(const void* sbuf, void* rbuf, int64_t count, DType t, Group, int) {
+  return mem_->move(rbuf, sbuf, count * dtype_size(t));
 }
 
 int launcher_world_size() {

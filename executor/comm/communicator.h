@@ -15,7 +15,8 @@
 //                     size locally (all-reduce: unchanged; reduce-scatter: this rank's
 //                     slice; all-gather: this rank's slice copied to every slot; all-to-all:
 //                     out = in, as if every peer sent what this rank sends; broadcast,
-//                     barrier: nothing; recv: zeros), so memory and compute are the rank's
+//                     barrier: nothing; recv: zeros; in the backend's memory through a
+//                     StandInMemory), so memory and compute are the rank's
 //                     real ones; the traffic is only modelled (modelled() is true). Context
 //                     parallel needs nothing more: its all-gathered whole-sequence q, k, v
 //                     are this rank's slice cp times, so attention runs over all s keys in
@@ -29,7 +30,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
 
@@ -142,10 +142,27 @@ class Communicator {
   RankCoords coords() const { return {rank(Group::tp), rank(Group::cp), rank(Group::dp), rank(Group::pp)}; }
 };
 
+// How a LocalCommunicator's stand-ins move the buffers they are given: move = memmove
+// (dst == src does nothing), zero = memset. The default moves host memory; a GPU backend
+// gives one that moves its device buffers too (executor/cuda/device_stand_in.h), so a rank
+// proxy runs on one GPU with the rank's real device memory.
+class StandInMemory {
+ public:
+  virtual ~StandInMemory() = default;
+  virtual Status move(void* dst, const void* src, int64_t bytes) = 0;
+  virtual Status zero(void* dst, int64_t bytes) = 0;
+};
+class HostStandInMemory final : public StandInMemory {
+ public:
+  Status move(void* dst, const void* src, int64_t bytes) override;
+  Status zero(void* dst, int64_t bytes) override;
+};
+
 // Stands in for rank `rank` of `plan` in one process (rank 0 of a 1-rank plan: size 1).
+// memory: how its stand-ins move buffers; nullptr = host memory.
 class LocalCommunicator final : public Communicator {
  public:
-  LocalCommunicator(const ParallelPlan& plan, int rank);
+  LocalCommunicator(const ParallelPlan& plan, int rank, std::shared_ptr<StandInMemory> memory = nullptr);
   int rank(Group g) const override;
   int size(Group g) const override;
   bool modelled() const override { return world_ > 1; }
@@ -158,10 +175,7 @@ class LocalCommunicator final : public Communicator {
   Status send(const void*, int64_t, DType, int, Group, int) override { return Status::ok(); }
   Status recv(void* buf, int64_t count, DType t, int, Group, int) override;
   // Stand-in: this rank's own buffer comes back (same shape and size).
-  Status ring_shift(const void* sbuf, void* rbuf, int64_t count, DType t, Group, int) override {
-    std::memmove(rbuf, sbuf, static_cast<size_t>(count * dtype_size(t)));
-    return Status::ok();
-  }
+  Status ring_shift(const void* sbuf, void* rbuf, int64_t count, DType t, Group, int) override;
   Status sendrecv(const void*, void* rbuf, int64_t count, DType t, int peer, Group g, int, int tag) override {
     return recv(rbuf, count, t, peer, g, tag);
   }
@@ -171,6 +185,7 @@ class LocalCommunicator final : public Communicator {
   ParallelPlan plan_;
   RankCoords c_;
   int rank_ = 0, world_ = 1;
+  std::shared_ptr<StandInMemory> mem_;
 };
 
 // ---- launching

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <string>
+#include <type_traits>
 
 #include "executor/cpu/ops.h"
 
@@ -82,6 +84,25 @@ Status HostBucketOps::add_f32(const float* in, Tensor& t, int64_t off, int64_t n
 Status HostBucketOps::copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
   return Status::ok();
+}
+namespace {
+template <class T>
+void add_typed(T* y, const T* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, bf16_t>) y[i] = float_to_bf16(bf16_to_float(y[i]) + bf16_to_float(x[i]));
+    else if constexpr (std::is_same_v<T, f16_t>) y[i] = float_to_f16(f16_to_float(y[i]) + f16_to_float(x[i]));
+    else y[i] += x[i];
+  }
+}
+}  // namespace
+Status HostBucketOps::add(DType t, void* y, const void* x, int64_t n) {
+  switch (t) {
+    case DType::f32: add_typed(static_cast<float*>(y), static_cast<const float*>(x), n); return Status::ok();
+    case DType::f64: add_typed(static_cast<double*>(y), static_cast<const double*>(x), n); return Status::ok();
+    case DType::bf16: add_typed(static_cast<bf16_t*>(y), static_cast<const bf16_t*>(x), n); return Status::ok();
+    case DType::f16: add_typed(static_cast<f16_t*>(y), static_cast<const f16_t*>(x), n); return Status::ok();
+    default: return Status::bad_input(std::string("HostBucketOps::add: no sum of ") + to_string(t) + " tensors");
+  }
 }
 
 // ---- DataParallel

@@ -1,7 +1,6 @@
 #include "executor/comm/pipeline.h"
 
 #include <algorithm>
-#include <type_traits>
 
 namespace llmplan::exec {
 
@@ -11,37 +10,16 @@ namespace llmplan::exec {
     if (!pp_s_) return pp_s_;  \
   } while (0)
 
-namespace {
-
-template <class T>
-void add_typed(T* y, const T* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, bf16_t>) y[i] = float_to_bf16(bf16_to_float(y[i]) + bf16_to_float(x[i]));
-    else if constexpr (std::is_same_v<T, f16_t>) y[i] = float_to_f16(f16_to_float(y[i]) + f16_to_float(x[i]));
-    else y[i] += x[i];
-  }
-}
-void add_into(DType t, void* y, const void* x, int64_t n) {
-  switch (t) {
-    case DType::f32: return add_typed(static_cast<float*>(y), static_cast<const float*>(x), n);
-    case DType::f64: return add_typed(static_cast<double*>(y), static_cast<const double*>(x), n);
-    case DType::bf16: return add_typed(static_cast<bf16_t*>(y), static_cast<const bf16_t*>(x), n);
-    case DType::f16: return add_typed(static_cast<f16_t*>(y), static_cast<const f16_t*>(x), n);
-    default: return;
-  }
-}
-
-}  // namespace
-
 int64_t Pipeline::slots(const ParallelPlan& plan, int64_t m, int stage) {
   if (plan.pp == 1) return 1;
   if (plan.schedule == Schedule::gpipe || plan.vpp > 1) return m;
   return std::min<int64_t>(m, plan.pp - stage);
 }
 
-Result<std::unique_ptr<Pipeline>> Pipeline::create(TrackingAllocator& alloc, Model& model, Communicator& comm) {
+Result<std::unique_ptr<Pipeline>> Pipeline::create(TrackingAllocator& alloc, Model& model, Communicator& comm, BucketOps* ops) {
   std::unique_ptr<Pipeline> p(new Pipeline());
   p->alloc_ = &alloc;
+  p->ops_ = ops != nullptr ? ops : &p->host_ops_;
   p->model_ = &model;
   p->comm_ = &comm;
   const ModelConfig& c = model.config();
@@ -207,7 +185,7 @@ Status Pipeline::sync_tied_embedding() {
       char* mine = static_cast<char*>(g.raw()) + at * es;
       PP_TRY(comm_->sendrecv(mine, tmp->raw(), k, g.dtype(), peer, Group::pp, 7000, 7000));
       // IEEE addition commutes, so both stages' sums are bit-equal.
-      add_into(g.dtype(), mine, tmp->raw(), k);
+      PP_TRY(ops_->add(g.dtype(), mine, tmp->raw(), k));
     }
   }
   return Status::ok();

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "executor/allocator.h"
+#include "executor/comm/bucket_ops.h"
 #include "executor/comm/communicator.h"
 #include "executor/model.h"
 
@@ -44,8 +45,11 @@ namespace llmplan::exec {
 
 class Pipeline {
  public:
-  // REQUIRES: model is stage comm.rank(Group::pp) of plan; model, comm, alloc outlive this.
-  static Result<std::unique_ptr<Pipeline>> create(TrackingAllocator& alloc, Model& model, Communicator& comm);
+  // REQUIRES: model is stage comm.rank(Group::pp) of plan; model, comm, alloc (and ops)
+  // outlive this. ops: how the backend adds its tensors (the tied embedding's gradient);
+  // nullptr: host memory.
+  static Result<std::unique_ptr<Pipeline>> create(TrackingAllocator& alloc, Model& model, Communicator& comm,
+                                                  BucketOps* ops = nullptr);
   // Runs micro-batches 0..m-1 (batch(j), dropout seed seed(j)) forward and backward; weight
   // gradients accumulate in the model. Returns the sum of the micro-batches' losses on the
   // last stage, 0 on the others.
@@ -74,6 +78,8 @@ class Pipeline {
   TrackingAllocator* alloc_ = nullptr;
   Model* model_ = nullptr;
   Communicator* comm_ = nullptr;
+  HostBucketOps host_ops_;
+  BucketOps* ops_ = nullptr;
   Tensor send_, recv_;
   int64_t count_ = 0;  // elements of one stage output
   DType dtype_ = DType::f32;

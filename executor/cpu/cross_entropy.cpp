@@ -1,6 +1,8 @@
 #include "executor/cpu/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "executor/cpu/kernel_util.h"
 
@@ -71,6 +73,66 @@ void cross_entropy_backward(const S* logits, const int32_t* targets, S* dlogits,
     }
   }
 }
+
+template <class A>
+void vocab_parallel_ce_max(const A* z, int64_t n, int64_t v, int64_t real, A* mx) {
+  for (int64_t i = 0; i < n; ++i) mx[i] = real > 0 ? *std::max_element(z + i * v, z + i * v + real) : -std::numeric_limits<A>::infinity();
+}
+
+template <class A>
+void vocab_parallel_ce_sums(const A* z, const int32_t* targets, const A* all, int tp, int64_t n, int64_t v,
+                            int64_t real, int64_t v0, A* mx, A* sums) {
+  for (int64_t i = 0; i < n; ++i) {
+    A m = all[i];
+    for (int r = 1; r < tp; ++r) m = std::max(m, all[r * n + i]);
+    mx[i] = m;
+    const A* zi = z + i * v;
+    A se = 0;
+    for (int64_t j = 0; j < real; ++j) se += std::exp(zi[j] - m);
+    sums[i] = se;
+    const int64_t local = static_cast<int64_t>(targets[i]) - v0;
+    sums[n + i] = targets[i] != kIgnoreIndex && local >= 0 && local < v ? zi[local] : A(0);
+  }
+}
+
+template <class A>
+VocabCeLoss vocab_parallel_ce_loss(const int32_t* targets, const A* mx, const A* sums, int64_t n) {
+  VocabCeLoss l;
+  for (int64_t i = 0; i < n; ++i) {
+    if (targets[i] == kIgnoreIndex) continue;
+    ++l.counted;
+    l.sum += std::log(static_cast<double>(sums[i])) + static_cast<double>(mx[i]) - static_cast<double>(sums[n + i]);
+  }
+  return l;
+}
+
+template <class A>
+void vocab_parallel_ce_backward(A* z, const int32_t* targets, const A* mx, const A* sums, int64_t n, int64_t v,
+                                int64_t real, int64_t v0, double dscale) {
+  for (int64_t i = 0; i < n; ++i) {
+    A* zi = z + i * v;
+    if (targets[i] == kIgnoreIndex) {
+      std::fill(zi, zi + v, A(0));
+      continue;
+    }
+    const A inv = A(1) / sums[i];
+    for (int64_t j = 0; j < real; ++j) zi[j] = static_cast<A>(dscale * static_cast<double>(std::exp(zi[j] - mx[i]) * inv));
+    std::fill(zi + real, zi + v, A(0));
+    const int64_t local = static_cast<int64_t>(targets[i]) - v0;
+    if (local >= 0 && local < v) zi[local] = static_cast<A>(zi[local] - dscale);
+  }
+}
+
+#define INSTA(A)                                                                                                   \
+  template void vocab_parallel_ce_max<A>(const A*, int64_t, int64_t, int64_t, A*);                                \
+  template void vocab_parallel_ce_sums<A>(const A*, const int32_t*, const A*, int, int64_t, int64_t, int64_t,     \
+                                          int64_t, A*, A*);                                                       \
+  template VocabCeLoss vocab_parallel_ce_loss<A>(const int32_t*, const A*, const A*, int64_t);                   \
+  template void vocab_parallel_ce_backward<A>(A*, const int32_t*, const A*, const A*, int64_t, int64_t, int64_t, \
+                                              int64_t, double);
+INSTA(float)
+INSTA(double)
+#undef INSTA
 
 #define INST(S)                                                                               \
   template double cross_entropy_forward<S>(const S*, const int32_t*, int64_t, int64_t, double); \

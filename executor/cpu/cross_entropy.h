@@ -32,4 +32,36 @@ template <class S>
 void cross_entropy_backward(const S* logits, const int32_t* targets, S* dlogits, int64_t n,
                             int64_t v, double dloss, double denom = 0);
 
+// ---- vocabulary-parallel cross-entropy (Megatron-LM's VocabParallelCrossEntropy)
+//
+// A tensor-parallel rank holds the logits z (n, v) of vocabulary columns [v0, v0 + v), of
+// which the first `real` are tokens (the rest pad the vocabulary to a multiple of tp and
+// count for nothing). The loss needs three row statistics over every rank; the caller
+// exchanges them over the TP group between the passes, so every rank gets the whole loss:
+//   1. vocab_parallel_ce_max:  mx (n) = each row's max over this rank's real columns
+//                              (-inf with none)          -> all-gather mx into all (tp, n)
+//   2. vocab_parallel_ce_sums: mx (n) = the max over the ranks (all); sums (2, n) = the sum
+//                              of exp(z - mx) over real columns, and the target's logit
+//                              where this rank holds the target (else 0) -> all-reduce sums
+//   3. vocab_parallel_ce_loss: the sum over counted rows of log(sums) + mx - target logit,
+//                              and the number of counted rows (targets != -1);
+//      vocab_parallel_ce_backward: z = dscale * (softmax - onehot) in place, 0 on ignored
+//                              rows and padded columns (dscale = dloss / denom).
+// A: float or double (the loss's accumulation type). REQUIRES: 0 <= real <= v; mx, all
+// and sums do not overlap z.
+struct VocabCeLoss {
+  double sum = 0;       // over counted rows of (lse - target logit)
+  int64_t counted = 0;  // rows whose target is not kIgnoreIndex
+};
+template <class A>
+void vocab_parallel_ce_max(const A* z, int64_t n, int64_t v, int64_t real, A* mx);
+template <class A>
+void vocab_parallel_ce_sums(const A* z, const int32_t* targets, const A* all, int tp, int64_t n, int64_t v,
+                            int64_t real, int64_t v0, A* mx, A* sums);
+template <class A>
+VocabCeLoss vocab_parallel_ce_loss(const int32_t* targets, const A* mx, const A* sums, int64_t n);
+template <class A>
+void vocab_parallel_ce_backward(A* z, const int32_t* targets, const A* mx, const A* sums, int64_t n, int64_t v,
+                                int64_t real, int64_t v0, double dscale);
+
 }  // namespace llmplan::exec::cpu

@@ -112,6 +112,16 @@ Status copy_to_host(CudaContext& ctx, void* dst, const void* src, int64_t bytes)
   return cuda_status(cudaStreamSynchronize(ctx.compute_stream()), "copy_to_host");
 }
 
+bool is_device_memory(const void* p) {
+  if (p == nullptr) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // older runtimes fail for plain host pointers: clear the sticky error
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 Status copy_on_device(CudaContext& ctx, void* dst, const void* src, int64_t bytes) {
   if (bytes == 0) return Status::ok();
   return cuda_status(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,

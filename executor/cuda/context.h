@@ -113,6 +113,9 @@ Status copy_on_device(CudaContext& ctx, void* dst, const void* src, int64_t byte
 // f32, bf16 and f16 -- the tests' poison).
 Status fill_bytes(CudaContext& ctx, void* dst, int byte_value, int64_t bytes);
 
+// Whether p is memory the GPU owns (device or managed); anything else is the host's.
+bool is_device_memory(const void* p);
+
 // As Tensor::zeros for device tensors (Tensor::zeros itself memsets on the host, which a
 // device pointer does not allow).
 Result<Tensor> zeros(CudaContext& ctx, Shape shape, DType dtype, Category c, std::string name = {});

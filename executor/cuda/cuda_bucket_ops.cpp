@@ -49,4 +49,14 @@ Status CudaBucketOps::add_f32(const float* in, Tensor& t, int64_t off, int64_t n
 
 Status CudaBucketOps::copy(void* dst, const void* src, int64_t bytes) { return copy_on_device(ctx_, dst, src, bytes); }
 
+Status CudaBucketOps::add(DType t, void* y, const void* x, int64_t n) {
+  if (n <= 0) return Status::ok();
+  switch (t) {
+    case DType::f32: return add_inplace<float>(ctx_, static_cast<float*>(y), static_cast<const float*>(x), n);
+    case DType::bf16: return add_inplace<bf16_t>(ctx_, static_cast<bf16_t*>(y), static_cast<const bf16_t*>(x), n);
+    case DType::f16: return add_inplace<f16_t>(ctx_, static_cast<f16_t*>(y), static_cast<const f16_t*>(x), n);
+    default: return Status::bad_input("data-parallel buckets (cuda): no " + std::string(to_string(t)) + " tensors on the GPU");
+  }
+}
+
 }  // namespace llmplan::exec::cuda

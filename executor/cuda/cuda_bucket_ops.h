@@ -23,6 +23,7 @@ class CudaBucketOps final : public BucketOps {
   Status write_f32(const float* in, Tensor& t, int64_t off, int64_t n) override;
   Status add_f32(const float* in, Tensor& t, int64_t off, int64_t n) override;
   Status copy(void* dst, const void* src, int64_t bytes) override;
+  Status add(DType t, void* y, const void* x, int64_t n) override;
 
  private:
   CudaContext& ctx_;

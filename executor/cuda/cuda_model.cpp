@@ -64,8 +64,6 @@ template <class S, class G>
 struct CudaOps {
   static constexpr bool kHostMemory = false;
   CudaContext* ctx = nullptr;
-  // Device copies of the micro-batch (stage_batch): allocated at the first one.
-  std::shared_ptr<std::vector<Tensor>> batch_buffers = std::make_shared<std::vector<Tensor>>();
   std::shared_ptr<OpTimes> times;  // null unless LLMPLAN_CUDA_OP_TIMES
   template <class F>
   Status timed(const char* name, F&& f) const {
@@ -115,8 +113,9 @@ struct CudaOps {
   }
   Status scale(S* x, int64_t n, double s) const { return cuda::scale<S>(*ctx, x, n, s); }
 
-  Status stage_batch(const Batch& b, const int32_t* positions, int64_t n, detail::StagedBatch& out) {
-    std::vector<Tensor>& buf = *batch_buffers;
+  // Device copies of the micro-batch in out.buffers: allocated at a slot's first one.
+  Status stage_batch(const Batch& b, const int32_t* positions, int64_t n, detail::StagedBatch& out) const {
+    std::vector<Tensor>& buf = out.buffers;
     if (buf.empty() || buf[0].numel() != n) {
       buf.clear();
       for (const char* name : {"batch.tokens", "batch.targets", "batch.doc_ids", "batch.positions"}) {
@@ -130,8 +129,10 @@ struct CudaOps {
     for (int i = 0; i < 4; ++i)
       if (src[i] != nullptr)
         if (Status s = copy_to_device(*ctx, buf[static_cast<size_t>(i)].raw(), src[i], bytes); !s) return s;
-    out = {buf[0].data<int32_t>(), b.targets ? buf[1].data<int32_t>() : nullptr, b.doc_ids ? buf[2].data<int32_t>() : nullptr,
-           buf[3].data<int32_t>()};
+    out.tokens = buf[0].data<int32_t>();
+    out.targets = b.targets ? buf[1].data<int32_t>() : nullptr;
+    out.doc = b.doc_ids ? buf[2].data<int32_t>() : nullptr;
+    out.positions = buf[3].data<int32_t>();
     return Status::ok();
   }
 
@@ -159,6 +160,11 @@ struct CudaOps {
   LL_CUDA_OP(rope_backward)
   LL_CUDA_OP(embedding_forward)
   LL_CUDA_OP(embedding_backward)
+  LL_CUDA_OP(embedding_forward_shard)
+  LL_CUDA_OP(embedding_backward_shard)
+  LL_CUDA_OP(vocab_parallel_ce_max)
+  LL_CUDA_OP(vocab_parallel_ce_sums)
+  LL_CUDA_OP(vocab_parallel_ce_backward)
   LL_CUDA_OP(add)
   LL_CUDA_OP(add_inplace)
   LL_CUDA_OP(cast)
@@ -204,6 +210,9 @@ struct CudaOps {
     return materialized_dropout_is_cpu_only();
   }
 
+  template <class A>
+  Result<cpu::VocabCeLoss> vocab_parallel_ce_loss(const int32_t* targets, const A* mx, const A* sums, int64_t n) const;
+
   // The loss comes back to the host (the copy waits for the forward).
   template <class T>
   Result<double> cross_entropy_forward(const T* logits, const int32_t* targets, int64_t n, int64_t v, double denom) const {
@@ -228,6 +237,21 @@ struct CudaOps {
   }
 };
 
+// The sum and count come back to the host (the copy waits for the kernels).
+template <class S, class G>
+template <class A>
+Result<cpu::VocabCeLoss> CudaOps<S, G>::vocab_parallel_ce_loss(const int32_t* targets, const A* mx, const A* sums,
+                                                               int64_t n) const {
+  Result<Block> out = ctx->allocator().allocate(2 * sizeof(double), Category::workspace, "loss.workspace");
+  if (!out) return out.status();
+  auto* dev = static_cast<double*>(out->data());
+  if (Status s = timed("vocab_parallel_ce_loss", [&] { return cuda::vocab_parallel_ce_loss<A>(*ctx, targets, mx, sums, n, dev); }); !s)
+    return s;
+  double host[2] = {0, 0};
+  if (Status s = copy_to_host(*ctx, host, dev, sizeof host); !s) return s;
+  return cpu::VocabCeLoss{host[0], static_cast<int64_t>(host[1])};
+}
+
 template <class S, class G>
 Result<std::unique_ptr<Model>> build(CudaContext& ctx, const ModelConfig& c) {
   CudaOps<S, G> ops;
@@ -240,11 +264,11 @@ Result<std::unique_ptr<Model>> build(CudaContext& ctx, const ModelConfig& c) {
 
 Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelConfig& c) {
   if (Status st = detail::check_model_config(c); !st) return st;
-  // pp > 1 would also need one set of device batch buffers per in-flight micro-batch slot
-  // (stage_batch above keeps one set; the slots' StagedBatch pointers would all alias it).
-  if (c.plan.tp > 1 || c.plan.pp > 1 || c.plan.cp > 1)
-    return Status::bad_input("executor (cuda): tp " + std::to_string(c.plan.tp) + " pp " + std::to_string(c.plan.pp) + " cp " +
-                             std::to_string(c.plan.cp) + ": tensor, pipeline and context parallel run on the CPU backend only so far");
+  // The CUDA attention kernels take whole sequences of queries and keys; context
+  // parallel's slices (AttentionDims::q_rows, k_rows) and the ring's merge are CPU-only.
+  if (c.plan.cp > 1)
+    return Status::bad_input("executor (cuda): cp " + std::to_string(c.plan.cp) +
+                             ": context-parallel attention runs on the CPU backend only so far (set plan.cp 1 or use --backend cpu)");
   if (c.spec.moe.enabled())
     return Status::bad_input("executor (cuda): model " + c.spec.name + " is a mixture of experts; MoE layers (routing, "
                              "dispatch, expert parallel) run on the CPU backend only so far (--backend cpu)");

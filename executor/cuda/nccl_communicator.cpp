@@ -12,16 +12,7 @@
 namespace llmplan::exec::cuda {
 namespace {
 
-// Pointers the GPU owns (device or managed memory); anything else is the host's.
-bool on_device(const void* p) {
-  if (p == nullptr) return false;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();  // older runtimes fail for plain host pointers: clear the sticky error
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
+bool on_device(const void* p) { return is_device_memory(p); }
 
 class NcclCommunicator final : public Communicator {
  public:

@@ -2,6 +2,7 @@
 // element function, one device lambda per op with the CPU op's formula.
 #include "executor/cuda/pointwise.h"
 
+#include <limits>
 #include <type_traits>
 
 #include "executor/cuda/check.h"
@@ -153,8 +154,11 @@ Status embedding_forward(CudaContext& ctx, const int32_t* ids, const S* table, S
   }, "embedding_forward");
 }
 
+namespace {
+// dtable += dout rows at ids[i] - v0 for the ids in [v0, v0 + rows); the rest skipped.
 template <class S, class G>
-Status embedding_backward(CudaContext& ctx, const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h) {
+Status scatter_add_rows(CudaContext& ctx, const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h,
+                        int64_t v0, int64_t rows, const char* name) {
   if constexpr (!std::is_same_v<G, float>) {
     // 16-bit gradients: one thread per PAIR of columns and the native paired atomic. Two
     // threads adding single 16-bit values to the two halves of one 32-bit word make the
@@ -164,15 +168,40 @@ Status embedding_backward(CudaContext& ctx, const int32_t* ids, const S* dout, G
       const int64_t hp = h / 2;
       return for_each_index(ctx, n * hp, [=] __device__(int64_t e) {
         const int64_t i = e / hp, j = 2 * (e - i * hp);
-        G* dst = dtable + static_cast<int64_t>(ids[i]) * h + j;
-        atomic_add_pair(dst, load(dout[i * h + j]), load(dout[i * h + j + 1]));
-      }, "embedding_backward");
+        const int64_t local = static_cast<int64_t>(ids[i]) - v0;
+        if (local < 0 || local >= rows) return;
+        atomic_add_pair(dtable + local * h + j, load(dout[i * h + j]), load(dout[i * h + j + 1]));
+      }, name);
     }
   }
   return for_each_index(ctx, n * h, [=] __device__(int64_t e) {
     const int64_t i = e / h, j = e - i * h;
-    atomic_add(dtable + static_cast<int64_t>(ids[i]) * h + j, load(dout[e]));
-  }, "embedding_backward");
+    const int64_t local = static_cast<int64_t>(ids[i]) - v0;
+    if (local < 0 || local >= rows) return;
+    atomic_add(dtable + local * h + j, load(dout[e]));
+  }, name);
+}
+}  // namespace
+
+template <class S, class G>
+Status embedding_backward(CudaContext& ctx, const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h) {
+  return scatter_add_rows(ctx, ids, dout, dtable, n, h, 0, std::numeric_limits<int64_t>::max(), "embedding_backward");
+}
+
+template <class S>
+Status embedding_forward_shard(CudaContext& ctx, const int32_t* ids, const S* table, S* out, int64_t n, int64_t h,
+                               int64_t v0, int64_t rows) {
+  return for_each_index(ctx, n * h, [=] __device__(int64_t e) {
+    const int64_t i = e / h, j = e - i * h;
+    const int64_t local = static_cast<int64_t>(ids[i]) - v0;
+    out[e] = local >= 0 && local < rows ? table[local * h + j] : store<S>(0.0f);
+  }, "embedding_forward_shard");
+}
+
+template <class S, class G>
+Status embedding_backward_shard(CudaContext& ctx, const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h,
+                                int64_t v0, int64_t rows) {
+  return scatter_add_rows(ctx, ids, dout, dtable, n, h, v0, rows, "embedding_backward_shard");
 }
 
 Status fill_positions(CudaContext& ctx, int32_t* positions, int64_t b, int64_t s) {
@@ -231,6 +260,8 @@ Status rope_backward(CudaContext& ctx, const S* dy, const int32_t* positions, S*
   template Status dropout_backward<S>(CudaContext&, const S*, const uint8_t*, S*, int64_t, double);  \
   template Status embedding_forward<S>(CudaContext&, const int32_t*, const S*, S*, int64_t, int64_t, \
                                        bool);                                                        \
+  template Status embedding_forward_shard<S>(CudaContext&, const int32_t*, const S*, S*, int64_t,    \
+                                             int64_t, int64_t, int64_t);                             \
   template Status rope_forward<S>(CudaContext&, const S*, const int32_t*, S*, int64_t, int64_t,      \
                                   int64_t, double);                                                  \
   template Status rope_backward<S>(CudaContext&, const S*, const int32_t*, S*, int64_t, int64_t,     \
@@ -238,7 +269,9 @@ Status rope_backward(CudaContext& ctx, const S* dy, const int32_t* positions, S*
 LLMPLAN_CUDA_FOR_STORAGE(INST)
 #undef INST
 #define INSTG(S, G) \
-  template Status embedding_backward<S, G>(CudaContext&, const int32_t*, const S*, G*, int64_t, int64_t);
+  template Status embedding_backward<S, G>(CudaContext&, const int32_t*, const S*, G*, int64_t, int64_t); \
+  template Status embedding_backward_shard<S, G>(CudaContext&, const int32_t*, const S*, G*, int64_t, int64_t, \
+                                                 int64_t, int64_t);
 LLMPLAN_CUDA_FOR_STORAGE_GRAD(INSTG)
 #undef INSTG
 #define CAST(A, B)                                                             \

@@ -68,6 +68,15 @@ Status embedding_forward(CudaContext& ctx, const int32_t* ids, const S* table, S
 // op does (the order of repeated ids differs).  (cpu::embedding_backward)
 template <class S, class G>
 Status embedding_backward(CudaContext& ctx, const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h);
+// The tensor-parallel shard of the table, rows [v0, v0 + rows) of the vocabulary: out row i
+// = table[ids[i] - v0] for ids in the shard, zeros for the rest; dtable += the rows of the
+// ids in the shard.  (cpu::embedding_forward_shard, cpu::embedding_backward_shard)
+template <class S>
+Status embedding_forward_shard(CudaContext& ctx, const int32_t* ids, const S* table, S* out, int64_t n, int64_t h,
+                               int64_t v0, int64_t rows);
+template <class S, class G>
+Status embedding_backward_shard(CudaContext& ctx, const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h,
+                                int64_t v0, int64_t rows);
 // positions (b, s) = 0 .. s-1 per sequence.  (cpu::fill_positions)
 Status fill_positions(CudaContext& ctx, int32_t* positions, int64_t b, int64_t s);
 

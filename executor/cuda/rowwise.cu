@@ -4,6 +4,7 @@
 #include "executor/cuda/rowwise.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "executor/cuda/check.h"
 #include "executor/cuda/device_util.cuh"
@@ -242,6 +243,66 @@ __global__ void xent_backward_kernel(const S* logits, const int32_t* targets, S*
     drow[j] = store<S>(scale * (expf((z - m) - log_sum) - (j == t ? 1.0f : 0.0f)));
   }
 }
+
+// ---- vocabulary parallel (cpu/cross_entropy.h): one block per row of this rank's logits
+
+__global__ void vocab_ce_max_kernel(const float* z, int64_t v, int64_t real, float* mx) {
+  const float* row = z + static_cast<int64_t>(blockIdx.x) * v;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < real; j += blockDim.x) m = fmaxf(m, row[j]);
+  m = block_max(m);
+  if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+
+__global__ void vocab_ce_sums_kernel(const float* z, const int32_t* targets, const float* all, int tp, int64_t n,
+                                     int64_t v, int64_t real, int64_t v0, float* mx, float* sums) {
+  const int64_t r = blockIdx.x;
+  const float* row = z + r * v;
+  float m = all[r];
+  for (int q = 1; q < tp; ++q) m = fmaxf(m, all[q * n + r]);
+  float s = 0;
+  for (int64_t j = threadIdx.x; j < real; j += blockDim.x) s += expf(row[j] - m);
+  s = block_sum(s);
+  if (threadIdx.x == 0) {
+    const int64_t local = static_cast<int64_t>(targets[r]) - v0;
+    mx[r] = m;
+    sums[r] = s;
+    sums[n + r] = targets[r] != -1 && local >= 0 && local < v ? row[local] : 0.0f;
+  }
+}
+
+// One block; fixed-order double sums.
+__global__ void vocab_ce_loss_kernel(const int32_t* targets, const float* mx, const float* sums, int64_t n,
+                                     double* out) {
+  double total = 0, counted = 0;
+  for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {
+    if (targets[r] == -1) continue;
+    total += log(static_cast<double>(sums[r])) + static_cast<double>(mx[r]) - static_cast<double>(sums[n + r]);
+    counted += 1.0;
+  }
+  total = block_sum(total);
+  counted = block_sum(counted);
+  if (threadIdx.x == 0) {
+    out[0] = total;
+    out[1] = counted;
+  }
+}
+
+__global__ void vocab_ce_backward_kernel(float* z, const int32_t* targets, const float* mx, const float* sums,
+                                         int64_t v, int64_t real, int64_t v0, float dscale) {
+  const int64_t r = blockIdx.x;
+  float* row = z + r * v;
+  if (targets[r] == -1) {
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) row[j] = 0.0f;
+    return;
+  }
+  const float m = mx[r], inv = 1.0f / sums[r];
+  const int64_t local = static_cast<int64_t>(targets[r]) - v0;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+    const float p = j < real ? dscale * (expf(row[j] - m) * inv) : 0.0f;
+    row[j] = j == local ? p - dscale : p;
+  }
+}
 }  // namespace
 
 // ---------------------------------------------------------------- public
@@ -323,6 +384,49 @@ Status cross_entropy_backward(CudaContext& ctx, const S* logits, const int32_t* 
       logits, targets, dlogits, v, dloss, denom, counted);
   return launch_status("xent_backward_kernel");
 }
+
+template <class A>
+Status vocab_parallel_ce_max(CudaContext& ctx, const A* z, int64_t n, int64_t v, int64_t real, A* mx) {
+  static_assert(std::is_same_v<A, float>, "the GPU's loss runs in fp32");
+  if (n == 0) return Status::ok();
+  vocab_ce_max_kernel<<<static_cast<unsigned>(n), kLossThreads, 0, ctx.compute_stream()>>>(z, v, real, mx);
+  return launch_status("vocab_ce_max_kernel");
+}
+
+template <class A>
+Status vocab_parallel_ce_sums(CudaContext& ctx, const A* z, const int32_t* targets, const A* all, int tp, int64_t n,
+                              int64_t v, int64_t real, int64_t v0, A* mx, A* sums) {
+  static_assert(std::is_same_v<A, float>, "the GPU's loss runs in fp32");
+  if (n == 0) return Status::ok();
+  vocab_ce_sums_kernel<<<static_cast<unsigned>(n), kLossThreads, 0, ctx.compute_stream()>>>(z, targets, all, tp, n, v,
+                                                                                             real, v0, mx, sums);
+  return launch_status("vocab_ce_sums_kernel");
+}
+
+template <class A>
+Status vocab_parallel_ce_loss(CudaContext& ctx, const int32_t* targets, const A* mx, const A* sums, int64_t n,
+                              double* out) {
+  static_assert(std::is_same_v<A, float>, "the GPU's loss runs in fp32");
+  vocab_ce_loss_kernel<<<1, 1024, 0, ctx.compute_stream()>>>(targets, mx, sums, n, out);
+  return launch_status("vocab_ce_loss_kernel");
+}
+
+template <class A>
+Status vocab_parallel_ce_backward(CudaContext& ctx, A* z, const int32_t* targets, const A* mx, const A* sums, int64_t n,
+                                  int64_t v, int64_t real, int64_t v0, double dscale) {
+  static_assert(std::is_same_v<A, float>, "the GPU's loss runs in fp32");
+  if (n == 0) return Status::ok();
+  vocab_ce_backward_kernel<<<static_cast<unsigned>(n), kLossThreads, 0, ctx.compute_stream()>>>(
+      z, targets, mx, sums, v, real, v0, static_cast<float>(dscale));
+  return launch_status("vocab_ce_backward_kernel");
+}
+
+template Status vocab_parallel_ce_max<float>(CudaContext&, const float*, int64_t, int64_t, int64_t, float*);
+template Status vocab_parallel_ce_sums<float>(CudaContext&, const float*, const int32_t*, const float*, int, int64_t,
+                                              int64_t, int64_t, int64_t, float*, float*);
+template Status vocab_parallel_ce_loss<float>(CudaContext&, const int32_t*, const float*, const float*, int64_t, double*);
+template Status vocab_parallel_ce_backward<float>(CudaContext&, float*, const int32_t*, const float*, const float*,
+                                                  int64_t, int64_t, int64_t, int64_t, double);
 
 #define INST(S)                                                                                        \
   template Status layernorm_forward<S>(CudaContext&, const S*, const S*, const S*, S*, int64_t, int64_t, \

@@ -54,6 +54,23 @@ Status cross_entropy_backward(CudaContext& ctx, const S* logits, const int32_t* 
                               int64_t n, int64_t v, double dloss, double denom, std::span<std::byte> ws);
 int64_t cross_entropy_workspace_bytes(int64_t n);
 
+// Vocabulary-parallel cross-entropy, the passes of cpu/cross_entropy.h (the caller
+// all-gathers mx and all-reduces sums over TP between them). A: float (the GPU's logits
+// are cast to fp32 for the loss). One block per row, fixed-order reductions.
+template <class A>
+Status vocab_parallel_ce_max(CudaContext& ctx, const A* z, int64_t n, int64_t v, int64_t real, A* mx);
+template <class A>
+Status vocab_parallel_ce_sums(CudaContext& ctx, const A* z, const int32_t* targets, const A* all, int tp, int64_t n,
+                              int64_t v, int64_t real, int64_t v0, A* mx, A* sums);
+// out (two doubles on the device) = the sum over counted rows of log(sums) + mx - target
+// logit, and the number of counted rows.  (cpu::vocab_parallel_ce_loss, which returns them)
+template <class A>
+Status vocab_parallel_ce_loss(CudaContext& ctx, const int32_t* targets, const A* mx, const A* sums, int64_t n,
+                              double* out);
+template <class A>
+Status vocab_parallel_ce_backward(CudaContext& ctx, A* z, const int32_t* targets, const A* mx, const A* sums, int64_t n,
+                                  int64_t v, int64_t real, int64_t v0, double dscale);
+
 // db (out) += column sums of dy (n, out), in fp32, rounded once (the bias gradient).
 template <class S, class G>
 Status column_sums_accumulate(CudaContext& ctx, const S* dy, G* db, int64_t n, int64_t out,

@@ -27,12 +27,13 @@ namespace {
 
 struct CountingOps final : BucketOps {
   HostBucketOps host;
-  int zero_n = 0, read_n = 0, write_n = 0, add_n = 0, copy_n = 0;
+  int zero_n = 0, read_n = 0, write_n = 0, add_n = 0, copy_n = 0, sum_n = 0;
   Status zero(void* p, int64_t bytes) override { return ++zero_n, host.zero(p, bytes); }
   Status read_f32(const Tensor& t, int64_t off, float* out, int64_t n) override { return ++read_n, host.read_f32(t, off, out, n); }
   Status write_f32(const float* in, Tensor& t, int64_t off, int64_t n) override { return ++write_n, host.write_f32(in, t, off, n); }
   Status add_f32(const float* in, Tensor& t, int64_t off, int64_t n) override { return ++add_n, host.add_f32(in, t, off, n); }
   Status copy(void* dst, const void* src, int64_t bytes) override { return ++copy_n, host.copy(dst, src, bytes); }
+  Status add(DType t, void* y, const void* x, int64_t n) override { return ++sum_n, host.add(t, y, x, n); }
 };
 
 // The CPU backend with its bucket movements counted.
@@ -85,6 +86,72 @@ TEST(BucketOps, DataParallelMovesMemoryOnlyThroughTheBackendsOps) {
       EXPECT_GT(c.copy_n, 0) << "ZeRO-" << zero;  // the initial weight partition
     }
     std::printf("ZeRO-%d: zero %d, read %d, write %d, add %d, copy %d\n", zero, c.zero_n, c.read_n, c.write_n, c.add_n, c.copy_n);
+  }
+}
+
+// The pipeline sums the tied embedding's gradient between the first and the last stage
+// through the backend's ops too (a GPU adds device tensors): a proxy of the first stage of
+// a pp2 GPT (tied embeddings) runs bit for bit as on the plain CPU backend, with the sum
+// through BucketOps::add.
+TEST(BucketOps, PipelineSumsTheTiedEmbeddingThroughTheBackendsOps) {
+  PlanFile f = testing::tiny_plan(Family::gpt, Precision::bf16, Recompute::none, true);
+  ASSERT_TRUE(f.model.tied_embeddings);
+  f.plan.pp = 2;
+  f.plan.grad_accum = 2;
+  LocalCommunicator comm(f.plan, 0);
+  RunOptions o;
+  o.steps = 2;
+  o.warmup = 0;
+  o.comm = &comm;
+  Result<RunReport> plain = run_plan(f, o);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  CountingBackend counted;
+  o.device_backend = &counted;
+  Result<RunReport> via = run_plan(f, o);
+  ASSERT_TRUE(via.ok()) << via.status().message();
+  ASSERT_EQ(plain->steps.size(), via->steps.size());
+  for (size_t i = 0; i < plain->steps.size(); ++i) EXPECT_EQ(plain->steps[i].loss, via->steps[i].loss);
+  EXPECT_GT(counted.ops.sum_n, 0);
+}
+
+// A rank proxy's stand-in collectives move memory only through its StandInMemory (a GPU's
+// moves device buffers, cuda/device_stand_in.h): with one that counts and forwards to the
+// host's, proxies of a TP + SP rank and a pipeline stage run bit for bit as with the
+// default, and both kinds of movement went through it.
+struct CountingStandIn final : StandInMemory {
+  HostStandInMemory host;
+  int move_n = 0, zero_n = 0;
+  Status move(void* dst, const void* src, int64_t bytes) override { return ++move_n, host.move(dst, src, bytes); }
+  Status zero(void* dst, int64_t bytes) override { return ++zero_n, host.zero(dst, bytes); }
+};
+
+TEST(StandInMemory, RankProxiesMoveBuffersOnlyThroughIt) {
+  for (const bool pipeline : {false, true}) {
+    PlanFile f = testing::tiny_plan(Family::llama, Precision::bf16, Recompute::none, true);
+    f.plan.grad_accum = 2;
+    if (pipeline) {
+      f.plan.pp = 2;
+    } else {
+      f.plan.tp = 2;
+      f.plan.sp = true;
+    }
+    const int rank = pipeline ? 1 : 0;  // the last stage receives its input
+    RunOptions o;
+    o.steps = 2;
+    o.warmup = 0;
+    LocalCommunicator host_comm(f.plan, rank);
+    o.comm = &host_comm;
+    Result<RunReport> plain = run_plan(f, o);
+    ASSERT_TRUE(plain.ok()) << plain.status().message();
+    auto mem = std::make_shared<CountingStandIn>();
+    LocalCommunicator counted_comm(f.plan, rank, mem);
+    o.comm = &counted_comm;
+    Result<RunReport> via = run_plan(f, o);
+    ASSERT_TRUE(via.ok()) << via.status().message();
+    ASSERT_EQ(plain->steps.size(), via->steps.size());
+    for (size_t i = 0; i < plain->steps.size(); ++i) EXPECT_EQ(plain->steps[i].loss, via->steps[i].loss) << "pipeline " << pipeline;
+    if (pipeline) EXPECT_GT(mem->zero_n, 0);  // recv: the stand-in's zeros
+    else EXPECT_GT(mem->move_n, 0);           // SP all-gathers, reduce-scatters, the vocabulary-parallel loss
   }
 }
 

@@ -105,6 +105,34 @@ TEST(Embedding, TokenAndPositionLookupsScatterAddTheirGradients) {
   EXPECT_TRUE(grads_match("dwpe", dwpe, numeric_grad(wpe, loss), kTol));
 }
 
+// Megatron's vocabulary-parallel embedding: TP rank r holds rows [r Vl, (r + 1) Vl) (the
+// last shard padded past the vocabulary). Each shard looks up only its tokens (zeros for
+// the rest), so the shards' outputs sum to the whole table's lookup, and each scatters
+// only its tokens' gradients, which are exactly the whole table's rows.
+TEST(Embedding, ShardsLookUpAndScatterOnlyTheirRows) {
+  Rng rng(test_seed());
+  const int64_t vocab = 9, h = 4, n = 10, tp = 2, vl = (vocab + tp - 1) / tp;  // 5 rows, the last padded
+  std::vector<int32_t> ids = {0, 4, 5, 8, 4, 1, 7, 5, 0, 3};
+  Vec wte = rng.vec(tp * vl * h), G = rng.vec(n * h);  // rows past the vocabulary: never read
+  Vec whole(n * h), sum(n * h, 0.0), dwhole(tp * vl * h, 0.0);
+  cpu::embedding_forward<double>(ids.data(), wte.data(), whole.data(), n, h);
+  cpu::embedding_backward<double, double>(ids.data(), G.data(), dwhole.data(), n, h);
+  for (int64_t r = 0; r < tp; ++r) {
+    Vec y(n * h, std::nan("")), dw(vl * h, 0.0);  // poisoned: every row must be written
+    cpu::embedding_forward_shard<double>(ids.data(), wte.data() + r * vl * h, y.data(), n, h, r * vl, vl);
+    for (int64_t i = 0; i < n; ++i) {
+      const bool mine = ids[i] >= r * vl && ids[i] < (r + 1) * vl;
+      for (int64_t j = 0; j < h; ++j) {
+        EXPECT_EQ(y[i * h + j], mine ? whole[i * h + j] : 0.0) << "rank " << r << " token " << i;
+        sum[i * h + j] += y[i * h + j];
+      }
+    }
+    cpu::embedding_backward_shard<double, double>(ids.data(), G.data(), dw.data(), n, h, r * vl, vl);
+    for (int64_t k = 0; k < vl * h; ++k) EXPECT_EQ(dw[k], dwhole[r * vl * h + k]) << "rank " << r << " element " << k;
+  }
+  EXPECT_EQ(sum, whole);
+}
+
 // ---------------------------------------------------------------- rotary
 
 // Hugging Face's formulation, element by element: x * cos + rotate_half(x) * sin with
@@ -327,6 +355,45 @@ TEST(CrossEntropy, MeanOverCountedTokensAndFiniteDifferences) {
   Vec in_place = logits;  // dlogits may overwrite the logits
   cpu::cross_entropy_backward<double>(in_place.data(), t.data(), in_place.data(), n, v, dloss);
   EXPECT_EQ(in_place, dlogits);
+}
+
+// Megatron's vocabulary-parallel cross-entropy over tp = 3 shards of 4 columns (a
+// vocabulary of 10: the last shard's last 2 columns pad, holding huge logits that must not
+// count), the TP collectives done here by hand: the loss equals the whole-vocabulary
+// cross-entropy, and each shard's gradient is its columns of the whole gradient (0 on the
+// padding and on ignored rows).
+TEST(CrossEntropy, VocabularyParallelPassesEqualTheWholeVocabulary) {
+  Rng rng(test_seed());
+  const int64_t n = 5, vocab = 10, tp = 3, vl = 4;
+  std::vector<int32_t> t = {9, cpu::kIgnoreIndex, 0, 4, 7};
+  const Vec logits = rng.vec(n * vocab, -4, 4);
+  const double dloss = 3.0, denom = 8.0;  // a loss scale and a global token count
+  const double ref = cpu::cross_entropy_forward<double>(logits.data(), t.data(), n, vocab, denom);
+  Vec dref(n * vocab);
+  cpu::cross_entropy_backward<double>(logits.data(), t.data(), dref.data(), n, vocab, dloss, denom);
+  std::vector<Vec> z(tp, Vec(n * vl, 1e3));
+  for (int64_t r = 0; r < tp; ++r)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < vl && r * vl + j < vocab; ++j) z[r][i * vl + j] = logits[i * vocab + r * vl + j];
+  auto real = [&](int64_t r) { return std::min(vl, vocab - r * vl); };
+  Vec all(tp * n), sums(2 * n, 0.0);
+  std::vector<Vec> mx(tp, Vec(n)), part(tp, Vec(2 * n));
+  for (int64_t r = 0; r < tp; ++r) cpu::vocab_parallel_ce_max<double>(z[r].data(), n, vl, real(r), all.data() + r * n);  // all-gather
+  for (int64_t r = 0; r < tp; ++r) {
+    cpu::vocab_parallel_ce_sums<double>(z[r].data(), t.data(), all.data(), tp, n, vl, real(r), r * vl, mx[r].data(), part[r].data());
+    for (int64_t k = 0; k < 2 * n; ++k) sums[k] += part[r][k];  // all-reduce
+  }
+  for (int64_t r = 0; r < tp; ++r) {
+    const cpu::VocabCeLoss l = cpu::vocab_parallel_ce_loss<double>(t.data(), mx[r].data(), sums.data(), n);
+    EXPECT_EQ(l.counted, 4);
+    EXPECT_NEAR(l.sum / denom, ref, 1e-13) << "rank " << r;
+    cpu::vocab_parallel_ce_backward<double>(z[r].data(), t.data(), mx[r].data(), sums.data(), n, vl, real(r), r * vl, dloss / denom);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < vl; ++j) {
+        const double want = r * vl + j < vocab ? dref[i * vocab + r * vl + j] : 0.0;
+        EXPECT_NEAR(z[r][i * vl + j], want, 1e-15) << "rank " << r << " row " << i << " column " << j;
+      }
+  }
 }
 
 TEST(CrossEntropy, LargeLogitsStayFiniteAndAllIgnoredIsZero) {

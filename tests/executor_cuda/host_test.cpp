@@ -148,7 +148,8 @@ TEST(CudaHostDist, OneGpuPerRank) {
   EXPECT_FALSE(device_for_local_rank(0, 0).ok());
 }
 
-// What --backend cuda runs distributed: dp with ZeRO 0-3; each refusal names the plan field.
+// What --backend cuda runs distributed: dp with ZeRO 0-3, tp (with SP), pp, and rank
+// proxies of these; each refusal (cp, ep) names the plan field.
 TEST(CudaHostDist, RefusalsNameThePlanField) {
   auto plan = [](int dp, int tp, int pp, int cp, int zero) {
     ParallelPlan p;
@@ -167,15 +168,17 @@ TEST(CudaHostDist, RefusalsNameThePlanField) {
   EXPECT_TRUE(check_distributed_backend("cuda", plan(2, 1, 1, 1, 0), false));
   EXPECT_TRUE(check_distributed_backend("cuda", plan(8, 1, 1, 1, 0), false));
   for (int zero = 1; zero <= 3; ++zero) EXPECT_TRUE(check_distributed_backend("cuda", plan(2, 1, 1, 1, zero), false));
+  for (const ParallelPlan& p : {plan(2, 2, 1, 1, 0), plan(2, 1, 2, 1, 0), plan(4, 2, 1, 1, 1), plan(1, 2, 2, 1, 0)}) {
+    EXPECT_TRUE(check_distributed_backend("cuda", p, false)) << "tp " << p.tp << " pp " << p.pp;
+    EXPECT_TRUE(check_distributed_backend("cuda", p, true)) << "proxy of tp " << p.tp << " pp " << p.pp;
+  }
   const struct {
     ParallelPlan p;
     bool modelled;
     const char* field;
   } refused[] = {
-      {plan(2, 2, 1, 1, 0), false, "plan.tp 2"},    {plan(2, 1, 2, 1, 0), false, "plan.pp 2"},
-      {plan(2, 1, 1, 2, 0), false, "plan.cp 2"},    {plan(4, 2, 1, 1, 1), false, "plan.tp 2"},
-      {plan(2, 1, 1, 1, 0), true, "--proxy-rank"},  {ep_plan(2, 2), false, "plan.ep 2"},
-      {ep_plan(4, 4), false, "plan.ep 4"},
+      {plan(2, 1, 1, 2, 0), false, "plan.cp 2"}, {plan(1, 2, 1, 4, 0), true, "plan.cp 4"},
+      {ep_plan(2, 2), false, "plan.ep 2"},       {ep_plan(4, 4), false, "plan.ep 4"},
   };
   for (const auto& r : refused) {
     const Status s = check_distributed_backend("cuda", r.p, r.modelled);
@@ -186,7 +189,7 @@ TEST(CudaHostDist, RefusalsNameThePlanField) {
   }
 }
 
-// The CUDA model has no MoE kernels: with the model in view the CUDA backend refuses a
+// The CUDA model has no MoE routing: with the model in view the CUDA backend refuses a
 // mixture of experts distributed whatever plan.ep is (ep 1: plain data parallel), naming
 // MoE and the CPU backend, before any GPU or NCCL is set up. A dense model passes.
 TEST(CudaHostDist, RefusesMixtureOfExpertsModels) {

@@ -193,6 +193,30 @@ TYPED_TEST(CudaOpsGrad, EmbeddingBackwardScatterAddsRepeatedIds) {
   EXPECT_TRUE(close("dtable", d_dtable.download(), dtable, kTol<G>));
 }
 
+// The tensor-parallel shard of the token table (rows [v0, v0 + rows)): ids of other
+// shards give zero rows and no gradient.
+TYPED_TEST(CudaOpsGrad, EmbeddingShardsMatchCpu) {
+  using S = typename TypeParam::S;
+  using G = typename TypeParam::G;
+  Rng rng(test_seed());
+  const int64_t vocab = 40, rows = 16, v0 = 16, h = 66, n = 200;  // shard 1 of 3 (16 rows each, padded)
+  std::vector<int32_t> ids(n);
+  for (int32_t& i : ids) i = static_cast<int32_t>(rng.integer(0, vocab - 1));
+  const std::vector<S> table = random_vec<S>(rng, rows * h), dout = random_vec<S>(rng, n * h);
+  std::vector<S> out(n * h);
+  std::vector<G> dtable = random_vec<G>(rng, rows * h);
+  Dev<int32_t> d_ids(ids);
+  Dev<S> d_table(table), d_out(n * h), d_dout(dout);
+  Dev<G> d_dtable(dtable);
+  d_out.poison();
+  cpu::embedding_forward_shard(ids.data(), table.data(), out.data(), n, h, v0, rows);
+  cpu::embedding_backward_shard(ids.data(), dout.data(), dtable.data(), n, h, v0, rows);
+  check(embedding_forward_shard(ctx(), d_ids.p(), d_table.p(), d_out.p(), n, h, v0, rows));
+  check(embedding_backward_shard(ctx(), d_ids.p(), d_dout.p(), d_dtable.p(), n, h, v0, rows));
+  EXPECT_TRUE(same("out", d_out.download(), out));  // a copy or a zero: exact
+  EXPECT_TRUE(close("dtable", d_dtable.download(), dtable, kTol<G>));
+}
+
 TYPED_TEST(CudaOps, RopeForwardBackwardAndInPlace) {
   using S = TypeParam;
   Rng rng(test_seed());
@@ -306,6 +330,69 @@ TYPED_TEST(CudaOps, CrossEntropyMatchesCpu) {
   check_cross_entropy<S>(9, 777, 64.0, false);    // global denominator
   check_cross_entropy<S>(4, 50257, 0, false);     // GPT-2 vocabulary
   check_cross_entropy<S>(6, 100, 0, true);        // nothing counted: 0 and zero gradients
+}
+
+// The vocabulary-parallel passes on each of tp shards (the last padded, its padding huge
+// logits that must not count) against the CPU's, the TP collectives done on the host
+// between them: maxima, sums, loss and the in-place gradient.
+void check_vocab_parallel_ce(int64_t n, int64_t vocab, int tp, double denom) {
+  Rng rng(test_seed() ^ static_cast<uint64_t>(vocab * 3 + tp));
+  const int64_t vl = (vocab + tp - 1) / tp;
+  std::vector<int32_t> targets(n);
+  for (int32_t& t : targets) t = rng.uniform(0, 1) < 0.2 ? -1 : static_cast<int32_t>(rng.integer(0, vocab - 1));
+  std::vector<std::vector<float>> z(tp);
+  for (int r = 0; r < tp; ++r) {
+    z[r] = random_vec<float>(rng, n * vl, -8, 8);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = std::max<int64_t>(0, vocab - r * vl); j < vl; ++j) z[r][i * vl + j] = 1e4f;
+  }
+  auto real = [&](int r) { return std::max<int64_t>(0, std::min(vl, vocab - r * vl)); };
+  std::vector<float> all(tp * n), d_all(tp * n), sums(2 * n, 0.f), d_sums(2 * n, 0.f);
+  for (int r = 0; r < tp; ++r) {
+    cpu::vocab_parallel_ce_max<float>(z[r].data(), n, vl, real(r), all.data() + r * n);
+    Dev<float> dz(z[r]), dmx(n);
+    dmx.poison();
+    check(vocab_parallel_ce_max<float>(ctx(), dz.p(), n, vl, real(r), dmx.p()));
+    const std::vector<float> m = dmx.download();
+    std::copy(m.begin(), m.end(), d_all.begin() + r * n);
+  }
+  EXPECT_TRUE(same("row maxima", d_all, all));
+  std::vector<std::vector<float>> mx(tp, std::vector<float>(n)), d_mx(tp);
+  for (int r = 0; r < tp; ++r) {
+    std::vector<float> part(2 * n);
+    cpu::vocab_parallel_ce_sums<float>(z[r].data(), targets.data(), all.data(), tp, n, vl, real(r), r * vl, mx[r].data(), part.data());
+    Dev<float> dz(z[r]), dall(all), dmx(n), dpart(2 * n);
+    Dev<int32_t> dt(targets);
+    dmx.poison();
+    dpart.poison();
+    check(vocab_parallel_ce_sums<float>(ctx(), dz.p(), dt.p(), dall.p(), tp, n, vl, real(r), r * vl, dmx.p(), dpart.p()));
+    const std::vector<float> g = dpart.download();
+    EXPECT_TRUE(close("partial sums, rank " + std::to_string(r), g, part, 1e-5));
+    d_mx[r] = dmx.download();
+    for (int64_t k = 0; k < 2 * n; ++k) sums[k] += part[k], d_sums[k] += g[k];
+  }
+  for (int r = 0; r < tp; ++r) {
+    const cpu::VocabCeLoss l = cpu::vocab_parallel_ce_loss<float>(targets.data(), mx[r].data(), sums.data(), n);
+    Dev<int32_t> dt(targets);
+    Dev<float> dmx(d_mx[r]), dsums(d_sums), dz(z[r]);
+    Dev<double> out(2);
+    out.poison();
+    check(vocab_parallel_ce_loss<float>(ctx(), dt.p(), dmx.p(), dsums.p(), n, out.p()));
+    const std::vector<double> o = out.download();
+    EXPECT_EQ(o[1], static_cast<double>(l.counted));
+    EXPECT_NEAR(o[0], l.sum, 1e-5 * std::abs(l.sum) + 1e-6) << "rank " << r;
+    const double dscale = 1024.0 / (denom > 0 ? denom : static_cast<double>(l.counted));
+    std::vector<float> grad = z[r];
+    cpu::vocab_parallel_ce_backward<float>(grad.data(), targets.data(), mx[r].data(), sums.data(), n, vl, real(r), r * vl, dscale);
+    check(vocab_parallel_ce_backward<float>(ctx(), dz.p(), dt.p(), dmx.p(), dsums.p(), n, vl, real(r), r * vl, dscale));
+    EXPECT_TRUE(close("dlogits, rank " + std::to_string(r), dz.download(), grad, 1e-5));
+  }
+}
+
+TEST(CudaOps, VocabParallelCrossEntropyMatchesCpu) {
+  check_vocab_parallel_ce(20, 1000, 2, 0);     // mean over counted rows
+  check_vocab_parallel_ce(9, 777, 3, 64.0);    // a padded shard, a global denominator
+  check_vocab_parallel_ce(4, 50257, 4, 0);     // GPT-2's vocabulary over tp 4 (3 columns pad)
 }
 
 // ---------------------------------------------------------------- optimizers

@@ -16,7 +16,9 @@
 #include <string>
 
 #include "cuda_test_util.h"
+#include "executor/comm/communicator.h"
 #include "executor/cuda/cuda_backend.h"
+#include "executor/cuda/device_stand_in.h"
 #include "executor/data.h"
 #include "executor/runner.h"
 #include "executor/trainer.h"
@@ -31,7 +33,9 @@ struct Pair {
   RunReport cpu, gpu;
 };
 
-Pair run_both(const PlanFile& f, int steps) {
+// rank >= 0: rank proxies of that rank on both backends (the CPU's stand-ins move host
+// buffers, the GPU's device buffers: cuda/device_stand_in.h).
+Pair run_both(const PlanFile& f, int steps, int rank = -1) {
   RunOptions o;
   o.steps = steps;
   o.warmup = 0;
@@ -39,12 +43,17 @@ Pair run_both(const PlanFile& f, int steps) {
   const char* root = std::getenv("LLMPLAN_DATA_DIR");
   o.data = std::string(root ? root : LLMPLAN_SOURCE_ROOT) + "/data/corpus";
   o.trainer.lr = 3e-3;
+  std::unique_ptr<Communicator> host_comm, device_comm;
+  if (rank >= 0) host_comm = std::make_unique<LocalCommunicator>(f.plan, rank);
+  o.comm = host_comm.get();
   Result<RunReport> c = run_plan(f, o);
   if (!c) throw std::runtime_error("cpu run: " + c.status().message());
   Result<std::unique_ptr<ExecBackend>> be = make_cuda_backend();
   if (!be) throw std::runtime_error("cuda backend: " + be.status().message());
   o.backend = "cuda";
   o.device_backend = be->get();
+  if (rank >= 0) device_comm = make_device_proxy_communicator(*context_of(**be), f.plan, rank);
+  o.comm = device_comm.get();
   Result<RunReport> g = run_plan(f, o);
   if (!g) throw std::runtime_error("cuda run: " + g.status().message());
   return {std::move(*c), std::move(*g)};
@@ -63,10 +72,13 @@ void expect_same_run(const PlanFile& f, const Pair& p, double tol, const std::st
               p.gpu.steps.size(), p.gpu.steps.front().loss, p.gpu.steps.back().loss, p.cpu.steps.front().loss,
               p.cpu.steps.back().loss, worst);
   // The GPU pads each logits row to a multiple of 8 elements (aligned rows for cuBLASLt,
-  // cuda_model.cpp); the byte vocabulary's 257 columns become 264.
-  const int64_t v = f.model.vocab, vpad = (v + 7) / 8 * 8;
-  const double logits_pad = static_cast<double>(static_cast<int64_t>(f.plan.micro_batch) * f.job.seq_len * (vpad - v) *
-                                                dtype_size(precision_scheme(f.job).storage));
+  // cuda_model.cpp); the byte vocabulary's 257 columns become 264 (a TP rank's 129, 136).
+  // Only the last pipeline stage holds logits.
+  const int64_t v = (f.model.vocab + f.plan.tp - 1) / f.plan.tp, vpad = (v + 7) / 8 * 8;
+  const bool has_logits = p.gpu.coords.pp == f.plan.pp - 1;
+  const double logits_pad = has_logits ? static_cast<double>(static_cast<int64_t>(f.plan.micro_batch) * f.job.seq_len * (vpad - v) *
+                                                             dtype_size(precision_scheme(f.job).storage))
+                                       : 0.0;
   for (int c = 0; c < kCategories; ++c) {
     const Category cat = static_cast<Category>(c);
     if (cat == Category::workspace || cat == Category::communication) continue;  // op scratch differs by design
@@ -111,6 +123,33 @@ TEST(CudaTraining, LoraAndDropoutFollowTheCpuRun) {
   PlanFile g = tiny_plan(Family::gpt, Precision::fp32, Recompute::selective, true);
   g.model.dropout = true;  // residual and embedding dropout: the same masks (counter-based RNG) on both
   expect_same_run(g, run_both(g, 4), 1e-4, "tiny-gpt fp32 dropout (flash)");
+}
+
+// Rank proxies on the GPU (one device, the traffic modelled) against the CPU's proxies of
+// the same rank: tensor parallel with SP (the vocabulary-parallel embedding and loss, the
+// byte vocabulary padded to 2 x 129 rows), both stages of a pipeline with the tied
+// embedding's gradient summed between them, and ZeRO-3 data parallel.
+TEST(CudaTraining, RankProxiesFollowTheCpusProxies) {
+  struct Case {
+    const char* what;
+    Family fam;
+    int tp, pp, dp, zero, rank;
+  } cases[] = {
+      {"tp2 sp rank 1", Family::gpt, 2, 1, 1, 0, 1},   {"tp2 sp rank 0", Family::llama, 2, 1, 1, 0, 0},
+      {"pp2 stage 0", Family::gpt, 1, 2, 1, 0, 0},     {"pp2 stage 1", Family::gpt, 1, 2, 1, 0, 1},
+      {"dp2 ZeRO-3 rank 1", Family::llama, 1, 1, 2, 3, 1},
+  };
+  for (const Case& k : cases) {
+    PlanFile f = tiny_plan(k.fam, Precision::fp32, Recompute::none, true);
+    f.plan.tp = k.tp;
+    f.plan.sp = k.tp > 1;
+    f.plan.pp = k.pp;
+    f.plan.dp = k.dp;
+    f.plan.zero = k.zero;
+    f.plan.grad_accum = 2;
+    f.job.global_batch = static_cast<int64_t>(f.plan.grad_accum) * f.plan.micro_batch * f.plan.dp;
+    expect_same_run(f, run_both(f, 4, k.rank), 1e-4, f.model.name + " fp32 proxy of " + k.what);
+  }
 }
 
 TEST(CudaTraining, UnsupportedConfigsAreClearErrors) {
