@@ -137,8 +137,9 @@ struct CpuOps {
   Status linear_backward_ld(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
   template <class Src, class Dst, class... Args>
   Status cast_rows(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
-  Status stage_batch(const Batch& b, const int32_t* positions, int64_t, detail::StagedBatch& out) const {
-    out = {b.tokens, b.targets, b.doc_ids, positions, {}};
+  Status stage_batch(const Batch& b, const int32_t* positions, int64_t, const int32_t* whole_doc, int64_t,
+                     detail::StagedBatch& out) const {
+    out = {b.tokens, b.targets, b.doc_ids, positions, whole_doc, {}};
     return Status::ok();
   }
 

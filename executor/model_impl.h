@@ -54,6 +54,7 @@ struct StagedBatch {
   const int32_t* targets = nullptr;
   const int32_t* doc = nullptr;        // nullptr: no document mask
   const int32_t* positions = nullptr;  // (b * s): restart per sequence and document
+  const int32_t* whole_doc = nullptr;  // CP: the whole sequences' doc ids (attention reads keys' positions)
   std::vector<Tensor> buffers;         // the backend's copies (a GPU's), empty on the CPU
 };
 
@@ -695,41 +696,33 @@ class ModelImpl final : public Model {
   // Forward: this rank's queries' output into sv.proj_input, their lse / probs (and dropout
   // tensors; the masks drawn as a single-rank run draws those rows) into sv.
   Status cp_attn_fwd(Layer& L, Mode mode, uint64_t seed) {
-    if constexpr (!Ops::kHostMemory) {
-      return Status::bad_input("executor: context parallel (cp > 1) runs on the CPU backend only");
-    } else {
-      if (c_.plan.cp_exchange == CpExchange::ring) return ring_attn_fwd(L, mode);
-      CpKeys kv;
-      LL_TRY(cp_gather_keys(L, kv));
-      return attn_fwd_kernel(L, d(L.sv.q), d(kv.k), d(kv.v), doc_, cp_dims(), d(L.sv.proj_input), mode, seed);
-    }
+    if (c_.plan.cp_exchange == CpExchange::ring) return ring_attn_fwd(L, mode);
+    CpKeys kv;
+    LL_TRY(cp_gather_keys(L, kv));
+    return attn_fwd_kernel(L, d(L.sv.q), d(kv.k), d(kv.v), staged_.whole_doc, cp_dims(), d(L.sv.proj_input), mode, seed);
   }
   // Backward: dout (n_, qw) this rank's output gradient -> dq (n_, qw), dk, dv (n_, kvw) of
   // this rank's tokens. Under selective recompute without flash the scores of this rank's
   // queries are recomputed over the gathered keys first.
   Status cp_attn_bwd(Layer& L, const S* dout, S* dq, S* dk, S* dv, uint64_t seed) {
-    if constexpr (!Ops::kHostMemory) {
-      return Status::bad_input("executor: context parallel (cp > 1) runs on the CPU backend only");
-    } else {
-      if (c_.plan.cp_exchange == CpExchange::ring) return ring_attn_bwd(L, dout, dq, dk, dv);
-      const cpu::AttentionDims dm = cp_dims();
-      Saved& sv = L.sv;
-      CpKeys kv;
-      LL_TRY(cp_gather_keys(L, kv));
-      Tensor o, dkw, dvw;
-      if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention) {
-        LL_TRY(ws(o, n_ * qw_, "attn.recompute_out"));
-        LL_TRY(attn_fwd_kernel(L, d(sv.q), d(kv.k), d(kv.v), doc_, dm, d(o), Mode::recompute, seed));
-        o.reset();
-      }
-      LL_TRY(ws(dkw, dm.b * S_ * kvw_, "attn.dk.cp_whole"));
-      LL_TRY(ws(dvw, dm.b * S_ * kvw_, "attn.dv.cp_whole"));
-      LL_TRY(attn_bwd_kernel({sv.q, kv.k, kv.v, doc_, sv.proj_input, sv.lse, sv.probs, sv.probs_mask, sv.probs_dropped}, dout, dq,
-                             d(dkw), d(dvw), dm));
-      kv = CpKeys{};
-      LL_TRY(cp_reduce_scatter(d(dkw), dk, kvw_, "attn.dk.cp_reduce_scatter"));
-      return cp_reduce_scatter(d(dvw), dv, kvw_, "attn.dv.cp_reduce_scatter");
+    if (c_.plan.cp_exchange == CpExchange::ring) return ring_attn_bwd(L, dout, dq, dk, dv);
+    const cpu::AttentionDims dm = cp_dims();
+    Saved& sv = L.sv;
+    CpKeys kv;
+    LL_TRY(cp_gather_keys(L, kv));
+    Tensor o, dkw, dvw;
+    if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention) {
+      LL_TRY(ws(o, n_ * qw_, "attn.recompute_out"));
+      LL_TRY(attn_fwd_kernel(L, d(sv.q), d(kv.k), d(kv.v), staged_.whole_doc, dm, d(o), Mode::recompute, seed));
+      o.reset();
     }
+    LL_TRY(ws(dkw, dm.b * S_ * kvw_, "attn.dk.cp_whole"));
+    LL_TRY(ws(dvw, dm.b * S_ * kvw_, "attn.dv.cp_whole"));
+    LL_TRY(attn_bwd_kernel({sv.q, kv.k, kv.v, staged_.whole_doc, sv.proj_input, sv.lse, sv.probs, sv.probs_mask, sv.probs_dropped}, dout, dq,
+                           d(dkw), d(dvw), dm));
+    kv = CpKeys{};
+    LL_TRY(cp_reduce_scatter(d(dkw), dk, kvw_, "attn.dk.cp_reduce_scatter"));
+    return cp_reduce_scatter(d(dvw), dv, kvw_, "attn.dv.cp_reduce_scatter");
   }
 
   // Context parallel as a ring (CpExchange::ring; Megatron's and TransformerEngine's P2P
@@ -773,7 +766,7 @@ class ModelImpl final : public Model {
       if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 300 + step));
       const cpu::AttentionDims dm = ring_dims((cr_ - step + cp_) % cp_);
       const bool first = step == 0;
-      LL_TRY(ops_.template attention_forward_flash<S>(d(sv.q), d(cur), d(cur) + w, doc_, first ? d(sv.proj_input) : d(o_part),
+      LL_TRY(ops_.template attention_forward_flash<S>(d(sv.q), d(cur), d(cur) + w, staged_.whole_doc, first ? d(sv.proj_input) : d(o_part),
                                                       first ? sv.lse.template data<A>() : lse_part.template data<A>(), dm, sc.span()));
       if (!first)
         LL_TRY(ops_.template attention_merge_partial<S>(d(sv.proj_input), sv.lse.template data<A>(), d(o_part),
@@ -799,7 +792,7 @@ class ModelImpl final : public Model {
     for (int step = 0; step < cp_; ++step) {
       if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 400 + step));
       const cpu::AttentionDims dm = ring_dims((cr_ - step + cp_) % cp_);
-      LL_TRY(ops_.template attention_backward_flash<S>(d(sv.q), d(cur), d(cur) + w, doc_, d(sv.proj_input), sv.lse.template data<A>(),
+      LL_TRY(ops_.template attention_backward_flash<S>(d(sv.q), d(cur), d(cur) + w, staged_.whole_doc, d(sv.proj_input), sv.lse.template data<A>(),
                                                        dout, d(dq_part), d(dkv_part), d(dkv_part) + w, dm, sc.span()));
       LL_TRY(ops_.template add_inplace<S>(dq, d(dq_part), n_ * qw_));
       LL_TRY(ops_.template add_inplace<S>(d(acc), d(dkv_part), 2 * w));
@@ -1579,7 +1572,7 @@ class ModelImpl final : public Model {
       }
       lb = Batch{cp_tok_.data(), cp_tgt_.data(), doc_ ? cp_doc_.data() : nullptr};
     }
-    LL_TRY(ops_.stage_batch(lb, positions_.data(), n, staged_));
+    LL_TRY(ops_.stage_batch(lb, positions_.data(), n, cp_ > 1 ? doc_ : nullptr, nf, staged_));
     const int nl = static_cast<int>(layers_.size());
     auto input_cat = [&](int i) {  // layer i's input (i == nl: the final norm's) kept?
       const bool keep = train && (i == nl ? last_ : layers_[static_cast<size_t>(i)].ctx.grad_flows);

@@ -222,11 +222,11 @@ std::unique_ptr<ExecBackend> make_cpu_backend() { return std::make_unique<CpuBac
 Status check_distributed_backend(const std::string& backend, const ParallelPlan& p, bool modelled) {
   (void)modelled;  // a CUDA rank proxy moves device buffers (cuda/device_stand_in.h)
   if (backend != "cuda") return Status::ok();
-  const std::string why = "--backend cuda runs data, tensor (with SP) and pipeline parallel so far; ";
-  if (p.cp > 1)
+  const std::string why = "--backend cuda runs data, tensor (with SP), pipeline and context parallel so far; ";
+  if (p.cp > 1 && !p.flash_attention)
     return Status::bad_input(why + "plan.cp " + std::to_string(p.cp) +
-                             ": the CUDA attention kernels take whole sequences (context parallel's query and key slices are "
-                             "CPU-only); set plan.cp 1 or use --backend cpu");
+                             " with plan.flash_attention false: the GPU's materialized attention takes whole sequences, "
+                             "context parallel's slices need flash; set plan.flash_attention true or use --backend cpu");
   if (p.ep > 1)
     return Status::bad_input(why + "plan.ep " + std::to_string(p.ep) +
                              ": expert parallel needs MoE layers, whose routing runs on the CPU backend only; set plan.ep 1 or "
@@ -239,7 +239,7 @@ Status check_distributed_backend(const std::string& backend, const ModelSpec& mo
   // build_cuda_model refuses MoE too, but only after every rank has picked a GPU and joined
   // NCCL; refusing here names the cause before any of that (and on every rank alike).
   if (backend == "cuda" && model.moe.enabled())
-    return Status::bad_input("--backend cuda runs data, tensor (with SP) and pipeline parallel so far; model " + model.name +
+    return Status::bad_input("--backend cuda runs data, tensor (with SP), pipeline and context parallel so far; model " + model.name +
                              " is a mixture of experts, and MoE layers (routing, dispatch, expert parallel) run on the CPU "
                              "backend only: use --backend cpu");
   return Status::ok();

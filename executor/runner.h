@@ -132,10 +132,11 @@ struct RunReport {
 
 // Whether `backend` ("cpu", "cuda") runs `plan` distributed over a real (modelled = false)
 // or modelled (a rank proxy) communicator. The CPU runs everything run_plan implements.
-// The CUDA backend runs data parallel with ZeRO 0-3, tensor parallel (with SP) and pipeline
-// parallel (GPipe, 1F1B, interleaved) over NCCL, one GPU per rank, and rank proxies of those
-// on one GPU; cp is refused (bad_input naming the plan field: its attention slices are
-// CPU-only).
+// The CUDA backend runs data parallel with ZeRO 0-3, tensor parallel (with SP), pipeline
+// parallel (GPipe, 1F1B, interleaved) and context parallel (ring or all-gather, flash
+// attention) over NCCL, one GPU per rank, and rank proxies of those on one GPU; refused
+// (bad_input naming the plan field): ep (MoE routing is host loops) and cp with
+// materialized attention (the GPU's materialized kernels take whole sequences).
 Status check_distributed_backend(const std::string& backend, const ParallelPlan& plan, bool modelled);
 // The same, plus the model: the CUDA backend also refuses a mixture-of-experts model (its
 // routing is host loops; bad_input naming the model and MoE), whatever plan.ep is.

@@ -31,9 +31,11 @@
 #   3b. executor_cuda_nccl_tests: the NCCL communicator's 1-rank collectives; with >= 2 GPUs
 #      also the 2-rank dp2 run (mpirun, one GPU per rank) against the CPU
 #   4. llmplan_cuda_peak: measured bf16 GEMM peak (8192^3, cuBLASLt) and copy bandwidth
-#   5. training benchmark with `llmplan execute --backend cuda`: GPT-2 124M (1 GPU) and the
-#      single-rank equivalent of a llama2-7b dp8 plan with --layers 4; tokens/s, MFU against
-#      step 4's peak, measured vs predicted peak memory and step time
+#   5. training benchmark with `llmplan execute --backend cuda`: GPT-2 124M (1 GPU), the
+#      single-rank equivalent of a llama2-7b dp8 plan with --layers 4, and rank proxies of
+#      rank 4 of a llama2-7b dp2 tp2 pp2 (SP, interleaved) plan and of CP rank 1 of a cp2
+#      plan at 8k tokens; tokens/s, MFU against step 4's peak, measured vs predicted peak
+#      memory and step time
 #   6. summary.md: one table row per step (status, seconds, key numbers)
 # Diagnostics (environment): LLMPLAN_CHECK_SKIP_TESTS=1 skips step 3; LLMPLAN_CHECK_GEMMS
 # adds GEMM shapes to step 4; LLMPLAN_CUDA_OP_TIMES=1 makes step 5 print time per CUDA op.
@@ -294,6 +296,22 @@ if [ -x "$LLMPLAN" ]; then
     cal=()
   fi
   bench llama2-7b-4layers "$out/llama7b.json" --backend cuda --layers 4 --grad-accum 4 --steps 8 --warmup 2 "${cal[@]}"
+  # Tensor and pipeline parallel on this one GPU: a rank proxy (its share of the work and
+  # memory, the collectives modelled) of rank 4 of a dp2 tp2 pp2 plan = TP rank 0 of the
+  # last stage: the vocabulary-parallel head and loss, SP, interleaved 1F1B chunks.
+  "$LLMPLAN" sweep --model llama2-7b --gpus 8 --gpu h200 --seq 4096 --global-batch 256 --precision bf16 --amp O2 \
+    --tp 2 --pp 2 --sp on --micro-batch 1 --recompute none --flash on --top 3 \
+    --json "$out/llama7b_tp2pp2.json" >>"$out/bench.log" 2>&1
+  bench llama2-7b-tp2-pp2-rank4 "$out/llama7b_tp2pp2.json" --backend cuda --proxy-rank 4 --layers 4 --grad-accum 8 \
+    --steps 4 --warmup 1 "${cal[@]}"
+  # Context parallel (the ring) on this GPU: a proxy of CP rank 1 of a cp2 plan at 8k
+  # tokens -- query and key slices on the SIMT flash kernels (the tensor-core ones take
+  # whole sequences), the partials merged.
+  "$LLMPLAN" sweep --model llama2-7b --gpus 8 --gpu h200 --seq 8192 --global-batch 64 --precision bf16 --amp O2 \
+    --tp 1 --pp 1 --cp 2 --micro-batch 1 --recompute none --flash on --top 3 \
+    --json "$out/llama7b_cp2.json" >>"$out/bench.log" 2>&1
+  bench llama2-7b-cp2-rank1 "$out/llama7b_cp2.json" --backend cuda --proxy-rank 1 --layers 2 --grad-accum 2 \
+    --steps 3 --warmup 1 "${cal[@]}"
 else
   say "== bench: skipped (no llmplan binary)"
   row "bench" "skipped" 0 "no llmplan binary in the bundle"

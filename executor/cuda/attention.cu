@@ -27,6 +27,11 @@ float score_scale(const AttentionDims& dm) {
   return static_cast<float>(dm.scale != 0 ? dm.scale : 1.0 / std::sqrt(static_cast<double>(dm.head_dim)));
 }
 
+Status materialized_takes_whole_sequences() {
+  return Status::bad_input("attention (cuda): the materialized kernels take whole sequences; context parallel's query "
+                           "and key slices need flash attention on the GPU");
+}
+
 Status check_dims(const AttentionDims& dm) {
   if (dm.b < 0 || dm.s < 0 || dm.heads <= 0 || dm.kv_heads <= 0 || dm.head_dim <= 0 || dm.heads % dm.kv_heads != 0) {
     return Status::bad_input("attention: heads must be a positive multiple of kv_heads, and every size >= 0");
@@ -127,40 +132,66 @@ constexpr int kTile = 32;   // key (or query) rows per shared-memory tile
 constexpr int kMaxD = static_cast<int>(kFlashMaxHeadDim);
 constexpr int kPer = kMaxD / 32;  // head-dim elements per lane: lane l holds l, l + 32, ...
 
+// s: the whole sequence (doc ids are (b, s), read at positions). The SIMT kernels also take
+// slices (context parallel, cpu/attention.h): sq query rows per sequence, row i at
+// position q_off + i, or q_hi + (i - q_split) from q_split on (q_split 0: one chunk); sk key
+// rows at k_off / k_split / k_hi likewise. Positions increase with the row, so the keys a
+// query may see (causal) are a prefix of the key rows and the queries that may see a key
+// a suffix of the query rows. Whole sequences: sq = sk = s, offsets and splits 0.
 struct FlashDims {
   int64_t s, heads, kv_heads, d, group;
   float scale;
+  int64_t sq, q_off, q_split, q_hi;
+  int64_t sk, k_off, k_split, k_hi;
 };
 
-// Tile rows [r0, r0 + kTile) of head `head` of x (b, s, nh, d) into smem (kTile, kMaxD) as
-// fp32, zeros beyond s and d. Called by the whole block.
+__device__ __forceinline__ int64_t clamp_rows(int64_t x, int64_t hi) { return x < 0 ? 0 : x > hi ? hi : x; }
+__device__ __forceinline__ int64_t q_pos(const FlashDims& D, int64_t i) {
+  return D.q_split > 0 && i >= D.q_split ? D.q_hi + (i - D.q_split) : D.q_off + i;
+}
+__device__ __forceinline__ int64_t k_pos(const FlashDims& D, int64_t j) {
+  return D.k_split > 0 && j >= D.k_split ? D.k_hi + (j - D.k_split) : D.k_off + j;
+}
+// Key rows at positions <= p (a prefix).
+__device__ __forceinline__ int64_t keys_upto(const FlashDims& D, int64_t p) {
+  if (D.k_split <= 0) return clamp_rows(p - D.k_off + 1, D.sk);
+  return clamp_rows(p - D.k_off + 1, D.k_split) + clamp_rows(p - D.k_hi + 1, D.sk - D.k_split);
+}
+// Query rows at positions < p (the rows before the first that may see key position p).
+__device__ __forceinline__ int64_t queries_below(const FlashDims& D, int64_t p) {
+  if (D.q_split <= 0) return clamp_rows(p - D.q_off, D.sq);
+  return clamp_rows(p - D.q_off, D.q_split) + clamp_rows(p - D.q_hi, D.sq - D.q_split);
+}
+
+// Tile rows [r0, r0 + kTile) of head `head` of x (b, rows, nh, d) into smem (kTile, kMaxD)
+// as fp32, zeros beyond rows and d. Called by the whole block.
 template <class S>
 __device__ void load_tile(float (*dst)[kMaxD], const S* x, int64_t bi, int64_t r0, int64_t head, int64_t nh,
-                          const FlashDims& D) {
+                          int64_t rows, const FlashDims& D) {
   for (int e = threadIdx.x; e < kTile * kMaxD; e += blockDim.x) {
     const int t = e / kMaxD, c = e % kMaxD;
     const int64_t r = r0 + t;
-    dst[t][c] = r < D.s && c < D.d ? load(x[((bi * D.s + r) * nh + head) * D.d + c]) : 0.0f;
+    dst[t][c] = r < rows && c < D.d ? load(x[((bi * rows + r) * nh + head) * D.d + c]) : 0.0f;
   }
 }
 
-// This lane's kPer elements of row r of head `head` of x (b, s, nh, d).
+// This lane's kPer elements of row r of head `head` of x (b, rows, nh, d).
 template <class S>
-__device__ void load_row(float (&out)[kPer], const S* x, int64_t bi, int64_t r, int64_t head, int64_t nh,
+__device__ void load_row(float (&out)[kPer], const S* x, int64_t bi, int64_t r, int64_t head, int64_t nh, int64_t rows,
                          const FlashDims& D) {
   const int lane = threadIdx.x & 31;
   for (int c = 0; c < kPer; ++c) {
     const int dim = lane + 32 * c;
-    out[c] = dim < D.d ? load(x[((bi * D.s + r) * nh + head) * D.d + dim]) : 0.0f;
+    out[c] = dim < D.d ? load(x[((bi * rows + r) * nh + head) * D.d + dim]) : 0.0f;
   }
 }
 template <class S>
 __device__ void store_row(S* x, const float (&v)[kPer], float mul, int64_t bi, int64_t r, int64_t head, int64_t nh,
-                          const FlashDims& D) {
+                          int64_t rows, const FlashDims& D) {
   const int lane = threadIdx.x & 31;
   for (int c = 0; c < kPer; ++c) {
     const int dim = lane + 32 * c;
-    if (dim < D.d) x[((bi * D.s + r) * nh + head) * D.d + dim] = store<S>(v[c] * mul);
+    if (dim < D.d) x[((bi * rows + r) * nh + head) * D.d + dim] = store<S>(v[c] * mul);
   }
 }
 
@@ -171,7 +202,7 @@ __device__ __forceinline__ float dot_row(const float (&a)[kPer], const float* b_
   return warp_sum(p);
 }
 
-// grid (ceil(s / kWarps), heads, b); warp w of block x owns query row x * kWarps + w.
+// grid (ceil(sq / kWarps), heads, b); warp w of block x owns query row x * kWarps + w.
 template <class S>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_forward_kernel(const S* q, const S* k, const S* v, const int32_t* doc, S* o, float* lse, FlashDims D) {
@@ -181,29 +212,32 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x & 31;
   const int64_t bi = blockIdx.z, h = blockIdx.y, kh = h / D.group;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kWarps, i = row0 + (threadIdx.x >> 5);
-  const int64_t last = min(D.s, row0 + kWarps) - 1;  // causal: no key beyond the block's last row
-  const bool active = i < D.s;
+  // causal: no key beyond the block's last query position
+  const int64_t kend = keys_upto(D, q_pos(D, min(D.sq, row0 + kWarps) - 1));
+  const bool active = i < D.sq;
+  const int64_t my_pos = q_pos(D, i);
   float qr[kPer], acc[kPer];
   for (int c = 0; c < kPer; ++c) acc[c] = 0.0f;
   int32_t my_doc = 0;
   if (active) {
-    load_row(qr, q, bi, i, h, D.heads, D);
-    if (doc != nullptr) my_doc = doc[bi * D.s + i];
+    load_row(qr, q, bi, i, h, D.heads, D.sq, D);
+    if (doc != nullptr) my_doc = doc[bi * D.s + my_pos];
   }
   float m = -INFINITY, l = 0.0f;
-  for (int64_t j0 = 0; j0 <= last; j0 += kTile) {
+  for (int64_t j0 = 0; j0 < kend; j0 += kTile) {
     __syncthreads();  // the previous tile is no longer read
-    load_tile(Ks, k, bi, j0, kh, D.kv_heads, D);
-    load_tile(Vs, v, bi, j0, kh, D.kv_heads, D);
-    if (threadIdx.x < kTile) docs[threadIdx.x] = doc != nullptr && j0 + threadIdx.x < D.s ? doc[bi * D.s + j0 + threadIdx.x] : 0;
+    load_tile(Ks, k, bi, j0, kh, D.kv_heads, D.sk, D);
+    load_tile(Vs, v, bi, j0, kh, D.kv_heads, D.sk, D);
+    if (threadIdx.x < kTile)
+      docs[threadIdx.x] = doc != nullptr && j0 + threadIdx.x < D.sk ? doc[bi * D.s + k_pos(D, j0 + threadIdx.x)] : 0;
     __syncthreads();
     if (!active) continue;  // warp-uniform; the warp still meets every barrier
-    const int cols = static_cast<int>(min(static_cast<int64_t>(kTile), D.s - j0));
+    const int cols = static_cast<int>(min(static_cast<int64_t>(kTile), kend - j0));
     float my_score = -INFINITY;  // lane t: the score of key j0 + t
     for (int t = 0; t < cols; ++t) {
       const float sc = dot_row(qr, Ks[t]) * D.scale;
       const int64_t j = j0 + t;
-      const bool ok = j <= i && (doc == nullptr || docs[t] == my_doc);
+      const bool ok = k_pos(D, j) <= my_pos && (doc == nullptr || docs[t] == my_doc);
       if (lane == t) my_score = ok ? sc : -INFINITY;
     }
     const float tile_max = warp_max(my_score);
@@ -220,8 +254,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     m = m_new;
   }
   if (!active) return;
-  store_row(o, acc, 1.0f / l, bi, i, h, D.heads, D);
-  if (lane == 0) lse[(bi * D.heads + h) * D.s + i] = m + logf(l);
+  // A row with no allowed key among those held (a ring step's partial): o = 0, lse = -inf.
+  store_row(o, acc, l > 0.0f ? 1.0f / l : 0.0f, bi, i, h, D.heads, D.sq, D);
+  if (lane == 0) lse[(bi * D.heads + h) * D.sq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
 // dq_i = scale sum_j P_ij (dP_ij - D_i) k_j, P_ij = exp(scale q_i.k_j - lse_i), dP_ij = dO_i.v_j;
@@ -236,48 +271,51 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x & 31;
   const int64_t bi = blockIdx.z, h = blockIdx.y, kh = h / D.group;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kWarps, i = row0 + (threadIdx.x >> 5);
-  const int64_t last = min(D.s, row0 + kWarps) - 1;
-  const bool active = i < D.s;
+  const int64_t kend = keys_upto(D, q_pos(D, min(D.sq, row0 + kWarps) - 1));
+  const bool active = i < D.sq;
+  const int64_t my_pos = q_pos(D, i);
   float qr[kPer], dor[kPer], acc[kPer];
   for (int c = 0; c < kPer; ++c) acc[c] = 0.0f;
   int32_t my_doc = 0;
   float Di = 0, lse_i = 0;
   if (active) {
-    load_row(qr, q, bi, i, h, D.heads, D);
-    load_row(dor, dout, bi, i, h, D.heads, D);
+    load_row(qr, q, bi, i, h, D.heads, D.sq, D);
+    load_row(dor, dout, bi, i, h, D.heads, D.sq, D);
     float orow[kPer];
-    load_row(orow, o, bi, i, h, D.heads, D);
+    load_row(orow, o, bi, i, h, D.heads, D.sq, D);
     float part = 0;
     for (int c = 0; c < kPer; ++c) part += dor[c] * orow[c];
     Di = warp_sum(part);
-    const int64_t r = (bi * D.heads + h) * D.s + i;
+    const int64_t r = (bi * D.heads + h) * D.sq + i;
     if (lane == 0) dsum[r] = Di;
     lse_i = lse[r];
-    if (doc != nullptr) my_doc = doc[bi * D.s + i];
+    if (doc != nullptr) my_doc = doc[bi * D.s + my_pos];
   }
-  for (int64_t j0 = 0; j0 <= last; j0 += kTile) {
+  const bool seen = lse_i != -INFINITY;  // a row that saw no key has no gradient
+  for (int64_t j0 = 0; j0 < kend; j0 += kTile) {
     __syncthreads();
-    load_tile(Ks, k, bi, j0, kh, D.kv_heads, D);
-    load_tile(Vs, v, bi, j0, kh, D.kv_heads, D);
-    if (threadIdx.x < kTile) docs[threadIdx.x] = doc != nullptr && j0 + threadIdx.x < D.s ? doc[bi * D.s + j0 + threadIdx.x] : 0;
+    load_tile(Ks, k, bi, j0, kh, D.kv_heads, D.sk, D);
+    load_tile(Vs, v, bi, j0, kh, D.kv_heads, D.sk, D);
+    if (threadIdx.x < kTile)
+      docs[threadIdx.x] = doc != nullptr && j0 + threadIdx.x < D.sk ? doc[bi * D.s + k_pos(D, j0 + threadIdx.x)] : 0;
     __syncthreads();
     if (!active) continue;
-    const int cols = static_cast<int>(min(static_cast<int64_t>(kTile), D.s - j0));
+    const int cols = static_cast<int>(min(static_cast<int64_t>(kTile), kend - j0));
     for (int t = 0; t < cols; ++t) {
       const float sc = dot_row(qr, Ks[t]) * D.scale;
       const float dp = dot_row(dor, Vs[t]);
       const int64_t j = j0 + t;
-      const bool ok = j <= i && (doc == nullptr || docs[t] == my_doc);
+      const bool ok = seen && k_pos(D, j) <= my_pos && (doc == nullptr || docs[t] == my_doc);
       const float p = ok ? expf(sc - lse_i) : 0.0f;
       const float ds = p * (dp - Di);
       for (int c = 0; c < kPer; ++c) acc[c] += ds * Ks[t][lane + 32 * c];
     }
   }
-  if (active) store_row(dq, acc, D.scale, bi, i, h, D.heads, D);
+  if (active) store_row(dq, acc, D.scale, bi, i, h, D.heads, D.sq, D);
 }
 
 // dk_j = scale sum_{h in group, i >= j} dS_ij q_i;  dv_j = sum P_ij dO_i.
-// grid (ceil(s / kWarps), kv_heads, b); warp w of block x owns key row x * kWarps + w.
+// grid (ceil(sk / kWarps), kv_heads, b); warp w of block x owns key row x * kWarps + w.
 template <class S>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_backward_dkv_kernel(const S* q, const S* k, const S* v, const int32_t* doc, const float* lse,
@@ -289,36 +327,39 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x & 31;
   const int64_t bi = blockIdx.z, kh = blockIdx.y;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kWarps, j = row0 + (threadIdx.x >> 5);
-  const bool active = j < D.s;
+  const bool active = j < D.sk;
+  const int64_t my_pos = k_pos(D, j);
   float kr[kPer], vr[kPer], dka[kPer], dva[kPer];
   for (int c = 0; c < kPer; ++c) dka[c] = dva[c] = 0.0f;
   int32_t my_doc = 0;
   if (active) {
-    load_row(kr, k, bi, j, kh, D.kv_heads, D);
-    load_row(vr, v, bi, j, kh, D.kv_heads, D);
-    if (doc != nullptr) my_doc = doc[bi * D.s + j];
+    load_row(kr, k, bi, j, kh, D.kv_heads, D.sk, D);
+    load_row(vr, v, bi, j, kh, D.kv_heads, D.sk, D);
+    if (doc != nullptr) my_doc = doc[bi * D.s + my_pos];
   }
+  // causal: queries at positions >= the block's first key's only
+  const int64_t first_query = queries_below(D, k_pos(D, row0)) / kTile * kTile;
   for (int64_t h = kh * D.group; h < (kh + 1) * D.group; ++h) {
-    for (int64_t i0 = row0 / kTile * kTile; i0 < D.s; i0 += kTile) {  // causal: queries i >= j only
+    for (int64_t i0 = first_query; i0 < D.sq; i0 += kTile) {
       __syncthreads();
-      load_tile(Qs, q, bi, i0, h, D.heads, D);
-      load_tile(dOs, dout, bi, i0, h, D.heads, D);
+      load_tile(Qs, q, bi, i0, h, D.heads, D.sq, D);
+      load_tile(dOs, dout, bi, i0, h, D.heads, D.sq, D);
       if (threadIdx.x < kTile) {
         const int64_t i = i0 + threadIdx.x;
-        const bool in = i < D.s;
-        const int64_t r = (bi * D.heads + h) * D.s + i;
-        lse_s[threadIdx.x] = in ? lse[r] : 0.0f;
+        const bool in = i < D.sq;
+        const int64_t r = (bi * D.heads + h) * D.sq + i;
+        lse_s[threadIdx.x] = in ? lse[r] : -INFINITY;
         D_s[threadIdx.x] = in ? dsum[r] : 0.0f;
-        docs[threadIdx.x] = doc != nullptr && in ? doc[bi * D.s + i] : 0;
+        docs[threadIdx.x] = doc != nullptr && in ? doc[bi * D.s + q_pos(D, i)] : 0;
       }
       __syncthreads();
       if (!active) continue;
-      const int rows = static_cast<int>(min(static_cast<int64_t>(kTile), D.s - i0));
+      const int rows = static_cast<int>(min(static_cast<int64_t>(kTile), D.sq - i0));
       for (int t = 0; t < rows; ++t) {
         const float sc = dot_row(kr, Qs[t]) * D.scale;
         const float dp = dot_row(vr, dOs[t]);
         const int64_t i = i0 + t;
-        const bool ok = j <= i && (doc == nullptr || docs[t] == my_doc);
+        const bool ok = lse_s[t] != -INFINITY && my_pos <= q_pos(D, i) && (doc == nullptr || docs[t] == my_doc);
         const float p = ok ? expf(sc - lse_s[t]) : 0.0f;
         const float ds = p * (dp - D_s[t]);
         for (int c = 0; c < kPer; ++c) {
@@ -329,12 +370,20 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   if (!active) return;
-  store_row(dk, dka, D.scale, bi, j, kh, D.kv_heads, D);
-  store_row(dv, dva, 1.0f, bi, j, kh, D.kv_heads, D);
+  store_row(dk, dka, D.scale, bi, j, kh, D.kv_heads, D.sk, D);
+  store_row(dv, dva, 1.0f, bi, j, kh, D.kv_heads, D.sk, D);
 }
 
 FlashDims flash_dims(const AttentionDims& dm) {
-  return {dm.s, dm.heads, dm.kv_heads, dm.head_dim, dm.heads / dm.kv_heads, score_scale(dm)};
+  FlashDims D{dm.s, dm.heads, dm.kv_heads, dm.head_dim, dm.heads / dm.kv_heads, score_scale(dm),
+              query_rows(dm), dm.q_offset, dm.q_split, dm.q_offset_hi,
+              key_rows_held(dm), dm.k_rows > 0 ? dm.k_offset : 0, dm.k_rows > 0 ? dm.k_split : 0, dm.k_offset_hi};
+  return D;
+}
+
+// Whether the queries and the keys are whole sequences (no context-parallel slice).
+bool whole_sequences(const AttentionDims& dm) {
+  return (dm.q_rows <= 0 || (dm.q_rows == dm.s && dm.q_offset == 0 && dm.q_split == 0)) && dm.k_rows <= 0;
 }
 
 Status check_flash(const AttentionDims& dm) {
@@ -347,8 +396,9 @@ Status check_flash(const AttentionDims& dm) {
   return Status::ok();
 }
 
-dim3 flash_grid(const AttentionDims& dm, int64_t heads) {
-  return dim3(static_cast<unsigned>((dm.s + kWarps - 1) / kWarps), static_cast<unsigned>(heads),
+// rows: query rows (forward, dq) or key rows (dk, dv) per sequence.
+dim3 flash_grid(const AttentionDims& dm, int64_t rows, int64_t heads) {
+  return dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps), static_cast<unsigned>(heads),
               static_cast<unsigned>(dm.b));
 }
 
@@ -661,8 +711,10 @@ bool smem_fits(size_t bytes) {
   return bytes <= static_cast<size_t>(max_optin);
 }
 
+// Whole sequences only: context parallel's slices run the SIMT kernels.
 bool applies(DType st, const AttentionDims& dm) {
-  return (st == DType::bf16 || st == DType::f16) && dm.head_dim % 16 == 0 && dm.head_dim <= kFlashMaxHeadDim;
+  return (st == DType::bf16 || st == DType::f16) && dm.head_dim % 16 == 0 && dm.head_dim <= kFlashMaxHeadDim &&
+         whole_sequences(dm);
 }
 
 template <class T, int DP>
@@ -736,7 +788,7 @@ Status backward(CudaContext& ctx, const T* q, const T* k, const T* v, const int3
 
 int64_t attention_workspace_bytes(DType st, const AttentionDims& dm, bool flash) {
   if (flash) {
-    const int64_t dsum = carved(std::max<int64_t>(1, dm.b * dm.heads * dm.s) * 4);
+    const int64_t dsum = carved(std::max<int64_t>(1, dm.b * dm.heads * query_rows(dm)) * 4);
     // Tensor-core path: dQ is summed over key blocks in an fp32 buffer.
     return tc::applies(st, dm) ? dsum + carved(dm.b * dm.s * dm.heads * dm.head_dim * 4) : dsum;
   }
@@ -747,6 +799,7 @@ template <class S>
 Status attention_forward_materialized(CudaContext& ctx, const S* q, const S* k, const S* v, const int32_t* doc,
                                       S* o, S* probs, const AttentionDims& dm, std::span<std::byte> ws) {
   if (Status st = check_dims(dm); !st) return st;
+  if (!whole_sequences(dm)) return materialized_takes_whole_sequences();
   const int64_t b = dm.b, s = dm.s, H = dm.heads, KV = dm.kv_heads, d = dm.head_dim, g = H / KV;
   if (b * s == 0) return Status::ok();
   DeviceCarver c(ws);
@@ -780,6 +833,7 @@ Status attention_backward_materialized(CudaContext& ctx, const S* q, const S* k,
                                        const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dm,
                                        std::span<std::byte> ws) {
   if (Status st = check_dims(dm); !st) return st;
+  if (!whole_sequences(dm)) return materialized_takes_whole_sequences();
   const int64_t b = dm.b, s = dm.s, H = dm.heads, KV = dm.kv_heads, d = dm.head_dim, g = H / KV;
   if (b * s == 0) return Status::ok();
   const float scale = score_scale(dm);
@@ -838,8 +892,8 @@ Status attention_forward_flash(CudaContext& ctx, const S* q, const S* k, const S
                             reinterpret_cast<const T*>(v), doc, reinterpret_cast<T*>(o), lse, dm);
     }
   }
-  flash_forward_kernel<<<flash_grid(dm, dm.heads), kWarps * 32, 0, ctx.compute_stream()>>>(q, k, v, doc, o, lse,
-                                                                                         flash_dims(dm));
+  flash_forward_kernel<<<flash_grid(dm, query_rows(dm), dm.heads), kWarps * 32, 0, ctx.compute_stream()>>>(
+      q, k, v, doc, o, lse, flash_dims(dm));
   return launch_status("flash_forward_kernel");
 }
 
@@ -850,7 +904,7 @@ Status attention_backward_flash(CudaContext& ctx, const S* q, const S* k, const 
   if (Status st = check_flash(dm); !st) return st;
   if (dm.b * dm.s == 0) return Status::ok();
   DeviceCarver c(ws);
-  float* dsum = c.take<float>(dm.b * dm.heads * dm.s);
+  float* dsum = c.take<float>(dm.b * dm.heads * query_rows(dm));
   if (!c.ok()) return Status::bad_input("attention: workspace smaller than attention_workspace_bytes()");
   if constexpr (tc::kHalf<S>) {
     if (tc::applies(dtype_of<S>, dm) && tc::smem_fits(tc::bwd_smem(static_cast<int>(dm.head_dim)))) {
@@ -864,12 +918,29 @@ Status attention_backward_flash(CudaContext& ctx, const S* q, const S* k, const 
     }
   }
   const FlashDims D = flash_dims(dm);
-  flash_backward_dq_kernel<<<flash_grid(dm, dm.heads), kWarps * 32, 0, ctx.compute_stream()>>>(
+  flash_backward_dq_kernel<<<flash_grid(dm, D.sq, dm.heads), kWarps * 32, 0, ctx.compute_stream()>>>(
       q, k, v, doc, o, lse, dout, dq, dsum, D);
   if (Status st = launch_status("flash_backward_dq_kernel"); !st) return st;
-  flash_backward_dkv_kernel<<<flash_grid(dm, dm.kv_heads), kWarps * 32, 0, ctx.compute_stream()>>>(
+  flash_backward_dkv_kernel<<<flash_grid(dm, D.sk, dm.kv_heads), kWarps * 32, 0, ctx.compute_stream()>>>(
       q, k, v, doc, lse, dout, dsum, dk, dv, D);
   return launch_status("flash_backward_dkv_kernel");
+}
+
+template <class S>
+Status attention_merge_partial(CudaContext& ctx, S* o, float* lse, const S* o_part, const float* lse_part,
+                               const AttentionDims& dm) {
+  if (Status st = check_dims(dm); !st) return st;
+  const int64_t sq = query_rows(dm), d = dm.head_dim, H = dm.heads;
+  return for_each_index(ctx, dm.b * H * sq, [=] __device__(int64_t r) {  // r: (b, heads, sq) as lse
+    const float lp = lse_part[r];
+    if (lp == -INFINITY) return;  // the partial saw no key of this row
+    const int64_t i = r % sq, h = (r / sq) % H, bi = r / (sq * H);
+    const float l = lse[r], mx = fmaxf(l, lp);
+    const float w = expf(l - mx), wp = expf(lp - mx), sum = w + wp;
+    const int64_t at = ((bi * sq + i) * H + h) * d;
+    for (int64_t c = 0; c < d; ++c) o[at + c] = store<S>((load(o[at + c]) * w + load(o_part[at + c]) * wp) / sum);
+    lse[r] = mx + logf(sum);
+  }, "attention_merge_partial");
 }
 
 #define INST(S)                                                                                              \
@@ -882,7 +953,9 @@ Status attention_backward_flash(CudaContext& ctx, const S* q, const S* k, const 
                                              float*, const AttentionDims&, std::span<std::byte>);            \
   template Status attention_backward_flash<S>(CudaContext&, const S*, const S*, const S*, const int32_t*,    \
                                               const S*, const float*, const S*, S*, S*, S*,                  \
-                                              const AttentionDims&, std::span<std::byte>);
+                                              const AttentionDims&, std::span<std::byte>);                   \
+  template Status attention_merge_partial<S>(CudaContext&, S*, float*, const S*, const float*,               \
+                                             const AttentionDims&);
 LLMPLAN_CUDA_FOR_STORAGE(INST)
 #undef INST
 

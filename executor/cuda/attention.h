@@ -15,8 +15,16 @@
 //     Backward recomputes the probabilities: one kernel for dq (a warp per query row, which
 //     also stores D_i = dO_i . o_i), one for dk and dv (a warp per key row over the queries of
 //     every head in its group); no atomics, deterministic. Workspace: D, b heads s fp32.
-//     Written for correctness first: plain fp32 FMAs, not tensor cores.
+//     Written for correctness first: plain fp32 FMAs, not tensor cores. 16-bit storage with
+//     head_dim a multiple of 16 runs the tensor-core kernels instead (attention.cu), for
+//     whole sequences.
 //     REQUIRES: head_dim <= kFlashMaxHeadDim. dims.block is not used (the tile is fixed).
+//   Context parallel (cpu/attention.h's slices: q_rows / q_offset / q_split / q_offset_hi,
+//     and for flash k_rows / k_offset / k_split / k_offset_hi): the SIMT flash kernels
+//     read positions as the CPU's do (doc ids then (b, s) of the whole sequence); a query
+//     row that sees none of the keys held gets o = 0 and lse = -inf, and
+//     attention_merge_partial combines a ring's partials. The materialized kernels take
+//     whole sequences only (bad_input otherwise).
 //
 // Storage types S: float, bf16_t, f16_t; lse is fp32 (acc_t<S>). Device pointers; `ws`
 // device workspace of attention_workspace_bytes(...). Enqueued on ctx.compute_stream().
@@ -51,6 +59,12 @@ template <class S>
 Status attention_backward_flash(CudaContext& ctx, const S* q, const S* k, const S* v, const int32_t* doc,
                                 const S* o, const float* lse, const S* dout, S* dq, S* dk, S* dv,
                                 const AttentionDims& dims, std::span<std::byte> ws);
+
+// Two flash partials of the same queries over disjoint keys -> their attention over the
+// union, in place in o and lse.  (cpu::attention_merge_partial)
+template <class S>
+Status attention_merge_partial(CudaContext& ctx, S* o, float* lse, const S* o_part, const float* lse_part,
+                               const AttentionDims& dims);
 
 // Device workspace bytes for storage `s`: the larger of the variant's forward and backward.
 // Call it qualified (cuda::attention_workspace_bytes): argument-dependent lookup through

@@ -114,25 +114,30 @@ struct CudaOps {
   Status scale(S* x, int64_t n, double s) const { return cuda::scale<S>(*ctx, x, n, s); }
 
   // Device copies of the micro-batch in out.buffers: allocated at a slot's first one.
-  Status stage_batch(const Batch& b, const int32_t* positions, int64_t n, detail::StagedBatch& out) const {
+  // whole_doc (CP, whole_n ids): the whole sequences' doc ids, which attention reads at the
+  // keys' positions.
+  Status stage_batch(const Batch& b, const int32_t* positions, int64_t n, const int32_t* whole_doc, int64_t whole_n,
+                     detail::StagedBatch& out) const {
     std::vector<Tensor>& buf = out.buffers;
-    if (buf.empty() || buf[0].numel() != n) {
+    const int64_t sizes[5] = {n, n, n, n, whole_doc != nullptr ? whole_n : 1};
+    if (buf.size() != 5 || buf[0].numel() != n || buf[4].numel() != sizes[4]) {
       buf.clear();
-      for (const char* name : {"batch.tokens", "batch.targets", "batch.doc_ids", "batch.positions"}) {
-        Result<Tensor> t = Tensor::empty(ctx->allocator(), Shape{n}, DType::i32, Category::workspace, name);
+      const char* names[5] = {"batch.tokens", "batch.targets", "batch.doc_ids", "batch.positions", "batch.doc_ids_whole"};
+      for (int i = 0; i < 5; ++i) {
+        Result<Tensor> t = Tensor::empty(ctx->allocator(), Shape{sizes[i]}, DType::i32, Category::workspace, names[i]);
         if (!t) return t.status();
         buf.push_back(std::move(*t));
       }
     }
-    const int64_t bytes = n * 4;
-    const int32_t* src[4] = {b.tokens, b.targets, b.doc_ids, positions};
-    for (int i = 0; i < 4; ++i)
+    const int32_t* src[5] = {b.tokens, b.targets, b.doc_ids, positions, whole_doc};
+    for (int i = 0; i < 5; ++i)
       if (src[i] != nullptr)
-        if (Status s = copy_to_device(*ctx, buf[static_cast<size_t>(i)].raw(), src[i], bytes); !s) return s;
+        if (Status s = copy_to_device(*ctx, buf[static_cast<size_t>(i)].raw(), src[i], sizes[i] * 4); !s) return s;
     out.tokens = buf[0].data<int32_t>();
     out.targets = b.targets ? buf[1].data<int32_t>() : nullptr;
     out.doc = b.doc_ids ? buf[2].data<int32_t>() : nullptr;
     out.positions = buf[3].data<int32_t>();
+    out.whole_doc = whole_doc ? buf[4].data<int32_t>() : nullptr;
     return Status::ok();
   }
 
@@ -150,6 +155,7 @@ struct CudaOps {
   LL_CUDA_OP(attention_backward_materialized)
   LL_CUDA_OP(attention_forward_flash)
   LL_CUDA_OP(attention_backward_flash)
+  LL_CUDA_OP(attention_merge_partial)
   LL_CUDA_OP(dropout_forward)
   LL_CUDA_OP(dropout_backward)
   LL_CUDA_OP(gelu_forward)
@@ -264,11 +270,12 @@ Result<std::unique_ptr<Model>> build(CudaContext& ctx, const ModelConfig& c) {
 
 Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelConfig& c) {
   if (Status st = detail::check_model_config(c); !st) return st;
-  // The CUDA attention kernels take whole sequences of queries and keys; context
-  // parallel's slices (AttentionDims::q_rows, k_rows) and the ring's merge are CPU-only.
-  if (c.plan.cp > 1)
+  // Context parallel's query and key slices run the SIMT flash kernels; the materialized
+  // ones take whole sequences.
+  if (c.plan.cp > 1 && !c.plan.flash_attention)
     return Status::bad_input("executor (cuda): cp " + std::to_string(c.plan.cp) +
-                             ": context-parallel attention runs on the CPU backend only so far (set plan.cp 1 or use --backend cpu)");
+                             " needs flash attention on the GPU (the materialized kernels take whole sequences): set "
+                             "plan.flash_attention true or use --backend cpu");
   if (c.spec.moe.enabled())
     return Status::bad_input("executor (cuda): model " + c.spec.name + " is a mixture of experts; MoE layers (routing, "
                              "dispatch, expert parallel) run on the CPU backend only so far (--backend cpu)");

@@ -74,11 +74,15 @@ Status NcclComm::check(ncclResult_t r, const char* what) const {
 }
 
 Status NcclComm::sendrecv(const void* sbuf, void* rbuf, int64_t count, DType t, int peer) {
+  return exchange(sbuf, peer, rbuf, peer, count, t);
+}
+
+Status NcclComm::exchange(const void* sbuf, int to, void* rbuf, int from, int64_t count, DType t) {
   Result<ncclDataType_t> nt = nccl_type(t);
   if (!nt.ok()) return nt.status();
   if (Status s = group_start(); !s) return s;
-  Status s = check(ncclSend(sbuf, static_cast<size_t>(count), *nt, peer, comm_, ctx_.comm_stream()), "ncclSend");
-  if (s) s = check(ncclRecv(rbuf, static_cast<size_t>(count), *nt, peer, comm_, ctx_.comm_stream()), "ncclRecv");
+  Status s = check(ncclSend(sbuf, static_cast<size_t>(count), *nt, to, comm_, ctx_.comm_stream()), "ncclSend");
+  if (s) s = check(ncclRecv(rbuf, static_cast<size_t>(count), *nt, from, comm_, ctx_.comm_stream()), "ncclRecv");
   Status e = group_end();  // always closes the group, also after a failed enqueue
   return s ? e : s;
 }

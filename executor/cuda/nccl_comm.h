@@ -64,6 +64,8 @@ class NcclComm {
   Status recv(void* buf, int64_t count, DType t, int peer);
   // send to and recv from `peer` in one NCCL group (neither waits for the other).
   Status sendrecv(const void* sbuf, void* rbuf, int64_t count, DType t, int peer);
+  // send to `to` and recv from `from` in one NCCL group (a ring's shift).
+  Status exchange(const void* sbuf, int to, void* rbuf, int from, int64_t count, DType t);
   // recv (count * size()): block j = what rank j sent this rank; send (count * size()):
   // block j goes to rank j. One ncclSend/ncclRecv pair per rank (itself included) inside
   // one NCCL group, so no pair waits for another. REQUIRES: send and recv do not overlap.

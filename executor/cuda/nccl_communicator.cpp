@@ -115,6 +115,16 @@ class NcclCommunicator final : public Communicator {
     if (!*dev) return host_.sendrecv(sbuf, rbuf, count, t, peer, g, send_tag, recv_tag);
     return run(g, [&](NcclComm* c) { return c ? c->sendrecv(sbuf, rbuf, count, t, peer) : to_self(g); });
   }
+  // A group of one passes its buffer to itself: a copy.
+  Status ring_shift(const void* sbuf, void* rbuf, int64_t count, DType t, Group g, int tag) override {
+    Result<bool> dev = placement(sbuf, rbuf, "ring_shift");
+    if (!dev) return dev.status();
+    if (!*dev) return host_.ring_shift(sbuf, rbuf, count, t, g, tag);
+    const int n = size(g), r = rank(g);
+    return run(g, [&](NcclComm* c) {
+      return c ? c->exchange(sbuf, (r + 1) % n, rbuf, (r - 1 + n) % n, count, t) : local_copy(rbuf, sbuf, count, t);
+    });
+  }
   Result<int> isend(const void* buf, int64_t count, DType t, int peer, Group g, int tag) override {
     if (!on_device(buf)) return host_.isend(buf, count, t, peer, g, tag);
     if (Status s = send(buf, count, t, peer, g, tag); !s) return s;

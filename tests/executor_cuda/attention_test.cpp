@@ -3,6 +3,8 @@
 // GPU backward reads the GPU forward's saved tensors, as a training step would.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -114,6 +116,133 @@ TYPED_TEST(CudaAttention, FlashMatchesCpu) {
   check_attention<S>(dims(1, 300, 2, 1, 80), true, true);  // several key tiles per row; d not a multiple of 32
   check_attention<S>(dims(1, 520, 4, 2, 64), true, true);  // 16-bit: several 64-row tensor-core tiles, a partial last one
   check_attention<S>(dims(2, 200, 4, 4, 128), false, true);  // widest head on tensor cores, no document mask
+}
+
+// ---- context parallel: query and key slices (cpu/attention.h), the SIMT flash kernels
+
+// lse with rows at -inf (no key seen): those rows -inf on both, the rest close.
+::testing::AssertionResult close_lse(const std::string& what, std::vector<float> gpu, std::vector<float> cpu) {
+  if (gpu.size() != cpu.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const bool gi = gpu[i] == -INFINITY, ci = cpu[i] == -INFINITY;
+    if (gi != ci) return ::testing::AssertionFailure() << what << ": row " << i << " gpu " << gpu[i] << " cpu " << cpu[i];
+    if (ci) gpu[i] = cpu[i] = 0.0f;
+  }
+  return close(what, gpu, cpu, 1e-5);
+}
+
+// CP rank r of cp holds chunks r and 2cp-1-r of 2cp: its rows of a sequence of s positions.
+void cp_slice(AttentionDims& dm, int cp, int r, bool keys) {
+  const int64_t c = dm.s / (2 * cp);
+  int64_t& rows = keys ? dm.k_rows : dm.q_rows;
+  int64_t& split = keys ? dm.k_split : dm.q_split;
+  int64_t& off = keys ? dm.k_offset : dm.q_offset;
+  int64_t& hi = keys ? dm.k_offset_hi : dm.q_offset_hi;
+  rows = 2 * c;
+  split = c;
+  off = r * c;
+  hi = (2 * cp - 1 - r) * c;
+}
+
+// Rank r's queries against every key (the all-gather exchange), then against each owner's
+// keys in turn (the ring's steps: partial o and lse, rows that see no key at o = 0 and
+// -inf; the backward with the whole-key forward's o and lse, as the ring's backward reads
+// the merged ones), and the partials merged: all against the CPU.
+template <class S>
+void check_cp_slices(AttentionDims dm, int cp, int r, bool use_doc) {
+  SCOPED_TRACE("cp " + std::to_string(cp) + " rank " + std::to_string(r) + " s=" + std::to_string(dm.s) +
+               " d=" + std::to_string(dm.head_dim) + (use_doc ? " doc" : ""));
+  Rng rng(test_seed() ^ static_cast<uint64_t>(dm.s * 7 + cp * 3 + r));
+  cp_slice(dm, cp, r, false);
+  const int64_t sq = dm.q_rows, sl = sq, kv = dm.kv_heads * dm.head_dim;
+  const int64_t nq = dm.b * sq * dm.heads * dm.head_dim, nkv_whole = dm.b * dm.s * kv, nkv = dm.b * sl * kv;
+  const int64_t rows = dm.b * dm.heads * sq;
+  const std::vector<S> q = random_vec<S>(rng, nq, -2, 2), dout = random_vec<S>(rng, nq);
+  const std::vector<S> k = random_vec<S>(rng, nkv_whole, -2, 2), v = random_vec<S>(rng, nkv_whole);
+  const std::vector<int32_t> doc = random_docs(rng, dm.b, dm.s);
+  const int32_t* doc_cpu = use_doc ? doc.data() : nullptr;
+  Dev<int32_t> d_doc(doc);
+  const int32_t* doc_gpu = use_doc ? d_doc.p() : nullptr;
+  Workspace cws(cpu::attention_workspace_bytes(dtype_of<S>, dm, true));
+  DevWorkspace ws(cuda::attention_workspace_bytes(dtype_of<S>, dm, true));
+  // -- every key (all-gather)
+  std::vector<S> o(nq), dq(nq), dk(nkv_whole), dv(nkv_whole);
+  std::vector<float> lse(rows);
+  cpu::attention_forward_flash(q.data(), k.data(), v.data(), doc_cpu, o.data(), lse.data(), dm, cws.span());
+  cpu::attention_backward_flash(q.data(), k.data(), v.data(), doc_cpu, o.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                                dv.data(), dm, cws.span());
+  Dev<S> d_q(q), d_k(k), d_v(v), d_dout(dout), d_o(nq), d_dq(nq), d_dk(nkv_whole), d_dv(nkv_whole);
+  Dev<float> d_lse(rows);
+  for (Dev<S>* t : {&d_o, &d_dq, &d_dk, &d_dv}) t->poison();
+  d_lse.poison();
+  check(attention_forward_flash(ctx(), d_q.p(), d_k.p(), d_v.p(), doc_gpu, d_o.p(), d_lse.p(), dm, ws.span()));
+  check(attention_backward_flash(ctx(), d_q.p(), d_k.p(), d_v.p(), doc_gpu, d_o.p(), d_lse.p(), d_dout.p(), d_dq.p(), d_dk.p(),
+                                 d_dv.p(), dm, ws.span()));
+  EXPECT_TRUE(close("o (all keys)", d_o.download(), o, kTol<S>));
+  EXPECT_TRUE(close("lse (all keys)", d_lse.download(), lse, 1e-5));
+  EXPECT_TRUE(close("dq (all keys)", d_dq.download(), dq, kTol<S>));
+  EXPECT_TRUE(close("dk (all keys)", d_dk.download(), dk, kTol<S>));  // rows past the last query: 0 on both
+  EXPECT_TRUE(close("dv (all keys)", d_dv.download(), dv, kTol<S>));
+  // -- each owner's keys (the ring's steps)
+  const Dev<S> d_o_whole(o);
+  const Dev<float> d_lse_whole(lse);
+  std::vector<std::vector<S>> parts_o;
+  std::vector<std::vector<float>> parts_lse;
+  for (int owner = 0; owner < cp; ++owner) {
+    AttentionDims dk_dm = dm;
+    cp_slice(dk_dm, cp, owner, true);
+    SCOPED_TRACE("keys of rank " + std::to_string(owner));
+    std::vector<S> ko(nkv), vo(nkv);  // the owner's rows of k and v
+    for (int64_t bi = 0; bi < dm.b; ++bi)
+      for (int64_t t = 0; t < sl; ++t) {
+        const int64_t pos = t < dk_dm.k_split ? dk_dm.k_offset + t : dk_dm.k_offset_hi + (t - dk_dm.k_split);
+        for (int64_t e = 0; e < kv; ++e) {
+          ko[(bi * sl + t) * kv + e] = k[(bi * dm.s + pos) * kv + e];
+          vo[(bi * sl + t) * kv + e] = v[(bi * dm.s + pos) * kv + e];
+        }
+      }
+    std::vector<S> op(nq), dqp(nq), dkp(nkv), dvp(nkv);
+    std::vector<float> lp(rows);
+    cpu::attention_forward_flash(q.data(), ko.data(), vo.data(), doc_cpu, op.data(), lp.data(), dk_dm, cws.span());
+    cpu::attention_backward_flash(q.data(), ko.data(), vo.data(), doc_cpu, o.data(), lse.data(), dout.data(), dqp.data(),
+                                  dkp.data(), dvp.data(), dk_dm, cws.span());
+    Dev<S> d_ko(ko), d_vo(vo), d_op(nq), d_dqp(nq), d_dkp(nkv), d_dvp(nkv);
+    Dev<float> d_lp(rows);
+    for (Dev<S>* t : {&d_op, &d_dqp, &d_dkp, &d_dvp}) t->poison();
+    d_lp.poison();
+    check(attention_forward_flash(ctx(), d_q.p(), d_ko.p(), d_vo.p(), doc_gpu, d_op.p(), d_lp.p(), dk_dm, ws.span()));
+    check(attention_backward_flash(ctx(), d_q.p(), d_ko.p(), d_vo.p(), doc_gpu, d_o_whole.p(), d_lse_whole.p(), d_dout.p(),
+                                   d_dqp.p(), d_dkp.p(), d_dvp.p(), dk_dm, ws.span()));
+    EXPECT_TRUE(close("o (partial)", d_op.download(), op, kTol<S>));
+    EXPECT_TRUE(close_lse("lse (partial)", d_lp.download(), lp));
+    EXPECT_TRUE(close("dq (partial)", d_dqp.download(), dqp, kTol<S>));
+    EXPECT_TRUE(close("dk (partial)", d_dkp.download(), dkp, kTol<S>));
+    EXPECT_TRUE(close("dv (partial)", d_dvp.download(), dvp, kTol<S>));
+    parts_o.push_back(op);
+    parts_lse.push_back(lp);
+  }
+  // -- the partials merged, in ring order from this rank's own keys: the whole-key output
+  std::vector<S> mo = parts_o[static_cast<size_t>(r)];
+  std::vector<float> ml = parts_lse[static_cast<size_t>(r)];
+  Dev<S> d_mo(mo);
+  Dev<float> d_ml(ml);
+  for (int step = 1; step < cp; ++step) {
+    const auto owner = static_cast<size_t>((r - step + cp) % cp);
+    cpu::attention_merge_partial(mo.data(), ml.data(), parts_o[owner].data(), parts_lse[owner].data(), dm);
+    const Dev<S> d_po(parts_o[owner]);
+    const Dev<float> d_pl(parts_lse[owner]);
+    check(attention_merge_partial(ctx(), d_mo.p(), d_ml.p(), d_po.p(), d_pl.p(), dm));
+  }
+  EXPECT_TRUE(close("merged o", d_mo.download(), mo, kTol<S>));
+  EXPECT_TRUE(close("merged lse", d_ml.download(), ml, 1e-5));
+  EXPECT_TRUE(close("merged o against all keys", d_mo.download(), o, kTol<S>));
+}
+
+TYPED_TEST(CudaAttention, ContextParallelSlicesMatchCpu) {
+  using S = TypeParam;
+  for (int r = 0; r < 2; ++r) check_cp_slices<S>(dims(2, 96, 4, 2, 64), 2, r, true);  // 4 chunks of 24
+  check_cp_slices<S>(dims(1, 192, 4, 4, 80), 3, 1, true);                             // 6 chunks of 32, d 80
+  check_cp_slices<S>(dims(2, 128, 8, 2, 128), 2, 0, false);                           // widest head, no documents
 }
 
 // The two GPU variants agree with each other on the same inputs (outputs and gradients).

@@ -148,8 +148,9 @@ TEST(CudaHostDist, OneGpuPerRank) {
   EXPECT_FALSE(device_for_local_rank(0, 0).ok());
 }
 
-// What --backend cuda runs distributed: dp with ZeRO 0-3, tp (with SP), pp, and rank
-// proxies of these; each refusal (cp, ep) names the plan field.
+// What --backend cuda runs distributed: dp with ZeRO 0-3, tp (with SP), pp, cp with flash
+// attention, and rank proxies of these; each refusal (cp with materialized attention, ep)
+// names the plan field.
 TEST(CudaHostDist, RefusalsNameThePlanField) {
   auto plan = [](int dp, int tp, int pp, int cp, int zero) {
     ParallelPlan p;
@@ -168,17 +169,20 @@ TEST(CudaHostDist, RefusalsNameThePlanField) {
   EXPECT_TRUE(check_distributed_backend("cuda", plan(2, 1, 1, 1, 0), false));
   EXPECT_TRUE(check_distributed_backend("cuda", plan(8, 1, 1, 1, 0), false));
   for (int zero = 1; zero <= 3; ++zero) EXPECT_TRUE(check_distributed_backend("cuda", plan(2, 1, 1, 1, zero), false));
-  for (const ParallelPlan& p : {plan(2, 2, 1, 1, 0), plan(2, 1, 2, 1, 0), plan(4, 2, 1, 1, 1), plan(1, 2, 2, 1, 0)}) {
-    EXPECT_TRUE(check_distributed_backend("cuda", p, false)) << "tp " << p.tp << " pp " << p.pp;
-    EXPECT_TRUE(check_distributed_backend("cuda", p, true)) << "proxy of tp " << p.tp << " pp " << p.pp;
+  for (const ParallelPlan& p : {plan(2, 2, 1, 1, 0), plan(2, 1, 2, 1, 0), plan(4, 2, 1, 1, 1), plan(1, 2, 2, 1, 0),
+                                 plan(2, 1, 1, 2, 0), plan(1, 2, 2, 2, 0)}) {
+    EXPECT_TRUE(check_distributed_backend("cuda", p, false)) << "tp " << p.tp << " pp " << p.pp << " cp " << p.cp;
+    EXPECT_TRUE(check_distributed_backend("cuda", p, true)) << "proxy of tp " << p.tp << " pp " << p.pp << " cp " << p.cp;
   }
+  ParallelPlan cp_materialized = plan(2, 1, 1, 2, 0), cp4_materialized = plan(1, 2, 1, 4, 0);
+  cp_materialized.flash_attention = cp4_materialized.flash_attention = false;
   const struct {
     ParallelPlan p;
     bool modelled;
     const char* field;
   } refused[] = {
-      {plan(2, 1, 1, 2, 0), false, "plan.cp 2"}, {plan(1, 2, 1, 4, 0), true, "plan.cp 4"},
-      {ep_plan(2, 2), false, "plan.ep 2"},       {ep_plan(4, 4), false, "plan.ep 4"},
+      {cp_materialized, false, "plan.flash_attention"}, {cp4_materialized, true, "plan.cp 4"},
+      {ep_plan(2, 2), false, "plan.ep 2"},              {ep_plan(4, 4), false, "plan.ep 4"},
   };
   for (const auto& r : refused) {
     const Status s = check_distributed_backend("cuda", r.p, r.modelled);

@@ -76,7 +76,7 @@ void expect_same_run(const PlanFile& f, const Pair& p, double tol, const std::st
   // Only the last pipeline stage holds logits.
   const int64_t v = (f.model.vocab + f.plan.tp - 1) / f.plan.tp, vpad = (v + 7) / 8 * 8;
   const bool has_logits = p.gpu.coords.pp == f.plan.pp - 1;
-  const double logits_pad = has_logits ? static_cast<double>(static_cast<int64_t>(f.plan.micro_batch) * f.job.seq_len * (vpad - v) *
+  const double logits_pad = has_logits ? static_cast<double>(static_cast<int64_t>(f.plan.micro_batch) * (f.job.seq_len / f.plan.cp) * (vpad - v) *
                                                              dtype_size(precision_scheme(f.job).storage))
                                        : 0.0;
   for (int c = 0; c < kCategories; ++c) {
@@ -128,16 +128,20 @@ TEST(CudaTraining, LoraAndDropoutFollowTheCpuRun) {
 // Rank proxies on the GPU (one device, the traffic modelled) against the CPU's proxies of
 // the same rank: tensor parallel with SP (the vocabulary-parallel embedding and loss, the
 // byte vocabulary padded to 2 x 129 rows), both stages of a pipeline with the tied
-// embedding's gradient summed between them, and ZeRO-3 data parallel.
+// embedding's gradient summed between them, ZeRO-3 data parallel, and context parallel
+// (the ring and the all-gather: query and key slices, the partials merged).
 TEST(CudaTraining, RankProxiesFollowTheCpusProxies) {
   struct Case {
     const char* what;
     Family fam;
-    int tp, pp, dp, zero, rank;
+    int tp, pp, dp, zero, cp, rank;
+    CpExchange exchange = CpExchange::ring;
   } cases[] = {
-      {"tp2 sp rank 1", Family::gpt, 2, 1, 1, 0, 1},   {"tp2 sp rank 0", Family::llama, 2, 1, 1, 0, 0},
-      {"pp2 stage 0", Family::gpt, 1, 2, 1, 0, 0},     {"pp2 stage 1", Family::gpt, 1, 2, 1, 0, 1},
-      {"dp2 ZeRO-3 rank 1", Family::llama, 1, 1, 2, 3, 1},
+      {"tp2 sp rank 1", Family::gpt, 2, 1, 1, 0, 1, 1},   {"tp2 sp rank 0", Family::llama, 2, 1, 1, 0, 1, 0},
+      {"pp2 stage 0", Family::gpt, 1, 2, 1, 0, 1, 0},     {"pp2 stage 1", Family::gpt, 1, 2, 1, 0, 1, 1},
+      {"dp2 ZeRO-3 rank 1", Family::llama, 1, 1, 2, 3, 1, 1},
+      {"cp2 ring rank 1", Family::llama, 1, 1, 1, 0, 2, 1},
+      {"cp2 all-gather rank 0", Family::gpt, 1, 1, 1, 0, 2, 0, CpExchange::all_gather},
   };
   for (const Case& k : cases) {
     PlanFile f = tiny_plan(k.fam, Precision::fp32, Recompute::none, true);
@@ -146,6 +150,8 @@ TEST(CudaTraining, RankProxiesFollowTheCpusProxies) {
     f.plan.pp = k.pp;
     f.plan.dp = k.dp;
     f.plan.zero = k.zero;
+    f.plan.cp = k.cp;
+    f.plan.cp_exchange = k.exchange;
     f.plan.grad_accum = 2;
     f.job.global_batch = static_cast<int64_t>(f.plan.grad_accum) * f.plan.micro_batch * f.plan.dp;
     expect_same_run(f, run_both(f, 4, k.rank), 1e-4, f.model.name + " fp32 proxy of " + k.what);

@@ -952,13 +952,15 @@ std::string execute_cuda_on_two_ranks(const PlanFile& f, const std::string& name
 
 // `mpirun -np 2 llmplan execute --backend cuda` on a plan the GPU cannot run distributed:
 // every rank refuses with the plan field named (exit 2) before it looks for a GPU or NCCL.
-TEST(CudaDistributed, CliRefusesContextParallelNamingTheField) {
+TEST(CudaDistributed, CliRefusesMaterializedContextParallelNamingTheField) {
+  PlanFile f = tiny_plan(Family::gpt, 1, 0, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, 2);
+  f.plan.flash_attention = false;
+  f.plan.cp_exchange = CpExchange::all_gather;  // the ring needs flash everywhere (plan_check)
   int rc = 0;
-  const std::string out = execute_cuda_on_two_ranks(
-      tiny_plan(Family::gpt, 1, 0, 1, false, 1, Schedule::one_f_one_b, Recompute::none, nullptr, 2), "dist_cuda_cp2", &rc);
+  const std::string out = execute_cuda_on_two_ranks(f, "dist_cuda_cp2", &rc);
   EXPECT_NE(rc, 0) << out;
   if (out.find("without the CUDA toolkit") != std::string::npos) GTEST_SKIP() << "a build without CUDA: " << out;
-  EXPECT_NE(out.find("plan.cp 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("plan.cp 2 with plan.flash_attention false"), std::string::npos) << out;
 }
 
 // The same for a mixture of experts on plain data parallel (ep 1): the CUDA model has no
