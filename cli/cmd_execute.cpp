@@ -203,7 +203,7 @@ Runner register_execute(CLI::App* sub) {
       exec::cuda::CudaOptions co;
       if (comm) {
         // The same refusals predict_run makes, before a GPU and NCCL are set up for nothing.
-        if (Status s = exec::check_distributed_backend("cuda", f->model, f->plan, comm->modelled()); !s) return report(s);
+        if (Status s = exec::check_distributed_backend("cuda", f->plan, comm->modelled()); !s) return report(s);
         // One GPU per rank: the rank's index among the node's MPI processes picks the device
         // (MPI's shared-memory split; the launcher's variable where that is unavailable).
         int local = exec::mpi_node_local_rank();

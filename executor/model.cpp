@@ -121,6 +121,10 @@ struct CpuOps {
     if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
     return Status::ok();
   }
+  // Host memory both ways (ModelImpl's host views read the CPU's tensors in place; these
+  // serve the values it computes on the host).
+  Status download(void* host, const void* src, int64_t bytes) const { return copy(host, src, bytes); }
+  Status upload(void* dst, const void* host, int64_t bytes) const { return copy(dst, host, bytes); }
   Status scale(S* x, int64_t n, double s) const {
     for (int64_t i = 0; i < n; ++i) {
       if constexpr (kWide) x[i] = static_cast<S>(x[i] * s);
@@ -178,6 +182,10 @@ struct CpuOps {
   LL_CPU_OP(vocab_parallel_ce_max)
   LL_CPU_OP(vocab_parallel_ce_sums)
   LL_CPU_OP(vocab_parallel_ce_backward)
+  LL_CPU_OP(moe_router_softmax)
+  LL_CPU_OP(moe_dispatch)
+  LL_CPU_OP(moe_combine)
+  LL_CPU_OP(moe_combine_backward)
   LL_CPU_OP(add)
   LL_CPU_OP(add_inplace)
   LL_CPU_OP(cast)

@@ -221,28 +221,10 @@ std::unique_ptr<ExecBackend> make_cpu_backend() { return std::make_unique<CpuBac
 
 Status check_distributed_backend(const std::string& backend, const ParallelPlan& p, bool modelled) {
   (void)modelled;  // a CUDA rank proxy moves device buffers (cuda/device_stand_in.h)
-  if (backend != "cuda") return Status::ok();
-  const std::string why = "--backend cuda runs data, tensor (with SP), pipeline and context parallel so far; ";
-  if (p.cp > 1 && !p.flash_attention)
-    return Status::bad_input(why + "plan.cp " + std::to_string(p.cp) +
-                             " with plan.flash_attention false: the GPU's materialized attention takes whole sequences, "
-                             "context parallel's slices need flash; set plan.flash_attention true or use --backend cpu");
-  if (p.ep > 1)
-    return Status::bad_input(why + "plan.ep " + std::to_string(p.ep) +
-                             ": expert parallel needs MoE layers, whose routing runs on the CPU backend only; set plan.ep 1 or "
-                             "use --backend cpu");
-  return Status::ok();
-}
-
-Status check_distributed_backend(const std::string& backend, const ModelSpec& model, const ParallelPlan& p, bool modelled) {
-  if (Status s = check_distributed_backend(backend, p, modelled); !s) return s;
-  // build_cuda_model refuses MoE too, but only after every rank has picked a GPU and joined
-  // NCCL; refusing here names the cause before any of that (and on every rank alike).
-  if (backend == "cuda" && model.moe.enabled())
-    return Status::bad_input("--backend cuda runs data, tensor (with SP), pipeline and context parallel so far; model " + model.name +
-                             " is a mixture of experts, and MoE layers (routing, dispatch, expert parallel) run on the CPU "
-                             "backend only: use --backend cpu");
-  return Status::ok();
+  if (backend != "cuda" || p.cp <= 1 || p.flash_attention) return Status::ok();
+  return Status::bad_input("--backend cuda: plan.cp " + std::to_string(p.cp) +
+                           " with plan.flash_attention false: the GPU's materialized attention takes whole sequences, "
+                           "context parallel's slices need flash; set plan.flash_attention true or use --backend cpu");
 }
 
 Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
@@ -256,7 +238,7 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   const ParallelPlan& fp = f.plan;
   const Communicator* comm = o.comm && fp.world_size() > 1 ? o.comm : nullptr;
   if (comm) {
-    if (Status s = check_distributed_backend(o.backend, f.model, fp, comm->modelled()); !s) return s;
+    if (Status s = check_distributed_backend(o.backend, fp, comm->modelled()); !s) return s;
     if (fp.vpp > 1 && fp.schedule == Schedule::gpipe)
       return Status::bad_input("distributed executor: vpp " + std::to_string(fp.vpp) +
                                " runs interleaved 1F1B; set schedule 1f1b (GPipe has no interleaved variant here)");

@@ -131,16 +131,11 @@ struct RunReport {
 };
 
 // Whether `backend` ("cpu", "cuda") runs `plan` distributed over a real (modelled = false)
-// or modelled (a rank proxy) communicator. The CPU runs everything run_plan implements.
-// The CUDA backend runs data parallel with ZeRO 0-3, tensor parallel (with SP), pipeline
-// parallel (GPipe, 1F1B, interleaved) and context parallel (ring or all-gather, flash
-// attention) over NCCL, one GPU per rank, and rank proxies of those on one GPU; refused
-// (bad_input naming the plan field): ep (MoE routing is host loops) and cp with
-// materialized attention (the GPU's materialized kernels take whole sequences).
+// or modelled (a rank proxy) communicator. The CPU runs everything run_plan implements;
+// so does the CUDA backend (one GPU per rank over NCCL, or a rank proxy on one GPU) but
+// for cp with materialized attention (bad_input naming plan.flash_attention: the GPU's
+// materialized kernels take whole sequences).
 Status check_distributed_backend(const std::string& backend, const ParallelPlan& plan, bool modelled);
-// The same, plus the model: the CUDA backend also refuses a mixture-of-experts model (its
-// routing is host loops; bad_input naming the model and MoE), whatever plan.ep is.
-Status check_distributed_backend(const std::string& backend, const ModelSpec& model, const ParallelPlan& plan, bool modelled);
 
 // Builds the model and trainer, runs warmup + steps, measures and compares. Errors: see top.
 Result<RunReport> run_plan(const PlanFile& plan, const RunOptions& options);

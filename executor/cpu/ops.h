@@ -9,6 +9,7 @@
 #include "executor/cpu/elementwise.h"    // residual add, casts, non-finite check
 #include "executor/cpu/embedding.h"      // token and learned position embeddings
 #include "executor/cpu/linear.h"         // y = x W^T + b over CBLAS
+#include "executor/cpu/moe.h"            // MoE router softmax, dispatch and combine
 #include "executor/cpu/norm.h"           // LayerNorm, RMSNorm (backward from the input only)
 #include "executor/cpu/optimizer.h"      // AdamW, SGD momentum, gradient-norm clipping
 #include "executor/cpu/rope.h"           // rotary embedding, rotate-half (HF Llama)

@@ -112,6 +112,14 @@ struct CudaOps {
     return timed("copy", [&] { return copy_on_device(*ctx, dst, src, bytes); });
   }
   Status scale(S* x, int64_t n, double s) const { return cuda::scale<S>(*ctx, x, n, s); }
+  // Between device and host (MoE routing is decided on the host): the download waits for
+  // the work before it; the upload's source may be reused on return.
+  Status download(void* host, const void* dev, int64_t bytes) const {
+    return timed("download", [&] { return copy_to_host(*ctx, host, dev, bytes); });
+  }
+  Status upload(void* dev, const void* host, int64_t bytes) const {
+    return timed("upload", [&] { return copy_to_device(*ctx, dev, host, bytes); });
+  }
 
   // Device copies of the micro-batch in out.buffers: allocated at a slot's first one.
   // whole_doc (CP, whole_n ids): the whole sequences' doc ids, which attention reads at the
@@ -171,6 +179,10 @@ struct CudaOps {
   LL_CUDA_OP(vocab_parallel_ce_max)
   LL_CUDA_OP(vocab_parallel_ce_sums)
   LL_CUDA_OP(vocab_parallel_ce_backward)
+  LL_CUDA_OP(moe_router_softmax)
+  LL_CUDA_OP(moe_dispatch)
+  LL_CUDA_OP(moe_combine)
+  LL_CUDA_OP(moe_combine_backward)
   LL_CUDA_OP(add)
   LL_CUDA_OP(add_inplace)
   LL_CUDA_OP(cast)
@@ -276,9 +288,6 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
     return Status::bad_input("executor (cuda): cp " + std::to_string(c.plan.cp) +
                              " needs flash attention on the GPU (the materialized kernels take whole sequences): set "
                              "plan.flash_attention true or use --backend cpu");
-  if (c.spec.moe.enabled())
-    return Status::bad_input("executor (cuda): model " + c.spec.name + " is a mixture of experts; MoE layers (routing, "
-                             "dispatch, expert parallel) run on the CPU backend only so far (--backend cpu)");
   if (c.spec.dropout && !c.plan.flash_attention)
     return materialized_dropout_is_cpu_only();
   const DType s = c.storage, g = c.grad;

@@ -3,18 +3,22 @@
 // categories, order -- are the CPU's and the planner's recipe, in device memory from the
 // context's caching allocator.
 //
-// Implemented: GPT and Llama blocks, fp32 / bf16 / fp16 storage with the gradient types of
-// precision_scheme, recompute none / selective / full, flash and materialized attention,
-// residual and embedding dropout, LoRA, frozen layers, document masks; tp = pp = 1.
-// Not on the GPU (bad_input naming it): tensor parallel (its vocabulary-parallel embedding
-// and cross-entropy loop over the host), pipeline stages, dropout of the attention
-// probabilities (materialized attention with dropout: the CPU has a fused kernel, the GPU
-// not), fp64.
+// Implemented: GPT and Llama blocks, mixture-of-experts layers (routing decided on the
+// host: the router's probabilities are read back, the routes' rows and gates sent down),
+// fp32 / bf16 / fp16 storage with the gradient types of precision_scheme, recompute none /
+// selective / full, flash and materialized attention, residual and embedding dropout,
+// LoRA, frozen layers, document masks; tensor parallel (the vocabulary-parallel embedding
+// and loss are ops), pipeline stages, context parallel (flash attention: its slices run
+// the SIMT kernels) and expert parallel.
+// Not on the GPU (bad_input naming it): context parallel with materialized attention,
+// dropout of the attention probabilities (materialized attention with dropout: the CPU
+// has a fused kernel, the GPU not), fp64.
 //
 // Batches stay host memory (model.h's Batch); each micro-batch's tokens, targets, document
-// ids and positions are copied to device buffers (Category::workspace, 16 bytes a token)
-// that live as long as the model. The loss of a micro-batch is read back to the host, which
-// waits for its forward to finish; the backward is enqueued after.
+// ids and positions (with CP also the whole sequences' document ids) are copied to device
+// buffers (Category::workspace, 16 bytes a token) that each pipeline slot keeps. The loss
+// of a micro-batch is read back to the host, which waits for its forward to finish; the
+// backward is enqueued after. MoE layers also wait, for the router's probabilities.
 // Thread-safety: as CudaContext.
 #pragma once
 

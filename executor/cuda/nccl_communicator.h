@@ -13,8 +13,9 @@
 // groups (Group::ep, Group::edp): the plan is read back from the host's group sizes, ep
 // included, so their colours and keys are MPI's too. all_to_all (MoE token exchange over
 // ep) is one ncclSend/ncclRecv pair per group rank inside one NCCL group, on the
-// communication stream and ordered like every other call. (The CUDA backend refuses MoE
-// models so far -- runner.h check_distributed_backend -- so only tests drive it today.)
+// communication stream and ordered like every other call. ring_shift (context
+// parallel's ring) is an ncclSend to group rank r + 1 and an ncclRecv from r - 1 in one
+// NCCL group.
 //
 // Memory: device buffers go over NCCL. Host buffers -- the step's loss, the gradient-norm
 // partial sums, ZeRO's scalar sums: doubles the host computes with -- go over the host

@@ -204,6 +204,79 @@ Status embedding_backward_shard(CudaContext& ctx, const int32_t* ids, const S* d
   return scatter_add_rows(ctx, ids, dout, dtable, n, h, v0, rows, "embedding_backward_shard");
 }
 
+// ---- mixture of experts (cpu/moe.h)
+
+template <class S>
+Status moe_router_softmax(CudaContext& ctx, const S* logits, float* probs, int64_t T, int64_t E) {
+  return for_each_index(ctx, T, [=] __device__(int64_t t) {  // a thread per token: E is a few dozen
+    const S* z = logits + t * E;
+    float* p = probs + t * E;
+    float mx = load(z[0]), sum = 0.0f;
+    for (int64_t e = 1; e < E; ++e) mx = fmaxf(mx, load(z[e]));
+    for (int64_t e = 0; e < E; ++e) sum += p[e] = expf(load(z[e]) - mx);
+    for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+  }, "moe_router_softmax");
+}
+
+template <class S>
+Status moe_dispatch(CudaContext& ctx, const S* x, const int32_t* rows, S* buf, int64_t T, int k, int64_t h) {
+  return for_each_index(ctx, T * k * h, [=] __device__(int64_t e) {
+    const int64_t at = e / h, i = e - at * h;
+    const int32_t r = rows[at];
+    if (r >= 0) buf[static_cast<int64_t>(r) * h + i] = x[at / k * h + i];
+  }, "moe_dispatch");
+}
+
+template <class S>
+Status moe_combine(CudaContext& ctx, const S* buf, const int32_t* rows, const float* gates, S* out, int64_t T, int k,
+                   int64_t h) {
+  return for_each_index(ctx, T * h, [=] __device__(int64_t e) {
+    const int64_t t = e / h, i = e - t * h;
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const int64_t at = t * k + j;
+      const int32_t r = rows[at];
+      if (r < 0) continue;
+      acc += (gates != nullptr ? gates[at] : 1.0f) * load(buf[static_cast<int64_t>(r) * h + i]);
+    }
+    out[e] = store<S>(acc);
+  }, "moe_combine");
+}
+
+namespace {
+// dgate[at] = dy[at / k] . buf[rows[at]], one warp per route (0 for a dropped one).
+template <class S>
+__global__ void moe_gate_grad_kernel(const S* dy, const S* buf, const int32_t* rows, float* dgate, int64_t routes, int k,
+                                     int64_t h) {
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (at >= routes) return;  // warp-uniform
+  const int lane = threadIdx.x & 31;
+  const int32_t r = rows[at];
+  float acc = 0.0f;
+  if (r >= 0)
+    for (int64_t i = lane; i < h; i += 32) acc += load(dy[at / k * h + i]) * load(buf[static_cast<int64_t>(r) * h + i]);
+  acc = dev::warp_sum(acc);
+  if (lane == 0) dgate[at] = acc;
+}
+}  // namespace
+
+template <class S>
+Status moe_combine_backward(CudaContext& ctx, const S* dy, const S* buf, const int32_t* rows, const float* gates, S* dbuf,
+                            float* dgate, int64_t T, int k, int64_t h) {
+  const int64_t routes = T * k;
+  if (routes == 0) return Status::ok();
+  if (Status s = for_each_index(ctx, routes * h, [=] __device__(int64_t e) {
+        const int64_t at = e / h, i = e - at * h;
+        const int32_t r = rows[at];
+        if (r >= 0) dbuf[static_cast<int64_t>(r) * h + i] = store<S>(gates[at] * load(dy[at / k * h + i]));
+      }, "moe_combine_backward");
+      !s)
+    return s;
+  moe_gate_grad_kernel<S><<<static_cast<unsigned>((routes + 7) / 8), 256, 0, ctx.compute_stream()>>>(dy, buf, rows, dgate,
+                                                                                                   routes, k, h);
+  return launch_status("moe_gate_grad_kernel");
+}
+
 Status fill_positions(CudaContext& ctx, int32_t* positions, int64_t b, int64_t s) {
   return for_each_index(ctx, b * s, [=] __device__(int64_t e) { positions[e] = static_cast<int32_t>(e % s); },
                   "fill_positions");
@@ -262,6 +335,12 @@ Status rope_backward(CudaContext& ctx, const S* dy, const int32_t* positions, S*
                                        bool);                                                        \
   template Status embedding_forward_shard<S>(CudaContext&, const int32_t*, const S*, S*, int64_t,    \
                                              int64_t, int64_t, int64_t);                             \
+  template Status moe_router_softmax<S>(CudaContext&, const S*, float*, int64_t, int64_t);             \
+  template Status moe_dispatch<S>(CudaContext&, const S*, const int32_t*, S*, int64_t, int, int64_t);  \
+  template Status moe_combine<S>(CudaContext&, const S*, const int32_t*, const float*, S*, int64_t,    \
+                                 int, int64_t);                                                      \
+  template Status moe_combine_backward<S>(CudaContext&, const S*, const S*, const int32_t*,            \
+                                          const float*, S*, float*, int64_t, int, int64_t);          \
   template Status rope_forward<S>(CudaContext&, const S*, const int32_t*, S*, int64_t, int64_t,      \
                                   int64_t, double);                                                  \
   template Status rope_backward<S>(CudaContext&, const S*, const int32_t*, S*, int64_t, int64_t,     \

@@ -77,6 +77,19 @@ Status embedding_forward_shard(CudaContext& ctx, const int32_t* ids, const S* ta
 template <class S, class G>
 Status embedding_backward_shard(CudaContext& ctx, const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h,
                                 int64_t v0, int64_t rows);
+// Mixture of experts: the router's softmax (probs in fp32), the dispatch of token rows to
+// the routes' rows, the combine (gates nullptr: weight 1) and its backward; rows[t k + j]
+// = -1 for a dropped route. dgate: one warp per route.  (cpu/moe.h)
+template <class S>
+Status moe_router_softmax(CudaContext& ctx, const S* logits, float* probs, int64_t T, int64_t E);
+template <class S>
+Status moe_dispatch(CudaContext& ctx, const S* x, const int32_t* rows, S* buf, int64_t T, int k, int64_t h);
+template <class S>
+Status moe_combine(CudaContext& ctx, const S* buf, const int32_t* rows, const float* gates, S* out, int64_t T, int k,
+                   int64_t h);
+template <class S>
+Status moe_combine_backward(CudaContext& ctx, const S* dy, const S* buf, const int32_t* rows, const float* gates, S* dbuf,
+                            float* dgate, int64_t T, int k, int64_t h);
 // positions (b, s) = 0 .. s-1 per sequence.  (cpu::fill_positions)
 Status fill_positions(CudaContext& ctx, int32_t* positions, int64_t b, int64_t s);
 

@@ -116,8 +116,8 @@ TEST(BucketOps, PipelineSumsTheTiedEmbeddingThroughTheBackendsOps) {
 
 // A rank proxy's stand-in collectives move memory only through its StandInMemory (a GPU's
 // moves device buffers, cuda/device_stand_in.h): with one that counts and forwards to the
-// host's, proxies of a TP + SP rank and a pipeline stage run bit for bit as with the
-// default, and both kinds of movement went through it.
+// host's, proxies of a TP + SP rank, a pipeline stage, a CP ring rank and an expert-parallel
+// MoE rank run bit for bit as with the default, and the movements went through it.
 struct CountingStandIn final : StandInMemory {
   HostStandInMemory host;
   int move_n = 0, zero_n = 0;
@@ -126,16 +126,23 @@ struct CountingStandIn final : StandInMemory {
 };
 
 TEST(StandInMemory, RankProxiesMoveBuffersOnlyThroughIt) {
-  for (const bool pipeline : {false, true}) {
+  enum Kind { tp, pipeline, cp_ring, moe_ep };
+  for (const Kind kind : {tp, pipeline, cp_ring, moe_ep}) {
     PlanFile f = testing::tiny_plan(Family::llama, Precision::bf16, Recompute::none, true);
     f.plan.grad_accum = 2;
-    if (pipeline) {
+    if (kind == pipeline) {
       f.plan.pp = 2;
-    } else {
+    } else if (kind == tp) {
       f.plan.tp = 2;
       f.plan.sp = true;
+    } else if (kind == cp_ring) {
+      f.plan.cp = 2;
+    } else {
+      f.model = testing::tiny_moe_model(Family::llama, kByteVocab);
+      f.plan.dp = f.plan.ep = 2;
+      f.plan.grad_accum = 1;
     }
-    const int rank = pipeline ? 1 : 0;  // the last stage receives its input
+    const int rank = kind == tp ? 0 : 1;  // the last stage receives its input
     RunOptions o;
     o.steps = 2;
     o.warmup = 0;
@@ -149,9 +156,9 @@ TEST(StandInMemory, RankProxiesMoveBuffersOnlyThroughIt) {
     Result<RunReport> via = run_plan(f, o);
     ASSERT_TRUE(via.ok()) << via.status().message();
     ASSERT_EQ(plain->steps.size(), via->steps.size());
-    for (size_t i = 0; i < plain->steps.size(); ++i) EXPECT_EQ(plain->steps[i].loss, via->steps[i].loss) << "pipeline " << pipeline;
-    if (pipeline) EXPECT_GT(mem->zero_n, 0);  // recv: the stand-in's zeros
-    else EXPECT_GT(mem->move_n, 0);           // SP all-gathers, reduce-scatters, the vocabulary-parallel loss
+    for (size_t i = 0; i < plain->steps.size(); ++i) EXPECT_EQ(plain->steps[i].loss, via->steps[i].loss) << "kind " << kind;
+    if (kind == pipeline) EXPECT_GT(mem->zero_n, 0) << "recv: the stand-in's zeros";
+    else EXPECT_GT(mem->move_n, 0) << "kind " << kind;  // gathers, reduce-scatters, ring shifts, all-to-alls
   }
 }
 

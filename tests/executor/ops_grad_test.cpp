@@ -133,6 +133,58 @@ TEST(Embedding, ShardsLookUpAndScatterOnlyTheirRows) {
   EXPECT_EQ(sum, whole);
 }
 
+// ---------------------------------------------------------------- mixture of experts
+
+// The routing moves of cpu/moe.h: T = 3 tokens, k = 2 routes each into a buffer of 6
+// capacity rows, one route dropped and one row padding. The softmax against the formula;
+// dispatch and combine by hand; the combine's backward against finite differences of the
+// combine (the gradients of the buffer's rows and of the gates).
+TEST(Moe, RoutingMovesAndTheCombinesGradient) {
+  Rng rng(test_seed());
+  const int64_t T = 3, E = 5, h = 4, R = 6;
+  const int k = 2;
+  const Vec logits = rng.vec(T * E, -3, 3);
+  Vec probs(T * E);
+  cpu::moe_router_softmax<double>(logits.data(), probs.data(), T, E);
+  for (int64_t t = 0; t < T; ++t) {
+    double z = 0;
+    for (int64_t e = 0; e < E; ++e) z += std::exp(logits[t * E + e]);
+    for (int64_t e = 0; e < E; ++e) EXPECT_NEAR(probs[t * E + e], std::exp(logits[t * E + e]) / z, 1e-15);
+  }
+  const std::vector<int32_t> rows = {2, 0, 1, -1, 3, 5};  // route t k + j -> row; token 1's second dropped, row 4 padding
+  Vec x = rng.vec(T * h), buf(R * h, 0.0), gates = rng.vec(T * k, 0.1, 1.0);
+  cpu::moe_dispatch<double>(x.data(), rows.data(), buf.data(), T, k, h);
+  for (int64_t i = 0; i < h; ++i) {
+    EXPECT_EQ(buf[2 * h + i], x[0 * h + i]);
+    EXPECT_EQ(buf[0 * h + i], x[0 * h + i]);
+    EXPECT_EQ(buf[1 * h + i], x[1 * h + i]);
+    EXPECT_EQ(buf[3 * h + i], x[2 * h + i]);
+    EXPECT_EQ(buf[5 * h + i], x[2 * h + i]);
+    EXPECT_EQ(buf[4 * h + i], 0.0);  // padding untouched
+  }
+  buf = rng.vec(R * h);
+  auto combine = [&] {
+    Vec out(T * h);
+    cpu::moe_combine<double>(buf.data(), rows.data(), gates.data(), out.data(), T, k, h);
+    return out;
+  };
+  const Vec out = combine();
+  for (int64_t i = 0; i < h; ++i) {
+    EXPECT_NEAR(out[0 * h + i], gates[0] * buf[2 * h + i] + gates[1] * buf[0 * h + i], 1e-15);
+    EXPECT_NEAR(out[1 * h + i], gates[2] * buf[1 * h + i], 1e-15);  // the dropped route adds nothing
+    EXPECT_NEAR(out[2 * h + i], gates[4] * buf[3 * h + i] + gates[5] * buf[5 * h + i], 1e-15);
+  }
+  Vec ungated(T * h);
+  cpu::moe_combine<double>(buf.data(), rows.data(), nullptr, ungated.data(), T, k, h);
+  for (int64_t i = 0; i < h; ++i) EXPECT_NEAR(ungated[0 * h + i], buf[2 * h + i] + buf[0 * h + i], 1e-15);
+  const Vec dy = rng.vec(T * h);
+  Vec dbuf(R * h, 0.0), dgate(T * k, -7.0);
+  cpu::moe_combine_backward<double>(dy.data(), buf.data(), rows.data(), gates.data(), dbuf.data(), dgate.data(), T, k, h);
+  auto loss = [&] { return dot(dy, combine()); };
+  EXPECT_TRUE(grads_match("dgate", dgate, numeric_grad(gates, loss), kTol));  // the dropped route's: 0
+  EXPECT_TRUE(grads_match("dbuf", dbuf, numeric_grad(buf, loss), kTol));      // padding rows: 0
+}
+
 // ---------------------------------------------------------------- rotary
 
 // Hugging Face's formulation, element by element: x * cos + rotate_half(x) * sin with

@@ -148,9 +148,9 @@ TEST(CudaHostDist, OneGpuPerRank) {
   EXPECT_FALSE(device_for_local_rank(0, 0).ok());
 }
 
-// What --backend cuda runs distributed: dp with ZeRO 0-3, tp (with SP), pp, cp with flash
-// attention, and rank proxies of these; each refusal (cp with materialized attention, ep)
-// names the plan field.
+// What --backend cuda runs distributed: every parallel dimension (dp with ZeRO 0-3, tp with
+// SP, pp, cp with flash attention, ep) and rank proxies of them; the one refusal (cp with
+// materialized attention) names the plan field.
 TEST(CudaHostDist, RefusalsNameThePlanField) {
   auto plan = [](int dp, int tp, int pp, int cp, int zero) {
     ParallelPlan p;
@@ -161,16 +161,11 @@ TEST(CudaHostDist, RefusalsNameThePlanField) {
     p.zero = zero;
     return p;
   };
-  auto ep_plan = [&](int dp, int ep) {
-    ParallelPlan p = plan(dp, 1, 1, 1, 0);
-    p.ep = ep;
-    return p;
-  };
-  EXPECT_TRUE(check_distributed_backend("cuda", plan(2, 1, 1, 1, 0), false));
-  EXPECT_TRUE(check_distributed_backend("cuda", plan(8, 1, 1, 1, 0), false));
-  for (int zero = 1; zero <= 3; ++zero) EXPECT_TRUE(check_distributed_backend("cuda", plan(2, 1, 1, 1, zero), false));
-  for (const ParallelPlan& p : {plan(2, 2, 1, 1, 0), plan(2, 1, 2, 1, 0), plan(4, 2, 1, 1, 1), plan(1, 2, 2, 1, 0),
-                                 plan(2, 1, 1, 2, 0), plan(1, 2, 2, 2, 0)}) {
+  ParallelPlan ep = plan(4, 1, 1, 1, 1);
+  ep.ep = 2;
+  for (int zero = 0; zero <= 3; ++zero) EXPECT_TRUE(check_distributed_backend("cuda", plan(2, 1, 1, 1, zero), false));
+  for (const ParallelPlan& p : {plan(8, 1, 1, 1, 0), plan(2, 2, 1, 1, 0), plan(2, 1, 2, 1, 0), plan(4, 2, 1, 1, 1),
+                                plan(1, 2, 2, 1, 0), plan(2, 1, 1, 2, 0), plan(1, 2, 2, 2, 0), ep}) {
     EXPECT_TRUE(check_distributed_backend("cuda", p, false)) << "tp " << p.tp << " pp " << p.pp << " cp " << p.cp;
     EXPECT_TRUE(check_distributed_backend("cuda", p, true)) << "proxy of tp " << p.tp << " pp " << p.pp << " cp " << p.cp;
   }
@@ -181,8 +176,8 @@ TEST(CudaHostDist, RefusalsNameThePlanField) {
     bool modelled;
     const char* field;
   } refused[] = {
-      {cp_materialized, false, "plan.flash_attention"}, {cp4_materialized, true, "plan.cp 4"},
-      {ep_plan(2, 2), false, "plan.ep 2"},              {ep_plan(4, 4), false, "plan.ep 4"},
+      {cp_materialized, false, "plan.flash_attention"},
+      {cp4_materialized, true, "plan.cp 4"},
   };
   for (const auto& r : refused) {
     const Status s = check_distributed_backend("cuda", r.p, r.modelled);
@@ -191,33 +186,6 @@ TEST(CudaHostDist, RefusalsNameThePlanField) {
     EXPECT_NE(s.message().find(r.field), std::string::npos) << s.message();
     EXPECT_TRUE(check_distributed_backend("cpu", r.p, r.modelled)) << r.field;  // the CPU runs them all
   }
-}
-
-// The CUDA model has no MoE routing: with the model in view the CUDA backend refuses a
-// mixture of experts distributed whatever plan.ep is (ep 1: plain data parallel), naming
-// MoE and the CPU backend, before any GPU or NCCL is set up. A dense model passes.
-TEST(CudaHostDist, RefusesMixtureOfExpertsModels) {
-  ParallelPlan p;
-  p.dp = 2;
-  ModelSpec dense;
-  dense.name = "dense";
-  ModelSpec moe = dense;
-  moe.name = "tiny-moe";
-  moe.moe.experts = 4;
-  moe.moe.experts_per_token = 2;
-  ASSERT_TRUE(moe.moe.enabled());
-  EXPECT_TRUE(check_distributed_backend("cuda", dense, p, false));
-  const Status s = check_distributed_backend("cuda", moe, p, false);
-  ASSERT_FALSE(s);
-  EXPECT_EQ(s.kind(), ErrorKind::bad_input);
-  EXPECT_NE(s.message().find("tiny-moe is a mixture of experts"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("--backend cpu"), std::string::npos) << s.message();
-  EXPECT_TRUE(check_distributed_backend("cpu", moe, p, false));
-  p.ep = 2;  // the plan's refusal comes first and names the field
-  const Status e = check_distributed_backend("cuda", moe, p, false);
-  ASSERT_FALSE(e);
-  EXPECT_NE(e.message().find("plan.ep 2"), std::string::npos) << e.message();
-  EXPECT_TRUE(check_distributed_backend("cpu", moe, p, false));
 }
 
 }  // namespace

@@ -395,6 +395,57 @@ TEST(CudaOps, VocabParallelCrossEntropyMatchesCpu) {
   check_vocab_parallel_ce(4, 50257, 4, 0);     // GPT-2's vocabulary over tp 4 (3 columns pad)
 }
 
+// ---------------------------------------------------------------- mixture of experts
+
+// The MoE routing moves against cpu/moe.h: the router softmax, the dispatch into capacity
+// rows (some routes dropped, some rows padding), the combine gated and not, and the
+// combine's backward (the rows' gradients and the gates').
+TYPED_TEST(CudaOps, MoeRoutingMovesMatchCpu) {
+  using S = TypeParam;
+  Rng rng(test_seed());
+  const int64_t T = 37, E = 8, h = 72, cap = 12, R = E * cap;
+  const int k = 2;
+  const std::vector<S> logits = random_vec<S>(rng, T * E, -4, 4), x = random_vec<S>(rng, T * h);
+  const std::vector<S> rows_buf = random_vec<S>(rng, R * h), dy = random_vec<S>(rng, T * h);
+  const std::vector<float> gates = random_vec<float>(rng, T * k, 0.05, 1.0);
+  std::vector<int32_t> rows(T * k, -1);  // distinct rows (capacity slots), about a tenth dropped
+  std::vector<int32_t> free_rows(R);
+  for (int64_t i = 0; i < R; ++i) free_rows[i] = static_cast<int32_t>(i);
+  for (int64_t at = 0; at < T * k; ++at) {
+    if (rng.uniform(0, 1) < 0.1) continue;
+    const auto pick = static_cast<size_t>(rng.integer(0, static_cast<int64_t>(free_rows.size()) - 1));
+    rows[at] = free_rows[pick];
+    free_rows.erase(free_rows.begin() + static_cast<std::ptrdiff_t>(pick));
+  }
+  std::vector<float> probs(T * E);
+  std::vector<S> disp(R * h, S{}), out(T * h), out1(T * h), dbuf(R * h, S{});
+  std::vector<float> dgate(T * k);
+  cpu::moe_router_softmax(logits.data(), probs.data(), T, E);
+  cpu::moe_dispatch(x.data(), rows.data(), disp.data(), T, k, h);
+  cpu::moe_combine(rows_buf.data(), rows.data(), gates.data(), out.data(), T, k, h);
+  cpu::moe_combine(rows_buf.data(), rows.data(), static_cast<const float*>(nullptr), out1.data(), T, k, h);
+  cpu::moe_combine_backward(dy.data(), rows_buf.data(), rows.data(), gates.data(), dbuf.data(), dgate.data(), T, k, h);
+  Dev<S> d_logits(logits), d_x(x), d_rows_buf(rows_buf), d_dy(dy), d_disp(R * h), d_out(T * h), d_out1(T * h), d_dbuf(R * h);
+  Dev<int32_t> d_rows(rows);
+  Dev<float> d_gates(gates), d_probs(T * E), d_dgate(T * k);
+  check(fill_bytes(ctx(), d_disp.p(), 0, R * h * static_cast<int64_t>(sizeof(S))));  // the model zeroes them
+  check(fill_bytes(ctx(), d_dbuf.p(), 0, R * h * static_cast<int64_t>(sizeof(S))));
+  for (Dev<S>* t : {&d_out, &d_out1}) t->poison();
+  d_probs.poison();
+  d_dgate.poison();
+  check(moe_router_softmax(ctx(), d_logits.p(), d_probs.p(), T, E));
+  check(moe_dispatch(ctx(), d_x.p(), d_rows.p(), d_disp.p(), T, k, h));
+  check(moe_combine(ctx(), d_rows_buf.p(), d_rows.p(), d_gates.p(), d_out.p(), T, k, h));
+  check(moe_combine(ctx(), d_rows_buf.p(), d_rows.p(), static_cast<const float*>(nullptr), d_out1.p(), T, k, h));
+  check(moe_combine_backward(ctx(), d_dy.p(), d_rows_buf.p(), d_rows.p(), d_gates.p(), d_dbuf.p(), d_dgate.p(), T, k, h));
+  EXPECT_TRUE(close("router probs", d_probs.download(), probs, 1e-6));
+  EXPECT_TRUE(same("dispatch", d_disp.download(), disp));
+  EXPECT_TRUE(close("combine", d_out.download(), out, kTol<S>));
+  EXPECT_TRUE(close("combine (ungated)", d_out1.download(), out1, kTol<S>));
+  EXPECT_TRUE(close("d rows", d_dbuf.download(), dbuf, kTol<S>));
+  EXPECT_TRUE(close("d gates", d_dgate.download(), dgate, 1e-5));
+}
+
 // ---------------------------------------------------------------- optimizers
 
 template <class T>

@@ -128,8 +128,9 @@ TEST(CudaTraining, LoraAndDropoutFollowTheCpuRun) {
 // Rank proxies on the GPU (one device, the traffic modelled) against the CPU's proxies of
 // the same rank: tensor parallel with SP (the vocabulary-parallel embedding and loss, the
 // byte vocabulary padded to 2 x 129 rows), both stages of a pipeline with the tied
-// embedding's gradient summed between them, ZeRO-3 data parallel, and context parallel
-// (the ring and the all-gather: query and key slices, the partials merged).
+// embedding's gradient summed between them, ZeRO-3 data parallel, context parallel (the
+// ring and the all-gather: query and key slices, the partials merged), and mixture-of-
+// experts layers (expert parallel: the all-to-all's stand-in; under TP with SP).
 TEST(CudaTraining, RankProxiesFollowTheCpusProxies) {
   struct Case {
     const char* what;
@@ -142,9 +143,15 @@ TEST(CudaTraining, RankProxiesFollowTheCpusProxies) {
       {"dp2 ZeRO-3 rank 1", Family::llama, 1, 1, 2, 3, 1, 1},
       {"cp2 ring rank 1", Family::llama, 1, 1, 1, 0, 2, 1},
       {"cp2 all-gather rank 0", Family::gpt, 1, 1, 1, 0, 2, 0, CpExchange::all_gather},
+      {"MoE dp2 ep2 rank 1", Family::llama, 1, 1, 2, 0, 1, 1},
+      {"MoE tp2 sp rank 0", Family::gpt, 2, 1, 1, 0, 1, 0},
   };
   for (const Case& k : cases) {
     PlanFile f = tiny_plan(k.fam, Precision::fp32, Recompute::none, true);
+    if (std::string(k.what).starts_with("MoE")) {
+      f.model = exec::testing::tiny_moe_model(k.fam, exec::kByteVocab);  // the routing on the host, the moves on the GPU
+      f.plan.ep = k.dp;
+    }
     f.plan.tp = k.tp;
     f.plan.sp = k.tp > 1;
     f.plan.pp = k.pp;
