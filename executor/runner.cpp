@@ -220,11 +220,20 @@ class CpuBackend final : public ExecBackend {
 std::unique_ptr<ExecBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 Status check_distributed_backend(const std::string& backend, const ParallelPlan& p, bool modelled) {
-  (void)modelled;  // a CUDA rank proxy moves device buffers (cuda/device_stand_in.h)
-  if (backend != "cuda" || p.cp <= 1 || p.flash_attention) return Status::ok();
-  return Status::bad_input("--backend cuda: plan.cp " + std::to_string(p.cp) +
-                           " with plan.flash_attention false: the GPU's materialized attention takes whole sequences, "
-                           "context parallel's slices need flash; set plan.flash_attention true or use --backend cpu");
+  if (backend != "cuda") return Status::ok();
+  if (p.cp > 1 && !p.flash_attention)
+    return Status::bad_input("--backend cuda: plan.cp " + std::to_string(p.cp) +
+                             " with plan.flash_attention false: the GPU's materialized attention takes whole sequences, "
+                             "context parallel's slices need flash; set plan.flash_attention true or use --backend cpu");
+  // Interleaved 1F1B sends without a paired receive (MPI's isend, which never blocks the
+  // sender). NCCL's point-to-point waits for the peer's receive on an in-order stream, so
+  // two stages each sending to the other first could wait forever. GPipe and plain 1F1B
+  // pair or chain theirs (Pipeline's sendrecv). A proxy does not communicate.
+  if (!modelled && p.pp > 1 && p.vpp > 1)
+    return Status::bad_input("--backend cuda over NCCL: plan.vpp " + std::to_string(p.vpp) +
+                             ": interleaved 1F1B's unpaired sends could deadlock NCCL's blocking point-to-point; set "
+                             "plan.vpp 1 (schedule 1f1b or gpipe), run a rank proxy (--proxy-rank), or use --backend cpu");
+  return Status::ok();
 }
 
 Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {

@@ -134,7 +134,9 @@ struct RunReport {
 // or modelled (a rank proxy) communicator. The CPU runs everything run_plan implements;
 // so does the CUDA backend (one GPU per rank over NCCL, or a rank proxy on one GPU) but
 // for cp with materialized attention (bad_input naming plan.flash_attention: the GPU's
-// materialized kernels take whole sequences).
+// materialized kernels take whole sequences) and, over NCCL (not modelled), interleaved
+// pipelines (plan.vpp > 1: their unpaired sends could deadlock NCCL's blocking
+// point-to-point).
 Status check_distributed_backend(const std::string& backend, const ParallelPlan& plan, bool modelled);
 
 // Builds the model and trainer, runs warmup + steps, measures and compares. Errors: see top.

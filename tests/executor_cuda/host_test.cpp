@@ -149,8 +149,8 @@ TEST(CudaHostDist, OneGpuPerRank) {
 }
 
 // What --backend cuda runs distributed: every parallel dimension (dp with ZeRO 0-3, tp with
-// SP, pp, cp with flash attention, ep) and rank proxies of them; the one refusal (cp with
-// materialized attention) names the plan field.
+// SP, pp, cp with flash attention, ep) and rank proxies of them; the refusals (cp with
+// materialized attention; interleaved pipelines over NCCL, not in a proxy) name the field.
 TEST(CudaHostDist, RefusalsNameThePlanField) {
   auto plan = [](int dp, int tp, int pp, int cp, int zero) {
     ParallelPlan p;
@@ -169,8 +169,10 @@ TEST(CudaHostDist, RefusalsNameThePlanField) {
     EXPECT_TRUE(check_distributed_backend("cuda", p, false)) << "tp " << p.tp << " pp " << p.pp << " cp " << p.cp;
     EXPECT_TRUE(check_distributed_backend("cuda", p, true)) << "proxy of tp " << p.tp << " pp " << p.pp << " cp " << p.cp;
   }
-  ParallelPlan cp_materialized = plan(2, 1, 1, 2, 0), cp4_materialized = plan(1, 2, 1, 4, 0);
+  ParallelPlan cp_materialized = plan(2, 1, 1, 2, 0), cp4_materialized = plan(1, 2, 1, 4, 0), interleaved = plan(1, 1, 2, 1, 0);
   cp_materialized.flash_attention = cp4_materialized.flash_attention = false;
+  interleaved.vpp = 2;
+  EXPECT_TRUE(check_distributed_backend("cuda", interleaved, true));  // a proxy sends nothing
   const struct {
     ParallelPlan p;
     bool modelled;
@@ -178,6 +180,7 @@ TEST(CudaHostDist, RefusalsNameThePlanField) {
   } refused[] = {
       {cp_materialized, false, "plan.flash_attention"},
       {cp4_materialized, true, "plan.cp 4"},
+      {interleaved, false, "plan.vpp 2"},
   };
   for (const auto& r : refused) {
     const Status s = check_distributed_backend("cuda", r.p, r.modelled);
