@@ -197,13 +197,14 @@ Runner register_execute(CLI::App* sub) {
     }
     std::unique_ptr<exec::ExecBackend> device;
     // NCCL's, or a CUDA rank proxy's; destroyed before the device and the MPI communicator.
-    std::unique_ptr<exec::Communicator> nccl;
+    std::unique_ptr<exec::Communicator> device_comm;
     if (c->backend == "cuda") {
 #if LLMPLAN_HAVE_CUDA_BACKEND
       exec::cuda::CudaOptions co;
-      if (comm) {
-        // The same refusals predict_run makes, before a GPU and NCCL are set up for nothing.
+      // The same refusals predict_run makes, before a GPU and NCCL are set up for nothing.
+      if (comm)
         if (Status s = exec::check_distributed_backend("cuda", f->plan, comm->modelled()); !s) return report(s);
+      if (comm && !comm->modelled()) {  // a proxy runs on the default device
         // One GPU per rank: the rank's index among the node's MPI processes picks the device
         // (MPI's shared-memory split; the launcher's variable where that is unavailable).
         int local = exec::mpi_node_local_rank();
@@ -218,14 +219,14 @@ Runner register_execute(CLI::App* sub) {
       o.device_backend = device.get();
       if (comm && comm->modelled()) {
         // A rank proxy on this GPU: the stand-in collectives move device buffers.
-        nccl = exec::cuda::make_device_proxy_communicator(*exec::cuda::context_of(*device), f->plan, c->proxy_rank);
-        o.comm = nccl.get();
+        device_comm = exec::cuda::make_device_proxy_communicator(*exec::cuda::context_of(*device), f->plan, c->proxy_rank);
+        o.comm = device_comm.get();
       } else if (comm) {
 #if LLMPLAN_HAVE_NCCL
         Result<std::unique_ptr<exec::Communicator>> nc = exec::cuda::create_nccl_communicator(*exec::cuda::context_of(*device), *comm);
         if (!nc) return report(nc.status());
-        nccl = std::move(*nc);
-        o.comm = nccl.get();
+        device_comm = std::move(*nc);
+        o.comm = device_comm.get();
 #else
         return report(Status::bad_input("--backend cuda with " + std::to_string(world) + " ranks: this llmplan was built without "
                                         "NCCL (cmake found no nccl.h / libnccl); rebuild with NCCL or use --backend cpu"));
@@ -254,7 +255,7 @@ Runner register_execute(CLI::App* sub) {
     rec.plan_json = plan_file_to_json(*f, estimate_memory(f->model, f->cluster, f->job, f->plan),
                                       estimate_time(f->model, f->cluster, f->job, f->plan)).dump();
     rec.model = f->model.name + (c->layers > 0 && c->layers != f->model.layers ? " (" + std::to_string(c->layers) + " layers)" : "");
-    rec.hardware = (device ? device->device_name() : cpu_name()) + (comm && !comm->modelled() ? " x" + std::to_string(world) + " ranks (" + (nccl ? "nccl" : "mpi") + ")" : "") +
+    rec.hardware = (device ? device->device_name() : cpu_name()) + (comm && !comm->modelled() ? " x" + std::to_string(world) + " ranks (" + (device_comm ? "nccl" : "mpi") + ")" : "") +
                    (c->proxy_rank >= 0 ? " (proxy of rank " + std::to_string(c->proxy_rank) + ")" : "");
     rec.host = host_name();
     rec.backend = c->backend;
