@@ -14,10 +14,11 @@
 // host) and backward; the tensor-parallel shards of these: embedding_forward/backward_shard
 // and vocab_parallel_ce_max/sums/backward with vocab_parallel_ce_loss (Result<VocabCeLoss>);
 // the MoE moves of cpu/moe.h (moe_router_softmax, moe_dispatch, moe_combine and its
-// backward); download / upload (between the backend's memory and the host's); the scratch sizes linear/norm/attention/attention_dropout
-// _workspace_bytes and chunk_rows; and fill (host doubles into a tensor), zero, zeros,
-// copy (within the backend's memory), scale, stage_batch (a host Batch and positions to
-// where the ops read them); logits_row_stride(v) (>= v: the backend's padded row of the
+// backward); download / upload (between the backend's memory and the host's); the
+// scratch sizes linear/norm/attention/attention_dropout _workspace_bytes and chunk_rows;
+// and fill (host doubles into a tensor), zero, zeros, copy (within the backend's memory),
+// scale, stage_batch (a host Batch, positions and, under CP, the whole sequences' doc ids
+// to where the ops read them); logits_row_stride(v) (>= v: the backend's padded row of the
 // logits) with the strided head ops linear_forward_ld, linear_backward_ld and cast_rows,
 // used only where the stride differs from v. kHostMemory: whether tensors are host memory.
 #pragma once
