@@ -29,7 +29,8 @@
 #   2. nvidia-smi and ldd of every binary, before anything else runs
 #   3. executor_cuda_tests (every CUDA op against its CPU twin): log and JUnit XML
 #   3b. executor_cuda_nccl_tests: the NCCL communicator's 1-rank collectives; with >= 2 GPUs
-#      also the 2-rank dp2 run (mpirun, one GPU per rank) against the CPU
+#      also the 2-rank runs (dp2 ZeRO 0-3, tp2, pp2, cp2 ring and all-gather, MoE ep2;
+#      mpirun, one GPU per rank) against the CPU
 #   4. llmplan_cuda_peak: measured bf16 GEMM peak (8192^3, cuBLASLt) and copy bandwidth
 #   5. training benchmark with `llmplan execute --backend cuda`: GPT-2 124M (1 GPU), the
 #      single-rank equivalent of a llama2-7b dp8 plan with --layers 4, and rank proxies of
@@ -186,7 +187,7 @@ else
 fi
 
 # 3b. The NCCL communicator (tests/executor_cuda/nccl_test.cpp): a 1-rank communicator's
-# collectives always; with >= 2 GPUs also the 2-rank dp2 training run under mpirun against
+# collectives always; with >= 2 GPUs also the 2-rank training runs under mpirun against
 # the CPU (the test starts mpirun itself and skips, saying why, when there is none).
 t0=$SECONDS
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')

@@ -6,11 +6,13 @@
 //                   a mixed call refused; all_to_all (world: send/recv pairs to itself;
 //                   ep: a group of one); ordering against the compute stream, and
 //                   deferred calls completed by fence().
-//   NcclDist.Dp2MatchesCpu  2 ranks, one GPU each, under mpirun: dp2 fp32 training runs on
-//                   --backend cuda over NCCL, ZeRO 0, 1, 2 and 3, each against the
-//                   single-process CPU run of the same global batch (losses within 1e-4
-//                   relative). Runs only with >= 2 GPUs and an mpirun; skips and says why
-//                   otherwise.
+//   NcclDist.TwoRankPlansMatchCpu  2 ranks, one GPU each, one mpirun per plan: fp32
+//                   training on --backend cuda over NCCL -- dp2 with ZeRO 0, 1, 2 and 3,
+//                   tp2 with SP, pp2 1F1B (GPT: the tied embedding summed between the
+//                   stages), cp2 as a ring and as an all-gather, and MoE with ep2 -- each
+//                   against the single-process CPU run of the same global batch (losses
+//                   within 1e-4 relative). Runs only with >= 2 GPUs and an mpirun; skips
+//                   and says why otherwise.
 // main: without a usable CUDA device the binary exits 77 (ctest's SKIP) with the reason.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -147,8 +149,8 @@ TEST(NcclWorld1, AllToAllOnDeviceAndHostBuffers) {
   expect_mixed_buffers_refused(w.nccl->all_to_all(in.data(), d.raw(), 6, DType::f32, Group::world));
 }
 
-// NCCL sends to the rank itself inside a group (sendrecv); a lone send to itself would
-// wait for ever, so only the paired call is tried.
+// NCCL sends to the rank itself inside a group (sendrecv, ring_shift); a lone send to
+// itself would wait for ever, so only the paired calls are tried.
 TEST(NcclWorld1, SendrecvToItself) {
   World1 w;
   for (DType t : kAll) {
@@ -156,6 +158,14 @@ TEST(NcclWorld1, SendrecvToItself) {
     Tensor s = w.device(a), r = w.device(b);
     check(w.nccl->sendrecv(s.raw(), r.raw(), 333, t, 0, Group::world, 1, 1));
     EXPECT_EQ(w.host_copy(r), a) << to_string(t);
+  }
+  // The ring's shift: to and from itself on the world (one NCCL group), a copy in a
+  // group of one.
+  for (Group g : {Group::world, Group::cp}) {
+    const std::vector<unsigned char> a = ramp(DType::bf16, 129, 7), b = ramp(DType::bf16, 129, 90);
+    Tensor s = w.device(a), r = w.device(b);
+    check(w.nccl->ring_shift(s.raw(), r.raw(), 129, DType::bf16, g, 300));
+    EXPECT_EQ(w.host_copy(r), a) << to_string(g);
   }
   // In a group of one there is no NCCL communicator: point-to-point is refused.
   Tensor s = w.device(ramp(DType::f32, 4, 1));
@@ -222,19 +232,44 @@ TEST(NcclWorld1, DeferredCollectivesCompleteAtTheFence) {
 
 // ---- 2 ranks
 
-PlanFile dp_plan(int dp, int zero = 0) {
-  PlanFile f = exec::testing::tiny_plan(Family::gpt, Precision::fp32, Recompute::none, true);
-  f.plan.dp = dp;
-  f.plan.zero = zero;
-  f.plan.grad_accum = 2 / dp;  // global batch 16 = 8 x 2 micro-batches either way
-  f.cluster.gpus_per_node = dp;
+// The 2-rank plans (the tiny GPT or Llama, fp32, flash), by name; global batch 16 = 8 x 2
+// micro-batches in every one.
+const char* const kTwoRankPlans[] = {"dp2_zero0", "dp2_zero1", "dp2_zero2", "dp2_zero3", "tp2_sp",
+                                     "pp2",       "cp2_ring",  "cp2_all_gather", "moe_dp2_ep2"};
+
+Result<PlanFile> two_rank_plan(const std::string& name) {
+  const bool llama = name == "tp2_sp" || name == "cp2_ring" || name == "moe_dp2_ep2";
+  PlanFile f = exec::testing::tiny_plan(llama ? Family::llama : Family::gpt, Precision::fp32, Recompute::none, true);
+  f.plan.grad_accum = 2;
+  if (name.starts_with("dp2_zero")) {
+    f.plan.dp = 2;
+    f.plan.zero = name.back() - '0';
+    f.plan.grad_accum = 1;
+  } else if (name == "tp2_sp") {
+    f.plan.tp = 2;
+    f.plan.sp = true;
+  } else if (name == "pp2") {
+    f.plan.pp = 2;
+  } else if (name == "cp2_ring" || name == "cp2_all_gather") {
+    f.plan.cp = 2;
+    f.plan.cp_exchange = name == "cp2_ring" ? CpExchange::ring : CpExchange::all_gather;
+  } else if (name == "moe_dp2_ep2") {
+    f.model = exec::testing::tiny_moe_model(Family::llama, exec::kByteVocab);
+    f.plan.dp = f.plan.ep = 2;
+    f.plan.grad_accum = 1;
+  } else {
+    return Status::bad_input("no 2-rank plan named " + name);
+  }
+  f.cluster.gpus_per_node = f.plan.world_size();
   return f;
 }
 
-// One rank of the 2-rank run (started by mpirun): the CUDA dp2 runs over NCCL (ZeRO 0-3);
-// rank 0 then runs the CPU reference in-process and compares. Exit 0 = all agree.
-int child_dp2() {
-  Result<std::unique_ptr<Communicator>> mpi = create_mpi_communicator(dp_plan(2).plan, 300);
+// One rank of a 2-rank run (started by mpirun): plan `name` on CUDA over NCCL; rank 0 then
+// runs the CPU reference in-process and compares. Exit 0 = they agree.
+int child_plan(const std::string& name) {
+  Result<PlanFile> f = two_rank_plan(name);
+  if (!f) return std::printf("%s\n", f.status().message().c_str()), 1;
+  Result<std::unique_ptr<Communicator>> mpi = create_mpi_communicator(f->plan, 300);
   if (!mpi) return std::printf("mpi: %s\n", mpi.status().message().c_str()), 1;
   const int me = (*mpi)->rank(Group::world);
   int local = mpi_node_local_rank();
@@ -254,34 +289,26 @@ int child_dp2() {
   o.backend = "cuda";
   o.device_backend = be->get();
   o.comm = nccl->get();
-  std::vector<RunReport> runs;
-  for (int zero = 0; zero <= 3; ++zero) {
-    Result<RunReport> g = run_plan(dp_plan(2, zero), o);
-    if (!g) return std::printf("rank %d: cuda dp2 ZeRO-%d run: %s\n", me, zero, g.status().message().c_str()), 1;
-    runs.push_back(std::move(*g));
-  }
+  Result<RunReport> g = run_plan(*f, o);
+  if (!g) return std::printf("rank %d: cuda %s run: %s\n", me, name.c_str(), g.status().message().c_str()), 1;
   nccl->reset();
   if (me != 0) return 0;
   RunOptions oc = o;
   oc.backend = "cpu";
   oc.device_backend = nullptr;
-  oc.comm = nullptr;
-  Result<RunReport> c = run_plan(dp_plan(1), oc);
+  oc.comm = nullptr;  // the single-process equivalent of the same global batch
+  Result<RunReport> c = run_plan(*f, oc);
   if (!c) return std::printf("cpu reference: %s\n", c.status().message().c_str()), 1;
-  int bad = 0;
-  for (size_t z = 0; z < runs.size(); ++z) {
-    const RunReport& g = runs[z];
-    if (c->steps.size() != g.steps.size()) ++bad;
-    for (size_t i = 0; i < c->steps.size() && i < g.steps.size(); ++i) {
-      const double a = c->steps[i].loss, b = g.steps[i].loss, rel = std::abs(b - a) / std::abs(a);
-      std::printf("step %zu: cpu dp1 %.6f, cuda dp2 ZeRO-%zu (nccl) %.6f, relative %.2e\n", i, a, z, b, rel);
-      bad += !(rel <= 1e-4);
-    }
+  int bad = c->steps.size() != g->steps.size();
+  for (size_t i = 0; i < c->steps.size() && i < g->steps.size(); ++i) {
+    const double a = c->steps[i].loss, b = g->steps[i].loss, rel = std::abs(b - a) / std::abs(a);
+    std::printf("%s step %zu: cpu one process %.6f, cuda 2 ranks (nccl) %.6f, relative %.2e\n", name.c_str(), i, a, b, rel);
+    bad += !(rel <= 1e-4);
   }
   return bad == 0 ? 0 : 1;
 }
 
-TEST(NcclDist, Dp2MatchesCpu) {
+TEST(NcclDist, TwoRankPlansMatchCpu) {
 #ifndef LLMPLAN_MPIEXEC
   GTEST_SKIP() << "no mpirun (or no MPI) in this build: the 2-rank NCCL run needs one";
 #else
@@ -292,14 +319,16 @@ TEST(NcclDist, Dp2MatchesCpu) {
   const char* env = std::getenv("LLMPLAN_MPIEXEC");
   const std::string mpiexec = env && *env ? env : LLMPLAN_MPIEXEC;
   if (!std::filesystem::exists(mpiexec)) GTEST_SKIP() << "no " << mpiexec << " on this machine (set LLMPLAN_MPIEXEC)";
-  char session_base[] = "/tmp/llmplan-mpi-XXXXXX";  // private TMPDIR: see tests/executor_dist
-  ASSERT_NE(::mkdtemp(session_base), nullptr);
-  const std::string cmd = "TMPDIR=" + std::string(session_base) + " " + mpiexec +
-                          " --allow-run-as-root --oversubscribe -np 2 " + g_self + " --child-dp2";
-  const int rc = std::system(cmd.c_str());
-  std::error_code ignored;
-  std::filesystem::remove_all(session_base, ignored);
-  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << cmd << ": exit " << rc;
+  for (const char* name : kTwoRankPlans) {
+    char session_base[] = "/tmp/llmplan-mpi-XXXXXX";  // private TMPDIR: see tests/executor_dist
+    ASSERT_NE(::mkdtemp(session_base), nullptr);
+    const std::string cmd = "TMPDIR=" + std::string(session_base) + " " + mpiexec +
+                            " --allow-run-as-root --oversubscribe -np 2 " + g_self + " --child-plan " + name;
+    const int rc = std::system(cmd.c_str());
+    std::error_code ignored;
+    std::filesystem::remove_all(session_base, ignored);
+    EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << cmd << ": exit " << rc;
+  }
 #endif
 }
 
@@ -309,7 +338,7 @@ TEST(NcclDist, Dp2MatchesCpu) {
 int main(int argc, char** argv) {
   namespace cu = llmplan::exec::cuda;
   cu::g_self = std::filesystem::absolute(argv[0]).string();
-  if (argc == 2 && std::string(argv[1]) == "--child-dp2") return cu::child_dp2();
+  if (argc == 3 && std::string(argv[1]) == "--child-plan") return cu::child_plan(argv[2]);
   const cu::DeviceProbe probe = cu::probe_devices();
   if (probe.count == 0) {
     std::printf("no CUDA device: %s -- skipping executor_cuda_nccl_tests\n", probe.reason.c_str());
