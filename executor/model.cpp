@@ -269,18 +269,23 @@ Result<std::unique_ptr<Model>> build_chunk(TrackingAllocator& alloc, const Model
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& c) {
-  if (Status st = detail::check_model_config(c); !st) return st;
-  if (c.plan.vpp == 1) return build_chunk(alloc, c);
+Result<std::unique_ptr<Model>> detail::build_stage(const ModelConfig& c,
+                                                   const std::function<Result<std::unique_ptr<Model>>(const ModelConfig&)>& chunk) {
+  if (c.plan.vpp <= 1) return chunk(c);
   std::vector<std::unique_ptr<Model>> chunks;
   for (int k = 0; k < c.plan.vpp; ++k) {
     ModelConfig ck = c;
     ck.chunk = k;
-    Result<std::unique_ptr<Model>> m = build_chunk(alloc, ck);
+    Result<std::unique_ptr<Model>> m = chunk(ck);
     if (!m) return m.status();
     chunks.push_back(std::move(*m));
   }
   return std::unique_ptr<Model>(new ChunkedModel(std::move(chunks)));
+}
+
+Result<std::unique_ptr<Model>> build_model(TrackingAllocator& alloc, const ModelConfig& c) {
+  if (Status st = detail::check_model_config(c); !st) return st;
+  return detail::build_stage(c, [&alloc](const ModelConfig& ck) { return build_chunk(alloc, ck); });
 }
 
 namespace {

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
@@ -1784,6 +1785,12 @@ Result<std::unique_ptr<Model>> build_model_with(TrackingAllocator& a, const Mode
 
 // The checks every backend shares (model.h build_model's bad_input cases).
 Status check_model_config(const ModelConfig& c);
+
+// A pipeline stage's model from a backend's builder of one model chunk: the chunk itself
+// (plan.vpp 1), or the stage's vpp chunks (config.chunk 0 .. vpp-1) as one Model for
+// interleaved 1F1B (model.h chunks()). Errors: the builder's.
+Result<std::unique_ptr<Model>> build_stage(const ModelConfig& c,
+                                           const std::function<Result<std::unique_ptr<Model>>(const ModelConfig&)>& chunk);
 
 #undef LL_TRY
 

@@ -443,6 +443,9 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
       if (!l) return fail_oom(l.status(), m.where());
       loss = *l;
       if (Status st = o.comm->all_reduce_sum(&loss, 1, DType::f64, Group::pp); !st) return st;  // from the last stage
+      // The tied sum reads the embedding's gradient partition (ZeRO 2, 3): complete first.
+      if (dpar)
+        if (Status st = dpar->complete_pending(); !st) return st;
       if (Status st = pipe->sync_tied_embedding(); !st) return st;
     }
     for (int64_t mb = 0; mb < (pipe ? 0 : accum); ++mb) {

@@ -79,6 +79,10 @@ class DataParallel final : public ParamHooks {
                                                       int64_t bucket_bytes, BucketOps* ops = nullptr);
   ~DataParallel() override;
   Status sync_grads();      // ZeRO 0, 1; no-op for ZeRO 2, 3 (reduced during backward)
+  // ZeRO 2, 3: completes the last unit's reduce-scatter, which a deferring communicator
+  // (NCCL) leaves in flight, so every gradient partition is whole -- before anything but
+  // sync_grads reads them (the pipeline's tied-embedding sum). No-op otherwise.
+  Status complete_pending() { return finish(); }
   Status gather_weights();  // after the optimizer step: ZeRO 1, 2; no-op otherwise
   // ZeRO-3: makes every weight full-size for good (inspection at the end of a run).
   Status unshard_weights();

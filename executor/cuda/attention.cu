@@ -375,15 +375,18 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 FlashDims flash_dims(const AttentionDims& dm) {
+  const int64_t sq = query_rows(dm), sk = key_rows_held(dm);
+  // A split outside (0, rows) is one chunk, as on the CPU (cpu/attention.cpp key_chunks).
+  auto split = [](int64_t at, int64_t rows) { return at > 0 && at < rows ? at : int64_t{0}; };
   FlashDims D{dm.s, dm.heads, dm.kv_heads, dm.head_dim, dm.heads / dm.kv_heads, score_scale(dm),
-              query_rows(dm), dm.q_offset, dm.q_split, dm.q_offset_hi,
-              key_rows_held(dm), dm.k_rows > 0 ? dm.k_offset : 0, dm.k_rows > 0 ? dm.k_split : 0, dm.k_offset_hi};
+              sq, dm.q_offset, split(dm.q_split, sq), dm.q_offset_hi,
+              sk, dm.k_rows > 0 ? dm.k_offset : 0, dm.k_rows > 0 ? split(dm.k_split, sk) : 0, dm.k_offset_hi};
   return D;
 }
 
 // Whether the queries and the keys are whole sequences (no context-parallel slice).
 bool whole_sequences(const AttentionDims& dm) {
-  return (dm.q_rows <= 0 || (dm.q_rows == dm.s && dm.q_offset == 0 && dm.q_split == 0)) && dm.k_rows <= 0;
+  return (dm.q_rows <= 0 || dm.q_rows == dm.s) && dm.q_offset == 0 && dm.q_split == 0 && dm.k_rows <= 0;
 }
 
 Status check_flash(const AttentionDims& dm) {

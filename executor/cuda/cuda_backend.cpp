@@ -76,7 +76,7 @@ class CudaTrainer final : public Trainer {
       }
       t->states_.push_back(std::move(st));
     }
-    Result<Tensor> acc = zeros(ctx, Shape{2}, DType::f64, Category::workspace, "optimizer.grad_norm");
+    Result<Tensor> acc = zeros(ctx, Shape{3}, DType::f64, Category::workspace, "optimizer.grad_norm");
     if (!acc) return acc.status();
     t->norm_acc_ = std::move(*acc);
     return std::unique_ptr<Trainer>(std::move(t));
@@ -132,8 +132,8 @@ class CudaTrainer final : public Trainer {
     }
   }
 
-  // sqrt of the sum of squares of every gradient (TP-split and replicated apart, for
-  // set_norm_reduce), scaled by the loss scale.
+  // sqrt of the sum of squares of every gradient (TP-split, replicated and routed-expert
+  // apart, for set_norm_reduce, as the CPU trainer), scaled by the loss scale.
   Result<double> raw_norm() {
     if (Status s = fill_bytes(ctx_, norm_acc_.raw(), 0, norm_acc_.bytes()); !s) return s;
     double* acc = norm_acc_.data<double>();
@@ -141,15 +141,16 @@ class CudaTrainer final : public Trainer {
       if (s.param->shared_copy) continue;
       const Tensor& g = *s.param->grad;
       const int64_t o = s.grad_offset, n = s.count;
-      double* slot = acc + (s.param->split.dim >= 0 ? 0 : 1);
+      double* slot = acc + (s.param->expert ? 2 : s.param->split.dim >= 0 ? 0 : 1);
       Status st = g.dtype() == DType::f32    ? sum_squares_accumulate<float>(ctx_, g.data<float>() + o, n, slot)
                   : g.dtype() == DType::bf16 ? sum_squares_accumulate<bf16_t>(ctx_, g.data<bf16_t>() + o, n, slot)
                                              : sum_squares_accumulate<f16_t>(ctx_, g.data<f16_t>() + o, n, slot);
       if (!st) return st;
     }
-    double host[2] = {0, 0};
+    double host[3] = {0, 0, 0};  // split, replicated, expert
     if (Status s = copy_to_host(ctx_, host, acc, sizeof(host)); !s) return s;
-    const double raw = norm_reduce_ ? std::sqrt(norm_reduce_(host[0], 0, host[1])) : std::sqrt(host[0] + host[1]);
+    const double raw =
+        norm_reduce_ ? std::sqrt(norm_reduce_(host[0], host[2], host[1])) : std::sqrt(host[0] + host[2] + host[1]);
     // ZeRO: every DP rank holds a share of the gradients; their squares add (as the CPU trainer).
     return shard_ ? std::sqrt(shard_->reduce_sum(raw * raw)) : raw;
   }
@@ -194,8 +195,8 @@ class CudaTrainer final : public Trainer {
   std::vector<State> states_;
   std::optional<TrainerShard> shard_;  // ZeRO >= 1 with dp > 1
   std::vector<Tensor> frozen_copies_;
-  Tensor norm_acc_;  // 2 doubles: TP-split and replicated sums of squares
-  std::function<double(double, double, double)> norm_reduce_;  // no MoE on CUDA: expert_sq 0
+  Tensor norm_acc_;  // 3 doubles: TP-split, replicated and routed-expert sums of squares
+  std::function<double(double, double, double)> norm_reduce_;  // (split, expert, replicated)
   double loss_scale_ = 1;
   int good_steps_ = 0;
   int64_t updates_ = 0;

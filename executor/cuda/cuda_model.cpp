@@ -290,14 +290,17 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
                              "plan.flash_attention true or use --backend cpu");
   if (c.spec.dropout && !c.plan.flash_attention)
     return materialized_dropout_is_cpu_only();
-  const DType s = c.storage, g = c.grad;
-  if (s == DType::f32 && g == DType::f32) return build<float, float>(ctx, c);
-  if (s == DType::bf16 && g == DType::bf16) return build<bf16_t, bf16_t>(ctx, c);
-  if (s == DType::bf16 && g == DType::f32) return build<bf16_t, float>(ctx, c);
-  if (s == DType::f16 && g == DType::f16) return build<f16_t, f16_t>(ctx, c);
-  if (s == DType::f16 && g == DType::f32) return build<f16_t, float>(ctx, c);
-  return Status::bad_input(std::string("executor (cuda): unsupported storage/gradient dtypes ") + to_string(s) + "/" +
-                           to_string(g));
+  // Interleaved 1F1B: the stage's vpp chunks, each its own model (as on the CPU).
+  return detail::build_stage(c, [&ctx](const ModelConfig& ck) -> Result<std::unique_ptr<Model>> {
+    const DType s = ck.storage, g = ck.grad;
+    if (s == DType::f32 && g == DType::f32) return build<float, float>(ctx, ck);
+    if (s == DType::bf16 && g == DType::bf16) return build<bf16_t, bf16_t>(ctx, ck);
+    if (s == DType::bf16 && g == DType::f32) return build<bf16_t, float>(ctx, ck);
+    if (s == DType::f16 && g == DType::f16) return build<f16_t, f16_t>(ctx, ck);
+    if (s == DType::f16 && g == DType::f32) return build<f16_t, float>(ctx, ck);
+    return Status::bad_input(std::string("executor (cuda): unsupported storage/gradient dtypes ") + to_string(s) + "/" +
+                             to_string(g));
+  });
 }
 
 }  // namespace llmplan::exec::cuda

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -113,8 +114,9 @@ TEST(BucketOps, PipelineSumsTheTiedEmbeddingThroughTheBackendsOps) {
 
 // A rank proxy's stand-in collectives move memory only through its StandInMemory (a GPU's
 // moves device buffers, cuda/device_stand_in.h): with one that counts and forwards to the
-// host's, proxies of a TP + SP rank, a pipeline stage, a CP ring rank and an expert-parallel
-// MoE rank run bit for bit as with the default, and the movements went through it.
+// host's, proxies of a TP + SP rank, a pipeline stage (plain and interleaved), a CP ring rank
+// and an expert-parallel MoE rank run bit for bit as with the default, and the movements
+// went through it.
 struct CountingStandIn final : StandInMemory {
   HostStandInMemory host;
   int move_n = 0, zero_n = 0;
@@ -123,12 +125,17 @@ struct CountingStandIn final : StandInMemory {
 };
 
 TEST(StandInMemory, RankProxiesMoveBuffersOnlyThroughIt) {
-  enum Kind { tp, pipeline, cp_ring, moe_ep };
-  for (const Kind kind : {tp, pipeline, cp_ring, moe_ep}) {
+  enum Kind { tp, pipeline, interleaved, cp_ring, moe_ep };
+  for (const Kind kind : {tp, pipeline, interleaved, cp_ring, moe_ep}) {
     PlanFile f = testing::tiny_plan(Family::llama, Precision::bf16, Recompute::none, true);
     f.plan.grad_accum = 2;
-    if (kind == pipeline) {
+    if (kind == pipeline || kind == interleaved) {
       f.plan.pp = 2;
+      if (kind == interleaved) {  // 2 x 2 chunks of one layer
+        f.model.layers = 4;
+        f.plan.vpp = 2;
+        f.plan.schedule = Schedule::interleaved;
+      }
     } else if (kind == tp) {
       f.plan.tp = 2;
       f.plan.sp = true;
@@ -154,16 +161,20 @@ TEST(StandInMemory, RankProxiesMoveBuffersOnlyThroughIt) {
     ASSERT_TRUE(via.ok()) << via.status().message();
     ASSERT_EQ(plain->steps.size(), via->steps.size());
     for (size_t i = 0; i < plain->steps.size(); ++i) EXPECT_EQ(plain->steps[i].loss, via->steps[i].loss) << "kind " << kind;
-    if (kind == pipeline) EXPECT_GT(mem->zero_n, 0) << "recv: the stand-in's zeros";
+    if (kind == pipeline || kind == interleaved) EXPECT_GT(mem->zero_n, 0) << "recv: the stand-in's zeros";
     else EXPECT_GT(mem->move_n, 0) << "kind " << kind;  // gathers, reduce-scatters, ring shifts, all-to-alls
   }
 }
 
 // A rank proxy's communicator that defers like a GPU's: while deferred, a reduce-scatter or
 // all-gather poisons its output and happens only at fence(), reading its input then.
+// defer false: a plain proxy (the reference). mirror_peer: a pipeline peer that is not
+// silent -- a sendrecv receives what it sends, an f32 recv gets 1e-3 everywhere -- where
+// the proxy's stand-in receives zeros.
 class DeferringComm final : public Communicator {
  public:
-  explicit DeferringComm(LocalCommunicator& c) : c_(c) {}
+  explicit DeferringComm(LocalCommunicator& c, bool defer = true, bool mirror_peer = false)
+      : c_(c), defer_(defer), mirror_peer_(mirror_peer) {}
   int rank(Group g) const override { return c_.rank(g); }
   int size(Group g) const override { return c_.size(g); }
   bool modelled() const override { return c_.modelled(); }
@@ -186,12 +197,18 @@ class DeferringComm final : public Communicator {
     return c_.all_to_all(in, out, count, t, g);
   }
   Status send(const void* buf, int64_t count, DType t, int peer, Group g, int tag) override { return c_.send(buf, count, t, peer, g, tag); }
-  Status recv(void* buf, int64_t count, DType t, int peer, Group g, int tag) override { return c_.recv(buf, count, t, peer, g, tag); }
+  Status recv(void* buf, int64_t count, DType t, int peer, Group g, int tag) override {
+    if (!mirror_peer_ || t != DType::f32) return c_.recv(buf, count, t, peer, g, tag);
+    std::fill(static_cast<float*>(buf), static_cast<float*>(buf) + count, 1e-3f);
+    return Status::ok();
+  }
   Status sendrecv(const void* s, void* r, int64_t count, DType t, int peer, Group g, int st, int rt) override {
-    return c_.sendrecv(s, r, count, t, peer, g, st, rt);
+    if (!mirror_peer_) return c_.sendrecv(s, r, count, t, peer, g, st, rt);
+    std::memcpy(r, s, static_cast<size_t>(count * dtype_size(t)));
+    return Status::ok();
   }
   Status barrier(Group g) override { return c_.barrier(g); }
-  bool can_defer() const override { return true; }
+  bool can_defer() const override { return defer_; }
   void set_deferred(bool on) override { deferred_ = on; }
   Status fence() override {
     std::vector<std::function<Status()>> q = std::move(queued_);
@@ -213,6 +230,7 @@ class DeferringComm final : public Communicator {
     return true;
   }
   LocalCommunicator& c_;
+  bool defer_ = true, mirror_peer_ = false;
   bool deferred_ = false;
   std::vector<std::function<Status()>> queued_;
 };
@@ -317,6 +335,49 @@ TEST(BucketOps, DeferredCollectivesAreFencedBeforeTheirBuffersAreTouched) {
       }
       std::printf("%s: %d deferred collectives\n", what.c_str(), deferring.deferred_calls);
     }
+  }
+}
+
+// The pipeline's tied-embedding sum reads the embedding's gradient partition (ZeRO 2, 3),
+// which the last unit's deferred reduce-scatter (NCCL) completes only at a fence: the runner
+// completes it first. With a peer that sends back the same gradient, a deferring proxy of
+// the first stage of a GPT dp2 pp2 run trains the token embedding to the bits of a plain
+// one (the first stage has no loss to compare: its weights are compared; fp32 and SGD, so
+// that any difference in the gradient shows in them: AdamW's first step moves by the sign).
+TEST(BucketOps, TiedEmbeddingSumReadsCompletedPartitions) {
+  for (int zero = 2; zero <= 3; ++zero) {
+    PlanFile f = testing::tiny_plan(Family::gpt, Precision::fp32, Recompute::none, true);
+    ASSERT_TRUE(f.model.tied_embeddings);
+    f.job.optimizer = Optimizer::sgd_momentum;
+    f.plan.dp = 2;
+    f.plan.pp = 2;
+    f.plan.zero = zero;
+    f.plan.grad_accum = 2;
+    f.job.global_batch = 32;
+    LocalCommunicator local(f.plan, 1);  // dp rank 1 of the first stage
+    RunOptions o;
+    o.steps = 2;
+    o.warmup = 0;
+    std::vector<float> embedding[2];
+    int run = 0;
+    o.on_done = [&](Model& m) {
+      for (ParamRef& p : m.params())
+        if (p.name == "embed.tokens") {
+          embedding[run].resize(static_cast<size_t>(p.weight->numel()));
+          read_f32(*p.weight, 0, embedding[run].data(), p.weight->numel());
+        }
+    };
+    DeferringComm plain_comm(local, false, true), deferring(local, true, true);
+    o.comm = &plain_comm;
+    Result<RunReport> plain = run_plan(f, o);
+    ASSERT_TRUE(plain.ok()) << plain.status().message();
+    run = 1;
+    o.comm = &deferring;
+    Result<RunReport> deferred = run_plan(f, o);
+    ASSERT_TRUE(deferred.ok()) << deferred.status().message();
+    EXPECT_GT(deferring.deferred_calls, 0) << "ZeRO-" << zero;
+    ASSERT_FALSE(embedding[0].empty());
+    EXPECT_EQ(embedding[0], embedding[1]) << "ZeRO-" << zero;
   }
 }
 

@@ -43,7 +43,7 @@ Pair run_both(const PlanFile& f, int steps, int rank = -1) {
   const char* root = std::getenv("LLMPLAN_DATA_DIR");
   o.data = std::string(root ? root : LLMPLAN_SOURCE_ROOT) + "/data/corpus";
   o.trainer.lr = 3e-3;
-  std::unique_ptr<Communicator> host_comm, device_comm;
+  std::unique_ptr<Communicator> host_comm;
   if (rank >= 0) host_comm = std::make_unique<LocalCommunicator>(f.plan, rank);
   o.comm = host_comm.get();
   Result<RunReport> c = run_plan(f, o);
@@ -52,6 +52,7 @@ Pair run_both(const PlanFile& f, int steps, int rank = -1) {
   if (!be) throw std::runtime_error("cuda backend: " + be.status().message());
   o.backend = "cuda";
   o.device_backend = be->get();
+  std::unique_ptr<Communicator> device_comm;  // destroyed before the backend's context
   if (rank >= 0) device_comm = make_device_proxy_communicator(*context_of(**be), f.plan, rank);
   o.comm = device_comm.get();
   Result<RunReport> g = run_plan(f, o);
@@ -128,7 +129,8 @@ TEST(CudaTraining, LoraAndDropoutFollowTheCpuRun) {
 // Rank proxies on the GPU (one device, the traffic modelled) against the CPU's proxies of
 // the same rank: tensor parallel with SP (the vocabulary-parallel embedding and loss, the
 // byte vocabulary padded to 2 x 129 rows), both stages of a pipeline with the tied
-// embedding's gradient summed between them, ZeRO-3 data parallel, context parallel (the
+// embedding's gradient summed between them (and an interleaved stage: its two chunks),
+// ZeRO-3 data parallel, context parallel (the
 // ring and the all-gather: query and key slices, the partials merged), and mixture-of-
 // experts layers (expert parallel: the all-to-all's stand-in; under TP with SP).
 TEST(CudaTraining, RankProxiesFollowTheCpusProxies) {
@@ -137,9 +139,11 @@ TEST(CudaTraining, RankProxiesFollowTheCpusProxies) {
     Family fam;
     int tp, pp, dp, zero, cp, rank;
     CpExchange exchange = CpExchange::ring;
+    int vpp = 1;
   } cases[] = {
       {"tp2 sp rank 1", Family::gpt, 2, 1, 1, 0, 1, 1},   {"tp2 sp rank 0", Family::llama, 2, 1, 1, 0, 1, 0},
       {"pp2 stage 0", Family::gpt, 1, 2, 1, 0, 1, 0},     {"pp2 stage 1", Family::gpt, 1, 2, 1, 0, 1, 1},
+      {"pp2 vpp2 stage 1", Family::gpt, 1, 2, 1, 0, 1, 1, CpExchange::ring, 2},
       {"dp2 ZeRO-3 rank 1", Family::llama, 1, 1, 2, 3, 1, 1},
       {"cp2 ring rank 1", Family::llama, 1, 1, 1, 0, 2, 1},
       {"cp2 all-gather rank 0", Family::gpt, 1, 1, 1, 0, 2, 0, CpExchange::all_gather},
@@ -159,6 +163,11 @@ TEST(CudaTraining, RankProxiesFollowTheCpusProxies) {
     f.plan.zero = k.zero;
     f.plan.cp = k.cp;
     f.plan.cp_exchange = k.exchange;
+    if (k.vpp > 1) {  // interleaved 1F1B: pp x vpp chunks of one layer
+      f.model.layers = k.pp * k.vpp;
+      f.plan.vpp = k.vpp;
+      f.plan.schedule = Schedule::interleaved;
+    }
     f.plan.grad_accum = 2;
     f.job.global_batch = static_cast<int64_t>(f.plan.grad_accum) * f.plan.micro_batch * f.plan.dp;
     expect_same_run(f, run_both(f, 4, k.rank), 1e-4, f.model.name + " fp32 proxy of " + k.what);

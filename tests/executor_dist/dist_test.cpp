@@ -723,6 +723,16 @@ double rel(double a, double b) { return std::fabs(a - b) / std::max(1e-12, std::
 
 class Distributed : public ::testing::TestWithParam<Case> {};
 
+// The ranks' result files (stem.<rank>.json, several MB each for the MoE cases), removed
+// when the test ends, pass or fail: repeated runs would otherwise fill the temp folder.
+struct RankFiles {
+  std::string stem;
+  int ranks = 0;
+  ~RankFiles() {
+    for (int r = 0; r < ranks; ++r) std::remove((stem + "." + std::to_string(r) + ".json").c_str());
+  }
+};
+
 TEST_P(Distributed, LossesParamsAndBytesMatch) {
   const Case c = GetParam();
   // Reference: one process, the same global batch (dp = 1, grad_accum = all micro-batches).
@@ -747,6 +757,7 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
 
   // The pid keeps concurrent runs of this suite (two checkouts, ctest -j) from sharing files.
   const std::string out = ::testing::TempDir() + "dist_" + std::to_string(::getpid()) + "_" + c.name;
+  const RankFiles cleanup{out, c.world()};
   const auto t1 = std::chrono::steady_clock::now();
   ASSERT_EQ(run_mpi(c.world(), std::string("--child ") + c.name + " " + out), 0);
   const double dist_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -906,6 +917,7 @@ TEST(LocalRank, MpiSplitAgreesWithTheLauncher) {
 
 TEST(DeadRank, OthersExitWithAnErrorInBoundedTime) {
   const std::string out = ::testing::TempDir() + "dist_dead_" + std::to_string(::getpid());
+  const RankFiles cleanup{out, 2};
   const auto t0 = std::chrono::steady_clock::now();
   const int rc = run_mpi(2, std::string("--child gpt_dp2 ") + out, "LLMPLAN_TEST_DIE_AT_STEP=2");
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
