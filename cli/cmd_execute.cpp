@@ -159,7 +159,8 @@ Runner register_execute(CLI::App* sub) {
     if (c->proxy_rank >= 0) {
       if (c->proxy_rank >= world)
         return report(Status::bad_input("--proxy-rank " + std::to_string(c->proxy_rank) + ": the plan has ranks 0.." + std::to_string(world - 1)));
-      comm = std::make_unique<exec::LocalCommunicator>(f->plan, c->proxy_rank);
+      // A 1-rank plan is its own rank 0: nothing to stand in for.
+      if (world > 1) comm = std::make_unique<exec::LocalCommunicator>(f->plan, c->proxy_rank);
     } else if (world > 1 && !single_gpu_equivalent) {
       if (exec::launcher_world_size() == 0)
         return report(Status::bad_input("this plan uses " + std::to_string(world) + " ranks; start one process per rank with MPI:\n  " +
