@@ -98,6 +98,7 @@ inline constexpr const char* kProjName[] = {"q", "k", "v", "o", "gate", "up", "d
 template <class S, class G, class Ops>
 class ModelImpl final : public Model {
   using A = acc_t<S>;  // math type; also the softmax buffer's type (fp32, fp64 for double)
+  static constexpr DType kA = dtype_of<A>;
 
   enum class Par { none, column, row };  // tensor-parallel kind of a projection
   struct Linear {
@@ -596,7 +597,7 @@ class ModelImpl final : public Model {
     Saved& sv = L.sv;
     Scratch sc;
     if (c_.plan.flash_attention) {
-      LL_TRY(lmake(L, sv.lse, "attn.lse", rows, std::is_same_v<S, double> ? DType::f64 : DType::f32, mode));
+      LL_TRY(lmake(L, sv.lse, "attn.lse", rows, kA, mode));
       LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm, true, /*backward=*/false), "attention.workspace"));
       return ops_.template attention_forward_flash<S>(q, k, v, doc, o, sv.lse.template data<A>(), dm, sc.span());
     }
@@ -757,7 +758,6 @@ class ModelImpl final : public Model {
     const int64_t w = n_ * kvw_;
     const cpu::AttentionDims dm0 = ring_dims(cr_);
     const int64_t rows = dm0.b * dm0.heads * cpu::query_rows(dm0);
-    const DType kA = std::is_same_v<S, double> ? DType::f64 : DType::f32;
     LL_TRY(lmake(L, sv.lse, "attn.lse", rows, kA, mode));
     Tensor cur, next, o_part, lse_part;
     LL_TRY(ring_pack(cur, d(sv.k), d(sv.v), "attn.kv.cp_ring"));
@@ -911,11 +911,26 @@ class ModelImpl final : public Model {
     for (size_t at = 0; at < tk; ++at) r.row[at] = r.slot[at] < 0 ? -1 : static_cast<int32_t>(moe_row(r, at));
     return r;
   }
+  // A micro-batch's routing from the kept router probabilities (forward and backward alike),
+  // with the routes' rows and gates where the backend's ops read them.
+  struct RouteViews {
+    std::vector<A> probs_host;
+    const A* probs = nullptr;  // (T, E), readable on the host
+    Routing r;
+    Tensor rows_dev, gates_dev;     // the GPU's copies
+    const int32_t* rows = nullptr;  // r.row for the ops
+    const A* gates = nullptr;       // r.gate for the ops
+  };
+  Status route_views(Layer& L, RouteViews& v) {
+    LL_TRY(host_view(L.sv.router_probs.template data<A>(), ns_ * E_, v.probs_host, v.probs));
+    v.r = route(v.probs, ns_);
+    LL_TRY(backend_view(v.r.row, v.rows_dev, DType::i32, "moe.route_rows", v.rows));
+    return backend_view(v.r.gate, v.gates_dev, kA, "moe.route_gates", v.gates);
+  }
   // Row of (expert e, slot) in a routing rank's (E, C, h) buffer.
   int64_t moe_row(const Routing& r, size_t at) const { return static_cast<int64_t>(r.expert[at]) * cap_ + r.slot[at]; }
   // y (ns_, h) = the MoE MLP of sv.mlp_input (routed + shared experts).
   Status moe_fwd(Layer& L, S* y, Mode mode) {
-    constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
     const int64_t T = ns_;
     Saved& sv = L.sv;
     const S* x = d(sv.mlp_input);
@@ -933,15 +948,10 @@ class ModelImpl final : public Model {
     LL_TRY(lmake(L, sv.router_probs, "moe.router_probs", T * E_, kA, mode));
     LL_TRY(ops_.template moe_router_softmax<S>(d(logits), sv.router_probs.template data<A>(), T, E_));
     logits.reset();
-    std::vector<A> probs_host;
-    const A* probs = nullptr;
-    LL_TRY(host_view(sv.router_probs.template data<A>(), T * E_, probs_host, probs));
-    const Routing r = route(probs, T);
-    Tensor rows_dev, gates_dev;
-    const int32_t* rows = nullptr;
-    const A* gates = nullptr;
-    LL_TRY(backend_view(r.row, rows_dev, DType::i32, "moe.route_rows", rows));
-    LL_TRY(backend_view(r.gate, gates_dev, kA, "moe.route_gates", gates));
+    RouteViews rv;
+    LL_TRY(route_views(L, rv));
+    const int32_t* rows = rv.rows;
+    const A* gates = rv.gates;
     // ---- dispatch
     Tensor send;
     Tensor& disp = ep_ > 1 ? send : sv.expert_input;
@@ -1051,19 +1061,16 @@ class ModelImpl final : public Model {
   // dy (ns_, h): the MoE output's gradient -> dx (ns_, h) = its input's (overwritten);
   // weight gradients accumulate. Reverses moe_fwd, with the same exchanges in reverse.
   Status moe_bwd(Layer& L, const S* dy, S* dx) {
-    constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
     const int64_t T = ns_;
     Saved& sv = L.sv;
     const S* x = dopt(sv.mlp_input);
-    std::vector<A> probs_host;
-    const A* probs = nullptr;
-    LL_TRY(host_view(sv.router_probs.template data<A>(), T * E_, probs_host, probs));
-    const Routing r = route(probs, T);
-    Tensor rows_dev, gates_dev, dgate_dev;
-    const int32_t* rows = nullptr;
-    const A* gates = nullptr;
-    LL_TRY(backend_view(r.row, rows_dev, DType::i32, "moe.route_rows", rows));
-    LL_TRY(backend_view(r.gate, gates_dev, kA, "moe.route_gates", gates));
+    RouteViews rv;
+    LL_TRY(route_views(L, rv));
+    const Routing& r = rv.r;
+    const A* probs = rv.probs;
+    const int32_t* rows = rv.rows;
+    const A* gates = rv.gates;
+    Tensor dgate_dev;
     std::vector<Tensor*> partial = tp_partial_grads(L);
     std::vector<Tensor> whole;
     LL_TRY(swap_in_partials(partial, whole));
@@ -1437,7 +1444,6 @@ class ModelImpl final : public Model {
   // train, z becomes this rank's dlogits in place (loss_scale / denom * (softmax - onehot),
   // 0 on ignored rows and padded columns). denom 0: counted rows.
   Result<double> vocab_parallel_ce(A* z, const int32_t* targets, double denom, bool train, double loss_scale) {
-    constexpr DType kA = std::is_same_v<A, double> ? DType::f64 : DType::f32;
     const int64_t n = n_;
     // The statistics, (t_ + 3) n values: host scratch outside the accounting on the CPU, as
     // the planner counts none; on a GPU a device workspace (NCCL moves device buffers), a
@@ -1642,7 +1648,7 @@ class ModelImpl final : public Model {
     release_weights(head_unit());
     gathered.reset();
     set_where(Phase::forward, -1, "loss");
-    LL_TRY(make(a_, sm_, n * Vl_, std::is_same_v<S, double> ? DType::f64 : DType::f32, Category::logits_loss, "loss.softmax_fp32"));
+    LL_TRY(make(a_, sm_, n * Vl_, kA, Category::logits_loss, "loss.softmax_fp32"));
     if (ld == Vl_) LL_TRY(ops_.template cast<S, A>(d(logits_), sm_.template data<A>(), n * Vl_));
     else LL_TRY(ops_.template cast_rows<S, A>(d(logits_), ld, sm_.template data<A>(), Vl_, n, Vl_));
     double loss = 0;

@@ -282,13 +282,14 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   const double seq_div = p.sp ? p.tp : 1.0;
   const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
   const double h = static_cast<double>(m.hidden);
+  const double vocab_rank = vocab_rows_per_rank(m, p.tp);  // the rank's logits columns, token-table rows
   if (is_first && m.dropout && embedding_trainable) x.first_chunk_set = tokens * h / seq_div;  // embedding dropout mask
   if (is_last) {
     x.head_input = tokens * h / seq_div * act_bytes;
     x.last_chunk_set = 2 * x.head_input;  // final-norm input (the last layer's output) + LM-head input
     // logits + fp32 softmax (the executor's loss), or the framework's loss peak
     const double per_logit = opt.loss_bytes_per_logit > 0 ? opt.loss_bytes_per_logit : act_bytes + 4;
-    x.logits_set = tokens * vocab_rows_per_rank(m, p.tp) * per_logit;
+    x.logits_set = tokens * vocab_rank * per_logit;
   }
   const bool layers_train = frozen_here < layers;
   // The layer backward's MLP moment: its activation gradients, one GEMM's scratch and (MoE
@@ -299,10 +300,8 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
                                                      : pc.expert_per_layer_rank + static_cast<double>(m.moe.experts) * h;  // + router
     mlp_working += partial * bytes_per_param(j).gradients;
   }
-  const double tok_emb = vocab_rows_per_rank(m, p.tp) * h;  // the token table (or untied head) on this rank
-  const double norm = m.family == Family::gpt ? 2 * h : h;          // final norm weight (+ bias)
   if (is_last) {
-    x.head_logits = tokens * vocab_rows_per_rank(m, p.tp) * act_bytes;
+    x.head_logits = tokens * vocab_rank * act_bytes;
     x.head_forward_working = opt.head_gemm_scratch_bytes;
     // The head input gradient over the (SP: gathered) micro-batch and the layer-output
     // gradient the final norm's backward writes, allocated before the GEMM.
@@ -310,12 +309,13 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   }
   if (p.zero >= 2) {
     const bool lora = j.mode == TrainMode::lora;
-    const double tok = tok_emb;
+    const double tok = vocab_rank * h;                       // the token table (or untied head) on this rank
+    const double norm = m.family == Family::gpt ? 2 * h : h;  // final norm weight (+ bias)
     const double layer = pc.per_layer_rank + (lora ? pc.lora_per_layer_rank : 0);
     // Units in the order of use: the embedding, the layers, the final norm + head.
     const double emb_unit = pc.embedding_rank, head_unit = norm + tok;
     // Gradients: only trainable parameters have them (a tied head's table trains with the embedding).
-    double grad = frozen_here < layers ? (lora ? pc.lora_per_layer_rank : pc.per_layer_rank) : 0;
+    double grad = layers_train ? (lora ? pc.lora_per_layer_rank : pc.per_layer_rank) : 0;
     if (is_first && embedding_trainable) grad = std::max(grad, emb_unit);
     const double head_grad = is_last && !lora ? norm + (m.tied_embeddings && !embedding_trainable ? 0 : tok) : 0;
     grad = std::max(grad, head_grad);

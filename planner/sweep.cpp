@@ -186,82 +186,82 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
             for (size_t i_sp = 0; i_sp < sps.size(); ++i_sp)
               for (size_t i_flash = 0; i_flash < flashes.size(); ++i_flash)
                 for (size_t i_x = 0; i_x < n_exchanges; ++i_x)
-                for (size_t i_mb = 0; i_mb < mbs.size(); ++i_mb) {
-                  const int ep = eps[i_ep], sp = sps[i_sp], flash = flashes[i_flash], mb = mbs[i_mb];
-                  ShapeInputs& shape =
-                      shapes[(((i_ep * sps.size() + i_sp) * flashes.size() + i_flash) * exchanges.size() + i_x) * mbs.size() + i_mb];
-                  for (Recompute rc : recs)
-                    for (int zero : zeros)
-                      for (int off : offs) {
-                        if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) return;
-                        if (vpp > 1 && it.pp == 1) continue;  // vpp is meaningless without pp: not a plan
-                        if (sp && it.tp == 1) continue;       // likewise: sp == tp1 plan
-                        // Fused attention keeps no scores, so selective recompute equals none.
-                        if (flash && rc == Recompute::selective) continue;
-                        p.vpp = vpp;
-                        p.ep = ep;
-                        p.sp = sp != 0;
-                        p.flash_attention = flash != 0;
-                        p.cp_exchange = it.cp > 1 ? exchanges[i_x] : CpExchange::ring;
-                        p.micro_batch = mb;
-                        p.recompute = rc;
-                        p.zero = zero;
-                        p.offload_optimizer = off != 0;
-                        p.schedule = vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
-                        p.grad_accum = per_dp > 0 ? static_cast<int>(per_dp / mb) : 0;
-                        ++r.enumerated;
-                        if (++local % 4096 == 0) {
-                          done += 4096;
-                          if (opt.progress) {
-                            std::lock_guard<std::mutex> lock(progress_mutex);
-                            const auto now = std::chrono::steady_clock::now();
-                            if (now - last_progress > std::chrono::milliseconds(100)) {
-                              last_progress = now;
-                              opt.progress(done.load(), total_estimate);
+                  for (size_t i_mb = 0; i_mb < mbs.size(); ++i_mb) {
+                    const int ep = eps[i_ep], sp = sps[i_sp], flash = flashes[i_flash], mb = mbs[i_mb];
+                    ShapeInputs& shape =
+                        shapes[(((i_ep * sps.size() + i_sp) * flashes.size() + i_flash) * exchanges.size() + i_x) * mbs.size() + i_mb];
+                    for (Recompute rc : recs)
+                      for (int zero : zeros)
+                        for (int off : offs) {
+                          if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) return;
+                          if (vpp > 1 && it.pp == 1) continue;  // vpp is meaningless without pp: not a plan
+                          if (sp && it.tp == 1) continue;       // likewise: sp == tp1 plan
+                          // Fused attention keeps no scores, so selective recompute equals none.
+                          if (flash && rc == Recompute::selective) continue;
+                          p.vpp = vpp;
+                          p.ep = ep;
+                          p.sp = sp != 0;
+                          p.flash_attention = flash != 0;
+                          p.cp_exchange = it.cp > 1 ? exchanges[i_x] : CpExchange::ring;
+                          p.micro_batch = mb;
+                          p.recompute = rc;
+                          p.zero = zero;
+                          p.offload_optimizer = off != 0;
+                          p.schedule = vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
+                          p.grad_accum = per_dp > 0 ? static_cast<int>(per_dp / mb) : 0;
+                          ++r.enumerated;
+                          if (++local % 4096 == 0) {
+                            done += 4096;
+                            if (opt.progress) {
+                              std::lock_guard<std::mutex> lock(progress_mutex);
+                              const auto now = std::chrono::steady_clock::now();
+                              if (now - last_progress > std::chrono::milliseconds(100)) {
+                                last_progress = now;
+                                opt.progress(done.load(), total_estimate);
+                              }
                             }
                           }
-                        }
-                        PlanResult pr;
-                        pr.plan = p;
-                        pr.precision = prec;
-                        pr.amp = jj.amp;
-                        pr.reason = check_plan(m, c, jj, p, gpus, space.tp_across_nodes);
-                        if (pr.reason != RejectReason::none) {
-                          ++r.rejected[static_cast<int>(pr.reason)];
-                          if (opt.keep_all) r.all.push_back(pr);
-                          continue;
-                        }
-                        ++r.evaluated;
-                        if (!shape.ready) {
-                          shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
-                          shape.memory = memory_inputs(m, jj, p, opt.memory);
-                          shape.ready = true;
-                        }
-                        const MemoryPeak mem = estimate_memory_peak(m, c, jj, p, shape.memory, opt.memory);
-                        const StepTime st = estimate_time(m, c, jj, p, shape.time, opt.efficiency);
-                        pr.peak_bytes = mem.total;
-                        pr.peak_stage = mem.stage;
-                        pr.peak_phase = mem.phase;
-                        pr.step_time_s = st.total;
-                        pr.tokens_per_s = st.tokens_per_s;
-                        pr.mfu = st.mfu;
-                        pr.gpu_hours_per_1b_tokens = gpus * 1e9 / st.tokens_per_s / 3600.0;
-                        const bool fits = mem.fits(opt.headroom_bytes);
-                        if (!fits) {
-                          pr.reason = RejectReason::does_not_fit;
-                          ++r.rejected[static_cast<int>(pr.reason)];
-                          if (!r.has_closest || pr.peak_bytes < r.closest.peak_bytes) {
-                            r.closest = pr;
-                            r.has_closest = true;
+                          PlanResult pr;
+                          pr.plan = p;
+                          pr.precision = prec;
+                          pr.amp = jj.amp;
+                          pr.reason = check_plan(m, c, jj, p, gpus, space.tp_across_nodes);
+                          if (pr.reason != RejectReason::none) {
+                            ++r.rejected[static_cast<int>(pr.reason)];
+                            if (opt.keep_all) r.all.push_back(pr);
+                            continue;
                           }
-                        } else {
-                          ++r.fitting;
-                          offer_top(r.top, pr, opt.top_k, opt.objective);
-                          offer_pareto(ts.fitting_front, pr);
+                          ++r.evaluated;
+                          if (!shape.ready) {
+                            shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
+                            shape.memory = memory_inputs(m, jj, p, opt.memory);
+                            shape.ready = true;
+                          }
+                          const MemoryPeak mem = estimate_memory_peak(m, c, jj, p, shape.memory, opt.memory);
+                          const StepTime st = estimate_time(m, c, jj, p, shape.time, opt.efficiency);
+                          pr.peak_bytes = mem.total;
+                          pr.peak_stage = mem.stage;
+                          pr.peak_phase = mem.phase;
+                          pr.step_time_s = st.total;
+                          pr.tokens_per_s = st.tokens_per_s;
+                          pr.mfu = st.mfu;
+                          pr.gpu_hours_per_1b_tokens = gpus * 1e9 / st.tokens_per_s / 3600.0;
+                          const bool fits = mem.fits(opt.headroom_bytes);
+                          if (!fits) {
+                            pr.reason = RejectReason::does_not_fit;
+                            ++r.rejected[static_cast<int>(pr.reason)];
+                            if (!r.has_closest || pr.peak_bytes < r.closest.peak_bytes) {
+                              r.closest = pr;
+                              r.has_closest = true;
+                            }
+                          } else {
+                            ++r.fitting;
+                            offer_top(r.top, pr, opt.top_k, opt.objective);
+                            offer_pareto(ts.fitting_front, pr);
+                          }
+                          if (opt.keep_all) r.all.push_back(pr);
                         }
-                        if (opt.keep_all) r.all.push_back(pr);
-                      }
-                }
+                  }
       }
     }
   };

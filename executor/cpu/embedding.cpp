@@ -1,5 +1,7 @@
 #include "executor/cpu/embedding.h"
 
+#include <limits>
+
 #include "executor/cpu/kernel_util.h"
 
 namespace llmplan::exec::cpu {
@@ -18,16 +20,6 @@ void embedding_forward(const int32_t* ids, const S* table, S* out, int64_t n, in
     } else {
       for (int64_t j = 0; j < h; ++j) o[j] = row[j];
     }
-  }
-}
-
-template <class S, class G>
-void embedding_backward(const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h) {
-  for (int64_t i = 0; i < n; ++i) {
-    assert(ids[i] >= 0);
-    G* row = dtable + static_cast<int64_t>(ids[i]) * h;
-    const S* d = dout + i * h;
-    for (int64_t j = 0; j < h; ++j) row[j] = store<G>(load(row[j]) + load(d[j]));
   }
 }
 
@@ -56,6 +48,12 @@ void embedding_backward_shard(const int32_t* ids, const S* dout, G* dtable, int6
     const S* d = dout + i * h;
     for (int64_t j = 0; j < h; ++j) row[j] = store<G>(load(row[j]) + load(d[j]));
   }
+}
+
+// The whole table is the shard of every row (valid ids: all in it).
+template <class S, class G>
+void embedding_backward(const int32_t* ids, const S* dout, G* dtable, int64_t n, int64_t h) {
+  embedding_backward_shard(ids, dout, dtable, n, h, 0, std::numeric_limits<int64_t>::max());
 }
 
 void fill_positions(int32_t* positions, int64_t b, int64_t s) {

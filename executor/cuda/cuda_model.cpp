@@ -228,8 +228,18 @@ struct CudaOps {
     return materialized_dropout_is_cpu_only();
   }
 
+  // The sum and count come back to the host (the copy waits for the kernels).
   template <class A>
-  Result<cpu::VocabCeLoss> vocab_parallel_ce_loss(const int32_t* targets, const A* mx, const A* sums, int64_t n) const;
+  Result<cpu::VocabCeLoss> vocab_parallel_ce_loss(const int32_t* targets, const A* mx, const A* sums, int64_t n) const {
+    Result<Block> out = ctx->allocator().allocate(2 * sizeof(double), Category::workspace, "loss.workspace");
+    if (!out) return out.status();
+    auto* dev = static_cast<double*>(out->data());
+    if (Status s = timed("vocab_parallel_ce_loss", [&] { return cuda::vocab_parallel_ce_loss<A>(*ctx, targets, mx, sums, n, dev); }); !s)
+      return s;
+    double host[2] = {0, 0};
+    if (Status s = copy_to_host(*ctx, host, dev, sizeof host); !s) return s;
+    return cpu::VocabCeLoss{host[0], static_cast<int64_t>(host[1])};
+  }
 
   // The loss comes back to the host (the copy waits for the forward).
   template <class T>
@@ -254,21 +264,6 @@ struct CudaOps {
     return timed("cross_entropy_backward", [&] { return cuda::cross_entropy_backward<T>(*ctx, logits, targets, dlogits, n, v, dloss, denom, scratch); });
   }
 };
-
-// The sum and count come back to the host (the copy waits for the kernels).
-template <class S, class G>
-template <class A>
-Result<cpu::VocabCeLoss> CudaOps<S, G>::vocab_parallel_ce_loss(const int32_t* targets, const A* mx, const A* sums,
-                                                               int64_t n) const {
-  Result<Block> out = ctx->allocator().allocate(2 * sizeof(double), Category::workspace, "loss.workspace");
-  if (!out) return out.status();
-  auto* dev = static_cast<double*>(out->data());
-  if (Status s = timed("vocab_parallel_ce_loss", [&] { return cuda::vocab_parallel_ce_loss<A>(*ctx, targets, mx, sums, n, dev); }); !s)
-    return s;
-  double host[2] = {0, 0};
-  if (Status s = copy_to_host(*ctx, host, dev, sizeof host); !s) return s;
-  return cpu::VocabCeLoss{host[0], static_cast<int64_t>(host[1])};
-}
 
 template <class S, class G>
 Result<std::unique_ptr<Model>> build(CudaContext& ctx, const ModelConfig& c) {
