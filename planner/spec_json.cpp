@@ -195,6 +195,9 @@ Result<GpuSpec> gpu_from_json(const json& j, const std::string& origin) {
     pr.get(kNames[i], &tf, 0, 1e6, false);
     g.peak_flops[i] = tf * 1e12;
   }
+  double fp4 = 0;
+  pr.get("fp4", &fp4, 0, 1e6, false);
+  g.fp4_flops = fp4 * 1e12;
   if (Status s = pr.finish(); !s) return s;
   r.get("mma_sync_fraction", &g.mma_sync_fraction, 0.01, 1.0, false);
   if (Status s = r.finish(); !s) return s;
@@ -213,7 +216,8 @@ json to_json(const GpuSpec& g) {
             {"tf32", g.peak_flops[1] / 1e12},
             {"fp16", g.peak_flops[2] / 1e12},
             {"bf16", g.peak_flops[3] / 1e12},
-            {"fp8", g.peak_flops[4] / 1e12}}},
+            {"fp8", g.peak_flops[4] / 1e12},
+            {"fp4", g.fp4_flops / 1e12}}},
           {"mma_sync_fraction", g.mma_sync_fraction}};
 }
 
@@ -245,6 +249,7 @@ Result<ClusterSpec> cluster_from_json(const json& j, const std::string& origin) 
   double host = c.host_bandwidth / 1e9;
   r.get("host_bandwidth_gbs", &host, 1e-3, 1e6, false);
   c.host_bandwidth = host * 1e9;
+  r.get("nvlink_domain_gpus", &c.nvlink_domain, 0, 1 << 16, false);  // 0: the node
   if (Status s = r.finish(); !s) return s;
   return c;
 }
@@ -259,7 +264,8 @@ json to_json(const ClusterSpec& c) {
           {"intra_node_latency_us", c.intra_node_latency * 1e6},
           {"inter_node_bandwidth_gbs", c.inter_node_bandwidth / 1e9},
           {"inter_node_latency_us", c.inter_node_latency * 1e6},
-          {"host_bandwidth_gbs", c.host_bandwidth / 1e9}};
+          {"host_bandwidth_gbs", c.host_bandwidth / 1e9},
+          {"nvlink_domain_gpus", c.nvlink_domain}};
 }
 
 Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {

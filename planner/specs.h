@@ -1,6 +1,6 @@
 // Spec types: what the user gives the planner (model, hardware, training job) and what
 // the planner chooses (the parallel plan). Plain structs with units on every field; JSON
-// in and out lives in spec_json.h, validation in validate_specs.h.
+// in and out lives in spec_json.h, range checks in plan_check.h.
 //
 // Thread-safety: plain values, safe to copy and read from any thread.
 #pragma once
@@ -61,6 +61,9 @@ struct GpuSpec {
   // 1 up to Ampere/Ada; 2/3 on Hopper, whose full rate needs warpgroup wgmma (Shah et al.
   // 2024, FlashAttention-3, sec. 2.2). Applied to fused attention only: cuBLAS GEMMs use wgmma.
   double mma_sync_fraction = 1.0;
+  // Dense FP4 FLOP/s where the GPU has it (Blackwell NVFP4/MXFP4, MI355X). Informational:
+  // no FP4 training recipe is modelled, so the time model never reads it.
+  double fp4_flops = 0;
   double peak(Dtype d) const { return peak_flops[static_cast<int>(d)]; }
 };
 
@@ -75,7 +78,12 @@ struct ClusterSpec {
   double inter_node_bandwidth = 0;   // per GPU, one direction, bytes/s (IB/RoCE)
   double inter_node_latency = 0;     // s
   double host_bandwidth = 25e9;      // GPU<->host (PCIe) per GPU, bytes/s, for offload
+  // GPUs that share the scale-up (NVLink) fabric, when that is larger than a node: a GB200
+  // NVL72 rack joins 18 trays of 4 GPUs in one 72-GPU NVLink domain (NVIDIA GB200 NVL72
+  // datasheet), so groups of up to 72 ranks talk at intra_node_bandwidth. 0: the node.
+  int nvlink_domain = 0;
   int total_gpus() const { return gpus_per_node * nodes; }
+  int scale_up_gpus() const { return nvlink_domain > gpus_per_node ? nvlink_domain : gpus_per_node; }
 };
 
 // ---------------------------------------------------------------- training job
