@@ -28,10 +28,11 @@ Result<Setup> load_setup(const PlanCommand& c) {
     if (!f) return f.status();
     Result<PresetRegistry> reg = load_presets(c.job.data_root);
     if (!reg) return reg.status();
-    Setup s{std::move(*reg), *f, 0, ""};
+    Setup s{std::move(*reg), *f, 0, "", {}, false};
     Result<double> head = parse_bytes(c.job.headroom, "--headroom");
     if (!head) return head.status();
     s.headroom_bytes = *head;
+    if (Status st = apply_stack_flag(c.job.stack, &s); !st) return st;
     return s;
   }
   Result<Setup> s = setup_from_flags(c.job);
@@ -52,8 +53,9 @@ Runner register_memory(CLI::App* sub) {
     Result<Setup> s = load_setup(*c);
     if (!s) return report(s.status());
     const PlanFile& f = s->file;
-    const MemoryReport mem = estimate_memory(f.model, f.cluster, f.job, f.plan);
-    const StepTime time = estimate_time(f.model, f.cluster, f.job, f.plan);
+    const MemoryOptions mo = stack_memory_options(s->stack, MemoryOptions{});
+    const MemoryReport mem = estimate_memory(f.model, f.cluster, f.job, f.plan, mo);
+    const StepTime time = estimate_time(f.model, f.cluster, f.job, f.plan, s->stack.efficiency);
     if (c->json_out == "-") {
       std::printf("%s\n", plan_file_to_json(f, mem, time).dump(2).c_str());
       return 0;
@@ -61,6 +63,7 @@ Runner register_memory(CLI::App* sub) {
     if (!s->model_note.empty()) std::printf("%s\n", s->model_note.c_str());
     print_setup(f);
     print_memory(mem, s->headroom_bytes);
+    if (!s->stack_given) print_memory_over_stacks(s->presets, f, s->headroom_bytes);
     if (!c->json_out.empty()) {
       if (Status st = write_json_file(c->json_out, plan_file_to_json(f, mem, time)); !st) return report(st);
       std::printf("wrote %s\n", c->json_out.c_str());
@@ -78,10 +81,12 @@ Runner register_explain(CLI::App* sub) {
     Result<Setup> s = load_setup(*c);
     if (!s) return report(s.status());
     const PlanFile& f = s->file;
-    const Explanation e = explain_plan(f.model, f.cluster, f.job, f.plan, f.gpus, s->headroom_bytes);
+    const Explanation e = explain_plan(f.model, f.cluster, f.job, f.plan, f.gpus, s->headroom_bytes,
+                                       stack_memory_options(s->stack, MemoryOptions{}), s->stack.efficiency);
     if (!s->model_note.empty()) std::printf("%s\n", s->model_note.c_str());
     print_setup(f);
     print_memory(e.memory, s->headroom_bytes);
+    if (!s->stack_given) print_memory_over_stacks(s->presets, f, s->headroom_bytes);
     print_time(e.time, f.gpus);
     print_explanation(e, f);
     return 0;

@@ -18,6 +18,8 @@ struct SimulateCommand {
   std::string plan_file;
   std::string trace_out;
   std::string json_out;
+  std::string stack;      // "" = the default profile
+  std::string data_root;
 };
 
 void print_row(const char* what, double simulated, double analytic) {
@@ -31,10 +33,21 @@ Runner register_simulate(CLI::App* sub) {
   sub->add_option("plan", c->plan_file, "plan JSON (from llmplan sweep)")->required();
   sub->add_option("--trace", c->trace_out, "write a Chrome trace-event JSON (open in Perfetto)");
   sub->add_option("--json", c->json_out, "write the summary as JSON");
+  sub->add_option("--stack", c->stack, "training-stack profile (data/stacks) or stack file; default llmplan");
+  sub->add_option("--data-root", c->data_root, "folder with models/ and data/ (for --stack)");
   return [c]() {
     Result<PlanFile> f = read_plan_file(c->plan_file);
     if (!f) return report(f.status());
     SimOptions opt;
+    if (!c->stack.empty()) {
+      Result<PresetRegistry> reg = load_presets(c->data_root);
+      if (!reg) return report(reg.status());
+      Result<StackProfile> st = reg->stack(c->stack, "--stack");
+      if (!st) return report(st.status());
+      opt.efficiency = st->efficiency;
+      opt.memory = stack_memory_options(*st, opt.memory);
+      f->job = stack_job(*st, f->job);
+    }
     opt.record_events = !c->trace_out.empty();
     Result<SimResult> r = simulate_step(f->model, f->cluster, f->job, f->plan, opt);
     if (!r) return report(r.status());

@@ -165,6 +165,11 @@ Runner register_sweep(CLI::App* sub) {
     if (c->simulate_top < 0) return report(Status::bad_input("--simulate-top: expected a count >= 0, got " + std::to_string(c->simulate_top)));
     opt.top_k = std::max(c->top, c->simulate_top);
     opt.threads = c->threads;
+    opt.memory = stack_memory_options(s.stack, opt.memory);
+    opt.efficiency = s.stack.efficiency;
+    // The stack not named: a plan fits only under every known stack's memory conventions
+    // (the costliest error is "fits" for a run that dies), and its peak is the upper end.
+    if (!s.stack_given) opt.also_fit = distinct_memory_conventions(s.presets.stacks(), opt.memory, s.file.job.grads);
     opt.headroom_bytes = s.headroom_bytes;
     opt.keep_all = !c->csv_out.empty();
     double train_tokens = 0;
@@ -195,13 +200,16 @@ Runner register_sweep(CLI::App* sub) {
     if (!c->csv_out.empty()) {
       std::ofstream csv(c->csv_out);
       if (!csv) return report(Status::runtime(c->csv_out + ": cannot write file"));
-      csv << "dp,tp,pp,vpp,cp,ep,sp,micro_batch,grad_accum,zero,recompute,offload,flash,precision,amp,status,peak_gib,tokens_per_s,mfu,step_s,cp_exchange\n";
+      csv << "dp,tp,pp,vpp,cp,ep,sp,micro_batch,grad_accum,zero,recompute,offload,flash,precision,amp,status,peak_gib,tokens_per_s,mfu,step_s,cp_exchange,"
+             "peak_low_gib,peak_stack\n";
       for (const PlanResult& x : r.all) {
         const ParallelPlan& p = x.plan;
         csv << p.dp << ',' << p.tp << ',' << p.pp << ',' << p.vpp << ',' << p.cp << ',' << p.ep << ',' << p.sp << ',' << p.micro_batch << ','
             << p.grad_accum << ',' << p.zero << ',' << to_string(p.recompute) << ',' << p.offload_optimizer << ',' << p.flash_attention << ','
             << to_string(x.precision) << ',' << to_string(x.amp) << ',' << (x.reason == RejectReason::none ? "fits" : describe(x.reason)) << ','
-            << x.peak_bytes / kGiB << ',' << x.tokens_per_s << ',' << x.mfu << ',' << x.step_time_s << ',' << to_string(p.cp_exchange) << '\n';
+            << x.peak_bytes / kGiB << ',' << x.tokens_per_s << ',' << x.mfu << ',' << x.step_time_s << ',' << to_string(p.cp_exchange) << ','
+            << x.peak_low_bytes / kGiB << ',' << (x.peak_convention < 0 ? s.stack.name : opt.also_fit[static_cast<size_t>(x.peak_convention)].stack)
+            << '\n';
       }
       std::printf("wrote %zu plans to %s\n", r.all.size(), c->csv_out.c_str());
     }
@@ -222,6 +230,11 @@ Runner register_sweep(CLI::App* sub) {
       if (ranked.empty()) return 1;
     }
     const size_t shown = std::min<size_t>(ranked.size(), static_cast<size_t>(c->top));
+    if (!opt.also_fit.empty()) {
+      std::printf("\npeak GiB below: the largest over the memory conventions of %s", s.stack.name.c_str());
+      for (const MemoryConvention& mc : opt.also_fit) std::printf(", %s", mc.stack.c_str());
+      std::printf("; a plan fits only under all of them (--stack NAME: one stack's own number)\n");
+    }
     std::printf("\nTop %zu plans by %s%s:\n", shown, to_string(opt.objective), c->simulate_top > 0 ? " (simulated step time)" : "");
     print_header();
     for (size_t i = 0; i < shown; ++i) print_row(static_cast<int>(i + 1), ranked[i]);
@@ -234,10 +247,11 @@ Runner register_sweep(CLI::App* sub) {
     PlanFile best = s.file;
     best.plan = ranked.front().plan;
     best.job = job_for(s.file.job, ranked.front());
-    const MemoryReport mem = estimate_memory(best.model, best.cluster, best.job, best.plan);
-    const StepTime time = estimate_time(best.model, best.cluster, best.job, best.plan);
-    std::printf("\nBest plan: %s\n", plan_summary(best.plan).c_str());
+    const MemoryReport mem = estimate_memory(best.model, best.cluster, best.job, best.plan, opt.memory);
+    const StepTime time = estimate_time(best.model, best.cluster, best.job, best.plan, opt.efficiency);
+    std::printf("\nBest plan: %s (stack %s)\n", plan_summary(best.plan).c_str(), s.stack.name.c_str());
     print_memory(mem, s.headroom_bytes);
+    if (!s.stack_given) print_memory_over_stacks(s.presets, best, s.headroom_bytes);
     print_time(time, best.gpus);
     if (train_tokens > 0) {
       const double seconds = train_tokens / time.tokens_per_s;
@@ -262,6 +276,8 @@ Runner register_presets(CLI::App* sub) {
     for (const auto& id : reg->gpu_ids()) std::printf(" %s", id.c_str());
     std::printf("\nclusters:");
     for (const auto& id : reg->cluster_ids()) std::printf(" %s", id.c_str());
+    std::printf("\nstacks:");
+    for (const auto& id : reg->stack_ids()) std::printf(" %s", id.c_str());
     std::printf("\n");
     return 0;
   };

@@ -13,6 +13,7 @@ void add_job_flags(CLI::App* app, JobFlags* f) {
   app->add_option("--params", f->params, "pick the preset nearest to this size (7B, 1.3e9, 350M)");
   app->add_option("--family", f->family, "restrict --params to a family prefix (gpt2, gpt3, llama2, llama3, mistral)");
   app->add_option("--gpu", f->gpu, "GPU preset id")->capture_default_str();
+  app->add_option("--stack", f->stack, "training-stack profile (data/stacks: megatron-core, torchtitan, deepspeed, ...) or a stack file from llmplan calibrate; default llmplan");
   app->add_option("--cluster", f->cluster, "node/interconnect preset id (sets the GPU too)");
   app->add_option("--gpus", f->gpus, "number of GPUs")->capture_default_str();
   app->add_option("--gpus-per-node", f->gpus_per_node, "GPUs per node (default: the node preset's)");
@@ -50,6 +51,51 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--schedule", f->schedule, "gpipe, 1f1b or interleaved");
 }
 
+Status apply_stack_flag(const std::string& stack, Setup* s) {
+  if (stack.empty()) {
+    s->stack = s->presets.default_stack();
+    s->stack_given = false;
+    return Status::ok();
+  }
+  Result<StackProfile> st = s->presets.stack(stack, "--stack");
+  if (!st) return st.status();
+  s->stack = *st;
+  s->stack_given = true;
+  s->file.job = stack_job(s->stack, s->file.job);
+  return Status::ok();
+}
+
+StackMemoryRange memory_over_stacks(const PresetRegistry& presets, const PlanFile& f, double headroom_bytes) {
+  StackMemoryRange r;
+  bool first = true;
+  for (const StackProfile& st : presets.stacks()) {
+    const MemoryReport m =
+        estimate_memory(f.model, f.cluster, stack_job(st, f.job), f.plan, stack_memory_options(st, MemoryOptions{}));
+    const double t = m.worst.total;
+    if (first || t < r.low) r.low = t, r.low_stack = st.name;
+    if (first || t > r.high) r.high = t, r.high_stack = st.name;
+    r.fits_all = r.fits_all && m.fits(headroom_bytes);
+    first = false;
+  }
+  return r;
+}
+
+void print_memory_over_stacks(const PresetRegistry& presets, const PlanFile& f, double headroom_bytes) {
+  if (presets.stacks().empty()) return;
+  const StackMemoryRange r = memory_over_stacks(presets, f, headroom_bytes);
+  std::printf("Peak over the known stacks' memory conventions: %s (%s) .. %s (%s): %s\n", gib(r.low).c_str(), r.low_stack.c_str(),
+              gib(r.high).c_str(), r.high_stack.c_str(), r.fits_all ? "fits under every one" : "does NOT fit under every one");
+  if (r.high_stack != r.low_stack) {
+    Result<StackProfile> hi = presets.stack(r.high_stack);
+    if (hi) {
+      std::printf("  %s:", r.high_stack.c_str());
+      for (const std::string& n : memory_convention_names(*hi, f.plan.tp)) std::printf(" %s;", n.c_str());
+      std::printf("\n");
+    }
+  }
+  std::printf("  (give --stack NAME for one stack's own number)\n");
+}
+
 Result<PresetRegistry> load_presets(const std::string& data_root) {
   return PresetRegistry::load(data_root.empty() ? default_data_root() : data_root);
 }
@@ -67,7 +113,7 @@ Status parse_flag(const std::string& text, E* out, const char* flag, const char*
 Result<Setup> setup_from_flags(const JobFlags& f) {
   Result<PresetRegistry> reg = load_presets(f.data_root);
   if (!reg) return reg.status();
-  Setup s{std::move(*reg), {}, 0, ""};
+  Setup s{std::move(*reg), {}, 0, "", {}, false};
   // ---- model
   if (!f.model.empty() && !f.params.empty()) return Status::bad_input("--model and --params: give one, not both");
   if (!f.model.empty()) {
@@ -134,6 +180,7 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
   }
   if (Status st = parse_flag(f.optimizer, &j.optimizer, "--optimizer", "adamw, sgd"); !st) return st;
   if (Status st = parse_flag(f.grads, &j.grads, "--grads", "deepspeed, megatron"); !st) return st;
+  if (Status st = apply_stack_flag(f.stack, &s); !st) return st;  // after --grads: the stack's convention wins
   j.fp8_linear = f.fp8;
   Result<double> head = parse_bytes(f.headroom, "--headroom");
   if (!head) return head.status();

@@ -38,6 +38,7 @@ struct JobFlags {
   bool fp8 = false;
   std::string headroom = "0";
   std::string data_root;        // "" = default_data_root()
+  std::string stack;            // training-stack profile id or file; "" = the default (llmplan)
 };
 
 // Flags for a single plan (memory, explain). -1 / "" = not given.
@@ -61,7 +62,22 @@ struct Setup {
   PlanFile file;             // model, cluster, job (+ plan for plan commands)
   double headroom_bytes = 0;
   std::string model_note;    // e.g. "--params 7B: picked llama2-7b (6.74B parameters)"
+  StackProfile stack;        // --stack, else the default profile
+  bool stack_given = false;  // --stack was given (else memory is also reported over every stack's conventions)
 };
+
+// --stack on top of a setup: the profile, and the job's gradient convention from it.
+Status apply_stack_flag(const std::string& stack, Setup* s);
+
+// One plan's peak memory under every known stack's conventions: the range a plan must fit
+// in when the stack is not known (planner/stack_profile.h).
+struct StackMemoryRange {
+  double low = 0, high = 0;          // bytes, worst stage's total
+  std::string low_stack, high_stack;
+  bool fits_all = true;              // under every stack's conventions
+};
+StackMemoryRange memory_over_stacks(const PresetRegistry& presets, const PlanFile& f, double headroom_bytes);
+void print_memory_over_stacks(const PresetRegistry& presets, const PlanFile& f, double headroom_bytes);
 
 Result<PresetRegistry> load_presets(const std::string& data_root);
 // Model, cluster and job from flags; validates sizes (bad_input naming the flag).

@@ -245,7 +245,7 @@ void MainWindow::on_sweep_finished(bool cancelled) {
   form_->finish_progress();
   const SweepRequest& req = runner_->request();
   const SweepResult& r = *runner_->result();
-  SweepContext ctx{req.base, req.headroom_bytes, req.options.objective};
+  SweepContext ctx{req.base, req.headroom_bytes, req.options.objective, req.options.also_fit};
   selected_ = -1;
   details_.reset();
   model_->set_sweep(ctx, r);
@@ -349,7 +349,7 @@ bool MainWindow::open_plan(const QString& path) {
     return false;
   }
   const double headroom = form_->inputs().headroom_gib * kGiB;
-  SweepContext ctx{*f, headroom, Objective::tokens_per_s};
+  SweepContext ctx{*f, headroom, Objective::tokens_per_s, {}};
   selected_ = -1;
   details_.reset();
   model_->set_single(ctx, evaluate_plan(*f, headroom));

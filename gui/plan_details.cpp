@@ -9,7 +9,15 @@ PlanDetails compute_plan_details(const SweepContext& ctx, const PlanResult& r) {
   d.file = ctx.base;
   d.file.plan = r.plan;
   d.file.job = job_for(ctx.base.job, r);
-  d.explanation = explain_plan(d.file.model, d.file.cluster, d.file.job, d.file.plan, d.file.gpus, ctx.headroom_bytes);
+  // The breakdown under the convention that sets the plan's peak, so that its total is the
+  // table's peak (the upper end over the stacks' conventions).
+  MemoryOptions mo;
+  if (r.peak_convention >= 0 && static_cast<size_t>(r.peak_convention) < ctx.also_fit.size()) {
+    const MemoryConvention& c = ctx.also_fit[static_cast<size_t>(r.peak_convention)];
+    mo = c.memory;
+    d.file.job.grads = c.grads;
+  }
+  d.explanation = explain_plan(d.file.model, d.file.cluster, d.file.job, d.file.plan, d.file.gpus, ctx.headroom_bytes, mo);
   d.memory = d.explanation.memory;
   d.time = d.explanation.time;
   d.timeline = simulated_timeline(d.file);

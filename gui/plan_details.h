@@ -18,6 +18,9 @@ struct SweepContext {
   PlanFile base;             // plan unset
   double headroom_bytes = 0;
   Objective objective = Objective::tokens_per_s;
+  // The sweep's other memory conventions (SweepOptions::also_fit): a plan's details are
+  // computed under the one that sets its peak (PlanResult::peak_convention).
+  std::vector<MemoryConvention> also_fit;
 };
 
 struct PlanDetails {

@@ -96,6 +96,8 @@ Result<SweepRequest> make_sweep_request(const SweepInputs& in, const PresetRegis
   if (in.top < 1) return Status::bad_input("Ranked plans: expected a positive count, got " + std::to_string(in.top));
   r.options.top_k = in.top;
   r.options.headroom_bytes = r.headroom_bytes;
+  // As the CLI without --stack: a plan fits only under every known stack's memory conventions.
+  r.options.also_fit = distinct_memory_conventions(presets.stacks(), r.options.memory, j.grads);
   return r;
 }
 

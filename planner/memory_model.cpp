@@ -288,7 +288,8 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     x.head_input = tokens * h / seq_div * act_bytes;
     x.last_chunk_set = 2 * x.head_input;  // final-norm input (the last layer's output) + LM-head input
     // logits + fp32 softmax (the executor's loss), or the framework's loss peak
-    const double per_logit = opt.loss_bytes_per_logit > 0 ? opt.loss_bytes_per_logit : act_bytes + 4;
+    const double framework_loss = p.tp > 1 && opt.loss_bytes_per_logit_tp > 0 ? opt.loss_bytes_per_logit_tp : opt.loss_bytes_per_logit;
+    const double per_logit = framework_loss > 0 ? framework_loss : act_bytes + 4;
     x.logits_set = tokens * vocab_rank * per_logit;
   }
   const bool layers_train = frozen_here < layers;

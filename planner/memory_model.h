@@ -47,8 +47,8 @@ enum class SelectiveRecompute {
 
 // Framework and hardware constants outside the model. Every default has its reason, and
 // the defaults describe llmplan's own executor (tests/executor* hold them byte-exact);
-// `llmplan validate` sets the other frameworks' conventions (planner/validate.cpp,
-// framework_memory_options) from a record's framework and memory metric.
+// the other stacks' conventions come from their profiles (planner/stack_profile.h,
+// data/stacks/*.json), which `--stack` and `llmplan validate` apply.
 struct MemoryOptions {
   // CUDA context with cuBLAS/NCCL kernels loaded, as nvidia-smi shows it for a PyTorch
   // process on A100/H100 with CUDA 12 lazy loading (~0.5-0.8 GiB measured in the field).
@@ -72,6 +72,8 @@ struct MemoryOptions {
   // gradient and the gradient of the upcast logits = 12; DTensor's loss_parallel
   // cross-entropy under TP holds four (16). Default: 0.
   double loss_bytes_per_logit = 0;
+  // The same under tp > 1, where it differs (DTensor's loss_parallel: 16). 0: as above.
+  double loss_bytes_per_logit_tp = 0;
   // ZeRO-3 as PyTorch FSDP2 wraps a model (torchtitan: one fully_shard per layer, then the
   // root): the root's parameters -- embedding, final norm, LM head -- are gathered at the
   // root's pre-forward and stay gathered to the end of backward ("the root FSDP state has

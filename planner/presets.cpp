@@ -104,6 +104,11 @@ Result<PresetRegistry> PresetRegistry::load(const std::string& root) {
     if (!c) return c.status();
     if (Status s = insert_unique(reg.clusters_, c->cluster.name, *c, f, "cluster"); !s) return s;
   }
+  for (const std::string& f : json_files(base / "data" / "stacks")) {
+    Result<StackProfile> st = load_stack_file(f);
+    if (!st) return st.status();
+    if (Status s = insert_unique(reg.stacks_, st->name, *st, f, "stack"); !s) return s;
+  }
   return reg;
 }
 
@@ -176,6 +181,44 @@ Result<ModelSpec> PresetRegistry::nearest_model(double params, const std::string
   if (!best) return Status::bad_input("no model preset of family '" + family + "'");
   return *best;
 }
+
+Result<StackProfile> PresetRegistry::stack(const std::string& id_or_path, const std::string& what) const {
+  const bool is_path = id_or_path.find('/') != std::string::npos ||
+                       (id_or_path.size() > 5 && id_or_path.substr(id_or_path.size() - 5) == ".json");
+  if (is_path) {
+    Result<StackProfile> s = load_stack_file(id_or_path);
+    if (!s) return s.status().with_context(what);
+    return s;
+  }
+  auto it = stacks_.find(id_or_path);
+  if (it == stacks_.end())
+    return Status::bad_input(what + ": unknown stack '" + id_or_path + "' (known: " + join(stack_ids()) + "; or a stack file path)");
+  return it->second.first;
+}
+
+StackProfile PresetRegistry::default_stack() const {
+  auto it = stacks_.find("llmplan");
+  if (it != stacks_.end()) return it->second.first;
+  StackProfile s;
+  s.name = "llmplan";
+  s.source = "compiled-in defaults (planner/time_model.h Efficiency, planner/memory_model.h MemoryOptions)";
+  return s;
+}
+
+StackProfile PresetRegistry::stack_for_framework(const std::string& framework) const {
+  for (const auto& [id, entry] : stacks_)
+    for (const std::string& f : entry.first.frameworks)
+      if (f == framework) return entry.first;
+  return default_stack();
+}
+
+std::vector<StackProfile> PresetRegistry::stacks() const {
+  std::vector<StackProfile> out;
+  for (const auto& [id, entry] : stacks_) out.push_back(entry.first);
+  return out;
+}
+
+std::vector<std::string> PresetRegistry::stack_ids() const { return keys(stacks_); }
 
 std::vector<std::string> PresetRegistry::model_ids() const { return keys(models_); }
 std::vector<std::string> PresetRegistry::gpu_ids() const { return keys(gpus_); }

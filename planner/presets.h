@@ -1,5 +1,6 @@
-// Preset registry: model presets (models/*.json), GPU presets (data/hardware/gpus/*.json)
-// and node/interconnect presets (data/hardware/clusters/*.json), looked up by id. Ids are
+// Preset registry: model presets (models/*.json), GPU presets (data/hardware/gpus/*.json),
+// node/interconnect presets (data/hardware/clusters/*.json) and training-stack profiles
+// (data/stacks/*.json, planner/stack_profile.h), looked up by id. Ids are
 // unique: a second file with the same id is an error naming both files. Wherever a model
 // is accepted, a path to a preset-style JSON or a Hugging Face config.json works too.
 //
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "planner/specs.h"
+#include "planner/stack_profile.h"
 #include "planner/status.h"
 
 namespace llmplan {
@@ -47,14 +49,26 @@ class PresetRegistry {
   // nearest (in log scale) to `params`.
   Result<ModelSpec> nearest_model(double params, const std::string& family) const;
 
+  // A stack profile id, or a path to a stack file (anything with '/' or ending in .json,
+  // e.g. what `llmplan calibrate` writes). `what` names the flag for messages.
+  Result<StackProfile> stack(const std::string& id_or_path, const std::string& what = "--stack") const;
+  // The planner's default stack ("llmplan"; the compiled-in constants when the data
+  // folder has no stacks/).
+  StackProfile default_stack() const;
+  // The stack whose `frameworks` lists `framework` (a reference record's), else the default.
+  StackProfile stack_for_framework(const std::string& framework) const;
+  std::vector<StackProfile> stacks() const;
+
   std::vector<std::string> model_ids() const;
   std::vector<std::string> gpu_ids() const;
   std::vector<std::string> cluster_ids() const;
+  std::vector<std::string> stack_ids() const;
 
  private:
   std::map<std::string, std::pair<ModelSpec, std::string>> models_;  // id -> (spec, origin)
   std::map<std::string, std::pair<GpuSpec, std::string>> gpus_;
   std::map<std::string, std::pair<ClusterPreset, std::string>> clusters_;
+  std::map<std::string, std::pair<StackProfile, std::string>> stacks_;
 };
 
 // A model preset id or file, loaded alone (for tools that need no registry).

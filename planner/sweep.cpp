@@ -98,6 +98,7 @@ struct ShapeInputs {
   bool ready = false;
   StepTimeInputs time;
   MemoryInputs memory;
+  std::vector<MemoryInputs> also;  // per SweepOptions::also_fit
 };
 
 // Keeps the k best in `top` (sorted best first); no allocation once it holds k entries.
@@ -163,6 +164,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
     ParallelPlan p;
     int64_t local = 0;
     std::vector<ShapeInputs> shapes;  // [ep][sp][flash][exchange][micro-batch] of the current work item and precision
+    std::vector<TrainingJob> jobs_also(opt.also_fit.size());  // the job under each SweepOptions::also_fit convention
     for (size_t w = next++; w < work.size(); w = next++) {
       const WorkItem it = work[w];
       p.tp = it.tp;
@@ -178,6 +180,10 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
         TrainingJob jj = j;
         jj.precision = prec;
         jj.amp = prec == Precision::fp32 ? AmpLevel::O0 : (j.precision == Precision::fp32 ? AmpLevel::O2 : j.amp);
+        for (size_t k = 0; k < opt.also_fit.size(); ++k) {
+          jobs_also[k] = jj;
+          jobs_also[k].grads = opt.also_fit[k].grads;
+        }
         shapes.assign(eps.size() * sps.size() * flashes.size() * exchanges.size() * mbs.size(), ShapeInputs{});
         // The CP exchange means nothing without CP: one pass then.
         const size_t n_exchanges = it.cp > 1 ? exchanges.size() : 1;
@@ -237,8 +243,22 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             shape.memory = memory_inputs(m, jj, p, opt.memory);
                             shape.ready = true;
                           }
-                          const MemoryPeak mem = estimate_memory_peak(m, c, jj, p, shape.memory, opt.memory);
+                          MemoryPeak mem = estimate_memory_peak(m, c, jj, p, shape.memory, opt.memory);
                           const StepTime st = estimate_time(m, c, jj, p, shape.time, opt.efficiency);
+                          pr.peak_low_bytes = mem.total;
+                          // The other stacks' conventions only where the own one fits: a plan
+                          // that does not fit under one convention does not fit the envelope.
+                          if (!opt.also_fit.empty() && mem.fits(opt.headroom_bytes)) {
+                            if (shape.also.size() != opt.also_fit.size()) {
+                              shape.also.clear();
+                              for (size_t k = 0; k < opt.also_fit.size(); ++k) shape.also.push_back(memory_inputs(m, jobs_also[k], p, opt.also_fit[k].memory));
+                            }
+                            for (size_t k = 0; k < opt.also_fit.size(); ++k) {
+                              const MemoryPeak other = estimate_memory_peak(m, c, jobs_also[k], p, shape.also[k], opt.also_fit[k].memory);
+                              pr.peak_low_bytes = std::min(pr.peak_low_bytes, other.total);
+                              if (other.total > mem.total) mem = other, pr.peak_convention = static_cast<int>(k);
+                            }
+                          }
                           pr.peak_bytes = mem.total;
                           pr.peak_stage = mem.stage;
                           pr.peak_phase = mem.phase;

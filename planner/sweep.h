@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "planner/memory_model.h"
+#include "planner/stack_profile.h"
 #include "planner/plan_check.h"
 #include "planner/specs.h"
 #include "planner/time_model.h"
@@ -48,6 +49,12 @@ struct SweepOptions {
   bool keep_all = false;              // fill SweepResult::all (for --csv)
   MemoryOptions memory;
   Efficiency efficiency;
+  // Memory conventions a plan must fit under beside `memory` (the job's own): when the
+  // training stack is not known, the other known stacks' (distinct_memory_conventions).
+  // A plan fits only when it fits under every one; PlanResult::peak_bytes is then the
+  // largest peak (the upper end, by which the memory objective ranks) and peak_low_bytes
+  // the smallest. Empty: the own convention alone.
+  std::vector<MemoryConvention> also_fit;
   // Called about every 0.1 s with (evaluated so far, total estimate); may be empty.
   std::function<void(int64_t, int64_t)> progress;
   const std::atomic<bool>* cancel = nullptr;  // stop early when set
@@ -59,7 +66,9 @@ struct PlanResult {
   Precision precision = Precision::bf16;
   AmpLevel amp = AmpLevel::O2;
   RejectReason reason = RejectReason::none;  // none or does_not_fit for evaluated plans
-  double peak_bytes = 0;       // worst stage
+  double peak_bytes = 0;       // worst stage (with SweepOptions::also_fit: the largest over the conventions)
+  double peak_low_bytes = 0;   // the smallest over the conventions (= peak_bytes without also_fit)
+  int peak_convention = -1;    // which convention sets peak_bytes: -1 the own, else an index into also_fit
   int peak_stage = 0;
   Phase peak_phase = Phase::backward;
   double step_time_s = 0;

@@ -10,7 +10,8 @@ namespace llmplan {
 
 Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g) {
   // Ranks are laid out TP innermost, then CP, DP, PP: group g is `size` ranks `stride`
-  // apart. It stays inside a node when the span it covers fits in one node.
+  // apart. It stays on NVLink when the span it covers fits in one NVLink domain (the
+  // node, or a whole NVL72 rack of 4-GPU trays).
   int64_t stride = 1, size = 1;
   switch (g) {
     case Group::tp: size = p.tp; break;
@@ -19,10 +20,11 @@ Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g) {
     case Group::dp: stride = static_cast<int64_t>(p.tp) * p.cp, size = p.dp; break;
     case Group::pp: stride = static_cast<int64_t>(p.tp) * p.cp * p.dp, size = p.pp; break;
   }
-  if (size <= 1 || stride * size <= c.gpus_per_node) return {c.intra_node_bandwidth, c.intra_node_latency};
-  // k ranks of the group share a node; NCCL's ring channels leave the node through k
-  // NICs (collectives only: PP sends and the CP ring are point-to-point, one NIC).
-  const int64_t k = stride >= c.gpus_per_node ? 1 : std::min<int64_t>(size, c.gpus_per_node / stride);
+  const int64_t domain = c.scale_up_gpus();
+  if (size <= 1 || stride * size <= domain) return {c.intra_node_bandwidth, c.intra_node_latency};
+  // k ranks of the group share a domain; NCCL's ring channels leave it through k NICs
+  // (collectives only: PP sends and the CP ring are point-to-point, one NIC).
+  const int64_t k = stride >= domain ? 1 : std::min<int64_t>(size, domain / stride);
   const int64_t nodes = (size + k - 1) / k;
   const bool channels = g == Group::tp || g == Group::dp || g == Group::ep;
   Link l;
@@ -268,7 +270,8 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const double d = static_cast<double>(m.head_width()), skv = static_cast<double>(lc.s_kv);
     // The kernels issue mma.sync, which reaches only part of Hopper's tensor peak.
     const double eff = e.attention * d / (d + e.gemm_half_dim) * skv / (skv + e.attention_half_seq);
-    attn_fwd = 0.5 * core_full * (1 / (peak * c.gpu.mma_sync_fraction * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
+    const double mma = 1 - e.attention_mma_sync * (1 - c.gpu.mma_sync_fraction);  // the attention kernel's share of the tensor peak
+    attn_fwd = 0.5 * core_full * (1 / (peak * mma * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
     attn_bwd = 2.5 * attn_fwd;
   } else {
     const double head_dim = static_cast<double>(m.head_width());

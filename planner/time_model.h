@@ -42,6 +42,12 @@ struct Efficiency {
   double attention = 0.339731;        // fraction of the mma.sync peak at long sequences and wide heads
   double attention_half_seq = 814.327;  // keys: efficiency is halved here
   double attention_traffic = 2.63154e-05;  // bytes of unhidden HBM/L2 traffic per attention FLOP
+  // Whether the stack's fused attention runs on warp-level mma.sync, so that the GPU's
+  // mma_sync_fraction applies (1: FlashAttention-2 and Triton kernels, PyTorch SDPA), or
+  // on the full-rate warpgroup instructions (0: cuDNN's fused attention, which Transformer
+  // Engine calls, and FlashAttention-3 on Hopper; Shah et al. 2024 sec. 2.2). Stack data,
+  // not fitted.
+  double attention_mma_sync = 1;
   double memory = 0.82162;          // fraction of HBM bandwidth reached by elementwise kernels
   // Not fitted: it trades off exactly against the overlaps on these records; nccl-tests
   // reach 0.8-0.95 of the link (and of the node's NICs across nodes).

@@ -28,6 +28,15 @@ double megatron_core_flops(double B, double s, double L, double h, double heads,
   return 12.0 * B * s * L * h * h * (attn + mlp + V / (2 * L * h));
 }
 
+double megatron_bridge_flops(double B, double s, double L, double h, double heads, double kv_heads, double head_dim, double mlp_width,
+                             bool gated, double V, int tp) {
+  const double pad = 128.0 * std::max(1, tp);
+  const double v_padded = std::ceil(V / pad) * pad;
+  const double attn = (1 + kv_heads / heads + s / (2 * h)) * (heads * head_dim / h);
+  const double mlp = mlp_width / h * (gated ? 1.5 : 1.0);
+  return 12.0 * B * s * L * h * h * (attn + mlp + v_padded / (2 * L * h));
+}
+
 double llm_foundry_flops(double B, double s, double N, double L, double h, bool hardware) {
   return B * s * (6 * N + 12 * L * h * s) * (hardware ? 4.0 / 3.0 : 1.0);
 }
@@ -40,6 +49,7 @@ const char* to_string(Metric m) {
     case Metric::mfu: return "mfu";
     case Metric::hfu: return "hfu";
     case Metric::tokens_per_s: return "tokens_per_s";
+    case Metric::step_time: return "step_time";
     case Metric::memory: return "memory";
   }
   return "?";
@@ -90,15 +100,31 @@ void prepare_model(const ReferenceRecord& r, Prepared* p) {
   m.heads = *rm.heads;
   m.kv_heads = rm.kv_heads.value_or(m.heads);
   if (!rm.kv_heads) p->assumptions.push_back("kv_heads=heads (multi-head attention)");
-  m.ffn_hidden = rm.ffn_hidden.value_or(4 * m.hidden);
-  if (!rm.ffn_hidden) p->assumptions.push_back("ffn_hidden=4*hidden");
+  m.head_dim = rm.head_dim.value_or(0);
+  if (rm.moe) {
+    m.moe.experts = rm.moe->experts;
+    m.moe.experts_per_token = rm.moe->experts_per_token;
+    m.moe.expert_ffn_hidden = rm.moe->expert_ffn_hidden;
+    m.moe.shared_experts = rm.moe->shared_experts;
+    // Benchmarks of dropless MoE (Megatron-Core's default, moe_expert_capacity_factor
+    // None) route every token; capacity 1 with forced balance is the nearest the planner has.
+    p->notes.push_back("MoE: routed tokens balanced over the experts (capacity factor 1)");
+  }
+  // Every layer MoE without shared experts: the dense width is unused (the record's null).
+  const bool ffn_unused = m.moe.enabled() && m.moe.shared_experts == 0;
+  m.ffn_hidden = rm.ffn_hidden.value_or(ffn_unused ? m.moe.expert_ffn_hidden : 4 * m.hidden);
+  if (!rm.ffn_hidden && !ffn_unused) p->assumptions.push_back("ffn_hidden=4*hidden");
   // Families that tie by default: GPT-2/GPT-3/Megatron GPT and BERT; Llama unties.
   m.tied_embeddings = rm.tied_embeddings.value_or(!gated);
   if (!rm.tied_embeddings) p->assumptions.push_back(std::string("tied_embeddings=") + (m.tied_embeddings ? "true" : "false") + " (family default)");
   m.max_positions = rm.seq_len.value_or(2048);
-  // BERT's published config trains with dropout 0.1; the GPT/Llama benchmark runs here
-  // have none (llm-foundry, torchtitan, llm.c set 0; Megatron runs are approximated).
-  m.dropout = rm.family == "bert";
+  // BERT's published config trains with dropout 0.1, and so does Megatron's GPT:
+  // Megatron-LM's --attention-dropout and --hidden-dropout default to 0.1
+  // (megatron/training/arguments.py) and Megatron-Core's TransformerConfig has
+  // attention_dropout = hidden_dropout = 0.1, which NeMo's GPT-3 configs keep; its Llama
+  // and Nemotron configs set 0. llm-foundry, torchtitan and llm.c train with none.
+  const bool megatron = r.framework == "megatron" || r.framework == "megatron-core";
+  m.dropout = rm.family == "bert" || (megatron && rm.family == "gpt");
   if (rm.vocab) {
     m.vocab = *rm.vocab;
   } else if (rm.params) {
@@ -182,8 +208,6 @@ void prepare_job(const ReferenceRecord& r, Prepared* p) {
   j.fp8_linear = prec == "fp8";
   j.precision = prec == "fp32" ? Precision::fp32 : (prec == "fp16" ? Precision::fp16 : Precision::bf16);
   j.amp = j.precision == Precision::fp32 ? AmpLevel::O0 : AmpLevel::O2;
-  // Megatron keeps fp32 main gradients (18 B/param); DeepSpeed, FSDP and the rest 16.
-  j.grads = r.framework.rfind("megatron", 0) == 0 ? GradConvention::megatron : GradConvention::deepspeed;
 }
 
 void prepare_plan(const ReferenceRecord& r, Prepared* p) {
@@ -282,52 +306,36 @@ void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
 
 }  // namespace
 
-MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOptions& base) {
-  MemoryOptions o = base;
-  // Megatron-Core and the others sum replicated experts' gradients with the data-parallel
-  // reduction; the per-layer TP partials are the executor's alone.
-  o.moe_tp_partial_gradients = false;
-  if (r.framework == "torchtitan") {
-    // torchtitan's Llama configs set activation_checkpoint.mode = "selective" with
-    // selective_ac_option = "op" (torchtitan/models/llama/parallelize_llama.py,
-    // _apply_ac_to_transformer_block: save mm, SDPA, reduce-scatter, max; every second mm
-    // recomputed), its loss is F.cross_entropy(pred.flatten(0, 1).float(), labels), and its
-    // ZeRO-3 is FSDP2 with the embedding, final norm and output in the root unit.
-    o.selective = SelectiveRecompute::torch_op_sac;
-    // With TP, torchtitan runs the loss under loss_parallel() (its default): DTensor's
-    // vocab-sharded cross-entropy (torch/distributed/tensor/parallel/loss.py) peaks in
-    // the fused nll + log-softmax backward with four fp32 tensors per logit -- the saved
-    // log-probabilities, zeros_like(x) scattered with -1, exp(x), and their sum -- = 16;
-    // without TP, aten's loss peaks at 12 (MemoryOptions::loss_bytes_per_logit).
-    o.loss_bytes_per_logit = r.plan.tp.value_or(1) > 1 ? 16 : 12;
-    o.zero3_root_gathered = true;
-    // Its SP is DTensor's: autograd saves the head's all-gathered input for backward.
-    o.sp_head_input_saved = true;
-  }
-  return o;
-}
-
-Efficiency framework_efficiency(const ReferenceRecord& r, const Efficiency& base) {
-  Efficiency e = base;
-  // llm.c's fused_classifier (llmc/fused_classifier.cuh) takes the bf16 logits, reads each
-  // row once for its max and sum and once more to write softmax - one-hot over it in
-  // place: 3 x 2 bytes per logit, and no separate loss backward.
-  if (r.framework == "llm.c") e.loss_bytes_per_logit = 6;
-  return e;
-}
-
 PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& presets, const ValidationOptions& opt) {
   Prepared p;
-  p.memory = framework_memory_options(r, opt.memory);
-  p.efficiency = framework_efficiency(r, opt.efficiency);
+  // The record's training stack: its memory conventions (data/stacks/*.json, each with
+  // its sources), and its time-model constants unless the generic fit shares one set.
+  const StackProfile stack = presets.stack_for_framework(r.framework);
+  p.stack = stack.name;
+  p.memory = stack_memory_options(stack, opt.memory);
+  if (!opt.per_stack) {
+    p.efficiency = opt.efficiency;
+    // The stack's kernel facts are counted or read from its code, never fitted.
+    p.efficiency.loss_bytes_per_logit = stack.efficiency.loss_bytes_per_logit;
+    p.efficiency.attention_mma_sync = stack.efficiency.attention_mma_sync;
+  } else if (auto it = opt.stack_efficiency.find(stack.name); it != opt.stack_efficiency.end()) {
+    p.efficiency = it->second;
+  } else {
+    p.efficiency = stack.efficiency;
+  }
   prepare_model(r, &p);
   if (p.skip.empty()) prepare_cluster(r, presets, &p);
   if (p.skip.empty()) prepare_degrees(r, &p);
   if (!p.skip.empty()) return p;
   prepare_job(r, &p);
+  p.job = stack_job(stack, p.job);  // Megatron's fp32 main gradients (18 B/param); the others 16
   prepare_plan(r, &p);
   prepare_global_batch(r, &p);
   if (!p.skip.empty() || !p.has_architecture) return p;
+  if (r.plan.activation_offload_layers.value_or(0) > 0) {
+    p.skip = "activation offload of " + str(*r.plan.activation_offload_layers) + " layers (not modelled)";
+    return p;
+  }
   if (Status s = check_inputs(p.model, p.job, r.id); !s) {
     p.skip = s.message();
     return p;
@@ -365,6 +373,8 @@ ValidationRow base_row(const ReferenceRecord& r, const Prepared& p, bool through
   row.assumed = !p.assumptions.empty();
   row.skipped = !p.skip.empty();
   row.skip_reason = p.skip;
+  row.stack = p.stack;
+  row.ran = r.measured.oom.has_value() && !*r.measured.oom;
   if (p.has_architecture && p.skip.empty()) row.plan = plan_text(p.plan);
   return row;
 }
@@ -383,6 +393,13 @@ double source_flops(const ReferenceRecord& r, const Prepared& p, bool hardware) 
   if (f == "megatron_core")
     return megatron_core_flops(B, s, L, h, m.heads, m.kv_heads, static_cast<double>(m.head_width()), static_cast<double>(m.ffn_hidden),
                                m.family == Family::llama, V);
+  if (f == "megatron_bridge") {
+    const double mlp_width = m.moe.enabled() ? static_cast<double>(m.moe.expert_ffn_hidden) * m.moe.experts_per_token +
+                                                   static_cast<double>(m.ffn_hidden) * m.moe.shared_experts
+                                             : static_cast<double>(m.ffn_hidden);
+    return megatron_bridge_flops(B, s, L, h, m.heads, m.kv_heads, static_cast<double>(m.head_width()), mlp_width, m.family == Family::llama,
+                                 V, p.plan.tp);
+  }
   if (f == "llm_foundry") return llm_foundry_flops(B, s, N, L, h, hardware && r.plan.recompute == "full");
   return chowdhery_flops(B, s, N, L, static_cast<double>(m.q_width())) * (hardware && recompute ? 4.0 / 3.0 : 1.0);
 }
@@ -425,6 +442,13 @@ ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p) {
     row.unit = "tok/s";
     row.published = *me.tokens_per_s_per_gpu;
     row.predicted = st.tokens_per_s / n;
+  } else if (me.step_time_s) {
+    // Compared as a rate (1/step time), so that the error's sign means what it means on
+    // every throughput row: negative = the planner is pessimistic.
+    row.metric = Metric::step_time;
+    row.unit = "step/s";
+    row.published = 1.0 / *me.step_time_s;
+    row.predicted = 1.0 / st.total;
   } else {
     row.skipped = true;
     row.skip_reason = "no throughput figure usable by the rules";
@@ -474,7 +498,7 @@ ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const Vali
   return row;
 }
 
-bool has_throughput_figure(const RefMeasured& m) { return m.tflops_per_gpu || m.mfu || m.hfu || m.tokens_per_s_per_gpu; }
+bool has_throughput_figure(const RefMeasured& m) { return m.tflops_per_gpu || m.mfu || m.hfu || m.tokens_per_s_per_gpu || m.step_time_s; }
 
 }  // namespace
 
@@ -490,11 +514,14 @@ std::vector<ValidationRow> validate_records(const ReferenceSet& set, const Prese
     const bool wants_throughput = r.kind.find("throughput") != std::string::npos && has_throughput_figure(r.measured);
     const bool wants_memory = r.kind != "throughput" && r.measured.memory_gib_per_gpu.has_value();
     if (opt.fully_specified_throughput_only && !wants_throughput) continue;
+    if (!opt.only_stack.empty() && presets.stack_for_framework(r.framework).name != opt.only_stack) {
+      continue;
+    }
     const Prepared p = prepare_record(r, presets, opt);
     if (wants_throughput) {
       ValidationRow row = throughput_row(r, p);
       row.index_in_group = index;
-      if (!row.skipped && !row.assumed) row.fitting_subset = in_fitting_subset(specified_in_group[r.group]++);
+      if (!row.skipped && !row.assumed) row.fitting_subset = in_fitting_subset(specified_in_group[r.group]++) && !p.model.moe.enabled();
       if (!opt.fully_specified_throughput_only || (!row.skipped && !row.assumed)) rows.push_back(std::move(row));
     }
     if (wants_memory && !opt.fully_specified_throughput_only) {
@@ -539,11 +566,11 @@ SummaryLine summary_line(const std::vector<ValidationRow>& rows, const std::stri
     const std::string& k = by_confidence ? r.confidence : r.group;
     if (r.throughput != throughput || (key != "ALL" && k != key)) continue;
     if (r.skipped) {
-      if (!assumed) ++line.skipped;  // counted once, on the fully specified line
+      if (!assumed) ++line.skipped, ++line.skip_reasons[r.skip_reason];  // counted once, on the fully specified line
       continue;
     }
     if (r.assumed != assumed) continue;
-    if (r.predicted_oom) ++line.predicted_oom;
+    if (r.predicted_oom && r.ran) ++line.predicted_oom;
     all.push_back(&r);
     (r.fitting_subset ? fitted : held).push_back(&r);
   }
@@ -634,6 +661,7 @@ namespace {
 // little: the objective is flat in several directions on these records.
 double objective_and_rows(const ReferenceSet& set, const PresetRegistry& presets, ValidationOptions opt, int* rows_used) {
   opt.fully_specified_throughput_only = true;
+  if (opt.only_stack.empty()) opt.per_stack = false;  // the generic fit: one set of constants for every record
   const std::vector<ValidationRow> rows = validate_records(set, presets, opt);
   std::vector<double> errs;
   double sum = 0;
@@ -767,6 +795,74 @@ FitReport fit_efficiency(const ReferenceSet& set, const PresetRegistry& presets,
   set_fields(x, &rep.fitted);
   rep.objective_fitted = best;
   return rep;
+}
+
+namespace {
+
+// What a stack changes: its GEMM and attention kernels (the unhidden-traffic terms and the
+// attention fraction), its elementwise fusion (memory), what it overlaps (DP reduction, TP
+// collectives) and its FP8 GEMM path. The shape terms (half dimensions), the prefetch of
+// parameter gathers and the network stay generic: a stack's few records cannot pin them.
+const char* const kStackFitFields[] = {"gemm_traffic", "attention", "memory", "overlap", "tp_overlap", "fp8_gemm_speedup"};
+
+}  // namespace
+
+std::vector<std::string> stack_fit_field_names() { return {std::begin(kStackFitFields), std::end(kStackFitFields)}; }
+
+std::vector<FitReport> fit_stacks(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& base,
+                                  const Efficiency& generic) {
+  std::vector<int> subset, every;
+  for (const char* name : kStackFitFields)
+    for (int i = 0; i < kFitDim; ++i)
+      if (std::string(kFitFields[i].name) == name) subset.push_back(i);
+  for (int i = 0; i < kFitDim; ++i) every.push_back(i);
+  std::vector<FitReport> out;
+  for (const StackProfile& stack : presets.stacks()) {
+    ValidationOptions opt = base;
+    opt.per_stack = true;
+    opt.only_stack = stack.name;
+    opt.fully_specified_throughput_only = true;
+    Efficiency start = generic;
+    start.loss_bytes_per_logit = stack.efficiency.loss_bytes_per_logit;  // counted, not fitted
+    start.attention_mma_sync = stack.efficiency.attention_mma_sync;
+    opt.stack_efficiency[stack.name] = start;
+    FitReport rep;
+    rep.stack = stack.name;
+    rep.start = start;
+    rep.objective_start = objective_and_rows(set, presets, opt, &rep.rows);
+    if (rep.rows < kMinStackFitRows) continue;
+    // Every field once the stack has 4 rows per field (llm-foundry's 69), else the subset.
+    const std::vector<int>& idx = rep.rows >= 4 * kFitDim ? every : subset;
+    const int dim = static_cast<int>(idx.size());
+    auto eval = [&](const std::vector<double>& x) {
+      Efficiency e = start;
+      for (int k = 0; k < dim; ++k) {
+        const FitField& f = kFitFields[idx[k]];
+        e.*f.field = std::clamp(x[k] * f.step, f.lo, f.hi);
+      }
+      opt.stack_efficiency[stack.name] = e;
+      ++rep.evaluations;
+      return objective_and_rows(set, presets, opt, nullptr);
+    };
+    std::vector<double> x(dim);
+    for (int k = 0; k < dim; ++k) x[k] = start.*kFitFields[idx[k]].field / kFitFields[idx[k]].step;
+    double best = rep.objective_start;
+    for (int restart = 0; restart < 6; ++restart) {
+      double f = 0;
+      std::vector<double> y = nelder_mead(eval, x, 1000, &f);
+      if (f >= best - 1e-6) break;
+      best = f;
+      x = y;
+    }
+    rep.fitted = start;
+    for (int k = 0; k < dim; ++k) {
+      const FitField& f = kFitFields[idx[k]];
+      rep.fitted.*f.field = std::clamp(x[k] * f.step, f.lo, f.hi);
+    }
+    rep.objective_fitted = best;
+    out.push_back(rep);
+  }
+  return out;
 }
 
 }  // namespace llmplan

@@ -16,6 +16,7 @@
 // Thread-safety: pure functions over values; safe to call from several threads.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,15 +36,22 @@ namespace llmplan {
 // the file's spelling ("gpt", "allocator_peak"); the reader checks them against the
 // README's lists.
 
+struct RefMoe {                         // model.moe (2024-26 schema)
+  int experts = 0, experts_per_token = 0, shared_experts = 0;
+  int64_t expert_ffn_hidden = 0;
+};
+
 struct RefModel {
   std::string name;
   std::string family;                    // gpt llama mpt bloom bert t5 other
   std::optional<double> params;          // parameter count
   std::optional<int> layers, heads, kv_heads;
+  std::optional<int64_t> head_dim;       // null: hidden / heads
   std::optional<int64_t> hidden, ffn_hidden, vocab, seq_len;
   std::optional<std::string> activation; // gelu swiglu relu
   std::optional<std::string> norm;       // layernorm rmsnorm
   std::optional<bool> tied_embeddings;
+  std::optional<RefMoe> moe;             // absent or null: dense
 };
 
 struct RefCluster {
@@ -64,12 +72,13 @@ struct RefPlan {
   int ep = 1;
   std::optional<bool> sp, offload;
   std::optional<std::string> recompute;  // none selective full
+  std::optional<int> activation_offload_layers;  // layers whose activations go to host memory; absent = 0
 };
 
 struct RefMeasured {
   std::optional<double> tflops_per_gpu;         // TFLOP/s per GPU, the source's count
   std::optional<std::string> flops_convention;  // model hardware
-  std::optional<std::string> flops_formula;     // megatron_eq3 megatron_core llm_foundry chowdhery_mfu
+  std::optional<std::string> flops_formula;     // megatron_eq3 megatron_core megatron_bridge llm_foundry chowdhery_mfu
   std::optional<double> mfu, hfu;               // 0..1
   std::optional<double> tokens_per_s_per_gpu;
   std::optional<double> step_time_s;
@@ -102,6 +111,11 @@ Result<ReferenceSet> parse_reference_runs(const nlohmann::json& doc, const std::
 Result<ReferenceSet> load_reference_runs(const std::string& path);
 // <default_data_root()>/data/reference/published_runs.json
 std::string default_reference_path();
+// The shipped files `llmplan validate` reads by default: published_runs.json and
+// published_runs_2024_2026.json (each reported as its own groups).
+std::vector<std::string> default_reference_paths();
+// Several files read as one set; a record id or group in two files is bad_input naming both.
+Result<ReferenceSet> load_reference_files(const std::vector<std::string>& paths);
 
 // ---------------------------------------------------------------- FLOP formulas
 // FLOPs of one optimizer step over all GPUs as each source counts them (formulas.md §2).
@@ -114,6 +128,14 @@ double megatron_eq3_flops(double B, double s, double L, double h, double V, int 
 // 12·B·s·L·h²·[(1 + g/a + s/h)·(a·d/h) + (f/h)·(3/2 if gated) + V/(2·L·h)].
 double megatron_core_flops(double B, double s, double L, double h, double heads, double kv_heads, double head_dim, double ffn,
                            bool gated, double V);
+// Megatron-Bridge num_floating_point_operations (src/megatron/bridge/training/utils/
+// flop_utils.py; formulas.md 2b with two changes): the attention-score term halved for
+// causal masking (s/(2h)), the MLP width that of the routed top-k experts plus the shared
+// ones (`mlp_width` = k·f_expert + f_shared, or f when dense), and the logits over V
+// padded to a multiple of 128·tp:
+// 12·B·s·L·h²·[(1 + g/a + s/(2h))·(a·d/h) + (mlp_width/h)·(3/2 if gated) + V_pad/(2·L·h)].
+double megatron_bridge_flops(double B, double s, double L, double h, double heads, double kv_heads, double head_dim, double mlp_width,
+                             bool gated, double V, int tp);
 // llm-foundry: (6·N + 12·L·h·s) per token (attention not halved), ×4/3 for HFU with
 // activation checkpointing (`hardware`).
 double llm_foundry_flops(double B, double s, double N, double L, double h, bool hardware);
@@ -133,24 +155,17 @@ struct PreparedRecord {
   int gpus = 0;
   bool has_architecture = false;         // layers/hidden/heads known (else params-only analytic)
   bool hardware_known = false;           // a GPU preset (not "other")
-  MemoryOptions memory;                  // the record's framework conventions (framework_memory_options)
-  Efficiency efficiency;                 // the options' constants with the framework's kernels (framework_efficiency)
+  std::string stack;                     // the training-stack profile of the record's framework
+  MemoryOptions memory;                  // with the stack's memory conventions (stack_memory_options)
+  Efficiency efficiency;                 // the stack's constants (or the options' shared ones; see ValidationOptions)
   std::vector<std::string> sweep_knobs;  // null plan knobs the sweep filled
   std::vector<std::string> assumptions, notes;
   std::string skip;                      // non-empty: no prediction ("missing seq_len")
 };
 struct ValidationOptions;
-// `base` with the memory conventions of the record's framework where they differ from
-// llmplan's executor (the defaults): torchtitan's per-operator selective checkpointing and
-// its cross-entropy on fp32-upcast logits. Keyed on the framework only, never the record.
-MemoryOptions framework_memory_options(const ReferenceRecord& r, const MemoryOptions& base);
-// `base` with the framework's kernel conventions where they differ from the defaults (the
-// cross-entropy's bytes per logit of llm.c's fused classifier); never a fitted constant.
-// Keyed on the framework only, never the record.
-Efficiency framework_efficiency(const ReferenceRecord& r, const Efficiency& base);
 PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& presets, const ValidationOptions& opt);
 
-enum class Metric { tflops_per_gpu, mfu, hfu, tokens_per_s, memory };
+enum class Metric { tflops_per_gpu, mfu, hfu, tokens_per_s, step_time, memory };
 const char* to_string(Metric m);
 
 struct ValidationRow {
@@ -171,10 +186,21 @@ struct ValidationRow {
   double peak_fraction = 0;    // predicted peak memory / GPU capacity (throughput rows)
   bool fitting_subset = false; // used by the fit (see in_fitting_subset)
   std::string plan;            // the plan predicted, e.g. "dp8 tp1 pp1 mb2 ga1 zero3 full"
+  std::string stack;           // the training-stack profile it was predicted with
+  bool ran = false;            // the record says the run completed (measured.oom false)
 };
 
 struct ValidationOptions {
-  Efficiency efficiency;       // time-model constants (default: the fitted defaults)
+  // Each record is predicted with the profile of its framework's training stack
+  // (PresetRegistry::stack_for_framework): its memory conventions always, and its
+  // Efficiency constants when `per_stack` -- from `stack_efficiency` where that names the
+  // stack (the per-stack fit's trial values), else from the stack file. Without
+  // `per_stack`, every record takes `efficiency` (the generic fit), keeping only the
+  // stack's counted, unfitted kernel constant (loss_bytes_per_logit).
+  bool per_stack = true;
+  Efficiency efficiency;       // shared constants when !per_stack (default: the compiled-in defaults)
+  std::map<std::string, Efficiency> stack_efficiency;
+  std::string only_stack;      // non-empty: only records of this stack (the per-stack fit's inner loop)
   MemoryOptions memory;
   int sweep_threads = 1;       // threads for the sweep that fills missing plan knobs
   bool fully_specified_throughput_only = false;  // skip the rest (the fit's inner loop)
@@ -201,7 +227,8 @@ struct SummaryLine {
   bool assumed = false;
   ErrorStats all, fitted, held_out;
   int skipped = 0;
-  int predicted_oom = 0;
+  int predicted_oom = 0;        // of them, runs that completed (oom false): memory errors
+  std::map<std::string, int> skip_reasons;  // reason -> rows (on the fully specified line)
 };
 // Per group and overall ("ALL"), throughput and memory, fully specified and assumed kept
 // apart; lines with no rows are left out.
@@ -213,9 +240,14 @@ std::vector<SummaryLine> summarize_by_confidence(const std::vector<ValidationRow
 
 // The deterministic fitting rule: a fully specified throughput row whose position among
 // the fully specified throughput rows of its group is even. Odd positions are held out.
+// Mixture-of-experts rows are always held out: the MoE layer's own costs (grouped GEMMs of
+// fine-grained experts, token permutation, the router) are not yet modelled term by term,
+// and fitting the shared constants to them would move every dense prediction to absorb
+// an MoE-only error.
 bool in_fitting_subset(int position_in_group_throughput);
 
 struct FitReport {
+  std::string stack;           // "" = the generic fit (every record, shared constants)
   Efficiency start, fitted;
   double objective_start = 0, objective_fitted = 0;  // on the fitting subset
   int evaluations = 0;
@@ -232,6 +264,16 @@ Efficiency fit_prior();
 // 0.5 median(e) + 0.5 mean(e) + 0.1 max(e) + sum(max(0, e - log 1.12)). Deterministic:
 // the same file, presets and start give the same constants.
 FitReport fit_efficiency(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& start);
+
+// Per-stack fits after the generic one: for every stack of `presets` with at least
+// kMinStackFitRows fitting rows, the fields of stack_fit_field_names() (every field of
+// efficiency_field_names() once the stack has 4 rows per field) re-fitted on that
+// stack's fitting rows alone, from `generic` (the rest stay generic). Stacks with fewer
+// rows are not fitted (they keep the generic constants).
+constexpr int kMinStackFitRows = 4;
+std::vector<FitReport> fit_stacks(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& opt,
+                                  const Efficiency& generic);
+std::vector<std::string> stack_fit_field_names();
 
 // The fit's objective for `opt.efficiency` on the fitting subset (lower is better).
 double fit_objective(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& opt);

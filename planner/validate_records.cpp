@@ -2,6 +2,7 @@
 // required to be present; null is allowed where the README allows it. Errors name the
 // file and the field path ("records[12].plan.micro_batch").
 #include <initializer_list>
+#include <map>
 
 #include "planner/json_fields.h"
 #include "planner/presets.h"
@@ -37,6 +38,12 @@ class RecordReader {
     r_.get(key, &v, range...);
     if (r_.status().is_ok()) *out = v;
   }
+  bool child_is_null(const char* key) {
+    if (!obj_.at(key).is_null()) return false;
+    r_.allow(key);
+    return true;
+  }
+  void fail(const char* key, const std::string& what) { r_.fail(key, what); }
   void req_enum(const char* key, std::string* out, std::initializer_list<const char*> names) {
     req(key, out);
     if (r_.status().is_ok()) check_name(key, *out, names);
@@ -45,6 +52,8 @@ class RecordReader {
     opt(key, out);
     if (r_.status().is_ok() && out->has_value()) check_name(key, **out, names);
   }
+  // A key that older files of the schema do not have: absent is fine (out untouched).
+  bool has(const char* key) const { return obj_.is_object() && obj_.contains(key); }
   // A nested object; a missing key or a non-object is an error recorded here.
   RecordReader child(const char* key) {
     static const json kEmpty = json::object();
@@ -54,6 +63,7 @@ class RecordReader {
     return RecordReader(obj_.at(key).is_object() ? obj_.at(key) : kEmpty, origin_, r_.field_name(key));
   }
   Status finish() const { return r_.finish(/*reject_unknown=*/true); }
+  bool ok() const { return r_.status().is_ok(); }
 
  private:
   bool present(const char* key) {
@@ -84,18 +94,40 @@ Status read_model(RecordReader r, RefModel* m) {
   r.opt("hidden", &m->hidden, 1, 10000000);
   r.opt("heads", &m->heads, 1, 100000);
   r.opt("kv_heads", &m->kv_heads, 1, 100000);
+  // Per-head width when it is not hidden/heads (Qwen3: 128 at hidden 2048, 32 heads);
+  // absent in older files = null = hidden/heads.
+  if (r.has("head_dim")) r.opt("head_dim", &m->head_dim, 1, 100000);
   r.opt("ffn_hidden", &m->ffn_hidden, 1, 100000000);
   r.opt("vocab", &m->vocab, 1, 100000000);
   r.opt("seq_len", &m->seq_len, 1, int64_t{1} << 30);
   r.opt_enum("activation", &m->activation, {"gelu", "swiglu", "relu"});
   r.opt_enum("norm", &m->norm, {"layernorm", "rmsnorm"});
   r.opt("tied_embeddings", &m->tied_embeddings);
+  // Mixture-of-experts records (the 2024-26 file's '_moe' groups) add model.moe; dense
+  // records leave it out or null.
+  if (r.has("moe") && !r.child_is_null("moe")) {
+    RecordReader mr = r.child("moe");
+    RefMoe moe;
+    mr.req("experts", &moe.experts, 1, 100000);
+    mr.req("experts_per_token", &moe.experts_per_token, 1, 100000);
+    mr.req("expert_ffn_hidden", &moe.expert_ffn_hidden, 1, 100000000);
+    mr.req("shared_experts", &moe.shared_experts, 0, 100000);
+    if (Status s = mr.finish(); !s) return s;
+    if (moe.experts_per_token > moe.experts) {
+      mr.fail("experts_per_token", "expected at most model.moe.experts (" + std::to_string(moe.experts) + "), got " +
+                                       std::to_string(moe.experts_per_token));
+      return mr.finish();
+    }
+    m->moe = moe;
+  }
   return r.finish();
 }
 
 Status read_cluster(RecordReader r, RefCluster* c) {
-  r.req_enum("gpu", &c->gpu,
-             {"v100-16g", "v100-32g", "a100-40g", "a100-80g", "h100-sxm", "h100-96g-500w", "h200", "mi250x", "mi300x", "other"});
+  // Any GPU id: one without a preset is a skipped row naming it, and the rest of the file
+  // still runs (validate_records).
+  r.req("gpu", &c->gpu);
+  if (r.ok() && c->gpu.empty()) r.fail("gpu", "expected a GPU preset id or \"other\", got \"\"");
   r.opt("gpu_description", &c->gpu_description);
   r.opt("peak_tflops", &c->peak_tflops, 1e-3, 1e6);
   r.opt("n_gpus", &c->n_gpus, 1, 10000000);
@@ -119,13 +151,16 @@ Status read_plan(RecordReader r, RefPlan* p) {
   r.opt_enum("recompute", &p->recompute, {"none", "selective", "full"});
   r.opt("zero", &p->zero, 0, 3);
   r.opt("offload", &p->offload);
+  // Layers whose activations go to host memory (2024-26 schema; absent in older files = 0).
+  if (r.has("activation_offload_layers")) r.opt("activation_offload_layers", &p->activation_offload_layers, 0, 100000);
+  else p->activation_offload_layers = 0;
   return r.finish();
 }
 
 Status read_measured(RecordReader r, RefMeasured* m) {
   r.opt("tflops_per_gpu", &m->tflops_per_gpu, 0.0, 1e6);
   r.opt_enum("flops_convention", &m->flops_convention, {"model", "hardware"});
-  r.opt_enum("flops_formula", &m->flops_formula, {"megatron_eq3", "megatron_core", "llm_foundry", "chowdhery_mfu"});
+  r.opt_enum("flops_formula", &m->flops_formula, {"megatron_eq3", "megatron_core", "megatron_bridge", "llm_foundry", "chowdhery_mfu"});
   r.opt("mfu", &m->mfu, 0.0, 1.0);
   r.opt("hfu", &m->hfu, 0.0, 1.0);
   r.opt("tokens_per_s_per_gpu", &m->tokens_per_s_per_gpu, 0.0, 1e12);
@@ -186,5 +221,28 @@ Result<ReferenceSet> load_reference_runs(const std::string& path) {
 }
 
 std::string default_reference_path() { return default_data_root() + "/data/reference/published_runs.json"; }
+
+std::vector<std::string> default_reference_paths() {
+  return {default_reference_path(), default_data_root() + "/data/reference/published_runs_2024_2026.json"};
+}
+
+Result<ReferenceSet> load_reference_files(const std::vector<std::string>& paths) {
+  ReferenceSet all;
+  std::map<std::string, std::string> id_file, group_file;
+  for (const std::string& path : paths) {
+    Result<ReferenceSet> one = load_reference_runs(path);
+    if (!one) return one.status();
+    all.origin += (all.origin.empty() ? "" : " + ") + path;
+    all.description += (all.description.empty() ? "" : "\n") + one->description;
+    for (ReferenceRecord& r : one->records) {
+      if (auto [it, fresh] = id_file.emplace(r.id, path); !fresh)
+        return Status::bad_input(path + ": record id '" + r.id + "' is also in " + it->second);
+      if (auto [it, fresh] = group_file.emplace(r.group, path); !fresh && it->second != path)
+        return Status::bad_input(path + ": group '" + r.group + "' is also in " + it->second + " (groups are per file)");
+      all.records.push_back(std::move(r));
+    }
+  }
+  return all;
+}
 
 }  // namespace llmplan

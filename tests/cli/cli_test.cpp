@@ -77,7 +77,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"sweep --params 7B --gpus 0", "--gpus"},
                       BadCase{"sweep --params 7B --objective speed", "--objective"},
                       BadCase{"memory --model /nonexistent/model.json", "/nonexistent/model.json"},
-                      BadCase{"memory --bogus-flag", "bogus"}),
+                      BadCase{"memory --bogus-flag", "bogus"},
+                      BadCase{"memory --model llama2-7b --stack no-such-stack", "--stack: unknown stack 'no-such-stack'"},
+                      BadCase{"sweep --params 7B --stack /nonexistent/stack.json", "/nonexistent/stack.json"}),
     bad_case_name);
 
 TEST(Cli, MalformedModelFileNamesFileAndPosition) {
@@ -191,6 +193,28 @@ TEST(Cli, SimulateTopReranksBySimulatedTime) {
 }  // namespace
 
 namespace {
+
+// Without --stack a plan's memory is also given over every known stack's conventions (the
+// range a plan must fit in when the stack is unknown); with --stack, that stack's own.
+TEST(Cli, MemoryReportsTheRangeOverStacksUnlessOneIsGiven) {
+  const CliRun a = run("memory --model llama3-8b --gpus 8 --tp 2 --seq 8192 --global-batch 64");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("Peak over the known stacks' memory conventions"), std::string::npos) << a.output;
+  const CliRun b = run("memory --model llama3-8b --gpus 8 --tp 2 --seq 8192 --global-batch 64 --stack torchtitan");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(b.output.find("Peak over the known stacks"), std::string::npos) << b.output;
+  const CliRun p = run("presets");
+  EXPECT_NE(p.output.find("megatron-core"), std::string::npos) << p.output;
+}
+
+// validate reads both shipped files and counts what it compared and skipped per group.
+TEST(Cli, ValidateCoversThe2024To2026Records) {
+  const CliRun r = run("validate --summary-only");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("mbridge_perf_moe"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Coverage per group"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("activation offload of 40 layers"), std::string::npos) << r.output;
+}
 
 TEST(Cli, ValidateSimulateComparesEveryCostedRecord) {
   const CliRun r = run("validate --simulate");

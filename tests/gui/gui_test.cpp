@@ -238,8 +238,14 @@ class GuiTest : public QObject {
 
     const SweepContext& ctx = w().plan_model()->context();
     const PlanResult& pr = w().plan_model()->plan_row(src).result;
-    const TrainingJob job = job_for(ctx.base.job, pr);
-    const MemoryReport mem = estimate_memory(ctx.base.model, ctx.base.cluster, job, pr.plan);
+    TrainingJob job = job_for(ctx.base.job, pr);
+    // Under the stack convention that sets the table's peak (the upper end over the stacks).
+    MemoryOptions mo;
+    if (pr.peak_convention >= 0) {
+      mo = ctx.also_fit[static_cast<size_t>(pr.peak_convention)].memory;
+      job.grads = ctx.also_fit[static_cast<size_t>(pr.peak_convention)].grads;
+    }
+    const MemoryReport mem = estimate_memory(ctx.base.model, ctx.base.cluster, job, pr.plan, mo);
     const StepTime st = estimate_time(ctx.base.model, ctx.base.cluster, job, pr.plan);
     QCOMPARE(mem.worst.total, pr.peak_bytes);
 

@@ -122,7 +122,8 @@ TEST(ValidateShipped, ThroughputOfFullySpecifiedRecords) {
   const std::map<std::string, std::pair<double, double>> bounds = {
       // Narayanan's rows were all over-predicted by 5-12% with the 12%-margin fit
       // (tp_overlap 0.40); the 17%-margin fit (tp_overlap 0.50) has them at -0.5 to +5%.
-      {"narayanan2021_table1", {0.06, 0.07}},  // reached 4.1% / 5.0%
+      // Megatron's GPT trains with attention and hidden dropout 0.1 (its masks now counted).
+      {"narayanan2021_table1", {0.06, 0.07}},  // reached 3.2% / 5.3%
       {"mpt", {0.06, 0.25}},                   // reached 5.1% / 24.9%
       // Worse in median than with the 12%-margin fit (5.7%; held out 1.8% -> 7.1%), better
       // at the worst (24.1% -> 16.7%).

@@ -1,0 +1,313 @@
+// Training-stack profiles (planner/stack_profile.h, data/stacks/*.json) and the 2024-26
+// published runs they are measured on: every shipped profile loads and states its
+// sources; the default profile is the compiled-in constants; a stack's memory conventions
+// change the memory model the way its source says; the NVLink domain of an NVL72 rack
+// keeps groups of up to 72 GPUs on NVLink; and `validate` reads every record of the
+// 2024-26 file (MoE, new GPU ids, step-time-only records), skipping only with a reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "planner/memory_model.h"
+#include "planner/presets.h"
+#include "planner/spec_json.h"
+#include "planner/stack_profile.h"
+#include "planner/sweep.h"
+#include "planner/time_model.h"
+#include "planner/validate.h"
+
+namespace llmplan {
+namespace {
+
+const PresetRegistry& registry() {
+  static const PresetRegistry r = [] {
+    Result<PresetRegistry> reg = PresetRegistry::load(default_data_root());
+    EXPECT_TRUE(reg.ok()) << reg.status().message();
+    return std::move(*reg);
+  }();
+  return r;
+}
+
+// ---------------------------------------------------------------- the profiles
+
+TEST(StackProfiles, ShippedProfilesLoadWithSourcesAndDistinctFrameworks) {
+  const std::vector<StackProfile> stacks = registry().stacks();
+  ASSERT_GE(stacks.size(), 6u);
+  std::set<std::string> frameworks;
+  for (const StackProfile& s : stacks) {
+    EXPECT_GT(s.source.size(), 40u) << s.name << ": a profile states where its conventions come from";
+    for (const std::string& f : s.frameworks) EXPECT_TRUE(frameworks.insert(f).second) << f << " claimed by two stacks";
+  }
+  for (const char* f : {"megatron-core", "torchtitan", "llm-foundry", "deepspeed", "llm.c"})
+    EXPECT_NE(registry().stack_for_framework(f).name, "llmplan") << f << " has a stack of its own";
+  EXPECT_EQ(registry().stack_for_framework("picotron").name, "llmplan");  // unknown stacks take the default
+}
+
+// The default profile is not a second copy that can drift: its constants are the
+// compiled-in Efficiency defaults and its memory conventions the executor's.
+TEST(StackProfiles, DefaultProfileIsTheCompiledInConstants) {
+  const StackProfile s = registry().default_stack();
+  EXPECT_EQ(s.name, "llmplan");
+  const Efficiency compiled;
+  for (const EfficiencyField& f : efficiency_fields()) EXPECT_EQ(s.efficiency.*f.field, compiled.*f.field) << f.name;
+  const MemoryOptions mo = stack_memory_options(s, MemoryOptions{});
+  const MemoryOptions def;
+  EXPECT_EQ(mo.loss_bytes_per_logit, def.loss_bytes_per_logit);
+  EXPECT_EQ(mo.zero3_root_gathered, def.zero3_root_gathered);
+  EXPECT_EQ(mo.moe_tp_partial_gradients, def.moe_tp_partial_gradients);
+  EXPECT_EQ(static_cast<int>(mo.selective), static_cast<int>(def.selective));
+}
+
+TEST(StackProfiles, RoundTripAndBadInputNamesTheField) {
+  const StackProfile tt = *registry().stack("torchtitan");
+  Result<StackProfile> back = stack_from_json(to_json(tt), "rt.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->loss_bytes_per_logit_tp, 16);
+  EXPECT_TRUE(back->zero3_root_gathered);
+  EXPECT_EQ(back->efficiency.attention, tt.efficiency.attention);
+  nlohmann::json j = to_json(tt);
+  j["efficiency"]["gemm"] = 3.5;
+  Result<StackProfile> bad = stack_from_json(j, "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().exit_code(), 2);
+  EXPECT_NE(bad.status().message().find("efficiency.gemm"), std::string::npos) << bad.status().message();
+  j = to_json(tt);
+  j["memory"]["selective"] = "everything";
+  bad = stack_from_json(j, "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("memory.selective"), std::string::npos) << bad.status().message();
+  Result<StackProfile> unknown = registry().stack("no-such-stack");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("--stack"), std::string::npos);
+}
+
+// Llama 3 8B on 8 GPUs, tp 2, at 8k: the loss's fp32 buffers per logit are the stack's
+// (torchtitan's loss_parallel under TP: 16 B per logit = 4 fp32 tensors; the executor's
+// loss: the bf16 logits and their fp32 softmax, 2 + 4 = 6), so the logits line differs by
+// exactly tokens x V/tp x (16 - 6); Megatron's fp32 main gradients add 2 B per parameter.
+TEST(StackProfiles, MemoryConventionsChangeWhatTheirSourceSays) {
+  const ModelSpec m = *registry().model("llama3-8b");
+  ClusterSpec c = *registry().cluster_for_gpu("h100-sxm");
+  TrainingJob j;
+  j.seq_len = 8192;
+  j.global_batch = 64;
+  ParallelPlan p;
+  p.dp = 4, p.tp = 2, p.sp = true, p.micro_batch = 1, p.grad_accum = 16, p.zero = 1;
+  const StackProfile def = registry().default_stack(), tt = *registry().stack("torchtitan"), mc = *registry().stack("megatron-core");
+  const MemoryReport a = estimate_memory(m, c, stack_job(def, j), p, stack_memory_options(def, {}));
+  const MemoryReport b = estimate_memory(m, c, stack_job(tt, j), p, stack_memory_options(tt, {}));
+  const double logits = static_cast<double>(j.seq_len) * (static_cast<double>(m.vocab) / p.tp);
+  const int loss = static_cast<int>(MemoryItem::logits_loss);
+  EXPECT_NEAR(b.last.bytes[loss] - a.last.bytes[loss], logits * (16 - 6), 1e-6 * logits);
+  const MemoryReport g = estimate_memory(m, c, stack_job(mc, j), p, stack_memory_options(mc, {}));
+  const int grads = static_cast<int>(MemoryItem::gradients);
+  EXPECT_NEAR(g.first.bytes[grads] / a.first.bytes[grads], 2.0, 1e-9);  // fp32 main grads: 4 B against 2
+}
+
+// The conventions a plan must also fit under: duplicates and bounded ones dropped
+// (llm-foundry's and DeepSpeed's equal the executor's without its MoE TP partials;
+// megatron-lm's equal megatron-core's), Megatron's fp32 gradients and torchtitan's loss kept.
+TEST(StackEnvelope, DistinctConventionsDropTheBoundedOnes) {
+  const std::vector<MemoryConvention> cs = distinct_memory_conventions(registry().stacks(), MemoryOptions{}, GradConvention::deepspeed);
+  std::set<std::string> names;
+  for (const MemoryConvention& c : cs) names.insert(c.stack);
+  EXPECT_EQ(names.count("torchtitan"), 1u);
+  EXPECT_EQ(names.count("megatron-core") + names.count("megatron-lm"), 1u);
+  EXPECT_EQ(names.count("llm-foundry"), 0u);
+  EXPECT_EQ(names.count("deepspeed"), 0u);
+  EXPECT_EQ(names.count("llmplan"), 0u);  // the own one
+}
+
+// Without a stack, the sweep keeps a plan only when it fits under every stack's
+// conventions, checked here plan by plan with estimate_memory under each stack; and some
+// plan that fits under the executor's conventions alone is dropped (Llama 2 7B on 8
+// A100-40GB at 4k: fp32 main gradients cost 2 B/param more).
+TEST(StackEnvelope, SweepFitsOnlyUnderEveryStack) {
+  const ModelSpec m = *registry().model("llama2-7b");
+  ClusterSpec c = *registry().cluster_for_gpu("a100-40g");
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.global_batch = 64;
+  SweepSpace space;
+  SweepOptions own;
+  own.threads = 1;
+  own.keep_all = true;
+  SweepOptions all = own;
+  all.also_fit = distinct_memory_conventions(registry().stacks(), own.memory, j.grads);
+  const SweepResult a = run_sweep(m, c, j, 8, space, own);
+  const SweepResult b = run_sweep(m, c, j, 8, space, all);
+  EXPECT_LT(b.fitting, a.fitting);
+  EXPECT_GT(b.fitting, 0);
+  int checked = 0;
+  for (const PlanResult& r : b.all) {
+    if (r.reason != RejectReason::none || checked >= 40) continue;
+    ++checked;
+    TrainingJob jj = j;
+    jj.precision = r.precision, jj.amp = r.amp;
+    double high = 0;
+    for (const StackProfile& st : registry().stacks()) {
+      const MemoryReport mem = estimate_memory(m, c, stack_job(st, jj), r.plan, stack_memory_options(st, MemoryOptions{}));
+      EXPECT_TRUE(mem.fits(0)) << st.name;
+      high = std::max(high, mem.worst.total);
+    }
+    EXPECT_NEAR(r.peak_bytes, high, 1e-6 * high);
+    EXPECT_LE(r.peak_low_bytes, r.peak_bytes);
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// ---------------------------------------------------------------- the NVLink domain
+
+// A GB200 NVL72 rack: trays of 4 GPUs in one 72-GPU NVLink domain. dp 8 over two trays
+// all-reduces over NVLink; dp 144 (two racks) leaves the domain through 72 NICs per rack.
+TEST(NvlinkDomain, GroupsInsideTheRackStayOnNvlink) {
+  ClusterPreset rack = *registry().cluster("gb200-nvl72");
+  ClusterSpec c = rack.cluster;
+  ASSERT_EQ(c.gpus_per_node, 4);
+  ASSERT_EQ(c.nvlink_domain, 72);
+  ParallelPlan p;
+  p.dp = 8;
+  EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, c.intra_node_bandwidth);
+  p.dp = 144;
+  EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, 72 * c.inter_node_bandwidth);
+  c.nvlink_domain = 0;  // the same trays without the rack's NVLink switches
+  p.dp = 8;
+  EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, 4 * c.inter_node_bandwidth);
+}
+
+// ---------------------------------------------------------------- the 2024-26 records
+
+const std::vector<ValidationRow>& rows_2024_2026() {
+  static const std::vector<ValidationRow> rows = [] {
+    Result<ReferenceSet> set = load_reference_runs(default_data_root() + "/data/reference/published_runs_2024_2026.json");
+    EXPECT_TRUE(set.ok()) << set.status().message();
+    return validate_records(*set, registry(), ValidationOptions{});
+  }();
+  return rows;
+}
+
+// Megatron-Bridge's FLOP count (causal-halved attention scores, vocabulary padded to a
+// multiple of 128·tp) reproduces the published table: Llama 3 8B on 8 GB200s prints 1614
+// TFLOP/s/GPU at 31357 tokens/s/GPU (performance-summary 25.09), i.e. 51.47 GFLOP/token.
+TEST(MegatronBridgeFlops, ReproducesThePublishedTable) {
+  const double per_token = megatron_bridge_flops(1, 8192, 32, 4096, 32, 8, 128, 14336, true, 128256, 1) / 8192;
+  EXPECT_NEAR(per_token * 31357 / 1e12, 1614, 1.0);
+  // Qwen3-30B-A3B (48 layers, hidden 2048, 32 heads of 128, 4 kv groups, top-8 of 768-wide
+  // experts, V 151936): 699 TFLOP/s at 30376 tokens/s on 8 GB300s.
+  const double moe = megatron_bridge_flops(1, 4096, 48, 2048, 32, 4, 128, 8 * 768, true, 151936, 1) / 4096;
+  EXPECT_NEAR(moe * 30376 / 1e12, 699, 1.0);
+}
+
+// Every record is read and either compared or skipped with a reason; the reasons are
+// exactly the configurations the planner cannot describe yet (activation offload, uneven
+// pipeline stages), never a parse failure or a missing preset.
+TEST(Validate2024To2026, EveryRecordComparedOrSkippedWithAReason) {
+  std::map<std::string, int> skipped;
+  int compared = 0;
+  for (const ValidationRow& r : rows_2024_2026()) {
+    if (!r.skipped) {
+      ++compared;
+      continue;
+    }
+    const bool known = r.skip_reason.find("activation offload") != std::string::npos ||
+                       r.skip_reason.find("layers not divisible by pp*vpp") != std::string::npos;
+    EXPECT_TRUE(known) << r.id << ": " << r.skip_reason;
+    ++skipped[r.skip_reason];
+  }
+  EXPECT_EQ(compared + static_cast<int>(rows_2024_2026().size()) - compared, 36);
+  EXPECT_GE(compared, 30);
+}
+
+// The MoE records are read (model.moe, plan.ep) and costed with their experts.
+TEST(Validate2024To2026, MixtureOfExpertsRecordsAreCosted) {
+  int moe = 0;
+  for (const ValidationRow& r : rows_2024_2026())
+    if (r.group == "mbridge_perf_moe" && !r.skipped) {
+      ++moe;
+      EXPECT_GT(r.predicted, 0) << r.id;
+      EXPECT_EQ(r.stack, "megatron-core");
+    }
+  EXPECT_EQ(moe, 5);
+}
+
+// A GPU id without a preset is a skipped row naming it; the rest of the file still runs.
+// A record that publishes only its step time is compared as a rate.
+TEST(Validate2024To2026, UnknownGpuSkipsOneRecordAndStepTimeIsCompared) {
+  Result<nlohmann::json> doc = read_json_file(default_data_root() + "/data/reference/published_runs_2024_2026.json");
+  ASSERT_TRUE(doc.ok());
+  nlohmann::json two = *doc;
+  two["records"] = nlohmann::json::array({(*doc)["records"][0], (*doc)["records"][6]});
+  two["records"][0]["cluster"]["gpu"] = "tpu-v7";
+  nlohmann::json& m = two["records"][1]["measured"];  // Llama 3 8B on 8 B200s: 29994 tokens/s/GPU, GBS 128 x 8192
+  const double step = 128.0 * 8192 / (29994.0 * 8);
+  m["tflops_per_gpu"] = nullptr;
+  m["tokens_per_s_per_gpu"] = nullptr;
+  m["step_time_s"] = step;
+  Result<ReferenceSet> set = parse_reference_runs(two, "two.json");
+  ASSERT_TRUE(set.ok()) << set.status().message();
+  const std::vector<ValidationRow> rows = validate_records(*set, registry(), ValidationOptions{});
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[0].skipped);
+  EXPECT_NE(rows[0].skip_reason.find("tpu-v7"), std::string::npos) << rows[0].skip_reason;
+  ASSERT_FALSE(rows[1].skipped) << rows[1].skip_reason;
+  EXPECT_EQ(rows[1].metric, Metric::step_time);
+  EXPECT_NEAR(rows[1].published, 1 / step, 1e-12);
+  // The same record compared by tokens/s gives the same error: both are the step rate.
+  const ValidationRow* by_tokens = nullptr;
+  for (const ValidationRow& r : rows_2024_2026())
+    if (r.id == (*doc)["records"][6]["id"].get<std::string>()) by_tokens = &r;
+  ASSERT_NE(by_tokens, nullptr);
+  // tflops_per_gpu of the original row is the same rate times a FLOP count.
+  EXPECT_NEAR(rows[1].error, by_tokens->error, 0.02);
+}
+
+// The 2024-26 records predicted with their stack profiles. Bounds are the ones reached,
+// with a little margin, so that a regression fails. Dense Megatron-Bridge rows: median
+// 5.6%, max 18.5% (H100 FP8 Llama 3 8B at -18.5%); NeMo 24.07 (null recompute, filled by
+// the sweep): median 8.9%, max 29.6%. The MoE rows are far off (median 36.9%, max 197%):
+// the target is NOT met there, and the bound only keeps them from getting worse.
+TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
+  const std::vector<SummaryLine> lines = summarize(rows_2024_2026());
+  auto find = [&](const std::string& g, bool assumed) -> const SummaryLine* {
+    for (const SummaryLine& l : lines)
+      if (l.group == g && l.throughput && l.assumed == assumed) return &l;
+    return nullptr;
+  };
+  const SummaryLine* dense = find("mbridge_perf", false);
+  ASSERT_NE(dense, nullptr);
+  EXPECT_GE(dense->all.n, 7);
+  EXPECT_LE(dense->all.median_abs, 0.07);
+  EXPECT_LE(dense->all.max_abs, 0.20) << dense->all.worst_id;
+  const SummaryLine* nemo = find("nemo2407_perf", true);
+  ASSERT_NE(nemo, nullptr);
+  EXPECT_EQ(nemo->all.n, 18);
+  EXPECT_LE(nemo->all.median_abs, 0.10);
+  EXPECT_LE(nemo->all.max_abs, 0.31) << nemo->all.worst_id;
+  const SummaryLine* moe = find("mbridge_perf_moe", false);
+  ASSERT_NE(moe, nullptr);
+  EXPECT_LE(moe->all.median_abs, 0.40);
+  EXPECT_LE(moe->all.max_abs, 2.0) << moe->all.worst_id;
+}
+
+// The shipped megatron-core profile is what `llmplan validate --fit-stacks` finds: re-fitting
+// it from the generic constants on the 2024-26 records cannot do better (re-run the command
+// with --write-stacks data/stacks after a change to the model).
+TEST(StackFit, ShippedMegatronCoreProfileIsTheFitsOptimum) {
+  Result<ReferenceSet> set = load_reference_runs(default_data_root() + "/data/reference/published_runs_2024_2026.json");
+  ASSERT_TRUE(set.ok());
+  const std::vector<FitReport> fits = fit_stacks(*set, registry(), ValidationOptions{}, Efficiency{});
+  const FitReport* mc = nullptr;
+  for (const FitReport& f : fits)
+    if (f.stack == "megatron-core") mc = &f;
+  ASSERT_NE(mc, nullptr);
+  EXPECT_GE(mc->rows, kMinStackFitRows);
+  EXPECT_LT(mc->objective_fitted, mc->objective_start);
+  ValidationOptions shipped;
+  shipped.only_stack = "megatron-core";
+  EXPECT_LE(fit_objective(*set, registry(), shipped), mc->objective_fitted + 1e-3);
+}
+
+}  // namespace
+}  // namespace llmplan
