@@ -51,6 +51,7 @@ struct ExecuteCommand {
   int proxy_rank = -1;
   double watchdog_s = 300;
   std::string calibration;
+  std::string stack;  // predict with this stack profile's constants (e.g. calibrate --stack-out)
 };
 
 // A distributed run: mpirun terminates every rank with SIGTERM when one of them dies. The
@@ -145,6 +146,7 @@ Runner register_execute(CLI::App* sub) {
   sub->add_option("--seed", c->seed, "seed for init, data and dropout")->capture_default_str();
   sub->add_option("--proxy-rank", c->proxy_rank, "run rank R's share of a multi-rank plan in this one process (communication modelled)");
   sub->add_option("--calibration", c->calibration, "predict with this calibration (from llmplan calibrate)");
+  sub->add_option("--stack", c->stack, "predict with this stack profile (data/stacks id or a file, e.g. from llmplan calibrate --stack-out)");
   sub->add_option("--watchdog", c->watchdog_s, "seconds without a finished step before a rank aborts the job")->capture_default_str();
   return [c]() {
     Result<PlanFile> f = read_plan_file(c->plan_file);
@@ -189,6 +191,14 @@ Runner register_execute(CLI::App* sub) {
       Result<Calibration> cal = read_calibration_file(c->calibration);
       if (!cal) return report(cal.status());
       o.calibration = *cal;
+    }
+    if (!c->stack.empty()) {
+      if (!c->calibration.empty()) return report(Status::bad_input("--stack and --calibration: give one (both set the prediction's speed)"));
+      Result<PresetRegistry> reg = load_presets("");
+      if (!reg) return report(reg.status());
+      Result<StackProfile> st = reg->stack(c->stack, "--stack");
+      if (!st) return report(st.status());
+      o.efficiency = st->efficiency;
     }
     if (!c->memory_limit.empty()) {
       Result<double> lim = parse_bytes(c->memory_limit, "--memory-limit");
@@ -266,10 +276,15 @@ Runner register_execute(CLI::App* sub) {
     if (!pred) return report(pred.status());
     {
       const nlohmann::json pj = exec::report_to_json(*pred);
+      const PlanFile& ex = pred->executed;
       rec.predicted_json = nlohmann::json{{"memory", pj["predicted_gpu"]},
                                           {"time", pj["predicted_time"]},
                                           {"device", pred->executed.cluster.gpu.name},
-                                          {"calibrated", o.calibration.has_value()}}.dump();
+                                          {"calibrated", o.calibration.has_value() || o.efficiency.has_value()},
+                                          // What ran, so that calibrate can predict it again with other constants.
+                                          {"executed", plan_file_to_json(ex, estimate_memory(ex.model, ex.cluster, ex.job, ex.plan),
+                                                                         estimate_time(ex.model, ex.cluster, ex.job, ex.plan))}}
+                               .dump();
       rec.predicted_peak_bytes = static_cast<int64_t>(pred->predicted_alloc.total);
       rec.predicted_step_time_s = pred->predicted_time.total;
       rec.model = pred->executed.model.name +
@@ -307,6 +322,13 @@ Runner register_execute(CLI::App* sub) {
     out.step_time_s = r->median_step_s;
     out.peak_bytes = r->device.measured ? r->device.used_peak : r->memory.peak_total;
     if (Status st = store->finish_run(*id, out); !st) return report(st);
+    if (!r->op_times.empty()) {
+      std::vector<OpTiming> ops;
+      for (const exec::OpTimeEntry& e : r->op_times)
+        ops.push_back({e.op, std::to_string(e.m) + "x" + std::to_string(e.n) + "x" + std::to_string(e.k), exec::to_string(e.dtype), e.flops, 0,
+                       e.seconds / static_cast<double>(e.calls), e.calls});
+      if (Status st = store->add_op_timings(*id, ops); !st) return report(st);
+    }
 
     print_table(*r);
     if (!c->json_out.empty()) {

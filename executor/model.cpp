@@ -1,7 +1,9 @@
 #include "executor/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 
 #include "executor/cpu/attention_dropout.h"
@@ -81,6 +83,20 @@ struct CpuOps {
   static constexpr bool kWide = std::is_same_v<S, float> || std::is_same_v<S, double>;
   static constexpr int64_t kChunk = 256;  // rows per 16-bit GEMM
   TrackingAllocator* alloc = nullptr;
+  OpTimeLog* times = nullptr;  // ModelConfig::op_times
+
+  // Runs f, timing it into `times` under op's name and shape when a log is set.
+  template <class F>
+  Status timed(const char* op, int64_t m, int64_t n, int64_t k, double flops, F&& f) const {
+    if (times == nullptr) {
+      f();
+      return Status::ok();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    times->add(op, dtype_of<S>, m, n, k, flops, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return Status::ok();
+  }
 
   int64_t chunk_rows(int64_t n) const { return kWide ? n : std::min<int64_t>(n, kChunk); }
   int64_t linear_workspace_bytes(DType s, int64_t rows, int64_t in, int64_t out) const {
@@ -147,23 +163,47 @@ struct CpuOps {
     return Status::ok();
   }
 
-  // The ops: cpu:: by the same name, which cannot fail.
-#define LL_CPU_OP(name)                                 \
-  template <class... T, class... Args>                  \
-  Status name(Args&&... args) const {                   \
-    cpu::name<T...>(std::forward<Args>(args)...);       \
-    return Status::ok();                                \
+  // The ops: cpu:: by the same name, which cannot fail; each timed when a log is set. The
+  // GEMMs and flash attention with their shapes and FLOPs (what calibration fits), the
+  // rest by name alone.
+  // linear_forward(x, w, b, y, n, in, out, ws); linear_backward(dy, x, w, dx, dw, db, n, in, out, ws).
+  template <class... T, class... Args>
+  Status linear_forward(Args&&... args) const {
+    const auto a = std::forward_as_tuple(args...);
+    const int64_t n = std::get<4>(a), in = std::get<5>(a), out = std::get<6>(a);
+    return timed("linear_forward", n, out, in, 2.0 * n * in * out, [&] { cpu::linear_forward<T...>(std::forward<Args>(args)...); });
   }
-  LL_CPU_OP(linear_forward)
-  LL_CPU_OP(linear_backward)
+  template <class... T, class... Args>
+  Status linear_backward(Args&&... args) const {
+    const auto a = std::forward_as_tuple(args...);
+    const int64_t n = std::get<6>(a), in = std::get<7>(a), out = std::get<8>(a);
+    const double gemms = (std::get<3>(a) != nullptr ? 1.0 : 0.0) + (std::get<4>(a) != nullptr ? 1.0 : 0.0);
+    return timed("linear_backward", n, out, in, gemms * 2.0 * n * in * out, [&] { cpu::linear_backward<T...>(std::forward<Args>(args)...); });
+  }
+  // Flash attention: m = query rows, n = key rows, k = head width (per sequence and head).
+  template <class... T, class... Args>
+  Status attention_forward_flash(Args&&... args) const {
+    const cpu::AttentionDims& d = std::get<sizeof...(Args) - 2>(std::forward_as_tuple(args...));
+    return timed("attention_forward_flash", d.q_rows > 0 ? d.q_rows : d.s, d.k_rows > 0 ? d.k_rows : d.s, d.head_dim, 0,
+                 [&] { cpu::attention_forward_flash<T...>(std::forward<Args>(args)...); });
+  }
+  template <class... T, class... Args>
+  Status attention_backward_flash(Args&&... args) const {
+    const cpu::AttentionDims& d = std::get<sizeof...(Args) - 2>(std::forward_as_tuple(args...));
+    return timed("attention_backward_flash", d.q_rows > 0 ? d.q_rows : d.s, d.k_rows > 0 ? d.k_rows : d.s, d.head_dim, 0,
+                 [&] { cpu::attention_backward_flash<T...>(std::forward<Args>(args)...); });
+  }
+#define LL_CPU_OP(name)                                                                      \
+  template <class... T, class... Args>                                                       \
+  Status name(Args&&... args) const {                                                        \
+    return timed(#name, 0, 0, 0, 0, [&] { cpu::name<T...>(std::forward<Args>(args)...); }); \
+  }
   LL_CPU_OP(layernorm_forward)
   LL_CPU_OP(layernorm_backward)
   LL_CPU_OP(rmsnorm_forward)
   LL_CPU_OP(rmsnorm_backward)
   LL_CPU_OP(attention_forward_materialized)
   LL_CPU_OP(attention_backward_materialized)
-  LL_CPU_OP(attention_forward_flash)
-  LL_CPU_OP(attention_backward_flash)
   LL_CPU_OP(attention_merge_partial)
   LL_CPU_OP(attention_forward_dropout)
   LL_CPU_OP(attention_backward_dropout)
@@ -203,7 +243,7 @@ struct CpuOps {
 
 template <class S, class G>
 Result<std::unique_ptr<Model>> build(TrackingAllocator& a, const ModelConfig& c) {
-  return detail::build_model_with<S, G>(a, c, CpuOps<S, G>{&a});
+  return detail::build_model_with<S, G>(a, c, CpuOps<S, G>{&a, c.op_times});
 }
 
 // Interleaved 1F1B: a stage's vpp model chunks presented as one Model (model.h, chunks()).

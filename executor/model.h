@@ -74,6 +74,7 @@
 
 #include "executor/allocator.h"
 #include "executor/comm/communicator.h"
+#include "executor/op_time_log.h"
 #include "executor/tensor.h"
 #include "planner/recipe.h"
 #include "planner/specs.h"
@@ -108,6 +109,9 @@ struct ModelConfig {
   DType grad = DType::f32;       // weight gradients: storage, or f32 for 16-bit storage
   ModelOptions options;
   Communicator* comm = nullptr;  // TP collectives; REQUIRES: non-null when plan.tp > 1
+  // CPU backend: every op's wall time goes here (op_time_log.h); nullptr: not timed.
+  // Outlives the model. Other backends ignore it.
+  OpTimeLog* op_times = nullptr;
 };
 
 // One micro-batch, (b, s) row-major int32 each. targets -1 = ignored. doc_ids (nullable):

@@ -301,7 +301,7 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     r.predicted_gpu = estimate_memory(e.model, e.cluster, e.job, e.plan, gpu_opt).worst;
     r.predicted_alloc = estimate_memory(e.model, e.cluster, e.job, e.plan, gpu_only_zero).worst;
   }
-  r.predicted_time = estimate_time(e.model, e.cluster, e.job, e.plan);
+  r.predicted_time = estimate_time(e.model, e.cluster, e.job, e.plan, o.efficiency ? *o.efficiency : Efficiency{});
   if (o.calibration) {  // utilisation is of the device's real peak, not the calibrated one
     r.predicted_time.mfu *= o.calibration->compute_scale;
     r.predicted_time.hfu *= o.calibration->compute_scale;
@@ -355,6 +355,8 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   mc.options.seed = o.seed;
   mc.comm = comm ? o.comm : nullptr;
   mc.stage = comm ? r.coords.pp : 0;
+  OpTimeLog op_times;  // CPU backend: every op timed, kept from the measured steps (calibration)
+  mc.op_times = backend->name() == "cpu" ? &op_times : nullptr;
 
   auto fail_oom = [&](const Status& st, const Where& w) -> Result<RunReport> {
     if (!alloc.last_oom()) return st;
@@ -422,7 +424,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   const int64_t global_accum = accum * dp_size;
   const double denom = static_cast<double>(global_accum * b * s);  // every target of the global step counts (no ignored ids)
   for (int step = 0; step < total; ++step) {
-    if (step == o.warmup) alloc.reset_peaks();  // measured peaks cover the measured steps
+    if (step == o.warmup) alloc.reset_peaks(), op_times.clear();  // measured peaks and op times cover the measured steps
     const auto t0 = std::chrono::steady_clock::now();
     m.zero_grads();
     double loss = 0;
@@ -501,6 +503,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     o.on_done(m);
   }
   r.median_step_s = median(times);
+  r.op_times = op_times.entries();
   r.tokens_per_s = r.median_step_s > 0 ? static_cast<double>(r.tokens_per_step) / r.median_step_s : 0;
   r.model_flops_per_s = r.median_step_s > 0 ? r.predicted_time.model_flops / r.median_step_s : 0;
   compare(r);

@@ -59,6 +59,9 @@ struct RunOptions {
   // device the executed config names -- the plan's GPU preset, or cpu-host on the CPU
   // backend (bad_input otherwise).
   std::optional<Calibration> calibration;
+  // Predict step time with these constants (a stack profile's, e.g. one `llmplan calibrate
+  // --stack-out` fitted for this device); unset: the planner's defaults.
+  std::optional<Efficiency> efficiency;
   int steps = 20;               // optimizer steps measured. Default: 20
   int warmup = 3;               // extra steps first, not in the medians. Default: 3
   int layers = 0;               // > 0: run this many layers instead of the model's
@@ -128,6 +131,9 @@ struct RunReport {
   std::string oom_message;
   Where oom_where;
   std::vector<std::string> fixes;  // planner explain: fitting changes first
+  // CPU backend: wall time per op kind and shape over the measured steps (op_time_log.h),
+  // which execute stores in the profile database's op_timings for `llmplan calibrate`.
+  std::vector<OpTimeEntry> op_times;
 };
 
 // Whether `backend` ("cpu", "cuda") runs `plan` distributed over a real (modelled = false)

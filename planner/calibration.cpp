@@ -1,8 +1,14 @@
 #include "planner/calibration.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
+
+#include <Eigen/Dense>
+
+#include "planner/nelder_mead.h"
+#include "planner/plan_check.h"
 
 namespace llmplan {
 
@@ -121,6 +127,104 @@ Result<Calibration> read_calibration_file(const std::string& path) {
   nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
   if (j.is_discarded()) return Status::bad_input(path + ": not valid JSON");
   return calibration_from_json(j, path);
+}
+
+Result<StackFit> fit_stack_profile(const std::vector<StackFitRun>& runs, const StackProfile& base, const std::string& name) {
+  if (runs.empty()) return Status::bad_input("calibrate: no recorded runs to fit (run `llmplan execute` first)");
+  for (const StackFitRun& r : runs) {
+    if (!(r.measured_s > 0) || !std::isfinite(r.measured_s)) return Status::bad_input("calibrate: " + r.label + ": measured step time must be positive");
+    if (Status s = check_plan_status(r.model, r.cluster, r.job, r.plan, r.plan.world_size(), r.label); !s) return s;
+  }
+  StackFit fit;
+  fit.profile = base;
+  fit.profile.name = name;
+  fit.runs = static_cast<int>(runs.size());
+  Efficiency e = base.efficiency;
+  e.gemm_traffic = 0;
+
+  // 1. GEMMs: seconds/flops = a + b / d over every timed shape, weighted by its time.
+  std::vector<double> x, y, w;
+  double peak = 0;
+  for (const StackFitRun& r : runs) {
+    const double p = r.cluster.gpu.peak(compute_dtype(r.job, r.cluster.gpu));
+    for (const StackFitGemm& g : r.gemms) {
+      if (!(g.flops > 0) || !(g.seconds > 0)) continue;
+      peak = p;  // the runs of one device share it
+      x.push_back(1.0 / std::min({g.m, g.n, g.k}));
+      y.push_back(g.seconds / g.flops);
+      w.push_back(std::sqrt(g.seconds * static_cast<double>(std::max<int64_t>(1, g.calls))));
+    }
+  }
+  fit.gemm_shapes = static_cast<int>(x.size());
+  const bool spread = !x.empty() && *std::max_element(x.begin(), x.end()) > 1.05 * *std::min_element(x.begin(), x.end());
+  if (fit.gemm_shapes >= 2 && spread && peak > 0) {
+    Eigen::MatrixXd A(x.size(), 2);
+    Eigen::VectorXd b(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      A(static_cast<Eigen::Index>(i), 0) = w[i];
+      A(static_cast<Eigen::Index>(i), 1) = w[i] * x[i];
+      b(static_cast<Eigen::Index>(i)) = w[i] * y[i];
+    }
+    Eigen::Vector2d ab = A.colPivHouseholderQr().solve(b);
+    if (ab(1) < 0) {  // no thin-GEMM penalty visible: the intercept alone
+      double num = 0, den = 0;
+      for (size_t i = 0; i < x.size(); ++i) num += w[i] * w[i] * y[i], den += w[i] * w[i];
+      ab = {num / den, 0};
+    }
+    e.gemm = std::clamp(1.0 / (ab(0) * peak), 1e-4, 1.0);
+    e.gemm_half_dim = std::max(0.0, ab(1) / ab(0));
+  } else if (fit.gemm_shapes >= 1 && peak > 0) {
+    // One smallest dimension only (the CPU backend runs 16-bit GEMMs in 256-row chunks):
+    // the efficiency at that width, the thin-GEMM half width kept from `base`.
+    double num = 0, den = 0;
+    for (size_t i = 0; i < x.size(); ++i) num += w[i] * w[i] * y[i] * (1 + e.gemm_half_dim * x[i]), den += w[i] * w[i] * (1 + e.gemm_half_dim * x[i]) * (1 + e.gemm_half_dim * x[i]);
+    e.gemm = std::clamp(den / (num * peak), 1e-4, 1.0);
+  }
+
+  // 2. attention and memory from the step times, in logistic coordinates (fractions in
+  // (0, 1) with no flat clamped region for the simplex to stall on).
+  auto predicted = [&](const Efficiency& ef, const StackFitRun& r) { return estimate_time(r.model, r.cluster, r.job, r.plan, ef).total; };
+  auto with = [&](const std::vector<double>& v) {
+    Efficiency ef = e;
+    ef.attention = 1 / (1 + std::exp(-v[0]));
+    ef.memory = 1 / (1 + std::exp(-v[1]));
+    return ef;
+  };
+  auto objective = [&](const std::vector<double>& v) {
+    const Efficiency ef = with(v);
+    double sum = 0;
+    for (const StackFitRun& r : runs) {
+      const double d = std::log(predicted(ef, r) / r.measured_s);
+      sum += d * d;
+    }
+    return sum;
+  };
+  auto logit = [](double f) {
+    f = std::clamp(f, 1e-3, 0.999);
+    return std::log(f / (1 - f));
+  };
+  std::vector<double> v = {logit(e.attention), logit(e.memory)};
+  double best = objective(v);
+  for (int restart = 0; restart < 4; ++restart) {
+    double f = 0;
+    std::vector<double> u = nelder_mead(objective, v, 1000, &f);
+    if (f >= best - 1e-9) break;
+    best = f, v = u;
+  }
+  e = with(v);
+  fit.profile.efficiency = e;
+  double sq = 0;
+  for (const StackFitRun& r : runs) {
+    fit.predicted_s.push_back(predicted(e, r));
+    const double d = std::log(fit.predicted_s.back() / r.measured_s);
+    sq += d * d;
+  }
+  fit.rms_log_error = std::sqrt(sq / static_cast<double>(runs.size()));
+  char note[200];
+  std::snprintf(note, sizeof note, "llmplan calibrate: %d run(s) on %s, %d timed GEMM shapes", fit.runs, runs.front().cluster.gpu.name.c_str(),
+                fit.gemm_shapes);
+  fit.profile.fitted_on = note;
+  return fit;
 }
 
 }  // namespace llmplan

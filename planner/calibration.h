@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/specs.h"
+#include "planner/stack_profile.h"
 #include "planner/status.h"
 #include "planner/time_model.h"
 
@@ -61,5 +62,46 @@ nlohmann::json calibration_to_json(const Calibration& c);
 // Errors name `source` and the field: bad_input.
 Result<Calibration> calibration_from_json(const nlohmann::json& j, const std::string& source);
 Result<Calibration> read_calibration_file(const std::string& path);
+
+
+// ---------------------------------------------------------------- stack profiles
+// Calibration as a stack profile (planner/stack_profile.h): the time model's own constants
+// fitted for this stack on this device, from recorded runs, rather than one scale.
+//   1. GEMMs, from the runs' per-op timings (op_timings): the time model prices a GEMM of
+//      `flops` with smallest dimension d at flops / (peak * gemm * d / (d + gemm_half_dim))
+//      (time_model.h; the traffic term is left out, gemm_traffic = 0: a stack's timings
+//      alone cannot tell it from `gemm`). So seconds/flops = a + b/d with a = 1/(peak*gemm)
+//      and b = gemm_half_dim * a: a linear least-squares fit over the timed GEMM shapes,
+//      weighted by their share of the time (Eigen).
+//   2. The rest -- fused attention (`attention`) and elementwise work (`memory`, the
+//      fraction of bandwidth reached) -- from the runs' measured step times: the time
+//      model's prediction of each run with those two free, minimising the sum of squared
+//      log errors (Nelder-Mead), the GEMM constants fixed.
+// A run without op timings contributes to 2 only; 1 fits gemm_half_dim too when the timed
+// shapes have different smallest dimensions, else `gemm` alone.
+struct StackFitGemm {
+  double m = 0, n = 0, k = 0;  // rows, output columns, inner dimension
+  double flops = 0;            // per call
+  double seconds = 0;          // per call (mean)
+  int64_t calls = 0;
+};
+struct StackFitRun {
+  std::string label;
+  ModelSpec model;
+  ClusterSpec cluster;
+  TrainingJob job;
+  ParallelPlan plan;
+  double measured_s = 0;       // median step time
+  std::vector<StackFitGemm> gemms;
+};
+struct StackFit {
+  StackProfile profile;        // `base` with the fitted efficiency
+  int runs = 0, gemm_shapes = 0;
+  double rms_log_error = 0;    // of the fitted profile's step times over the runs
+  std::vector<double> predicted_s;  // per run, with the fitted profile
+};
+// Errors: bad_input without runs, with a non-positive measurement, or a plan the time
+// model cannot cost (naming the run).
+Result<StackFit> fit_stack_profile(const std::vector<StackFitRun>& runs, const StackProfile& base, const std::string& name);
 
 }  // namespace llmplan

@@ -66,6 +66,32 @@ TEST(Runner, PeakWithinThreePercentOfAllocatorSidePrediction) {
       }
 }
 
+// The CPU backend times every op over the measured steps, GEMMs with their shapes: the
+// LM head's forward GEMM is (tokens x vocab x hidden) at 2·n·in·out FLOPs per call.
+TEST(Runner, CpuRunRecordsOpTimesWithGemmShapes) {
+  const PlanFile f = tiny_plan(Family::llama, Precision::fp32, Recompute::none, true);
+  RunOptions o;
+  o.steps = 2;
+  o.warmup = 1;
+  Result<RunReport> r = run_plan(f, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const int64_t tokens = static_cast<int64_t>(r->executed.plan.micro_batch) * r->executed.job.seq_len;
+  bool head = false, attention = false;
+  for (const OpTimeEntry& e : r->op_times) {
+    EXPECT_GT(e.calls, 0) << e.op;
+    EXPECT_GE(e.seconds, 0) << e.op;
+    if (e.op == "linear_forward" && e.n == r->executed.model.vocab && e.k == r->executed.model.hidden) {
+      head = true;
+      EXPECT_EQ(e.m, tokens);
+      EXPECT_EQ(e.flops, 2.0 * tokens * e.n * e.k);
+      EXPECT_EQ(e.calls, 2 * r->executed.plan.grad_accum);  // once per micro-batch of the 2 measured steps
+    }
+    attention = attention || e.op.find("attention") != std::string::npos;
+  }
+  EXPECT_TRUE(head);
+  EXPECT_TRUE(attention);
+}
+
 TEST(Runner, LossFallsOnTheShippedCorpus) {
   PlanFile f = tiny_plan(Family::llama, Precision::fp32, Recompute::none, true);
   f.job.global_batch = 8;

@@ -106,5 +106,69 @@ TEST(Calibration, BadInputIsAClearError) {
   EXPECT_EQ(back->device, "h200");
 }
 
+// ---------------------------------------------------------------- stack profiles
+
+// Runs timed on a device whose GEMMs follow the time model's law exactly with known
+// constants (seconds = flops / (peak * gemm * d / (d + half))), and whose step times are the
+// time model's with known attention and memory fractions: the fit recovers the GEMM
+// constants to rounding (the law is linear in 1/d) and predicts a third, unseen run from the
+// other two.
+TEST(StackFit, RecoversTheGemmLawAndPredictsAnUnseenShape) {
+  Result<PresetRegistry> reg = PresetRegistry::load(default_data_root());
+  ASSERT_TRUE(reg.ok());
+  Efficiency truth = reg->default_stack().efficiency;
+  truth.gemm = 0.31, truth.gemm_half_dim = 96, truth.gemm_traffic = 0, truth.attention = 0.22, truth.memory = 0.45;
+  ClusterSpec c = *reg->cluster_for_gpu("a100-80g");
+  ModelSpec m = *reg->model("gpt2-124m");
+  auto run = [&](int layers, int64_t seq, int mb) {
+    StackFitRun r;
+    r.label = "L" + std::to_string(layers) + " s" + std::to_string(seq);
+    r.model = m;
+    r.model.layers = layers;
+    r.cluster = c;
+    r.cluster.gpus_per_node = 1;
+    r.job.seq_len = seq;
+    r.job.global_batch = mb;
+    r.plan.micro_batch = mb;
+    r.measured_s = estimate_time(r.model, r.cluster, r.job, r.plan, truth).total;
+    const double peak = c.gpu.peak(Dtype::bf16);
+    for (double d : {64.0, 256.0, 1024.0}) {  // shapes (d, 4096, 4096): d is the smallest dimension
+      StackFitGemm g{d, 4096, 4096, 2 * d * 4096 * 4096, 0, 10};
+      g.seconds = g.flops / (peak * truth.gemm * d / (d + truth.gemm_half_dim));
+      r.gemms.push_back(g);
+    }
+    return r;
+  };
+  const std::vector<StackFitRun> runs = {run(2, 512, 2), run(6, 1024, 1)};
+  Result<StackFit> fit = fit_stack_profile(runs, reg->default_stack(), "synthetic");
+  ASSERT_TRUE(fit.ok()) << fit.status().message();
+  EXPECT_NEAR(fit->profile.efficiency.gemm, truth.gemm, 1e-9);
+  EXPECT_NEAR(fit->profile.efficiency.gemm_half_dim, truth.gemm_half_dim, 1e-6);
+  EXPECT_EQ(fit->profile.name, "synthetic");
+  EXPECT_LT(fit->rms_log_error, 0.01);
+  const StackFitRun third = run(4, 768, 4);
+  const double predicted = estimate_time(third.model, third.cluster, third.job, third.plan, fit->profile.efficiency).total;
+  EXPECT_NEAR(predicted / third.measured_s, 1.0, 0.05);
+  // The profile is a stack file that --stack reads back.
+  Result<StackProfile> back = stack_from_json(to_json(fit->profile), "fitted.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->efficiency.gemm, fit->profile.efficiency.gemm);
+}
+
+TEST(StackFit, BadInputIsAClearError) {
+  Result<PresetRegistry> reg = PresetRegistry::load(default_data_root());
+  ASSERT_TRUE(reg.ok());
+  EXPECT_EQ(fit_stack_profile({}, reg->default_stack(), "x").status().exit_code(), 2);
+  StackFitRun r;
+  r.label = "run 7";
+  r.model = *reg->model("gpt2-124m");
+  r.cluster = *reg->cluster_for_gpu("a100-80g");
+  r.job.global_batch = 1;
+  r.measured_s = -1;
+  Result<StackFit> f = fit_stack_profile({r}, reg->default_stack(), "x");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("run 7"), std::string::npos) << f.status().message();
+}
+
 }  // namespace
 }  // namespace llmplan
