@@ -69,6 +69,10 @@ std::vector<PlanResult> rerank_by_simulation(const PlanFile& base, const std::ve
   const double tokens = static_cast<double>(base.job.global_batch) * base.job.seq_len;
   for (PlanResult& x : sim) {
     Result<SimResult> r = simulate_step(base.model, base.cluster, job_for(base.job, x), x.plan, so);
+    if (!r && r.status().exit_code() == 2) {  // a plan the simulator does not model: keep its analytic time
+      std::printf("  %-52s %12.4f %12s  (%s)\n", plan_summary(x.plan).c_str(), x.step_time_s, "-", r.status().message().c_str());
+      continue;
+    }
     if (!r) {
       report(r.status());
       return {};

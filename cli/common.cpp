@@ -247,8 +247,9 @@ std::string plan_summary(const ParallelPlan& p) {
   char buf[160];
   // The CP exchange is named only when it is not the default ring (the sweep's plans).
   const std::string cp = p.cp > 1 ? " cp" + std::to_string(p.cp) + (p.cp_exchange == CpExchange::ring ? "" : " all_gather") : "";
-  std::snprintf(buf, sizeof buf, "dp%d tp%d pp%d%s%s%s mb%d ga%d zero%d %s%s%s", p.dp, p.tp, p.pp,
-                p.vpp > 1 ? (" vpp" + std::to_string(p.vpp)).c_str() : "", cp.c_str(),
+  std::snprintf(buf, sizeof buf, "dp%d tp%d pp%d%s%s%s%s mb%d ga%d zero%d %s%s%s", p.dp, p.tp, p.pp,
+                p.vpp > 1 ? (" vpp" + std::to_string(p.vpp)).c_str() : "",
+                p.pipeline_split == PipelineSplit::even ? "" : " split-emb-loss", cp.c_str(),
                 p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? " offload" : "",
                 p.flash_attention ? "" : " no-flash");
   return buf;

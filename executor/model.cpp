@@ -31,9 +31,9 @@ Status check_model_config(const ModelConfig& c) {
   if (c.plan.pp < 1 || c.stage < 0 || c.stage >= c.plan.pp || c.plan.vpp < 1 || c.chunk < 0 || c.chunk >= c.plan.vpp)
     return Status::bad_input("executor: stage " + std::to_string(c.stage) + " chunk " + std::to_string(c.chunk) + " of pp " +
                              std::to_string(c.plan.pp) + " vpp " + std::to_string(c.plan.vpp));
-  if (c.plan.vpp > 1 && (c.plan.pp == 1 || c.spec.layers % c.virtual_stages() != 0))
+  if ((c.plan.vpp > 1 && c.plan.pp == 1) || !pipeline_split_ok(c.spec.layers, c.plan))
     return Status::bad_input("executor: vpp " + std::to_string(c.plan.vpp) + " needs pp > 1 and layers divisible by pp*vpp (" +
-                             std::to_string(c.spec.layers) + " layers)");
+                             std::to_string(c.spec.layers) + " layers; plus 2 with plan.pipeline_split " + to_string(c.plan.pipeline_split) + ")");
   if (const int t = c.plan.tp; t > 1) {
     if (c.comm == nullptr || c.comm->size(Group::tp) != t)
       return Status::bad_input("executor: tp " + std::to_string(t) + " needs a communicator with a TP group of that size");

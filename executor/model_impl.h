@@ -194,8 +194,8 @@ class ModelImpl final : public Model {
     const int nv = c_.virtual_stages();
     first_ = stage_ == 0;
     last_ = stage_ == nv - 1;
-    first_layer_ = first_layer_of_stage(m.layers, nv, stage_);
-    const int nl = layers_in_stage(m.layers, nv, stage_);
+    first_layer_ = first_layer_of_virtual_stage(m.layers, c_.plan, stage_);
+    const int nl = virtual_stage_layers(m.layers, c_.plan, stage_);
     auto since = [&](size_t at) {  // the params made since `at` (one unit)
       std::vector<int> u;
       for (size_t i = at; i < params_.size(); ++i) u.push_back(static_cast<int>(i));

@@ -112,6 +112,39 @@ LayerRecompute layer_recompute(const ParallelPlan& p, int layer_in_stage, int la
   return LayerRecompute::none;
 }
 
+namespace {
+// Interleaved 1F1B whose chunks hold unequal layer counts (PipelineSplit other than even):
+// the stage's kept activations at their peak, every chunk's micro-batches in flight holding
+// that chunk's own layers (`per_layer` bytes each) and, on the first and last virtual stage,
+// the embedding's and the head's tensors (`first_set`, `last_set` per micro-batch). Walks
+// Megatron's order on this rank (megatron/core/pipeline_parallel/schedules.py,
+// get_model_chunk_id): forward k runs chunk (k % (pp*vpp)) / pp and backward k the chunk
+// vpp - 1 - that; (pp - s - 1) * 2 + (vpp - 1) * pp warm-up forwards, then one forward and
+// one backward a step. The steady state repeats every pp * vpp steps, so the walk stops
+// after two periods.
+double unequal_chunk_activations(const ModelSpec& m, const ParallelPlan& p, int64_t mb, int stage, double per_layer, double first_set,
+                                 double last_set) {
+  const int vpp = p.vpp, pp = p.pp, nv = p.pp * p.vpp;
+  std::vector<double> bytes(vpp);
+  for (int c = 0; c < vpp; ++c) {
+    const int v = c * pp + stage;
+    bytes[c] = virtual_stage_layers(m.layers, p, v) * per_layer + (v == 0 ? first_set : 0) + (v == nv - 1 ? last_set : 0);
+  }
+  const int64_t total = mb * vpp;
+  const int64_t warm = std::min<int64_t>(total, (pp - stage - 1) * 2 + static_cast<int64_t>(vpp - 1) * pp);
+  auto chunk = [&](int64_t k) { return static_cast<int>((k % nv) / pp); };
+  int64_t f = 0;
+  double held = 0, peak = 0;
+  for (; f < warm; ++f) held += bytes[chunk(f)], peak = std::max(peak, held);
+  const int64_t stop = std::min<int64_t>(total, warm + 2 * static_cast<int64_t>(nv));
+  for (int64_t b = 0; b < stop; ++b) {
+    if (f < total) held += bytes[chunk(f)], ++f, peak = std::max(peak, held);
+    held -= bytes[vpp - 1 - chunk(b)];
+  }
+  return peak;
+}
+}  // namespace
+
 double first_chunk_sets(const ParallelPlan& p, int64_t m) {
   if (p.pp == 1) return 1;
   const double md = static_cast<double>(m);
@@ -240,8 +273,8 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
 }
 
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage) {
-  const int layers = layers_in_stage(m.layers, p.pp, stage);
-  const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
+  const int layers = pp_stage_layers(m.layers, p, stage);
+  const int first_layer = first_layer_of_pp_stage(m.layers, p, stage);
   const int frozen_layers = j.frozen_layer_count(m.layers);
   const int frozen_here = std::clamp(frozen_layers - first_layer, 0, layers);
   const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
@@ -272,8 +305,8 @@ namespace {
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
                                       const MemoryOptions& opt, const ParamCounts& pc, const LayerBackwardMoments& moments) {
   StageMemoryExtras x;
-  const int layers = layers_in_stage(m.layers, p.pp, stage);
-  const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
+  const int layers = pp_stage_layers(m.layers, p, stage);
+  const int first_layer = first_layer_of_pp_stage(m.layers, p, stage);
   const int frozen_layers = j.frozen_layer_count(m.layers);
   const int frozen_here = std::clamp(frozen_layers - first_layer, 0, layers);
   const bool is_first = stage == 0, is_last = stage == p.pp - 1;
@@ -480,11 +513,9 @@ MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const Paral
   // The same walk over a stage's layers as stage_memory, once per distinct stage shape,
   // and the runs of equal middle stages (1 .. pp-2) for estimate_memory.
   in.runs_complete = true;
-  // layers_in_stage and first_layer_of_stage, stepped without a division per stage.
-  const int base = m.layers / p.pp, extra = m.layers % p.pp;
-  for (int s = 0, first = 0; s < p.pp; first += base + (s >= p.pp - extra ? 1 : 0), ++s) {
-    const int layers = base + (s >= p.pp - extra ? 1 : 0);
-    const int frozen_here = std::clamp(frozen - first, 0, layers);
+  for (int s = 0; s < p.pp; ++s) {
+    const int layers = pp_stage_layers(m.layers, p, s);
+    const int frozen_here = std::clamp(frozen - first_layer_of_pp_stage(m.layers, p, s), 0, layers);
     if (s >= 1 && s < p.pp - 1) {
       MemoryInputs::StageRun* run = in.run_count > 0 ? &in.runs[in.run_count - 1] : nullptr;
       if (run && run->layers == layers && run->frozen == frozen_here) {
@@ -533,8 +564,8 @@ struct StagePhases {
 StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
                          const MemoryInputs& in) {
   StagePhases out;
-  out.layers = layers_in_stage(m.layers, p.pp, stage);
-  const int first_layer = first_layer_of_stage(m.layers, p.pp, stage);
+  out.layers = pp_stage_layers(m.layers, p, stage);
+  const int first_layer = first_layer_of_pp_stage(m.layers, p, stage);
   const bool is_last = stage == p.pp - 1;
   const int64_t mb = microbatches_per_step(j, p);
   out.inflight = inflight_microbatches(p, mb, stage);
@@ -581,7 +612,12 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // Tensors that belong to the first chunk (embedding) or the last (head) are held by as
   // many micro-batches as that chunk has in flight, not by the stage's average.
   const double last_sets = is_last ? last_chunk_sets(p, mb) : 0;
-  const double activations = per_mb * out.inflight + first_chunk_sets(p, mb) * x.first_chunk_set + last_sets * x.last_chunk_set;
+  double activations = per_mb * out.inflight + first_chunk_sets(p, mb) * x.first_chunk_set + last_sets * x.last_chunk_set;
+  // Unequal chunks (the embedding/loss split): each chunk's micro-batches in flight hold its
+  // own layers, which the stage's average would miss (the small first chunk has the most
+  // in flight), and the head's tensors only while a last-chunk micro-batch is in flight.
+  if (p.vpp > 1 && p.pipeline_split != PipelineSplit::even && p.schedule != Schedule::gpipe && out.layers > 0)
+    activations = unequal_chunk_activations(m, p, mb, stage, per_mb / out.layers, x.first_chunk_set, x.last_chunk_set);
   const double logits = last_sets * x.logits_set;
   // The micro-batch in flight on the last chunk holds its logits from the head forward
   // to the head backward; the others (GPipe holds every micro-batch) all the time.
@@ -763,8 +799,8 @@ void for_candidate_stages(const ModelSpec& m, const TrainingJob& j, const Parall
   int prev_layers = -1, prev_frozen = -1;
   const int frozen = j.frozen_layer_count(m.layers);
   for (int s = 1; s < p.pp; ++s) {
-    const int layers = layers_in_stage(m.layers, p.pp, s);
-    const int frozen_here = std::clamp(frozen - first_layer_of_stage(m.layers, p.pp, s), 0, layers);
+    const int layers = pp_stage_layers(m.layers, p, s);
+    const int frozen_here = std::clamp(frozen - first_layer_of_pp_stage(m.layers, p, s), 0, layers);
     const bool same_shape = s > 1 && layers == prev_layers && frozen_here == prev_frozen;
     prev_layers = layers;
     prev_frozen = frozen_here;

@@ -14,7 +14,7 @@ const char* describe(RejectReason r) {
     case RejectReason::tp_heads: return "tp does not divide heads and kv_heads";
     case RejectReason::tp_exceeds_node: return "tp larger than GPUs per node";
     case RejectReason::pp_layers: return "pp larger than the layer count";
-    case RejectReason::vpp_layers: return "layers not divisible by pp*vpp (or vpp without pp)";
+    case RejectReason::vpp_layers: return "layers (+2 under the embedding/loss split) not divisible by pp*vpp (or vpp without pp)";
     case RejectReason::cp_sequence: return "2*cp does not divide the sequence length";
     case RejectReason::cp_needs_flash: return "context parallel over a ring needs flash attention";
     case RejectReason::ep_experts: return "ep does not divide experts and dp*cp (or model is dense)";
@@ -46,13 +46,54 @@ int first_layer_of_stage(int layers, int pp, int stage) {
   return stage * base + std::max(0, stage - (pp - extra));
 }
 
+namespace {
+int slots_per_virtual_stage(int layers, const ParallelPlan& p) { return (layers + 2) / (p.pp * std::max(1, p.vpp)); }
+}  // namespace
+
+int virtual_stage_layers(int layers, const ParallelPlan& p, int v) {
+  const int nv = p.pp * std::max(1, p.vpp);
+  if (p.pipeline_split == PipelineSplit::even) return layers_in_stage(layers, nv, v);
+  return slots_per_virtual_stage(layers, p) - (v == 0 ? 1 : 0) - (v == nv - 1 ? 1 : 0);
+}
+
+int first_layer_of_virtual_stage(int layers, const ParallelPlan& p, int v) {
+  const int nv = p.pp * std::max(1, p.vpp);
+  if (p.pipeline_split == PipelineSplit::even) return first_layer_of_stage(layers, nv, v);
+  return v * slots_per_virtual_stage(layers, p) - (v > 0 ? 1 : 0);
+}
+
+int pp_stage_layers(int layers, const ParallelPlan& p, int s) {
+  if (p.pipeline_split == PipelineSplit::even) return layers_in_stage(layers, p.pp, s);
+  const int vpp = std::max(1, p.vpp);
+  return vpp * slots_per_virtual_stage(layers, p) - (s == 0 ? 1 : 0) - (s == p.pp - 1 ? 1 : 0);
+}
+
+int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s) {
+  if (p.pipeline_split == PipelineSplit::even) return first_layer_of_stage(layers, p.pp, s);
+  return s * std::max(1, p.vpp) * slots_per_virtual_stage(layers, p) - (s > 0 ? 1 : 0);
+}
+
+bool pipeline_split_ok(int layers, const ParallelPlan& p) {
+  const int nv = p.pp * std::max(1, p.vpp);
+  if (p.pipeline_split == PipelineSplit::even) return p.vpp <= 1 || layers % nv == 0;
+  return (layers + 2) % nv == 0 && (layers + 2) / nv >= (nv == 1 ? 3 : 2);
+}
+
+PipelineSplit default_pipeline_split(int layers, int pp, int vpp) {
+  ParallelPlan p;
+  p.pp = pp, p.vpp = vpp;
+  if (pp == 1 || layers % (pp * vpp) == 0) return PipelineSplit::even;
+  p.pipeline_split = PipelineSplit::account_embedding_loss;
+  return pipeline_split_ok(layers, p) ? PipelineSplit::account_embedding_loss : PipelineSplit::even;
+}
+
 RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int gpus,
                         bool tp_across_nodes) {
   if (static_cast<int64_t>(p.dp) * p.tp * p.pp * p.cp != gpus) return RejectReason::world_size_mismatch;
   if (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0) return RejectReason::tp_heads;
   if (!tp_across_nodes && p.tp > c.gpus_per_node) return RejectReason::tp_exceeds_node;
   if (p.pp > m.layers) return RejectReason::pp_layers;
-  if (p.vpp > 1 && (p.pp == 1 || m.layers % (p.pp * p.vpp) != 0)) return RejectReason::vpp_layers;
+  if ((p.vpp > 1 && p.pp == 1) || !pipeline_split_ok(m.layers, p)) return RejectReason::vpp_layers;
   if (p.cp > 1 && j.seq_len % (2 * p.cp) != 0) return RejectReason::cp_sequence;
   // The ring merges partial softmaxes chunk by chunk (flash's online softmax); the all-gather
   // has every key at once and can materialise its queries' scores.
@@ -65,7 +106,7 @@ RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const Training
   if (p.vpp > 1 && micro_batches % p.pp != 0) return RejectReason::interleave_microbatches;
   if (p.offload_optimizer && (p.zero == 0 || p.pp > 1)) return RejectReason::zero_offload;
   if (p.recompute == Recompute::full_k &&
-      (p.recompute_layers < 1 || p.recompute_layers > layers_in_stage(m.layers, p.pp, 0) / p.vpp))
+      (p.recompute_layers < 1 || p.recompute_layers > pp_stage_layers(m.layers, p, 0) / p.vpp))
     return RejectReason::recompute_layers;
   if (j.mode == TrainMode::lora && p.zero == 3) return RejectReason::lora_zero3;
   const Dtype d = j.precision == Precision::fp32 ? Dtype::fp32 : (j.precision == Precision::bf16 ? Dtype::bf16 : Dtype::fp16);

@@ -56,4 +56,21 @@ Status check_inputs(const ModelSpec& m, const TrainingJob& j, const std::string&
 int layers_in_stage(int layers, int pp, int stage);
 int first_layer_of_stage(int layers, int pp, int stage);
 
+// The same under the plan's PipelineSplit. Virtual stage v of pp*vpp (the executor builds
+// one; v = chunk*pp + stage), and pipeline stage s of pp (all its vpp chunks: the memory and
+// time models cost one). first_layer_of_pp_stage is the stage's first layer as if its layers
+// were contiguous (exact for vpp 1; under interleaving the layers before it in the order of
+// stages, which is how frozen layers are counted).
+int virtual_stage_layers(int layers, const ParallelPlan& p, int v);
+int first_layer_of_virtual_stage(int layers, const ParallelPlan& p, int v);
+int pp_stage_layers(int layers, const ParallelPlan& p, int s);
+int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s);
+// Whether the split is legal: even with vpp 1 always (pp <= layers); even with vpp > 1 when
+// pp*vpp divides the layers; account_embedding_loss when pp*vpp divides layers + 2 and every
+// virtual stage keeps a layer.
+bool pipeline_split_ok(int layers, const ParallelPlan& p);
+// The split the sweep and Megatron-Core records take: even when it is legal, else
+// account_embedding_loss when that is.
+PipelineSplit default_pipeline_split(int layers, int pp, int vpp);
+
 }  // namespace llmplan

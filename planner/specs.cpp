@@ -27,6 +27,7 @@ constexpr std::array<std::string_view, 2> kGrads = {"deepspeed", "megatron"};
 constexpr std::array<std::string_view, 4> kRecompute = {"none", "selective", "full", "full_k"};
 constexpr std::array<std::string_view, 3> kSchedule = {"gpipe", "1f1b", "interleaved"};
 constexpr std::array<std::string_view, 2> kCpExchange = {"ring", "all_gather"};
+constexpr std::array<std::string_view, 2> kPipelineSplit = {"even", "account_embedding_loss"};
 
 }  // namespace
 
@@ -40,6 +41,7 @@ const char* to_string(GradConvention v) { return kGrads[static_cast<int>(v)].dat
 const char* to_string(Recompute v) { return kRecompute[static_cast<int>(v)].data(); }
 const char* to_string(Schedule v) { return kSchedule[static_cast<int>(v)].data(); }
 const char* to_string(CpExchange v) { return kCpExchange[static_cast<int>(v)].data(); }
+const char* to_string(PipelineSplit v) { return kPipelineSplit[static_cast<int>(v)].data(); }
 
 bool parse_enum(const std::string& s, Family* out) { return parse_from(kFamily, s, out); }
 bool parse_enum(const std::string& s, Dtype* out) { return parse_from(kDtype, s, out); }
@@ -51,5 +53,6 @@ bool parse_enum(const std::string& s, GradConvention* out) { return parse_from(k
 bool parse_enum(const std::string& s, Recompute* out) { return parse_from(kRecompute, s, out); }
 bool parse_enum(const std::string& s, Schedule* out) { return parse_from(kSchedule, s, out); }
 bool parse_enum(const std::string& s, CpExchange* out) { return parse_from(kCpExchange, s, out); }
+bool parse_enum(const std::string& s, PipelineSplit* out) { return parse_from(kPipelineSplit, s, out); }
 
 }  // namespace llmplan

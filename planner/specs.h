@@ -131,6 +131,14 @@ enum class Schedule { gpipe, one_f_one_b, interleaved };
 // overlapped, and their gradients reduce-scattered in backward; queries stay local.
 // Meaningful only when cp > 1.
 enum class CpExchange { ring, all_gather };
+// How a pipeline's layers are split over its pp * vpp virtual stages. even: as even as
+// possible, the remainder on the last stages (vpp > 1 needs pp*vpp to divide the layers).
+// account_embedding_loss: Megatron-Core's account_for_embedding_in_pipeline_split and
+// account_for_loss_in_pipeline_split (megatron/core/transformer/transformer_config.py):
+// the embedding and the loss count as one layer each, so the L + 2 slots are split evenly
+// and the first and last virtual stage hold one transformer layer fewer (Llama 3.1 405B's
+// 126 layers on pp 8 x vpp 8: 128 slots of 2, chunks of 1, 2, ..., 2, 1 layers).
+enum class PipelineSplit { even, account_embedding_loss };
 
 struct ParallelPlan {
   int dp = 1, tp = 1, pp = 1;
@@ -147,6 +155,7 @@ struct ParallelPlan {
   bool flash_attention = true;       // fused attention: no s*s scores kept
   Schedule schedule = Schedule::one_f_one_b;
   CpExchange cp_exchange = CpExchange::ring;  // plan files without it are ring
+  PipelineSplit pipeline_split = PipelineSplit::even;  // plan files without it are even
   int world_size() const { return dp * tp * pp * cp; }
 };
 
@@ -165,6 +174,7 @@ const char* to_string(GradConvention v);
 const char* to_string(Recompute v);
 const char* to_string(Schedule v);
 const char* to_string(CpExchange v);
+const char* to_string(PipelineSplit v);
 
 // Parse the names above; return false (and leave *out untouched) on an unknown name.
 bool parse_enum(const std::string& s, Family* out);
@@ -177,5 +187,6 @@ bool parse_enum(const std::string& s, GradConvention* out);
 bool parse_enum(const std::string& s, Recompute* out);
 bool parse_enum(const std::string& s, Schedule* out);
 bool parse_enum(const std::string& s, CpExchange* out);
+bool parse_enum(const std::string& s, PipelineSplit* out);
 
 }  // namespace llmplan

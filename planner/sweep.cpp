@@ -96,6 +96,7 @@ struct ThreadState {
 // choices after it: they change none of it.
 struct ShapeInputs {
   bool ready = false;
+  PipelineSplit split = PipelineSplit::even;  // the per-stage layers it was computed for
   StepTimeInputs time;
   MemoryInputs memory;
   std::vector<MemoryInputs> also;  // per SweepOptions::also_fit
@@ -205,6 +206,9 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           // Fused attention keeps no scores, so selective recompute equals none.
                           if (flash && rc == Recompute::selective) continue;
                           p.vpp = vpp;
+                          // Layers that pp*vpp does not divide: Megatron-Core's embedding/loss
+                          // split when it is legal (plan_check.h).
+                          p.pipeline_split = default_pipeline_split(m.layers, it.pp, vpp);
                           p.ep = ep;
                           p.sp = sp != 0;
                           p.flash_attention = flash != 0;
@@ -238,7 +242,9 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             continue;
                           }
                           ++r.evaluated;
-                          if (!shape.ready) {
+                          if (!shape.ready || shape.split != p.pipeline_split) {
+                            shape.split = p.pipeline_split;
+                            shape.also.clear();
                             shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
                             shape.memory = memory_inputs(m, jj, p, opt.memory);
                             shape.ready = true;

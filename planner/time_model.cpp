@@ -350,11 +350,9 @@ CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const La
   // same additions), so a run of equal stages walks its layers once.
   int prev_layers = -1, prev_frozen = -1;
   double l_fwd = 0, l_bwd = 0, l_rc = 0, l_tp = 0, l_cp = 0, l_ep = 0;
-  // layers_in_stage and first_layer_of_stage, stepped without a division per stage.
-  const int base = m.layers / p.pp, extra = m.layers % p.pp;
-  for (int s = 0, first = 0; s < p.pp; first += base + (s >= p.pp - extra ? 1 : 0), ++s) {
-    const int layers = base + (s >= p.pp - extra ? 1 : 0);
-    const int frozen_here = std::clamp(frozen - first, 0, layers);
+  for (int s = 0; s < p.pp; ++s) {
+    const int layers = pp_stage_layers(m.layers, p, s);
+    const int frozen_here = std::clamp(frozen - first_layer_of_pp_stage(m.layers, p, s), 0, layers);
     if (layers != prev_layers || frozen_here != prev_frozen) {
       l_fwd = l_bwd = l_rc = l_tp = l_cp = l_ep = 0;
       for (int i = 0; i < layers; ++i) {
@@ -418,7 +416,7 @@ StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const 
   // Trainable params on the first stage's rank (the embedding makes it the largest).
   const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
   const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
-  in.layers0 = layers_in_stage(m.layers, p.pp, 0);
+  in.layers0 = pp_stage_layers(m.layers, p, 0);
   const int frozen0 = std::clamp(in.frozen, 0, in.layers0);
   in.trainable = j.mode == TrainMode::lora ? (in.layers0 - frozen0) * pc.lora_per_layer_rank : (in.layers0 - frozen0) * pc.per_layer_rank;
   if (j.mode != TrainMode::lora && in.frozen == 0) in.trainable += pc.embedding_rank;

@@ -226,6 +226,13 @@ void prepare_plan(const ReferenceRecord& r, Prepared* p) {
   pl.vpp = rp.vpp.value_or(1);
   knob("vpp", rp.vpp || pl.pp == 1);
   pl.schedule = pl.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
+  // Layers that pp*vpp does not divide: Megatron-Core runs them only with its
+  // embedding/loss-accounting split (the Llama 3.1 405B recipes set both flags), the
+  // first and last virtual stage one layer short.
+  if (r.framework == "megatron-core" && p->has_architecture) {
+    pl.pipeline_split = default_pipeline_split(p->model.layers, pl.pp, std::max(1, pl.vpp));
+    if (pl.pipeline_split != PipelineSplit::even) p->notes.push_back("pipeline split account_embedding_loss (Megatron-Core: layers + embedding + loss over pp*vpp)");
+  }
   pl.sp = rp.sp.value_or(false);
   knob("sp", rp.sp || pl.tp == 1);
   pl.micro_batch = rp.micro_batch.value_or(1);
@@ -330,6 +337,7 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
   if (!p.skip.empty()) return p;
   prepare_job(r, &p);
   p.job = stack_job(stack, p.job);  // Megatron's fp32 main gradients (18 B/param); the others 16
+  if (r.job.main_grads) p.job.grads = *r.job.main_grads == "fp32" ? GradConvention::megatron : GradConvention::deepspeed;
   prepare_plan(r, &p);
   prepare_global_batch(r, &p);
   if (!p.skip.empty() || !p.has_architecture) return p;

@@ -65,6 +65,7 @@ struct RefJob {
   std::optional<std::string> precision;  // fp32 fp16 bf16 fp8
   std::optional<int64_t> global_batch;   // sequences per optimizer step
   std::string mode;                      // pretrain finetune lora
+  std::optional<std::string> main_grads; // bf16 fp32 (2024-26 schema; absent or null: the stack's convention)
 };
 
 struct RefPlan {

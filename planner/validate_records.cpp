@@ -139,6 +139,7 @@ Status read_job(RecordReader r, RefJob* j) {
   r.opt_enum("precision", &j->precision, {"fp32", "fp16", "bf16", "fp8"});
   r.opt("global_batch", &j->global_batch, 1, kBig);
   r.req_enum("mode", &j->mode, {"pretrain", "finetune", "lora"});
+  if (r.has("main_grads")) r.opt_enum("main_grads", &j->main_grads, {"bf16", "fp32"});
   return r.finish();
 }
 

@@ -116,8 +116,8 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   sc.stages.resize(p.pp);
   for (int s = 0; s < p.pp; ++s) {
     StageCost& st = sc.stages[s];
-    const int n = layers_in_stage(m.layers, p.pp, s);
-    const int first = first_layer_of_stage(m.layers, p.pp, s);
+    const int n = pp_stage_layers(m.layers, p, s);
+    const int first = first_layer_of_pp_stage(m.layers, p, s);
     const int per_chunk = n / p.vpp;
     st.layers.resize(n);
     for (int i = 0; i < n; ++i) {

@@ -648,9 +648,9 @@ Status check_costs(const ModelSpec& m, const ParallelPlan& p, const SimCosts& co
   }
   for (int s = 0; s < p.pp; ++s) {
     const int n = static_cast<int>(costs.stages[s].layers.size());
-    if (n != layers_in_stage(m.layers, p.pp, s) || n % p.vpp != 0 || n == 0) {
+    if (n != pp_stage_layers(m.layers, p, s) || n % p.vpp != 0 || n == 0) {
       return Status::bad_input("simulate_step: stage " + std::to_string(s) + " costs have " + std::to_string(n) +
-                               " layers, expected " + std::to_string(layers_in_stage(m.layers, p.pp, s)) +
+                               " layers, expected " + std::to_string(pp_stage_layers(m.layers, p, s)) +
                                " (a multiple of vpp " + std::to_string(p.vpp) + ")");
     }
   }
@@ -670,6 +670,11 @@ Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const 
                                 const SimOptions& opt) {
   const Status ok = check_plan_status(m, c, j, p, p.world_size(), "simulate_step");
   if (!ok) return ok;
+  // The schedule builder holds vpp equal chunks per stage; the embedding/loss split under
+  // interleaving makes the first and last chunks a layer short.
+  if (p.vpp > 1 && p.pipeline_split != PipelineSplit::even)
+    return Status::bad_input("simulate_step: plan.pipeline_split account_embedding_loss with vpp > 1 (unequal virtual stages) is not "
+                             "simulated yet; the analytic model costs it (llmplan explain)");
   return simulate_step(m, c, j, p, default_costs(m, c, j, p, opt.efficiency, opt.memory), opt);
 }
 

@@ -62,6 +62,7 @@ struct Case {
   bool flash = true;  // false: materialised attention (GPT: its attention-dropout kernels, p = 0)
   bool cp_all_gather = false;  // CP exchange: the ring (the plan default, flash only) or the all-gather
   int64_t vocab = 256;         // not a multiple of tp: the executor pads it (Megatron's padding)
+  bool split_emb_loss = false;  // plan.pipeline_split account_embedding_loss: first and last virtual stage a layer short
   int world() const { return dp * tp * pp * cp; }
 };
 // ctest and gtest name a case by its name, not by its bytes.
@@ -194,6 +195,11 @@ const Case kCases[] = {
     {.name = "moe_llama_tp2_sp_lora_all", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true,
      .lora = "q,k,v,o,gate,up,down", .moe = true, .capacity_factor = 2},
     // MoE on interleaved pipeline stages (pp2 vpp2: 4 layers, 2 chunks a rank).
+    // Uneven stages (Megatron-Core's embedding/loss split): 6 layers + 2 slots over pp 2 x vpp 2
+    // are chunks of 1, 2, 2, 1 layers; over pp 4 stages of 1, 2, 2, 1.
+    {.name = "llama_pp2_vpp2_split_emb_loss", .family = Family::llama, .dp = 1, .zero = 0, .pp = 2, .vpp = 2, .layers = 6,
+     .split_emb_loss = true},
+    {.name = "gpt_pp4_split_emb_loss", .family = Family::gpt, .dp = 1, .zero = 0, .pp = 4, .layers = 6, .split_emb_loss = true},
     {.name = "moe_gpt_pp2_vpp2_ep1", .family = Family::gpt, .dp = 1, .zero = 0, .pp = 2, .vpp = 2, .layers = 4, .moe = true},
     {.name = "moe_llama_dp2_pp2_vpp2_ep2_zero1", .family = Family::llama, .dp = 2, .zero = 1, .pp = 2, .vpp = 2, .layers = 4,
      .moe = true, .ep = 2},
@@ -309,6 +315,7 @@ int child_main(const std::string& case_name, const std::string& out) {
     if (c.capacity_factor > 0) f.model.moe.capacity_factor = c.capacity_factor;
     f.model.layers = c.layers;
     f.plan.vpp = c.vpp;
+    if (c.split_emb_loss) f.plan.pipeline_split = PipelineSplit::account_embedding_loss;
     f.plan.ep = c.ep;
     f.plan.flash_attention = c.flash;
     if (c.cp > 1 && (!c.flash || c.cp_all_gather)) f.plan.cp_exchange = CpExchange::all_gather;  // a ring needs flash (plan_check)

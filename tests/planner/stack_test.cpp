@@ -11,6 +11,7 @@
 #include <set>
 
 #include "planner/memory_model.h"
+#include "planner/plan_check.h"
 #include "planner/presets.h"
 #include "planner/spec_json.h"
 #include "planner/stack_profile.h"
@@ -158,6 +159,62 @@ TEST(StackEnvelope, SweepFitsOnlyUnderEveryStack) {
   EXPECT_GT(checked, 0);
 }
 
+// ---------------------------------------------------------------- uneven pipeline stages
+
+// Megatron-Core's embedding/loss split of Llama 3.1 405B: 126 layers + 2 slots over pp 16
+// (vpp 1) are 8 a stage, the first and last stage holding 7 layers; over pp 8 x vpp 8 the
+// 64 chunks hold 2 layers, the first and last 1 (stage 0: 15 = 7 x 2 + 1). The heaviest
+// stage's weights are a middle stage's 8 layers, by hand: per layer q, o (h x h), k, v
+// (h x 8·128), gate, up, down (h x 53248) split over tp 8, and two norms of h whole.
+TEST(UnevenStages, EmbeddingLossSplitOfLlama405B) {
+  const ModelSpec m = *registry().model("llama3-405b");
+  ASSERT_EQ(m.layers, 126);
+  ParallelPlan p;
+  p.pp = 16;
+  // 16 does not divide 126: the sweep takes the embedding/loss split (the even one would put
+  // 7 layers on the first two stages, which also hold the embedding, and 8 on the last).
+  EXPECT_EQ(default_pipeline_split(m.layers, 16, 1), PipelineSplit::account_embedding_loss);
+  p.pipeline_split = PipelineSplit::account_embedding_loss;
+  ASSERT_TRUE(pipeline_split_ok(m.layers, p));
+  EXPECT_EQ(pp_stage_layers(m.layers, p, 0), 7);
+  EXPECT_EQ(pp_stage_layers(m.layers, p, 1), 8);
+  EXPECT_EQ(pp_stage_layers(m.layers, p, 15), 7);
+  int sum = 0;
+  for (int s = 0; s < 16; ++s) sum += pp_stage_layers(m.layers, p, s);
+  EXPECT_EQ(sum, 126);
+  EXPECT_EQ(first_layer_of_pp_stage(m.layers, p, 2), 15);
+  ParallelPlan q;
+  q.pp = 8, q.vpp = 8;
+  EXPECT_EQ(default_pipeline_split(m.layers, 8, 8), PipelineSplit::account_embedding_loss);
+  q.pipeline_split = PipelineSplit::account_embedding_loss;
+  EXPECT_EQ(virtual_stage_layers(m.layers, q, 0), 1);
+  EXPECT_EQ(virtual_stage_layers(m.layers, q, 1), 2);
+  EXPECT_EQ(virtual_stage_layers(m.layers, q, 63), 1);
+  EXPECT_EQ(first_layer_of_virtual_stage(m.layers, q, 1), 1);
+  EXPECT_EQ(first_layer_of_virtual_stage(m.layers, q, 63), 125);
+  EXPECT_EQ(pp_stage_layers(m.layers, q, 0), 15);
+  EXPECT_EQ(pp_stage_layers(m.layers, q, 3), 16);
+  ParallelPlan bad = q;
+  bad.pipeline_split = PipelineSplit::even;
+  EXPECT_FALSE(pipeline_split_ok(m.layers, bad));  // 126 % 64 != 0
+  // The heaviest stage by weights: a middle stage's 8 layers at 2 B per bf16 parameter.
+  ClusterSpec c = *registry().cluster_for_gpu("h100-sxm");
+  TrainingJob j;
+  j.seq_len = 8192;
+  j.global_batch = 512;
+  p.dp = 64, p.tp = 8, p.sp = true, p.micro_batch = 1, p.grad_accum = 8, p.zero = 1;
+  p.recompute = Recompute::full;
+  ASSERT_EQ(check_plan(m, c, j, p, 64 * 8 * 16, false), RejectReason::none);
+  const double h = 16384, kv = 8 * 128.0, f = 53248;
+  // Split over tp 8: the projections; each TP rank keeps both norms whole.
+  const double per_layer_rank = (2 * h * h + 2 * h * kv + 3 * h * f) / 8 + 2 * h;
+  const StageMemory middle = estimate_stage_memory(m, c, j, p, 5, MemoryOptions{});
+  EXPECT_EQ(middle.layers, 8);
+  EXPECT_NEAR(middle.bytes[static_cast<int>(MemoryItem::weights)], 8 * per_layer_rank * 2, 1e-9 * 8 * per_layer_rank);
+  const StageMemory first = estimate_stage_memory(m, c, j, p, 0, MemoryOptions{});
+  EXPECT_EQ(first.layers, 7);
+}
+
 // ---------------------------------------------------------------- the NVLink domain
 
 // A GB200 NVL72 rack: trays of 4 GPUs in one 72-GPU NVLink domain. dp 8 over two trays
@@ -211,13 +268,14 @@ TEST(Validate2024To2026, EveryRecordComparedOrSkippedWithAReason) {
       ++compared;
       continue;
     }
-    const bool known = r.skip_reason.find("activation offload") != std::string::npos ||
-                       r.skip_reason.find("layers not divisible by pp*vpp") != std::string::npos;
+    // Uneven stages (Llama 3.1 405B's 126 layers) are planned with Megatron-Core's
+    // embedding/loss split; what is left is activation offload, not modelled yet.
+    const bool known = r.skip_reason.find("activation offload") != std::string::npos;
     EXPECT_TRUE(known) << r.id << ": " << r.skip_reason;
     ++skipped[r.skip_reason];
   }
   EXPECT_EQ(compared + static_cast<int>(rows_2024_2026().size()) - compared, 36);
-  EXPECT_GE(compared, 30);
+  EXPECT_GE(compared, 34);
 }
 
 // The MoE records are read (model.moe, plan.ep) and costed with their experts.
@@ -264,9 +322,10 @@ TEST(Validate2024To2026, UnknownGpuSkipsOneRecordAndStepTimeIsCompared) {
 }
 
 // The 2024-26 records predicted with their stack profiles. Bounds are the ones reached,
-// with a little margin, so that a regression fails. Dense Megatron-Bridge rows: median
-// 5.6%, max 18.5% (H100 FP8 Llama 3 8B at -18.5%); NeMo 24.07 (null recompute, filled by
-// the sweep): median 8.9%, max 29.6%. The MoE rows are far off (median 36.9%, max 197%):
+// with a little margin, so that a regression fails. Dense Megatron-Bridge rows (the four
+// Llama 3.1 405B ones on uneven stages included): median 6.7%, max 37.4% (the GB200 MXFP8
+// 405B row, published below the same plan on B200); NeMo 24.07 (null recompute, filled by
+// the sweep): median 7.2%, max 26.6%. The MoE rows are far off (median 37.2%, max 197%):
 // the target is NOT met there, and the bound only keeps them from getting worse.
 TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   const std::vector<SummaryLine> lines = summarize(rows_2024_2026());
@@ -277,14 +336,14 @@ TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   };
   const SummaryLine* dense = find("mbridge_perf", false);
   ASSERT_NE(dense, nullptr);
-  EXPECT_GE(dense->all.n, 7);
+  EXPECT_GE(dense->all.n, 11);
   EXPECT_LE(dense->all.median_abs, 0.07);
-  EXPECT_LE(dense->all.max_abs, 0.20) << dense->all.worst_id;
+  EXPECT_LE(dense->all.max_abs, 0.40) << dense->all.worst_id;
   const SummaryLine* nemo = find("nemo2407_perf", true);
   ASSERT_NE(nemo, nullptr);
   EXPECT_EQ(nemo->all.n, 18);
-  EXPECT_LE(nemo->all.median_abs, 0.10);
-  EXPECT_LE(nemo->all.max_abs, 0.31) << nemo->all.worst_id;
+  EXPECT_LE(nemo->all.median_abs, 0.08);
+  EXPECT_LE(nemo->all.max_abs, 0.28) << nemo->all.worst_id;
   const SummaryLine* moe = find("mbridge_perf_moe", false);
   ASSERT_NE(moe, nullptr);
   EXPECT_LE(moe->all.median_abs, 0.40);
