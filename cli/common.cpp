@@ -47,6 +47,8 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--recompute", f->recompute, "none, selective, full or full_k");
   app->add_option("--recompute-layers", f->recompute_layers, "k for --recompute full_k");
   app->add_flag("--offload", f->offload, "offload optimizer states to host memory");
+  app->add_option("--activation-offload-layers", f->activation_offload_layers,
+                  "offload the activations of the first N layers of each pipeline stage to host memory (Megatron cpu_offloading_num_layers)");
   app->add_flag("--no-flash", f->no_flash, "materialise attention scores (no fused attention)");
   app->add_option("--schedule", f->schedule, "gpipe, 1f1b or interleaved");
 }
@@ -222,6 +224,9 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   if (!pf.recompute.empty())
     if (Status st = parse_flag(pf.recompute, &p.recompute, "--recompute", "none, selective, full, full_k"); !st) return st;
   p.recompute_layers = pf.recompute_layers;
+  if (pf.activation_offload_layers < 0)
+    return Status::bad_input("--activation-offload-layers: expected a count >= 0, got " + std::to_string(pf.activation_offload_layers));
+  p.activation_offload_layers = pf.activation_offload_layers;
   p.offload_optimizer = pf.offload;
   p.flash_attention = !pf.no_flash;
   p.schedule = p.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
@@ -252,6 +257,7 @@ std::string plan_summary(const ParallelPlan& p) {
                 p.pipeline_split == PipelineSplit::even ? "" : " split-emb-loss", cp.c_str(),
                 p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? " offload" : "",
                 p.flash_attention ? "" : " no-flash");
+  if (p.activation_offload_layers > 0) return std::string(buf) + " act-offload " + std::to_string(p.activation_offload_layers);
   return buf;
 }
 

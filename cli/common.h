@@ -50,6 +50,7 @@ struct PlanFlags {
   std::string recompute;
   int recompute_layers = 0;
   bool offload = false;
+  int activation_offload_layers = 0;
   bool no_flash = false;
   std::string schedule;
 };

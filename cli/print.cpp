@@ -36,6 +36,9 @@ void print_memory(const MemoryReport& r, double headroom_bytes) {
     std::printf("  %-24s %12.2f\n", "total (peak)", r.first.total / kGiB);
     std::printf("  %-24s %12s\n", "peak phase", to_string(r.first.peak_phase));
   }
+  if (r.worst.host_activation_bytes > 0)
+    std::printf("  activation offload: %.2f GiB of activations per GPU in host memory (stage %d) -- check the node's host memory\n",
+                r.worst.host_activation_bytes / kGiB, r.worst.stage);
   const double budget = r.capacity - headroom_bytes;
   std::printf("\nPeak %s on stage %d (%s, %d layers, %.2f micro-batches in flight); capacity %s%s: %s\n", gib(r.worst.total).c_str(),
               r.worst.stage, to_string(r.worst.peak_phase), r.worst.layers, r.worst.inflight_microbatches, gib(r.capacity).c_str(),

@@ -556,6 +556,7 @@ struct StagePhases {
   int layers = 0;
   double inflight = 0;
   double activations = 0, logits = 0, transient = 0, remat_and_grads = 0, head_working = 0;  // bytes, for item_peak
+  double host_activations = 0;  // activation offload: in host memory at the peak
   double gathered_peak = 0;  // the ZeRO-3 pool (forward, backward), for item_peak
   double gradients_peak = 0; // with the largest unit's full gradient (ZeRO >= 2), for item_peak
   double comm_peak = 0;      // every communication buffer, inside a layer, for item_peak
@@ -622,6 +623,14 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // The micro-batch in flight on the last chunk holds its logits from the head forward
   // to the head backward; the others (GPipe holds every micro-batch) all the time.
   const double other_logits = is_last ? (last_sets - 1) * x.logits_set : 0;
+  // Activation offload of this stage's first k layers: every in-flight micro-batch keeps their
+  // activations in host memory but for the double buffer of the one being computed (the
+  // layer offloading or reloading and the next: two layers' worth).
+  if (const int k = std::min(p.activation_offload_layers, out.layers); k > 0 && out.layers > 0) {
+    const double per_layer = per_mb / out.layers;
+    out.host_activations = per_layer * k * out.inflight;
+    activations -= out.host_activations - per_layer * std::min(k, 2);
+  }
   out.activations = activations;
   out.logits = logits;
   out.transient = transient;
@@ -723,6 +732,7 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   sm.stage = stage;
   sm.layers = sp.layers;
   sm.inflight_microbatches = sp.inflight;
+  sm.host_activation_bytes = sp.host_activations;
   // Each item's peak over the step: the model states and buffers of the optimizer phase,
   // the gradients of the backward phase (ZeRO >= 2: with a unit's full gradient), the
   // ZeRO-3 gathered pool, the activations and logits

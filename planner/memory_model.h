@@ -118,6 +118,7 @@ struct StageMemory {
   Phase peak_phase = Phase::backward;
   double total = 0;                // max over phases, bytes
   double allocator_peak = 0;       // total without CUDA context (what torch.cuda reports)
+  double host_activation_bytes = 0;  // activation offload: this GPU's activations in host memory at its peak
   double model_states() const;     // weights + gradients + optimizer + master
 };
 

@@ -15,6 +15,7 @@ const char* describe(RejectReason r) {
     case RejectReason::tp_exceeds_node: return "tp larger than GPUs per node";
     case RejectReason::pp_layers: return "pp larger than the layer count";
     case RejectReason::vpp_layers: return "layers (+2 under the embedding/loss split) not divisible by pp*vpp (or vpp without pp)";
+    case RejectReason::activation_offload: return "activation offload of more layers than the first pipeline stage holds";
     case RejectReason::cp_sequence: return "2*cp does not divide the sequence length";
     case RejectReason::cp_needs_flash: return "context parallel over a ring needs flash attention";
     case RejectReason::ep_experts: return "ep does not divide experts and dp*cp (or model is dense)";
@@ -94,6 +95,8 @@ RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const Training
   if (!tp_across_nodes && p.tp > c.gpus_per_node) return RejectReason::tp_exceeds_node;
   if (p.pp > m.layers) return RejectReason::pp_layers;
   if ((p.vpp > 1 && p.pp == 1) || !pipeline_split_ok(m.layers, p)) return RejectReason::vpp_layers;
+  if (p.activation_offload_layers < 0 || p.activation_offload_layers > pp_stage_layers(m.layers, p, 0))
+    return RejectReason::activation_offload;
   if (p.cp > 1 && j.seq_len % (2 * p.cp) != 0) return RejectReason::cp_sequence;
   // The ring merges partial softmaxes chunk by chunk (flash's online softmax); the all-gather
   // has every key at once and can materialise its queries' scores.

@@ -20,6 +20,7 @@ enum class RejectReason {
   tp_exceeds_node,          // tp spans nodes (allowed only when asked)
   pp_layers,                // pp > layers, or layers not divisible as the schedule needs
   vpp_layers,               // layers not divisible by pp*vpp, or vpp without pp
+  activation_offload,       // activation_offload_layers negative or more than a stage's layers
   cp_sequence,              // cp does not divide the sequence (2*cp for load balance)
   cp_needs_flash,           // context parallel without fused attention
   ep_experts,               // ep does not divide experts or dp*cp, or ep on a dense model

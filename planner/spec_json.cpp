@@ -343,6 +343,7 @@ Result<ParallelPlan> plan_from_json(const json& j, const std::string& origin) {
   r.get_enum("schedule", &p.schedule, "gpipe, 1f1b, interleaved", false);
   r.get_enum("cp_exchange", &p.cp_exchange, "ring, all_gather", false);
   r.get_enum("pipeline_split", &p.pipeline_split, "even, account_embedding_loss", false);
+  r.get("activation_offload_layers", &p.activation_offload_layers, 0, 100000, false);
   if (Status s = r.finish(); !s) return s;
   return p;
 }
@@ -366,6 +367,7 @@ json to_json(const ParallelPlan& p) {
   // Written only when it is not the default, so ring plans' files stay as they were.
   if (p.cp_exchange != CpExchange::ring) j["cp_exchange"] = to_string(p.cp_exchange);
   if (p.pipeline_split != PipelineSplit::even) j["pipeline_split"] = to_string(p.pipeline_split);
+  if (p.activation_offload_layers > 0) j["activation_offload_layers"] = p.activation_offload_layers;
   return j;
 }
 

@@ -156,6 +156,11 @@ struct ParallelPlan {
   Schedule schedule = Schedule::one_f_one_b;
   CpExchange cp_exchange = CpExchange::ring;  // plan files without it are ring
   PipelineSplit pipeline_split = PipelineSplit::even;  // plan files without it are even
+  // Activation offload: the kept activations of the first k layers of each pipeline stage go
+  // to host memory after their forward and come back before their backward (Megatron-Core's
+  // cpu_offloading_num_layers over Transformer Engine's CPU offload context, double-buffered:
+  // two layers' worth stay on the GPU). 0: none.
+  int activation_offload_layers = 0;
   int world_size() const { return dp * tp * pp * cp; }
 };
 

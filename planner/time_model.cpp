@@ -401,6 +401,8 @@ StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const 
     LayerContext lc = layer_context(m, j, p, f ? 0 : m.layers - 1);
     if (f == 1 && in.frozen == 0) lc.grad_flows = false;
     for (int r = 0; r < 3; ++r) in.kinds[f][r] = layer_times(m, c, j, p, lc, static_cast<LayerRecompute>(r), e);
+    if (f == 0)
+      for (int r = 0; r < 3; ++r) in.layer_activation_bytes[r] = activation_bytes_per_layer(m, lc, static_cast<LayerRecompute>(r));
   }
   in.peak = c.gpu.peak(compute_dtype(j, c.gpu));
   in.head = head_times(m, c, j, p, e);
@@ -470,6 +472,17 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   const OptimizerTime opt = optimizer_time(c, j, p, e, in.trainable);
   st.optimizer = opt.optimizer;
   st.offload = opt.offload;
+  // ---- activation offload: each micro-batch sends its first k layers' activations to the
+  // host during the stage's forward and fetches them during its backward, over the host
+  // link (PCIe, or NVLink-C2C on Grace-Blackwell) in each direction; what the stage's own
+  // compute does not cover is exposed.
+  if (const int k = std::min(p.activation_offload_layers, in.layers0); k > 0) {
+    const LayerRecompute policy = p.recompute == Recompute::full ? LayerRecompute::full
+                                  : p.recompute == Recompute::selective ? LayerRecompute::selective
+                                                                        : LayerRecompute::none;
+    const double transfer = k * in.layer_activation_bytes[static_cast<int>(policy)] / (c.host_bandwidth * e.network);
+    st.offload += md * (std::max(0.0, transfer - w.fwd) + std::max(0.0, transfer - w.bwd));
+  }
 
   st.total = st.compute + st.recompute + st.tp_comm + st.pp_comm + st.dp_comm + st.cp_comm + st.ep_comm + st.offload + st.bubble +
              st.optimizer;

@@ -254,6 +254,7 @@ struct StepTimeInputs {
   DpStep dp[4];               // dp_step of that rank for ZeRO stage 0..3
   double step_tokens = 0;     // tokens per step, all GPUs
   double model_flops = 0;     // per step, all GPUs
+  double layer_activation_bytes[3] = {0, 0, 0};  // kept by one layer for one micro-batch, per LayerRecompute (activation offload)
 };
 // REQUIRES: check_plan(m, c, j, p, ...) == none.
 StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,

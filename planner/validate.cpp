@@ -223,6 +223,8 @@ void prepare_plan(const ReferenceRecord& r, Prepared* p) {
     else p->sweep_knobs.push_back(name);
   };
   pl.ep = rp.ep;
+  // null = unknown: no offload (the 2024-26 file writes 0 where a preset has none).
+  pl.activation_offload_layers = rp.activation_offload_layers.value_or(0);
   pl.vpp = rp.vpp.value_or(1);
   knob("vpp", rp.vpp || pl.pp == 1);
   pl.schedule = pl.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
@@ -341,10 +343,6 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
   prepare_plan(r, &p);
   prepare_global_batch(r, &p);
   if (!p.skip.empty() || !p.has_architecture) return p;
-  if (r.plan.activation_offload_layers.value_or(0) > 0) {
-    p.skip = "activation offload of " + str(*r.plan.activation_offload_layers) + " layers (not modelled)";
-    return p;
-  }
   if (Status s = check_inputs(p.model, p.job, r.id); !s) {
     p.skip = s.message();
     return p;
@@ -367,6 +365,7 @@ std::string plan_text(const ParallelPlan& p) {
   char b[160];
   std::snprintf(b, sizeof b, "dp%d tp%d pp%d%s cp%d%s mb%d ga%d zero%d %s%s", p.dp, p.tp, p.pp, p.vpp > 1 ? ("v" + str(p.vpp)).c_str() : "",
                 p.cp, p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? " offload" : "");
+  if (p.activation_offload_layers > 0) return std::string(b) + " act-offload " + str(p.activation_offload_layers);
   return b;
 }
 
