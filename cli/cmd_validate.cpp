@@ -100,7 +100,7 @@ void print_summary(const std::vector<SummaryLine>& lines, const char* title) {
 // and not left to the rows' oom? column.
 void print_coverage(const std::vector<ValidationRow>& rows) {
   struct Count {
-    int compared = 0, skipped = 0, ran_but_oom = 0;
+    int compared = 0, skipped = 0, ran_but_oom = 0, above_upper = 0, memory_rows = 0;
     std::map<std::string, int> reasons;
     std::vector<std::string> oom_ids;
   };
@@ -115,15 +115,22 @@ void print_coverage(const std::vector<ValidationRow>& rows) {
     }
     ++c.compared;
     if (r.predicted_oom && r.ran) ++c.ran_but_oom, c.oom_ids.push_back(r.id + (r.throughput ? "" : " (memory row)"));
+    if (!r.throughput && r.predicted_upper > 0) {
+      ++c.memory_rows;
+      if (r.published > r.predicted_upper) ++c.above_upper, c.oom_ids.push_back(r.id + " measured above the stacks' upper end");
+    }
   }
   std::printf("\nCoverage per group (comparisons):\n");
   int compared = 0, skipped = 0, oom = 0;
   for (const std::string& g : order) {
     const Count& c = by_group[g];
     compared += c.compared, skipped += c.skipped, oom += c.ran_but_oom;
-    std::printf("  %-22s compared %3d, skipped %3d, ran but predicted OOM %d\n", g.c_str(), c.compared, c.skipped, c.ran_but_oom);
+    std::printf("  %-22s compared %3d, skipped %3d, ran but predicted OOM %d", g.c_str(), c.compared, c.skipped, c.ran_but_oom);
+    if (c.memory_rows > 0) std::printf(", measured peaks above the stacks' upper end %d of %d", c.above_upper, c.memory_rows);
+    std::printf("\n");
     for (const auto& [why, n] : c.reasons) std::printf("      skipped %2d: %s\n", n, why.c_str());
-    for (const std::string& id : c.oom_ids) std::printf("      MEMORY ERROR: %s ran, the planner says it does not fit\n", id.c_str());
+    for (const std::string& id : c.oom_ids)
+      std::printf("      MEMORY ERROR: %s\n", (id.find("upper end") != std::string::npos ? id : id + " ran, the planner says it does not fit").c_str());
   }
   std::printf("  %-22s compared %3d, skipped %3d, ran but predicted OOM %d\n", "ALL", compared, skipped, oom);
 }
@@ -145,7 +152,8 @@ nlohmann::json to_json(const std::vector<ValidationRow>& rows, const std::vector
     nlohmann::json x = {{"id", r.id},           {"group", r.group},       {"confidence", r.confidence},     {"kind", r.kind},
                         {"throughput", r.throughput}, {"metric", to_string(r.metric)}, {"unit", r.unit},   {"skipped", r.skipped},
                         {"assumed", r.assumed}, {"assumptions", r.assumptions}, {"notes", r.notes}, {"fitting_subset", r.fitting_subset},
-                        {"predicted_oom", r.predicted_oom}, {"plan", r.plan}, {"peak_fraction", r.peak_fraction}};
+                        {"predicted_oom", r.predicted_oom}, {"plan", r.plan}, {"peak_fraction", r.peak_fraction},
+                        {"stack", r.stack}, {"predicted_upper_gib", r.predicted_upper}};
     if (r.skipped) x["skip_reason"] = r.skip_reason;
     else x.update({{"published", r.published}, {"predicted", r.predicted}, {"error", r.error}});
     j["rows"].push_back(x);

@@ -467,7 +467,7 @@ ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p) {
 }
 
 // README "How to compare" 3, by memory_scope.
-ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const ValidationOptions&) {
+ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const PresetRegistry& presets, const ValidationOptions& opt) {
   ValidationRow row = base_row(r, p, false);
   row.metric = Metric::memory;
   row.unit = "GiB";
@@ -496,10 +496,20 @@ ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const Vali
   } else {
     const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, p.memory);
     row.predicted_oom = p.hardware_known && !mem.fits(0);
-    if (scope == "allocator_peak") bytes = mem.worst.allocator_peak;
-    else if (scope == "nvml_used") bytes = mem.worst.total;
-    else if (scope == "model_states") bytes = mem.worst.model_states();
-    else bytes = mem.worst.bytes[static_cast<int>(MemoryItem::activations)];
+    auto in_scope = [&](const MemoryReport& x) {
+      if (scope == "allocator_peak") return x.worst.allocator_peak;
+      if (scope == "nvml_used") return x.worst.total;
+      if (scope == "model_states") return x.worst.model_states();
+      return x.worst.bytes[static_cast<int>(MemoryItem::activations)];
+    };
+    bytes = in_scope(mem);
+    // What the planner says without knowing the stack: the largest over every stack's
+    // memory conventions (the sweep's upper end). A measured peak above it is the error
+    // that says "fits" for a run that dies.
+    double high = bytes;
+    for (const StackProfile& st : presets.stacks())
+      high = std::max(high, in_scope(estimate_memory(p.model, p.cluster, stack_job(st, p.job), p.plan, stack_memory_options(st, opt.memory))));
+    row.predicted_upper = high / kGiB;
   }
   row.predicted = bytes / kGiB;
   row.error = row.predicted / row.published - 1;
@@ -533,7 +543,7 @@ std::vector<ValidationRow> validate_records(const ReferenceSet& set, const Prese
       if (!opt.fully_specified_throughput_only || (!row.skipped && !row.assumed)) rows.push_back(std::move(row));
     }
     if (wants_memory && !opt.fully_specified_throughput_only) {
-      ValidationRow row = memory_row(r, p, opt);
+      ValidationRow row = memory_row(r, p, presets, opt);
       row.index_in_group = index;
       rows.push_back(std::move(row));
     }

@@ -188,6 +188,7 @@ struct ValidationRow {
   bool fitting_subset = false; // used by the fit (see in_fitting_subset)
   std::string plan;            // the plan predicted, e.g. "dp8 tp1 pp1 mb2 ga1 zero3 full"
   std::string stack;           // the training-stack profile it was predicted with
+  double predicted_upper = 0;  // memory rows with an architecture: the largest over every stack's conventions, GiB
   bool ran = false;            // the record says the run completed (measured.oom false)
 };
 
