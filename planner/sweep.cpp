@@ -41,6 +41,20 @@ std::vector<int> divisors_up_to(int n, int cap) {
   return out;
 }
 
+// Every vpp >= 1 whose pp*vpp chunks split the layers (even or embedding/loss split) with at
+// least one layer each; vpp 1 only without a pipeline.
+std::vector<int> legal_vpps(int layers, int pp) {
+  std::vector<int> out = {1};
+  if (pp <= 1) return out;
+  for (int v = 2; pp * v <= layers + 2; ++v) {
+    ParallelPlan p;
+    p.pp = pp, p.vpp = v;
+    p.pipeline_split = default_pipeline_split(layers, pp, v);
+    if (pipeline_split_ok(layers, p)) out.push_back(v);
+  }
+  return out;
+}
+
 std::vector<int> powers_of_two_dividing(int n, int cap) {
   std::vector<int> out;
   for (int d = 1; d <= n && d <= cap; d *= 2)
@@ -130,6 +144,9 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
   const std::vector<int> tps = or_default(space.tp, powers_of_two_dividing(gpus, max_tp));
   const std::vector<int> pps = or_default(space.pp, divisors_up_to(gpus, std::min(max_pp, m.layers)));
   const std::vector<int> cps = or_default(space.cp, j.seq_len >= 8192 ? powers_of_two_dividing(gpus, 16) : std::vector<int>{1});
+  // Virtual stages: every count that splits the layers over pp*vpp chunks, evenly or with
+  // the embedding/loss split (plan_check.h), per pipeline degree (legal_vpps); pinned
+  // with --vpp. The progress estimate counts three.
   const std::vector<int> vpps = or_default(space.vpp, {1, 2, 4});
   const std::vector<int> eps = or_default(space.ep, m.moe.enabled() ? divisors_up_to(m.moe.experts, gpus) : std::vector<int>{1});
   const std::vector<int> zeros = or_default(space.zero, {0, 1, 2, 3});
@@ -188,7 +205,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
         shapes.assign(eps.size() * sps.size() * flashes.size() * exchanges.size() * mbs.size(), ShapeInputs{});
         // The CP exchange means nothing without CP: one pass then.
         const size_t n_exchanges = it.cp > 1 ? exchanges.size() : 1;
-        for (int vpp : vpps)
+        for (int vpp : space.vpp.empty() ? legal_vpps(m.layers, it.pp) : vpps)
           for (size_t i_ep = 0; i_ep < eps.size(); ++i_ep)
             for (size_t i_sp = 0; i_sp < sps.size(); ++i_sp)
               for (size_t i_flash = 0; i_flash < flashes.size(); ++i_flash)

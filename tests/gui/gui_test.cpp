@@ -273,7 +273,13 @@ class GuiTest : public QObject {
     QCOMPARE(w().scatter()->selected_series()->count(), 1);
     QCOMPARE(w().scatter()->selected_series()->at(0), QPointF(pr.peak_bytes / kGiB, pr.tokens_per_s));
     QVERIFY(w().explain()->toHtml().contains(QString::fromStdString(plan_summary(pr.plan))));
-    QVERIFY(!w().timeline()->view()->timeline().slices.empty());
+    // The step simulator does not take unequal interleaved chunks (the embedding/loss split
+    // with vpp > 1): the timeline then says so instead of drawing.
+    const Timeline& tl = w().timeline()->view()->timeline();
+    if (pr.plan.vpp > 1 && pr.plan.pipeline_split != PipelineSplit::even)
+      QVERIFY2(QString::fromStdString(tl.source).contains(QStringLiteral("not simulated yet")), tl.source.c_str());
+    else
+      QVERIFY(!tl.slices.empty());
 
     // Back: clicking a point in the scatter selects its plan in the table.
     const int other = w().proxy()->source_row(30);
