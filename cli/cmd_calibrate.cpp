@@ -25,6 +25,16 @@ struct CalibrateCommand {
   std::vector<int64_t> run_ids;  // only these runs (default: every finished run of the backend)
 };
 
+// Whether a run on device `d` joins the fit: the first run fixes *device (unless --device
+// did); another device is skipped under --device, else bad input asking for one.
+Result<bool> same_device(const CalibrateCommand& c, const std::string& path, const std::string& d, std::string* device) {
+  if (device->empty()) *device = d;
+  if (d == *device) return true;
+  if (!c.device.empty()) return false;
+  return Status::bad_input("calibrate: the " + c.backend + " runs in " + path + " are on several devices ('" + *device + "', '" + d +
+                           "'): pick one with --device");
+}
+
 // A run as the stack fit needs it: what ran (predicted_json "executed"), its measured step
 // time and its GEMM op timings; false when the run predates those records.
 bool stack_run_of(const RunRecord& r, const std::vector<OpTiming>& ops, StackFitRun* out) {
@@ -81,14 +91,9 @@ int fit_stack(const CalibrateCommand& c, ProfileStore& store, const std::vector<
     if (!ops) return report(ops.status());
     StackFitRun fr;
     if (!stack_run_of(*r, *ops, &fr)) continue;
-    const std::string d = fr.cluster.gpu.name;
-    if (device.empty()) device = d;
-    if (d != device) {
-      if (!c.device.empty()) continue;
-      return report(Status::bad_input("calibrate: the " + c.backend + " runs in " + path + " are on several devices ('" + device + "', '" + d +
-                                      "'): pick one with --device"));
-    }
-    fit_runs.push_back(std::move(fr));
+    Result<bool> keep = same_device(c, path, fr.cluster.gpu.name, &device);
+    if (!keep) return report(keep.status());
+    if (*keep) fit_runs.push_back(std::move(fr));
   }
   if (fit_runs.empty())
     return report(Status::bad_input("calibrate --stack-out: " + path + " has no finished " + c.backend +
@@ -145,13 +150,9 @@ Runner register_calibrate(CLI::App* sub) {
       CalibrationSample s;
       std::string d;
       if (!sample_of(*r, &s, &d)) continue;
-      if (device.empty()) device = d;
-      if (d != device) {
-        if (!c->device.empty()) continue;
-        return report(Status::bad_input("calibrate: the " + c->backend + " runs in " + *path + " are on several devices ('" + device +
-                                        "', '" + d + "'): pick one with --device"));
-      }
-      samples.push_back(s);
+      Result<bool> keep = same_device(*c, *path, d, &device);
+      if (!keep) return report(keep.status());
+      if (*keep) samples.push_back(s);
     }
     if (samples.empty())
       return report(Status::bad_input("calibrate: " + *path + " has no finished " + c->backend + " run" +

@@ -312,23 +312,17 @@ int run_validate(const ValidateCommand& c) {
     const std::vector<FitReport> fits = fit_stacks(stack_set, *presets, opt, f.fitted);
     if (!json_only) print_stack_fits(fits);
     for (const StackProfile& st : presets->stacks()) {
-      Efficiency e = f.fitted;
-      e.loss_bytes_per_logit = st.efficiency.loss_bytes_per_logit;
-      e.attention_mma_sync = st.efficiency.attention_mma_sync;
+      const FitReport* own = nullptr;
       for (const FitReport& x : fits)
-        if (x.stack == st.name) e = x.fitted;
+        if (x.stack == st.name) own = &x;
+      const Efficiency e = own ? own->fitted : with_stack_kernel_facts(f.fitted, st);
       opt.stack_efficiency[st.name] = e;
       if (!c.write_stacks.empty()) {
         StackProfile out = st;
         out.efficiency = e;
-        bool own = false;
-        for (const FitReport& x : fits) own = own || x.stack == st.name;
-        out.fitted_on = own ? "validate --fit: its own records' fitting half (" + std::to_string([&] {
-                                for (const FitReport& x : fits)
-                                  if (x.stack == st.name) return x.rows;
-                                return 0;
-                              }()) + " rows), from the generic fit"
-                            : "validate --fit: the generic fit (fewer than " + std::to_string(kMinStackFitRows) + " fitting rows of its own)";
+        out.fitted_on = own ? "validate --fit: its own records' fitting half (" + std::to_string(own->rows) + " rows), from the generic fit"
+                            : "validate --fit: the generic constants (fewer than " + std::to_string(kMinStackFitRows) +
+                                  " fitting rows of its own outside the generic fit's file)";
         const std::string file = c.write_stacks + "/" + st.name + ".json";
         if (Status s = write_json_file(file, to_json(out)); !s) return report(s);
         if (!json_only) std::printf("wrote %s\n", file.c_str());

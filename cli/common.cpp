@@ -70,13 +70,11 @@ Status apply_stack_flag(const std::string& stack, Setup* s) {
 StackMemoryRange memory_over_stacks(const PresetRegistry& presets, const PlanFile& f, double headroom_bytes) {
   StackMemoryRange r;
   bool first = true;
-  for (const StackProfile& st : presets.stacks()) {
-    const MemoryReport m =
-        estimate_memory(f.model, f.cluster, stack_job(st, f.job), f.plan, stack_memory_options(st, MemoryOptions{}));
-    const double t = m.worst.total;
-    if (first || t < r.low) r.low = t, r.low_stack = st.name;
-    if (first || t > r.high) r.high = t, r.high_stack = st.name;
-    r.fits_all = r.fits_all && m.fits(headroom_bytes);
+  for (const StackMemory& sm : memory_under_stacks(presets.stacks(), f.model, f.cluster, f.job, f.plan, MemoryOptions{})) {
+    const double t = sm.report.worst.total;
+    if (first || t < r.low) r.low = t, r.low_stack = sm.stack;
+    if (first || t > r.high) r.high = t, r.high_stack = sm.stack;
+    r.fits_all = r.fits_all && sm.report.fits(headroom_bytes);
     first = false;
   }
   return r;

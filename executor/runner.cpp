@@ -253,20 +253,23 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
                                " runs interleaved 1F1B; set schedule 1f1b (GPipe has no interleaved variant here)");
     // Interleaved stages hold equal model chunks (or, under the embedding/loss split, chunks
     // of layers + 2 slots); plain stages may be uneven but not empty.
-    if (const int chunks = fp.pp * std::max(1, fp.vpp); o.layers > 0 && chunks > 1) {
-      if (!pipeline_split_ok(o.layers, fp) || o.layers < fp.pp) {
-        const bool account = fp.pipeline_split == PipelineSplit::account_embedding_loss;
-        const int example = account ? 2 * chunks - 2 : chunks;
-        return Status::bad_input("--layers " + std::to_string(o.layers) + ": the plan's pipeline has " +
-                                 (fp.vpp > 1 || account ? "pp " + std::to_string(fp.pp) + " x vpp " + std::to_string(fp.vpp) + " = " +
-                                                              std::to_string(chunks) + " model chunks of " +
-                                                              (account ? "layers + 2 slots (pipeline_split account_embedding_loss): use "
-                                                                         "a count that plus 2 is a multiple of " + std::to_string(chunks) +
-                                                                         ", at least " + std::to_string(2 * chunks - 2)
-                                                                       : "equal layers: use a multiple of " + std::to_string(chunks))
-                                                        : "pp " + std::to_string(fp.pp) + " stages: use at least " + std::to_string(chunks)) +
-                                 " (e.g. --layers " + std::to_string(example) + ")");
+    if (const int chunks = fp.pp * std::max(1, fp.vpp); o.layers > 0 && chunks > 1 && (!pipeline_split_ok(o.layers, fp) || o.layers < fp.pp)) {
+      std::string need;
+      int example = chunks;
+      if (fp.pipeline_split == PipelineSplit::account_embedding_loss) {
+        example = 2 * chunks - 2;
+        need = std::to_string(chunks) + " model chunks of layers + 2 slots (pipeline_split account_embedding_loss): use a count that "
+               "plus 2 is a multiple of " + std::to_string(chunks) + ", at least " + std::to_string(example);
+      } else if (fp.vpp > 1) {
+        need = std::to_string(chunks) + " model chunks of equal layers: use a multiple of " + std::to_string(chunks);
+      } else {
+        need = "stages: use at least " + std::to_string(chunks);
       }
+      const std::string shape = fp.vpp > 1 || fp.pipeline_split != PipelineSplit::even
+                                    ? "pp " + std::to_string(fp.pp) + " x vpp " + std::to_string(fp.vpp) + " = "
+                                    : "pp " + std::to_string(fp.pp) + " ";
+      return Status::bad_input("--layers " + std::to_string(o.layers) + ": the plan's pipeline has " + shape + need + " (e.g. --layers " +
+                               std::to_string(example) + ")");
     }
     if (comm->size(Group::world) != fp.world_size())
       return Status::bad_input("communicator has " + std::to_string(comm->size(Group::world)) + " ranks, the plan needs " +

@@ -66,6 +66,12 @@ std::vector<std::string> keys(const std::map<std::string, T>& map) {
   return out;
 }
 
+// A preset id or a file: anything with '/' or ending in .json is a path.
+bool looks_like_path(const std::string& id_or_path) {
+  return id_or_path.find('/') != std::string::npos ||
+         (id_or_path.size() > 5 && id_or_path.substr(id_or_path.size() - 5) == ".json");
+}
+
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
@@ -154,9 +160,7 @@ Result<ClusterSpec> PresetRegistry::cluster_for_gpu(const std::string& gpu_id) c
 }
 
 Result<ModelSpec> PresetRegistry::resolve_model(const std::string& id_or_path, const std::string& what) const {
-  const bool is_path = id_or_path.find('/') != std::string::npos ||
-                       (id_or_path.size() > 5 && id_or_path.substr(id_or_path.size() - 5) == ".json");
-  if (is_path) return load_model_file(id_or_path);
+  if (looks_like_path(id_or_path)) return load_model_file(id_or_path);
   Result<ModelSpec> m = model(id_or_path);
   if (!m) return m.status().with_context(what);
   return m;
@@ -183,9 +187,7 @@ Result<ModelSpec> PresetRegistry::nearest_model(double params, const std::string
 }
 
 Result<StackProfile> PresetRegistry::stack(const std::string& id_or_path, const std::string& what) const {
-  const bool is_path = id_or_path.find('/') != std::string::npos ||
-                       (id_or_path.size() > 5 && id_or_path.substr(id_or_path.size() - 5) == ".json");
-  if (is_path) {
+  if (looks_like_path(id_or_path)) {
     Result<StackProfile> s = load_stack_file(id_or_path);
     if (!s) return s.status().with_context(what);
     return s;

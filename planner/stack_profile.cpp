@@ -9,21 +9,21 @@ using nlohmann::json;
 
 const std::vector<EfficiencyField>& efficiency_fields() {
   static const std::vector<EfficiencyField> kFields = {
-      {"gemm", &Efficiency::gemm},
-      {"gemm_half_dim", &Efficiency::gemm_half_dim},
-      {"gemm_traffic", &Efficiency::gemm_traffic},
-      {"attention", &Efficiency::attention},
-      {"attention_half_seq", &Efficiency::attention_half_seq},
-      {"attention_traffic", &Efficiency::attention_traffic},
-      {"attention_mma_sync", &Efficiency::attention_mma_sync},
-      {"memory", &Efficiency::memory},
-      {"network", &Efficiency::network},
-      {"kernel_launch_s", &Efficiency::kernel_launch_s},
-      {"overlap", &Efficiency::overlap},
-      {"gather_overlap", &Efficiency::gather_overlap},
-      {"tp_overlap", &Efficiency::tp_overlap},
-      {"fp8_gemm_speedup", &Efficiency::fp8_gemm_speedup},
-      {"loss_bytes_per_logit", &Efficiency::loss_bytes_per_logit},
+      {"gemm", &Efficiency::gemm, 0, 1},
+      {"gemm_half_dim", &Efficiency::gemm_half_dim, 0, 1e6},
+      {"gemm_traffic", &Efficiency::gemm_traffic, 0, 1},
+      {"attention", &Efficiency::attention, 0, 1},
+      {"attention_half_seq", &Efficiency::attention_half_seq, 0, 1e6},
+      {"attention_traffic", &Efficiency::attention_traffic, 0, 1},
+      {"attention_mma_sync", &Efficiency::attention_mma_sync, 0, 1},
+      {"memory", &Efficiency::memory, 0, 1},
+      {"network", &Efficiency::network, 0, 1},
+      {"kernel_launch_s", &Efficiency::kernel_launch_s, 0, 1},
+      {"overlap", &Efficiency::overlap, 0, 1},
+      {"gather_overlap", &Efficiency::gather_overlap, 0, 1},
+      {"tp_overlap", &Efficiency::tp_overlap, 0, 1},
+      {"fp8_gemm_speedup", &Efficiency::fp8_gemm_speedup, 1, 4},
+      {"loss_bytes_per_logit", &Efficiency::loss_bytes_per_logit, 0, 1000},
   };
   return kFields;
 }
@@ -43,6 +43,19 @@ TrainingJob stack_job(const StackProfile& s, const TrainingJob& job) {
   TrainingJob j = job;
   j.grads = s.grads;
   return j;
+}
+
+Efficiency with_stack_kernel_facts(Efficiency fitted, const StackProfile& s) {
+  fitted.loss_bytes_per_logit = s.efficiency.loss_bytes_per_logit;
+  fitted.attention_mma_sync = s.efficiency.attention_mma_sync;
+  return fitted;
+}
+
+std::vector<StackMemory> memory_under_stacks(const std::vector<StackProfile>& stacks, const ModelSpec& m, const ClusterSpec& c,
+                                             const TrainingJob& j, const ParallelPlan& p, const MemoryOptions& base) {
+  std::vector<StackMemory> out;
+  for (const StackProfile& s : stacks) out.push_back({s.name, estimate_memory(m, c, stack_job(s, j), p, stack_memory_options(s, base))});
+  return out;
 }
 
 std::vector<std::string> memory_convention_names(const StackProfile& s, int tp) {
@@ -116,16 +129,8 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
   }
   FieldReader e = r.child("efficiency");
   // Every constant may be given; one left out keeps the planner's default (the "llmplan"
-  // profile's value). Ranges are the physically possible ones, not the fit's bounds.
-  for (const EfficiencyField& f : efficiency_fields()) {
-    const std::string n = f.name;
-    const double hi = n == "gemm_half_dim" || n == "attention_half_seq" ? 1e6
-                      : n == "fp8_gemm_speedup"                         ? 4.0
-                      : n == "loss_bytes_per_logit"                     ? 1000.0
-                                                                        : 1.0;
-    const double lo = n == "fp8_gemm_speedup" ? 1.0 : 0.0;
-    e.get(f.name, &(s.efficiency.*f.field), lo, hi, false);
-  }
+  // profile's value).
+  for (const EfficiencyField& f : efficiency_fields()) e.get(f.name, &(s.efficiency.*f.field), f.lo, f.hi, false);
   if (Status st = e.finish(); !st) return st;
   if (s.efficiency.gemm <= 0 || s.efficiency.memory <= 0 || s.efficiency.network <= 0 || s.efficiency.attention <= 0)
     return Status::bad_input(origin + ": field 'efficiency': gemm, attention, memory and network must be positive fractions");

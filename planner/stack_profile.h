@@ -48,6 +48,20 @@ MemoryOptions stack_memory_options(const StackProfile& s, const MemoryOptions& b
 // `job` with the stack's gradient convention.
 TrainingJob stack_job(const StackProfile& s, const TrainingJob& job);
 
+// The stack's constants fitted elsewhere (`fitted`, e.g. the generic fit) with the stack's
+// own kernel facts, which are counted or read from its code and never fitted: the loss's
+// HBM bytes per logit and whether its attention runs on mma.sync.
+Efficiency with_stack_kernel_facts(Efficiency fitted, const StackProfile& s);
+
+// The plan's memory under each stack's conventions, in `stacks` order: the range a plan
+// must fit in when the stack is not known.
+struct StackMemory {
+  std::string stack;
+  MemoryReport report;
+};
+std::vector<StackMemory> memory_under_stacks(const std::vector<StackProfile>& stacks, const ModelSpec& m, const ClusterSpec& c,
+                                             const TrainingJob& j, const ParallelPlan& p, const MemoryOptions& base);
+
 // The memory conventions that differ between two stacks, as words for `explain`
 // ("fp32 main gradients (18 B/param)", "loss on fp32-upcast logits (12 B/logit)").
 std::vector<std::string> memory_convention_names(const StackProfile& s, int tp);
@@ -72,10 +86,12 @@ Result<StackProfile> stack_from_json(const nlohmann::json& j, const std::string&
 nlohmann::json to_json(const StackProfile& s);
 Result<StackProfile> load_stack_file(const std::string& path);
 
-// The Efficiency fields by name, in the order of the stack file's "efficiency" object.
+// The Efficiency fields by name, in the order of the stack file's "efficiency" object,
+// with the physically possible range a stack file may give (not the fit's bounds).
 struct EfficiencyField {
   const char* name;
   double Efficiency::*field;
+  double lo, hi;
 };
 const std::vector<EfficiencyField>& efficiency_fields();
 

@@ -193,6 +193,10 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
       std::vector<int> mbs = or_default(space.micro_batch, powers_of_two_dividing(static_cast<int>(std::min<int64_t>(per_dp, 1 << 20)),
                                                                                  space.max_micro_batch));
       if (mbs.empty()) mbs.push_back(1);
+      // This pipeline degree's virtual-stage counts and the split each takes, once per work
+      // item rather than per plan.
+      std::vector<std::pair<int, PipelineSplit>> vpp_splits;
+      for (int v : space.vpp.empty() ? legal_vpps(m.layers, it.pp) : vpps) vpp_splits.push_back({v, default_pipeline_split(m.layers, it.pp, v)});
       for (Precision prec : precs) {
         // The job with this precision: built once here, not per plan (it holds a vector).
         TrainingJob jj = j;
@@ -205,7 +209,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
         shapes.assign(eps.size() * sps.size() * flashes.size() * exchanges.size() * mbs.size(), ShapeInputs{});
         // The CP exchange means nothing without CP: one pass then.
         const size_t n_exchanges = it.cp > 1 ? exchanges.size() : 1;
-        for (int vpp : space.vpp.empty() ? legal_vpps(m.layers, it.pp) : vpps)
+        for (const auto& [vpp, split] : vpp_splits)
           for (size_t i_ep = 0; i_ep < eps.size(); ++i_ep)
             for (size_t i_sp = 0; i_sp < sps.size(); ++i_sp)
               for (size_t i_flash = 0; i_flash < flashes.size(); ++i_flash)
@@ -225,7 +229,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           p.vpp = vpp;
                           // Layers that pp*vpp does not divide: Megatron-Core's embedding/loss
                           // split when it is legal (plan_check.h).
-                          p.pipeline_split = default_pipeline_split(m.layers, it.pp, vpp);
+                          p.pipeline_split = split;
                           p.ep = ep;
                           p.sp = sp != 0;
                           p.flash_attention = flash != 0;

@@ -477,9 +477,7 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   // link (PCIe, or NVLink-C2C on Grace-Blackwell) in each direction; what the stage's own
   // compute does not cover is exposed.
   if (const int k = std::min(p.activation_offload_layers, in.layers0); k > 0) {
-    const LayerRecompute policy = p.recompute == Recompute::full ? LayerRecompute::full
-                                  : p.recompute == Recompute::selective ? LayerRecompute::selective
-                                                                        : LayerRecompute::none;
+    const LayerRecompute policy = layer_recompute(p, 0, in.layers0);  // the stage's first (offloaded) layer
     const double transfer = k * in.layer_activation_bytes[static_cast<int>(policy)] / (c.host_bandwidth * e.network);
     st.offload += md * (std::max(0.0, transfer - w.fwd) + std::max(0.0, transfer - w.bwd));
   }

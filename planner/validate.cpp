@@ -324,10 +324,7 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
   p.stack = stack.name;
   p.memory = stack_memory_options(stack, opt.memory);
   if (!opt.per_stack) {
-    p.efficiency = opt.efficiency;
-    // The stack's kernel facts are counted or read from its code, never fitted.
-    p.efficiency.loss_bytes_per_logit = stack.efficiency.loss_bytes_per_logit;
-    p.efficiency.attention_mma_sync = stack.efficiency.attention_mma_sync;
+    p.efficiency = with_stack_kernel_facts(opt.efficiency, stack);
   } else if (auto it = opt.stack_efficiency.find(stack.name); it != opt.stack_efficiency.end()) {
     p.efficiency = it->second;
   } else {
@@ -507,8 +504,8 @@ ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const Pres
     // memory conventions (the sweep's upper end). A measured peak above it is the error
     // that says "fits" for a run that dies.
     double high = bytes;
-    for (const StackProfile& st : presets.stacks())
-      high = std::max(high, in_scope(estimate_memory(p.model, p.cluster, stack_job(st, p.job), p.plan, stack_memory_options(st, opt.memory))));
+    for (const StackMemory& sm : memory_under_stacks(presets.stacks(), p.model, p.cluster, p.job, p.plan, opt.memory))
+      high = std::max(high, in_scope(sm.report));
     row.predicted_upper = high / kGiB;
   }
   row.predicted = bytes / kGiB;
@@ -785,9 +782,7 @@ std::vector<FitReport> fit_stacks(const ReferenceSet& set, const PresetRegistry&
     opt.per_stack = true;
     opt.only_stack = stack.name;
     opt.fully_specified_throughput_only = true;
-    Efficiency start = generic;
-    start.loss_bytes_per_logit = stack.efficiency.loss_bytes_per_logit;  // counted, not fitted
-    start.attention_mma_sync = stack.efficiency.attention_mma_sync;
+    const Efficiency start = with_stack_kernel_facts(generic, stack);
     opt.stack_efficiency[stack.name] = start;
     FitReport rep;
     rep.stack = stack.name;
