@@ -70,8 +70,10 @@ std::vector<T> or_default(const std::vector<T>& pinned, std::vector<T> fallback)
 // A total order on plans so that ties rank the same way whatever the thread split.
 auto plan_key(const PlanResult& r) {
   const ParallelPlan& p = r.plan;
+  // Every knob the sweep varies, so that no two plans tie (--csv's order is then the same
+  // every run, whatever order the threads finish in).
   return std::make_tuple(static_cast<int>(r.precision), p.tp, p.pp, p.cp, p.vpp, p.ep, p.sp, !p.flash_attention, -p.micro_batch,
-                         static_cast<int>(p.recompute), p.zero, p.offload_optimizer);
+                         static_cast<int>(p.recompute), p.zero, p.offload_optimizer, static_cast<int>(p.cp_exchange));
 }
 
 // Better-first order for the objective: tokens/s (throughput), peak memory, or cost
