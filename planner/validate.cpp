@@ -384,16 +384,14 @@ ValidationRow base_row(const ReferenceRecord& r, const Prepared& p, bool through
   return row;
 }
 
-// FLOPs of the record's step counted the source's way; 0 when the formula is unknown.
-double source_flops(const ReferenceRecord& r, const Prepared& p, bool hardware) {
-  if (!r.measured.flops_formula) return 0;
+// FLOPs of the record's step by the named formula (formulas.md §2).
+double formula_flops(const std::string& f, const ReferenceRecord& r, const Prepared& p, bool hardware) {
   const ModelSpec& m = p.model;
   const double B = static_cast<double>(p.job.global_batch), s = static_cast<double>(p.job.seq_len);
   const double L = m.layers, h = static_cast<double>(m.hidden), V = static_cast<double>(m.vocab);
   const double N = r.model.params.value_or(count_params(m, 1, 1, 1, 0, 0).total);
   // The hardware count adds the recompute forward unless the record says "no recompute".
   const bool recompute = !r.plan.recompute || *r.plan.recompute != "none";
-  const std::string& f = *r.measured.flops_formula;
   if (f == "megatron_eq3") return megatron_eq3_flops(B, s, L, h, V, hardware && recompute ? 4 : 3);
   if (f == "megatron_core")
     return megatron_core_flops(B, s, L, h, m.heads, m.kv_heads, static_cast<double>(m.head_width()), static_cast<double>(m.ffn_hidden),
@@ -407,6 +405,27 @@ double source_flops(const ReferenceRecord& r, const Prepared& p, bool hardware) 
   }
   if (f == "llm_foundry") return llm_foundry_flops(B, s, N, L, h, hardware && r.plan.recompute == "full");
   return chowdhery_flops(B, s, N, L, static_cast<double>(m.q_width())) * (hardware && recompute ? 4.0 / 3.0 : 1.0);
+}
+
+// The FLOP count the source used. Megatron-Core's num_floating_point_operations has two
+// variants in use (formulas.md 2b, and Megatron-Bridge's with the causal-halved attention
+// term, the MoE experts and the padded vocabulary); a record that publishes both its TFLOP/s
+// and its tokens/s says which, by the FLOPs per token their ratio implies: the variant
+// nearer to it (within 3%) is the source's. Records without both keep their named formula.
+std::string source_formula(const ReferenceRecord& r, const Prepared& p) {
+  const std::string& f = *r.measured.flops_formula;
+  const RefMeasured& me = r.measured;
+  if (f != "megatron_core" || !me.tflops_per_gpu || !me.tokens_per_s_per_gpu || *me.tokens_per_s_per_gpu <= 0) return f;
+  const double implied = *me.tflops_per_gpu * 1e12 / *me.tokens_per_s_per_gpu;
+  const double tokens = static_cast<double>(p.job.global_batch) * static_cast<double>(p.job.seq_len);
+  auto off = [&](const char* g) { return std::fabs(formula_flops(g, r, p, false) / tokens / implied - 1); };
+  return off("megatron_bridge") < std::min(0.03, off("megatron_core")) ? "megatron_bridge" : f;
+}
+
+// FLOPs of the record's step counted the source's way; 0 when the formula is unknown.
+double source_flops(const ReferenceRecord& r, const Prepared& p, bool hardware) {
+  if (!r.measured.flops_formula) return 0;
+  return formula_flops(source_formula(r, p), r, p, hardware);
 }
 
 // README "How to compare" 2: tflops_per_gpu with its formula, else mfu/hfu on the
@@ -431,6 +450,8 @@ ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p) {
     row.unit = "TFLOP/s";
     row.published = *me.tflops_per_gpu;
     row.predicted = source_flops(r, p, hardware_conv) / (st.total * n) / 1e12;
+    if (source_formula(r, p) != *me.flops_formula)
+      row.notes.push_back("FLOPs counted " + source_formula(r, p) + " (its TFLOP/s / tokens/s ratio; the record names " + *me.flops_formula + ")");
   } else if ((me.mfu || me.hfu) && r.cluster.peak_tflops) {
     const bool hfu = !me.mfu;
     row.metric = hfu ? Metric::hfu : Metric::mfu;
