@@ -1,4 +1,4 @@
-// Time-model terms against hand calculations from ../shared/reference/formulas.md.
+// Time-model terms against hand calculations from data/reference/formulas.md.
 #include <gtest/gtest.h>
 
 #include "planner/memory_model.h"
