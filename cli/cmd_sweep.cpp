@@ -173,7 +173,7 @@ Runner register_sweep(CLI::App* sub) {
     opt.efficiency = s.stack.efficiency;
     // The stack not named: a plan fits only under every known stack's memory conventions
     // (the costliest error is "fits" for a run that dies), and its peak is the upper end.
-    if (!s.stack_given) opt.also_fit = distinct_memory_conventions(s.presets.stacks(), opt.memory, s.file.job.grads);
+    if (!s.stack_given) opt.also_fit = distinct_memory_conventions(s.presets.stacks(), opt.memory, s.file.job);
     opt.headroom_bytes = s.headroom_bytes;
     opt.keep_all = !c->csv_out.empty();
     double train_tokens = 0;

@@ -111,6 +111,7 @@ void print_coverage(const std::vector<ValidationRow>& rows) {
     Count& c = by_group[r.group];
     if (r.skipped) {
       ++c.skipped, ++c.reasons[r.skip_reason];
+      if (r.predicted_oom && r.ran) ++c.ran_but_oom, c.oom_ids.push_back(r.id + " (no plan with its published knobs fits)");
       continue;
     }
     ++c.compared;

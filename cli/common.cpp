@@ -29,7 +29,11 @@ void add_job_flags(CLI::App* app, JobFlags* f) {
   app->add_option("--amp", f->amp, "AMP level O1, O2 or O3 (MindSpore names)");
   app->add_option("--optimizer", f->optimizer, "adamw or sgd")->capture_default_str();
   app->add_option("--grads", f->grads, "gradient convention: deepspeed (16 B/param) or megatron (18 B/param)")->capture_default_str();
-  app->add_flag("--fp8", f->fp8, "float8 linear layers (bf16 elsewhere)");
+  app->add_option("--fp8", f->fp8,
+                  "float8 linear layers (16-bit elsewhere) by scaling recipe: tensorwise, delayed, blockwise or mxfp8 "
+                  "(bare --fp8: tensorwise)")
+      ->expected(0, 1)
+      ->default_str("tensorwise");
   app->add_option("--headroom", f->headroom, "GPU memory to keep free (e.g. 4GiB)")->capture_default_str();
   app->add_option("--data-root", f->data_root, "folder with models/ and data/ (default: $LLMPLAN_DATA_DIR or the source tree)");
 }
@@ -181,7 +185,8 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
   if (Status st = parse_flag(f.optimizer, &j.optimizer, "--optimizer", "adamw, sgd"); !st) return st;
   if (Status st = parse_flag(f.grads, &j.grads, "--grads", "deepspeed, megatron"); !st) return st;
   if (Status st = apply_stack_flag(f.stack, &s); !st) return st;  // after --grads: the stack's convention wins
-  j.fp8_linear = f.fp8;
+  if (!f.fp8.empty())
+    if (Status st = parse_flag(f.fp8, &j.fp8, "--fp8", kFp8RecipeNames); !st) return st;
   Result<double> head = parse_bytes(f.headroom, "--headroom");
   if (!head) return head.status();
   s.headroom_bytes = *head;

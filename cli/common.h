@@ -35,7 +35,7 @@ struct JobFlags {
   std::string amp;
   std::string optimizer = "adamw";
   std::string grads = "deepspeed";
-  bool fp8 = false;
+  std::string fp8;  // FP8 recipe name; empty: none
   std::string headroom = "0";
   std::string data_root;        // "" = default_data_root()
   std::string stack;            // training-stack profile id or file; "" = the default (llmplan)

@@ -80,6 +80,10 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   PlanFile e = f;
   std::vector<std::string> changes;
   const ParallelPlan& p = f.plan;
+  // The executor's GEMMs are 16-bit (cuBLASLt and BLAS in bf16/fp16/fp32): an FP8 plan runs
+  // its linears in 16 bits, and is predicted so, rather than compared with an FP8 prediction.
+  if (f.job.fp8_linear()) changes.push_back(std::string("FP8 recipe ") + to_string(f.job.fp8) + " run in 16 bits (no FP8 GEMMs in the executor)");
+  e.job.fp8 = Fp8Recipe::none;
   const int64_t micro_per_step = microbatches_per_step(f.job, p);
   if (comm) {  // distributed data parallel: the plan's dp and ZeRO stay
     changes.push_back(std::string(comm->modelled() ? "rank proxy of" : "rank") + " " + std::to_string(comm->rank(Group::world)) +

@@ -97,7 +97,7 @@ Result<SweepRequest> make_sweep_request(const SweepInputs& in, const PresetRegis
   r.options.top_k = in.top;
   r.options.headroom_bytes = r.headroom_bytes;
   // As the CLI without --stack: a plan fits only under every known stack's memory conventions.
-  r.options.also_fit = distinct_memory_conventions(presets.stacks(), r.options.memory, j.grads);
+  r.options.also_fit = distinct_memory_conventions(presets.stacks(), r.options.memory, j);
   return r;
 }
 

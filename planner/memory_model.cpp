@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "planner/fp8_recipe.h"
 #include "planner/plan_check.h"
 
 namespace llmplan {
@@ -482,10 +483,20 @@ double sum_items(const std::array<double, kMemoryItems>& b) {
 
 }  // namespace
 
-MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const MemoryOptions& opt) {
+MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const TrainingJob& j, const ParallelPlan& p,
+                           const MemoryOptions& opt) {
   MemoryInputs in;
   const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
   in.pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+  const bool fp8 = j.fp8_linear();
+  if (fp8 && opt.fp8_weight_copies == Fp8WeightCopies::cached) {
+    in.fp8_cached_bytes_per_param = fp8_weight_copy_bytes(j.fp8, gpu);
+    // FP8 modules of a layer: Transformer Engine fuses q, k, v into one (LayerNormLinear),
+    // then the output projection and the MLP's two GEMMs; a routed expert has its own two
+    // (GroupedLinear), the router stays 16-bit.
+    const double modules = m.moe.enabled() ? 2 + 2.0 * m.moe.experts / p.ep + (m.moe.shared_experts > 0 ? 2 : 0) : 4;
+    in.fp8_scaling_bytes_per_layer = modules * fp8_scaling_state_bytes(j.fp8, gpu);
+  }
   in.backward_moments = activation_gradient_bytes(m, j, p);
   const int frozen = j.frozen_layer_count(m.layers);
   for (int f = 0; f < 2; ++f) {
@@ -493,6 +504,8 @@ MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const Paral
     const int layer = f ? 0 : m.layers - 1;
     LayerContext lc = layer_context(m, j, p, layer);
     if (f == 1 && frozen == 0) lc.grad_flows = false;
+    if (fp8 && opt.fp8_quantized_inputs) lc.fp8_input_bytes = fp8_saved_input_bytes(j.fp8, gpu);
+    if (fp8 && opt.fp8_weight_copies == Fp8WeightCopies::per_microbatch) lc.fp8_weight_bytes = fp8_recipe_facts(j.fp8, gpu).weight_bytes;
     // One walk over the recipe per kind of layer serves all three policies.
     const SavedTensorSums sums = sum_saved_tensors(m, lc);
     const SavedTensorSums trainable = lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc));
@@ -584,7 +597,14 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
                     : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
   std::array<double, kMemoryItems> base{};
-  base[static_cast<int>(MemoryItem::weights)] = states.weights;
+  // FP8 weight cache: every layer's quantized copies, held all step long. Under ZeRO-3 a
+  // layer's weights exist whole only while gathered, and so do their copies: those of the
+  // gathered unit and the prefetched one (Megatron FSDP gathers FP8 parameters, its
+  // fp8_param_gather), not a cache of the whole stage.
+  const double cached_layers = p.zero == 3 ? std::min(out.layers, 2) : out.layers;
+  base[static_cast<int>(MemoryItem::weights)] = states.weights +
+                                                cached_layers * in.pc.per_layer_rank * in.fp8_cached_bytes_per_param +
+                                                out.layers * in.fp8_scaling_bytes_per_layer;
   base[static_cast<int>(MemoryItem::gradients)] = states.gradients;
   base[static_cast<int>(MemoryItem::optimizer_states)] = states.optimizer_states;
   base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;
@@ -762,14 +782,14 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
 
 }  // namespace
 
-StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec&, const TrainingJob& j, const ParallelPlan& p, int stage,
+StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int stage,
                                   const MemoryOptions& opt) {
-  return stage_memory(m, j, p, stage, opt, memory_inputs(m, j, p, opt));
+  return stage_memory(m, j, p, stage, opt, memory_inputs(m, c.gpu, j, p, opt));
 }
 
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryOptions& opt) {
-  return estimate_memory(m, c, j, p, memory_inputs(m, j, p, opt), opt);
+  return estimate_memory(m, c, j, p, memory_inputs(m, c.gpu, j, p, opt), opt);
 }
 
 namespace {

@@ -45,6 +45,16 @@ enum class SelectiveRecompute {
   torch_op_sac,      // PyTorch per-operator SAC (torchtitan "op"): SavedTensorSums::op_sac
 };
 
+// How a stack keeps the quantized weights of an FP8 recipe (TrainingJob::fp8).
+enum class Fp8WeightCopies {
+  none,            // not kept: cast at each use and freed, the 16-bit weight saved (torchao Float8Linear)
+  cached,          // every layer's copies in both orientations, from a step's first micro-batch to
+                   // its end (Transformer Engine's weight cache: `is_first_microbatch`, which
+                   // Megatron-Core's TE wrappers pass under gradient accumulation)
+  per_microbatch,  // cast at each forward, the dgrad copy saved with the micro-batch's tensors
+                   // (TE modules called without is_first_microbatch)
+};
+
 // Framework and hardware constants outside the model. Every default has its reason, and
 // the defaults describe llmplan's own executor (tests/executor* hold them byte-exact);
 // the other stacks' conventions come from their profiles (planner/stack_profile.h,
@@ -105,6 +115,13 @@ struct MemoryOptions {
   // CPU flash and materialised kernels carve fp32 panels; exec::cpu_op_scratch_bytes,
   // the runner sets it). Default: 0.
   double attention_scratch_bytes = 0;
+  // FP8 recipes: whether the stack saves the linear layers' inputs quantized for their
+  // weight gradients (Transformer Engine: Linear and LayerNormLinear save the FP8 input;
+  // torchao's Float8Linear saves the high-precision one), and how it keeps the quantized
+  // weights. What each recipe's tensors weigh is planner/fp8_recipe.h's. Defaults: the
+  // executor's, which has no FP8 tensors (false, none).
+  bool fp8_quantized_inputs = false;
+  Fp8WeightCopies fp8_weight_copies = Fp8WeightCopies::none;
 };
 
 struct StageMemory {
@@ -298,6 +315,10 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
 // ZeRO stage, offload, recompute and vpp choice of that shape from it.
 struct MemoryInputs {
   ParamCounts pc;
+  // FP8 under Fp8WeightCopies::cached: bytes per layer parameter of the cached copies, and
+  // every FP8 module's scaling state (amax histories, scales) per layer.
+  double fp8_cached_bytes_per_param = 0;
+  double fp8_scaling_bytes_per_layer = 0;
   LayerBackwardMoments backward_moments;  // activation_gradient_bytes of the plan's shape
   double layer_bytes[2][3] = {};      // [frozen][LayerRecompute] kept from forward to backward
   double remat_bytes[2][3] = {};      // re-materialised in backward
@@ -323,14 +344,16 @@ struct MemoryInputs {
   int run_count = 0;
   bool runs_complete = false;
 };
-// `opt` matters only through opt.selective.
-MemoryInputs memory_inputs(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const MemoryOptions& opt = {});
+// `opt` matters only through opt.selective and its FP8 conventions, `gpu` only through
+// its FP8 layouts (fp8_recipe.h).
+MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const TrainingJob& j, const ParallelPlan& p,
+                           const MemoryOptions& opt = {});
 
 // REQUIRES: check_plan(m, c, j, p, ...) == none.
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryOptions& opt = {});
 // The same from precomputed inputs; results are identical.
-// REQUIRES: `in` = memory_inputs(m, j, q, opt) for a plan q that differs from p at most in dp,
+// REQUIRES: `in` = memory_inputs(m, c.gpu, j, q, opt) for a plan q that differs from p at most in dp,
 // zero, offload_optimizer, recompute, recompute_layers, vpp and schedule.
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryInputs& in, const MemoryOptions& opt = {});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "planner/fp8_recipe.h"
 #include "planner/recipe.h"
 
 namespace llmplan {
@@ -26,7 +27,7 @@ const char* describe(RejectReason r) {
     case RejectReason::zero_offload: return "optimizer offload needs ZeRO >= 1 and no pipeline";
     case RejectReason::recompute_layers: return "recompute_layers outside 1..layers per model chunk";
     case RejectReason::lora_zero3: return "ZeRO-3 with LoRA is not supported";
-    case RejectReason::precision_unsupported: return "GPU has no peak for this precision";
+    case RejectReason::precision_unsupported: return "GPU has no peak for this precision (or no tensor cores for its FP8 recipe)";
     case RejectReason::frozen_all: return "every layer is frozen";
     case RejectReason::does_not_fit: return "does not fit in GPU memory";
     case RejectReason::kCount: break;
@@ -114,6 +115,7 @@ RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const Training
   if (j.mode == TrainMode::lora && p.zero == 3) return RejectReason::lora_zero3;
   const Dtype d = j.precision == Precision::fp32 ? Dtype::fp32 : (j.precision == Precision::bf16 ? Dtype::bf16 : Dtype::fp16);
   if (c.gpu.peak(d) <= 0) return RejectReason::precision_unsupported;
+  if (!fp8_recipe_supported(j.fp8, c.gpu)) return RejectReason::precision_unsupported;
   if (j.mode != TrainMode::lora && j.frozen_layer_count(m.layers) >= m.layers) return RejectReason::frozen_all;
   return RejectReason::none;
 }
@@ -136,6 +138,12 @@ Status check_plan_status(const ModelSpec& m, const ClusterSpec& c, const Trainin
                                n(static_cast<int64_t>(p.micro_batch) * p.dp) + ", got " + n(j.global_batch));
     case RejectReason::pp_layers:
       return Status::bad_input(o + "field 'plan.pp': expected at most layers (" + n(m.layers) + "), got " + n(p.pp));
+    case RejectReason::precision_unsupported:
+      if (!fp8_recipe_supported(j.fp8, c.gpu))
+        return Status::bad_input(o + "FP8 recipe '" + to_string(j.fp8) + "' needs " +
+                                 (c.gpu.peak(Dtype::fp8) <= 0 ? "FP8 tensor cores" : "MX block-scaling tensor cores (Blackwell)") +
+                                 ", which GPU '" + c.gpu.name + "' does not have");
+      return Status::bad_input(o + "invalid plan: " + describe(r));
     default: return Status::bad_input(o + "invalid plan: " + describe(r));
   }
 }

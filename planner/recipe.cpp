@@ -76,16 +76,19 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
   const double bs = static_cast<double>(c.b) * static_cast<double>(c.s);
   const double h = static_cast<double>(m.hidden);
   const double seq_div = c.sp ? t : 1.0;  // Region::sequence
-  const int act = c.act_bytes;
+  const double act = c.act_bytes;
   const bool gpt = m.family == Family::gpt;
   const bool drop = m.dropout;
   const double a_local = m.heads / t;
   const double scores = static_cast<double>(c.b) * a_local * static_cast<double>(c.s) * static_cast<double>(c.s_kv);
 
   // ---- attention half (Korthikanti: 11sbh + 5as^2b for GPT, plus the LayerNorm input)
+  // A base projection's input kept for its weight gradient: quantized under an FP8 stack
+  // that saves it so (LayerContext::fp8_input_bytes), else in the activation dtype.
+  const double gemm_in = c.fp8_input_bytes > 0 && c.base_trainable ? c.fp8_input_bytes : act;
   out.add({"ln1.input", bs * h / seq_div, act, false});
   if (needs_input(c, Projection::q) || needs_input(c, Projection::k) || needs_input(c, Projection::v))
-    out.add({"attn.qkv_input", bs * h / seq_div, act, false});
+    out.add({"attn.qkv_input", bs * h / seq_div, gemm_in, false});
   out.add({"attn.q", bs * m.q_width() / t, act, false});
   out.add({"attn.k", bs * m.kv_width() / t, act, false});
   out.add({"attn.v", bs * m.kv_width() / t, act, false});
@@ -99,7 +102,9 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
     }
   }
   // Flash backward needs its output, which is the output projection's input.
-  if (needs_input(c, Projection::o) || c.flash) out.add({"attn.proj_input", bs * m.q_width() / t, act, false});
+  // (Under an FP8 stack the projection keeps its own quantized copy beside it.)
+  if (needs_input(c, Projection::o) || c.flash) out.add({"attn.proj_input", bs * m.q_width() / t, c.flash ? act : gemm_in, false});
+  if (c.flash && gemm_in != act) out.add({"attn.proj_input_fp8", bs * m.q_width() / t, gemm_in, false});
   if (drop) out.add({"attn.resid_dropout_mask", bs * h / seq_div, 1, false});
 
   // ---- MLP half (GPT: 19sbh with f = 4h; Llama SwiGLU: gate, up and their product)
@@ -115,14 +120,14 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
     // The ln2 output: the router's and the shared experts' input.
     if (needs_input(c, Projection::up) || needs_input(c, Projection::gate)) out.add({"mlp.input", tok * h, act, false});
     out.add({"moe.router_probs", tok * m.moe.experts, 4, false});  // fp32 softmax: its backward and the top-k
-    if (needs_input(c, Projection::up) || needs_input(c, Projection::gate)) out.add({"moe.expert_input", rows * h, act, false});
+    if (needs_input(c, Projection::up) || needs_input(c, Projection::gate)) out.add({"moe.expert_input", rows * h, gemm_in, false});
     if (gpt) {
       out.add({"mlp.fc1_out", rows * fe, act, false});
     } else {
       out.add({"mlp.gate_out", rows * fe, act, false});
       out.add({"mlp.up_out", rows * fe, act, false});
     }
-    if (needs_input(c, Projection::down)) out.add({"mlp.act_out", rows * fe, act, false});
+    if (needs_input(c, Projection::down)) out.add({"mlp.act_out", rows * fe, gemm_in, false});
     // The experts' outputs as they come back to the routing rank: the gate's gradient is
     // dy . expert_output.
     out.add({"moe.expert_output", rows * h, act, false});
@@ -134,19 +139,22 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
         out.add({"moe.shared_gate_out", bs * fs / t, act, false});
         out.add({"moe.shared_up_out", bs * fs / t, act, false});
       }
-      out.add({"moe.shared_act_out", bs * fs / t, act, false});
+      out.add({"moe.shared_act_out", bs * fs / t, gemm_in, false});
     }
   } else {
-    if (needs_input(c, Projection::up) || needs_input(c, Projection::gate)) out.add({"mlp.input", bs * h / seq_div, act, false});
+    if (needs_input(c, Projection::up) || needs_input(c, Projection::gate)) out.add({"mlp.input", bs * h / seq_div, gemm_in, false});
     if (gpt) {
       out.add({"mlp.fc1_out", bs * m.ffn_hidden / t, act, false});
     } else {
       out.add({"mlp.gate_out", bs * m.ffn_hidden / t, act, false});
       out.add({"mlp.up_out", bs * m.ffn_hidden / t, act, false});
     }
-    if (needs_input(c, Projection::down)) out.add({"mlp.act_out", bs * m.ffn_hidden / t, act, false});
+    if (needs_input(c, Projection::down)) out.add({"mlp.act_out", bs * m.ffn_hidden / t, gemm_in, false});
   }
   if (drop) out.add({"mlp.resid_dropout_mask", bs * h / seq_div, 1, false});
+  // FP8 weights quantized at each forward and kept for the input-gradient GEMM.
+  if (c.fp8_weight_bytes > 0)
+    out.add({"fp8.weights", count_params(m, c.t, 1, c.ep, 0, 0).per_layer_rank, c.fp8_weight_bytes, false});
 
   // ---- LoRA: the low-rank intermediate x*A^T of each adapter (its input is kept above).
   // b*s*r on every rank under TP, with or without SP (Region::replicated): a column-parallel

@@ -39,7 +39,7 @@ enum class Region : uint8_t {
 struct SavedTensor {
   const char* name = "";      // e.g. "attn.q"; the executor's tensor of the same name
   double elements = 0;        // per rank per micro-batch, after t/sp/cp division
-  int bytes_per_element = 2;  // activation dtype, 1 for dropout masks, 4 for fp32 stats
+  double bytes_per_element = 2;  // activation dtype, 1 for dropout masks, 4 for fp32 stats, ~1 for FP8 (scales included)
   bool attention_scores = false;  // an s*s tensor: dropped by selective recompute
   double bytes() const { return elements * bytes_per_element; }
 };
@@ -66,6 +66,16 @@ struct LayerContext {
   bool base_trainable = true;     // base weights receive gradients (not LoRA, not frozen)
   uint32_t lora_targets = 0;      // projection_bit()s with LoRA adapters
   int lora_rank = 0;
+  // FP8 recipes under a stack that saves the linear layers' inputs quantized for their
+  // weight gradients (Transformer Engine): bytes per element of such an input
+  // (fp8_saved_input_bytes), or 0 when they are kept in the activation dtype (torchao's
+  // Float8Linear saves its high-precision input; llmplan's executor has no FP8). Applies
+  // to the inputs of base projections that train; LoRA adapters read the 16-bit input.
+  double fp8_input_bytes = 0;
+  // FP8 recipes under a stack that quantizes the weights at every forward and keeps the
+  // copy the input-gradient GEMM reads with the micro-batch's saved tensors (TE without
+  // its weight cache): bytes per layer parameter on the rank, or 0.
+  double fp8_weight_bytes = 0;
 };
 
 // MoE capacity (GShard, Lepikhin et al. 2020): the rows one routed expert takes from the

@@ -200,6 +200,8 @@ Result<GpuSpec> gpu_from_json(const json& j, const std::string& origin) {
   g.fp4_flops = fp4 * 1e12;
   if (Status s = pr.finish(); !s) return s;
   r.get("mma_sync_fraction", &g.mma_sync_fraction, 0.01, 1.0, false);
+  r.get("fp8_gemm_any_layout", &g.fp8_gemm_any_layout, false);
+  r.get("mx_block_scaling", &g.mx_block_scaling, false);
   if (Status s = r.finish(); !s) return s;
   if (g.peak(Dtype::fp32) <= 0 && g.peak(Dtype::bf16) <= 0 && g.peak(Dtype::fp16) <= 0)
     return Status::bad_input(origin + ": field 'gpu.peak_tflops': expected at least one positive peak (fp32, fp16 or bf16)");
@@ -218,7 +220,9 @@ json to_json(const GpuSpec& g) {
             {"bf16", g.peak_flops[3] / 1e12},
             {"fp8", g.peak_flops[4] / 1e12},
             {"fp4", g.fp4_flops / 1e12}}},
-          {"mma_sync_fraction", g.mma_sync_fraction}};
+          {"mma_sync_fraction", g.mma_sync_fraction},
+          {"fp8_gemm_any_layout", g.fp8_gemm_any_layout},
+          {"mx_block_scaling", g.mx_block_scaling}};
 }
 
 Result<ClusterSpec> cluster_from_json(const json& j, const std::string& origin) {
@@ -298,7 +302,13 @@ Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
   r.get_enum("amp", &t.amp, "O0, O1, O2, O3", false);
   r.get_enum("optimizer", &t.optimizer, "adamw, sgd", false);
   r.get_enum("grads", &t.grads, "deepspeed, megatron", false);
-  r.get("fp8_linear", &t.fp8_linear, false);
+  r.get_enum("fp8", &t.fp8, kFp8RecipeNames, false);
+  // Plan files written before the FP8 recipes had one flag for per-tensor FP8 linears.
+  bool legacy_fp8 = false;
+  r.get("fp8_linear", &legacy_fp8, false);
+  if (legacy_fp8 && !r.has("fp8")) t.fp8 = Fp8Recipe::tensorwise;
+  if (legacy_fp8 && r.has("fp8") && t.fp8 == Fp8Recipe::none)
+    r.fail("fp8_linear", "expected no fp8_linear (the old spelling of 'fp8') beside 'fp8': \"none\"");
   if (Status s = r.finish(); !s) return s;
   if (t.precision == Precision::fp32) t.amp = AmpLevel::O0;
   else if (t.amp == AmpLevel::O0) return Status::bad_input(origin + ": field 'job.amp': expected O1, O2 or O3 with " +
@@ -316,7 +326,7 @@ json to_json(const TrainingJob& t) {
             {"amp", to_string(t.amp)},
             {"optimizer", to_string(t.optimizer)},
             {"grads", to_string(t.grads)},
-            {"fp8_linear", t.fp8_linear},
+            {"fp8", to_string(t.fp8)},
             {"lora", nullptr}};
   if (t.mode == TrainMode::lora) j["lora"] = {{"rank", t.lora.rank}, {"alpha", t.lora.alpha}, {"targets", t.lora.targets}};
   return j;

@@ -64,6 +64,16 @@ struct GpuSpec {
   // Dense FP4 FLOP/s where the GPU has it (Blackwell NVFP4/MXFP4, MI355X). Informational:
   // no FP4 training recipe is modelled, so the time model never reads it.
   double fp4_flops = 0;
+  // FP8 GEMMs take operands in any layout (Blackwell, sm_100 and later). Hopper's and Ada's
+  // FP8 tensor-core GEMMs take only the "TN" layout, so Transformer Engine keeps a
+  // transposed FP8 copy of each weight and of each saved input for the backward GEMMs;
+  // on Blackwell it keeps none (TE's is_non_tn_fp8_gemm_supported(): compute capability
+  // >= 10.0). Default: false.
+  bool fp8_gemm_any_layout = false;
+  // Tensor cores that apply per-block scales inside the GEMM: OCP MX formats, MXFP8 with an
+  // E8M0 scale per 32 elements (NVIDIA Blackwell; AMD CDNA4 / MI355X). Without them the
+  // mxfp8 recipe cannot run. Default: false.
+  bool mx_block_scaling = false;
   double peak(Dtype d) const { return peak_flops[static_cast<int>(d)]; }
 };
 
@@ -96,6 +106,19 @@ enum class Optimizer { adamw, sgd_momentum };
 // AdamW), Megatron accumulates fp32 main grads (18 B/param).
 enum class GradConvention { deepspeed, megatron };
 
+// FP8 training recipes: how the inputs of the linear layers' GEMMs are scaled into
+// float8 (E4M3 forward, E5M2 or E4M3 for gradients). What each keeps in memory and costs
+// is planner/fp8_recipe.h's.
+//   tensorwise  one scale per tensor from its current amax (TE Float8CurrentScaling,
+//               torchao Float8LinearConfig "tensorwise")
+//   delayed     one scale per tensor from an amax history of past steps (TE DelayedScaling)
+//   blockwise   DeepSeek-V3's 1x128 tiles for activations and gradients, 128x128 blocks
+//               for weights, fp32 scales (TE Float8BlockScaling)
+//   mxfp8       OCP MX: 1x32 blocks with an E8M0 scale, in hardware (TE MXFP8BlockScaling;
+//               Blackwell)
+enum class Fp8Recipe { none, tensorwise, delayed, blockwise, mxfp8 };
+constexpr const char* kFp8RecipeNames = "none, tensorwise, delayed, blockwise, mxfp8";
+
 struct LoraSpec {
   int rank = 8;                                  // r
   double alpha = 16;                             // scaling alpha / r
@@ -113,7 +136,8 @@ struct TrainingJob {
   AmpLevel amp = AmpLevel::O2;       // ignored (O0) for fp32
   Optimizer optimizer = Optimizer::adamw;
   GradConvention grads = GradConvention::deepspeed;
-  bool fp8_linear = false;           // float8 GEMMs in linear layers (torchtitan/TE), bf16 elsewhere
+  Fp8Recipe fp8 = Fp8Recipe::none;   // float8 GEMMs in linear layers by this scaling recipe, 16-bit elsewhere
+  bool fp8_linear() const { return fp8 != Fp8Recipe::none; }
 
   int frozen_layer_count(int layers) const {
     int k = frozen_layers > 0 ? frozen_layers : static_cast<int>(frozen_fraction * layers);
@@ -176,6 +200,7 @@ const char* to_string(Precision v);
 const char* to_string(AmpLevel v);
 const char* to_string(Optimizer v);
 const char* to_string(GradConvention v);
+const char* to_string(Fp8Recipe v);
 const char* to_string(Recompute v);
 const char* to_string(Schedule v);
 const char* to_string(CpExchange v);
@@ -189,6 +214,7 @@ bool parse_enum(const std::string& s, Precision* out);
 bool parse_enum(const std::string& s, AmpLevel* out);
 bool parse_enum(const std::string& s, Optimizer* out);
 bool parse_enum(const std::string& s, GradConvention* out);
+bool parse_enum(const std::string& s, Fp8Recipe* out);
 bool parse_enum(const std::string& s, Recompute* out);
 bool parse_enum(const std::string& s, Schedule* out);
 bool parse_enum(const std::string& s, CpExchange* out);

@@ -36,6 +36,8 @@ MemoryOptions stack_memory_options(const StackProfile& s, const MemoryOptions& b
   o.zero3_root_gathered = s.zero3_root_gathered;
   o.sp_head_input_saved = s.sp_head_input_saved;
   o.moe_tp_partial_gradients = s.moe_tp_partial_gradients;
+  o.fp8_quantized_inputs = s.fp8_quantized_inputs;
+  o.fp8_weight_copies = s.fp8_weight_copies;
   return o;
 }
 
@@ -71,6 +73,9 @@ std::vector<std::string> memory_convention_names(const StackProfile& s, int tp) 
   out.push_back(b);
   if (s.zero3_root_gathered) out.push_back("ZeRO-3 root unit (embedding, head) gathered through backward");
   if (s.sp_head_input_saved) out.push_back("SP: the head's gathered input saved for backward");
+  if (s.fp8_quantized_inputs) out.push_back("FP8: linear inputs saved quantized for the weight gradients");
+  if (s.fp8_weight_copies == Fp8WeightCopies::cached) out.push_back("FP8: every layer's quantized weight copies cached all step");
+  if (s.fp8_weight_copies == Fp8WeightCopies::per_microbatch) out.push_back("FP8: quantized weights saved with each micro-batch");
   return out;
 }
 
@@ -85,16 +90,26 @@ bool bounded_by(const MemoryConvention& a, const MemoryConvention& b) {
   return a.memory.selective == b.memory.selective && (a.grads == b.grads || b.grads == GradConvention::megatron) &&
          bytes(a.memory, false) <= bytes(b.memory, false) && bytes(a.memory, true) <= bytes(b.memory, true) &&
          (!a.memory.zero3_root_gathered || b.memory.zero3_root_gathered) && (!a.memory.sp_head_input_saved || b.memory.sp_head_input_saved) &&
-         (!a.memory.moe_tp_partial_gradients || b.memory.moe_tp_partial_gradients);
+         (!a.memory.moe_tp_partial_gradients || b.memory.moe_tp_partial_gradients) &&
+         // Quantized saved inputs weigh less than 16-bit ones (the output projection's extra
+         // FP8 copy is narrower than the three inputs it saves on); weight copies of two
+         // kinds are not ordered.
+         (a.memory.fp8_quantized_inputs || !b.memory.fp8_quantized_inputs) &&
+         (a.memory.fp8_weight_copies == Fp8WeightCopies::none || a.memory.fp8_weight_copies == b.memory.fp8_weight_copies);
 }
 
 }  // namespace
 
 std::vector<MemoryConvention> distinct_memory_conventions(const std::vector<StackProfile>& stacks, const MemoryOptions& own,
-                                                          GradConvention own_grads) {
-  const MemoryConvention self{"", own, own_grads};
+                                                          const TrainingJob& job) {
+  // Without FP8 linears the FP8 conventions set no byte: compared as equal.
+  auto relevant = [&](MemoryOptions o) {
+    if (!job.fp8_linear()) o.fp8_quantized_inputs = false, o.fp8_weight_copies = Fp8WeightCopies::none;
+    return o;
+  };
+  const MemoryConvention self{"", relevant(own), job.grads};
   std::vector<MemoryConvention> all;
-  for (const StackProfile& s : stacks) all.push_back({s.name, stack_memory_options(s, own), s.grads});
+  for (const StackProfile& s : stacks) all.push_back({s.name, relevant(stack_memory_options(s, own)), s.grads});
   std::vector<MemoryConvention> out;
   for (size_t i = 0; i < all.size(); ++i) {
     if (bounded_by(all[i], self)) continue;
@@ -146,6 +161,13 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
   m.get("zero3_root_gathered", &s.zero3_root_gathered, false);
   m.get("sp_head_input_saved", &s.sp_head_input_saved, false);
   m.get("moe_tp_partial_gradients", &s.moe_tp_partial_gradients, false);
+  m.get("fp8_quantized_inputs", &s.fp8_quantized_inputs, false);
+  std::string copies;
+  m.get("fp8_weight_copies", &copies, false);
+  if (copies == "cached") s.fp8_weight_copies = Fp8WeightCopies::cached;
+  else if (copies == "per_microbatch") s.fp8_weight_copies = Fp8WeightCopies::per_microbatch;
+  else if (!copies.empty() && copies != "none")
+    m.fail("fp8_weight_copies", "expected one of none, cached, per_microbatch, got \"" + copies + "\"");
   if (Status st = m.finish(); !st) return st;
   r.allow("notes");
   if (Status st = r.finish(); !st) return st;
@@ -169,7 +191,11 @@ json to_json(const StackProfile& s) {
             {"loss_bytes_per_logit_tp", s.loss_bytes_per_logit_tp},
             {"zero3_root_gathered", s.zero3_root_gathered},
             {"sp_head_input_saved", s.sp_head_input_saved},
-            {"moe_tp_partial_gradients", s.moe_tp_partial_gradients}}}};
+            {"moe_tp_partial_gradients", s.moe_tp_partial_gradients},
+            {"fp8_quantized_inputs", s.fp8_quantized_inputs},
+            {"fp8_weight_copies", s.fp8_weight_copies == Fp8WeightCopies::cached
+                                      ? "cached"
+                                      : (s.fp8_weight_copies == Fp8WeightCopies::per_microbatch ? "per_microbatch" : "none")}}}};
 }
 
 Result<StackProfile> load_stack_file(const std::string& path) {

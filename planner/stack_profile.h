@@ -41,6 +41,8 @@ struct StackProfile {
   bool zero3_root_gathered = false;     // MemoryOptions::zero3_root_gathered
   bool sp_head_input_saved = false;     // MemoryOptions::sp_head_input_saved
   bool moe_tp_partial_gradients = true; // MemoryOptions::moe_tp_partial_gradients
+  bool fp8_quantized_inputs = false;    // MemoryOptions::fp8_quantized_inputs
+  Fp8WeightCopies fp8_weight_copies = Fp8WeightCopies::none;  // MemoryOptions::fp8_weight_copies
 };
 
 // `base` with the stack's memory conventions.
@@ -72,13 +74,13 @@ struct MemoryConvention {
   MemoryOptions memory;
   GradConvention grads = GradConvention::deepspeed;
 };
-// The conventions of `stacks` that can set a different peak than `own` (with the job's
-// `own_grads`): duplicates and the own one dropped, and any that another one bounds from
+// The conventions of `stacks` that can set a different peak than `own` for `job` (with its
+// gradient convention; FP8 conventions count only when it has FP8 linears): duplicates and the own one dropped, and any that another one bounds from
 // above in every field dropped too (for example llm-foundry's, which equals the
 // executor's without its MoE-under-TP partial gradients). What is left is the list a plan
 // must also fit under when the stack is not known.
 std::vector<MemoryConvention> distinct_memory_conventions(const std::vector<StackProfile>& stacks, const MemoryOptions& own,
-                                                          GradConvention own_grads);
+                                                          const TrainingJob& job);
 
 // JSON in and out (data/stacks/README.md has the format). Every problem is bad_input
 // naming the file and field.

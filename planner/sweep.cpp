@@ -269,7 +269,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             shape.split = p.pipeline_split;
                             shape.also.clear();
                             shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
-                            shape.memory = memory_inputs(m, jj, p, opt.memory);
+                            shape.memory = memory_inputs(m, c.gpu, jj, p, opt.memory);
                             shape.ready = true;
                           }
                           MemoryPeak mem = estimate_memory_peak(m, c, jj, p, shape.memory, opt.memory);
@@ -280,7 +280,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           if (!opt.also_fit.empty() && mem.fits(opt.headroom_bytes)) {
                             if (shape.also.size() != opt.also_fit.size()) {
                               shape.also.clear();
-                              for (size_t k = 0; k < opt.also_fit.size(); ++k) shape.also.push_back(memory_inputs(m, jobs_also[k], p, opt.also_fit[k].memory));
+                              for (size_t k = 0; k < opt.also_fit.size(); ++k) shape.also.push_back(memory_inputs(m, c.gpu, jobs_also[k], p, opt.also_fit[k].memory));
                             }
                             for (size_t k = 0; k < opt.also_fit.size(); ++k) {
                               const MemoryPeak other = estimate_memory_peak(m, c, jobs_also[k], p, shape.also[k], opt.also_fit[k].memory);

@@ -79,6 +79,7 @@ struct Gemm {
   double m, n, k;
   bool base;   // base weight (vs LoRA adapter)
   double count;
+  bool fp8 = true;  // runs in FP8 under an FP8 recipe when `base` (the MoE router stays 16-bit)
 };
 
 }  // namespace
@@ -208,7 +209,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   LayerTimes lt;
   const Dtype dt = compute_dtype(j, c.gpu);
   const double peak = c.gpu.peak(dt);
-  const double gemm_peak = j.fp8_linear ? peak * e.fp8_gemm_speedup : peak;
+  const double gemm_peak = j.fp8_linear() ? peak * e.fp8_gemm_speedup : peak;
   const double bw = c.gpu.memory_bandwidth;
   const double eb = lc.act_bytes;
   const double t = lc.t;
@@ -230,7 +231,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const double per_expert = routed * p.ep / m.moe.experts;  // rows a local expert computes, ep x C
     gemms[ng++] = {per_expert, (gpt ? 1 : 2) * fe, h, true, local_experts};
     gemms[ng++] = {per_expert, h, fe, true, local_experts};
-    gemms[ng++] = {tokens / t, static_cast<double>(m.moe.experts), h, true, 1};  // router
+    gemms[ng++] = {tokens / t, static_cast<double>(m.moe.experts), h, true, 1, false};  // router
     if (m.moe.shared_experts > 0) {
       const double fs = static_cast<double>(m.ffn_hidden) * m.moe.shared_experts;
       gemms[ng++] = {tokens, (gpt ? 1 : 2) * fs / t, h, true, 1};
@@ -249,9 +250,14 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     gemms[ng++] = {tokens, h / t, r, false, static_cast<double>(n_targets)};
   }
   double gemm_fwd = 0, gemm_bwd = 0;
+  // FP8 recipes: base projections run at the fitted FP8 speed-up (Efficiency::
+  // fp8_gemm_speedup, an effective figure that includes the recipe's casts); LoRA adapters
+  // and the MoE router stay in 16 bits (Transformer Engine quantizes only its own linear
+  // modules; adapters and the router are plain torch layers).
   for (int i = 0; i < ng; ++i) {
     const Gemm& g = gemms[i];
-    const double one = g.count * gemm_time(g.m, g.n, g.k, j.fp8_linear && g.base ? 1 : eb, gemm_peak, bw, e);
+    const bool fp8 = j.fp8_linear() && g.base && g.fp8;
+    const double one = g.count * (fp8 ? gemm_time(g.m, g.n, g.k, 1, gemm_peak, bw, e) : gemm_time(g.m, g.n, g.k, eb, peak, bw, e));
     gemm_fwd += one;
     // Backward: the input gradient always (when gradients flow), the weight gradient
     // only for weights that train.

@@ -58,6 +58,8 @@ const char* to_string(Metric m) {
 
 namespace {
 
+constexpr const char* kNoPlanFits = "no plan fits for the missing knobs (sweep)";
+
 // ---------------------------------------------------------------- record -> specs
 
 using Prepared = PreparedRecord;
@@ -206,7 +208,13 @@ void prepare_job(const ReferenceRecord& r, Prepared* p) {
   parse_enum(r.job.mode, &j.mode);
   const std::string prec = r.job.precision.value_or(to_string(default_half_precision(p->cluster.gpu)));
   if (!r.job.precision) p->assumptions.push_back("precision=" + prec + " (16-bit mixed precision)");
-  j.fp8_linear = prec == "fp8";
+  if (prec == "fp8") {
+    j.fp8 = Fp8Recipe::tensorwise;
+    if (r.job.fp8_recipe) parse_enum(*r.job.fp8_recipe, &j.fp8);  // read_job accepted only the recipes' names
+    // A note, not an assumption that moves the row to the "assumed" set: the 2020-24 FP8
+    // records are torchao's and TE's per-tensor recipes, which differ in a cast pass only.
+    else p->notes.push_back("fp8 recipe not given: tensorwise (per-tensor current scaling)");
+  }
   j.precision = prec == "fp32" ? Precision::fp32 : (prec == "fp16" ? Precision::fp16 : Precision::bf16);
   j.amp = j.precision == Precision::fp32 ? AmpLevel::O0 : AmpLevel::O2;
 }
@@ -297,7 +305,7 @@ void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
   so.efficiency = p->efficiency;
   const SweepResult sr = run_sweep(p->model, p->cluster, p->job, p->gpus, space, so);
   if (sr.top.empty()) {
-    p->skip = "no plan fits for the missing knobs (sweep)";
+    p->skip = kNoPlanFits;
     return;
   }
   const ParallelPlan& best = sr.top.front().plan;
@@ -354,10 +362,6 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
   return p;
 }
 
-namespace {
-
-// ---------------------------------------------------------------- comparisons
-
 std::string plan_text(const ParallelPlan& p) {
   char b[160];
   std::snprintf(b, sizeof b, "dp%d tp%d pp%d%s cp%d%s mb%d ga%d zero%d %s%s", p.dp, p.tp, p.pp, p.vpp > 1 ? ("v" + str(p.vpp)).c_str() : "",
@@ -365,6 +369,10 @@ std::string plan_text(const ParallelPlan& p) {
   if (p.activation_offload_layers > 0) return std::string(b) + " act-offload " + str(p.activation_offload_layers);
   return b;
 }
+
+namespace {
+
+// ---------------------------------------------------------------- comparisons
 
 ValidationRow base_row(const ReferenceRecord& r, const Prepared& p, bool throughput) {
   ValidationRow row;
@@ -380,6 +388,9 @@ ValidationRow base_row(const ReferenceRecord& r, const Prepared& p, bool through
   row.skip_reason = p.skip;
   row.stack = p.stack;
   row.ran = r.measured.oom.has_value() && !*r.measured.oom;
+  // No plan with the record's published knobs fits: for a run that completed, that is a
+  // memory error like a plan predicted OOM, not merely a skip.
+  row.predicted_oom = p.skip == kNoPlanFits;
   if (p.has_architecture && p.skip.empty()) row.plan = plan_text(p.plan);
   return row;
 }
@@ -603,6 +614,7 @@ SummaryLine summary_line(const std::vector<ValidationRow>& rows, const std::stri
     if (r.throughput != throughput || (key != "ALL" && k != key)) continue;
     if (r.skipped) {
       if (!assumed) ++line.skipped, ++line.skip_reasons[r.skip_reason];  // counted once, on the fully specified line
+      if (!assumed && r.predicted_oom && r.ran) ++line.predicted_oom;
       continue;
     }
     if (r.assumed != assumed) continue;

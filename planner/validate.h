@@ -66,6 +66,7 @@ struct RefJob {
   std::optional<int64_t> global_batch;   // sequences per optimizer step
   std::string mode;                      // pretrain finetune lora
   std::optional<std::string> main_grads; // bf16 fp32 (2024-26 schema; absent or null: the stack's convention)
+  std::optional<std::string> fp8_recipe; // tensorwise delayed blockwise mxfp8 (precision fp8; absent or null: tensorwise)
 };
 
 struct RefPlan {
@@ -165,6 +166,8 @@ struct PreparedRecord {
 };
 struct ValidationOptions;
 PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& presets, const ValidationOptions& opt);
+// A plan as validate prints it: "dp8 tp1 pp4v5 cp1 sp mb1 ga16 zero1 none act-offload 40".
+std::string plan_text(const ParallelPlan& p);
 
 enum class Metric { tflops_per_gpu, mfu, hfu, tokens_per_s, step_time, memory };
 const char* to_string(Metric m);

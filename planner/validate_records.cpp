@@ -140,6 +140,7 @@ Status read_job(RecordReader r, RefJob* j) {
   r.opt("global_batch", &j->global_batch, 1, kBig);
   r.req_enum("mode", &j->mode, {"pretrain", "finetune", "lora"});
   if (r.has("main_grads")) r.opt_enum("main_grads", &j->main_grads, {"bf16", "fp32"});
+  if (r.has("fp8_recipe")) r.opt_enum("fp8_recipe", &j->fp8_recipe, {"tensorwise", "delayed", "blockwise", "mxfp8"});
   return r.finish();
 }
 

@@ -117,7 +117,7 @@ TEST(MemoryModel, SkippedStagesNeverChangeTheReport) {
             if (s == p.pp - 1) expect_same(r.last, sm);
           }
           expect_same(r.worst, worst);
-          const MemoryPeak peak = estimate_memory_peak(m, c, j, p, memory_inputs(m, j, p));
+          const MemoryPeak peak = estimate_memory_peak(m, c, j, p, memory_inputs(m, c.gpu, j, p));
           EXPECT_EQ(peak.total, worst.total);
           EXPECT_EQ(peak.stage, worst.stage);
           EXPECT_EQ(peak.phase, worst.peak_phase);
@@ -165,7 +165,7 @@ TEST(FastPath, InputsOfOneShapeServeTheInnerChoices) {
     p0.zero = 1;
     ASSERT_EQ(check_plan(m, c, j, p0, p0.world_size(), true), RejectReason::none) << k.model;
     const StepTimeInputs time_in = step_time_inputs(m, c, j, p0);
-    const MemoryInputs memory_in = memory_inputs(m, j, p0);
+    const MemoryInputs memory_in = memory_inputs(m, c.gpu, j, p0);
     for (int vpp : {1, 2})
       for (Recompute rc : {Recompute::none, Recompute::full, Recompute::full_k})
         for (int zero : {0, 1, 2, 3})

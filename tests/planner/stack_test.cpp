@@ -112,7 +112,7 @@ TEST(StackProfiles, MemoryConventionsChangeWhatTheirSourceSays) {
 // (llm-foundry's and DeepSpeed's equal the executor's without its MoE TP partials;
 // megatron-lm's equal megatron-core's), Megatron's fp32 gradients and torchtitan's loss kept.
 TEST(StackEnvelope, DistinctConventionsDropTheBoundedOnes) {
-  const std::vector<MemoryConvention> cs = distinct_memory_conventions(registry().stacks(), MemoryOptions{}, GradConvention::deepspeed);
+  const std::vector<MemoryConvention> cs = distinct_memory_conventions(registry().stacks(), MemoryOptions{}, TrainingJob{});
   std::set<std::string> names;
   for (const MemoryConvention& c : cs) names.insert(c.stack);
   EXPECT_EQ(names.count("torchtitan"), 1u);
@@ -137,7 +137,7 @@ TEST(StackEnvelope, SweepFitsOnlyUnderEveryStack) {
   own.threads = 1;
   own.keep_all = true;
   SweepOptions all = own;
-  all.also_fit = distinct_memory_conventions(registry().stacks(), own.memory, j.grads);
+  all.also_fit = distinct_memory_conventions(registry().stacks(), own.memory, j);
   const SweepResult a = run_sweep(m, c, j, 8, space, own);
   const SweepResult b = run_sweep(m, c, j, 8, space, all);
   EXPECT_LT(b.fitting, a.fitting);
@@ -382,8 +382,9 @@ TEST(Validate2024To2026, UnknownGpuSkipsOneRecordAndStepTimeIsCompared) {
 // with a little margin, so that a regression fails. Dense Megatron-Bridge rows (the four
 // Llama 3.1 405B ones on uneven stages and the two GB200 ones with activation offload
 // included): median 7.3%, max 35.0% (the GB200 MXFP8 405B row, published below the same
-// plan on B200); NeMo 24.07 (null recompute, filled by the sweep): median 6.7%, max 27.0%.
-// The MoE rows are far off (median 37.6%, max 197%):
+// plan on B200); NeMo 24.07 (null recompute, filled by the sweep; bf16 gradient buckets as
+// NVIDIA's launcher scripts set them, Transformer Engine's FP8 weight cache): median 5.8%,
+// max 24.0%. The MoE rows are far off (median 37.3%, max 196%):
 // the target is NOT met there, and the bound only keeps them from getting worse.
 TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   const std::vector<SummaryLine> lines = summarize(rows_2024_2026());
@@ -400,8 +401,8 @@ TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   const SummaryLine* nemo = find("nemo2407_perf", true);
   ASSERT_NE(nemo, nullptr);
   EXPECT_EQ(nemo->all.n, 18);
-  EXPECT_LE(nemo->all.median_abs, 0.075);
-  EXPECT_LE(nemo->all.max_abs, 0.28) << nemo->all.worst_id;
+  EXPECT_LE(nemo->all.median_abs, 0.065);
+  EXPECT_LE(nemo->all.max_abs, 0.26) << nemo->all.worst_id;
   const SummaryLine* moe = find("mbridge_perf_moe", false);
   ASSERT_NE(moe, nullptr);
   EXPECT_LE(moe->all.median_abs, 0.40);

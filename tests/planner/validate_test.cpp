@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "planner/presets.h"
 #include "planner/spec_json.h"
@@ -171,11 +172,19 @@ TEST(ValidateShipped, SkipsOnlyWithAReason) {
 }
 
 // Every record with oom: false ran; the planner says "does not fit" for only a few, all
-// within a few percent of the card (MPT 350M at the 40 GB edge).
+// within a few percent of the card (MPT 350M at the 40 GB edge). A record for which no
+// plan with its published knobs fits is a memory error too, not a quiet skip: only
+// DeepSpeed-Azure's 1T and 2T (ZeRO-3 gathers two 8-16B-parameter layers).
 TEST(ValidateShipped, FewRunsThatRanArePredictedNotToFit) {
   int oom = 0;
-  for (const ValidationRow& r : shipped().rows) oom += r.throughput && r.predicted_oom;
+  std::set<std::string> no_plan;
+  for (const ValidationRow& r : shipped().rows) {
+    if (!r.throughput || !r.predicted_oom) continue;
+    if (r.skipped) no_plan.insert(r.id);
+    else ++oom;
+  }
   EXPECT_LE(oom, 2);
+  EXPECT_EQ(no_plan, (std::set<std::string>{"deepspeed_azure_zero3_1T_1024gpu", "deepspeed_azure_zero3_2T_1024gpu"}));
 }
 
 // A measured peak above the largest prediction over every stack's conventions is the error
