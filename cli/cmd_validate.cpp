@@ -14,6 +14,7 @@
 #include "cli/common.h"
 #include "cli/print.h"
 #include "planner/plan_file.h"
+#include "planner/tuned_plans.h"
 #include "planner/validate.h"
 
 namespace llmplan::cli {
@@ -31,6 +32,7 @@ struct ValidateCommand {
   bool fit_stacks_only = false;  // --fit-stacks: the stacks from the compiled-in generic constants
   bool quiet_rows = false;
   bool simulate = false;   // simulated vs analytic step time per record
+  bool tuned_gap = false;  // --tuned-gap: the sweep's best plan against each published tuned plan
   int threads = 1;
 };
 
@@ -260,6 +262,33 @@ int simulate_records(const ReferenceSet& set, const PresetRegistry& presets, con
   return 0;
 }
 
+// --tuned-gap: per fully specified record, the published plan's predicted step time over
+// the sweep's best plan's, both under the record's stack profile.
+int run_tuned_gap(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& opt) {
+  const std::vector<TunedPlanGap> gaps = tuned_plan_gaps(set, presets, opt, [](int i, int n, const std::string& id) {
+    std::fprintf(stderr, "\r[%d/%d] sweeping %-60s", i + 1, n, id.c_str());
+    std::fflush(stderr);
+  });
+  std::fprintf(stderr, "\r%90s\r", "");
+  std::printf("Published tuned plans against the sweep's best, same model and stack (speedup = published / best predicted step time)\n\n");
+  std::printf("%-50s %-14s %8s  %-44s %s\n", "id", "stack", "speedup", "published plan", "sweep's best plan");
+  std::vector<double> speedups;
+  int skipped = 0;
+  for (const TunedPlanGap& g : gaps) {
+    if (!g.skip.empty()) {
+      ++skipped;
+      continue;
+    }
+    speedups.push_back(g.speedup);
+    std::printf("%-50s %-14s %7.3fx  %-44s %s\n", g.id.c_str(), g.stack.c_str(), g.speedup, g.published_plan.c_str(), g.best_plan.c_str());
+  }
+  std::sort(speedups.begin(), speedups.end());
+  if (!speedups.empty())
+    std::printf("\n%zu compared (%d not fully specified or skipped): median %.3fx, max %.3fx\n", speedups.size(), skipped,
+                speedups[speedups.size() / 2], speedups.back());
+  return 0;
+}
+
 int run_validate(const ValidateCommand& c) {
   const std::vector<std::string> paths = c.data.empty() ? default_reference_paths() : c.data;
   std::string path;
@@ -275,6 +304,7 @@ int run_validate(const ValidateCommand& c) {
   ValidationOptions opt;
   opt.sweep_threads = c.threads;
   const bool json_only = c.json_out == "-";
+  if (c.tuned_gap) return run_tuned_gap(*set, *presets, opt);
   if (c.fit || c.fit_stacks_only) {
     FitReport f;
     f.fitted = Efficiency{};
@@ -368,6 +398,8 @@ Runner register_validate(CLI::App* sub) {
   sub->add_flag("--fit", c->fit, "re-fit the time model's efficiency constants on the fitting half first, and print them");
   sub->add_flag("--summary-only", c->quiet_rows, "print the summaries without the per-record table");
   sub->add_flag("--simulate", c->simulate, "compare the step simulator with the analytic model on every costed record");
+  sub->add_flag("--tuned-gap", c->tuned_gap,
+                "sweep every fully specified record's model and GPUs, and print how much faster than the published plan the best plan is predicted");
   sub->add_option("--threads", c->threads, "threads for the sweeps that fill missing plan knobs")->capture_default_str();
   return [c]() { return run_validate(*c); };
 }

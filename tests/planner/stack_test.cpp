@@ -18,6 +18,7 @@
 #include "planner/stack_profile.h"
 #include "planner/sweep.h"
 #include "planner/time_model.h"
+#include "planner/tuned_plans.h"
 #include "planner/validate.h"
 
 namespace llmplan {
@@ -407,6 +408,30 @@ TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   ASSERT_NE(moe, nullptr);
   EXPECT_LE(moe->all.median_abs, 0.40);
   EXPECT_LE(moe->all.max_abs, 2.0) << moe->all.worst_id;
+}
+
+// The sweep against the published tuned plans (issue: "the sweep's best plan is predicted
+// at most a few percent faster than the published plan"). Every published plan that uses
+// nothing the sweep leaves out (activation offload) lies inside the sweep's space, so the
+// sweep's best is never slower than it: a speed-up below 1 means the sweep missed a legal
+// plan. Measured: median 1.070x, max 1.174x over the 18 records (dense up to 1.112x, Llama
+// 3 70B on 64 H100s), so the "few percent" target is NOT met; the bound keeps it from
+// getting worse.
+TEST(Validate2024To2026, SweepBestAgainstThePublishedTunedPlans) {
+  Result<ReferenceSet> set = load_reference_runs(default_data_root() + "/data/reference/published_runs_2024_2026.json");
+  ASSERT_TRUE(set.ok());
+  const std::vector<TunedPlanGap> gaps = tuned_plan_gaps(*set, registry(), ValidationOptions{});
+  int compared = 0;
+  for (const TunedPlanGap& g : gaps) {
+    if (!g.skip.empty()) continue;
+    ++compared;
+    EXPECT_GT(g.plans_evaluated, 0) << g.id;
+    if (g.published_plan.find("act-offload") == std::string::npos) {
+      EXPECT_GE(g.speedup, 1 - 1e-9) << g.id << ": the sweep's best (" << g.best_plan << ") is slower than the published " << g.published_plan;
+    }
+    EXPECT_LE(g.speedup, 1.20) << g.id << ": best " << g.best_plan << ", published " << g.published_plan;
+  }
+  EXPECT_EQ(compared, 18);  // the fully specified records (NeMo 24.07's leave recompute null)
 }
 
 // The shipped megatron-core profile is what `llmplan validate --fit-stacks` finds: re-fitting
