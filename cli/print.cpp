@@ -37,14 +37,19 @@ void print_memory(const MemoryReport& r, double headroom_bytes) {
     std::printf("  %-24s %12.2f\n", "total (peak)", r.first.total / kGiB);
     std::printf("  %-24s %12s\n", "peak phase", to_string(r.first.peak_phase));
   }
-  if (r.worst.host_activation_bytes > 0)
-    std::printf("  activation offload: %.2f GiB of activations per GPU in host memory (stage %d) -- check the node's host memory\n",
-                r.worst.host_activation_bytes / kGiB, r.worst.stage);
+  if (r.host_bytes_per_node > 0) {
+    std::printf("  host memory by offload: %.2f GiB per node (activations %.2f + optimizer %.2f GiB per GPU on stage %d)", r.host_bytes_per_node / kGiB,
+                r.worst.host_activation_bytes / kGiB, r.worst.host_state_bytes / kGiB, r.worst.stage);
+    if (r.host_capacity > 0)
+      std::printf(" of %.0f GiB: %s\n", r.host_capacity / kGiB, r.host_fits() ? "fits" : "DOES NOT FIT in the node's host memory");
+    else
+      std::printf("; the node's host memory is not known (cluster host_memory_gib): not checked\n");
+  }
   const double budget = r.capacity - headroom_bytes;
   std::printf("\nPeak %s on stage %d (%s, %d layers, %.2f micro-batches in flight); capacity %s%s: %s\n", gib(r.worst.total).c_str(),
               r.worst.stage, to_string(r.worst.peak_phase), r.worst.layers, r.worst.inflight_microbatches, gib(r.capacity).c_str(),
               headroom_bytes > 0 ? (" - headroom " + gib(headroom_bytes)).c_str() : "",
-              r.worst.total <= budget ? ("fits, " + gib(budget - r.worst.total) + " free").c_str()
+              r.worst.total <= budget ? (r.host_fits() ? "fits, " + gib(budget - r.worst.total) + " free" : std::string("fits on the GPU, but its offload does not fit in host memory")).c_str()
                                       : ("DOES NOT FIT, short by " + gib(r.worst.total - budget)).c_str());
 }
 
@@ -60,6 +65,10 @@ void print_explanation(const Explanation& e, const PlanFile& f) {
   if (e.fits) {
     std::printf("\nThe plan fits: peak %s of %s budget on stage %d (%s), %s to spare.\n", gib(w.total).c_str(), gib(e.budget_bytes).c_str(),
                 w.stage, to_string(w.peak_phase), gib(-e.shortfall_bytes).c_str());
+  } else if (e.shortfall_bytes <= 0) {
+    std::printf("\nThe plan does NOT fit: its GPUs have room (peak %s of %s), but its offload needs %s of host memory per node, "
+                "more than the node's %s.\n",
+                gib(w.total).c_str(), gib(e.budget_bytes).c_str(), gib(e.memory.host_bytes_per_node).c_str(), gib(e.memory.host_capacity).c_str());
   } else {
     std::printf("\nThe plan does NOT fit: peak %s exceeds the %s budget by %s on stage %d of %d, in the %s phase; the largest component is %s (%s).\n",
                 gib(w.total).c_str(), gib(e.budget_bytes).c_str(), gib(e.shortfall_bytes).c_str(), w.stage, f.plan.pp,

@@ -99,7 +99,7 @@ Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const Trainin
   ex.headroom_bytes = headroom_bytes;
   ex.budget_bytes = c.gpu.memory_bytes - headroom_bytes;
   ex.shortfall_bytes = ex.memory.worst.total - ex.budget_bytes;
-  ex.fits = ex.shortfall_bytes <= 0;
+  ex.fits = ex.shortfall_bytes <= 0 && ex.memory.host_fits();
   int largest = 0;
   for (int i = 1; i < kMemoryItems; ++i)
     if (ex.memory.worst.bytes[i] > ex.memory.worst.bytes[largest]) largest = i;
@@ -113,7 +113,7 @@ Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const Trainin
     ch.delta_bytes = mr.worst.total - ex.memory.worst.total;
     ch.tokens_per_s = st.tokens_per_s;
     ch.throughput_change = st.tokens_per_s / ex.time.tokens_per_s - 1;
-    ch.fits = mr.worst.total <= ex.budget_bytes;
+    ch.fits = mr.worst.total <= ex.budget_bytes && mr.host_fits();
     if (ch.delta_bytes < -1) ex.changes.push_back(ch);  // only changes that save memory
   }
   std::stable_sort(ex.changes.begin(), ex.changes.end(), [](const PlanChange& a, const PlanChange& b) {

@@ -570,6 +570,7 @@ struct StagePhases {
   double inflight = 0;
   double activations = 0, logits = 0, transient = 0, remat_and_grads = 0, head_working = 0;  // bytes, for item_peak
   double host_activations = 0;  // activation offload: in host memory at the peak
+  double host_states = 0;       // optimizer offload: the model states moved to host memory
   double gathered_peak = 0;  // the ZeRO-3 pool (forward, backward), for item_peak
   double gradients_peak = 0; // with the largest unit's full gradient (ZeRO >= 2), for item_peak
   double comm_peak = 0;      // every communication buffer, inside a layer, for item_peak
@@ -595,6 +596,14 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
       expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer) +
                           model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer)
                     : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
+  if (p.offload_optimizer) {
+    // What model_state_bytes moves off the GPU: the same states without offload, less what stays.
+    const ModelStateBytes kept =
+        expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, false) +
+                            model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, false)
+                      : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, false);
+    out.host_states = kept.total() - states.total();
+  }
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
   std::array<double, kMemoryItems> base{};
   // FP8 weight cache: every layer's quantized copies, held all step long. Under ZeRO-3 a
@@ -753,6 +762,7 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   sm.layers = sp.layers;
   sm.inflight_microbatches = sp.inflight;
   sm.host_activation_bytes = sp.host_activations;
+  sm.host_state_bytes = sp.host_states;
   // Each item's peak over the step: the model states and buffers of the optimizer phase,
   // the gradients of the backward phase (ZeRO >= 2: with a unit's full gradient), the
   // ZeRO-3 gathered pool, the activations and logits
@@ -849,8 +859,10 @@ MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const Tra
                              const MemoryInputs& in, const MemoryOptions& opt) {
   MemoryReport r;
   r.capacity = c.gpu.memory_bytes;
+  r.host_capacity = c.host_memory_bytes;
   for_candidate_stages(m, j, p, in, [&](int s) {
     const StageMemory sm = stage_memory(m, j, p, s, opt, in);
+    r.host_bytes_per_node = std::max(r.host_bytes_per_node, (sm.host_activation_bytes + sm.host_state_bytes) * c.gpus_per_node);
     if (s == 0) {
       r.first = sm;
       r.worst = sm;
@@ -867,8 +879,10 @@ MemoryPeak estimate_memory_peak(const ModelSpec& m, const ClusterSpec& c, const 
                                 const MemoryInputs& in, const MemoryOptions& opt) {
   MemoryPeak r;
   r.capacity = c.gpu.memory_bytes;
+  r.host_capacity = c.host_memory_bytes;
   for_candidate_stages(m, j, p, in, [&](int s) {
     const StagePhases sp = stage_phases(m, j, p, s, opt, in);
+    r.host_bytes_per_node = std::max(r.host_bytes_per_node, (sp.host_activations + sp.host_states) * c.gpus_per_node);
     std::array<double, 3> totals;
     const int peak = peak_phase(sp, totals);
     if (s == 0 || totals[peak] > r.total) {

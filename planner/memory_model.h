@@ -136,6 +136,7 @@ struct StageMemory {
   double total = 0;                // max over phases, bytes
   double allocator_peak = 0;       // total without CUDA context (what torch.cuda reports)
   double host_activation_bytes = 0;  // activation offload: this GPU's activations in host memory at its peak
+  double host_state_bytes = 0;       // optimizer offload: this GPU's optimizer states, master weights and gradients in host memory
   double model_states() const;     // weights + gradients + optimizer + master
 };
 
@@ -146,7 +147,13 @@ struct MemoryReport {
   double capacity = 0;   // GPU memory, bytes
   double trainable_params_rank = 0;  // on the worst stage
   double params_rank = 0;            // all parameters on the worst stage's rank
-  bool fits(double headroom_bytes) const { return worst.total + headroom_bytes <= capacity; }
+  // Host memory a node's GPUs fill by offload: the largest per-GPU host bytes of any stage
+  // (activations + optimizer states) times the GPUs per node, against the node's host
+  // memory (ClusterSpec::host_memory_bytes; 0 = not known, not checked).
+  double host_bytes_per_node = 0;
+  double host_capacity = 0;
+  bool host_fits() const { return host_capacity <= 0 || host_bytes_per_node <= host_capacity; }
+  bool fits(double headroom_bytes) const { return worst.total + headroom_bytes <= capacity && host_fits(); }
 };
 
 // Bytes of model states for `trainable` and `frozen` parameters held by one rank, before
@@ -364,7 +371,9 @@ struct MemoryPeak {
   int stage = 0;
   Phase phase = Phase::backward;
   double capacity = 0;  // GPU memory, bytes
-  bool fits(double headroom_bytes) const { return total + headroom_bytes <= capacity; }
+  double host_bytes_per_node = 0, host_capacity = 0;  // as MemoryReport's
+  bool host_fits() const { return host_capacity <= 0 || host_bytes_per_node <= host_capacity; }
+  bool fits(double headroom_bytes) const { return total + headroom_bytes <= capacity && host_fits(); }
 };
 MemoryPeak estimate_memory_peak(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                 const MemoryInputs& in, const MemoryOptions& opt = {});

@@ -253,6 +253,9 @@ Result<ClusterSpec> cluster_from_json(const json& j, const std::string& origin) 
   double host = c.host_bandwidth / 1e9;
   r.get("host_bandwidth_gbs", &host, 1e-3, 1e6, false);
   c.host_bandwidth = host * 1e9;
+  double host_gib = 0;
+  r.get("host_memory_gib", &host_gib, 0, 1e6, false);
+  c.host_memory_bytes = host_gib * 1024.0 * 1024.0 * 1024.0;
   r.get("nvlink_domain_gpus", &c.nvlink_domain, 0, 1 << 16, false);  // 0: the node
   if (Status s = r.finish(); !s) return s;
   return c;
@@ -269,6 +272,7 @@ json to_json(const ClusterSpec& c) {
           {"inter_node_bandwidth_gbs", c.inter_node_bandwidth / 1e9},
           {"inter_node_latency_us", c.inter_node_latency * 1e6},
           {"host_bandwidth_gbs", c.host_bandwidth / 1e9},
+          {"host_memory_gib", c.host_memory_bytes / (1024.0 * 1024.0 * 1024.0)},
           {"nvlink_domain_gpus", c.nvlink_domain}};
 }
 

@@ -88,6 +88,9 @@ struct ClusterSpec {
   double inter_node_bandwidth = 0;   // per GPU, one direction, bytes/s (IB/RoCE)
   double inter_node_latency = 0;     // s
   double host_bandwidth = 25e9;      // GPU<->host (PCIe) per GPU, bytes/s, for offload
+  // Host (CPU) memory of one node, bytes: what optimizer and activation offload may fill
+  // beside the OS and the framework. 0: not known, not checked.
+  double host_memory_bytes = 0;
   // GPUs that share the scale-up (NVLink) fabric, when that is larger than a node: a GB200
   // NVL72 rack joins 18 trays of 4 GPUs in one 72-GPU NVLink domain (NVIDIA GB200 NVL72
   // datasheet), so groups of up to 72 ranks talk at intra_node_bandwidth. 0: the node.

@@ -252,6 +252,33 @@ TEST(ActivationOffload, MovesLayersToTheHostAndCostsTheLink) {
   EXPECT_EQ(check_plan(m, c, j, q, 8, false), RejectReason::activation_offload);
 }
 
+// What offload puts in host memory, per node, against the node's: ZeRO-1 with optimizer
+// offload on dp 8 moves each GPU's Adam moments and fp32 master weights (12 B per
+// parameter / 8) and its 16-bit gradients (2 B, not sharded by ZeRO-1) to the host, so a
+// DGX H100 node holds 8 x P x (2 + 12/8) bytes. On the datasheet's 2 TB that fits; on a
+// node with 100 GiB it does not, though the GPUs have room: the plan is refused.
+TEST(HostMemory, OffloadIsCountedPerNodeAndChecked) {
+  const ModelSpec m = *registry().model("llama2-7b");
+  ClusterSpec c = registry().cluster("dgx-h100")->cluster;
+  ASSERT_NEAR(c.host_memory_bytes, 2048.0 * (1 << 30), 1);
+  TrainingJob j;
+  j.global_batch = 64;
+  ParallelPlan p;
+  p.dp = 8, p.zero = 1, p.offload_optimizer = true;
+  const double params = count_params(m, 1, 1, 1, 0, 0).total;
+  const MemoryReport r = estimate_memory(m, c, j, p, MemoryOptions{});
+  EXPECT_NEAR(r.host_bytes_per_node, 8 * params * (2 + 12.0 / 8), 1e-6 * r.host_bytes_per_node);
+  EXPECT_TRUE(r.host_fits());
+  EXPECT_TRUE(r.fits(0));
+  c.host_memory_bytes = 100.0 * (1 << 30);
+  const MemoryReport small = estimate_memory(m, c, j, p, MemoryOptions{});
+  EXPECT_LE(small.worst.total, small.capacity);
+  EXPECT_FALSE(small.host_fits());
+  EXPECT_FALSE(small.fits(0));
+  p.offload_optimizer = false;
+  EXPECT_EQ(estimate_memory(m, c, j, p, MemoryOptions{}).host_bytes_per_node, 0);
+}
+
 // ---------------------------------------------------------------- the NVLink domain
 
 // A GB200 NVL72 rack: trays of 4 GPUs in one 72-GPU NVLink domain. dp 8 over two trays
