@@ -21,6 +21,7 @@ struct SweepCommand {
   std::vector<std::string> recompute;
   std::vector<std::string> cp_exchange;
   std::string sp, offload, flash;  // "on", "off" or "" (vary)
+  std::string activation_offload = "off";  // "on": offload the fewest layers' activations that make a plan fit
   int max_tp = 0, max_pp = 0;
   int top = 10;
   int threads = 0;
@@ -51,8 +52,10 @@ void print_row(int rank, const PlanResult& r) {
   const ParallelPlan& p = r.plan;
   // CP with its exchange: r = ring, ag = all-gather.
   const std::string cp = std::to_string(p.cp) + (p.cp == 1 ? "" : p.cp_exchange == CpExchange::ring ? "r" : "ag");
+  // Offload: "on" for the optimizer's, "a<k>" for k layers' activations.
+  const std::string off = p.activation_offload_layers > 0 ? "a" + std::to_string(p.activation_offload_layers) : p.offload_optimizer ? "on" : "-";
   std::printf("%4d  %3d %3d %3d %3d %4s %3s %4d %5d %4d %-9s %3s %5s  %s %5s %9.2f %12.0f %6.1f%% %8.3f\n", rank, p.dp, p.tp, p.pp, p.vpp, cp.c_str(),
-              p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? "on" : "-",
+              p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), off.c_str(),
               p.flash_attention ? "on" : "off", to_string(r.precision), to_string(r.amp), r.peak_bytes / kGiB, r.tokens_per_s, 100 * r.mfu,
               r.step_time_s);
 }
@@ -108,6 +111,9 @@ Runner register_sweep(CLI::App* sub) {
   sub->add_option("--sp", c->sp, "pin sequence parallel: on or off");
   sub->add_option("--offload", c->offload, "pin optimizer offload: on or off");
   sub->add_option("--flash", c->flash, "pin flash attention: on or off");
+  sub->add_option("--activation-offload", c->activation_offload,
+                  "on: a plan that does not fit offloads the activations of the fewest layers per stage that make it fit")
+      ->capture_default_str();
   sub->add_option("--cp-exchange", c->cp_exchange, "pin the CP exchange (ring, all_gather)")->delimiter(',');
   sub->add_option("--max-tp", c->max_tp, "upper bound on tp");
   sub->add_option("--max-pp", c->max_pp, "upper bound on pp");
@@ -147,6 +153,9 @@ Runner register_sweep(CLI::App* sub) {
     if (Status st = on_off(c->sp, "--sp", &space.sp); !st) return report(st);
     if (Status st = on_off(c->offload, "--offload", &space.offload); !st) return report(st);
     if (Status st = on_off(c->flash, "--flash", &space.flash); !st) return report(st);
+    std::vector<int> act_offload;
+    if (Status st = on_off(c->activation_offload, "--activation-offload", &act_offload); !st) return report(st);
+    space.activation_offload = !act_offload.empty() && act_offload[0] == 1;
     for (const auto& x : c->cp_exchange) {
       CpExchange e;
       if (!parse_enum(x, &e)) return report(Status::bad_input("--cp-exchange: expected ring or all_gather, got '" + x + "'"));
@@ -205,7 +214,7 @@ Runner register_sweep(CLI::App* sub) {
       std::ofstream csv(c->csv_out);
       if (!csv) return report(Status::runtime(c->csv_out + ": cannot write file"));
       csv << "dp,tp,pp,vpp,cp,ep,sp,micro_batch,grad_accum,zero,recompute,offload,flash,precision,amp,status,peak_gib,tokens_per_s,mfu,step_s,cp_exchange,"
-             "peak_low_gib,peak_stack\n";
+             "peak_low_gib,peak_stack,activation_offload_layers\n";
       for (const PlanResult& x : r.all) {
         const ParallelPlan& p = x.plan;
         csv << p.dp << ',' << p.tp << ',' << p.pp << ',' << p.vpp << ',' << p.cp << ',' << p.ep << ',' << p.sp << ',' << p.micro_batch << ','
@@ -213,7 +222,7 @@ Runner register_sweep(CLI::App* sub) {
             << to_string(x.precision) << ',' << to_string(x.amp) << ',' << (x.reason == RejectReason::none ? "fits" : describe(x.reason)) << ','
             << x.peak_bytes / kGiB << ',' << x.tokens_per_s << ',' << x.mfu << ',' << x.step_time_s << ',' << to_string(p.cp_exchange) << ','
             << x.peak_low_bytes / kGiB << ',' << (x.peak_convention < 0 ? s.stack.name : opt.also_fit[static_cast<size_t>(x.peak_convention)].stack)
-            << '\n';
+            << ',' << p.activation_offload_layers << '\n';
       }
       std::printf("wrote %zu plans to %s\n", r.all.size(), c->csv_out.c_str());
     }

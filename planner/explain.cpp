@@ -105,7 +105,35 @@ Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const Trainin
     if (ex.memory.worst.bytes[i] > ex.memory.worst.bytes[largest]) largest = i;
   ex.largest_item = static_cast<MemoryItem>(largest);
 
-  for (PlanChange& ch : candidate_changes(j, p)) {
+  std::vector<PlanChange> candidates = candidate_changes(j, p);
+  // Activation offload of the fewest layers per stage that make the plan fit on the GPU
+  // (bisection: memory falls with each layer offloaded, the host link's time grows), or of
+  // every layer but the double buffer when none does.
+  const int stage_layers = pp_stage_layers(m.layers, p, 0);
+  if (ex.shortfall_bytes > 0 && p.activation_offload_layers < stage_layers && stage_layers >= 3) {
+    auto gpu_fits = [&](int k) {
+      ParallelPlan q = p;
+      q.activation_offload_layers = k;
+      return estimate_memory(m, c, j, q, mo).worst.total <= ex.budget_bytes;
+    };
+    int k = stage_layers;
+    if (gpu_fits(stage_layers)) {
+      int lo = std::max(2, p.activation_offload_layers), hi = stage_layers;
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (gpu_fits(mid)) hi = mid;
+        else lo = mid;
+      }
+      k = hi;
+    }
+    PlanChange ch;
+    ch.description = "activation offload " + std::to_string(p.activation_offload_layers) + " -> " + std::to_string(k) + " layers";
+    ch.job = j;
+    ch.plan = p;
+    ch.plan.activation_offload_layers = k;
+    candidates.push_back(ch);
+  }
+  for (PlanChange& ch : candidates) {
     if (check_plan(m, c, ch.job, ch.plan, gpus, /*tp_across_nodes=*/false) != RejectReason::none) continue;
     const MemoryReport mr = estimate_memory(m, c, ch.job, ch.plan, mo);
     const StepTime st = estimate_time(m, c, ch.job, ch.plan, e);

@@ -272,30 +272,61 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             shape.memory = memory_inputs(m, c.gpu, jj, p, opt.memory);
                             shape.ready = true;
                           }
-                          MemoryPeak mem = estimate_memory_peak(m, c, jj, p, shape.memory, opt.memory);
-                          const StepTime st = estimate_time(m, c, jj, p, shape.time, opt.efficiency);
-                          pr.peak_low_bytes = mem.total;
-                          // The other stacks' conventions only where the own one fits: a plan
-                          // that does not fit under one convention does not fit the envelope.
-                          if (!opt.also_fit.empty() && mem.fits(opt.headroom_bytes)) {
-                            if (shape.also.size() != opt.also_fit.size()) {
-                              shape.also.clear();
-                              for (size_t k = 0; k < opt.also_fit.size(); ++k) shape.also.push_back(memory_inputs(m, c.gpu, jobs_also[k], p, opt.also_fit[k].memory));
+                          // Memory (under every convention of the envelope) and time of plan q into pr.
+                          bool gpu_fits = false;  // the last cost()'s plan fits the GPU (host memory aside)
+                          auto cost = [&](const ParallelPlan& q, PlanResult* out) {
+                            MemoryPeak mem = estimate_memory_peak(m, c, jj, q, shape.memory, opt.memory);
+                            const StepTime st = estimate_time(m, c, jj, q, shape.time, opt.efficiency);
+                            out->plan = q;
+                            out->peak_low_bytes = mem.total;
+                            out->peak_convention = -1;
+                            // The other stacks' conventions only where the own one fits the GPU: a
+                            // plan that does not fit under one convention does not fit the envelope.
+                            if (!opt.also_fit.empty() && mem.total + opt.headroom_bytes <= mem.capacity) {
+                              if (shape.also.size() != opt.also_fit.size()) {
+                                shape.also.clear();
+                                for (size_t k = 0; k < opt.also_fit.size(); ++k) shape.also.push_back(memory_inputs(m, c.gpu, jobs_also[k], q, opt.also_fit[k].memory));
+                              }
+                              for (size_t k = 0; k < opt.also_fit.size(); ++k) {
+                                const MemoryPeak other = estimate_memory_peak(m, c, jobs_also[k], q, shape.also[k], opt.also_fit[k].memory);
+                                out->peak_low_bytes = std::min(out->peak_low_bytes, other.total);
+                                if (other.total > mem.total) mem = other, out->peak_convention = static_cast<int>(k);
+                              }
                             }
-                            for (size_t k = 0; k < opt.also_fit.size(); ++k) {
-                              const MemoryPeak other = estimate_memory_peak(m, c, jobs_also[k], p, shape.also[k], opt.also_fit[k].memory);
-                              pr.peak_low_bytes = std::min(pr.peak_low_bytes, other.total);
-                              if (other.total > mem.total) mem = other, pr.peak_convention = static_cast<int>(k);
+                            out->peak_bytes = mem.total;
+                            out->peak_stage = mem.stage;
+                            out->peak_phase = mem.phase;
+                            out->step_time_s = st.total;
+                            out->tokens_per_s = st.tokens_per_s;
+                            out->mfu = st.mfu;
+                            out->gpu_hours_per_1b_tokens = gpus * 1e9 / st.tokens_per_s / 3600.0;
+                            gpu_fits = mem.total + opt.headroom_bytes <= mem.capacity;
+                            return mem.fits(opt.headroom_bytes);
+                          };
+                          const int offload_max = space.activation_offload ? pp_stage_layers(m.layers, p, 0) : 0;
+                          bool fits = cost(p, &pr);
+                          // Activation offload (SweepSpace::activation_offload): a plan that does
+                          // not fit the GPU offloads the fewest layers that make it fit, found by
+                          // bisection (GPU memory falls and offload time grows with the layers
+                          // offloaded, so the fewest is the fastest; more would be dominated, and
+                          // would only fill more host memory, which is checked at the fewest).
+                          if (!fits && !gpu_fits && space.activation_offload && offload_max >= 3) {
+                            ParallelPlan q = p;
+                            q.activation_offload_layers = offload_max;
+                            PlanResult trial = pr;
+                            cost(q, &trial);
+                            if (gpu_fits) {
+                              int lo = 2, hi = offload_max;  // lo does not fit the GPU, hi does
+                              while (hi - lo > 1) {
+                                q.activation_offload_layers = (lo + hi) / 2;
+                                cost(q, &trial);
+                                (gpu_fits ? hi : lo) = q.activation_offload_layers;
+                              }
+                              q.activation_offload_layers = hi;
+                              PlanResult best = pr;
+                              if (cost(q, &best)) pr = best, fits = true;
                             }
                           }
-                          pr.peak_bytes = mem.total;
-                          pr.peak_stage = mem.stage;
-                          pr.peak_phase = mem.phase;
-                          pr.step_time_s = st.total;
-                          pr.tokens_per_s = st.tokens_per_s;
-                          pr.mfu = st.mfu;
-                          pr.gpu_hours_per_1b_tokens = gpus * 1e9 / st.tokens_per_s / 3600.0;
-                          const bool fits = mem.fits(opt.headroom_bytes);
                           if (!fits) {
                             pr.reason = RejectReason::does_not_fit;
                             ++r.rejected[static_cast<int>(pr.reason)];

@@ -39,6 +39,11 @@ struct SweepSpace {
   int max_tp = 0, max_pp = 0;        // bounds (0 = none)
   int max_micro_batch = 64;
   bool tp_across_nodes = false;
+  // Activation offload (Megatron's cpu_offloading_num_layers): a plan that does not fit
+  // offloads the activations of the fewest first layers per stage that make it fit (the
+  // host link's time is charged; more layers would only be slower). Off by default: it
+  // costs up to log2(layers) more evaluations per plan that does not fit.
+  bool activation_offload = false;
 };
 
 struct SweepOptions {

@@ -30,6 +30,7 @@ std::vector<TunedPlanGap> tuned_plan_gaps(const ReferenceSet& set, const PresetR
     g.published_step_s = estimate_time(p.model, p.cluster, p.job, p.plan, p.efficiency).total;
     SweepSpace space;
     space.precision = {p.job.precision};
+    space.activation_offload = true;  // the recipes offload activations; the sweep may too
     SweepOptions so;
     so.threads = opt.sweep_threads;
     so.top_k = 1;

@@ -83,7 +83,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"sweep --params 7B --stack /nonexistent/stack.json", "/nonexistent/stack.json"},
                       BadCase{"memory --model llama2-7b --fp8 e5m2", "--fp8: expected one of none, tensorwise"},
                       BadCase{"memory --model llama2-7b --gpu h100-sxm --fp8 mxfp8", "needs MX block-scaling tensor cores"},
-                      BadCase{"memory --model llama2-7b --gpu a100-80g --fp8", "needs FP8 tensor cores"}),
+                      BadCase{"memory --model llama2-7b --gpu a100-80g --fp8", "needs FP8 tensor cores"},
+                      BadCase{"sweep --params 7B --activation-offload maybe", "--activation-offload: expected on or off"}),
     bad_case_name);
 
 TEST(Cli, MalformedModelFileNamesFileAndPosition) {

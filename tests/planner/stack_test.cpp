@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "planner/explain.h"
 #include "planner/memory_model.h"
 #include "planner/plan_check.h"
 #include "planner/recipe.h"
@@ -252,6 +253,45 @@ TEST(ActivationOffload, MovesLayersToTheHostAndCostsTheLink) {
   EXPECT_EQ(check_plan(m, c, j, q, 8, false), RejectReason::activation_offload);
 }
 
+// The sweep with activation offload: Llama 3 70B at 8k on 64 GB200s with no recompute fits
+// at micro-batch 2 only by offloading (NVIDIA's recipe offloads 40 layers); the sweep finds
+// the fewest layers that fit -- one fewer does not -- and the explanation of the plan without
+// offload proposes the same change.
+TEST(ActivationOffload, SweepOffloadsTheFewestLayersThatFitAndExplainProposesIt) {
+  const ModelSpec m = *registry().model("llama3-70b");
+  ClusterSpec c = registry().cluster("gb200-nvl72")->cluster;
+  c.nodes = 16;
+  TrainingJob j;
+  j.seq_len = 8192;
+  j.global_batch = 128;
+  j.fp8 = Fp8Recipe::tensorwise;
+  const StackProfile mc = *registry().stack("megatron-core");
+  j = stack_job(mc, j);
+  SweepSpace space;
+  space.tp = {1}, space.pp = {1}, space.cp = {1}, space.micro_batch = {2}, space.zero = {3}, space.offload = {0};
+  space.recompute = {Recompute::none};
+  SweepOptions so;
+  so.memory = stack_memory_options(mc, MemoryOptions{});
+  so.efficiency = mc.efficiency;
+  so.threads = 1;
+  EXPECT_TRUE(run_sweep(m, c, j, 64, space, so).top.empty());  // nothing fits without offload
+  space.activation_offload = true;
+  const SweepResult r = run_sweep(m, c, j, 64, space, so);
+  ASSERT_FALSE(r.top.empty());
+  ParallelPlan p = r.top.front().plan;
+  const int k = p.activation_offload_layers;
+  EXPECT_GT(k, 2);
+  EXPECT_LT(k, 80);
+  EXPECT_TRUE(estimate_memory(m, c, j, p, so.memory).fits(0));
+  p.activation_offload_layers = k - 1;
+  EXPECT_FALSE(estimate_memory(m, c, j, p, so.memory).fits(0));
+  p.activation_offload_layers = 0;
+  const Explanation ex = explain_plan(m, c, j, p, 64, 0, so.memory, so.efficiency);
+  bool proposed = false;
+  for (const PlanChange& ch : ex.changes) proposed |= ch.plan.activation_offload_layers == k && ch.fits;
+  EXPECT_TRUE(proposed) << "explain proposes offloading " << k << " layers";
+}
+
 // What offload puts in host memory, per node, against the node's: ZeRO-1 with optimizer
 // offload on dp 8 moves each GPU's Adam moments and fp32 master weights (12 B per
 // parameter / 8) and its 16-bit gradients (2 B, not sharded by ZeRO-1) to the host, so a
@@ -438,12 +478,12 @@ TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
 }
 
 // The sweep against the published tuned plans (issue: "the sweep's best plan is predicted
-// at most a few percent faster than the published plan"). Every published plan that uses
-// nothing the sweep leaves out (activation offload) lies inside the sweep's space, so the
-// sweep's best is never slower than it: a speed-up below 1 means the sweep missed a legal
-// plan. Measured: median 1.070x, max 1.174x over the 18 records (dense up to 1.112x, Llama
-// 3 70B on 64 H100s), so the "few percent" target is NOT met; the bound keeps it from
-// getting worse.
+// at most a few percent faster than the published plan"). Every published plan lies inside
+// the sweep's space (activation offload included), so the sweep's best is never slower
+// than it: a speed-up below 1 would mean the sweep missed a legal plan. Measured: median
+// 1.090x; dense records up to 1.112x (Llama 3 70B on 64 H100s and on 64 GB200s), MoE up
+// to 1.266x (Qwen3-30B-A3B on B200). The "few percent" target is NOT met; the bounds keep
+// it from getting worse.
 TEST(Validate2024To2026, SweepBestAgainstThePublishedTunedPlans) {
   Result<ReferenceSet> set = load_reference_runs(default_data_root() + "/data/reference/published_runs_2024_2026.json");
   ASSERT_TRUE(set.ok());
@@ -453,10 +493,9 @@ TEST(Validate2024To2026, SweepBestAgainstThePublishedTunedPlans) {
     if (!g.skip.empty()) continue;
     ++compared;
     EXPECT_GT(g.plans_evaluated, 0) << g.id;
-    if (g.published_plan.find("act-offload") == std::string::npos) {
-      EXPECT_GE(g.speedup, 1 - 1e-9) << g.id << ": the sweep's best (" << g.best_plan << ") is slower than the published " << g.published_plan;
-    }
-    EXPECT_LE(g.speedup, 1.20) << g.id << ": best " << g.best_plan << ", published " << g.published_plan;
+    EXPECT_GE(g.speedup, 1 - 1e-9) << g.id << ": the sweep's best (" << g.best_plan << ") is slower than the published " << g.published_plan;
+    const bool moe = g.group.find("moe") != std::string::npos;
+    EXPECT_LE(g.speedup, moe ? 1.30 : 1.15) << g.id << ": best " << g.best_plan << ", published " << g.published_plan;
   }
   EXPECT_EQ(compared, 18);  // the fully specified records (NeMo 24.07's leave recompute null)
 }
