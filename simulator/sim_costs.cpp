@@ -159,6 +159,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const double trainable = stage_params(m, j, p, pc, s).trainable;
     st.optimizer = optimizer_time(c, j, p, e, trainable).total();
     st.optimizer_offloaded = p.offload_optimizer;
+    st.activation_offload_layers = std::min(p.activation_offload_layers, static_cast<int>(st.layers.size()));
 
     // Static memory: everything the planner holds constant over the step.
     const StageMemory sm = estimate_stage_memory(m, c, j, p, s, mem);

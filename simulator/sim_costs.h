@@ -70,6 +70,10 @@ struct StageCost {
   double embedding_trainable_weight_bytes = 0, head_trainable_weight_bytes = 0;
   double optimizer = 0;           // s, optimizer step on the GPU, or host transfers + CPU step when offloaded
   bool optimizer_offloaded = false;
+  // Activation offload: the stage's first k layers keep their activations in host memory
+  // but for a double buffer of two layers' worth on the GPU (the planner's memory model).
+  // Their host transfers are not simulated (the analytic model's `offload` term has them).
+  int activation_offload_layers = 0;
 
   // ---- memory, bytes per rank
   std::array<double, kMemoryItems> static_bytes{};  // held all step: model states, the ZeRO-3 gathered

@@ -474,12 +474,20 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
   // Per chunk: activations one micro-batch keeps, the largest forward transient and
   // backward working set of its layers, and (last virtual stage) the logits and the
   // final-norm + head inputs that the head forward makes and the head backward frees.
+  // Activation offload: the stage's first k layers keep theirs in host memory, the GPU a
+  // double buffer of two of them for the whole step.
   std::vector<double> act(vpp, 0), work(vpp, 0), ftrans(vpp, 0), logits(vpp, 0), head_set(vpp, 0), head_in(vpp, 0);
+  double offload_buffer = 0;
   for (int c = 0; c < vpp; ++c) {
     bool grads = false;
     for (int jl = 0; jl < per_chunk; ++jl) {
-      const LayerCost& L = sc.layers[c * per_chunk + jl];
-      act[c] += L.activation_bytes;
+      const int layer = c * per_chunk + jl;
+      const LayerCost& L = sc.layers[layer];
+      if (layer < sc.activation_offload_layers) {
+        if (layer < 2) offload_buffer += L.activation_bytes;
+      } else {
+        act[c] += L.activation_bytes;
+      }
       ftrans[c] = std::max(ftrans[c], L.forward_transient_bytes);
       if (L.grad_flows) {
         work[c] = std::max(work[c], L.working_bytes);
@@ -558,6 +566,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
                    [](const Delta& x, const Delta& y) { return x.time != y.time ? x.time < y.time : x.order < y.order; });
 
   std::array<double, kMemoryItems> cur = sc.static_bytes;
+  cur[static_cast<int>(MemoryItem::activations)] += offload_buffer;
   const int A = static_cast<int>(MemoryItem::activations), W = static_cast<int>(MemoryItem::backward_working),
             L = static_cast<int>(MemoryItem::logits_loss), G = static_cast<int>(MemoryItem::gathered_params),
             C = static_cast<int>(MemoryItem::comm_buffers), F = static_cast<int>(MemoryItem::fragmentation);

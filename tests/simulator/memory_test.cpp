@@ -82,6 +82,17 @@ TEST(SimMemory, PeakEqualsAnalyticRecomputeAndZero) {
   expect_peaks_equal({"llama7b pp2 full_k 4", kLlama, 1, 4096, 64, k});
 }
 
+// Activation offload of a stage's first k layers: their activations leave the GPU but for
+// a two-layer double buffer, in the simulator's replay as in the planner's memory model.
+TEST(SimMemory, PeakEqualsAnalyticWithActivationOffload) {
+  ParallelPlan p = mk(8, 1, 1, 1, Schedule::one_f_one_b, Recompute::none, 1, 1, 64);
+  p.activation_offload_layers = 20;
+  expect_peaks_equal({"llama7b dp8 act-offload 20", kLlama, 1, 4096, 64, p});
+  ParallelPlan q = mk(2, 2, 2, 1, Schedule::one_f_one_b, Recompute::selective, 0, 1, 64);
+  q.activation_offload_layers = 8;
+  expect_peaks_equal({"llama7b tp2 pp2 dp2 act-offload 8", kLlama, 1, 4096, 64, q});
+}
+
 TEST(SimMemory, PeakEqualsAnalyticGPipe) {
   expect_peaks_equal({"llama7b tp2 pp4 gpipe", kLlama, 1, 4096, 16, mk(1, 2, 4, 1, Schedule::gpipe, Recompute::selective, 0, 1, 16)});
 }
