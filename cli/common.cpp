@@ -93,7 +93,7 @@ void print_memory_over_stacks(const PresetRegistry& presets, const PlanFile& f, 
     Result<StackProfile> hi = presets.stack(r.high_stack);
     if (hi) {
       std::printf("  %s:", r.high_stack.c_str());
-      for (const std::string& n : memory_convention_names(*hi, f.plan.tp)) std::printf(" %s;", n.c_str());
+      for (const std::string& n : memory_convention_names(*hi, f.plan.tp, f.job.fp8_linear())) std::printf(" %s;", n.c_str());
       std::printf("\n");
     }
   }

@@ -60,7 +60,7 @@ std::vector<StackMemory> memory_under_stacks(const std::vector<StackProfile>& st
   return out;
 }
 
-std::vector<std::string> memory_convention_names(const StackProfile& s, int tp) {
+std::vector<std::string> memory_convention_names(const StackProfile& s, int tp, bool fp8) {
   std::vector<std::string> out;
   out.push_back(s.grads == GradConvention::megatron ? "fp32 main gradients beside 16-bit weights (18 B/param with AdamW)"
                                                     : "16-bit gradients, fp32 master weights and moments (16 B/param with AdamW)");
@@ -73,6 +73,7 @@ std::vector<std::string> memory_convention_names(const StackProfile& s, int tp) 
   out.push_back(b);
   if (s.zero3_root_gathered) out.push_back("ZeRO-3 root unit (embedding, head) gathered through backward");
   if (s.sp_head_input_saved) out.push_back("SP: the head's gathered input saved for backward");
+  if (!fp8) return out;  // the FP8 conventions set no byte of a 16-bit job
   if (s.fp8_quantized_inputs) out.push_back("FP8: linear inputs saved quantized for the weight gradients");
   if (s.fp8_weight_copies == Fp8WeightCopies::cached) out.push_back("FP8: every layer's quantized weight copies cached all step");
   if (s.fp8_weight_copies == Fp8WeightCopies::per_microbatch) out.push_back("FP8: quantized weights saved with each micro-batch");

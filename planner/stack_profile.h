@@ -65,8 +65,9 @@ std::vector<StackMemory> memory_under_stacks(const std::vector<StackProfile>& st
                                              const TrainingJob& j, const ParallelPlan& p, const MemoryOptions& base);
 
 // The memory conventions that differ between two stacks, as words for `explain`
-// ("fp32 main gradients (18 B/param)", "loss on fp32-upcast logits (12 B/logit)").
-std::vector<std::string> memory_convention_names(const StackProfile& s, int tp);
+// ("fp32 main gradients (18 B/param)", "loss on fp32-upcast logits (12 B/logit)"); the FP8
+// ones only for a job with FP8 linears (`fp8`).
+std::vector<std::string> memory_convention_names(const StackProfile& s, int tp, bool fp8);
 
 // One stack's memory conventions, as the sweep applies them beside its own.
 struct MemoryConvention {
