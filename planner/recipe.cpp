@@ -338,6 +338,15 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
   // writes a (tokens x h) or (tokens x f) tensor.
   const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) / t;
   fl.elementwise_bytes = c.act_bytes * tokens * (8 * h + (gpt ? 3 : 4) * f_local);
+  if (m.moe.enabled()) {
+    // Token dispatch, outside the GEMMs: each of the rank's tokens is copied into the rows of
+    // its k experts (capacity-padded: read and write k*h per token), and the experts'
+    // outputs are gathered back and summed with the router's weights (read k*h, write h):
+    // Megatron-Core's moe permute / unpermute (megatron/core/transformer/moe/moe_utils.py),
+    // GShard's dispatch and combine (Lepikhin et al. 2020, sec. 2.2).
+    const double routed = tokens / t * m.moe.experts_per_token * moe_capacity_tokens_factor;
+    fl.elementwise_bytes += c.act_bytes * (3 * routed * h + tokens / t * h);
+  }
   return fl;
 }
 

@@ -452,7 +452,8 @@ TEST(Validate2024To2026, UnknownGpuSkipsOneRecordAndStepTimeIsCompared) {
 // included): median 7.3%, max 35.0% (the GB200 MXFP8 405B row, published below the same
 // plan on B200); NeMo 24.07 (null recompute, filled by the sweep; bf16 gradient buckets as
 // NVIDIA's launcher scripts set them, Transformer Engine's FP8 weight cache): median 5.8%,
-// max 24.0%. The MoE rows are far off (median 37.3%, max 196%):
+// max 24.0%. The MoE rows are far off (median 27.9%, max 179%, with the token dispatch's
+// traffic; 37.3% / 196% without):
 // the target is NOT met there, and the bound only keeps them from getting worse.
 TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   const std::vector<SummaryLine> lines = summarize(rows_2024_2026());
@@ -473,16 +474,16 @@ TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   EXPECT_LE(nemo->all.max_abs, 0.26) << nemo->all.worst_id;
   const SummaryLine* moe = find("mbridge_perf_moe", false);
   ASSERT_NE(moe, nullptr);
-  EXPECT_LE(moe->all.median_abs, 0.40);
-  EXPECT_LE(moe->all.max_abs, 2.0) << moe->all.worst_id;
+  EXPECT_LE(moe->all.median_abs, 0.30);
+  EXPECT_LE(moe->all.max_abs, 1.85) << moe->all.worst_id;
 }
 
 // The sweep against the published tuned plans (issue: "the sweep's best plan is predicted
 // at most a few percent faster than the published plan"). Every published plan lies inside
 // the sweep's space (activation offload included), so the sweep's best is never slower
 // than it: a speed-up below 1 would mean the sweep missed a legal plan. Measured: median
-// 1.090x; dense records up to 1.112x (Llama 3 70B on 64 H100s and on 64 GB200s), MoE up
-// to 1.266x (Qwen3-30B-A3B on B200). The "few percent" target is NOT met; the bounds keep
+// 1.071x; dense records up to 1.112x (Llama 3 70B on 64 H100s and on 64 GB200s), MoE up
+// to 1.217x (Qwen3-30B-A3B on B200). The "few percent" target is NOT met; the bounds keep
 // it from getting worse.
 TEST(Validate2024To2026, SweepBestAgainstThePublishedTunedPlans) {
   Result<ReferenceSet> set = load_reference_runs(default_data_root() + "/data/reference/published_runs_2024_2026.json");
