@@ -116,16 +116,8 @@ Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const Trainin
       q.activation_offload_layers = k;
       return estimate_memory(m, c, j, q, mo).worst.total <= ex.budget_bytes;
     };
-    int k = stage_layers;
-    if (gpu_fits(stage_layers)) {
-      int lo = std::max(2, p.activation_offload_layers), hi = stage_layers;
-      while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (gpu_fits(mid)) hi = mid;
-        else lo = mid;
-      }
-      k = hi;
-    }
+    int k = fewest_offload_layers(std::max(2, p.activation_offload_layers), stage_layers, gpu_fits);
+    if (k == 0) k = stage_layers;
     PlanChange ch;
     ch.description = "activation offload " + std::to_string(p.activation_offload_layers) + " -> " + std::to_string(k) + " layers";
     ch.job = j;

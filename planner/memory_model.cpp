@@ -25,6 +25,23 @@ const char* label(MemoryItem item) {
   return kLabels[static_cast<int>(item)];
 }
 
+const char* to_string(SelectiveRecompute v) { return v == SelectiveRecompute::torch_op_sac ? "torch_op_sac" : "attention_scores"; }
+bool parse_enum(const std::string& s, SelectiveRecompute* out) {
+  for (SelectiveRecompute v : {SelectiveRecompute::attention_scores, SelectiveRecompute::torch_op_sac})
+    if (s == to_string(v)) return *out = v, true;
+  return false;
+}
+
+const char* to_string(Fp8WeightCopies v) {
+  static const char* kNames[] = {"none", "cached", "per_microbatch"};
+  return kNames[static_cast<int>(v)];
+}
+bool parse_enum(const std::string& s, Fp8WeightCopies* out) {
+  for (Fp8WeightCopies v : {Fp8WeightCopies::none, Fp8WeightCopies::cached, Fp8WeightCopies::per_microbatch})
+    if (s == to_string(v)) return *out = v, true;
+  return false;
+}
+
 const char* to_string(Phase p) {
   static const char* kNames[] = {"forward", "backward", "optimizer"};
   return kNames[static_cast<int>(p)];
@@ -73,6 +90,7 @@ ModelStateBytes model_state_bytes(double trainable, double frozen, const Trainin
   s.master_weights = trainable * b.master / (zero >= 1 ? n : 1);
   if (offload) {
     // ZeRO-Offload: fp32 states live in host memory; gradients stream out by bucket.
+    s.host = s.optimizer_states + s.master_weights + s.gradients;
     s.optimizer_states = 0;
     s.master_weights = 0;
     s.gradients = 0;
@@ -596,14 +614,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
       expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer) +
                           model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer)
                     : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
-  if (p.offload_optimizer) {
-    // What model_state_bytes moves off the GPU: the same states without offload, less what stays.
-    const ModelStateBytes kept =
-        expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, false) +
-                            model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, false)
-                      : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, false);
-    out.host_states = kept.total() - states.total();
-  }
+  out.host_states = states.host;
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
   std::array<double, kMemoryItems> base{};
   // FP8 weight cache: every layer's quantized copies, held all step long. Under ZeRO-3 a

@@ -55,6 +55,13 @@ enum class Fp8WeightCopies {
                    // (TE modules called without is_first_microbatch)
 };
 
+// Names in stack files ("attention_scores", "torch_op_sac"; "none", "cached",
+// "per_microbatch"); parse_enum returns false on an unknown name.
+const char* to_string(SelectiveRecompute v);
+bool parse_enum(const std::string& s, SelectiveRecompute* out);
+const char* to_string(Fp8WeightCopies v);
+bool parse_enum(const std::string& s, Fp8WeightCopies* out);
+
 // Framework and hardware constants outside the model. Every default has its reason, and
 // the defaults describe llmplan's own executor (tests/executor* hold them byte-exact);
 // the other stacks' conventions come from their profiles (planner/stack_profile.h,
@@ -165,9 +172,11 @@ BytesPerParam bytes_per_param(const TrainingJob& j);
 
 struct ModelStateBytes {
   double weights = 0, gradients = 0, optimizer_states = 0, master_weights = 0;
+  double host = 0;  // offload: the states moved to host memory (not in total())
   double total() const { return weights + gradients + optimizer_states + master_weights; }
   ModelStateBytes operator+(const ModelStateBytes& o) const {
-    return {weights + o.weights, gradients + o.gradients, optimizer_states + o.optimizer_states, master_weights + o.master_weights};
+    return {weights + o.weights, gradients + o.gradients, optimizer_states + o.optimizer_states, master_weights + o.master_weights,
+            host + o.host};
   }
 };
 // Model states of one rank holding `trainable` + `frozen` parameters, sharded over a
@@ -377,6 +386,21 @@ struct MemoryPeak {
 };
 MemoryPeak estimate_memory_peak(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                 const MemoryInputs& in, const MemoryOptions& opt = {});
+// Activation offload: the fewest layers per stage k in (from, to] for which fits(k) holds,
+// where fits is monotone in k (GPU memory falls with each layer offloaded) and fits(from)
+// does not hold; 0 when not even fits(to) does. Bisection: about log2(to - from) calls.
+template <class Fits>
+int fewest_offload_layers(int from, int to, Fits fits) {
+  if (to <= from || !fits(to)) return 0;
+  int lo = from, hi = to;  // lo does not fit, hi does
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (fits(mid)) hi = mid;
+    else lo = mid;
+  }
+  return hi;
+}
+
 // One stage only (the sweep and explain use the report; the simulator uses this).
 StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                   int stage, const MemoryOptions& opt = {});

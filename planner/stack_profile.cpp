@@ -152,23 +152,14 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
     return Status::bad_input(origin + ": field 'efficiency': gemm, attention, memory and network must be positive fractions");
   FieldReader m = r.child("memory");
   m.get_enum("grads", &s.grads, "deepspeed, megatron", false);
-  std::string sel;
-  m.get("selective", &sel, false);
-  if (!sel.empty() && sel != "attention_scores" && sel != "torch_op_sac")
-    m.fail("selective", "expected one of attention_scores, torch_op_sac, got \"" + sel + "\"");
-  s.selective = sel == "torch_op_sac" ? SelectiveRecompute::torch_op_sac : SelectiveRecompute::attention_scores;
+  m.get_enum("selective", &s.selective, "attention_scores, torch_op_sac", false);
   m.get("loss_bytes_per_logit", &s.loss_bytes_per_logit, 0, 1000, false);
   m.get("loss_bytes_per_logit_tp", &s.loss_bytes_per_logit_tp, 0, 1000, false);
   m.get("zero3_root_gathered", &s.zero3_root_gathered, false);
   m.get("sp_head_input_saved", &s.sp_head_input_saved, false);
   m.get("moe_tp_partial_gradients", &s.moe_tp_partial_gradients, false);
   m.get("fp8_quantized_inputs", &s.fp8_quantized_inputs, false);
-  std::string copies;
-  m.get("fp8_weight_copies", &copies, false);
-  if (copies == "cached") s.fp8_weight_copies = Fp8WeightCopies::cached;
-  else if (copies == "per_microbatch") s.fp8_weight_copies = Fp8WeightCopies::per_microbatch;
-  else if (!copies.empty() && copies != "none")
-    m.fail("fp8_weight_copies", "expected one of none, cached, per_microbatch, got \"" + copies + "\"");
+  m.get_enum("fp8_weight_copies", &s.fp8_weight_copies, "none, cached, per_microbatch", false);
   if (Status st = m.finish(); !st) return st;
   r.allow("notes");
   if (Status st = r.finish(); !st) return st;
@@ -187,16 +178,14 @@ json to_json(const StackProfile& s) {
           {"efficiency", eff},
           {"memory",
            {{"grads", to_string(s.grads)},
-            {"selective", s.selective == SelectiveRecompute::torch_op_sac ? "torch_op_sac" : "attention_scores"},
+            {"selective", to_string(s.selective)},
             {"loss_bytes_per_logit", s.loss_bytes_per_logit},
             {"loss_bytes_per_logit_tp", s.loss_bytes_per_logit_tp},
             {"zero3_root_gathered", s.zero3_root_gathered},
             {"sp_head_input_saved", s.sp_head_input_saved},
             {"moe_tp_partial_gradients", s.moe_tp_partial_gradients},
             {"fp8_quantized_inputs", s.fp8_quantized_inputs},
-            {"fp8_weight_copies", s.fp8_weight_copies == Fp8WeightCopies::cached
-                                      ? "cached"
-                                      : (s.fp8_weight_copies == Fp8WeightCopies::per_microbatch ? "per_microbatch" : "none")}}}};
+            {"fp8_weight_copies", to_string(s.fp8_weight_copies)}}}};
 }
 
 Result<StackProfile> load_stack_file(const std::string& path) {

@@ -310,22 +310,17 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           // bisection (GPU memory falls and offload time grows with the layers
                           // offloaded, so the fewest is the fastest; more would be dominated, and
                           // would only fill more host memory, which is checked at the fewest).
-                          if (!fits && !gpu_fits && space.activation_offload && offload_max >= 3) {
+                          if (!fits && !gpu_fits && space.activation_offload) {
                             ParallelPlan q = p;
-                            q.activation_offload_layers = offload_max;
                             PlanResult trial = pr;
-                            cost(q, &trial);
-                            if (gpu_fits) {
-                              int lo = 2, hi = offload_max;  // lo does not fit the GPU, hi does
-                              while (hi - lo > 1) {
-                                q.activation_offload_layers = (lo + hi) / 2;
-                                cost(q, &trial);
-                                (gpu_fits ? hi : lo) = q.activation_offload_layers;
-                              }
-                              q.activation_offload_layers = hi;
-                              PlanResult best = pr;
-                              if (cost(q, &best)) pr = best, fits = true;
-                            }
+                            // Offloading 1 or 2 layers saves nothing (the double buffer holds two).
+                            const int k = fewest_offload_layers(2, offload_max, [&](int layers) {
+                              q.activation_offload_layers = layers;
+                              cost(q, &trial);
+                              return gpu_fits;
+                            });
+                            q.activation_offload_layers = k;
+                            if (k > 0 && cost(q, &trial)) pr = trial, fits = true;
                           }
                           if (!fits) {
                             pr.reason = RejectReason::does_not_fit;

@@ -257,7 +257,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   for (int i = 0; i < ng; ++i) {
     const Gemm& g = gemms[i];
     const bool fp8 = j.fp8_linear() && g.base && g.fp8;
-    const double one = g.count * (fp8 ? gemm_time(g.m, g.n, g.k, 1, gemm_peak, bw, e) : gemm_time(g.m, g.n, g.k, eb, peak, bw, e));
+    const double one = g.count * gemm_time(g.m, g.n, g.k, fp8 ? 1 : eb, fp8 ? gemm_peak : peak, bw, e);
     gemm_fwd += one;
     // Backward: the input gradient always (when gradients flow), the weight gradient
     // only for weights that train.

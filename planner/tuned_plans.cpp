@@ -9,7 +9,7 @@ std::vector<TunedPlanGap> tuned_plan_gaps(const ReferenceSet& set, const PresetR
                                           const std::function<void(int, int, const std::string&)>& progress) {
   std::vector<const ReferenceRecord*> records;
   for (const ReferenceRecord& r : set.records)
-    if (r.kind.rfind("throughput", 0) == 0) records.push_back(&r);
+    if (is_throughput_record(r)) records.push_back(&r);
   std::vector<TunedPlanGap> out;
   for (size_t i = 0; i < records.size(); ++i) {
     const ReferenceRecord& r = *records[i];

@@ -549,6 +549,10 @@ bool has_throughput_figure(const RefMeasured& m) { return m.tflops_per_gpu || m.
 
 }  // namespace
 
+bool is_throughput_record(const ReferenceRecord& r) {
+  return r.kind.find("throughput") != std::string::npos && has_throughput_figure(r.measured);
+}
+
 // ---------------------------------------------------------------- validate
 
 bool in_fitting_subset(int position) { return position % 2 == 0; }
@@ -558,7 +562,7 @@ std::vector<ValidationRow> validate_records(const ReferenceSet& set, const Prese
   std::map<std::string, int> index_in_group, specified_in_group;
   for (const ReferenceRecord& r : set.records) {
     const int index = index_in_group[r.group]++;
-    const bool wants_throughput = r.kind.find("throughput") != std::string::npos && has_throughput_figure(r.measured);
+    const bool wants_throughput = is_throughput_record(r);
     const bool wants_memory = r.kind != "throughput" && r.measured.memory_gib_per_gpu.has_value();
     if (opt.fully_specified_throughput_only && !wants_throughput) continue;
     if (!opt.only_stack.empty() && presets.stack_for_framework(r.framework).name != opt.only_stack) {

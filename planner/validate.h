@@ -166,6 +166,9 @@ struct PreparedRecord {
 };
 struct ValidationOptions;
 PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& presets, const ValidationOptions& opt);
+// Whether validate compares the record's throughput: its kind says throughput and it
+// publishes a figure (TFLOP/s, MFU, HFU, tokens/s or step time).
+bool is_throughput_record(const ReferenceRecord& r);
 // A plan as validate prints it: "dp8 tp1 pp4v5 cp1 sp mb1 ga16 zero1 none act-offload 40".
 std::string plan_text(const ParallelPlan& p);
 

@@ -27,18 +27,12 @@
 #include "planner/recipe.h"
 #include "planner/spec_json.h"
 #include "planner/stack_profile.h"
+#include "tests/shipped_presets.h"
 
 namespace llmplan {
 namespace {
 
-const PresetRegistry& registry() {
-  static const PresetRegistry r = [] {
-    Result<PresetRegistry> reg = PresetRegistry::load(default_data_root());
-    EXPECT_TRUE(reg.ok()) << reg.status().message();
-    return std::move(*reg);
-  }();
-  return r;
-}
+const PresetRegistry& registry() { return testing::shipped_presets(); }
 
 GpuSpec gpu(const char* id) {
   Result<GpuSpec> g = registry().gpu(id);

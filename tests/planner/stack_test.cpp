@@ -21,18 +21,12 @@
 #include "planner/time_model.h"
 #include "planner/tuned_plans.h"
 #include "planner/validate.h"
+#include "tests/shipped_presets.h"
 
 namespace llmplan {
 namespace {
 
-const PresetRegistry& registry() {
-  static const PresetRegistry r = [] {
-    Result<PresetRegistry> reg = PresetRegistry::load(default_data_root());
-    EXPECT_TRUE(reg.ok()) << reg.status().message();
-    return std::move(*reg);
-  }();
-  return r;
-}
+const PresetRegistry& registry() { return testing::shipped_presets(); }
 
 // ---------------------------------------------------------------- the profiles
 
