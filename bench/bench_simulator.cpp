@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "planner/presets.h"
+#include "planner/io/presets.h"
 #include "simulator/step_simulator.h"
 #include "simulator/trace.h"
 

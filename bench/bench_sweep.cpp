@@ -2,8 +2,8 @@
 // for llama2-7b on 8 A100-80G and GPT-3 175B on 1024 A100-80G.
 #include <benchmark/benchmark.h>
 
-#include "planner/presets.h"
-#include "planner/sweep.h"
+#include "planner/io/presets.h"
+#include "planner/search/sweep.h"
 
 namespace llmplan {
 namespace {

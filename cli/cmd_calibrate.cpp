@@ -1,5 +1,5 @@
 // llmplan calibrate: fit how fast a stack runs on a device, relative to the time model,
-// from the runs recorded in the profile database (planner/calibration.h), and write the
+// from the runs recorded in the profile database (planner/calibrate/calibration.h), and write the
 // calibration JSON that `llmplan execute --calibration` applies.
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,8 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "planner/calibration.h"
-#include "planner/plan_file.h"
+#include "planner/calibrate/calibration.h"
+#include "planner/io/plan_file.h"
 #include "profiles/profile_store.h"
 
 namespace llmplan::cli {

@@ -25,8 +25,8 @@
 #if LLMPLAN_HAVE_NCCL
 #include "executor/cuda/nccl_communicator.h"
 #endif
-#include "planner/calibration.h"
-#include "planner/units.h"
+#include "planner/calibrate/calibration.h"
+#include "planner/spec/units.h"
 #include "profiles/profile_store.h"
 
 namespace llmplan::cli {

@@ -6,9 +6,9 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/print.h"
-#include "planner/explain.h"
-#include "planner/spec_json.h"
-#include "planner/units.h"
+#include "planner/search/explain.h"
+#include "planner/spec/spec_json.h"
+#include "planner/spec/units.h"
 
 namespace llmplan::cli {
 

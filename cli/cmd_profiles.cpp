@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "planner/plan_file.h"
+#include "planner/io/plan_file.h"
 #include "profiles/profile_store.h"
 
 namespace llmplan::cli {

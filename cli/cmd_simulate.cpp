@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "planner/units.h"
+#include "planner/spec/units.h"
 #include "simulator/sim_json.h"
 #include "simulator/step_simulator.h"
 #include "simulator/trace.h"

@@ -7,8 +7,8 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/print.h"
-#include "planner/sweep.h"
-#include "planner/units.h"
+#include "planner/search/sweep.h"
+#include "planner/spec/units.h"
 #include "simulator/step_simulator.h"
 
 namespace llmplan::cli {

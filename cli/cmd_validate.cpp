@@ -2,7 +2,7 @@
 // relative errors (see data/reference/README.md for the format and the comparison rules).
 // --fit re-fits the time model's Efficiency constants on the fitting half of the fully
 // specified throughput records and reports errors with them; paste the printed constants
-// into planner/time_model.h to make them the defaults.
+// into planner/cost/time_model.h to make them the defaults.
 #include <algorithm>
 #include <map>
 #include <cmath>
@@ -13,9 +13,9 @@
 #include "simulator/step_simulator.h"
 #include "cli/common.h"
 #include "cli/print.h"
-#include "planner/plan_file.h"
-#include "planner/tuned_plans.h"
-#include "planner/validate.h"
+#include "planner/io/plan_file.h"
+#include "planner/validate/tuned_plans.h"
+#include "planner/validate/validate.h"
 
 namespace llmplan::cli {
 
@@ -176,7 +176,7 @@ void print_fit(const FitReport& f) {
   for (size_t i = 0; i < names.size(); ++i)
     std::printf("  %-20s %-10.4g -> %.6g\n", names[i].c_str(), *efficiency_field(&start, static_cast<int>(i)),
                 *efficiency_field(&fitted, static_cast<int>(i)));
-  std::printf("(planner/time_model.h and data/stacks/llmplan.json keep these as the default constants)\n");
+  std::printf("(planner/cost/time_model.h and data/stacks/llmplan.json keep these as the default constants)\n");
 }
 
 void print_stack_fits(const std::vector<FitReport>& fits) {
@@ -311,7 +311,7 @@ int run_validate(const ValidateCommand& c) {
     if (c.fit) {
       ValidationOptions start = opt;
       start.efficiency = fit_prior();
-      // The generic constants (the default profile's, compiled into planner/time_model.h)
+      // The generic constants (the default profile's, compiled into planner/cost/time_model.h)
       // are fitted on the first file alone -- by default the 2020-24 set they have always
       // come from -- so that a file of new records moves only its own stacks' profiles.
       ReferenceSet generic = *set;
@@ -326,7 +326,7 @@ int run_validate(const ValidateCommand& c) {
       if (!json_only) std::printf("Generic fit on %s\n", first.c_str());
       if (!json_only) print_fit(f);
     } else if (!json_only) {
-      std::printf("Stack fits from the compiled-in generic constants (planner/time_model.h)\n");
+      std::printf("Stack fits from the compiled-in generic constants (planner/cost/time_model.h)\n");
     }
     opt.efficiency = f.fitted;
     // Then each stack with enough records of its own, from the generic constants, on the

@@ -2,9 +2,9 @@
 
 #include <cstdio>
 
-#include "planner/plan_check.h"
-#include "planner/recipe.h"
-#include "planner/units.h"
+#include "planner/cost/plan_check.h"
+#include "planner/spec/recipe.h"
+#include "planner/spec/units.h"
 
 namespace llmplan::cli {
 

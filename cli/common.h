@@ -7,10 +7,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "planner/plan_file.h"
-#include "planner/presets.h"
-#include "planner/specs.h"
-#include "planner/status.h"
+#include "planner/io/plan_file.h"
+#include "planner/io/presets.h"
+#include "planner/spec/specs.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::cli {
 
@@ -71,7 +71,7 @@ struct Setup {
 Status apply_stack_flag(const std::string& stack, Setup* s);
 
 // One plan's peak memory under every known stack's conventions: the range a plan must fit
-// in when the stack is not known (planner/stack_profile.h).
+// in when the stack is not known (planner/cost/stack_profile.h).
 struct StackMemoryRange {
   double low = 0, high = 0;          // bytes, worst stage's total
   std::string low_stack, high_stack;

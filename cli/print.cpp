@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "cli/common.h"
-#include "planner/recipe.h"
-#include "planner/units.h"
+#include "planner/spec/recipe.h"
+#include "planner/spec/units.h"
 
 namespace llmplan::cli {
 

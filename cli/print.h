@@ -1,10 +1,10 @@
 // Text printers for memory and time reports (stdout tables, units on every number).
 #pragma once
 
-#include "planner/explain.h"
-#include "planner/memory_model.h"
-#include "planner/plan_file.h"
-#include "planner/time_model.h"
+#include "planner/search/explain.h"
+#include "planner/cost/memory_model.h"
+#include "planner/io/plan_file.h"
+#include "planner/cost/time_model.h"
 
 namespace llmplan::cli {
 

@@ -27,7 +27,7 @@
 #include <string_view>
 
 #include "executor/dtype.h"
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec {
 

@@ -17,7 +17,7 @@
 #include "executor/comm/bucket_ops.h"
 #include "executor/model.h"
 #include "executor/trainer.h"
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec {
 

@@ -19,7 +19,7 @@
 // optimizer states belong to the Trainer (trainer.h).
 //
 // Pipeline parallel: a model is one stage (ModelConfig::stage) holding layers
-// first_layer_of_virtual_stage .. + virtual_stage_layers (planner/plan_check.h); the embedding lives on
+// first_layer_of_virtual_stage .. + virtual_stage_layers (planner/cost/plan_check.h); the embedding lives on
 // the first stage, final norm, head and loss on the last; a tied head on pp > 1 is a copy of
 // the embedding on the last stage (ParamRef::shared_copy). Stages run micro-batches through
 // stage_forward / stage_backward, one slot per micro-batch in flight (executor/comm/pipeline.h
@@ -76,9 +76,9 @@
 #include "executor/comm/communicator.h"
 #include "executor/op_time_log.h"
 #include "executor/tensor.h"
-#include "planner/recipe.h"
-#include "planner/specs.h"
-#include "planner/status.h"
+#include "planner/spec/recipe.h"
+#include "planner/spec/specs.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec {
 
@@ -97,7 +97,7 @@ struct ModelConfig {
   ModelSpec spec;
   TrainingJob job;
   ParallelPlan plan;
-  int stage = 0;                 // pipeline stage (rank in the PP group): layers first_layer_of_pp_stage.. (planner/plan_check.h)
+  int stage = 0;                 // pipeline stage (rank in the PP group): layers first_layer_of_pp_stage.. (planner/cost/plan_check.h)
   // Interleaved 1F1B (plan.vpp = v > 1): the model chunk c of the stage, i.e. virtual stage
   // c*pp + stage of pp*v, holding layers first_layer_of_virtual_stage(layers, plan, c*pp + stage)..;
   // the embedding lives on virtual stage 0, the head and loss on virtual stage pp*v - 1.

@@ -38,8 +38,8 @@
 #include "executor/cpu/cross_entropy.h"
 #include "executor/cpu/dropout.h"
 #include "executor/model.h"
-#include "planner/memory_model.h"
-#include "planner/plan_check.h"
+#include "planner/cost/memory_model.h"
+#include "planner/cost/plan_check.h"
 
 namespace llmplan::exec::detail {
 

@@ -1,6 +1,6 @@
 // OpTimeLog: wall time per kind of operation and shape over a run's measured steps, for
 // calibration (`llmplan calibrate` fits a stack profile's GEMM, attention and elementwise
-// constants from it; planner/stack_profile.h). The CPU backend times every op it runs when
+// constants from it; planner/cost/stack_profile.h). The CPU backend times every op it runs when
 // ModelConfig::op_times is set (a steady_clock read before and after each call: tens of
 // nanoseconds against ops of micro- to milliseconds).
 //

@@ -10,8 +10,8 @@
 #include "executor/comm/data_parallel.h"
 #include "executor/comm/pipeline.h"
 #include "executor/data.h"
-#include "planner/explain.h"
-#include "planner/plan_check.h"
+#include "planner/search/explain.h"
+#include "planner/cost/plan_check.h"
 
 namespace llmplan::exec {
 

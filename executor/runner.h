@@ -38,10 +38,10 @@
 #include "executor/comm/communicator.h"
 #include "executor/model.h"
 #include "executor/trainer.h"
-#include "planner/calibration.h"
-#include "planner/memory_model.h"
-#include "planner/plan_file.h"
-#include "planner/time_model.h"
+#include "planner/calibrate/calibration.h"
+#include "planner/cost/memory_model.h"
+#include "planner/io/plan_file.h"
+#include "planner/cost/time_model.h"
 
 namespace llmplan::exec {
 
@@ -55,7 +55,7 @@ struct RunOptions {
   // The backend to run on; nullptr: a CPU backend made for the run. The CLI makes the CUDA
   // one (executor/cuda/cuda_backend.h), which this library does not link.
   ExecBackend* device_backend = nullptr;
-  // Predict with a calibrated device (planner/calibration.h). REQUIRES: measured on the
+  // Predict with a calibrated device (planner/calibrate/calibration.h). REQUIRES: measured on the
   // device the executed config names -- the plan's GPU preset, or cpu-host on the CPU
   // backend (bad_input otherwise).
   std::optional<Calibration> calibration;

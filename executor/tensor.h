@@ -17,7 +17,7 @@
 
 #include "executor/allocator.h"
 #include "executor/dtype.h"
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec {
 

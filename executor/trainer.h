@@ -26,8 +26,8 @@
 #include "executor/allocator.h"
 #include "executor/model.h"
 #include "executor/tensor.h"
-#include "planner/specs.h"
-#include "planner/status.h"
+#include "planner/spec/specs.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec {
 

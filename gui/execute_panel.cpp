@@ -12,7 +12,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
-#include "planner/plan_file.h"
+#include "planner/io/plan_file.h"
 
 namespace llmplan::gui {
 

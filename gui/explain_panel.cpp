@@ -2,7 +2,7 @@
 
 #include <QLocale>
 
-#include "planner/units.h"
+#include "planner/spec/units.h"
 
 namespace llmplan::gui {
 

@@ -34,7 +34,7 @@
 #include "gui/sweep_runner.h"
 #include "gui/time_chart.h"
 #include "gui/timeline_view.h"
-#include "planner/units.h"
+#include "planner/spec/units.h"
 
 namespace llmplan::gui {
 

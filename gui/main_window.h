@@ -11,7 +11,7 @@
 
 #include "gui/app_settings.h"
 #include "gui/plan_details.h"
-#include "planner/presets.h"
+#include "planner/io/presets.h"
 
 class QLabel;
 class QSettings;

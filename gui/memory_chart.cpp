@@ -11,7 +11,7 @@
 #include <algorithm>
 
 #include "gui/chart_util.h"
-#include "planner/units.h"
+#include "planner/spec/units.h"
 
 namespace llmplan::gui {
 

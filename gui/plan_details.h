@@ -7,9 +7,9 @@
 #pragma once
 
 #include "gui/timeline.h"
-#include "planner/explain.h"
-#include "planner/plan_file.h"
-#include "planner/sweep.h"
+#include "planner/search/explain.h"
+#include "planner/io/plan_file.h"
+#include "planner/search/sweep.h"
 
 namespace llmplan::gui {
 

@@ -7,7 +7,7 @@
 #include <set>
 #include <tuple>
 
-#include "planner/units.h"
+#include "planner/spec/units.h"
 
 namespace llmplan::gui {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gui/plan_details.h"
-#include "planner/sweep.h"
+#include "planner/search/sweep.h"
 
 namespace llmplan::gui {
 

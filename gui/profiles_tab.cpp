@@ -18,7 +18,7 @@
 #include <cmath>
 
 #include "gui/chart_util.h"
-#include "planner/units.h"
+#include "planner/spec/units.h"
 
 namespace llmplan::gui {
 

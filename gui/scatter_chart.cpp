@@ -12,7 +12,7 @@
 
 #include "gui/chart_util.h"
 #include "gui/plan_table_model.h"
-#include "planner/units.h"
+#include "planner/spec/units.h"
 
 namespace llmplan::gui {
 

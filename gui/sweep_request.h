@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "planner/plan_file.h"
-#include "planner/presets.h"
-#include "planner/status.h"
-#include "planner/sweep.h"
+#include "planner/io/plan_file.h"
+#include "planner/io/presets.h"
+#include "planner/spec/status.h"
+#include "planner/search/sweep.h"
 
 namespace llmplan::gui {
 

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "planner/memory_model.h"
-#include "planner/plan_check.h"
-#include "planner/recipe.h"
+#include "planner/cost/memory_model.h"
+#include "planner/cost/plan_check.h"
+#include "planner/spec/recipe.h"
 
 namespace llmplan::gui {
 

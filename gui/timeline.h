@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/plan_file.h"
-#include "planner/time_model.h"
+#include "planner/io/plan_file.h"
+#include "planner/cost/time_model.h"
 
 namespace llmplan::gui {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::schema {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::sqlite {
 

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "planner/status.h"
+#include "planner/spec/status.h"
 #include "simulator/events.h"
 #include "simulator/sim_costs.h"
 

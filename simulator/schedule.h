@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "planner/specs.h"
+#include "planner/spec/specs.h"
 
 namespace llmplan {
 
@@ -26,7 +26,7 @@ using StageProgram = std::vector<PipelineOp>;
 
 // The schedule a plan really runs: pp == 1 runs forward then backward of each
 // micro-batch in turn whatever the plan says (no pipeline); vpp > 1 is interleaved unless
-// the plan asks for GPipe (as planner/memory_model.cpp's inflight_microbatches reads it).
+// the plan asks for GPipe (as planner/cost/memory_model.cpp's inflight_microbatches reads it).
 enum class EffectiveSchedule { sequential, gpipe, one_f_one_b, interleaved };
 EffectiveSchedule effective_schedule(const ParallelPlan& p);
 const char* to_string(EffectiveSchedule s);

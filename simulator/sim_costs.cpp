@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "planner/plan_check.h"
-#include "planner/recipe.h"
+#include "planner/cost/plan_check.h"
+#include "planner/spec/recipe.h"
 
 namespace llmplan {
 

@@ -18,9 +18,9 @@
 #include <array>
 #include <vector>
 
-#include "planner/memory_model.h"
-#include "planner/specs.h"
-#include "planner/time_model.h"
+#include "planner/cost/memory_model.h"
+#include "planner/spec/specs.h"
+#include "planner/cost/time_model.h"
 
 namespace llmplan {
 

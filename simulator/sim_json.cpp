@@ -1,6 +1,6 @@
 #include "simulator/sim_json.h"
 
-#include "planner/plan_file.h"
+#include "planner/io/plan_file.h"
 
 namespace llmplan {
 

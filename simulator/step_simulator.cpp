@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "planner/plan_check.h"
+#include "planner/cost/plan_check.h"
 #include "simulator/event_engine.h"
 
 namespace llmplan {

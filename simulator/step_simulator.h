@@ -44,10 +44,10 @@
 #include <string>
 #include <vector>
 
-#include "planner/memory_model.h"
-#include "planner/specs.h"
-#include "planner/status.h"
-#include "planner/time_model.h"
+#include "planner/cost/memory_model.h"
+#include "planner/spec/specs.h"
+#include "planner/spec/status.h"
+#include "planner/cost/time_model.h"
 #include "simulator/events.h"
 #include "simulator/schedule.h"
 #include "simulator/sim_costs.h"

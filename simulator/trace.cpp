@@ -3,7 +3,7 @@
 #include <array>
 #include <fstream>
 
-#include "planner/specs.h"
+#include "planner/spec/specs.h"
 
 namespace llmplan {
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/status.h"
+#include "planner/spec/status.h"
 #include "simulator/step_simulator.h"
 
 namespace llmplan {

@@ -2,7 +2,7 @@
 // code's own output or presets).
 #pragma once
 
-#include "planner/specs.h"
+#include "planner/spec/specs.h"
 
 namespace llmplan::testing {
 

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "planner/presets.h"
+#include "planner/io/presets.h"
 
 namespace llmplan::testing {
 

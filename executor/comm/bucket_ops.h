@@ -16,7 +16,7 @@
 
 #include "executor/dtype.h"
 #include "executor/tensor.h"
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec {
 

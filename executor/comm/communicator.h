@@ -34,8 +34,8 @@
 #include <string>
 
 #include "executor/dtype.h"
-#include "planner/specs.h"
-#include "planner/status.h"
+#include "planner/spec/specs.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec {
 

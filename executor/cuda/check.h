@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec::cuda {
 

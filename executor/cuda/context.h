@@ -30,7 +30,7 @@
 #include "executor/allocator.h"
 #include "executor/cuda/cuda_allocator.h"
 #include "executor/tensor.h"
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec::cuda {
 

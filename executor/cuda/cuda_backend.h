@@ -25,7 +25,7 @@
 
 #include "executor/backend.h"
 #include "executor/cuda/context.h"
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec::cuda {
 

@@ -26,7 +26,7 @@
 
 #include "executor/cuda/context.h"
 #include "executor/model.h"
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec::cuda {
 

@@ -21,7 +21,7 @@
 
 #include "executor/cuda/context.h"
 #include "executor/dtype.h"
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec::cuda {
 

@@ -49,7 +49,7 @@
 
 #include "executor/comm/communicator.h"
 #include "executor/cuda/context.h"
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::exec::cuda {
 

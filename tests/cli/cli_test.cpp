@@ -8,8 +8,8 @@
 #include <string>
 #include <sys/wait.h>
 
-#include "planner/plan_file.h"
-#include "planner/spec_json.h"
+#include "planner/io/plan_file.h"
+#include "planner/spec/spec_json.h"
 
 namespace {
 

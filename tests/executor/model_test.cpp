@@ -10,8 +10,8 @@
 
 #include "executor/model.h"
 #include "executor/trainer.h"
-#include "planner/memory_model.h"
-#include "planner/recipe.h"
+#include "planner/cost/memory_model.h"
+#include "planner/spec/recipe.h"
 #include "tests/executor/test_util.h"
 
 namespace llmplan::exec {

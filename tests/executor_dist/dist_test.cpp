@@ -28,9 +28,9 @@
 #include "executor/comm/pipeline.h"
 #include "executor/comm/mpi_communicator.h"
 #include "executor/runner.h"
-#include "planner/memory_model.h"
-#include "planner/plan_file.h"
-#include "planner/presets.h"
+#include "planner/cost/memory_model.h"
+#include "planner/io/plan_file.h"
+#include "planner/io/presets.h"
 #include "profiles/profile_store.h"
 #include "../executor/tiny_plans.h"
 

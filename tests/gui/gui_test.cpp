@@ -40,8 +40,8 @@
 #include "gui/timeline.h"
 #include "simulator/step_simulator.h"
 #include "gui/timeline_view.h"
-#include "planner/plan_check.h"
-#include "planner/units.h"
+#include "planner/cost/plan_check.h"
+#include "planner/spec/units.h"
 #include "tests/gui/sample_profiles.h"
 
 using namespace llmplan;

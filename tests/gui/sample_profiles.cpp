@@ -3,11 +3,11 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "planner/memory_model.h"
-#include "planner/plan_check.h"
-#include "planner/plan_file.h"
-#include "planner/presets.h"
-#include "planner/time_model.h"
+#include "planner/cost/memory_model.h"
+#include "planner/cost/plan_check.h"
+#include "planner/io/plan_file.h"
+#include "planner/io/presets.h"
+#include "planner/cost/time_model.h"
 #include "profiles/profile_store.h"
 
 namespace llmplan::gui_test {

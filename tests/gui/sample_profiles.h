@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "planner/status.h"
+#include "planner/spec/status.h"
 
 namespace llmplan::gui_test {
 

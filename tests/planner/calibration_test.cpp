@@ -1,4 +1,4 @@
-// Calibration (planner/calibration.h): the fit recovers a known speed ratio exactly, one
+// Calibration (planner/calibrate/calibration.h): the fit recovers a known speed ratio exactly, one
 // run determines it, the calibrated GPU divides the device-bound part of a prediction by
 // the scale (checked on estimate_time itself, not on the fit's own formula), and bad
 // calibration files are clear errors.
@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <fstream>
 
-#include "planner/calibration.h"
-#include "planner/presets.h"
-#include "planner/time_model.h"
+#include "planner/calibrate/calibration.h"
+#include "planner/io/presets.h"
+#include "planner/cost/time_model.h"
 
 namespace llmplan {
 namespace {

@@ -4,11 +4,11 @@
 // give the same bits, not merely close numbers.
 #include <gtest/gtest.h>
 
-#include "planner/memory_model.h"
-#include "planner/plan_check.h"
-#include "planner/presets.h"
-#include "planner/sweep.h"
-#include "planner/time_model.h"
+#include "planner/cost/memory_model.h"
+#include "planner/cost/plan_check.h"
+#include "planner/io/presets.h"
+#include "planner/search/sweep.h"
+#include "planner/cost/time_model.h"
 
 namespace llmplan {
 namespace {

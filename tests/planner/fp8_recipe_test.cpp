@@ -1,4 +1,4 @@
-// FP8 recipes (planner/fp8_recipe.h): per recipe, the bytes it adds per parameter and per
+// FP8 recipes (planner/spec/fp8_recipe.h): per recipe, the bytes it adds per parameter and per
 // saved activation element against the format documents' numbers, stated here with
 // their sources; the memory model applies them to exactly the tensors Transformer Engine
 // keeps (hand-counted below); and a recipe the GPU cannot run is refused.
@@ -20,13 +20,13 @@
 #include <set>
 #include <string>
 
-#include "planner/fp8_recipe.h"
-#include "planner/memory_model.h"
-#include "planner/plan_check.h"
-#include "planner/presets.h"
-#include "planner/recipe.h"
-#include "planner/spec_json.h"
-#include "planner/stack_profile.h"
+#include "planner/spec/fp8_recipe.h"
+#include "planner/cost/memory_model.h"
+#include "planner/cost/plan_check.h"
+#include "planner/io/presets.h"
+#include "planner/spec/recipe.h"
+#include "planner/spec/spec_json.h"
+#include "planner/cost/stack_profile.h"
 #include "tests/shipped_presets.h"
 
 namespace llmplan {

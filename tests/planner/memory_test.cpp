@@ -5,10 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include "planner/memory_model.h"
-#include "planner/plan_check.h"
-#include "planner/recipe.h"
-#include "planner/units.h"
+#include "planner/cost/memory_model.h"
+#include "planner/cost/plan_check.h"
+#include "planner/spec/recipe.h"
+#include "planner/spec/units.h"
 #include "tests/model_fixtures.h"
 
 namespace llmplan {

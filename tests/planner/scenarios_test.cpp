@@ -1,11 +1,11 @@
 // Scenario checks from the field report in DESIGN.md and the issue, on the shipped presets.
 #include <gtest/gtest.h>
 
-#include "planner/memory_model.h"
-#include "planner/plan_check.h"
-#include "planner/presets.h"
-#include "planner/recipe.h"
-#include "planner/units.h"
+#include "planner/cost/memory_model.h"
+#include "planner/cost/plan_check.h"
+#include "planner/io/presets.h"
+#include "planner/spec/recipe.h"
+#include "planner/spec/units.h"
 
 namespace llmplan {
 namespace {

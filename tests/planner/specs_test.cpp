@@ -1,10 +1,10 @@
-#include "planner/specs.h"
+#include "planner/spec/specs.h"
 
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "planner/spec_json.h"
+#include "planner/spec/spec_json.h"
 
 namespace llmplan {
 namespace {

@@ -1,4 +1,4 @@
-// Training-stack profiles (planner/stack_profile.h, data/stacks/*.json) and the 2024-26
+// Training-stack profiles (planner/cost/stack_profile.h, data/stacks/*.json) and the 2024-26
 // published runs they are measured on: every shipped profile loads and states its
 // sources; the default profile is the compiled-in constants; a stack's memory conventions
 // change the memory model the way its source says; the NVLink domain of an NVL72 rack
@@ -10,17 +10,17 @@
 #include <map>
 #include <set>
 
-#include "planner/explain.h"
-#include "planner/memory_model.h"
-#include "planner/plan_check.h"
-#include "planner/recipe.h"
-#include "planner/presets.h"
-#include "planner/spec_json.h"
-#include "planner/stack_profile.h"
-#include "planner/sweep.h"
-#include "planner/time_model.h"
-#include "planner/tuned_plans.h"
-#include "planner/validate.h"
+#include "planner/search/explain.h"
+#include "planner/cost/memory_model.h"
+#include "planner/cost/plan_check.h"
+#include "planner/spec/recipe.h"
+#include "planner/io/presets.h"
+#include "planner/spec/spec_json.h"
+#include "planner/cost/stack_profile.h"
+#include "planner/search/sweep.h"
+#include "planner/cost/time_model.h"
+#include "planner/validate/tuned_plans.h"
+#include "planner/validate/validate.h"
 #include "tests/shipped_presets.h"
 
 namespace llmplan {

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "planner/presets.h"
-#include "planner/sweep.h"
-#include "planner/time_model.h"
+#include "planner/io/presets.h"
+#include "planner/search/sweep.h"
+#include "planner/cost/time_model.h"
 
 namespace llmplan {
 namespace {

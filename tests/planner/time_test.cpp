@@ -1,9 +1,9 @@
 // Time-model terms against hand calculations from data/reference/formulas.md.
 #include <gtest/gtest.h>
 
-#include "planner/memory_model.h"
-#include "planner/recipe.h"
-#include "planner/time_model.h"
+#include "planner/cost/memory_model.h"
+#include "planner/spec/recipe.h"
+#include "planner/cost/time_model.h"
 #include "tests/model_fixtures.h"
 
 namespace llmplan {

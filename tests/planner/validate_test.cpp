@@ -9,10 +9,10 @@
 #include <map>
 #include <set>
 
-#include "planner/presets.h"
-#include "planner/spec_json.h"
-#include "planner/units.h"
-#include "planner/validate.h"
+#include "planner/io/presets.h"
+#include "planner/spec/spec_json.h"
+#include "planner/spec/units.h"
+#include "planner/validate/validate.h"
 
 namespace llmplan {
 namespace {
@@ -282,7 +282,7 @@ TEST(ValidateFit, HalvesAreDeterministicAndDisjoint) {
 
 // The shipped Efficiency defaults are the fit's output: re-fitting from the prior cannot
 // do better than them (stale defaults after a model change fail here: run
-// `llmplan validate --fit` and paste the printed constants into planner/time_model.h).
+// `llmplan validate --fit` and paste the printed constants into planner/cost/time_model.h).
 TEST(ValidateFit, ShippedDefaultsAreTheFitsOptimum) {
   const Shipped& s = shipped();
   ValidationOptions start;

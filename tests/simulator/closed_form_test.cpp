@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "planner/memory_model.h"
+#include "planner/cost/memory_model.h"
 #include "sim_fixtures.h"
 #include "simulator/step_simulator.h"
 

@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "planner/plan_check.h"
-#include "planner/time_model.h"
+#include "planner/cost/plan_check.h"
+#include "planner/cost/time_model.h"
 #include "sim_fixtures.h"
 #include "simulator/event_engine.h"
 #include "simulator/step_simulator.h"

@@ -14,7 +14,7 @@
 
 #include <string>
 
-#include "planner/memory_model.h"
+#include "planner/cost/memory_model.h"
 #include "sim_fixtures.h"
 #include "simulator/step_simulator.h"
 

@@ -8,7 +8,7 @@
 #include <set>
 #include <tuple>
 
-#include "planner/memory_model.h"
+#include "planner/cost/memory_model.h"
 
 namespace llmplan {
 namespace {
@@ -66,7 +66,7 @@ TEST(Schedule, InterleavedOrderIsMegatrons) {
 }
 
 // What the schedule really holds (a forward adds an activation set, its backward frees
-// it) against planner/memory_model.cpp inflight_microbatches, in micro-batches.
+// it) against planner/cost/memory_model.cpp inflight_microbatches, in micro-batches.
 TEST(Schedule, InflightMatchesAnalyticCount) {
   struct Case { Schedule sched; int pp, vpp; int64_t m; };
   const Case cases[] = {{Schedule::one_f_one_b, 4, 1, 8},  {Schedule::one_f_one_b, 4, 1, 2},  {Schedule::one_f_one_b, 8, 1, 64},

@@ -2,7 +2,7 @@
 // tests/model_fixtures.h.
 #pragma once
 
-#include "planner/specs.h"
+#include "planner/spec/specs.h"
 #include "simulator/sim_costs.h"
 #include "tests/model_fixtures.h"
 

@@ -1,0 +1,910 @@
+#include "planner/cost/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "planner/spec/fp8_recipe.h"
+#include "planner/cost/plan_check.h"
+
+namespace llmplan {
+
+const char* to_string(MemoryItem item) {
+  static const char* kNames[] = {"weights",      "gradients",       "optimizer_states", "master_weights",
+                                 "activations",  "backward_working", "logits_loss",     "gathered_params",
+                                 "comm_buffers", "workspace",       "cuda_context",     "fragmentation"};
+  return kNames[static_cast<int>(item)];
+}
+
+const char* label(MemoryItem item) {
+  static const char* kLabels[] = {"weights",          "gradients",
+                                  "optimizer states", "master weights",
+                                  "activations",      "backward working set",
+                                  "logits + loss",    "ZeRO-3 gathered params",
+                                  "comm buffers",     "GEMM workspace",
+                                  "CUDA context",     "fragmentation reserve"};
+  return kLabels[static_cast<int>(item)];
+}
+
+const char* to_string(SelectiveRecompute v) { return v == SelectiveRecompute::torch_op_sac ? "torch_op_sac" : "attention_scores"; }
+bool parse_enum(const std::string& s, SelectiveRecompute* out) {
+  for (SelectiveRecompute v : {SelectiveRecompute::attention_scores, SelectiveRecompute::torch_op_sac})
+    if (s == to_string(v)) return *out = v, true;
+  return false;
+}
+
+const char* to_string(Fp8WeightCopies v) {
+  static const char* kNames[] = {"none", "cached", "per_microbatch"};
+  return kNames[static_cast<int>(v)];
+}
+bool parse_enum(const std::string& s, Fp8WeightCopies* out) {
+  for (Fp8WeightCopies v : {Fp8WeightCopies::none, Fp8WeightCopies::cached, Fp8WeightCopies::per_microbatch})
+    if (s == to_string(v)) return *out = v, true;
+  return false;
+}
+
+const char* to_string(Phase p) {
+  static const char* kNames[] = {"forward", "backward", "optimizer"};
+  return kNames[static_cast<int>(p)];
+}
+
+double StageMemory::model_states() const {
+  return bytes[0] + bytes[1] + bytes[2] + bytes[3];
+}
+
+BytesPerParam bytes_per_param(const TrainingJob& j) {
+  BytesPerParam b{};
+  const double adam = j.optimizer == Optimizer::adamw ? 8 : 4;  // m and v, or momentum, fp32
+  if (j.precision == Precision::fp32) {
+    b = {4, 4, adam, 0, 4};
+    return b;
+  }
+  switch (j.amp) {
+    case AmpLevel::O1:
+      // fp32 weights, grads and optimizer; autocast keeps a 16-bit copy of every weight
+      // it casts, referenced by saved tensors until backward: 4 + 2 bytes of weights.
+      b = {6, 4, adam, 0, 6};
+      break;
+    case AmpLevel::O3:
+      // Pure half precision: 16-bit weights, grads and optimizer moments, no master.
+      b = {2, 2, adam / 2, 0, 2};
+      break;
+    case AmpLevel::O0:
+    case AmpLevel::O2:
+    default:
+      // 16-bit weights, fp32 master and optimizer. DeepSpeed keeps 16-bit grads (16 B),
+      // Megatron accumulates fp32 main grads (18 B).
+      b = {2, j.grads == GradConvention::megatron ? 4.0 : 2.0, adam, 4, 2};
+      break;
+  }
+  return b;
+}
+
+ModelStateBytes model_state_bytes(double trainable, double frozen, const TrainingJob& j, int zero, int shard_group,
+                                  bool offload) {
+  const BytesPerParam b = bytes_per_param(j);
+  const double n = std::max(1, shard_group);
+  ModelStateBytes s;
+  s.weights = trainable * b.weights / (zero >= 3 ? n : 1) + frozen * b.frozen_weights / (zero >= 3 ? n : 1);
+  s.gradients = trainable * b.gradients / (zero >= 2 ? n : 1);
+  s.optimizer_states = trainable * b.optimizer / (zero >= 1 ? n : 1);
+  s.master_weights = trainable * b.master / (zero >= 1 ? n : 1);
+  if (offload) {
+    // ZeRO-Offload: fp32 states live in host memory; gradients stream out by bucket.
+    s.host = s.optimizer_states + s.master_weights + s.gradients;
+    s.optimizer_states = 0;
+    s.master_weights = 0;
+    s.gradients = 0;
+  }
+  return s;
+}
+
+int64_t microbatches_per_step(const TrainingJob& j, const ParallelPlan& p) {
+  return j.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp);
+}
+
+double inflight_microbatches(const ParallelPlan& p, int64_t m, int stage) {
+  if (p.pp == 1) return 1;
+  const double md = static_cast<double>(m);
+  if (p.schedule == Schedule::gpipe) return md;
+  if (p.vpp > 1) {
+    // Megatron interleaved 1F1B: rank i runs (p-i-1)*2 + (v-1)*p warm-up chunks and holds
+    // one more in steady state; a chunk is 1/v of the stage's layers.
+    const double chunks = (p.pp - stage - 1) * 2.0 + (p.vpp - 1.0) * p.pp + 1.0;
+    return std::min(md, chunks / p.vpp);
+  }
+  return std::min(md, static_cast<double>(p.pp - stage));
+}
+
+LayerRecompute layer_recompute(const ParallelPlan& p, int layer_in_stage, int layers_in_stage) {
+  switch (p.recompute) {
+    case Recompute::none: return LayerRecompute::none;
+    case Recompute::selective: return LayerRecompute::selective;
+    case Recompute::full: return LayerRecompute::full;
+    case Recompute::full_k: {
+      // Megatron applies --recompute-num-layers per model chunk: with v virtual stages the
+      // first k layers of every chunk are recomputed, so chunks stay alike.
+      const int chunk_layers = p.vpp > 1 ? std::max(1, layers_in_stage / p.vpp) : layers_in_stage;
+      const int in_chunk = chunk_layers > 0 ? layer_in_stage % chunk_layers : layer_in_stage;
+      return in_chunk < p.recompute_layers ? LayerRecompute::full : LayerRecompute::none;
+    }
+  }
+  return LayerRecompute::none;
+}
+
+namespace {
+// Interleaved 1F1B whose chunks hold unequal layer counts (PipelineSplit other than even):
+// the stage's kept activations at their peak, every chunk's micro-batches in flight holding
+// that chunk's own layers (`per_layer` bytes each) and, on the first and last virtual stage,
+// the embedding's and the head's tensors (`first_set`, `last_set` per micro-batch). Walks
+// Megatron's order on this rank (megatron/core/pipeline_parallel/schedules.py,
+// get_model_chunk_id): forward k runs chunk (k % (pp*vpp)) / pp and backward k the chunk
+// vpp - 1 - that; (pp - s - 1) * 2 + (vpp - 1) * pp warm-up forwards, then one forward and
+// one backward a step. The steady state repeats every pp * vpp steps, so the walk stops
+// after two periods.
+double unequal_chunk_activations(const ModelSpec& m, const ParallelPlan& p, int64_t mb, int stage, double per_layer, double first_set,
+                                 double last_set) {
+  const int vpp = p.vpp, pp = p.pp, nv = p.pp * p.vpp;
+  std::vector<double> bytes(vpp);
+  for (int c = 0; c < vpp; ++c) {
+    const int v = c * pp + stage;
+    bytes[c] = virtual_stage_layers(m.layers, p, v) * per_layer + (v == 0 ? first_set : 0) + (v == nv - 1 ? last_set : 0);
+  }
+  const int64_t total = mb * vpp;
+  const int64_t warm = std::min<int64_t>(total, (pp - stage - 1) * 2 + static_cast<int64_t>(vpp - 1) * pp);
+  auto chunk = [&](int64_t k) { return static_cast<int>((k % nv) / pp); };
+  int64_t f = 0;
+  double held = 0, peak = 0;
+  for (; f < warm; ++f) held += bytes[chunk(f)], peak = std::max(peak, held);
+  const int64_t stop = std::min<int64_t>(total, warm + 2 * static_cast<int64_t>(nv));
+  for (int64_t b = 0; b < stop; ++b) {
+    if (f < total) held += bytes[chunk(f)], ++f, peak = std::max(peak, held);
+    held -= bytes[vpp - 1 - chunk(b)];
+  }
+  return peak;
+}
+}  // namespace
+
+double first_chunk_sets(const ParallelPlan& p, int64_t m) {
+  if (p.pp == 1) return 1;
+  const double md = static_cast<double>(m);
+  if (p.schedule == Schedule::gpipe) return md;
+  // Interleaved rank 0 runs p chunk-0 forwards, then the other chunks, then p-1 more
+  // chunk-0 forwards in warm-up, plus one in steady state: 2p before a chunk-0 backward.
+  if (p.vpp > 1) return std::min(md, 2.0 * p.pp);
+  return std::min(md, static_cast<double>(p.pp));
+}
+
+double last_chunk_sets(const ParallelPlan& p, int64_t m) {
+  // The last virtual stage runs each micro-batch's backward right after its forward,
+  // except under GPipe, where every forward comes first.
+  return (p.pp > 1 && p.schedule == Schedule::gpipe) ? static_cast<double>(m) : 1.0;
+}
+
+LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int global_layer) {
+  LayerContext c;
+  c.b = p.micro_batch;
+  c.s = j.seq_len / p.cp;
+  c.s_kv = j.seq_len;
+  c.t = p.tp;
+  c.sp = p.sp;
+  c.ep = p.ep;
+  c.act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  c.flash = p.flash_attention;
+  const int frozen = j.frozen_layer_count(m.layers);
+  const bool frozen_layer = global_layer < frozen;
+  // Backward reaches a layer only if something at or below it trains: frozen bottom
+  // layers keep no activations at all.
+  c.grad_flows = !frozen_layer;
+  c.base_trainable = j.mode != TrainMode::lora && !frozen_layer;
+  if (j.mode == TrainMode::lora && !frozen_layer) {
+    c.lora_targets = lora_target_mask(j.lora, m.family);
+    c.lora_rank = j.lora.rank;
+  }
+  return c;
+}
+
+double layer_rematerialised_bytes(const SavedTensorSums& sums, LayerRecompute policy) {
+  const double checkpoint = policy == LayerRecompute::full ? activation_bytes_per_layer(sums, policy) : 0;
+  return recompute_working_bytes(sums, policy) - checkpoint;
+}
+
+double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTensorSums& as_trainable, LayerRecompute policy) {
+  // The layer's 16-bit output branch is always transient beside what the policy keeps.
+  if (sums.grad_flows) return sums.input + layer_rematerialised_bytes(sums, policy);
+  // A frozen layer below every trainable weight keeps nothing: its whole forward set is
+  // transient, as under full recompute.
+  return sums.input + layer_rematerialised_bytes(as_trainable, LayerRecompute::full);
+}
+
+namespace {
+
+LayerContext as_trainable_context(LayerContext lc) {
+  lc.grad_flows = true;
+  lc.base_trainable = true;
+  return lc;
+}
+
+const MemoryInputs::StageLayers* find_stage_layers(const MemoryInputs& in, int layers, int frozen_here) {
+  for (int i = 0; i < in.shape_count; ++i)
+    if (in.shapes[i].layers == layers && in.shapes[i].frozen == frozen_here) return &in.shapes[i];
+  return nullptr;
+}
+
+}  // namespace
+
+double layer_rematerialised_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy) {
+  return layer_rematerialised_bytes(sum_saved_tensors(m, lc), policy);
+}
+
+double layer_forward_transient_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy) {
+  const SavedTensorSums sums = sum_saved_tensors(m, lc);
+  return layer_forward_transient_bytes(sums, lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc)), policy);
+}
+
+double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+  if (p.cp <= 1) return 0;
+  const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  const double whole = static_cast<double>(p.micro_batch) * static_cast<double>(j.seq_len) / p.tp * act_bytes;  // per column
+  return whole * 3 * static_cast<double>(m.kv_width());
+}
+
+LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+  const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  const double seq_div = p.sp ? p.tp : 1.0;
+  const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
+  const double mlp_grads = m.family == Family::gpt ? 1 : 2;  // GELU: d(fc1); SwiGLU: d(gate) and d(up)
+  double mlp_moment = 0, mlp_comm = 0;
+  if (m.moe.enabled()) {
+    // The routed experts' backward over the rank's E x C
+    // capacity-padded rows, beside the layer's output and input gradients (2 tok x h):
+    // first the expert outputs' gradient (rows x h) and the activation gradient (rows x fe);
+    // then the hidden gradients (1 or 2 x rows x fe), the expert inputs' gradient (rows x h;
+    // a communication buffer under ep > 1, sent back by all-to-all) and one GEMM call's
+    // input-gradient scratch (all rows with one local expert, one block of C rows otherwise).
+    const double h = static_cast<double>(m.hidden), tok = tokens / seq_div, fe = static_cast<double>(m.moe.expert_ffn_hidden);
+    const double rows = moe_expert_rows(m, tok), local = static_cast<double>(m.moe.experts) / p.ep;
+    const double call = local == 1 ? rows : rows / m.moe.experts;
+    const double down = rows * (h + fe), up = rows * (mlp_grads * fe + (p.ep > 1 ? 0 : h)) + call * h;
+    // The down projection's moment holds no exchange buffer: its gradient's send buffer is
+    // freed once received. The up projection's holds the expert inputs' gradient in one.
+    const double up_comm = p.ep > 1 ? rows * h : 0;
+    const bool up_wins = up + up_comm > down;
+    mlp_moment = (2 * tok * h + (up_wins ? up : down)) * act_bytes;
+    mlp_comm = up_wins ? up_comm * act_bytes : 0;
+  } else {
+    // The output's gradient over the rank's tokens; the input's over the whole sequence
+    // under SP (column-parallel partial sums, reduce-scattered after the GEMMs).
+    const double h = static_cast<double>(m.hidden);
+    mlp_moment = (tokens * h / seq_div + tokens * h + mlp_grads * tokens * static_cast<double>(m.ffn_hidden) / p.tp) * act_bytes;
+    // LoRA on the MLP's input projections: their adapter's input gradient and dz beside
+    // the base GEMM's (on TP rank 0 under TP, which applies the replicated adapter).
+    const uint32_t lora = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+    if (lora & (projection_bit(Projection::gate) | projection_bit(Projection::up)))
+      mlp_moment += tokens * (h + static_cast<double>(j.lora.rank)) * act_bytes;
+  }
+  if (p.cp <= 1) return {mlp_moment, 0, mlp_comm};
+  const double qw = static_cast<double>(m.q_width()) / p.tp, kvw = static_cast<double>(m.kv_width()) / p.tp;
+  // The layer output's gradient (the residual's) is live through attention's backward too.
+  const double output_grad = tokens * static_cast<double>(m.hidden) / seq_div;
+  // Ring (Liu et al. 2023, Ring Attention): beside dout, dq, dk, dv, one step's partial dq and dk, dv.
+  if (p.cp_exchange == CpExchange::ring) return {mlp_moment, (output_grad + tokens * (3 * qw + 4 * kvw)) * act_bytes, mlp_comm};
+  return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw)) * act_bytes, mlp_comm};
+}
+
+StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage) {
+  const int layers = pp_stage_layers(m.layers, p, stage);
+  const int first_layer = first_layer_of_pp_stage(m.layers, p, stage);
+  const int frozen_layers = j.frozen_layer_count(m.layers);
+  const int frozen_here = std::clamp(frozen_layers - first_layer, 0, layers);
+  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
+  StageParams sp;
+  if (j.mode == TrainMode::lora) {
+    sp.frozen += layers * pc.per_layer_rank;
+    sp.trainable += (layers - frozen_here) * pc.lora_per_layer_rank;
+    sp.expert = (layers - frozen_here) * pc.lora_expert_per_layer_rank;
+  } else {
+    sp.trainable += (layers - frozen_here) * pc.per_layer_rank;
+    sp.frozen += frozen_here * pc.per_layer_rank;
+    sp.expert = (layers - frozen_here) * pc.expert_per_layer_rank;
+  }
+  if (stage == 0) (embedding_trainable ? sp.trainable : sp.frozen) += pc.embedding_rank;
+  if (stage == p.pp - 1) (j.mode == TrainMode::lora ? sp.frozen : sp.trainable) += pc.head_rank;
+  return sp;
+}
+
+StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage) {
+  const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+  return stage_params(m, j, p, count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank), stage);
+}
+
+namespace {
+
+// stage_memory_extras with the rank's parameter counts (read only under ZeRO-2/3 and for
+// MoE under TP) and its layers' backward moments given.
+StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
+                                      const MemoryOptions& opt, const ParamCounts& pc, const LayerBackwardMoments& moments) {
+  StageMemoryExtras x;
+  const int layers = pp_stage_layers(m.layers, p, stage);
+  const int first_layer = first_layer_of_pp_stage(m.layers, p, stage);
+  const int frozen_layers = j.frozen_layer_count(m.layers);
+  const int frozen_here = std::clamp(frozen_layers - first_layer, 0, layers);
+  const bool is_first = stage == 0, is_last = stage == p.pp - 1;
+  const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
+  const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  const double seq_div = p.sp ? p.tp : 1.0;
+  const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
+  const double h = static_cast<double>(m.hidden);
+  const double vocab_rank = vocab_rows_per_rank(m, p.tp);  // the rank's logits columns, token-table rows
+  if (is_first && m.dropout && embedding_trainable) x.first_chunk_set = tokens * h / seq_div;  // embedding dropout mask
+  if (is_last) {
+    x.head_input = tokens * h / seq_div * act_bytes;
+    x.last_chunk_set = 2 * x.head_input;  // final-norm input (the last layer's output) + LM-head input
+    // logits + fp32 softmax (the executor's loss), or the framework's loss peak
+    const double framework_loss = p.tp > 1 && opt.loss_bytes_per_logit_tp > 0 ? opt.loss_bytes_per_logit_tp : opt.loss_bytes_per_logit;
+    const double per_logit = framework_loss > 0 ? framework_loss : act_bytes + 4;
+    x.logits_set = tokens * vocab_rank * per_logit;
+  }
+  const bool layers_train = frozen_here < layers;
+  // The layer backward's MLP moment: its activation gradients, one GEMM's scratch and (MoE
+  // under TP) the layer's partial router and expert gradients, all live at once in the
+  // MoE MLP's backward.
+  double mlp_working = moments.mlp + opt.backward_gemm_scratch_bytes;
+  if (m.moe.enabled() && p.tp > 1 && opt.moe_tp_partial_gradients) {
+    const double partial = j.mode == TrainMode::lora ? pc.lora_expert_per_layer_rank
+                                                     : pc.expert_per_layer_rank + static_cast<double>(m.moe.experts) * h;  // + router
+    mlp_working += partial * bytes_per_param(j).gradients;
+  }
+  if (is_last) {
+    x.head_logits = tokens * vocab_rank * act_bytes;
+    x.head_forward_working = opt.head_gemm_scratch_bytes;
+    // The head input gradient over the (SP: gathered) micro-batch and the layer-output
+    // gradient the final norm's backward writes, allocated before the GEMM.
+    x.head_backward_working = (tokens + tokens / seq_div) * h * act_bytes + opt.head_gemm_scratch_bytes;
+  }
+  if (p.zero >= 2) {
+    const bool lora = j.mode == TrainMode::lora;
+    const double tok = vocab_rank * h;                       // the token table (or untied head) on this rank
+    const double norm = m.family == Family::gpt ? 2 * h : h;  // final norm weight (+ bias)
+    const double layer = pc.per_layer_rank + (lora ? pc.lora_per_layer_rank : 0);
+    // Units in the order of use: the embedding, the layers, the final norm + head.
+    const double emb_unit = pc.embedding_rank, head_unit = norm + tok;
+    // Gradients: only trainable parameters have them (a tied head's table trains with the embedding).
+    double grad = layers_train ? (lora ? pc.lora_per_layer_rank : pc.per_layer_rank) : 0;
+    if (is_first && embedding_trainable) grad = std::max(grad, emb_unit);
+    const double head_grad = is_last && !lora ? norm + (m.tied_embeddings && !embedding_trainable ? 0 : tok) : 0;
+    grad = std::max(grad, head_grad);
+    x.unit_grad_transient = grad * bytes_per_param(j).gradients;
+    x.head_grad_transient = head_grad * bytes_per_param(j).gradients;
+    if (p.zero == 3) {
+      double pool = layers >= 2 ? 2 * layer : layer;
+      if (is_first) pool = std::max(pool, emb_unit + (layers > 0 ? layer : 0));
+      if (is_last) pool = std::max(pool, head_unit + (layers > 0 ? layer : 0));
+      if (opt.zero3_root_gathered) {
+        // A tied head on the first stage reads the embedding's table: only its norm is new.
+        const double root = (is_first ? emb_unit : 0) + (is_last ? norm + (m.tied_embeddings && is_first ? 0 : tok) : 0);
+        pool = root + (layers >= 2 ? 2 * layer : layer);
+      }
+      x.gathered_pool = pool * act_bytes;
+      // Inside a layer's forward: it and the next in the order of use (the head after the
+      // stage's last layer; the embedding pairs with layer 0 only in its own forward). Inside
+      // a layer's backward: it and the one below it. At the loss the head is released again;
+      // the head's own GEMMs hold it alone (forward) or with the top layer (backward).
+      const double pool_backward = layers >= 2 ? 2 * layer : layer;
+      double pool_layer = pool_backward;
+      if (is_last) pool_layer = std::max(pool_layer, head_unit + (layers > 0 ? layer : 0));
+      const bool root = opt.zero3_root_gathered;
+      x.gathered_pool_layer = root ? x.gathered_pool : pool_layer * act_bytes;
+      x.gathered_pool_backward = root ? x.gathered_pool : pool_backward * act_bytes;
+      x.gathered_at_loss = root ? x.gathered_pool : 0;
+      if (is_last) {
+        x.head_gathered_forward = root ? x.gathered_pool : head_unit * act_bytes;
+        x.head_gathered_backward = root ? x.gathered_pool : (head_unit + (layers_train ? layer : 0)) * act_bytes;
+      }
+    }
+  }
+
+  int groups = 0;
+  double sp_ep = 0;        // the SP gather and EP all-to-all buffers counted below (MLP / GEMM-input side)
+  double cp_forward = 0, cp_backward = 0;  // the CP exchange's buffers: attention forward's peak, backward kernel's
+  double sp_gather = 0;                    // the SP gather of a layer's input
+  if (p.dp * p.cp > 1) {
+    x.comm_buffers += 2 * opt.dp_bucket_bytes;
+    ++groups;
+  }
+  if (p.tp > 1) {
+    // Sequence parallel all-gathers a layer's input into a full-sequence buffer; plain TP
+    // all-reduces in place and needs none (measured by the distributed executor).
+    // It lives only around the GEMMs that read it (a layer's, the LM head's).
+    if (p.sp) sp_gather = tokens * h * act_bytes;
+    x.comm_buffers += sp_gather;
+    x.layer_comm_buffers += sp_gather;
+    sp_ep += sp_gather;
+    ++groups;
+  }
+  if (p.pp > 1) {
+    // Send + receive of one micro-batch; interleaved 1F1B has an activation and a gradient
+    // send in flight at once (Megatron's steady state; the executor's comm/pipeline.h).
+    x.comm_buffers += (p.vpp > 1 ? 3 : 2) * tokens * h / seq_div * act_bytes;
+    ++groups;
+  }
+  if (p.cp > 1) {
+    // Added below, against the SP and EP buffers they are never live with.
+    if (p.cp_exchange == CpExchange::all_gather) {
+      cp_forward = cp_all_gather_buffer_bytes(m, j, p);
+      // Backward's kernel runs once v's raw buffer is freed: the whole k and v (2 of the 3).
+      cp_backward = cp_forward * 2 / 3;
+    } else {
+      // The ring (Liu et al. 2023, Ring Attention) holds the k and v of two
+      // ranks, the current and the next; backward also the dk, dv accumulators that travel
+      // with them, current and next.
+      cp_forward = 2 * 2 * tokens * m.kv_width() / p.tp * act_bytes;
+      cp_backward = 2 * cp_forward;
+    }
+    ++groups;
+  }
+  if (p.ep > 1) {
+    // The all-to-all send buffer of one dispatch or combine (or of their gradients in
+    // backward): the rank's capacity-padded expert rows; the receiving side is the expert
+    // input / output the recipe keeps. One at a time.
+    // Under SP the all-gathered layer input above is live during the dispatch only when
+    // shared experts read it (it is gathered before the exchange); without them the two
+    // are never live together, so only the larger counts.
+    const double a2a = moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
+    const double ep_extra = m.moe.shared_experts > 0 ? a2a : std::max(a2a, sp_ep) - sp_ep;  // sp_ep: the SP gather so far
+    x.comm_buffers += ep_extra;
+    x.layer_comm_buffers += ep_extra;
+    sp_ep += ep_extra;
+    ++groups;
+  }
+  // The CP exchange's buffers live only inside attention (freed when it returns), the SP
+  // gather only around the GEMM that reads it and the EP buffers only inside the MoE MLP:
+  // never both sides at once, so only the larger counts.
+  const double cp_extra = cp_forward > 0 ? std::max(cp_forward, sp_ep) - sp_ep : 0;
+  x.comm_buffers += cp_extra;
+  x.layer_comm_buffers += cp_extra;
+  x.comm_buffers += groups * opt.nccl_bytes_per_group;
+  if (is_last) x.head_comm = sp_gather;  // the head's SP-gathered input, in its GEMMs
+  if (is_last && opt.sp_head_input_saved) x.loss_comm = sp_gather;
+  // A layer's backward peaks at the MLP or, under CP, in attention: never both at once.
+  // The MLP's GEMMs read the SP-gathered input (a dense MLP's, shared experts'; routed
+  // experts only their own tokens) and MoE's the all-to-all buffer; attention holds only
+  // the exchanged keys and values (the SP gather is freed after the QKV GEMM).
+  if (layers_train) {
+    const double mlp_comm = (!m.moe.enabled() || m.moe.shared_experts > 0 ? sp_gather : 0) + moments.mlp_comm;
+    const double attention_working = moments.attention + opt.attention_scratch_bytes;
+    const bool attention = p.cp > 1 && attention_working + cp_backward > mlp_working + mlp_comm;
+    x.activation_grads = attention ? attention_working : mlp_working;
+    x.backward_layer_comm = attention ? cp_backward : mlp_comm;
+    x.cp_backward_buffers = cp_backward;
+  }
+  return x;
+}
+
+}  // namespace
+
+StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
+                                      const MemoryOptions& opt) {
+  ParamCounts pc;
+  if (p.zero >= 2 || (m.moe.enabled() && p.tp > 1)) {
+    const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+    pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+  }
+  return stage_memory_extras(m, j, p, stage, opt, pc, activation_gradient_bytes(m, j, p));
+}
+
+namespace {
+
+double sum_items(const std::array<double, kMemoryItems>& b) {
+  double s = 0;
+  for (double x : b) s += x;
+  return s;
+}
+
+}  // namespace
+
+MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const TrainingJob& j, const ParallelPlan& p,
+                           const MemoryOptions& opt) {
+  MemoryInputs in;
+  const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+  in.pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+  const bool fp8 = j.fp8_linear();
+  if (fp8 && opt.fp8_weight_copies == Fp8WeightCopies::cached) {
+    in.fp8_cached_bytes_per_param = fp8_weight_copy_bytes(j.fp8, gpu);
+    // FP8 modules of a layer: Transformer Engine fuses q, k, v into one (LayerNormLinear),
+    // then the output projection and the MLP's two GEMMs; a routed expert has its own two
+    // (GroupedLinear), the router stays 16-bit.
+    const double modules = m.moe.enabled() ? 2 + 2.0 * m.moe.experts / p.ep + (m.moe.shared_experts > 0 ? 2 : 0) : 4;
+    in.fp8_scaling_bytes_per_layer = modules * fp8_scaling_state_bytes(j.fp8, gpu);
+  }
+  in.backward_moments = activation_gradient_bytes(m, j, p);
+  const int frozen = j.frozen_layer_count(m.layers);
+  for (int f = 0; f < 2; ++f) {
+    // A layer index that is (f=1) or is not (f=0) frozen; contexts differ only in that.
+    const int layer = f ? 0 : m.layers - 1;
+    LayerContext lc = layer_context(m, j, p, layer);
+    if (f == 1 && frozen == 0) lc.grad_flows = false;
+    if (fp8 && opt.fp8_quantized_inputs) lc.fp8_input_bytes = fp8_saved_input_bytes(j.fp8, gpu);
+    if (fp8 && opt.fp8_weight_copies == Fp8WeightCopies::per_microbatch) lc.fp8_weight_bytes = fp8_recipe_facts(j.fp8, gpu).weight_bytes;
+    // One walk over the recipe per kind of layer serves all three policies.
+    const SavedTensorSums sums = sum_saved_tensors(m, lc);
+    const SavedTensorSums trainable = lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc));
+    for (int r = 0; r < 3; ++r) {
+      const LayerRecompute rc = static_cast<LayerRecompute>(r);
+      in.layer_bytes[f][r] = activation_bytes_per_layer(sums, rc);
+      in.remat_bytes[f][r] = lc.grad_flows ? layer_rematerialised_bytes(sums, rc) : 0;
+      in.transient_bytes[f][r] = layer_forward_transient_bytes(sums, trainable, rc);
+      if (rc == LayerRecompute::selective && opt.selective == SelectiveRecompute::torch_op_sac && lc.grad_flows) {
+        // Per-op SAC keeps its save list; backward re-runs the layer's other operators,
+        // whose outputs are then live beside the kept ones; in forward they are transient.
+        in.layer_bytes[f][r] = sums.op_sac;
+        in.remat_bytes[f][r] = std::max(0.0, sums.all - sums.op_sac);
+        in.transient_bytes[f][r] = sums.input + in.remat_bytes[f][r];
+      }
+    }
+  }
+  // The same walk over a stage's layers as stage_memory, once per distinct stage shape,
+  // and the runs of equal middle stages (1 .. pp-2) for estimate_memory.
+  in.runs_complete = true;
+  for (int s = 0; s < p.pp; ++s) {
+    const int layers = pp_stage_layers(m.layers, p, s);
+    const int frozen_here = std::clamp(frozen - first_layer_of_pp_stage(m.layers, p, s), 0, layers);
+    if (s >= 1 && s < p.pp - 1) {
+      MemoryInputs::StageRun* run = in.run_count > 0 ? &in.runs[in.run_count - 1] : nullptr;
+      if (run && run->layers == layers && run->frozen == frozen_here) {
+        run->end = s + 1;
+      } else if (in.run_count < static_cast<int>(in.runs.size())) {
+        in.runs[in.run_count++] = {s, s + 1, layers, frozen_here};
+      } else {
+        in.runs_complete = false;
+      }
+    }
+    // A shape seen before, or one more than the list holds (stage_phases then walks its layers).
+    if (find_stage_layers(in, layers, frozen_here) || in.shape_count == static_cast<int>(in.shapes.size())) continue;
+    MemoryInputs::StageLayers& sl = in.shapes[in.shape_count++];
+    sl.layers = layers;
+    sl.frozen = frozen_here;
+    for (int r = 0; r < 3; ++r) {
+      double per_mb = 0, remat = 0, transient = 0;
+      for (int i = 0; i < layers; ++i) {
+        const int f = i < frozen_here ? 1 : 0;
+        per_mb += in.layer_bytes[f][r];
+        remat = std::max(remat, in.remat_bytes[f][r]);
+        transient = std::max(transient, in.transient_bytes[f][r]);
+      }
+      sl.kept[r] = per_mb;
+      sl.remat[r] = remat;
+      sl.transient[r] = transient;
+    }
+  }
+  return in;
+}
+
+namespace {
+
+// A stage's items at the peak of each phase (forward, backward, optimizer), fragmentation
+// included -- all its total depends on -- and what stage_memory adds to its report.
+struct StagePhases {
+  std::array<std::array<double, kMemoryItems>, 3> b;  // [Phase][MemoryItem], bytes
+  int layers = 0;
+  double inflight = 0;
+  double activations = 0, logits = 0, transient = 0, remat_and_grads = 0, head_working = 0;  // bytes, for item_peak
+  double host_activations = 0;  // activation offload: in host memory at the peak
+  double host_states = 0;       // optimizer offload: the model states moved to host memory
+  double gathered_peak = 0;  // the ZeRO-3 pool (forward, backward), for item_peak
+  double gradients_peak = 0; // with the largest unit's full gradient (ZeRO >= 2), for item_peak
+  double comm_peak = 0;      // every communication buffer, inside a layer, for item_peak
+};
+
+StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
+                         const MemoryInputs& in) {
+  StagePhases out;
+  out.layers = pp_stage_layers(m.layers, p, stage);
+  const int first_layer = first_layer_of_pp_stage(m.layers, p, stage);
+  const bool is_last = stage == p.pp - 1;
+  const int64_t mb = microbatches_per_step(j, p);
+  out.inflight = inflight_microbatches(p, mb, stage);
+
+  // ---- parameters on this rank
+  const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, out.layers);
+  const StageParams params = stage_params(m, j, p, in.pc, stage);
+  // Expert parallel: a routed expert's states exist only on the dp*cp/ep ranks holding that
+  // expert, so ZeRO shards them over those (Megatron-Core's expert-data-parallel group), the
+  // rest over dp*cp.
+  const bool expert_shards = p.ep > 1 && params.expert > 0;
+  const ModelStateBytes states =
+      expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer) +
+                          model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer)
+                    : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
+  out.host_states = states.host;
+  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
+  std::array<double, kMemoryItems> base{};
+  // FP8 weight cache: every layer's quantized copies, held all step long. Under ZeRO-3 a
+  // layer's weights exist whole only while gathered, and so do their copies: those of the
+  // gathered unit and the prefetched one (Megatron FSDP gathers FP8 parameters, its
+  // fp8_param_gather), not a cache of the whole stage.
+  const double cached_layers = p.zero == 3 ? std::min(out.layers, 2) : out.layers;
+  base[static_cast<int>(MemoryItem::weights)] = states.weights +
+                                                cached_layers * in.pc.per_layer_rank * in.fp8_cached_bytes_per_param +
+                                                out.layers * in.fp8_scaling_bytes_per_layer;
+  base[static_cast<int>(MemoryItem::gradients)] = states.gradients;
+  base[static_cast<int>(MemoryItem::optimizer_states)] = states.optimizer_states;
+  base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;
+  base[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
+  base[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers;
+  base[static_cast<int>(MemoryItem::workspace)] = opt.gemm_workspace_bytes;
+  base[static_cast<int>(MemoryItem::cuda_context)] = opt.cuda_context_bytes;
+
+  // ---- activations of one micro-batch through this stage
+  double per_mb = 0, remat = 0, transient = 0;
+  const MemoryInputs::StageLayers* sl = p.recompute == Recompute::full_k ? nullptr : find_stage_layers(in, out.layers, frozen_here);
+  if (sl) {
+    const int r = static_cast<int>(p.recompute);  // none, selective, full: the same policy on every layer
+    per_mb = sl->kept[r];
+    remat = sl->remat[r];
+    transient = sl->transient[r];
+  } else {
+    for (int i = 0; i < out.layers; ++i) {
+      const int f = i < frozen_here ? 1 : 0;
+      const int r = static_cast<int>(layer_recompute(p, i, out.layers));
+      per_mb += in.layer_bytes[f][r];
+      remat = std::max(remat, in.remat_bytes[f][r]);
+      transient = std::max(transient, in.transient_bytes[f][r]);
+    }
+  }
+  // Tensors that belong to the first chunk (embedding) or the last (head) are held by as
+  // many micro-batches as that chunk has in flight, not by the stage's average.
+  const double last_sets = is_last ? last_chunk_sets(p, mb) : 0;
+  double activations = per_mb * out.inflight + first_chunk_sets(p, mb) * x.first_chunk_set + last_sets * x.last_chunk_set;
+  // Unequal chunks (the embedding/loss split): each chunk's micro-batches in flight hold its
+  // own layers, which the stage's average would miss (the small first chunk has the most
+  // in flight), and the head's tensors only while a last-chunk micro-batch is in flight.
+  if (p.vpp > 1 && p.pipeline_split != PipelineSplit::even && p.schedule != Schedule::gpipe && out.layers > 0)
+    activations = unequal_chunk_activations(m, p, mb, stage, per_mb / out.layers, x.first_chunk_set, x.last_chunk_set);
+  const double logits = last_sets * x.logits_set;
+  // The micro-batch in flight on the last chunk holds its logits from the head forward
+  // to the head backward; the others (GPipe holds every micro-batch) all the time.
+  const double other_logits = is_last ? (last_sets - 1) * x.logits_set : 0;
+  // Activation offload of this stage's first k layers: every in-flight micro-batch keeps their
+  // activations in host memory but for the double buffer of the one being computed (the
+  // layer offloading or reloading and the next: two layers' worth).
+  if (const int k = std::min(p.activation_offload_layers, out.layers); k > 0 && out.layers > 0) {
+    const double per_layer = per_mb / out.layers;
+    out.host_activations = per_layer * k * out.inflight;
+    activations -= out.host_activations - per_layer * std::min(k, 2);
+  }
+  out.activations = activations;
+  out.logits = logits;
+  out.transient = transient;
+  out.remat_and_grads = remat + x.activation_grads;
+  out.head_working = std::max(x.head_forward_working, x.head_backward_working);
+  out.gathered_peak = base[static_cast<int>(MemoryItem::gathered_params)];
+
+  // Forward: the later of two moments -- the end of the head forward (every kept tensor
+  // and the logits), or a layer forward's transient before the head input exists (the
+  // executor's order: layer outputs, final norm, head input, logits, softmax).
+  auto& fwd = out.b[static_cast<int>(Phase::forward)];
+  auto& bwd = out.b[static_cast<int>(Phase::backward)];
+  auto& optim = out.b[static_cast<int>(Phase::optimizer)];
+  fwd = base;
+  bwd = base;
+  optim = base;
+  // Inside a layer the layer-only communication buffers (SP gather, EP, CP exchange) can be live.
+  const int comm = static_cast<int>(MemoryItem::comm_buffers);
+  // The ring's backward attention holds more than any forward moment.
+  out.comm_peak = std::max(base[comm], base[comm] - x.layer_comm_buffers + x.cp_backward_buffers);
+  // ZeRO-3 holds a layer's pool inside it, and less (the executor: nothing) at the loss.
+  const int gathered = static_cast<int>(MemoryItem::gathered_params);
+  const double at_head = activations + logits + x.gathered_at_loss + x.loss_comm,
+               at_layer = activations - x.head_input + other_logits + transient + x.layer_comm_buffers + x.gathered_pool_layer;
+  // The head's forward GEMM, before the loss adds its fp32 softmax (last stage).
+  const double at_head_gemm =
+      is_last ? activations + other_logits + x.head_logits + x.head_forward_working + x.head_gathered_forward + x.head_comm : 0;
+  if (at_head_gemm > at_head && at_head_gemm > at_layer) {
+    fwd[static_cast<int>(MemoryItem::activations)] = activations;
+    fwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits + x.head_logits;
+    fwd[static_cast<int>(MemoryItem::backward_working)] = x.head_forward_working;
+    fwd[comm] += x.head_comm - x.layer_comm_buffers;
+    fwd[gathered] = x.head_gathered_forward;
+  } else if (at_head >= at_layer) {
+    fwd[static_cast<int>(MemoryItem::activations)] = activations;
+    fwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
+    fwd[comm] += x.loss_comm - x.layer_comm_buffers;
+    fwd[gathered] = x.gathered_at_loss;
+  } else {
+    fwd[static_cast<int>(MemoryItem::activations)] = activations - x.head_input;
+    fwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
+    fwd[static_cast<int>(MemoryItem::backward_working)] = transient;
+    fwd[gathered] = x.gathered_pool_layer;
+  }
+  // Backward of a layer: the head backward has freed this micro-batch's logits and its
+  // final-norm and head inputs; the layer re-materialises what its policy dropped and
+  // holds the activation gradients.
+  // The head's backward GEMM (last stage) runs before that, with this micro-batch's
+  // final-norm and head inputs and its logits' gradient still held; the larger counts.
+  const double layer_bwd = activations - x.last_chunk_set + out.remat_and_grads + x.gathered_pool_backward + x.unit_grad_transient +
+                           x.backward_layer_comm;
+  const double head_bwd = is_last ? activations + x.head_logits + x.head_backward_working + x.head_gathered_backward +
+                                        x.head_grad_transient + x.head_comm
+                                  : 0;
+  bwd[comm] += x.backward_layer_comm - x.layer_comm_buffers;
+  if (is_last && head_bwd > layer_bwd) {
+    bwd[static_cast<int>(MemoryItem::activations)] = activations;
+    bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits + x.head_logits;
+    bwd[static_cast<int>(MemoryItem::backward_working)] = x.head_backward_working;
+    bwd[static_cast<int>(MemoryItem::gradients)] += x.head_grad_transient;
+    bwd[comm] += x.head_comm - x.backward_layer_comm;
+    bwd[gathered] = x.head_gathered_backward;
+  } else {
+    bwd[static_cast<int>(MemoryItem::activations)] = activations - (is_last ? x.last_chunk_set : 0);
+    bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
+    bwd[static_cast<int>(MemoryItem::backward_working)] = out.remat_and_grads;
+    bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
+    bwd[gathered] = x.gathered_pool_backward;
+  }
+  out.gradients_peak = base[static_cast<int>(MemoryItem::gradients)] + std::max(x.unit_grad_transient, x.head_grad_transient);
+  optim[comm] -= x.layer_comm_buffers;
+  optim[gathered] = 0;
+  // Optimizer step: activations and ZeRO-3's gathered units are gone. ZeRO 1-2 all-gather
+  // the updated parameters through the persistent DP buckets (comm_buffers) straight into
+  // the weights, as the executor, Megatron's distributed optimizer and DeepSpeed do: no
+  // memory of their own.
+  for (auto& b : out.b) {
+    const double dynamic = b[static_cast<int>(MemoryItem::activations)] + b[static_cast<int>(MemoryItem::backward_working)] +
+                           b[static_cast<int>(MemoryItem::logits_loss)] + b[static_cast<int>(MemoryItem::gathered_params)] +
+                           b[static_cast<int>(MemoryItem::comm_buffers)];
+    b[static_cast<int>(MemoryItem::fragmentation)] = opt.fragmentation_fraction * dynamic;
+  }
+  return out;
+}
+
+// The phase with the largest total (the first of equals) and the totals.
+int peak_phase(const StagePhases& sp, std::array<double, 3>& totals) {
+  for (int ph = 0; ph < 3; ++ph) totals[ph] = sum_items(sp.b[ph]);
+  int peak = 0;
+  for (int ph = 1; ph < 3; ++ph)
+    if (totals[ph] > totals[peak]) peak = ph;
+  return peak;
+}
+
+StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
+                         const MemoryInputs& in) {
+  const StagePhases sp = stage_phases(m, j, p, stage, opt, in);
+  StageMemory sm;
+  sm.stage = stage;
+  sm.layers = sp.layers;
+  sm.inflight_microbatches = sp.inflight;
+  sm.host_activation_bytes = sp.host_activations;
+  sm.host_state_bytes = sp.host_states;
+  // Each item's peak over the step: the model states and buffers of the optimizer phase,
+  // the gradients of the backward phase (ZeRO >= 2: with a unit's full gradient), the
+  // ZeRO-3 gathered pool, the activations and logits
+  // at the end of the head forward, the larger of the forward transient and the backward
+  // working set, and the largest fragmentation reserve.
+  const int frag = static_cast<int>(MemoryItem::fragmentation);
+  sm.item_peak = sp.b[static_cast<int>(Phase::optimizer)];
+  const int grads = static_cast<int>(MemoryItem::gradients);
+  sm.item_peak[grads] = sp.gradients_peak;
+  sm.item_peak[static_cast<int>(MemoryItem::gathered_params)] = sp.gathered_peak;
+  sm.item_peak[static_cast<int>(MemoryItem::comm_buffers)] = sp.comm_peak;
+  sm.item_peak[static_cast<int>(MemoryItem::activations)] = sp.activations;
+  sm.item_peak[static_cast<int>(MemoryItem::logits_loss)] = sp.logits;
+  sm.item_peak[static_cast<int>(MemoryItem::backward_working)] = std::max({sp.transient, sp.remat_and_grads, sp.head_working});
+  sm.item_peak[frag] = 0;
+  for (int ph = 0; ph < 3; ++ph) {
+    sm.phase_bytes[ph] = sp.b[ph];
+    sm.item_peak[frag] = std::max(sm.item_peak[frag], sp.b[ph][frag]);
+  }
+  const int peak = peak_phase(sp, sm.phase_total);
+  sm.peak_phase = static_cast<Phase>(peak);
+  sm.bytes = sp.b[peak];
+  sm.total = sm.phase_total[peak];
+  sm.allocator_peak = sm.total - sm.bytes[static_cast<int>(MemoryItem::cuda_context)];
+  return sm;
+}
+
+}  // namespace
+
+StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int stage,
+                                  const MemoryOptions& opt) {
+  return stage_memory(m, j, p, stage, opt, memory_inputs(m, c.gpu, j, p, opt));
+}
+
+MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                             const MemoryOptions& opt) {
+  return estimate_memory(m, c, j, p, memory_inputs(m, c.gpu, j, p, opt), opt);
+}
+
+namespace {
+
+// Calls cost(s) for every stage s that can be the worst, in stage order: the first, the
+// last, and of the middle stages only those that may exceed the stage before. cost
+// returns whether the stage's layer transient rounded away at its forward peak.
+//
+// Middle stages (neither first nor last) with the same layers and frozen layers as the
+// stage before differ from it only in holding no more in-flight micro-batches (every
+// schedule's count falls with the stage), and every term of a middle stage's total is
+// non-decreasing in that count, in floating point too (sums and products of
+// non-negative values round monotonically). Such a stage cannot exceed the stage before,
+// so it cannot become the worst (ties keep the earlier stage): skipping it keeps the
+// report exact and makes a plan cost a few stages instead of pp. (The terms that do not
+// scale with the count are equal on equal shapes: parameters and the DP buckets
+// follow the layers and frozen layers; so do ZeRO-2/3's unit gradient in backward -- a
+// middle stage's largest trainable unit is one of its layers if any trains -- and ZeRO-3's
+// gathered pool, one or two of its layers.) One case breaks the
+// argument: a forward peak whose layer transient rounds away against the activations
+// (the at_head branch of stage_phases); after such a stage the next one is costed too.
+template <class Cost>
+void for_candidate_stages(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const MemoryInputs& in, Cost cost) {
+  bool rounds_transient = cost(0);
+  if (in.runs_complete) {
+    // Runs of equal middle stages from memory_inputs.
+    for (int k = 0; k < in.run_count; ++k) {
+      const MemoryInputs::StageRun run = in.runs[k];
+      for (int s = run.first; s < run.end; ++s) {
+        if (s > run.first && !rounds_transient) break;
+        rounds_transient = cost(s);
+      }
+    }
+    if (p.pp > 1) cost(p.pp - 1);
+    return;
+  }
+  int prev_layers = -1, prev_frozen = -1;
+  const int frozen = j.frozen_layer_count(m.layers);
+  for (int s = 1; s < p.pp; ++s) {
+    const int layers = pp_stage_layers(m.layers, p, s);
+    const int frozen_here = std::clamp(frozen - first_layer_of_pp_stage(m.layers, p, s), 0, layers);
+    const bool same_shape = s > 1 && layers == prev_layers && frozen_here == prev_frozen;
+    prev_layers = layers;
+    prev_frozen = frozen_here;
+    if (same_shape && s < p.pp - 1 && !rounds_transient) continue;
+    rounds_transient = cost(s);
+  }
+}
+
+bool rounds_transient(const std::array<double, kMemoryItems>& forward) {
+  return !(forward[static_cast<int>(MemoryItem::backward_working)] > 0);
+}
+
+}  // namespace
+
+MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                             const MemoryInputs& in, const MemoryOptions& opt) {
+  MemoryReport r;
+  r.capacity = c.gpu.memory_bytes;
+  r.host_capacity = c.host_memory_bytes;
+  for_candidate_stages(m, j, p, in, [&](int s) {
+    const StageMemory sm = stage_memory(m, j, p, s, opt, in);
+    r.host_bytes_per_node = std::max(r.host_bytes_per_node, (sm.host_activation_bytes + sm.host_state_bytes) * c.gpus_per_node);
+    if (s == 0) {
+      r.first = sm;
+      r.worst = sm;
+    } else if (sm.total > r.worst.total) {
+      r.worst = sm;
+    }
+    if (s == p.pp - 1) r.last = sm;
+    return rounds_transient(sm.phase_bytes[static_cast<int>(Phase::forward)]);
+  });
+  return r;
+}
+
+MemoryPeak estimate_memory_peak(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                                const MemoryInputs& in, const MemoryOptions& opt) {
+  MemoryPeak r;
+  r.capacity = c.gpu.memory_bytes;
+  r.host_capacity = c.host_memory_bytes;
+  for_candidate_stages(m, j, p, in, [&](int s) {
+    const StagePhases sp = stage_phases(m, j, p, s, opt, in);
+    r.host_bytes_per_node = std::max(r.host_bytes_per_node, (sp.host_activations + sp.host_states) * c.gpus_per_node);
+    std::array<double, 3> totals;
+    const int peak = peak_phase(sp, totals);
+    if (s == 0 || totals[peak] > r.total) {
+      r.total = totals[peak];
+      r.stage = s;
+      r.phase = static_cast<Phase>(peak);
+    }
+    return rounds_transient(sp.b[static_cast<int>(Phase::forward)]);
+  });
+  return r;
+}
+
+}  // namespace llmplan

@@ -1,0 +1,165 @@
+#include "planner/cost/plan_check.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "planner/spec/fp8_recipe.h"
+#include "planner/spec/recipe.h"
+
+namespace llmplan {
+
+const char* describe(RejectReason r) {
+  switch (r) {
+    case RejectReason::none: return "ok";
+    case RejectReason::world_size_mismatch: return "dp*tp*pp*cp does not equal the GPU count";
+    case RejectReason::tp_heads: return "tp does not divide heads and kv_heads";
+    case RejectReason::tp_exceeds_node: return "tp larger than GPUs per node";
+    case RejectReason::pp_layers: return "pp larger than the layer count";
+    case RejectReason::vpp_layers: return "layers (+2 under the embedding/loss split) not divisible by pp*vpp (or vpp without pp)";
+    case RejectReason::activation_offload: return "activation offload of more layers than the first pipeline stage holds";
+    case RejectReason::cp_sequence: return "2*cp does not divide the sequence length";
+    case RejectReason::cp_needs_flash: return "context parallel over a ring needs flash attention";
+    case RejectReason::ep_experts: return "ep does not divide experts and dp*cp (or model is dense)";
+    case RejectReason::sp_needs_tp: return "sequence parallel needs tp > 1";
+    case RejectReason::moe_tp_needs_sp: return "MoE with tp > 1 needs sequence parallel";
+    case RejectReason::batch_divisibility: return "global batch not divisible by micro-batch*dp";
+    case RejectReason::interleave_microbatches: return "interleaved schedule needs micro-batches divisible by pp";
+    case RejectReason::zero_offload: return "optimizer offload needs ZeRO >= 1 and no pipeline";
+    case RejectReason::recompute_layers: return "recompute_layers outside 1..layers per model chunk";
+    case RejectReason::lora_zero3: return "ZeRO-3 with LoRA is not supported";
+    case RejectReason::precision_unsupported: return "GPU has no peak for this precision (or no tensor cores for its FP8 recipe)";
+    case RejectReason::frozen_all: return "every layer is frozen";
+    case RejectReason::does_not_fit: return "does not fit in GPU memory";
+    case RejectReason::kCount: break;
+  }
+  return "?";
+}
+
+int layers_in_stage(int layers, int pp, int stage) {
+  const int base = layers / pp, extra = layers % pp;
+  return base + (stage >= pp - extra ? 1 : 0);
+}
+
+int first_layer_of_stage(int layers, int pp, int stage) {
+  // Closed form of the sum of layers_in_stage over the stages before `stage`: each has
+  // `base` layers, and those from pp - extra on have one more. O(1) because the memory
+  // and time models ask for it per stage of every plan of a sweep (pp up to ~100).
+  const int base = layers / pp, extra = layers % pp;
+  return stage * base + std::max(0, stage - (pp - extra));
+}
+
+namespace {
+int slots_per_virtual_stage(int layers, const ParallelPlan& p) { return (layers + 2) / (p.pp * std::max(1, p.vpp)); }
+}  // namespace
+
+int virtual_stage_layers(int layers, const ParallelPlan& p, int v) {
+  const int nv = p.pp * std::max(1, p.vpp);
+  if (p.pipeline_split == PipelineSplit::even) return layers_in_stage(layers, nv, v);
+  return slots_per_virtual_stage(layers, p) - (v == 0 ? 1 : 0) - (v == nv - 1 ? 1 : 0);
+}
+
+int first_layer_of_virtual_stage(int layers, const ParallelPlan& p, int v) {
+  const int nv = p.pp * std::max(1, p.vpp);
+  if (p.pipeline_split == PipelineSplit::even) return first_layer_of_stage(layers, nv, v);
+  return v * slots_per_virtual_stage(layers, p) - (v > 0 ? 1 : 0);
+}
+
+int pp_stage_layers(int layers, const ParallelPlan& p, int s) {
+  if (p.pipeline_split == PipelineSplit::even) return layers_in_stage(layers, p.pp, s);
+  const int vpp = std::max(1, p.vpp);
+  return vpp * slots_per_virtual_stage(layers, p) - (s == 0 ? 1 : 0) - (s == p.pp - 1 ? 1 : 0);
+}
+
+int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s) {
+  if (p.pipeline_split == PipelineSplit::even) return first_layer_of_stage(layers, p.pp, s);
+  return s * std::max(1, p.vpp) * slots_per_virtual_stage(layers, p) - (s > 0 ? 1 : 0);
+}
+
+bool pipeline_split_ok(int layers, const ParallelPlan& p) {
+  const int nv = p.pp * std::max(1, p.vpp);
+  if (p.pipeline_split == PipelineSplit::even) return p.vpp <= 1 || layers % nv == 0;
+  return (layers + 2) % nv == 0 && (layers + 2) / nv >= (nv == 1 ? 3 : 2);
+}
+
+PipelineSplit default_pipeline_split(int layers, int pp, int vpp) {
+  ParallelPlan p;
+  p.pp = pp, p.vpp = vpp;
+  if (pp == 1 || layers % (pp * vpp) == 0) return PipelineSplit::even;
+  p.pipeline_split = PipelineSplit::account_embedding_loss;
+  return pipeline_split_ok(layers, p) ? PipelineSplit::account_embedding_loss : PipelineSplit::even;
+}
+
+RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int gpus,
+                        bool tp_across_nodes) {
+  if (static_cast<int64_t>(p.dp) * p.tp * p.pp * p.cp != gpus) return RejectReason::world_size_mismatch;
+  if (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0) return RejectReason::tp_heads;
+  if (!tp_across_nodes && p.tp > c.gpus_per_node) return RejectReason::tp_exceeds_node;
+  if (p.pp > m.layers) return RejectReason::pp_layers;
+  if ((p.vpp > 1 && p.pp == 1) || !pipeline_split_ok(m.layers, p)) return RejectReason::vpp_layers;
+  if (p.activation_offload_layers < 0 || p.activation_offload_layers > pp_stage_layers(m.layers, p, 0))
+    return RejectReason::activation_offload;
+  if (p.cp > 1 && j.seq_len % (2 * p.cp) != 0) return RejectReason::cp_sequence;
+  // The ring merges partial softmaxes chunk by chunk (flash's online softmax); the all-gather
+  // has every key at once and can materialise its queries' scores.
+  if (p.cp > 1 && !p.flash_attention && p.cp_exchange == CpExchange::ring) return RejectReason::cp_needs_flash;
+  if (p.ep > 1 && (!m.moe.enabled() || m.moe.experts % p.ep != 0 || (p.dp * p.cp) % p.ep != 0)) return RejectReason::ep_experts;
+  if (p.sp && p.tp == 1) return RejectReason::sp_needs_tp;
+  if (m.moe.enabled() && p.tp > 1 && !p.sp) return RejectReason::moe_tp_needs_sp;
+  if (p.micro_batch < 1 || j.global_batch % (static_cast<int64_t>(p.micro_batch) * p.dp) != 0) return RejectReason::batch_divisibility;
+  const int64_t micro_batches = j.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp);
+  if (p.vpp > 1 && micro_batches % p.pp != 0) return RejectReason::interleave_microbatches;
+  if (p.offload_optimizer && (p.zero == 0 || p.pp > 1)) return RejectReason::zero_offload;
+  if (p.recompute == Recompute::full_k &&
+      (p.recompute_layers < 1 || p.recompute_layers > pp_stage_layers(m.layers, p, 0) / p.vpp))
+    return RejectReason::recompute_layers;
+  if (j.mode == TrainMode::lora && p.zero == 3) return RejectReason::lora_zero3;
+  const Dtype d = j.precision == Precision::fp32 ? Dtype::fp32 : (j.precision == Precision::bf16 ? Dtype::bf16 : Dtype::fp16);
+  if (c.gpu.peak(d) <= 0) return RejectReason::precision_unsupported;
+  if (!fp8_recipe_supported(j.fp8, c.gpu)) return RejectReason::precision_unsupported;
+  if (j.mode != TrainMode::lora && j.frozen_layer_count(m.layers) >= m.layers) return RejectReason::frozen_all;
+  return RejectReason::none;
+}
+
+Status check_plan_status(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int gpus,
+                         const std::string& origin) {
+  const RejectReason r = check_plan(m, c, j, p, gpus, /*tp_across_nodes=*/true);
+  if (r == RejectReason::none) return Status::ok();
+  const std::string o = origin + ": ";
+  auto n = [](int64_t v) { return std::to_string(v); };
+  switch (r) {
+    case RejectReason::world_size_mismatch:
+      return Status::bad_input(o + "plan uses dp*tp*pp*cp = " + n(p.dp) + "*" + n(p.tp) + "*" + n(p.pp) + "*" + n(p.cp) + " = " +
+                               n(static_cast<int64_t>(p.dp) * p.tp * p.pp * p.cp) + " GPUs, expected " + n(gpus));
+    case RejectReason::tp_heads:
+      return Status::bad_input(o + "field 'plan.tp': expected a divisor of heads (" + n(m.heads) + ") and kv_heads (" +
+                               n(m.kv_heads) + "), got " + n(p.tp));
+    case RejectReason::batch_divisibility:
+      return Status::bad_input(o + "field 'job.global_batch': expected a multiple of micro_batch*dp = " +
+                               n(static_cast<int64_t>(p.micro_batch) * p.dp) + ", got " + n(j.global_batch));
+    case RejectReason::pp_layers:
+      return Status::bad_input(o + "field 'plan.pp': expected at most layers (" + n(m.layers) + "), got " + n(p.pp));
+    case RejectReason::precision_unsupported:
+      if (!fp8_recipe_supported(j.fp8, c.gpu))
+        return Status::bad_input(o + "FP8 recipe '" + to_string(j.fp8) + "' needs " +
+                                 (c.gpu.peak(Dtype::fp8) <= 0 ? "FP8 tensor cores" : "MX block-scaling tensor cores (Blackwell)") +
+                                 ", which GPU '" + c.gpu.name + "' does not have");
+      return Status::bad_input(o + "invalid plan: " + describe(r));
+    default: return Status::bad_input(o + "invalid plan: " + describe(r));
+  }
+}
+
+Status check_inputs(const ModelSpec& m, const TrainingJob& j, const std::string& origin) {
+  const ParamCounts pc = count_params(m, 1, 1, 1, 0, 0);
+  // 1e14 parameters is ~60x the largest trained dense model; beyond it is a typo.
+  if (!(pc.total < 1e14))
+    return Status::bad_input(origin + ": model '" + m.name + "' has " + std::to_string(pc.total) +
+                             " parameters (expected fewer than 1e14; check hidden/layers/vocab)");
+  if (j.seq_len > (int64_t{1} << 24))
+    return Status::bad_input(origin + ": field 'job.seq_len': expected at most 16777216 tokens, got " + std::to_string(j.seq_len));
+  if (j.mode == TrainMode::lora && j.lora.rank > m.hidden)
+    return Status::bad_input(origin + ": field 'job.lora.rank': expected at most hidden (" + std::to_string(m.hidden) + "), got " +
+                             std::to_string(j.lora.rank));
+  return Status::ok();
+}
+
+}  // namespace llmplan

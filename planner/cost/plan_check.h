@@ -1,0 +1,77 @@
+// Structural checks of a plan against a model, cluster and job: does it divide, is it
+// self-consistent, can the hardware run it. Each failure is a RejectReason, counted by
+// the sweep and printed as a one-line message by the CLI. Memory fit is not checked
+// here (memory_model.h does that).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+
+#include "planner/spec/specs.h"
+#include "planner/spec/status.h"
+
+namespace llmplan {
+
+enum class RejectReason {
+  none,
+  world_size_mismatch,      // dp*tp*pp*cp != GPUs
+  tp_heads,                 // tp does not divide heads or kv_heads
+  tp_exceeds_node,          // tp spans nodes (allowed only when asked)
+  pp_layers,                // pp > layers, or layers not divisible as the schedule needs
+  vpp_layers,               // layers not divisible by pp*vpp, or vpp without pp
+  activation_offload,       // activation_offload_layers negative or more than a stage's layers
+  cp_sequence,              // cp does not divide the sequence (2*cp for load balance)
+  cp_needs_flash,           // context parallel without fused attention
+  ep_experts,               // ep does not divide experts or dp*cp, or ep on a dense model
+  sp_needs_tp,              // sequence parallel with tp == 1
+  moe_tp_needs_sp,          // MoE with tp > 1 and no sp
+  batch_divisibility,       // global batch not divisible by micro_batch*dp
+  interleave_microbatches,  // interleaved schedule needs micro-batches % pp == 0
+  zero_offload,             // offload without ZeRO (optimizer must be partitioned) or pp
+  recompute_layers,         // full_k with k outside 1..layers per stage
+  lora_zero3,               // ZeRO-3 with LoRA (adapters too small to shard usefully)
+  precision_unsupported,    // the GPU has no peak for the precision
+  frozen_all,               // every layer frozen: nothing to train
+  does_not_fit,             // set by the memory model, counted by the sweep
+  kCount
+};
+
+const char* describe(RejectReason r);   // "tp does not divide heads/kv_heads"
+
+// First structural problem of the plan, or none. `gpus` is the number of GPUs the plan
+// must use exactly. `tp_across_nodes` allows tp > gpus_per_node.
+RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int gpus,
+                        bool tp_across_nodes = false);
+
+// The same as a Status with the numbers filled in, for the CLI (bad_input).
+Status check_plan_status(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int gpus,
+                         const std::string& origin);
+
+// Sanity of the inputs themselves (absurd sizes) before any plan is looked at.
+Status check_inputs(const ModelSpec& m, const TrainingJob& j, const std::string& origin);
+
+// Layers held by pipeline stage `stage` of `pp`: as even as possible; when pp does not
+// divide the layers the remainder goes to the last stages, which hold fewer in-flight
+// micro-batches under 1F1B.
+int layers_in_stage(int layers, int pp, int stage);
+int first_layer_of_stage(int layers, int pp, int stage);
+
+// The same under the plan's PipelineSplit. Virtual stage v of pp*vpp (the executor builds
+// one; v = chunk*pp + stage), and pipeline stage s of pp (all its vpp chunks: the memory and
+// time models cost one). first_layer_of_pp_stage is the stage's first layer as if its layers
+// were contiguous (exact for vpp 1; under interleaving the layers before it in the order of
+// stages, which is how frozen layers are counted).
+int virtual_stage_layers(int layers, const ParallelPlan& p, int v);
+int first_layer_of_virtual_stage(int layers, const ParallelPlan& p, int v);
+int pp_stage_layers(int layers, const ParallelPlan& p, int s);
+int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s);
+// Whether the split is legal: even with vpp 1 always (pp <= layers); even with vpp > 1 when
+// pp*vpp divides the layers; account_embedding_loss when pp*vpp divides layers + 2 and every
+// virtual stage keeps a layer.
+bool pipeline_split_ok(int layers, const ParallelPlan& p);
+// The split the sweep and Megatron-Core records take: even when it is legal, else
+// account_embedding_loss when that is.
+PipelineSplit default_pipeline_split(int layers, int pp, int vpp);
+
+}  // namespace llmplan

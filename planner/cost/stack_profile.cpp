@@ -1,0 +1,197 @@
+#include "planner/cost/stack_profile.h"
+
+#include "planner/spec/json_fields.h"
+#include "planner/spec/spec_json.h"
+
+namespace llmplan {
+
+using nlohmann::json;
+
+const std::vector<EfficiencyField>& efficiency_fields() {
+  static const std::vector<EfficiencyField> kFields = {
+      {"gemm", &Efficiency::gemm, 0, 1},
+      {"gemm_half_dim", &Efficiency::gemm_half_dim, 0, 1e6},
+      {"gemm_traffic", &Efficiency::gemm_traffic, 0, 1},
+      {"attention", &Efficiency::attention, 0, 1},
+      {"attention_half_seq", &Efficiency::attention_half_seq, 0, 1e6},
+      {"attention_traffic", &Efficiency::attention_traffic, 0, 1},
+      {"attention_mma_sync", &Efficiency::attention_mma_sync, 0, 1},
+      {"memory", &Efficiency::memory, 0, 1},
+      {"network", &Efficiency::network, 0, 1},
+      {"kernel_launch_s", &Efficiency::kernel_launch_s, 0, 1},
+      {"overlap", &Efficiency::overlap, 0, 1},
+      {"gather_overlap", &Efficiency::gather_overlap, 0, 1},
+      {"tp_overlap", &Efficiency::tp_overlap, 0, 1},
+      {"fp8_gemm_speedup", &Efficiency::fp8_gemm_speedup, 1, 4},
+      {"loss_bytes_per_logit", &Efficiency::loss_bytes_per_logit, 0, 1000},
+  };
+  return kFields;
+}
+
+MemoryOptions stack_memory_options(const StackProfile& s, const MemoryOptions& base) {
+  MemoryOptions o = base;
+  o.selective = s.selective;
+  o.loss_bytes_per_logit = s.loss_bytes_per_logit;
+  o.loss_bytes_per_logit_tp = s.loss_bytes_per_logit_tp;
+  o.zero3_root_gathered = s.zero3_root_gathered;
+  o.sp_head_input_saved = s.sp_head_input_saved;
+  o.moe_tp_partial_gradients = s.moe_tp_partial_gradients;
+  o.fp8_quantized_inputs = s.fp8_quantized_inputs;
+  o.fp8_weight_copies = s.fp8_weight_copies;
+  return o;
+}
+
+TrainingJob stack_job(const StackProfile& s, const TrainingJob& job) {
+  TrainingJob j = job;
+  j.grads = s.grads;
+  return j;
+}
+
+Efficiency with_stack_kernel_facts(Efficiency fitted, const StackProfile& s) {
+  fitted.loss_bytes_per_logit = s.efficiency.loss_bytes_per_logit;
+  fitted.attention_mma_sync = s.efficiency.attention_mma_sync;
+  return fitted;
+}
+
+std::vector<StackMemory> memory_under_stacks(const std::vector<StackProfile>& stacks, const ModelSpec& m, const ClusterSpec& c,
+                                             const TrainingJob& j, const ParallelPlan& p, const MemoryOptions& base) {
+  std::vector<StackMemory> out;
+  for (const StackProfile& s : stacks) out.push_back({s.name, estimate_memory(m, c, stack_job(s, j), p, stack_memory_options(s, base))});
+  return out;
+}
+
+std::vector<std::string> memory_convention_names(const StackProfile& s, int tp, bool fp8) {
+  std::vector<std::string> out;
+  out.push_back(s.grads == GradConvention::megatron ? "fp32 main gradients beside 16-bit weights (18 B/param with AdamW)"
+                                                    : "16-bit gradients, fp32 master weights and moments (16 B/param with AdamW)");
+  out.push_back(s.selective == SelectiveRecompute::torch_op_sac ? "selective recompute keeps PyTorch op-SAC's tensors"
+                                                                : "selective recompute drops only the attention scores");
+  const double loss = tp > 1 && s.loss_bytes_per_logit_tp > 0 ? s.loss_bytes_per_logit_tp : s.loss_bytes_per_logit;
+  char b[96];
+  if (loss > 0) std::snprintf(b, sizeof b, "loss holds %.0f B per logit (fp32 buffers)", loss);
+  else std::snprintf(b, sizeof b, "loss holds the 16-bit logits and their fp32 softmax");
+  out.push_back(b);
+  if (s.zero3_root_gathered) out.push_back("ZeRO-3 root unit (embedding, head) gathered through backward");
+  if (s.sp_head_input_saved) out.push_back("SP: the head's gathered input saved for backward");
+  if (!fp8) return out;  // the FP8 conventions set no byte of a 16-bit job
+  if (s.fp8_quantized_inputs) out.push_back("FP8: linear inputs saved quantized for the weight gradients");
+  if (s.fp8_weight_copies == Fp8WeightCopies::cached) out.push_back("FP8: every layer's quantized weight copies cached all step");
+  if (s.fp8_weight_copies == Fp8WeightCopies::per_microbatch) out.push_back("FP8: quantized weights saved with each micro-batch");
+  return out;
+}
+
+namespace {
+
+// a <= b in every convention that sets bytes (both with the same selective policy, whose
+// two kinds keep different tensors and so are not ordered).
+bool bounded_by(const MemoryConvention& a, const MemoryConvention& b) {
+  auto loss = [](const MemoryOptions& o, bool tp) { return tp && o.loss_bytes_per_logit_tp > 0 ? o.loss_bytes_per_logit_tp : o.loss_bytes_per_logit; };
+  // 0 means the executor's loss, 6 bytes per 16-bit logit: compare in bytes.
+  auto bytes = [&](const MemoryOptions& o, bool tp) { double x = loss(o, tp); return x > 0 ? x : 6.0; };
+  return a.memory.selective == b.memory.selective && (a.grads == b.grads || b.grads == GradConvention::megatron) &&
+         bytes(a.memory, false) <= bytes(b.memory, false) && bytes(a.memory, true) <= bytes(b.memory, true) &&
+         (!a.memory.zero3_root_gathered || b.memory.zero3_root_gathered) && (!a.memory.sp_head_input_saved || b.memory.sp_head_input_saved) &&
+         (!a.memory.moe_tp_partial_gradients || b.memory.moe_tp_partial_gradients) &&
+         // Quantized saved inputs weigh less than 16-bit ones (the output projection's extra
+         // FP8 copy is narrower than the three inputs it saves on); weight copies of two
+         // kinds are not ordered.
+         (a.memory.fp8_quantized_inputs || !b.memory.fp8_quantized_inputs) &&
+         (a.memory.fp8_weight_copies == Fp8WeightCopies::none || a.memory.fp8_weight_copies == b.memory.fp8_weight_copies);
+}
+
+}  // namespace
+
+std::vector<MemoryConvention> distinct_memory_conventions(const std::vector<StackProfile>& stacks, const MemoryOptions& own,
+                                                          const TrainingJob& job) {
+  // Without FP8 linears the FP8 conventions set no byte: compared as equal.
+  auto relevant = [&](MemoryOptions o) {
+    if (!job.fp8_linear()) o.fp8_quantized_inputs = false, o.fp8_weight_copies = Fp8WeightCopies::none;
+    return o;
+  };
+  const MemoryConvention self{"", relevant(own), job.grads};
+  std::vector<MemoryConvention> all;
+  for (const StackProfile& s : stacks) all.push_back({s.name, relevant(stack_memory_options(s, own)), s.grads});
+  std::vector<MemoryConvention> out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (bounded_by(all[i], self)) continue;
+    bool dominated = false;
+    for (size_t k = 0; k < all.size() && !dominated; ++k) {
+      if (k == i) continue;
+      // Bounded by another one (ties: the one that comes first in stack order stays).
+      dominated = bounded_by(all[i], all[k]) && (!bounded_by(all[k], all[i]) || k < i);
+    }
+    if (!dominated) out.push_back(all[i]);
+  }
+  return out;
+}
+
+Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
+  StackProfile s;
+  FieldReader r(j, origin, "");
+  r.get("name", &s.name);
+  r.get("description", &s.description, false);
+  r.get("source", &s.source);
+  r.get("fitted_on", &s.fitted_on, false);
+  if (const json* f = r.raw("frameworks")) {
+    if (!f->is_array()) r.fail("frameworks", "expected an array of framework ids, got " + json_value_text(*f));
+    else
+      for (const json& x : *f) {
+        if (!x.is_string()) {
+          r.fail("frameworks", "expected an array of strings, got " + json_value_text(x));
+          break;
+        }
+        s.frameworks.push_back(x.get<std::string>());
+      }
+  }
+  FieldReader e = r.child("efficiency");
+  // Every constant may be given; one left out keeps the planner's default (the "llmplan"
+  // profile's value).
+  for (const EfficiencyField& f : efficiency_fields()) e.get(f.name, &(s.efficiency.*f.field), f.lo, f.hi, false);
+  if (Status st = e.finish(); !st) return st;
+  if (s.efficiency.gemm <= 0 || s.efficiency.memory <= 0 || s.efficiency.network <= 0 || s.efficiency.attention <= 0)
+    return Status::bad_input(origin + ": field 'efficiency': gemm, attention, memory and network must be positive fractions");
+  FieldReader m = r.child("memory");
+  m.get_enum("grads", &s.grads, "deepspeed, megatron", false);
+  m.get_enum("selective", &s.selective, "attention_scores, torch_op_sac", false);
+  m.get("loss_bytes_per_logit", &s.loss_bytes_per_logit, 0, 1000, false);
+  m.get("loss_bytes_per_logit_tp", &s.loss_bytes_per_logit_tp, 0, 1000, false);
+  m.get("zero3_root_gathered", &s.zero3_root_gathered, false);
+  m.get("sp_head_input_saved", &s.sp_head_input_saved, false);
+  m.get("moe_tp_partial_gradients", &s.moe_tp_partial_gradients, false);
+  m.get("fp8_quantized_inputs", &s.fp8_quantized_inputs, false);
+  m.get_enum("fp8_weight_copies", &s.fp8_weight_copies, "none, cached, per_microbatch", false);
+  if (Status st = m.finish(); !st) return st;
+  r.allow("notes");
+  if (Status st = r.finish(); !st) return st;
+  if (s.name.empty()) return Status::bad_input(origin + ": field 'name': expected a non-empty stack name");
+  return s;
+}
+
+json to_json(const StackProfile& s) {
+  json eff = json::object();
+  for (const EfficiencyField& f : efficiency_fields()) eff[f.name] = s.efficiency.*f.field;
+  return {{"name", s.name},
+          {"description", s.description},
+          {"source", s.source},
+          {"frameworks", s.frameworks},
+          {"fitted_on", s.fitted_on},
+          {"efficiency", eff},
+          {"memory",
+           {{"grads", to_string(s.grads)},
+            {"selective", to_string(s.selective)},
+            {"loss_bytes_per_logit", s.loss_bytes_per_logit},
+            {"loss_bytes_per_logit_tp", s.loss_bytes_per_logit_tp},
+            {"zero3_root_gathered", s.zero3_root_gathered},
+            {"sp_head_input_saved", s.sp_head_input_saved},
+            {"moe_tp_partial_gradients", s.moe_tp_partial_gradients},
+            {"fp8_quantized_inputs", s.fp8_quantized_inputs},
+            {"fp8_weight_copies", to_string(s.fp8_weight_copies)}}}};
+}
+
+Result<StackProfile> load_stack_file(const std::string& path) {
+  Result<json> j = read_json_file(path);
+  if (!j) return j.status();
+  return stack_from_json(*j, path);
+}
+
+}  // namespace llmplan

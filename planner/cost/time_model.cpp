@@ -1,0 +1,503 @@
+#include "planner/cost/time_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "planner/cost/memory_model.h"
+#include "planner/cost/plan_check.h"
+
+namespace llmplan {
+
+Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g) {
+  // Ranks are laid out TP innermost, then CP, DP, PP: group g is `size` ranks `stride`
+  // apart. It stays on NVLink when the span it covers fits in one NVLink domain (the
+  // node, or a whole NVL72 rack of 4-GPU trays).
+  int64_t stride = 1, size = 1;
+  switch (g) {
+    case Group::tp: size = p.tp; break;
+    case Group::cp: stride = p.tp, size = p.cp; break;
+    case Group::ep: stride = p.tp, size = p.ep; break;  // EP groups are carved out of DP x CP, after TP
+    case Group::dp: stride = static_cast<int64_t>(p.tp) * p.cp, size = p.dp; break;
+    case Group::pp: stride = static_cast<int64_t>(p.tp) * p.cp * p.dp, size = p.pp; break;
+  }
+  const int64_t domain = c.scale_up_gpus();
+  if (size <= 1 || stride * size <= domain) return {c.intra_node_bandwidth, c.intra_node_latency};
+  // k ranks of the group share a domain; NCCL's ring channels leave it through k NICs
+  // (collectives only: PP sends and the CP ring are point-to-point, one NIC).
+  const int64_t k = stride >= domain ? 1 : std::min<int64_t>(size, domain / stride);
+  const int64_t nodes = (size + k - 1) / k;
+  const bool channels = g == Group::tp || g == Group::dp || g == Group::ep;
+  Link l;
+  l.bandwidth = c.inter_node_bandwidth * static_cast<double>(channels ? k : 1);
+  l.latency = ((k - 1) * c.intra_node_latency + (nodes - 1) * c.inter_node_latency) / static_cast<double>(size - 1);
+  return l;
+}
+
+double allreduce_time(double bytes, int n, const Link& l, const Efficiency& e) {
+  if (n <= 1 || bytes <= 0) return 0;
+  return 2.0 * (n - 1) / n * bytes / (l.bandwidth * e.network) + 2.0 * (n - 1) * l.latency;
+}
+
+double allgather_time(double bytes, int n, const Link& l, const Efficiency& e) {
+  if (n <= 1 || bytes <= 0) return 0;
+  return static_cast<double>(n - 1) / n * bytes / (l.bandwidth * e.network) + (n - 1) * l.latency;
+}
+
+double alltoall_time(double bytes, int n, const Link& l, const Efficiency& e) {
+  return allgather_time(bytes, n, l, e);
+}
+
+double p2p_time(double bytes, const Link& l, const Efficiency& e) {
+  if (bytes <= 0) return 0;
+  return bytes / (l.bandwidth * e.network) + l.latency;
+}
+
+double gemm_time(double m, double n, double k, double elem_bytes, double peak_flops, double bandwidth, const Efficiency& e) {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  const double flops = 2 * m * n * k;
+  const double d = std::min({m, n, k});
+  // The traffic term is per FLOP at 16-bit operands: fp8 operands move half the bytes.
+  const double compute = flops / (peak_flops * e.gemm * d / (d + e.gemm_half_dim)) + flops * e.gemm_traffic * elem_bytes / 2 / bandwidth;
+  // Roofline: a GEMM too thin to be compute-bound streams its operands once.
+  const double bytes = elem_bytes * (m * k + k * n + m * n);
+  return std::max(compute, bytes / (bandwidth * e.memory)) + e.kernel_launch_s;
+}
+
+Dtype compute_dtype(const TrainingJob& j, const GpuSpec& g) {
+  if (j.precision == Precision::bf16) return Dtype::bf16;
+  if (j.precision == Precision::fp16) return Dtype::fp16;
+  return g.peak(Dtype::tf32) > 0 ? Dtype::tf32 : Dtype::fp32;
+}
+
+namespace {
+
+// Time a collective of duration `comm` adds to a step when `hide` seconds of compute run
+// beside it (prefetch and bucketed overlap): what does not fit behind the compute.
+double exposed(double comm, double hide) { return std::max(0.0, comm - hide); }
+
+struct Gemm {
+  double m, n, k;
+  bool base;   // base weight (vs LoRA adapter)
+  double count;
+  bool fp8 = true;  // runs in FP8 under an FP8 recipe when `base` (the MoE router stays 16-bit)
+};
+
+}  // namespace
+
+HeadTimes head_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e) {
+  // LM head + cross-entropy on the last stage (always trained unless LoRA).
+  const LayerContext top = layer_context(m, j, p, m.layers - 1);
+  const double peak = c.gpu.peak(compute_dtype(j, c.gpu));
+  const double bw = c.gpu.memory_bandwidth;
+  const double tokens_mb = static_cast<double>(p.micro_batch) * static_cast<double>(j.seq_len / p.cp);
+  const bool head_trains = j.mode != TrainMode::lora;
+  HeadTimes h;
+  const double gemm = gemm_time(tokens_mb, static_cast<double>(m.vocab) / p.tp, static_cast<double>(m.hidden), top.act_bytes, peak, bw, e);
+  const double loss = tokens_mb * static_cast<double>(m.vocab) / p.tp * e.loss_bytes_per_logit / (bw * e.memory);
+  // A frozen head (LoRA) passes only the input gradient back: one GEMM, and the loss at
+  // the forward's share.
+  h.forward = gemm + loss / 3;
+  h.backward = head_trains ? 2 * gemm + 2 * loss / 3 : gemm + loss / 3;
+  return h;
+}
+
+OptimizerTime optimizer_time(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable) {
+  // Bytes read and written per trainable parameter on this rank.
+  const BytesPerParam bpp = bytes_per_param(j);
+  const double shard = p.zero >= 1 ? static_cast<double>(p.dp) * p.cp : 1;
+  const double opt_bytes = (2 * bpp.weights + bpp.gradients + 2 * bpp.master + 2 * bpp.optimizer);
+  OptimizerTime t;
+  if (p.offload_optimizer) {
+    const double host = trainable / shard * (bpp.gradients + bpp.weights) / c.host_bandwidth;
+    const double cpu_adam = trainable / shard / (1.5e9 / c.gpus_per_node);  // DeepSpeed CPU-Adam ~1.5 G params/s per host
+    t.offload = host + cpu_adam;
+  } else {
+    t.optimizer = trainable / shard * opt_bytes / (c.gpu.memory_bandwidth * e.memory);
+  }
+  return t;
+}
+
+LayerCommByPass layer_comm_by_pass(const LayerTimes& lt, LayerRecompute policy, bool grad_flows) {
+  LayerCommByPass r;
+  const double nf = 2, nb = grad_flows ? 2 : 0, nr = (policy == LayerRecompute::full && grad_flows) ? 2 : 0;
+  const double n_tp = nf + nb + nr;
+  r.tp[0] = lt.tp_comm * nf / n_tp;
+  r.tp[1] = lt.tp_comm * nb / n_tp;
+  r.tp[2] = lt.tp_comm * nr / n_tp;
+  const double n_ep = nf + nb;
+  r.ep[0] = lt.ep_comm * nf / n_ep;
+  r.ep[1] = lt.ep_comm * nb / n_ep;
+  r.cp[0] = lt.cp_comm_forward > 0 ? lt.cp_comm_forward : grad_flows ? lt.cp_comm_exposed / 3 : lt.cp_comm_exposed;
+  r.cp[1] = lt.cp_comm_exposed - r.cp[0];
+  return r;
+}
+
+double pp_boundary_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+  const LayerContext top = layer_context(m, j, p, m.layers - 1);
+  const double tokens_mb = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
+  return tokens_mb * m.hidden / (p.sp ? p.tp : 1) * top.act_bytes;
+}
+
+Link dp_group_link(const ClusterSpec& c, const ParallelPlan& p) {
+  ParallelPlan reduce_group = p;
+  reduce_group.dp = p.dp * p.cp;
+  reduce_group.cp = 1;
+  return group_link(c, reduce_group, Group::dp);
+}
+
+double zero1_bucket_params(int dp_group) { return std::max(40e6, 1e6 * dp_group); }
+
+DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable,
+               double all_params, int layers) {
+  DpStep d;
+  d.group = p.dp * p.cp;
+  d.link = dp_group_link(c, p);
+  const BytesPerParam bpp = bytes_per_param(j);
+  // Mixed precision reduces gradients in fp32 (Megatron's main grads, PyTorch FSDP's
+  // reduce_dtype in torchtitan and llm-foundry); pure 16-bit or fp32 jobs in their own.
+  d.grad_bytes_per_param = bpp.master > 0 ? 4.0 : bpp.gradients;
+  d.weight_bytes_per_param = bpp.weights;
+  d.per_microbatch = p.zero == 3;
+  if (p.zero == 0) d.grad_bucket_bytes = kDdpBucketBytes;
+  if (p.zero == 1) {
+    d.grad_bucket_bytes = zero1_bucket_params(d.group) * d.grad_bytes_per_param;
+    d.gather_bucket_bytes = zero1_bucket_params(d.group) * d.weight_bytes_per_param;
+  }
+  if (d.group <= 1 || trainable <= 0) return d;
+  const double grad_bytes = trainable * d.grad_bytes_per_param;
+  const double weight_bytes = (p.zero == 3 ? all_params : trainable) * d.weight_bytes_per_param;
+  const int n = d.group;
+  const Link& l = d.link;
+  // Each collective pays its own ring latency.
+  const double layer_units = layers + 1.0;  // plus the embedding/head
+  const double units = p.zero == 0   ? std::max(1.0, std::ceil(grad_bytes / kDdpBucketBytes))
+                       : p.zero == 1 ? std::max(1.0, std::ceil(trainable / zero1_bucket_params(n)))
+                                     : layer_units;
+  auto collective = [&](DpKind kind, double bytes) {
+    DpCollective x;
+    x.kind = kind;
+    x.count = units;
+    x.bytes = bytes / units;
+    x.duration = units * (kind == DpKind::allreduce ? allreduce_time(x.bytes, n, l, e) : allgather_time(x.bytes, n, l, e));
+    return x;
+  };
+  d.grads = collective(p.zero == 0 ? DpKind::allreduce : DpKind::reduce_scatter, grad_bytes);
+  if (p.zero >= 1) d.params = collective(DpKind::allgather, weight_bytes);
+  d.last_bucket = p2p_time(std::min(grad_bytes, kDdpBucketBytes), l, e);
+  return d;
+}
+
+double dp_exposed_time(const DpStep& d, double microbatches, double fwd, double bwd, const Efficiency& e) {
+  // Time a collective of duration `comm` adds to a step when `hide` seconds of compute
+  // run beside it (prefetch and bucketed overlap): what does not fit behind the compute.
+  if (d.grads.count <= 0) return 0;
+  const double hide_bwd = e.overlap * bwd, gather_fwd = e.gather_overlap * fwd, gather_bwd = e.gather_overlap * bwd;
+  if (d.per_microbatch) {
+    // FSDP: gather weights before forward and again before backward, reduce-scatter
+    // gradients, every micro-batch; prefetch hides them behind compute.
+    return microbatches * (exposed(d.params.duration, gather_fwd) + exposed(d.params.duration, gather_bwd) +
+                           exposed(d.grads.duration, hide_bwd)) +
+           d.last_bucket;
+  }
+  // Gradients are synchronised once per step, overlapped with the last micro-batch's
+  // backward; ZeRO-1/2 then all-gather updated parameters behind the next forward.
+  return exposed(d.grads.duration, hide_bwd) + exposed(d.params.duration, gather_fwd) + d.last_bucket;
+}
+
+LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const LayerContext& lc,
+                       LayerRecompute policy, const Efficiency& e) {
+  LayerTimes lt;
+  const Dtype dt = compute_dtype(j, c.gpu);
+  const double peak = c.gpu.peak(dt);
+  const double gemm_peak = j.fp8_linear() ? peak * e.fp8_gemm_speedup : peak;
+  const double bw = c.gpu.memory_bandwidth;
+  const double eb = lc.act_bytes;
+  const double t = lc.t;
+  const double tokens = static_cast<double>(lc.b) * static_cast<double>(lc.s);
+  const double h = static_cast<double>(m.hidden);
+  const double qw = static_cast<double>(m.q_width()), kvw = static_cast<double>(m.kv_width());
+  const bool gpt = m.family == Family::gpt;
+
+  // ---- GEMMs of the layer on this rank
+  Gemm gemms[12];
+  int ng = 0;
+  gemms[ng++] = {tokens, (qw + 2 * kvw) / t, h, true, 1};
+  gemms[ng++] = {tokens, h, qw / t, true, 1};
+  if (m.moe.enabled()) {
+    const double fe = static_cast<double>(m.moe.expert_ffn_hidden);
+    const double local_experts = static_cast<double>(m.moe.experts) / p.ep;
+    // The executor's dispatch buffer: every expert's capacity C of rows, padded (GShard).
+    const double routed = moe_expert_rows(m, tokens / t);  // rows this rank sends, E x C
+    const double per_expert = routed * p.ep / m.moe.experts;  // rows a local expert computes, ep x C
+    gemms[ng++] = {per_expert, (gpt ? 1 : 2) * fe, h, true, local_experts};
+    gemms[ng++] = {per_expert, h, fe, true, local_experts};
+    gemms[ng++] = {tokens / t, static_cast<double>(m.moe.experts), h, true, 1, false};  // router
+    if (m.moe.shared_experts > 0) {
+      const double fs = static_cast<double>(m.ffn_hidden) * m.moe.shared_experts;
+      gemms[ng++] = {tokens, (gpt ? 1 : 2) * fs / t, h, true, 1};
+      gemms[ng++] = {tokens, h, fs / t, true, 1};
+    }
+  } else {
+    const double f = static_cast<double>(m.ffn_hidden);
+    gemms[ng++] = {tokens, (gpt ? 1 : 2) * f / t, h, true, 1};
+    gemms[ng++] = {tokens, h, f / t, true, 1};
+  }
+  if (lc.lora_targets) {
+    const double r = lc.lora_rank;
+    const int n_targets = __builtin_popcount(lc.lora_targets);
+    // A (in -> r) and B (r -> out); all adapters are about h wide.
+    gemms[ng++] = {tokens, r, h, false, static_cast<double>(n_targets)};
+    gemms[ng++] = {tokens, h / t, r, false, static_cast<double>(n_targets)};
+  }
+  double gemm_fwd = 0, gemm_bwd = 0;
+  // FP8 recipes: base projections run at the fitted FP8 speed-up (Efficiency::
+  // fp8_gemm_speedup, an effective figure that includes the recipe's casts); LoRA adapters
+  // and the MoE router stay in 16 bits (Transformer Engine quantizes only its own linear
+  // modules; adapters and the router are plain torch layers).
+  for (int i = 0; i < ng; ++i) {
+    const Gemm& g = gemms[i];
+    const bool fp8 = j.fp8_linear() && g.base && g.fp8;
+    const double one = g.count * gemm_time(g.m, g.n, g.k, fp8 ? 1 : eb, fp8 ? gemm_peak : peak, bw, e);
+    gemm_fwd += one;
+    // Backward: the input gradient always (when gradients flow), the weight gradient
+    // only for weights that train.
+    const bool weight_grad = g.base ? lc.base_trainable : true;
+    gemm_bwd += one * (1 + (weight_grad ? 1 : 0));
+  }
+
+  // ---- attention core
+  const double a_local = m.heads / t;
+  const double core_full = 2 * 2 * tokens * static_cast<double>(lc.s_kv) * qw / t;
+  double attn_fwd = 0, attn_bwd = 0;
+  if (lc.flash) {
+    // Fused kernels skip the masked half; backward does 2.5x the forward's matmuls
+    // (recomputed QK^T, dV, dP, dQ, dK). Narrow heads and short sequences use the tensor
+    // cores less well (Dao 2023, FlashAttention-2, Fig. 5-6).
+    const double d = static_cast<double>(m.head_width()), skv = static_cast<double>(lc.s_kv);
+    // The kernels issue mma.sync, which reaches only part of Hopper's tensor peak.
+    const double eff = e.attention * d / (d + e.gemm_half_dim) * skv / (skv + e.attention_half_seq);
+    const double mma = 1 - e.attention_mma_sync * (1 - c.gpu.mma_sync_fraction);  // the attention kernel's share of the tensor peak
+    attn_fwd = 0.5 * core_full * (1 / (peak * mma * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
+    attn_bwd = 2.5 * attn_fwd;
+  } else {
+    const double head_dim = static_cast<double>(m.head_width());
+    const double score_bytes = static_cast<double>(lc.b) * a_local * static_cast<double>(lc.s) * static_cast<double>(lc.s_kv) * eb;
+    const double passes = m.dropout ? 6 : 4;  // write scores, softmax r/w, (dropout r/w), read for PV
+    // Batched QK^T and PV over b * a/t heads, then softmax/dropout passes over the scores.
+    const double rows = a_local * lc.b * static_cast<double>(lc.s);
+    attn_fwd = gemm_time(rows, static_cast<double>(lc.s_kv), head_dim, eb, peak, bw, e) +
+               gemm_time(rows, head_dim, static_cast<double>(lc.s_kv), eb, peak, bw, e) + passes * score_bytes / (bw * e.memory);
+    attn_bwd = 2 * attn_fwd;
+  }
+
+  // ---- bandwidth-bound elementwise work (norms, activations, residuals, dropout)
+  const LayerFlops fl = forward_flops_per_layer(m, lc, m.moe.capacity_factor);
+  const double elem_fwd = fl.elementwise_bytes / (bw * e.memory);
+
+  if (lc.grad_flows) {
+    lt.forward = gemm_fwd + attn_fwd + elem_fwd;
+    lt.backward = gemm_bwd + attn_bwd + 2 * elem_fwd;
+  } else {
+    lt.forward = gemm_fwd + attn_fwd + elem_fwd;  // frozen bottom layers: forward only
+    lt.backward = 0;
+  }
+  if (lc.grad_flows) {
+    if (policy == LayerRecompute::full) lt.recompute = lt.forward;
+    else if (policy == LayerRecompute::selective && !lc.flash) lt.recompute = attn_fwd;
+  }
+
+  // ---- TP collectives: 2 all-reduces (or AG + RS with SP) forward, 2 backward.
+  if (p.tp > 1) {
+    const double bytes = tokens * h * eb;
+    const Link l = group_link(c, p, Group::tp);
+    const double one = allreduce_time(bytes, p.tp, l, e) + e.kernel_launch_s;
+    lt.tp_comm = (lc.grad_flows ? 4 : 2) * one * (1 - e.tp_overlap);
+    if (policy == LayerRecompute::full && lc.grad_flows) lt.tp_comm += 2 * one * (1 - e.tp_overlap);
+  }
+  // ---- CP ring: K and V chunks pass around the ring, hidden behind attention. Backward
+  // passes them again, and their gradients with them: cp shifts, the last one handing each
+  // rank its own (Liu et al. 2023, Ring Attention).
+  if (p.cp > 1 && p.cp_exchange == CpExchange::ring) {
+    const double chunk = 2 * tokens * kvw / t * eb;
+    const Link l = group_link(c, p, Group::cp);
+    const double shift = p2p_time(chunk, l, e), ring = (p.cp - 1) * shift, ring_bwd = ring + p.cp * shift;
+    lt.cp_comm_exposed = std::max(0.0, ring - attn_fwd) + (lc.grad_flows ? std::max(0.0, ring_bwd - attn_bwd) : 0);
+  }
+  // ---- CP all-gather (Llama 3's CP, Dubey et al. 2024 sec. 3.3.2): k and v
+  // gathered whole before attention can start, so nothing hides them; queries stay local.
+  // Backward gathers k and v again and reduce-scatters their whole-sequence gradients (a
+  // reduce-scatter moves what an all-gather does). A fully recomputed layer runs the
+  // forward's gathers once more; selective recompute shares the backward's.
+  if (p.cp > 1 && p.cp_exchange == CpExchange::all_gather) {
+    const Link l = group_link(c, p, Group::cp);
+    const double whole = p.cp * tokens / t * eb;  // bytes per column of one gathered tensor
+    const double gkv = allgather_time(whole * kvw, p.cp, l, e) + e.kernel_launch_s;
+    const double fwd = 2 * gkv;
+    lt.cp_comm_exposed = lt.cp_comm_forward = fwd;
+    if (lc.grad_flows) lt.cp_comm_exposed += 2 * fwd + (policy == LayerRecompute::full ? fwd : 0);
+  }
+  // ---- EP all-to-all: dispatch and combine, forward and backward.
+  if (m.moe.enabled() && p.ep > 1) {
+    const double bytes = moe_expert_rows(m, tokens / (p.sp ? t : 1)) * h * eb;  // the capacity-padded send buffer
+    const Link l = group_link(c, p, Group::ep);
+    lt.ep_comm = (lc.grad_flows ? 4 : 2) * alltoall_time(bytes, p.ep, l, e);
+  }
+  return lt;
+}
+
+namespace {
+
+// The per-stage loop of estimate_time: per micro-batch, the compute, recompute and exposed
+// in-layer communication of each stage, its slowest stage and their sum.
+CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const LayerTimes (&kinds)[2][3], const HeadTimes& head,
+                             int frozen) {
+  CriticalStage w;
+  // Stages with the same layer count and frozen layers have the same sums (they are the
+  // same additions), so a run of equal stages walks its layers once.
+  int prev_layers = -1, prev_frozen = -1;
+  double l_fwd = 0, l_bwd = 0, l_rc = 0, l_tp = 0, l_cp = 0, l_ep = 0;
+  for (int s = 0; s < p.pp; ++s) {
+    const int layers = pp_stage_layers(m.layers, p, s);
+    const int frozen_here = std::clamp(frozen - first_layer_of_pp_stage(m.layers, p, s), 0, layers);
+    if (layers != prev_layers || frozen_here != prev_frozen) {
+      l_fwd = l_bwd = l_rc = l_tp = l_cp = l_ep = 0;
+      for (int i = 0; i < layers; ++i) {
+        const LayerTimes& lt = kinds[i < frozen_here ? 1 : 0][static_cast<int>(layer_recompute(p, i, layers))];
+        l_fwd += lt.forward;
+        l_bwd += lt.backward;
+        l_rc += lt.recompute;
+        l_tp += lt.tp_comm;
+        l_cp += lt.cp_comm_exposed;
+        l_ep += lt.ep_comm;
+      }
+      prev_layers = layers;
+      prev_frozen = frozen_here;
+    }
+    double fwd = l_fwd, bwd = l_bwd;
+    if (s == p.pp - 1) {
+      fwd += head.forward;
+      bwd += head.backward;
+    }
+    const double stage_time = fwd + bwd + l_rc + l_tp + l_cp + l_ep;
+    w.sum_stage += stage_time;
+    if (stage_time > w.max_stage) {
+      w.max_stage = stage_time;
+      w.compute = fwd + bwd;
+      w.recompute = l_rc;
+      w.tp = l_tp;
+      w.cp = l_cp;
+      w.ep = l_ep;
+      w.fwd = fwd;
+      w.bwd = bwd + l_rc;
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                                const Efficiency& e) {
+  StepTimeInputs in;
+  in.microbatches = static_cast<double>(microbatches_per_step(j, p));
+  in.frozen = j.frozen_layer_count(m.layers);
+
+  // Per-layer times for the two kinds of layer and three policies.
+  for (int f = 0; f < 2; ++f) {
+    LayerContext lc = layer_context(m, j, p, f ? 0 : m.layers - 1);
+    if (f == 1 && in.frozen == 0) lc.grad_flows = false;
+    for (int r = 0; r < 3; ++r) in.kinds[f][r] = layer_times(m, c, j, p, lc, static_cast<LayerRecompute>(r), e);
+    if (f == 0)
+      for (int r = 0; r < 3; ++r) in.layer_activation_bytes[r] = activation_bytes_per_layer(m, lc, static_cast<LayerRecompute>(r));
+  }
+  in.peak = c.gpu.peak(compute_dtype(j, c.gpu));
+  in.head = head_times(m, c, j, p, e);
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    ParallelPlan q = p;
+    q.recompute = r;
+    in.uniform[static_cast<int>(r)] = critical_stage(m, q, in.kinds, in.head, in.frozen);
+  }
+
+  // PP point-to-point: one hop's send.
+  if (p.pp > 1) in.pp_hop = p2p_time(pp_boundary_bytes(m, j, p), group_link(c, p, Group::pp), e);
+
+  // Trainable params on the first stage's rank (the embedding makes it the largest).
+  const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+  const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+  in.layers0 = pp_stage_layers(m.layers, p, 0);
+  const int frozen0 = std::clamp(in.frozen, 0, in.layers0);
+  in.trainable = j.mode == TrainMode::lora ? (in.layers0 - frozen0) * pc.lora_per_layer_rank : (in.layers0 - frozen0) * pc.per_layer_rank;
+  if (j.mode != TrainMode::lora && in.frozen == 0) in.trainable += pc.embedding_rank;
+  if (p.pp == 1 && j.mode != TrainMode::lora) in.trainable += pc.head_rank;
+  in.all_params_rank = in.layers0 * pc.per_layer_rank + pc.embedding_rank + (p.pp == 1 ? pc.head_rank : 0);
+  for (int z = 0; z < 4; ++z) {
+    ParallelPlan q = p;
+    q.zero = z;
+    in.dp[z] = dp_step(c, j, q, e, in.trainable, in.all_params_rank, in.layers0);
+  }
+
+  in.step_tokens = static_cast<double>(j.global_batch) * j.seq_len;
+  // Model FLOPs: 6N + attention per token for full training; LoRA and frozen layers skip
+  // weight gradients of frozen weights (2N + 2N + small instead of 6N).
+  double per_token = model_flops_per_token(m, j.seq_len);
+  if (j.mode == TrainMode::lora) per_token *= 2.0 / 3.0;
+  else if (in.frozen > 0) per_token *= 1.0 - (static_cast<double>(in.frozen) / m.layers) / 3.0;
+  in.model_flops = per_token * in.step_tokens;
+  return in;
+}
+
+StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e) {
+  return estimate_time(m, c, j, p, step_time_inputs(m, c, j, p, e), e);
+}
+
+StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const StepTimeInputs& in,
+                       const Efficiency& e) {
+  StepTime st;
+  const double md = in.microbatches;
+  // full_k recomputes the first k layers of each model chunk: its stages depend on vpp.
+  const CriticalStage w = p.recompute == Recompute::full_k ? critical_stage(m, p, in.kinds, in.head, in.frozen)
+                                                           : in.uniform[static_cast<int>(p.recompute)];
+  st.compute = md * w.compute;
+  st.recompute = md * w.recompute;
+  st.tp_comm = md * w.tp;
+  st.cp_comm = md * w.cp;
+  st.ep_comm = md * w.ep;
+  // Fill and drain: every other stage's work once (equal stages: (p-1) * T), divided by
+  // v with interleaving (Narayanan et al. 2021). GPipe has the same bubble.
+  st.bubble = p.pp > 1 ? (w.sum_stage - w.max_stage) / p.vpp : 0;
+
+  // ---- PP point-to-point: one send forward and one backward per micro-batch per chunk
+  // hop on the critical path.
+  if (p.pp > 1) st.pp_comm = 2 * (md * p.vpp + p.pp - 2) * in.pp_hop;
+
+  // ---- DP / ZeRO traffic on the worst stage's rank
+  const DpStep dp = p.zero >= 0 && p.zero < 4 ? in.dp[p.zero] : dp_step(c, j, p, e, in.trainable, in.all_params_rank, in.layers0);
+  st.dp_comm = dp_exposed_time(dp, md, w.fwd, w.bwd, e);
+
+  // ---- optimizer step on the first stage's rank
+  const OptimizerTime opt = optimizer_time(c, j, p, e, in.trainable);
+  st.optimizer = opt.optimizer;
+  st.offload = opt.offload;
+  // ---- activation offload: each micro-batch sends its first k layers' activations to the
+  // host during the stage's forward and fetches them during its backward, over the host
+  // link (PCIe, or NVLink-C2C on Grace-Blackwell) in each direction; what the stage's own
+  // compute does not cover is exposed.
+  if (const int k = std::min(p.activation_offload_layers, in.layers0); k > 0) {
+    const LayerRecompute policy = layer_recompute(p, 0, in.layers0);  // the stage's first (offloaded) layer
+    const double transfer = k * in.layer_activation_bytes[static_cast<int>(policy)] / (c.host_bandwidth * e.network);
+    st.offload += md * (std::max(0.0, transfer - w.fwd) + std::max(0.0, transfer - w.bwd));
+  }
+
+  st.total = st.compute + st.recompute + st.tp_comm + st.pp_comm + st.dp_comm + st.cp_comm + st.ep_comm + st.offload + st.bubble +
+             st.optimizer;
+  st.tokens_per_s = in.step_tokens / st.total;
+  st.model_flops = in.model_flops;
+  const double recompute_share = st.compute > 0 ? st.recompute / st.compute : 0;
+  st.hardware_flops = st.model_flops * (1 + recompute_share);
+  const double gpus = static_cast<double>(p.world_size());
+  st.mfu = st.model_flops / (st.total * gpus * in.peak);
+  st.hfu = st.hardware_flops / (st.total * gpus * in.peak);
+  return st;
+}
+
+}  // namespace llmplan

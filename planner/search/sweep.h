@@ -1,0 +1,105 @@
+// The sweep: enumerate every parallel plan of a job on N GPUs (tp, pp, vpp, cp, ep, sp,
+// micro-batch, recompute, ZeRO, offload, flash attention; precision when not pinned),
+// reject what does not divide or does not fit (counted per reason), rank the rest by
+// the objective and keep the memory-throughput Pareto front.
+//
+// The hot loop works on plain structs with no allocation per configuration; threads
+// split the (tp, pp, cp) space. Thread-safety: run_sweep is reentrant; the progress
+// callback is called from worker threads (it must be thread-safe).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "planner/cost/memory_model.h"
+#include "planner/cost/stack_profile.h"
+#include "planner/cost/plan_check.h"
+#include "planner/spec/specs.h"
+#include "planner/cost/time_model.h"
+
+namespace llmplan {
+
+enum class Objective { tokens_per_s, memory, cost };
+const char* to_string(Objective o);
+bool parse_enum(const std::string& s, Objective* out);
+
+// Which values each dimension may take. Empty vector = the sweep's default range;
+// a single value pins the dimension.
+struct SweepSpace {
+  std::vector<int> tp, pp, vpp, cp, ep, micro_batch, zero;
+  std::vector<Recompute> recompute;
+  std::vector<int> sp;               // 0/1
+  std::vector<int> offload;          // 0/1
+  std::vector<int> flash;            // 0/1
+  std::vector<CpExchange> cp_exchange;  // for cp > 1; default: ring and all_gather
+  std::vector<Precision> precision;  // default: the job's precision
+  int max_tp = 0, max_pp = 0;        // bounds (0 = none)
+  int max_micro_batch = 64;
+  bool tp_across_nodes = false;
+  // Activation offload (Megatron's cpu_offloading_num_layers): a plan that does not fit
+  // offloads the activations of the fewest first layers per stage that make it fit (the
+  // host link's time is charged; more layers would only be slower). Off by default: it
+  // costs up to log2(layers) more evaluations per plan that does not fit.
+  bool activation_offload = false;
+};
+
+struct SweepOptions {
+  Objective objective = Objective::tokens_per_s;
+  double headroom_bytes = 0;          // keep this much of each GPU free
+  int threads = 0;                    // 0 = hardware concurrency
+  int top_k = 10;
+  bool keep_all = false;              // fill SweepResult::all (for --csv)
+  MemoryOptions memory;
+  Efficiency efficiency;
+  // Memory conventions a plan must fit under beside `memory` (the job's own): when the
+  // training stack is not known, the other known stacks' (distinct_memory_conventions).
+  // A plan fits only when it fits under every one; PlanResult::peak_bytes is then the
+  // largest peak (the upper end, by which the memory objective ranks) and peak_low_bytes
+  // the smallest. Empty: the own convention alone.
+  std::vector<MemoryConvention> also_fit;
+  // Called about every 0.1 s with (evaluated so far, total estimate); may be empty.
+  std::function<void(int64_t, int64_t)> progress;
+  const std::atomic<bool>* cancel = nullptr;  // stop early when set
+};
+
+// One evaluated plan (fitting or not), small and copyable.
+struct PlanResult {
+  ParallelPlan plan;
+  Precision precision = Precision::bf16;
+  AmpLevel amp = AmpLevel::O2;
+  RejectReason reason = RejectReason::none;  // none or does_not_fit for evaluated plans
+  double peak_bytes = 0;       // worst stage (with SweepOptions::also_fit: the largest over the conventions)
+  double peak_low_bytes = 0;   // the smallest over the conventions (= peak_bytes without also_fit)
+  int peak_convention = -1;    // which convention sets peak_bytes: -1 the own, else an index into also_fit
+  int peak_stage = 0;
+  Phase peak_phase = Phase::backward;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+  double gpu_hours_per_1b_tokens = 0;
+};
+
+struct SweepResult {
+  int64_t enumerated = 0;    // plans generated
+  int64_t evaluated = 0;     // passed structural checks and were costed
+  int64_t fitting = 0;
+  std::array<int64_t, static_cast<int>(RejectReason::kCount)> rejected{};  // by reason
+  std::vector<PlanResult> top;      // fitting, best first by the objective
+  std::vector<PlanResult> pareto;   // fitting, increasing memory, increasing tokens/s
+  std::vector<PlanResult> all;      // every enumerated plan (keep_all only)
+  bool has_closest = false;
+  PlanResult closest;               // the non-fitting plan with the smallest shortfall
+  double seconds = 0;
+  bool cancelled = false;
+};
+
+// The job with a plan's precision applied (the sweep may vary precision).
+TrainingJob job_for(const TrainingJob& j, const PlanResult& r);
+
+SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, int gpus, const SweepSpace& space,
+                      const SweepOptions& opt);
+
+}  // namespace llmplan

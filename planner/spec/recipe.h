@@ -1,0 +1,172 @@
+// The transformer recipe: one source of truth for what a GPT or Llama layer owns,
+// computes and keeps for its backward pass. The memory model sums it, the time model
+// counts its FLOPs, and the executor allocates exactly the tensors it names (the names
+// below are the executor's too), so that prediction and measurement can be diffed.
+//
+// Notation (Korthikanti et al. 2022): b micro-batch, s sequence (per rank, after CP),
+// h hidden, a heads, f FFN width, t tensor-parallel size. All results are per rank and
+// per micro-batch. Pure functions over fixed-size arrays: no allocation, so the sweep
+// can call them in its hot loop.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "planner/spec/specs.h"
+
+namespace llmplan {
+
+// Linear projections of a block; LoRA targets name them. GPT's fc1/fc2 are up/down.
+enum class Projection : uint8_t { q, k, v, o, gate, up, down };
+constexpr uint32_t projection_bit(Projection p) { return 1u << static_cast<int>(p); }
+// Bitmask of LoRA targets from names ("q", "fc1", ...); unknown names are ignored
+// (job_from_json rejects them earlier).
+uint32_t lora_target_mask(const LoraSpec& lora, Family family);
+// True for the names a LoRA target may have: q k v o gate up down (fc1/fc2 alias up/down).
+bool is_lora_target_name(const std::string& name);
+constexpr const char* kLoraTargetNames = "q, k, v, o, gate, up, down, fc1, fc2";
+
+// How TP/SP divide a saved tensor (Korthikanti's 10sbh replicated part is `sequence`).
+enum class Region : uint8_t {
+  sequence,    // outside the TP region: replicated under TP, split by t under SP
+  tensor,      // inside the TP region (between column- and row-parallel GEMMs): split by t
+  replicated,  // never split by t (LoRA low-rank activations)
+};
+
+struct SavedTensor {
+  const char* name = "";      // e.g. "attn.q"; the executor's tensor of the same name
+  double elements = 0;        // per rank per micro-batch, after t/sp/cp division
+  double bytes_per_element = 2;  // activation dtype, 1 for dropout masks, 4 for fp32 stats, ~1 for FP8 (scales included)
+  bool attention_scores = false;  // an s*s tensor: dropped by selective recompute
+  double bytes() const { return elements * bytes_per_element; }
+};
+
+constexpr int kMaxSavedTensors = 40;
+struct SavedTensorList {
+  std::array<SavedTensor, kMaxSavedTensors> items{};
+  int count = 0;
+  void add(const SavedTensor& t) { items[count++] = t; }
+  double bytes() const;
+};
+
+// Everything about one layer's situation that changes what it keeps.
+struct LayerContext {
+  int64_t b = 1;                  // micro-batch, sequences
+  int64_t s = 2048;               // tokens per sequence on this rank (seq_len / cp)
+  int64_t s_kv = 2048;            // keys each query attends to (seq_len)
+  int t = 1;                      // tensor-parallel size
+  bool sp = false;                // sequence parallel
+  int ep = 1;                     // expert parallel (MoE)
+  int act_bytes = 2;              // activation element size: 2 (fp16/bf16) or 4 (fp32)
+  bool flash = true;              // fused attention keeps logsumexp, not probabilities
+  bool grad_flows = true;         // false for frozen layers below every trainable weight
+  bool base_trainable = true;     // base weights receive gradients (not LoRA, not frozen)
+  uint32_t lora_targets = 0;      // projection_bit()s with LoRA adapters
+  int lora_rank = 0;
+  // FP8 recipes under a stack that saves the linear layers' inputs quantized for their
+  // weight gradients (Transformer Engine): bytes per element of such an input
+  // (fp8_saved_input_bytes), or 0 when they are kept in the activation dtype (torchao's
+  // Float8Linear saves its high-precision input; llmplan's executor has no FP8). Applies
+  // to the inputs of base projections that train; LoRA adapters read the 16-bit input.
+  double fp8_input_bytes = 0;
+  // FP8 recipes under a stack that quantizes the weights at every forward and keeps the
+  // copy the input-gradient GEMM reads with the micro-batch's saved tensors (TE without
+  // its weight cache): bytes per layer parameter on the rank, or 0.
+  double fp8_weight_bytes = 0;
+};
+
+// MoE capacity (GShard, Lepikhin et al. 2020): the rows one routed expert takes from the
+// `tokens` tokens of one routing rank, C = ceil(capacity_factor * tokens * k / experts);
+// tokens routed to an expert beyond C are dropped. moe_expert_rows = experts * C: the
+// rows a rank's experts compute per micro-batch (E/ep experts x C rows from each of ep
+// ranks), the size of the dispatch buffers. 0 for a dense model.
+double moe_expert_capacity(const ModelSpec& m, double tokens);
+double moe_expert_rows(const ModelSpec& m, double tokens);
+
+// The tensors one layer keeps for backward with no recompute (policy none). Tensors a
+// layer does not need — e.g. the input of a frozen projection — are left out.
+SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& c);
+
+enum class LayerRecompute { none, selective, full };
+// Bytes one layer keeps between its forward and backward under a recompute policy:
+// none -> all of saved_tensors_per_layer; selective -> without the attention-score
+// tensors; full -> only the layer input (sbh, /t under SP).
+double activation_bytes_per_layer(const ModelSpec& m, const LayerContext& c, LayerRecompute policy);
+
+// The three sums every recompute policy is made of, from one walk over the recipe (the
+// sweep's hot path asks for several policies of the same layer).
+struct SavedTensorSums {
+  bool grad_flows = true;  // false: a frozen layer below every trainable weight keeps nothing
+  double all = 0;          // bytes of every tensor of saved_tensors_per_layer
+  double scores = 0;       // bytes of its attention-score tensors
+  double input = 0;        // the layer input a full recompute keeps: b*s*h (/t under SP), act dtype
+  // What PyTorch's per-operator selective checkpointing keeps (torchtitan's
+  // selective_ac_option "op", torch.utils.checkpoint with a save list of matmuls and SDPA):
+  // the layer input, the fused-attention output and its logsumexp, and the output of every
+  // other matmul in call order (q, k, v, o, gate|fc1, up, down: q, v, gate|fc1 and, for
+  // SwiGLU, down). Under TP the row-parallel outputs' reduce-scatters are kept too; not
+  // counted (the records that use this policy run tp = 1). Not what llmplan's executor
+  // does: the memory model uses it only when MemoryOptions::selective says so.
+  double op_sac = 0;
+};
+SavedTensorSums sum_saved_tensors(const ModelSpec& m, const LayerContext& c);
+double activation_bytes_per_layer(const SavedTensorSums& s, LayerRecompute policy);
+double recompute_working_bytes(const SavedTensorSums& s, LayerRecompute policy);
+// Bytes re-materialised during one layer's backward by its recompute (the extra working
+// set at the backward peak): the whole layer for full, the score tensors for selective.
+double recompute_working_bytes(const ModelSpec& m, const LayerContext& c, LayerRecompute policy);
+
+// ---------------------------------------------------------------- parameters
+
+// Vocabulary rows one TP rank holds: the vocabulary padded to a multiple of tp (as
+// Megatron and the executor pad it; the padded rows' logits are masked out of the loss).
+inline double vocab_rows_per_rank(const ModelSpec& m, int tp) {
+  return static_cast<double>((m.vocab + tp - 1) / tp);
+}
+
+struct ParamCounts {
+  double per_layer = 0;       // one transformer layer, whole model (no TP/EP split)
+  double per_layer_rank = 0;  // one layer on one rank (TP and EP split)
+  double embedding = 0;       // token (+ position) embedding, whole model
+  double embedding_rank = 0;  // on the first stage's rank (vocab split by t)
+  double head = 0;            // final norm + LM head weight not shared with the embedding
+  double head_rank = 0;       // on the last stage's rank (a tied head on pp > 1 stores a copy)
+  double lora_per_layer = 0;       // adapter parameters, one layer, whole model
+  double lora_per_layer_rank = 0;  // adapter parameters, one layer, one rank
+  double total = 0;           // whole model (tied head counted once), excluding LoRA
+  double active_per_token = 0;  // parameters that touch a token (MoE: top-k experts only)
+  // MoE: the routed experts' share of per_layer_rank (experts/ep of them). Their replicas are
+  // the dp*cp/ep ranks holding the same experts, so ZeRO partitions them over that many.
+  double expert_per_layer_rank = 0;
+  // LoRA: the routed experts' adapters' share of lora_per_layer_rank, partitioned likewise.
+  double lora_expert_per_layer_rank = 0;
+};
+
+// REQUIRES: t divides heads and kv_heads (callers validate the plan first).
+ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lora_targets, int lora_rank);
+
+// ---------------------------------------------------------------- FLOPs
+
+// Forward FLOPs of one layer (or the head) on one rank for one micro-batch, split by
+// kind, because their efficiencies differ and backward treats them differently.
+struct LayerFlops {
+  double gemm_base = 0;        // projections with base weights (2mnk each)
+  double gemm_lora = 0;        // LoRA adapter GEMMs
+  double attention = 0;        // QK^T and PV, full s*s (not halved for the causal mask)
+  double attention_causal = 0; // the same, counting only the causal half that runs
+  double router = 0;           // MoE router
+  double elementwise_bytes = 0;  // memory traffic of norms/activations/softmax (bandwidth-bound)
+};
+
+LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, double moe_capacity_tokens_factor);
+// LM head forward FLOPs (2 * b*s * V/t * h) on the last stage.
+double head_forward_flops(const ModelSpec& m, const LayerContext& c);
+
+// Model FLOPs per step with the conventions of the literature, for MFU:
+// forward+backward (3x forward), attention not halved, LM head included.
+double model_flops_per_token(const ModelSpec& m, int64_t seq_len);
+
+}  // namespace llmplan

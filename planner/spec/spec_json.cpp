@@ -1,0 +1,388 @@
+#include "planner/spec/spec_json.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "planner/spec/json_fields.h"
+#include "planner/spec/recipe.h"
+
+namespace llmplan {
+
+using nlohmann::json;
+
+namespace {
+
+// Bounds that reject absurd input before it can overflow a formula.
+constexpr int64_t kMaxLayers = 10000;
+constexpr int64_t kMaxHidden = 1 << 20;
+constexpr int64_t kMaxHeads = 1 << 16;
+constexpr int64_t kMaxVocab = 100'000'000;
+constexpr int64_t kMaxSeq = 1 << 24;          // 16M tokens
+constexpr int64_t kMaxBatch = 100'000'000;
+constexpr int64_t kMaxDegree = 1 << 20;
+
+Status check_model_shape(const ModelSpec& m, const std::string& origin, const std::string& prefix) {
+  auto field = [&](const char* k) { return origin + ": field '" + (prefix.empty() ? std::string(k) : prefix + "." + k) + "': "; };
+  if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
+    return Status::bad_input(field("kv_heads") + "expected a divisor of heads (" + std::to_string(m.heads) + "), got " +
+                             std::to_string(m.kv_heads));
+  if (m.head_dim == 0 && m.hidden % m.heads != 0)
+    return Status::bad_input(field("heads") + "expected a divisor of hidden (" + std::to_string(m.hidden) + ") or an explicit head_dim, got " +
+                             std::to_string(m.heads));
+  if (m.moe.enabled() && (m.moe.experts_per_token < 1 || m.moe.experts_per_token > m.moe.experts))
+    return Status::bad_input(field("moe.experts_per_token") + "expected 1.." + std::to_string(m.moe.experts) + ", got " +
+                             std::to_string(m.moe.experts_per_token));
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<json> read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::bad_input(path + ": cannot open file (expected a readable JSON file)");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  json j = json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Parse again with exceptions only to get the position; the message stays ours.
+    try {
+      json again = json::parse(buf.str());
+      (void)again;
+    } catch (const json::parse_error& e) {
+      return Status::bad_input(path + ": malformed JSON at byte " + std::to_string(e.byte) + " (expected a JSON document)");
+    }
+    return Status::bad_input(path + ": malformed JSON (expected a JSON document)");
+  }
+  return j;
+}
+
+bool looks_like_hf_config(const json& j) {
+  return j.is_object() && (j.contains("hidden_size") || j.contains("n_embd") || j.contains("num_hidden_layers"));
+}
+
+Result<ModelSpec> model_from_json(const json& j, const std::string& origin) {
+  if (looks_like_hf_config(j)) return model_from_hf_config(j, origin);
+  ModelSpec m;
+  FieldReader r(j, origin, "");
+  r.get("name", &m.name);
+  r.get("source", &m.source, false);
+  r.allow("description");
+  r.get_enum("family", &m.family, "gpt, llama");
+  r.get("layers", &m.layers, 1, kMaxLayers);
+  r.get("hidden", &m.hidden, 1, kMaxHidden);
+  r.get("heads", &m.heads, 1, kMaxHeads);
+  m.kv_heads = m.heads;
+  r.get("kv_heads", &m.kv_heads, 1, kMaxHeads, false);
+  r.get("head_dim", &m.head_dim, 0, kMaxHidden, false);
+  m.ffn_hidden = 4 * m.hidden;
+  r.get("ffn_hidden", &m.ffn_hidden, 1, 16 * kMaxHidden, false);
+  r.get("vocab", &m.vocab, 1, kMaxVocab);
+  m.max_positions = 2048;
+  r.get("max_positions", &m.max_positions, 1, kMaxSeq, false);
+  m.tied_embeddings = m.family == Family::gpt;
+  r.get("tied_embeddings", &m.tied_embeddings, false);
+  m.dropout = m.family == Family::gpt;
+  r.get("dropout", &m.dropout, false);
+  if (const json* moe = r.raw("moe"); moe && !moe->is_null()) {
+    FieldReader mr(*moe, origin, "moe");
+    mr.get("experts", &m.moe.experts, 1, 100000);
+    mr.get("experts_per_token", &m.moe.experts_per_token, 1, 100000);
+    m.moe.expert_ffn_hidden = m.ffn_hidden;
+    mr.get("expert_ffn_hidden", &m.moe.expert_ffn_hidden, 1, 16 * kMaxHidden, false);
+    mr.get("shared_experts", &m.moe.shared_experts, 0, 1000, false);
+    mr.get("capacity_factor", &m.moe.capacity_factor, 0.1, 100, false);
+    if (Status s = mr.finish(); !s) return s;
+  }
+  if (Status s = r.finish(); !s) return s;
+  if (Status s = check_model_shape(m, origin, ""); !s) return s;
+  return m;
+}
+
+Result<ModelSpec> model_from_hf_config(const json& j, const std::string& origin) {
+  ModelSpec m;
+  FieldReader r(j, origin, "");
+  const bool gpt2 = j.contains("n_embd");
+  std::string model_type, act;
+  r.get("model_type", &model_type, false);
+  if (gpt2) {
+    m.family = Family::gpt;
+    r.get("n_layer", &m.layers, 1, kMaxLayers);
+    r.get("n_embd", &m.hidden, 1, kMaxHidden);
+    r.get("n_head", &m.heads, 1, kMaxHeads);
+    m.kv_heads = m.heads;
+    m.ffn_hidden = 4 * m.hidden;
+    r.get("n_inner", &m.ffn_hidden, 1, 16 * kMaxHidden, false);
+    r.get("vocab_size", &m.vocab, 1, kMaxVocab);
+    m.max_positions = 1024;
+    r.get("n_positions", &m.max_positions, 1, kMaxSeq, false);
+    m.tied_embeddings = true;
+    m.dropout = true;
+  } else {
+    r.get("hidden_act", &act, false);
+    // Gated activations (silu/swiglu) mean a Llama-style block; gelu/relu a GPT block.
+    const bool gated = act.empty() || act == "silu" || act == "swiglu" || act == "swish";
+    m.family = gated ? Family::llama : Family::gpt;
+    r.get("num_hidden_layers", &m.layers, 1, kMaxLayers);
+    r.get("hidden_size", &m.hidden, 1, kMaxHidden);
+    r.get("num_attention_heads", &m.heads, 1, kMaxHeads);
+    m.kv_heads = m.heads;
+    r.get("num_key_value_heads", &m.kv_heads, 1, kMaxHeads, false);
+    r.get("head_dim", &m.head_dim, 0, kMaxHidden, false);
+    m.ffn_hidden = 4 * m.hidden;
+    r.get("intermediate_size", &m.ffn_hidden, 1, 16 * kMaxHidden, false);
+    r.get("vocab_size", &m.vocab, 1, kMaxVocab);
+    m.max_positions = 2048;
+    r.get("max_position_embeddings", &m.max_positions, 1, kMaxSeq, false);
+    m.tied_embeddings = false;
+    r.get("tie_word_embeddings", &m.tied_embeddings, false);
+    m.dropout = false;
+    if (r.has("num_local_experts")) {
+      r.get("num_local_experts", &m.moe.experts, 1, 100000);
+      m.moe.experts_per_token = 2;
+      r.get("num_experts_per_tok", &m.moe.experts_per_token, 1, 100000, false);
+      m.moe.expert_ffn_hidden = m.ffn_hidden;
+    }
+  }
+  r.get("_name_or_path", &m.name, false);
+  if (m.name.empty()) m.name = model_type.empty() ? "hf-model" : model_type;
+  m.source = "Hugging Face config.json: " + origin;
+  // HF configs carry many unrelated keys (eps, rope, token ids): do not reject unknowns.
+  if (Status s = r.finish(/*reject_unknown=*/false); !s) return s;
+  if (Status s = check_model_shape(m, origin, ""); !s) return s;
+  return m;
+}
+
+json to_json(const ModelSpec& m) {
+  json j = {{"name", m.name},
+            {"source", m.source},
+            {"family", to_string(m.family)},
+            {"layers", m.layers},
+            {"hidden", m.hidden},
+            {"heads", m.heads},
+            {"kv_heads", m.kv_heads},
+            {"head_dim", m.head_width()},
+            {"ffn_hidden", m.ffn_hidden},
+            {"vocab", m.vocab},
+            {"max_positions", m.max_positions},
+            {"tied_embeddings", m.tied_embeddings},
+            {"dropout", m.dropout},
+            {"moe", nullptr}};
+  if (m.moe.enabled()) {
+    j["moe"] = {{"experts", m.moe.experts},
+                {"experts_per_token", m.moe.experts_per_token},
+                {"expert_ffn_hidden", m.moe.expert_ffn_hidden},
+                {"shared_experts", m.moe.shared_experts},
+                {"capacity_factor", m.moe.capacity_factor}};
+  }
+  return j;
+}
+
+Result<GpuSpec> gpu_from_json(const json& j, const std::string& origin) {
+  GpuSpec g;
+  FieldReader r(j, origin, "gpu");
+  r.get("name", &g.name);
+  r.get("source", &g.source, false);
+  r.allow("description");
+  double gib = 0, gbs = 0;
+  r.get("memory_gib", &gib, 0.001, 1e6);
+  r.get("memory_bandwidth_gbs", &gbs, 0.001, 1e7);
+  g.memory_bytes = gib * 1024.0 * 1024.0 * 1024.0;
+  g.memory_bandwidth = gbs * 1e9;
+  FieldReader pr = r.child("peak_tflops");
+  static const char* kNames[] = {"fp32", "tf32", "fp16", "bf16", "fp8"};
+  for (int i = 0; i < 5; ++i) {
+    double tf = 0;
+    pr.get(kNames[i], &tf, 0, 1e6, false);
+    g.peak_flops[i] = tf * 1e12;
+  }
+  double fp4 = 0;
+  pr.get("fp4", &fp4, 0, 1e6, false);
+  g.fp4_flops = fp4 * 1e12;
+  if (Status s = pr.finish(); !s) return s;
+  r.get("mma_sync_fraction", &g.mma_sync_fraction, 0.01, 1.0, false);
+  r.get("fp8_gemm_any_layout", &g.fp8_gemm_any_layout, false);
+  r.get("mx_block_scaling", &g.mx_block_scaling, false);
+  if (Status s = r.finish(); !s) return s;
+  if (g.peak(Dtype::fp32) <= 0 && g.peak(Dtype::bf16) <= 0 && g.peak(Dtype::fp16) <= 0)
+    return Status::bad_input(origin + ": field 'gpu.peak_tflops': expected at least one positive peak (fp32, fp16 or bf16)");
+  return g;
+}
+
+json to_json(const GpuSpec& g) {
+  return {{"name", g.name},
+          {"source", g.source},
+          {"memory_gib", g.memory_bytes / (1024.0 * 1024.0 * 1024.0)},
+          {"memory_bandwidth_gbs", g.memory_bandwidth / 1e9},
+          {"peak_tflops",
+           {{"fp32", g.peak_flops[0] / 1e12},
+            {"tf32", g.peak_flops[1] / 1e12},
+            {"fp16", g.peak_flops[2] / 1e12},
+            {"bf16", g.peak_flops[3] / 1e12},
+            {"fp8", g.peak_flops[4] / 1e12},
+            {"fp4", g.fp4_flops / 1e12}}},
+          {"mma_sync_fraction", g.mma_sync_fraction},
+          {"fp8_gemm_any_layout", g.fp8_gemm_any_layout},
+          {"mx_block_scaling", g.mx_block_scaling}};
+}
+
+Result<ClusterSpec> cluster_from_json(const json& j, const std::string& origin) {
+  ClusterSpec c;
+  FieldReader r(j, origin, "cluster");
+  r.get("name", &c.name);
+  r.get("source", &c.source, false);
+  r.allow("description");
+  const json* gpu = r.raw("gpu");
+  if (!gpu || !gpu->is_object()) {
+    r.fail("gpu", "expected a GPU object (plan files hold the GPU inline)");
+    return r.finish();
+  }
+  Result<GpuSpec> g = gpu_from_json(*gpu, origin);
+  if (!g) return g.status();
+  c.gpu = *g;
+  r.get("gpus_per_node", &c.gpus_per_node, 1, 1 << 16);
+  r.get("nodes", &c.nodes, 1, kMaxDegree, false);
+  double bw = 0, lat = 0;
+  r.get("intra_node_bandwidth_gbs", &bw, 1e-3, 1e6);
+  r.get("intra_node_latency_us", &lat, 0, 1e6);
+  c.intra_node_bandwidth = bw * 1e9;
+  c.intra_node_latency = lat * 1e-6;
+  r.get("inter_node_bandwidth_gbs", &bw, 1e-3, 1e6);
+  r.get("inter_node_latency_us", &lat, 0, 1e6);
+  c.inter_node_bandwidth = bw * 1e9;
+  c.inter_node_latency = lat * 1e-6;
+  double host = c.host_bandwidth / 1e9;
+  r.get("host_bandwidth_gbs", &host, 1e-3, 1e6, false);
+  c.host_bandwidth = host * 1e9;
+  double host_gib = 0;
+  r.get("host_memory_gib", &host_gib, 0, 1e6, false);
+  c.host_memory_bytes = host_gib * 1024.0 * 1024.0 * 1024.0;
+  r.get("nvlink_domain_gpus", &c.nvlink_domain, 0, 1 << 16, false);  // 0: the node
+  if (Status s = r.finish(); !s) return s;
+  return c;
+}
+
+json to_json(const ClusterSpec& c) {
+  return {{"name", c.name},
+          {"source", c.source},
+          {"gpu", to_json(c.gpu)},
+          {"gpus_per_node", c.gpus_per_node},
+          {"nodes", c.nodes},
+          {"intra_node_bandwidth_gbs", c.intra_node_bandwidth / 1e9},
+          {"intra_node_latency_us", c.intra_node_latency * 1e6},
+          {"inter_node_bandwidth_gbs", c.inter_node_bandwidth / 1e9},
+          {"inter_node_latency_us", c.inter_node_latency * 1e6},
+          {"host_bandwidth_gbs", c.host_bandwidth / 1e9},
+          {"host_memory_gib", c.host_memory_bytes / (1024.0 * 1024.0 * 1024.0)},
+          {"nvlink_domain_gpus", c.nvlink_domain}};
+}
+
+Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
+  TrainingJob t;
+  FieldReader r(j, origin, "job");
+  r.get_enum("mode", &t.mode, "pretrain, finetune, lora");
+  if (const json* lora = r.raw("lora"); lora && !lora->is_null()) {
+    FieldReader lr(*lora, origin, "job.lora");
+    lr.get("rank", &t.lora.rank, 1, 1 << 16);
+    lr.get("alpha", &t.lora.alpha, 0, 1e9, false);
+    if (const json* targets = lr.raw("targets")) {
+      t.lora.targets.clear();
+      bool bad = !targets->is_array() || targets->empty();
+      if (!bad) {
+        for (const auto& x : *targets) {
+          if (!x.is_string() || !is_lora_target_name(x.get<std::string>())) bad = true;
+          else t.lora.targets.push_back(x.get<std::string>());
+        }
+      }
+      if (bad) lr.fail("targets", std::string("expected a non-empty list of ") + kLoraTargetNames + "; got " + json_value_text(*targets));
+    }
+    if (Status s = lr.finish(); !s) return s;
+  }
+  r.get("frozen_layers", &t.frozen_layers, 0, kMaxLayers, false);
+  r.get("frozen_fraction", &t.frozen_fraction, 0, 1, false);
+  r.get("seq_len", &t.seq_len, 1, kMaxSeq);
+  r.get("global_batch", &t.global_batch, 1, kMaxBatch);
+  r.get_enum("precision", &t.precision, "fp32, fp16, bf16");
+  t.amp = t.precision == Precision::fp32 ? AmpLevel::O0 : AmpLevel::O2;
+  r.get_enum("amp", &t.amp, "O0, O1, O2, O3", false);
+  r.get_enum("optimizer", &t.optimizer, "adamw, sgd", false);
+  r.get_enum("grads", &t.grads, "deepspeed, megatron", false);
+  r.get_enum("fp8", &t.fp8, kFp8RecipeNames, false);
+  // Plan files written before the FP8 recipes had one flag for per-tensor FP8 linears.
+  bool legacy_fp8 = false;
+  r.get("fp8_linear", &legacy_fp8, false);
+  if (legacy_fp8 && !r.has("fp8")) t.fp8 = Fp8Recipe::tensorwise;
+  if (legacy_fp8 && r.has("fp8") && t.fp8 == Fp8Recipe::none)
+    r.fail("fp8_linear", "expected no fp8_linear (the old spelling of 'fp8') beside 'fp8': \"none\"");
+  if (Status s = r.finish(); !s) return s;
+  if (t.precision == Precision::fp32) t.amp = AmpLevel::O0;
+  else if (t.amp == AmpLevel::O0) return Status::bad_input(origin + ": field 'job.amp': expected O1, O2 or O3 with " +
+                                                           to_string(t.precision) + " precision, got O0");
+  return t;
+}
+
+json to_json(const TrainingJob& t) {
+  json j = {{"mode", to_string(t.mode)},
+            {"frozen_layers", t.frozen_layers},
+            {"frozen_fraction", t.frozen_fraction},
+            {"seq_len", t.seq_len},
+            {"global_batch", t.global_batch},
+            {"precision", to_string(t.precision)},
+            {"amp", to_string(t.amp)},
+            {"optimizer", to_string(t.optimizer)},
+            {"grads", to_string(t.grads)},
+            {"fp8", to_string(t.fp8)},
+            {"lora", nullptr}};
+  if (t.mode == TrainMode::lora) j["lora"] = {{"rank", t.lora.rank}, {"alpha", t.lora.alpha}, {"targets", t.lora.targets}};
+  return j;
+}
+
+Result<ParallelPlan> plan_from_json(const json& j, const std::string& origin) {
+  ParallelPlan p;
+  FieldReader r(j, origin, "plan");
+  r.get("dp", &p.dp, 1, kMaxDegree);
+  r.get("tp", &p.tp, 1, kMaxDegree);
+  r.get("pp", &p.pp, 1, kMaxDegree);
+  r.get("vpp", &p.vpp, 1, 1024, false);
+  r.get("cp", &p.cp, 1, kMaxDegree, false);
+  r.get("ep", &p.ep, 1, kMaxDegree, false);
+  r.get("sp", &p.sp, false);
+  r.get("micro_batch", &p.micro_batch, 1, kMaxBatch);
+  r.get("grad_accum", &p.grad_accum, 1, kMaxBatch, false);
+  r.get("zero", &p.zero, 0, 3, false);
+  r.get_enum("recompute", &p.recompute, "none, selective, full, full_k", false);
+  r.get("recompute_layers", &p.recompute_layers, 0, kMaxLayers, false);
+  r.get("offload_optimizer", &p.offload_optimizer, false);
+  r.get("flash_attention", &p.flash_attention, false);
+  p.schedule = p.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
+  r.get_enum("schedule", &p.schedule, "gpipe, 1f1b, interleaved", false);
+  r.get_enum("cp_exchange", &p.cp_exchange, "ring, all_gather", false);
+  r.get_enum("pipeline_split", &p.pipeline_split, "even, account_embedding_loss", false);
+  r.get("activation_offload_layers", &p.activation_offload_layers, 0, 100000, false);
+  if (Status s = r.finish(); !s) return s;
+  return p;
+}
+
+json to_json(const ParallelPlan& p) {
+  json j = {{"dp", p.dp},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"vpp", p.vpp},
+          {"cp", p.cp},
+          {"ep", p.ep},
+          {"sp", p.sp},
+          {"micro_batch", p.micro_batch},
+          {"grad_accum", p.grad_accum},
+          {"zero", p.zero},
+          {"recompute", to_string(p.recompute)},
+          {"recompute_layers", p.recompute_layers},
+          {"offload_optimizer", p.offload_optimizer},
+          {"flash_attention", p.flash_attention},
+          {"schedule", to_string(p.schedule)}};
+  // Written only when it is not the default, so ring plans' files stay as they were.
+  if (p.cp_exchange != CpExchange::ring) j["cp_exchange"] = to_string(p.cp_exchange);
+  if (p.pipeline_split != PipelineSplit::even) j["pipeline_split"] = to_string(p.pipeline_split);
+  if (p.activation_offload_layers > 0) j["activation_offload_layers"] = p.activation_offload_layers;
+  return j;
+}
+
+}  // namespace llmplan

@@ -1,0 +1,41 @@
+// JSON in and out for the spec structs. Readers name the file (`origin`), the field and
+// the expected form in every error; unknown fields are errors. Model JSON may be an
+// llmplan preset (models/*.json) or a Hugging Face config.json (detected by its keys).
+//
+// Units in JSON: GPU memory in GiB, bandwidths in GB/s, latencies in microseconds, peaks
+// in TFLOP/s (what datasheets print); the structs hold bytes, bytes/s, s and FLOP/s.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/spec/specs.h"
+#include "planner/spec/status.h"
+
+namespace llmplan {
+
+Result<ModelSpec> model_from_json(const nlohmann::json& j, const std::string& origin);
+Result<ModelSpec> model_from_hf_config(const nlohmann::json& j, const std::string& origin);
+bool looks_like_hf_config(const nlohmann::json& j);
+nlohmann::json to_json(const ModelSpec& m);
+
+Result<GpuSpec> gpu_from_json(const nlohmann::json& j, const std::string& origin);
+nlohmann::json to_json(const GpuSpec& g);
+
+// A cluster object holds its GPU inline ("gpu": {...}) in plan files; presets name a GPU
+// preset id instead, resolved by the preset registry (presets.h).
+Result<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::string& origin);
+nlohmann::json to_json(const ClusterSpec& c);
+
+Result<TrainingJob> job_from_json(const nlohmann::json& j, const std::string& origin);
+nlohmann::json to_json(const TrainingJob& t);
+
+Result<ParallelPlan> plan_from_json(const nlohmann::json& j, const std::string& origin);
+nlohmann::json to_json(const ParallelPlan& p);
+
+// Reads and parses a JSON file; a missing file or a syntax error names the file (and
+// the byte offset of the error).
+Result<nlohmann::json> read_json_file(const std::string& path);
+
+}  // namespace llmplan

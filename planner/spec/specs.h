@@ -1,0 +1,226 @@
+// Spec types: what the user gives the planner (model, hardware, training job) and what
+// the planner chooses (the parallel plan). Plain structs with units on every field; JSON
+// in and out lives in spec_json.h, range checks in plan_check.h.
+//
+// Thread-safety: plain values, safe to copy and read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llmplan {
+
+// ---------------------------------------------------------------- model
+
+enum class Family { gpt, llama };  // GPT: LayerNorm, GELU, biases, learned positions.
+                                   // Llama: RMSNorm, SwiGLU, no biases, rotary.
+
+struct MoeSpec {                    // Mixture of experts in the MLP of every layer.
+  int experts = 0;                  // routed experts per layer, e.g. 8 (0 = dense model)
+  int experts_per_token = 0;        // top-k, e.g. 2
+  int64_t expert_ffn_hidden = 0;    // inner width of one expert, e.g. 14336
+  int shared_experts = 0;           // always-active experts (DeepSeek style), e.g. 0
+  double capacity_factor = 1.0;     // tokens an expert buffers = cf * tokens * k / experts
+  bool enabled() const { return experts > 0; }
+};
+
+struct ModelSpec {
+  std::string name;                 // preset id, e.g. "llama2-7b"
+  std::string source;               // where the numbers come from (paper, config URL)
+  Family family = Family::llama;
+  int layers = 0;                   // transformer blocks, e.g. 32
+  int64_t hidden = 0;               // model width h, e.g. 4096
+  int heads = 0;                    // attention heads a, e.g. 32
+  int kv_heads = 0;                 // key/value heads (GQA/MQA); == heads for MHA
+  int64_t head_dim = 0;             // per-head width; 0 means hidden / heads
+  int64_t ffn_hidden = 0;           // MLP inner width f, e.g. 11008
+  int64_t vocab = 0;                // vocabulary V, e.g. 32000
+  int64_t max_positions = 0;        // context length the model was built for, e.g. 4096
+  bool tied_embeddings = false;     // LM head shares the token-embedding matrix
+  bool dropout = false;             // dropout layers present (GPT-style training)
+  MoeSpec moe;
+
+  int64_t head_width() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  int64_t q_width() const { return head_width() * heads; }      // columns of W_q
+  int64_t kv_width() const { return head_width() * kv_heads; }  // columns of W_k (= W_v)
+};
+
+// ---------------------------------------------------------------- hardware
+
+enum class Dtype { fp32, tf32, fp16, bf16, fp8 };
+
+struct GpuSpec {
+  std::string name;                  // preset id, e.g. "a100-80g"
+  std::string source;
+  double memory_bytes = 0;           // capacity, bytes (80 GB card: 80e9)
+  double memory_bandwidth = 0;       // HBM, bytes/s
+  double peak_flops[5] = {0, 0, 0, 0, 0};  // dense FLOP/s, indexed by Dtype; 0 = unsupported
+  // Fraction of the dense tensor peak that warp-level mma.sync instructions (the Ampere
+  // programming model, used by FlashAttention-2 and Triton attention kernels) can reach.
+  // 1 up to Ampere/Ada; 2/3 on Hopper, whose full rate needs warpgroup wgmma (Shah et al.
+  // 2024, FlashAttention-3, sec. 2.2). Applied to fused attention only: cuBLAS GEMMs use wgmma.
+  double mma_sync_fraction = 1.0;
+  // Dense FP4 FLOP/s where the GPU has it (Blackwell NVFP4/MXFP4, MI355X). Informational:
+  // no FP4 training recipe is modelled, so the time model never reads it.
+  double fp4_flops = 0;
+  // FP8 GEMMs take operands in any layout (Blackwell, sm_100 and later). Hopper's and Ada's
+  // FP8 tensor-core GEMMs take only the "TN" layout, so Transformer Engine keeps a
+  // transposed FP8 copy of each weight and of each saved input for the backward GEMMs;
+  // on Blackwell it keeps none (TE's is_non_tn_fp8_gemm_supported(): compute capability
+  // >= 10.0). Default: false.
+  bool fp8_gemm_any_layout = false;
+  // Tensor cores that apply per-block scales inside the GEMM: OCP MX formats, MXFP8 with an
+  // E8M0 scale per 32 elements (NVIDIA Blackwell; AMD CDNA4 / MI355X). Without them the
+  // mxfp8 recipe cannot run. Default: false.
+  bool mx_block_scaling = false;
+  double peak(Dtype d) const { return peak_flops[static_cast<int>(d)]; }
+};
+
+struct ClusterSpec {
+  std::string name;                  // preset id, e.g. "dgx-a100"
+  std::string source;
+  GpuSpec gpu;
+  int gpus_per_node = 8;
+  int nodes = 1;
+  double intra_node_bandwidth = 0;   // per GPU, one direction, bytes/s (NVLink)
+  double intra_node_latency = 0;     // s
+  double inter_node_bandwidth = 0;   // per GPU, one direction, bytes/s (IB/RoCE)
+  double inter_node_latency = 0;     // s
+  double host_bandwidth = 25e9;      // GPU<->host (PCIe) per GPU, bytes/s, for offload
+  // Host (CPU) memory of one node, bytes: what optimizer and activation offload may fill
+  // beside the OS and the framework. 0: not known, not checked.
+  double host_memory_bytes = 0;
+  // GPUs that share the scale-up (NVLink) fabric, when that is larger than a node: a GB200
+  // NVL72 rack joins 18 trays of 4 GPUs in one 72-GPU NVLink domain (NVIDIA GB200 NVL72
+  // datasheet), so groups of up to 72 ranks talk at intra_node_bandwidth. 0: the node.
+  int nvlink_domain = 0;
+  int total_gpus() const { return gpus_per_node * nodes; }
+  int scale_up_gpus() const { return nvlink_domain > gpus_per_node ? nvlink_domain : gpus_per_node; }
+};
+
+// ---------------------------------------------------------------- training job
+
+enum class TrainMode { pretrain, finetune, lora };
+enum class Precision { fp32, fp16, bf16 };
+enum class AmpLevel { O0, O1, O2, O3 };  // MindSpore names; O0 = no AMP (fp32 only)
+enum class Optimizer { adamw, sgd_momentum };
+// Bytes of gradients in mixed precision: DeepSpeed keeps 16-bit grads (16 B/param with
+// AdamW), Megatron accumulates fp32 main grads (18 B/param).
+enum class GradConvention { deepspeed, megatron };
+
+// FP8 training recipes: how the inputs of the linear layers' GEMMs are scaled into
+// float8 (E4M3 forward, E5M2 or E4M3 for gradients). What each keeps in memory and costs
+// is planner/spec/fp8_recipe.h's.
+//   tensorwise  one scale per tensor from its current amax (TE Float8CurrentScaling,
+//               torchao Float8LinearConfig "tensorwise")
+//   delayed     one scale per tensor from an amax history of past steps (TE DelayedScaling)
+//   blockwise   DeepSeek-V3's 1x128 tiles for activations and gradients, 128x128 blocks
+//               for weights, fp32 scales (TE Float8BlockScaling)
+//   mxfp8       OCP MX: 1x32 blocks with an E8M0 scale, in hardware (TE MXFP8BlockScaling;
+//               Blackwell)
+enum class Fp8Recipe { none, tensorwise, delayed, blockwise, mxfp8 };
+constexpr const char* kFp8RecipeNames = "none, tensorwise, delayed, blockwise, mxfp8";
+
+struct LoraSpec {
+  int rank = 8;                                  // r
+  double alpha = 16;                             // scaling alpha / r
+  std::vector<std::string> targets = {"q", "v"};  // of q k v o gate up down (fc1/fc2 alias up/down)
+};
+
+struct TrainingJob {
+  TrainMode mode = TrainMode::pretrain;
+  LoraSpec lora;                     // used when mode == lora
+  int frozen_layers = 0;             // bottom transformer layers with no trainable weights
+  double frozen_fraction = 0;        // alternative to frozen_layers, 0..1 (rounded down)
+  int64_t seq_len = 2048;            // tokens per sequence
+  int64_t global_batch = 512;        // sequences per optimizer step, all DP replicas
+  Precision precision = Precision::bf16;
+  AmpLevel amp = AmpLevel::O2;       // ignored (O0) for fp32
+  Optimizer optimizer = Optimizer::adamw;
+  GradConvention grads = GradConvention::deepspeed;
+  Fp8Recipe fp8 = Fp8Recipe::none;   // float8 GEMMs in linear layers by this scaling recipe, 16-bit elsewhere
+  bool fp8_linear() const { return fp8 != Fp8Recipe::none; }
+
+  int frozen_layer_count(int layers) const {
+    int k = frozen_layers > 0 ? frozen_layers : static_cast<int>(frozen_fraction * layers);
+    return k < 0 ? 0 : (k > layers ? layers : k);
+  }
+};
+
+// ---------------------------------------------------------------- plan
+
+enum class Recompute { none, selective, full, full_k };  // full_k: k layers per stage full
+enum class Schedule { gpipe, one_f_one_b, interleaved };
+// How context parallel exchanges K and V between the CP ranks. ring: Megatron's ring (two
+// K/V chunks in flight, overlapped with attention). all_gather: the executor's (Llama 3's)
+// exchange: k and v all-gathered whole into communication buffers before attention, not
+// overlapped, and their gradients reduce-scattered in backward; queries stay local.
+// Meaningful only when cp > 1.
+enum class CpExchange { ring, all_gather };
+// How a pipeline's layers are split over its pp * vpp virtual stages. even: as even as
+// possible, the remainder on the last stages (vpp > 1 needs pp*vpp to divide the layers).
+// account_embedding_loss: Megatron-Core's account_for_embedding_in_pipeline_split and
+// account_for_loss_in_pipeline_split (megatron/core/transformer/transformer_config.py):
+// the embedding and the loss count as one layer each, so the L + 2 slots are split evenly
+// and the first and last virtual stage hold one transformer layer fewer (Llama 3.1 405B's
+// 126 layers on pp 8 x vpp 8: 128 slots of 2, chunks of 1, 2, ..., 2, 1 layers).
+enum class PipelineSplit { even, account_embedding_loss };
+
+struct ParallelPlan {
+  int dp = 1, tp = 1, pp = 1;
+  int vpp = 1;                       // virtual stages per pipeline rank (interleaved when > 1)
+  int cp = 1;                        // context parallel (sequence split for attention)
+  int ep = 1;                        // expert parallel (MoE), inside dp*cp
+  bool sp = false;                   // Megatron sequence parallel (needs tp > 1)
+  int micro_batch = 1;               // sequences per micro-batch per DP rank
+  int grad_accum = 1;                // micro-batches per step = global / (micro * dp)
+  int zero = 0;                      // 0..3
+  Recompute recompute = Recompute::none;
+  int recompute_layers = 0;          // k for Recompute::full_k (per pipeline stage)
+  bool offload_optimizer = false;    // optimizer states and master weights in host memory
+  bool flash_attention = true;       // fused attention: no s*s scores kept
+  Schedule schedule = Schedule::one_f_one_b;
+  CpExchange cp_exchange = CpExchange::ring;  // plan files without it are ring
+  PipelineSplit pipeline_split = PipelineSplit::even;  // plan files without it are even
+  // Activation offload: the kept activations of the first k layers of each pipeline stage go
+  // to host memory after their forward and come back before their backward (Megatron-Core's
+  // cpu_offloading_num_layers over Transformer Engine's CPU offload context, double-buffered:
+  // two layers' worth stay on the GPU). 0: none.
+  int activation_offload_layers = 0;
+  int world_size() const { return dp * tp * pp * cp; }
+};
+
+// The 16-bit format to train in on this GPU when none is asked for: bf16 where the GPU has
+// a bf16 peak, else fp16.
+inline Precision default_half_precision(const GpuSpec& g) { return g.peak(Dtype::bf16) > 0 ? Precision::bf16 : Precision::fp16; }
+
+// Short names used in JSON, CLI and tables ("llama", "bf16", "O2", "selective", "1f1b").
+const char* to_string(Family v);
+const char* to_string(Dtype v);
+const char* to_string(TrainMode v);
+const char* to_string(Precision v);
+const char* to_string(AmpLevel v);
+const char* to_string(Optimizer v);
+const char* to_string(GradConvention v);
+const char* to_string(Fp8Recipe v);
+const char* to_string(Recompute v);
+const char* to_string(Schedule v);
+const char* to_string(CpExchange v);
+const char* to_string(PipelineSplit v);
+
+// Parse the names above; return false (and leave *out untouched) on an unknown name.
+bool parse_enum(const std::string& s, Family* out);
+bool parse_enum(const std::string& s, Dtype* out);
+bool parse_enum(const std::string& s, TrainMode* out);
+bool parse_enum(const std::string& s, Precision* out);
+bool parse_enum(const std::string& s, AmpLevel* out);
+bool parse_enum(const std::string& s, Optimizer* out);
+bool parse_enum(const std::string& s, GradConvention* out);
+bool parse_enum(const std::string& s, Fp8Recipe* out);
+bool parse_enum(const std::string& s, Recompute* out);
+bool parse_enum(const std::string& s, Schedule* out);
+bool parse_enum(const std::string& s, CpExchange* out);
+bool parse_enum(const std::string& s, PipelineSplit* out);
+
+}  // namespace llmplan
