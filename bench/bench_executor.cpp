@@ -1,7 +1,7 @@
 // Training-step throughput of the CPU executor (tokens/s) for a GPT-2-small shape:
 // 12 layers, hidden 768, 12 heads, vocab 50257, seq 512, micro-batch 4, fp32, AdamW, flash
 // attention, no recompute. Threads: OPENBLAS_NUM_THREADS (run with 2 on the CI machine).
-// Compare with shared/peers/torch_cpu_gpt.py on the same shape (PLATFORM.md), alternately.
+// Compare with bench/torch_cpu_gpt.py (PyTorch on the CPU, the same shape), run alternately.
 #include <benchmark/benchmark.h>
 
 #include "executor/data.h"

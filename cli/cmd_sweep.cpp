@@ -291,7 +291,7 @@ Runner register_presets(CLI::App* sub) {
     for (const auto& id : reg->cluster_ids()) std::printf(" %s", id.c_str());
     std::printf("\nstacks:");
     for (const auto& id : reg->stack_ids()) std::printf(" %s", id.c_str());
-    std::printf("\n");
+    std::printf("\nread from: %s\n", (root->empty() ? default_data_root() : *root).c_str());
     return 0;
   };
 }

@@ -23,8 +23,12 @@ constexpr const char* kLlmplanKey = "execute/llmplan";
 }  // namespace
 
 QString default_llmplan_path() {
-  // llmplan-gui lives in ${build}/gui, the CLI in ${build}/cli.
-  const QString sibling = QDir(QCoreApplication::applicationDirPath()).absoluteFilePath(QStringLiteral("../cli/llmplan"));
+  // Installed, both live in P/bin; in the build tree llmplan-gui is in ${build}/gui, the
+  // CLI in ${build}/cli.
+  const QDir here(QCoreApplication::applicationDirPath());
+  const QString installed = here.absoluteFilePath(QStringLiteral("llmplan"));
+  if (QFileInfo(installed).isExecutable()) return QDir::cleanPath(installed);
+  const QString sibling = here.absoluteFilePath(QStringLiteral("../cli/llmplan"));
   if (QFileInfo(sibling).isExecutable()) return QDir::cleanPath(sibling);
   const QString on_path = QStandardPaths::findExecutable(QStringLiteral("llmplan"));
   return on_path.isEmpty() ? QDir::cleanPath(sibling) : on_path;

@@ -16,6 +16,18 @@ using nlohmann::json;
 
 std::string default_data_root() {
   if (const char* env = std::getenv("LLMPLAN_DATA_DIR"); env && *env) return env;
+  // An installed binary (cmake --install, the .deb) reads P/share/llmplan beside P/bin; a
+  // binary outside the build tree never reads the source tree it was built from, which
+  // may have changed or be gone.
+  std::error_code ec;
+  const fs::path exe = fs::weakly_canonical(fs::read_symlink("/proc/self/exe", ec), ec);
+  if (!exe.empty()) {
+    const fs::path installed = exe.parent_path().parent_path() / "share" / "llmplan";
+    if (fs::is_directory(installed / "models", ec)) return installed.string();
+    const fs::path build_root = fs::weakly_canonical(LLMPLAN_BUILD_ROOT, ec);
+    const auto [end, at] = std::mismatch(build_root.begin(), build_root.end(), exe.begin(), exe.end());
+    if (end != build_root.end()) return installed.string();
+  }
   return LLMPLAN_SOURCE_ROOT;
 }
 
@@ -90,7 +102,7 @@ Result<PresetRegistry> PresetRegistry::load(const std::string& root) {
   PresetRegistry reg;
   const fs::path base(root);
   if (!fs::is_directory(base / "models"))
-    return Status::bad_input(root + ": no models/ folder here (set LLMPLAN_DATA_DIR to the llmplan source tree)");
+    return Status::bad_input(root + ": no models/ folder here (set LLMPLAN_DATA_DIR or --data-root to a folder with models/ and data/, e.g. an install's share/llmplan or the source tree)");
   for (const std::string& f : json_files(base / "models")) {
     Result<ModelSpec> m = load_model_file(f);
     if (!m) return m.status();

@@ -17,8 +17,10 @@
 
 namespace llmplan {
 
-// The folder holding models/ and data/: $LLMPLAN_DATA_DIR if set, else the source tree
-// the binary was built from.
+// The folder holding models/ and data/: $LLMPLAN_DATA_DIR if set; else <exe>/../share/llmplan
+// when it has models/ (an installed binary); else, for a binary inside the build tree, the
+// source tree it was built from. A binary elsewhere gets <exe>/../share/llmplan, which the
+// loader then reports missing.
 std::string default_data_root();
 
 struct ClusterPreset {
