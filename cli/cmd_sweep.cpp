@@ -20,7 +20,7 @@ struct SweepCommand {
   std::vector<int> tp, pp, vpp, cp, ep, micro_batch, zero;
   std::vector<std::string> recompute;
   std::vector<std::string> cp_exchange;
-  std::string sp, offload, flash;  // "on", "off" or "" (vary)
+  std::string sp = "both", offload = "both", flash = "both";  // "on", "off" or "both" (vary)
   std::string activation_offload = "off";  // "on": offload the fewest layers' activations that make a plan fit
   int max_tp = 0, max_pp = 0;
   int top = 10;
@@ -34,11 +34,15 @@ struct SweepCommand {
   int simulate_top = 0;
 };
 
+// A pin given as on|off (parse_on_off) becomes the one value the sweep tries; "both" (the
+// default) tries both.
+constexpr const char* kBothValues = "both";
+
 Status on_off(const std::string& v, const char* flag, std::vector<int>* out) {
-  if (v.empty()) return Status::ok();
-  if (v == "on") *out = {1};
-  else if (v == "off") *out = {0};
-  else return Status::bad_input(std::string(flag) + ": expected on or off, got '" + v + "'");
+  if (v == kBothValues) return Status::ok();
+  Result<bool> on = parse_on_off(v, flag);
+  if (!on) return on.status();
+  *out = {*on ? 1 : 0};
   return Status::ok();
 }
 
@@ -108,9 +112,9 @@ Runner register_sweep(CLI::App* sub) {
   sub->add_option("--micro-batch", c->micro_batch, "pin micro-batch size(s)")->delimiter(',');
   sub->add_option("--zero", c->zero, "pin ZeRO stage(s)")->delimiter(',');
   sub->add_option("--recompute", c->recompute, "pin recompute policy (none, selective, full)")->delimiter(',');
-  sub->add_option("--sp", c->sp, "pin sequence parallel: on or off");
-  sub->add_option("--offload", c->offload, "pin optimizer offload: on or off");
-  sub->add_option("--flash", c->flash, "pin flash attention: on or off");
+  sub->add_option("--sp", c->sp, "pin sequence parallel: on, off or both")->capture_default_str();
+  sub->add_option("--offload", c->offload, "pin optimizer offload: on, off or both")->capture_default_str();
+  sub->add_option("--flash", c->flash, "pin flash attention: on, off or both")->capture_default_str();
   sub->add_option("--activation-offload", c->activation_offload,
                   "on: a plan that does not fit offloads the activations of the fewest layers per stage that make it fit")
       ->capture_default_str();

@@ -38,6 +38,13 @@ void add_job_flags(CLI::App* app, JobFlags* f) {
   app->add_option("--data-root", f->data_root, "folder with models/ and data/ (default: $LLMPLAN_DATA_DIR or the source tree)");
 }
 
+Result<bool> parse_on_off(const std::string& v, const char* flag) {
+  if (v == "on") return true;
+  if (v == "off") return false;
+  if (v.empty()) return Status::bad_input(std::string(flag) + ": expected on or off (a bare " + flag + " is the old spelling: write " + flag + " on)");
+  return Status::bad_input(std::string(flag) + ": expected on or off, got '" + v + "'");
+}
+
 void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--dp", f->dp, "data-parallel degree (default: gpus/(tp*pp*cp))");
   app->add_option("--tp", f->tp, "tensor-parallel degree");
@@ -45,15 +52,18 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--vpp", f->vpp, "virtual stages per pipeline rank");
   app->add_option("--cp", f->cp, "context-parallel degree");
   app->add_option("--ep", f->ep, "expert-parallel degree (MoE)");
-  app->add_flag("--sp", f->sp, "Megatron sequence parallel");
+  // No default_str on these: CLI11 would give it to a bare --sp, which used to mean on.
+  app->add_option("--sp", f->sp, "Megatron sequence parallel: on or off (default off)")->expected(0, 1);
   app->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch");
   app->add_option("--zero", f->zero, "ZeRO stage 0-3");
   app->add_option("--recompute", f->recompute, "none, selective, full or full_k");
   app->add_option("--recompute-layers", f->recompute_layers, "k for --recompute full_k");
-  app->add_flag("--offload", f->offload, "offload optimizer states to host memory");
+  app->add_option("--offload", f->offload, "offload optimizer states to host memory: on or off (default off)")->expected(0, 1);
   app->add_option("--activation-offload-layers", f->activation_offload_layers,
                   "offload the activations of the first N layers of each pipeline stage to host memory (Megatron cpu_offloading_num_layers)");
-  app->add_flag("--no-flash", f->no_flash, "materialise attention scores (no fused attention)");
+  app->add_option("--flash", f->flash, "fused (flash) attention: on, or off to materialise the attention scores")
+      ->capture_default_str();
+  app->add_flag("--no-flash", f->old_no_flash)->group("");  // the old spelling, refused with the new one
   app->add_option("--schedule", f->schedule, "gpipe, 1f1b or interleaved");
 }
 
@@ -220,7 +230,12 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
       return Status::bad_input("--gpus: " + std::to_string(s->file.gpus) + " GPUs cannot be split by tp*pp*cp = " + std::to_string(mp));
     p.dp = static_cast<int>(s->file.gpus / mp);
   }
-  p.sp = pf.sp;
+  Result<bool> sp = parse_on_off(pf.sp, "--sp"), offload = parse_on_off(pf.offload, "--offload"), flash = parse_on_off(pf.flash, "--flash");
+  if (pf.old_no_flash) return Status::bad_input("--no-flash: this flag is now spelled --flash off");
+  if (!sp) return sp.status();
+  if (!offload) return offload.status();
+  if (!flash) return flash.status();
+  p.sp = *sp;
   p.micro_batch = pf.micro_batch > 0 ? pf.micro_batch : 1;
   if (pf.zero < -1 || pf.zero > 3) return Status::bad_input("--zero: expected 0, 1, 2 or 3, got " + std::to_string(pf.zero));
   p.zero = pf.zero >= 0 ? pf.zero : 0;
@@ -230,8 +245,8 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   if (pf.activation_offload_layers < 0)
     return Status::bad_input("--activation-offload-layers: expected a count >= 0, got " + std::to_string(pf.activation_offload_layers));
   p.activation_offload_layers = pf.activation_offload_layers;
-  p.offload_optimizer = pf.offload;
-  p.flash_attention = !pf.no_flash;
+  p.offload_optimizer = *offload;
+  p.flash_attention = *flash;
   p.schedule = p.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
   if (!pf.schedule.empty())
     if (Status st = parse_flag(pf.schedule, &p.schedule, "--schedule", "gpipe, 1f1b, interleaved"); !st) return st;

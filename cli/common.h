@@ -44,16 +44,21 @@ struct JobFlags {
 // Flags for a single plan (memory, explain). -1 / "" = not given.
 struct PlanFlags {
   int dp = -1, tp = -1, pp = -1, vpp = -1, cp = -1, ep = -1;
-  bool sp = false;
+  std::string sp = "off";  // on|off, as the sweep's pins spell them
   int micro_batch = -1;
   int zero = -1;
   std::string recompute;
   int recompute_layers = 0;
-  bool offload = false;
+  std::string offload = "off";
   int activation_offload_layers = 0;
-  bool no_flash = false;
+  std::string flash = "on";
+  bool old_no_flash = false;  // --no-flash, refused naming --flash off
   std::string schedule;
 };
+
+// "on" / "off" for a flag such as --sp; empty (a bare flag) or anything else is bad input
+// naming the flag. The sweep's pins and the single-plan commands share this spelling.
+Result<bool> parse_on_off(const std::string& v, const char* flag);
 
 void add_job_flags(CLI::App* app, JobFlags* f);
 void add_plan_flags(CLI::App* app, PlanFlags* f);

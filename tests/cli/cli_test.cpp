@@ -8,6 +8,8 @@
 #include <string>
 #include <sys/wait.h>
 
+#include <nlohmann/json.hpp>
+
 #include "planner/io/plan_file.h"
 #include "planner/spec/spec_json.h"
 
@@ -80,12 +82,34 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"memory --bogus-flag", "bogus"},
                       BadCase{"memory --model llama2-7b --stack no-such-stack", "--stack: unknown stack 'no-such-stack'"},
                       BadCase{"memory --model llama2-7b --activation-offload-layers -1", "--activation-offload-layers"},
+                      // One vocabulary with the sweep's pins: the old spellings name the new one.
+                      BadCase{"memory --model llama2-7b --tp 2 --sp", "write --sp on"},
+                      BadCase{"memory --model llama2-7b --zero 1 --offload", "write --offload on"},
+                      BadCase{"memory --model llama2-7b --no-flash", "--flash off"},
+                      BadCase{"memory --model llama2-7b --flash no", "--flash: expected on or off, got 'no'"},
+                      BadCase{"sweep --model llama2-7b --sp yes", "--sp: expected on or off, got 'yes'"},
                       BadCase{"sweep --params 7B --stack /nonexistent/stack.json", "/nonexistent/stack.json"},
                       BadCase{"memory --model llama2-7b --fp8 e5m2", "--fp8: expected one of none, tensorwise"},
                       BadCase{"memory --model llama2-7b --gpu h100-sxm --fp8 mxfp8", "needs MX block-scaling tensor cores"},
                       BadCase{"memory --model llama2-7b --gpu a100-80g --fp8", "needs FP8 tensor cores"},
                       BadCase{"sweep --params 7B --activation-offload maybe", "--activation-offload: expected on or off"}),
     bad_case_name);
+
+// The single-plan commands spell --sp, --offload and --flash as the sweep's pins do (on|off).
+TEST(Cli, MemoryTakesOnOffFlagsAsTheSweepSpellsThem) {
+  const auto plan_of = [](const std::string& flags) {
+    const CliRun r = run("memory --model llama2-7b --gpus 8 --tp 2 --zero 1 --json - " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output)["plan"];
+  };
+  const nlohmann::json defaults = plan_of(""), set = plan_of("--sp on --offload on --flash off");
+  EXPECT_FALSE(defaults["sp"].get<bool>());
+  EXPECT_FALSE(defaults["offload_optimizer"].get<bool>());
+  EXPECT_TRUE(defaults["flash_attention"].get<bool>());
+  EXPECT_TRUE(set["sp"].get<bool>());
+  EXPECT_TRUE(set["offload_optimizer"].get<bool>());
+  EXPECT_FALSE(set["flash_attention"].get<bool>());
+}
 
 TEST(Cli, MalformedModelFileNamesFileAndPosition) {
   const std::string p = temp_path("bad.json");
