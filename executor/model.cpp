@@ -8,7 +8,7 @@
 
 #include "executor/cpu/attention_dropout.h"
 #include "executor/cpu/ops.h"
-#include "executor/model_impl.h"
+#include "executor/model/model_impl.h"
 
 namespace llmplan::exec {
 
@@ -345,7 +345,7 @@ Result<std::unique_ptr<Model>> build_chunk(TrackingAllocator& alloc, const Model
 
 CpuOpScratch cpu_op_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage) {
   CpuOpScratch out;
-  if (const int cp = std::max(1, p.cp); cp > 1) {  // model_impl.h: cp_dims, ring_dims
+  if (const int cp = std::max(1, p.cp); cp > 1) {  // executor/model/: cp_dims, ring_dims
     const int t = std::max(1, p.tp);
     cpu::AttentionDims dm;
     dm.b = p.micro_batch;

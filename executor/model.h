@@ -52,7 +52,7 @@
 // DataParallel (Group::dp_cp).
 //
 // Mixture of experts (spec.moe; CPU backend): the MLP of every layer is a router, top-k
-// routed experts with capacity-padded buffers and optional shared experts (model_impl.h,
+// routed experts with capacity-padded buffers and optional shared experts (executor/model/moe.h,
 // moe_fwd, states the conventions). Expert parallel, plan.ep > 1 with a communicator: this
 // rank holds experts [ep_rank*E/ep, (ep_rank+1)*E/ep) (ParamRef::expert), and tokens travel
 // to their experts' ranks and back by all-to-all over Group::ep, forward and backward.

@@ -1,4 +1,4 @@
-// The routing moves of a mixture-of-experts MLP (model_impl.h's MoE section) on the CPU:
+// The routing moves of a mixture-of-experts MLP (executor/model/moe.h) on the CPU:
 // the router's softmax, the dispatch of token rows into the experts' capacity rows, the
 // combine back (gated) and the combine's backward. Routing itself -- top-k, gates and the
 // capacity slots -- is decided on the host from the probabilities and given here as rows:

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "executor/cuda/ops.h"
-#include "executor/model_impl.h"
+#include "executor/model/model_impl.h"
 
 namespace llmplan::exec::cuda {
 namespace {

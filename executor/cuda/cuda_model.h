@@ -1,5 +1,5 @@
 // The executor's model (executor/model.h) on a GPU: the same ModelImpl as the CPU backend
-// (executor/model_impl.h) over the CUDA ops, so the tensors a step keeps -- names, sizes,
+// (executor/model/) over the CUDA ops, so the tensors a step keeps -- names, sizes,
 // categories, order -- are the CPU's and the planner's recipe, in device memory from the
 // context's caching allocator.
 //

@@ -83,7 +83,7 @@ const Case kCases[] = {
     {"llama_dp4_zero3", Family::llama, 4, 3}, {"gpt_dp2_pp2_zero3", Family::gpt, 2, 3, 1, false, 2},
     {"llama_dp2_tp2_sp_zero3", Family::llama, 2, 3, 2, true},
     // LoRA under TP: column-parallel targets keep A whole and split B by rows, row-parallel
-    // ones split A by input columns and keep B whole (model_impl.h, lin_fwd / lin_bwd).
+    // ones split A by input columns and keep B whole (executor/model/linear_norm_attention.h, lin_fwd / lin_bwd).
     {"llama_tp2_lora_qv", Family::llama, 1, 0, 2, false, 1, Schedule::one_f_one_b, Recompute::none, "q,v"},
     {"llama_tp2_lora_all", Family::llama, 1, 0, 2, false, 1, Schedule::one_f_one_b, Recompute::none, "q,k,v,o,gate,up,down"},
     {"llama_tp2_sp_lora_all", Family::llama, 1, 0, 2, true, 1, Schedule::one_f_one_b, Recompute::none, "q,k,v,o,gate,up,down"},
