@@ -12,15 +12,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The tier group_link() (or dp_group_link()) picks for group g, read back by giving the
-// two tiers distinct bandwidths (so the rank-layout rule lives only in the planner).
-ClusterSpec tier_probe(ClusterSpec c) {
-  c.intra_node_bandwidth = 1;
-  c.inter_node_bandwidth = 2;
-  return c;
-}
-LinkTier tier_of(const Link& probed) { return probed.bandwidth == 1 ? LinkTier::intra_node : LinkTier::inter_node; }
-LinkTier group_tier(const ClusterSpec& c, const ParallelPlan& p, Group g) { return tier_of(group_link(tier_probe(c), p, g)); }
+LinkTier group_tier(const ClusterSpec& c, const ParallelPlan& p, Group g) { return group_link(c, p, g).tier; }
 
 // The same cluster with infinitely fast links: the planner's communication formulas then
 // return their latency (alpha) terms only.
@@ -68,7 +60,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   const DpStep dp = dp_step(c, j, p, e, 0, 0, 0);
   sc.dp_group = dp.group;
   sc.dp_link = dp.link;
-  sc.dp_tier = tier_of(dp_group_link(tier_probe(c), p));
+  sc.dp_tier = dp.link.tier;
   sc.bucket_bytes = dp.grad_bucket_bytes;
   sc.gather_bucket_bytes = dp.gather_bucket_bytes;
 
@@ -79,7 +71,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const double bytes = pp_boundary_bytes(m, j, p);
     const Link l = group_link(c, p, Group::pp);
     sc.p2p_bytes = bytes;
-    sc.p2p = split(p2p_time(bytes, l, e), p2p_time(bytes, Link{kInf, l.latency}, e), group_tier(c, p, Group::pp));
+    sc.p2p = split(p2p_time(bytes, l, e), p2p_time(bytes, Link{kInf, l.latency}, e), l.tier);
   }
 
   const BytesPerParam bpp = bytes_per_param(j);

@@ -24,9 +24,9 @@
 
 namespace llmplan {
 
-// Which link a transfer crosses. Transfers that cross the same tier of the same rank at
-// the same time share its bandwidth (each direction separately).
-enum class LinkTier : uint8_t { intra_node, inter_node };
+// Which link a transfer crosses is the planner's (Link::tier of group_link). Transfers that
+// cross the same tier of the same rank at the same time share its bandwidth (each direction
+// separately).
 
 // A communication operation alone on its link: `latency` (alpha terms and kernel launch,
 // never shared) followed by `transfer` (beta terms: seconds at the tier's full bandwidth,

@@ -21,7 +21,7 @@ Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g) {
     case Group::pp: stride = static_cast<int64_t>(p.tp) * p.cp * p.dp, size = p.pp; break;
   }
   const int64_t domain = c.scale_up_gpus();
-  if (size <= 1 || stride * size <= domain) return {c.intra_node_bandwidth, c.intra_node_latency};
+  if (size <= 1 || stride * size <= domain) return {c.intra_node_bandwidth, c.intra_node_latency, LinkTier::intra_node};
   // k ranks of the group share a domain; NCCL's ring channels leave it through k NICs
   // (collectives only: PP sends and the CP ring are point-to-point, one NIC).
   const int64_t k = stride >= domain ? 1 : std::min<int64_t>(size, domain / stride);
@@ -30,6 +30,7 @@ Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g) {
   Link l;
   l.bandwidth = c.inter_node_bandwidth * static_cast<double>(channels ? k : 1);
   l.latency = ((k - 1) * c.intra_node_latency + (nodes - 1) * c.inter_node_latency) / static_cast<double>(size - 1);
+  l.tier = LinkTier::inter_node;
   return l;
 }
 

@@ -94,9 +94,14 @@ struct Efficiency {
 // aggregate); PP sends and the CP ring are point-to-point and use one NIC (k = 1).
 // The latency is per ring step, averaged so that (n-1) steps cost (k-1) NVLink hops and
 // (nodes-1) network hops, as a hierarchical ring does.
+// Which link a group's transfers cross: inside one NVLink domain (the node, or an NVL72
+// rack) or out through the node's NICs. The simulator shares a tier's bandwidth between
+// the transfers that cross it at once.
+enum class LinkTier : uint8_t { intra_node, inter_node };
 struct Link {
   double bandwidth = 0;  // bytes/s per GPU, one direction
   double latency = 0;    // s per hop
+  LinkTier tier = LinkTier::intra_node;
 };
 enum class Group { tp, cp, dp, pp, ep };
 Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g);
