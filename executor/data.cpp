@@ -20,6 +20,9 @@ std::vector<int32_t> byte_tokenize(const std::string& text) {
 namespace {
 
 Result<std::string> slurp(const fs::path& p) {
+  // Regular files only: /dev/zero or a FIFO would read until memory runs out.
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return Status::bad_input(p.string() + ": not a regular file (expected a token or text file)");
   std::ifstream in(p, std::ios::binary);
   if (!in) return Status::bad_input(p.string() + ": cannot open");
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -8,6 +8,7 @@
 #include <Eigen/Dense>
 
 #include "planner/calibrate/nelder_mead.h"
+#include "planner/spec/spec_json.h"
 #include "planner/cost/plan_check.h"
 
 namespace llmplan {
@@ -120,13 +121,9 @@ Result<Calibration> calibration_from_json(const nlohmann::json& j, const std::st
 }
 
 Result<Calibration> read_calibration_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::bad_input(path + ": cannot open file (expected a calibration JSON from `llmplan calibrate`)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded()) return Status::bad_input(path + ": not valid JSON");
-  return calibration_from_json(j, path);
+  Result<nlohmann::json> j = read_json_file(path);
+  if (!j) return j.status();
+  return calibration_from_json(*j, path);
 }
 
 Result<StackFit> fit_stack_profile(const std::vector<StackFitRun>& runs, const StackProfile& base, const std::string& name) {

@@ -1,5 +1,6 @@
 #include "planner/spec/spec_json.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -38,18 +39,41 @@ Status check_model_shape(const ModelSpec& m, const std::string& origin, const st
 }  // namespace
 
 Result<json> read_json_file(const std::string& path) {
-  std::ifstream in(path);
+  // Regular files only: a folder, a FIFO or /dev/zero would read as "malformed" or forever.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) return Status::bad_input(path + ": cannot open file (expected a readable JSON file)");
+  if (!std::filesystem::is_regular_file(status))
+    return Status::bad_input(path + ": not a regular file (expected a JSON file" +
+                             (std::filesystem::is_directory(status) ? std::string(", got a folder)") : std::string(")")));
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return Status::bad_input(path + ": cannot read its size (expected a readable JSON file)");
+  if (size > kMaxJsonFileBytes)
+    return Status::bad_input(path + ": " + std::to_string(size) + " bytes, larger than any llmplan JSON file can be (at most " +
+                             std::to_string(kMaxJsonFileBytes >> 20) + " MiB)");
+  std::ifstream in(path, std::ios::binary);
   if (!in) return Status::bad_input(path + ": cannot open file (expected a readable JSON file)");
   std::stringstream buf;
   buf << in.rdbuf();
-  json j = json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
+  // Nesting deeper than any of our formats is refused (nothing deeper is built: later
+  // copies and walks of the document recurse). The parser itself is iterative.
+  bool too_deep = false;
+  const json::parser_callback_t depth_guard = [&too_deep](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= kMaxJsonDepth) too_deep = true;
+    return !too_deep;
+  };
+  json j = json::parse(buf.str(), depth_guard, /*allow_exceptions=*/false);
+  if (too_deep) return Status::bad_input(path + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels (expected a JSON document of llmplan's formats)");
   if (j.is_discarded()) {
-    // Parse again with exceptions only to get the position; the message stays ours.
+    // Parse again with exceptions only to get the position; the message stays ours. A number
+    // out of range (1e400) is an out_of_range, not a parse_error.
     try {
-      json again = json::parse(buf.str());
+      json again = json::parse(buf.str(), depth_guard);
       (void)again;
     } catch (const json::parse_error& e) {
       return Status::bad_input(path + ": malformed JSON at byte " + std::to_string(e.byte) + " (expected a JSON document)");
+    } catch (const json::exception& e) {
+      return Status::bad_input(path + ": malformed JSON: " + e.what() + " (expected a JSON document with finite numbers)");
     }
     return Status::bad_input(path + ": malformed JSON (expected a JSON document)");
   }

@@ -6,6 +6,7 @@
 // in TFLOP/s (what datasheets print); the structs hold bytes, bytes/s, s and FLOP/s.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -35,7 +36,11 @@ Result<ParallelPlan> plan_from_json(const nlohmann::json& j, const std::string& 
 nlohmann::json to_json(const ParallelPlan& p);
 
 // Reads and parses a JSON file; a missing file or a syntax error names the file (and
-// the byte offset of the error).
+// the byte offset of the error). Refused as bad_input, naming the file: anything but a
+// regular file (a folder, a FIFO, /dev/zero), more than kMaxJsonFileBytes, nesting of
+// kMaxJsonDepth levels or more, a number out of double's range (1e400).
+inline constexpr std::uintmax_t kMaxJsonFileBytes = std::uintmax_t{256} << 20;  // reference files are < 1 MiB
+inline constexpr int kMaxJsonDepth = 64;                                       // our formats nest < 10 levels
 Result<nlohmann::json> read_json_file(const std::string& path);
 
 }  // namespace llmplan

@@ -82,6 +82,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"memory --bogus-flag", "bogus"},
                       BadCase{"memory --model llama2-7b --stack no-such-stack", "--stack: unknown stack 'no-such-stack'"},
                       BadCase{"memory --model llama2-7b --activation-offload-layers -1", "--activation-offload-layers"},
+                      BadCase{"explain /dev/zero", "/dev/zero: not a regular file"},
+                      BadCase{"execute /dev/zero", "/dev/zero: not a regular file"},
                       // One vocabulary with the sweep's pins: the old spellings name the new one.
                       BadCase{"memory --model llama2-7b --tp 2 --sp", "write --sp on"},
                       BadCase{"memory --model llama2-7b --zero 1 --offload", "write --offload on"},

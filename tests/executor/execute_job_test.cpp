@@ -86,6 +86,12 @@ TEST(ExecuteJob, ImpossibleRequestsNameWhatToChange) {
   EXPECT_NE(r.status().message().find("mpirun"), std::string::npos) << r.status().message();
 
   const PlanFile one = testing::tiny_plan(Family::gpt, Precision::fp32, Recompute::none, true);
+  req.options.data = "/dev/zero";  // would read until memory runs out
+  r = execute_job(one, req);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("/dev/zero: not a regular file"), std::string::npos) << r.status().message();
+
+  req.options.data.clear();
   req.options.backend = "tpu";
   r = execute_job(one, req);
   ASSERT_FALSE(r);
