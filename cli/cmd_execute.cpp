@@ -20,17 +20,18 @@ struct ExecuteCommand {
   std::string backend = "cpu";
   int steps = 20;
   int warmup = 3;
-  int layers = 0;
-  int64_t seq = 0;
-  int micro_batch = 0;
-  int grad_accum = 0;
+  // kUnsetFlag: the plan's value; anything typed must be positive.
+  int layers = kUnsetFlag;
+  int64_t seq = kUnsetFlag;
+  int micro_batch = kUnsetFlag;
+  int grad_accum = kUnsetFlag;
   std::string data;
   std::string memory_limit;
   std::string json_out;
   std::string db;
   double lr = 1e-3;
   uint64_t seed = 1234;
-  int proxy_rank = -1;
+  int proxy_rank = kUnsetFlag;
   double watchdog_s = 300;
   std::string calibration;
   std::string stack;  // predict with this stack profile's constants (e.g. calibrate --stack-out)
@@ -86,21 +87,27 @@ Runner register_execute(CLI::App* sub) {
   sub->add_option("--stack", c->stack, "predict with this stack profile (data/stacks id or a file, e.g. from llmplan calibrate --stack-out)");
   sub->add_option("--watchdog", c->watchdog_s, "seconds without a finished step before a rank aborts the job")->capture_default_str();
   return [c]() {
+    for (auto [v, flag] : {std::pair<int64_t, const char*>{c->layers, "--layers"}, {c->seq, "--seq"}, {c->micro_batch, "--micro-batch"},
+                           {c->grad_accum, "--grad-accum"}})
+      if (v != kUnsetFlag && v < 1) return report(Status::bad_input(std::string(flag) + ": expected a positive integer, got " + std::to_string(v)));
+    if (c->proxy_rank != kUnsetFlag && c->proxy_rank < 0)
+      return report(Status::bad_input("--proxy-rank: expected a rank >= 0, got " + std::to_string(c->proxy_rank)));
     Result<PlanFile> f = read_plan_file(c->plan_file);
     if (!f) return report(f.status());
+    const auto given = [](int64_t v) { return v != kUnsetFlag ? v : 0; };  // 0: RunOptions' "the plan's"
     exec::ExecuteRequest req;
     req.plan_path = c->plan_file;
-    req.proxy_rank = c->proxy_rank;
+    req.proxy_rank = c->proxy_rank != kUnsetFlag ? c->proxy_rank : -1;
     req.db = c->db;
     req.watchdog_s = c->watchdog_s;
     exec::RunOptions& o = req.options;
     o.backend = c->backend;
     o.steps = c->steps;
     o.warmup = c->warmup;
-    o.layers = c->layers;
-    o.seq_len = c->seq;
-    o.micro_batch = c->micro_batch;
-    o.grad_accum = c->grad_accum;
+    o.layers = static_cast<int>(given(c->layers));
+    o.seq_len = given(c->seq);
+    o.micro_batch = static_cast<int>(given(c->micro_batch));
+    o.grad_accum = static_cast<int>(given(c->grad_accum));
     o.data = c->data;
     o.seed = c->seed;
     o.trainer.lr = c->lr;

@@ -22,7 +22,7 @@ struct SweepCommand {
   std::vector<std::string> cp_exchange;
   std::string sp = "both", offload = "both", flash = "both";  // "on", "off" or "both" (vary)
   std::string activation_offload = "off";  // "on": offload the fewest layers' activations that make a plan fit
-  int max_tp = 0, max_pp = 0;
+  int max_tp = kUnsetFlag, max_pp = kUnsetFlag;  // unset: no bound
   int top = 10;
   int threads = 0;
   std::string objective = "tokens-per-s";
@@ -165,9 +165,12 @@ Runner register_sweep(CLI::App* sub) {
       if (!parse_enum(x, &e)) return report(Status::bad_input("--cp-exchange: expected ring or all_gather, got '" + x + "'"));
       space.cp_exchange.push_back(e);
     }
-    if (c->max_tp < 0 || c->max_pp < 0) return report(Status::bad_input("--max-tp/--max-pp: expected positive bounds"));
-    space.max_tp = c->max_tp;
-    space.max_pp = c->max_pp;
+    for (auto [v, flag] : {std::pair{c->max_tp, "--max-tp"}, {c->max_pp, "--max-pp"}})
+      if (v != kUnsetFlag && v < 1) return report(Status::bad_input(std::string(flag) + ": expected a positive bound, got " + std::to_string(v)));
+    space.max_tp = c->max_tp != kUnsetFlag ? c->max_tp : 0;
+    space.max_pp = c->max_pp != kUnsetFlag ? c->max_pp : 0;
+    if (c->threads < 0 || c->threads > 4096)
+      return report(Status::bad_input("--threads: expected 0 (all cores) .. 4096, got " + std::to_string(c->threads)));
     space.tp_across_nodes = c->tp_across_nodes;
     if (!c->job.precision.empty()) {
       space.precision = {s.file.job.precision};

@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "planner/cost/plan_check.h"
@@ -37,6 +38,15 @@ void add_job_flags(CLI::App* app, JobFlags* f) {
   app->add_option("--headroom", f->headroom, "GPU memory to keep free (e.g. 4GiB)")->capture_default_str();
   app->add_option("--data-root", f->data_root, "folder with models/ and data/ (default: $LLMPLAN_DATA_DIR or the source tree)");
 }
+
+namespace {
+// A flag's number in a message: NaN and infinities by name (std::to_string prints "nan").
+std::string number_text(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "infinity" : "-infinity";
+  return std::to_string(v);
+}
+}  // namespace
 
 Result<bool> parse_on_off(const std::string& v, const char* flag) {
   if (v == "on") return true;
@@ -156,9 +166,16 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
     if (!c) return c.status().with_context("--gpu");
     s.file.cluster = *c;
   }
-  if (f.gpus_per_node < 0) return Status::bad_input("--gpus-per-node: expected a positive number, got " + std::to_string(f.gpus_per_node));
-  if (f.gpus_per_node > 0) s.file.cluster.gpus_per_node = f.gpus_per_node;
+  if (f.gpus_per_node != kUnsetFlag) {
+    if (f.gpus_per_node < 1 || f.gpus_per_node > (1 << 16))
+      return Status::bad_input("--gpus-per-node: expected 1..65536, got " + std::to_string(f.gpus_per_node));
+    s.file.cluster.gpus_per_node = f.gpus_per_node;
+  }
   const int gpn = s.file.cluster.gpus_per_node;
+  if (f.gpus > gpn && f.gpus % gpn != 0)
+    return Status::bad_input("--gpus " + std::to_string(f.gpus) + ": not a whole number of nodes of " + std::to_string(gpn) +
+                             " GPUs (--gpus-per-node or the node preset); expected a multiple of " + std::to_string(gpn) +
+                             " or at most one node");
   if (f.gpus < gpn) s.file.cluster.gpus_per_node = f.gpus;  // a partial node
   s.file.cluster.nodes = (f.gpus + s.file.cluster.gpus_per_node - 1) / s.file.cluster.gpus_per_node;
   s.file.gpus = f.gpus;
@@ -172,6 +189,8 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
   j.global_batch = f.global_batch;
   if (f.lora_rank < 1) return Status::bad_input("--lora-rank: expected a positive rank, got " + std::to_string(f.lora_rank));
   j.lora.rank = f.lora_rank;
+  if (!(f.lora_alpha > 0 && f.lora_alpha <= 1e9))
+    return Status::bad_input("--lora-alpha: expected a positive number up to 1e9, got " + number_text(f.lora_alpha));
   j.lora.alpha = f.lora_alpha;
   j.lora.targets = f.lora_targets;
   for (const auto& t : j.lora.targets)
@@ -179,8 +198,8 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
       return Status::bad_input(std::string("--lora-targets: expected names among ") + kLoraTargetNames + ", got '" + t + "'");
   if (f.frozen_layers < 0 || f.frozen_layers > s.file.model.layers)
     return Status::bad_input("--frozen-layers: expected 0.." + std::to_string(s.file.model.layers) + ", got " + std::to_string(f.frozen_layers));
-  if (f.frozen_fraction < 0 || f.frozen_fraction > 1)
-    return Status::bad_input("--frozen-fraction: expected 0..1, got " + std::to_string(f.frozen_fraction));
+  if (!(f.frozen_fraction >= 0 && f.frozen_fraction <= 1))  // NaN fails both
+    return Status::bad_input("--frozen-fraction: expected 0..1, got " + number_text(f.frozen_fraction));
   j.frozen_layers = f.frozen_layers;
   j.frozen_fraction = f.frozen_fraction;
   j.precision = Precision::bf16;
@@ -207,7 +226,7 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
 Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   ParallelPlan& p = s->file.plan;
   auto pos = [](int v, const char* flag) -> Status {
-    if (v == 0 || v < -1) return Status::bad_input(std::string(flag) + ": expected a positive integer, got " + std::to_string(v));
+    if (v != kUnsetFlag && v < 1) return Status::bad_input(std::string(flag) + ": expected a positive integer, got " + std::to_string(v));
     return Status::ok();
   };
   for (auto [v, flag] : {std::pair{pf.dp, "--dp"}, {pf.tp, "--tp"}, {pf.pp, "--pp"}, {pf.vpp, "--vpp"}, {pf.cp, "--cp"}, {pf.ep, "--ep"},
@@ -237,8 +256,9 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   if (!flash) return flash.status();
   p.sp = *sp;
   p.micro_batch = pf.micro_batch > 0 ? pf.micro_batch : 1;
-  if (pf.zero < -1 || pf.zero > 3) return Status::bad_input("--zero: expected 0, 1, 2 or 3, got " + std::to_string(pf.zero));
-  p.zero = pf.zero >= 0 ? pf.zero : 0;
+  if (pf.zero != kUnsetFlag && (pf.zero < 0 || pf.zero > 3))
+    return Status::bad_input("--zero: expected 0, 1, 2 or 3, got " + std::to_string(pf.zero));
+  p.zero = pf.zero != kUnsetFlag ? pf.zero : 0;
   if (!pf.recompute.empty())
     if (Status st = parse_flag(pf.recompute, &p.recompute, "--recompute", "none, selective, full, full_k"); !st) return st;
   p.recompute_layers = pf.recompute_layers;

@@ -2,6 +2,7 @@
 // spec structs; exit-code mapping; small table printers. Only main() exits.
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@
 namespace llmplan::cli {
 
 // Flags for "what to train on what": every command that builds a job from flags.
+// An integer flag's value before CLI11 sets it: no one types it, so "not given" is never
+// confused with a -1 or a 0 the user typed (which are then refused with the flag's name).
+inline constexpr int kUnsetFlag = std::numeric_limits<int>::min();
+
 struct JobFlags {
   std::string model;            // preset id or path
   std::string params;           // "7B": nearest preset
@@ -22,7 +27,7 @@ struct JobFlags {
   std::string gpu = "a100-80g";
   std::string cluster;          // node preset id; overrides --gpu
   int gpus = 8;
-  int gpus_per_node = 0;        // 0 = the preset's
+  int gpus_per_node = kUnsetFlag;  // the preset's
   int64_t seq = 2048;
   int64_t global_batch = 512;
   std::string mode = "pretrain";
@@ -43,10 +48,11 @@ struct JobFlags {
 
 // Flags for a single plan (memory, explain). -1 / "" = not given.
 struct PlanFlags {
-  int dp = -1, tp = -1, pp = -1, vpp = -1, cp = -1, ep = -1;
+  // kUnsetFlag: not given (any value a user can type, -1 included, is checked).
+  int dp = kUnsetFlag, tp = kUnsetFlag, pp = kUnsetFlag, vpp = kUnsetFlag, cp = kUnsetFlag, ep = kUnsetFlag;
   std::string sp = "off";  // on|off, as the sweep's pins spell them
-  int micro_batch = -1;
-  int zero = -1;
+  int micro_batch = kUnsetFlag;
+  int zero = kUnsetFlag;
   std::string recompute;
   int recompute_layers = 0;
   std::string offload = "off";

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -77,6 +78,8 @@ std::string host_name() {
 Result<ExecuteResult> execute_job(const PlanFile& plan, const ExecuteRequest& req) {
   const PlanFile* f = &plan;
   RunOptions o = req.options;
+  if (!(req.watchdog_s > 0 && std::isfinite(req.watchdog_s)))
+    return Status::bad_input("--watchdog: expected a positive number of seconds, got " + std::to_string(req.watchdog_s));
   const std::string& backend = o.backend;
   // ---- which rank this process is: single process, MPI rank, or rank proxy
   const int world = f->plan.world_size();

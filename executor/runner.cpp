@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -243,7 +244,11 @@ Status check_distributed_backend(const std::string& backend, const ParallelPlan&
 Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   if (o.backend != "cpu" && o.backend != "cuda") return Status::bad_input("--backend: expected cpu or cuda, got '" + o.backend + "'");
   if (o.steps < 1 || o.warmup < 0) return Status::bad_input("--steps must be >= 1 and --warmup >= 0");
-  if (o.layers < 0) return Status::bad_input("--layers must be >= 1");
+  if (o.layers < 0 || o.layers > f.model.layers)
+    return Status::bad_input("--layers: expected 1.." + std::to_string(f.model.layers) + " (the model's layers or fewer), got " +
+                             std::to_string(o.layers));
+  if (!(o.trainer.lr > 0 && std::isfinite(o.trainer.lr)))
+    return Status::bad_input("--lr: expected a positive finite learning rate, got " + std::to_string(o.trainer.lr));
   if (o.seq_len < 0 || o.seq_len > (int64_t{1} << 24)) return Status::bad_input("--seq: expected 1..16777216 tokens");
   if (o.micro_batch < 0 || o.grad_accum < 0) return Status::bad_input("--micro-batch/--grad-accum: expected positive integers");
   RunReport r;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "executor/execute_job.h"
@@ -92,6 +93,22 @@ TEST(ExecuteJob, ImpossibleRequestsNameWhatToChange) {
   EXPECT_NE(r.status().message().find("/dev/zero: not a regular file"), std::string::npos) << r.status().message();
 
   req.options.data.clear();
+  req.options.trainer.lr = std::numeric_limits<double>::quiet_NaN();  // would record a NaN loss as an ok run
+  r = execute_job(one, req);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("--lr: expected a positive finite learning rate"), std::string::npos) << r.status().message();
+  req.options.trainer.lr = 1e-3;
+  req.options.layers = one.model.layers + 1000000;  // would allocate a million layers before saying no
+  r = execute_job(one, req);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("--layers: expected 1.." + std::to_string(one.model.layers)), std::string::npos)
+      << r.status().message();
+  req.options.layers = 0;
+  req.watchdog_s = -1;
+  r = execute_job(one, req);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("--watchdog: expected a positive number of seconds"), std::string::npos) << r.status().message();
+  req.watchdog_s = 300;
   req.options.backend = "tpu";
   r = execute_job(one, req);
   ASSERT_FALSE(r);
