@@ -242,6 +242,9 @@ Runner register_sweep(CLI::App* sub) {
       } else {
         std::printf("; no plan even passed the structural checks above.\n");
       }
+      // The failure itself on stderr too (the contract: messages there, details on stdout).
+      std::fprintf(stderr, "llmplan: sweep: no plan fits in %s per GPU (the reasons and the closest plan are above)\n",
+                   gib(s.file.cluster.gpu.memory_bytes - s.headroom_bytes).c_str());
       return 1;
     }
     std::vector<PlanResult> ranked = r.top;

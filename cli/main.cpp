@@ -1,7 +1,10 @@
 // llmplan: plan, simulate and execute LLM training. One table of subcommands
 // {name, help, register}; each command lives in its own cmd_*.cpp. Only main exits:
 // 0 success, 1 runtime failure (including "no plan fits"), 2 bad input.
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -38,6 +41,16 @@ int main(int argc, char** argv) {
   for (const Command& c : kCommands) {
     CLI::App* sub = app.add_subcommand(c.name, c.help);
     runners[c.name] = c.register_fn(sub);
+  }
+  // An unknown first word is a mistyped subcommand: say so and list them (CLI11 alone says
+  // only "A subcommand is required").
+  if (argc > 1 && argv[1][0] != '-' && std::none_of(std::begin(kCommands), std::end(kCommands), [&](const Command& c) {
+        return std::strcmp(c.name, argv[1]) == 0;
+      })) {
+    std::string names;
+    for (const Command& c : kCommands) names += std::string(names.empty() ? "" : ", ") + c.name;
+    std::fprintf(stderr, "llmplan: unknown subcommand '%s' (expected one of %s; llmplan --help)\n", argv[1], names.c_str());
+    return 2;
   }
   try {
     app.parse(argc, argv);

@@ -83,6 +83,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"memory --model llama2-7b --stack no-such-stack", "--stack: unknown stack 'no-such-stack'"},
                       BadCase{"memory --model llama2-7b --activation-offload-layers -1", "--activation-offload-layers"},
                       BadCase{"explain /dev/zero", "/dev/zero: not a regular file"},
+                      BadCase{"sweeep --gpus 8", "unknown subcommand 'sweeep' (expected one of sweep, simulate"},
                       // Values that were read as "not given" or slipped past a range check (NaN).
                       BadCase{"memory --model llama2-7b --micro-batch -1", "--micro-batch: expected a positive integer, got -1"},
                       BadCase{"memory --model llama2-7b --zero -1", "--zero: expected 0, 1, 2 or 3, got -1"},
@@ -194,6 +195,16 @@ TEST(Cli, NoPlanFitsExitsOneWithReasonsAndShortfall) {
   EXPECT_NE(r.output.find("No plan fits"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("short by"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("does not fit in GPU memory"), std::string::npos) << r.output;
+  // The failure is said on stderr too, not only in the report on stdout.
+  const std::string cmd = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan sweep --model llama3-405b --gpus 8 --gpu a100-40g --json " +
+                          temp_path("none2.json") + " 2>&1 >/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string err;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) err.append(buf, n);
+  pclose(p);
+  EXPECT_NE(err.find("llmplan: sweep: no plan fits in"), std::string::npos) << err;
 }
 
 TEST(Cli, GlobalBatchNotDivisibleByAnyDpIsExplained) {
