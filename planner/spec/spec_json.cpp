@@ -22,17 +22,29 @@ constexpr int64_t kMaxSeq = 1 << 24;          // 16M tokens
 constexpr int64_t kMaxBatch = 100'000'000;
 constexpr int64_t kMaxDegree = 1 << 20;
 
-Status check_model_shape(const ModelSpec& m, const std::string& origin, const std::string& prefix) {
+// The keys a file spells the checked fields with: llmplan's own, or a Hugging Face config's,
+// so that an error names the key the user wrote.
+struct ShapeKeys {
+  const char* heads = "heads";
+  const char* kv_heads = "kv_heads";
+  const char* hidden = "hidden";
+  const char* experts_per_token = "moe.experts_per_token";
+  const char* experts = "moe.experts";
+};
+constexpr ShapeKeys kGpt2ConfigKeys{"n_head", "n_head", "n_embd", "", ""};
+constexpr ShapeKeys kHfConfigKeys{"num_attention_heads", "num_key_value_heads", "hidden_size", "num_experts_per_tok", "num_local_experts"};
+
+Status check_model_shape(const ModelSpec& m, const std::string& origin, const std::string& prefix, const ShapeKeys& keys = {}) {
   auto field = [&](const char* k) { return origin + ": field '" + (prefix.empty() ? std::string(k) : prefix + "." + k) + "': "; };
   if (m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
-    return Status::bad_input(field("kv_heads") + "expected a divisor of heads (" + std::to_string(m.heads) + "), got " +
+    return Status::bad_input(field(keys.kv_heads) + "expected a divisor of " + keys.heads + " (" + std::to_string(m.heads) + "), got " +
                              std::to_string(m.kv_heads));
   if (m.head_dim == 0 && m.hidden % m.heads != 0)
-    return Status::bad_input(field("heads") + "expected a divisor of hidden (" + std::to_string(m.hidden) + ") or an explicit head_dim, got " +
-                             std::to_string(m.heads));
+    return Status::bad_input(field(keys.heads) + "expected a divisor of " + keys.hidden + " (" + std::to_string(m.hidden) +
+                             ") or an explicit head_dim, got " + std::to_string(m.heads));
   if (m.moe.enabled() && (m.moe.experts_per_token < 1 || m.moe.experts_per_token > m.moe.experts))
-    return Status::bad_input(field("moe.experts_per_token") + "expected 1.." + std::to_string(m.moe.experts) + ", got " +
-                             std::to_string(m.moe.experts_per_token));
+    return Status::bad_input(field(keys.experts_per_token) + "expected 1.." + std::to_string(m.moe.experts) + " (" + keys.experts +
+                             "), got " + std::to_string(m.moe.experts_per_token));
   return Status::ok();
 }
 
@@ -172,7 +184,7 @@ Result<ModelSpec> model_from_hf_config(const json& j, const std::string& origin)
   m.source = "Hugging Face config.json: " + origin;
   // HF configs carry many unrelated keys (eps, rope, token ids): do not reject unknowns.
   if (Status s = r.finish(/*reject_unknown=*/false); !s) return s;
-  if (Status s = check_model_shape(m, origin, ""); !s) return s;
+  if (Status s = check_model_shape(m, origin, "", gpt2 ? kGpt2ConfigKeys : kHfConfigKeys); !s) return s;
   return m;
 }
 
@@ -320,6 +332,9 @@ Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
       if (bad) lr.fail("targets", std::string("expected a non-empty list of ") + kLoraTargetNames + "; got " + json_value_text(*targets));
     }
     if (Status s = lr.finish(); !s) return s;
+  } else if (t.mode == TrainMode::lora) {
+    // A LoRA job's adapters decide its memory and time: defaults would hide a missing block.
+    r.fail("lora", "expected the adapters of a LoRA job ({\"rank\": r, \"alpha\": a, \"targets\": [...]}), got none");
   }
   r.get("frozen_layers", &t.frozen_layers, 0, kMaxLayers, false);
   r.get("frozen_fraction", &t.frozen_fraction, 0, 1, false);

@@ -171,6 +171,23 @@ TEST(Cli, SweepWritesAPlanThatExplainReads) {
   EXPECT_NE(e.output.find("The plan fits"), std::string::npos) << e.output;
 }
 
+// A LoRA plan without its adapters block is refused (defaults would hide the omission).
+TEST(Cli, LoraPlanWithoutItsAdaptersIsRefused) {
+  const std::string plan = temp_path("lora.json");
+  const CliRun s = run("sweep --gpus 8 --model llama2-7b --mode lora --json " + plan);
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  std::ifstream in(plan);
+  nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_TRUE(j["job"].contains("lora"));
+  EXPECT_EQ(run("explain " + plan).exit_code, 0);
+  j["job"].erase("lora");
+  const std::string broken = temp_path("lora_broken.json");
+  std::ofstream(broken) << j.dump();
+  const CliRun e = run("explain " + broken);
+  EXPECT_EQ(e.exit_code, 2) << e.output;
+  EXPECT_NE(e.output.find("field 'job.lora': expected the adapters of a LoRA job"), std::string::npos) << e.output;
+}
+
 TEST(Cli, PlanFileErrorsNameTheField) {
   const std::string best = temp_path("best2.json");
   ASSERT_EQ(run("sweep --gpus 8 --params 7B --json " + best).exit_code, 0);

@@ -33,6 +33,15 @@ CommandRun sh(const std::string& cmd) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// 'path' for the shell, appended piece by piece: GCC 12 -O3 misreads "'" + std::string&&
+// as an overlapping copy (-Werror=restrict, GCC bug 105329).
+std::string shell_quoted(const fs::path& p) {
+  std::string s(1, '\'');
+  s += p.string();
+  s += '\'';
+  return s;
+}
+
 fs::path fresh_dir(const std::string& name) {
   const fs::path d = fs::path(::testing::TempDir()) / ("llmplan_install_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(d);
@@ -42,8 +51,7 @@ fs::path fresh_dir(const std::string& name) {
 
 TEST(Install, MovedPrefixRunsSweepAndValidateFromItsOwnData) {
   const fs::path tmp = fresh_dir("prefix");
-  const CommandRun install = sh(std::string("'") + LLMPLAN_CMAKE_COMMAND + "' --install '" + LLMPLAN_BINARY_DIR + "' --prefix '" +
-                         (tmp / "p1").string() + "'");
+  const CommandRun install = sh(shell_quoted(LLMPLAN_CMAKE_COMMAND) + " --install " + shell_quoted(LLMPLAN_BINARY_DIR) + " --prefix " + shell_quoted(tmp / "p1"));
   ASSERT_EQ(install.exit_code, 0) << install.output;
   fs::rename(tmp / "p1", tmp / "moved");
   const fs::path prefix = tmp / "moved", share = prefix / "share" / "llmplan";
@@ -67,18 +75,18 @@ TEST(Install, MovedPrefixRunsSweepAndValidateFromItsOwnData) {
     text.replace(at, from.size(), "\"name\": \"only-installed\"");
     std::ofstream(share / "data" / "hardware" / "gpus" / "only-installed.json") << text;
   }
-  const CommandRun presets = sh("'" + bin + "' presets");
+  const CommandRun presets = sh(shell_quoted(bin) + " presets");
   ASSERT_EQ(presets.exit_code, 0) << presets.output;
   EXPECT_NE(presets.output.find("only-installed"), std::string::npos) << presets.output;
   EXPECT_NE(presets.output.find("read from: " + share.string()), std::string::npos) << presets.output;
 
   const std::string best = (tmp / "best.json").string();
-  const CommandRun sweep = sh("cd '" + tmp.string() + "' && '" + bin + "' sweep --gpus 8 --params 7B --gpu only-installed --json '" + best + "'");
+  const CommandRun sweep = sh("cd " + shell_quoted(tmp) + " && " + shell_quoted(bin) + " sweep --gpus 8 --params 7B --gpu only-installed --json " + shell_quoted(best));
   ASSERT_EQ(sweep.exit_code, 0) << sweep.output;
   EXPECT_TRUE(fs::exists(best));
   EXPECT_NE(sweep.output.find("only-installed"), std::string::npos) << sweep.output;
 
-  const CommandRun validate = sh("'" + bin + "' validate --summary-only");
+  const CommandRun validate = sh(shell_quoted(bin) + " validate --summary-only");
   ASSERT_EQ(validate.exit_code, 0) << validate.output;
   EXPECT_NE(validate.output.find("Validation of " + (share / "data" / "reference" / "published_runs.json").string()), std::string::npos)
       << validate.output;
@@ -88,7 +96,7 @@ TEST(Install, BinaryOutsideTheBuildTreeWithoutDataNamesTheFolder) {
   const fs::path tmp = fresh_dir("lone");
   fs::create_directories(tmp / "bin");
   fs::copy_file(std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan", tmp / "bin" / "llmplan");
-  const CommandRun r = sh("'" + (tmp / "bin" / "llmplan").string() + "' presets");
+  const CommandRun r = sh(shell_quoted(tmp / "bin" / "llmplan") + " presets");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find((tmp / "share" / "llmplan").string()), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("LLMPLAN_DATA_DIR"), std::string::npos) << r.output;

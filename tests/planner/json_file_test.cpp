@@ -74,3 +74,31 @@ TEST(JsonFile, OnlyRegularFiles) {
 
 }  // namespace
 }  // namespace llmplan
+
+namespace llmplan {
+namespace {
+
+// A Hugging Face config's shape errors name the config's own keys, not llmplan's fields.
+TEST(HfConfig, ShapeErrorsNameTheConfigsKeys) {
+  const nlohmann::json llama = {{"hidden_size", 4096}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+                                {"num_key_value_heads", 5}, {"intermediate_size", 11008}, {"vocab_size", 32000}};
+  Result<ModelSpec> m = model_from_hf_config(llama, "config.json");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("config.json: field 'num_key_value_heads': expected a divisor of num_attention_heads (32), got 5"),
+            std::string::npos)
+      << m.status().message();
+  const nlohmann::json gpt2 = {{"n_embd", 768}, {"n_layer", 12}, {"n_head", 7}, {"vocab_size", 50257}};
+  m = model_from_hf_config(gpt2, "gpt2.json");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("gpt2.json: field 'n_head': expected a divisor of n_embd (768)"), std::string::npos)
+      << m.status().message();
+  // A real config reads: Llama 2 7B's published config.json (meta-llama/Llama-2-7b-hf).
+  nlohmann::json ok = llama;
+  ok["num_key_value_heads"] = 32;
+  m = model_from_hf_config(ok, "config.json");
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_EQ(m->kv_heads, 32);
+}
+
+}  // namespace
+}  // namespace llmplan
