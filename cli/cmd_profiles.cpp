@@ -31,10 +31,15 @@ Runner register_profiles(CLI::App* sub) {
     if (a != "list" && a != "show" && a != "export" && a != "delete")
       return report(Status::bad_input("profiles: action: expected list, show, export or delete, got '" + a + "'"));
     if (a != "list" && c->id <= 0) return report(Status::bad_input("profiles " + a + ": expected a run id (a positive integer)"));
+    if (a == "list" && c->sub->get_option("id")->count() > 0)
+      return report(Status::bad_input("profiles list: takes no run id (use profiles show ID for one run)"));
     Result<std::string> path = default_db_path(c->db);
     if (!path) return report(path.status());
     Result<ProfileStore> store = ProfileStore::open(*path);
     if (!store) return report(store.status());
+    if (!store->damage().empty() && a != "delete")
+      std::fprintf(stderr, "llmplan: warning: %s is damaged (SQLite integrity_check: %s); showing what is still readable\n",
+                   store->path().c_str(), store->damage().c_str());
     if (a == "list") {
       Result<std::vector<RunSummary>> runs = store->list_runs();
       if (!runs) return report(runs.status());

@@ -145,9 +145,37 @@ Result<ProfileStore> ProfileStore::open(const std::string& path, ProfileStoreOpt
   sqlite3_busy_timeout(raw, options.busy_timeout_ms);
   // Judge the file before changing anything in it, so a foreign file is left untouched.
   if (Status s = schema::check_file(raw, path, options.migrations); !s) return s;
+  // A damaged file (SQLite's integrity_check: a torn write, a disk error, a hand edit) is
+  // opened for reading only: writing into it could lose what is still readable.
+  std::string damage;
+  {
+    Result<sqlite::Statement> check = sqlite::Statement::prepare(raw, path, "PRAGMA integrity_check(3)");
+    if (!check.ok()) return check.status();
+    for (Result<bool> row = check->step(); row.ok() && *row; row = check->step()) {
+      const std::string line = check->text(0);
+      if (line != "ok") damage += (damage.empty() ? "" : "; ") + line;
+    }
+  }
+  if (!damage.empty()) {
+    ProfileStore store(std::move(db), path, std::move(options));
+    store.damage_ = std::move(damage);
+    if (Status s = store.writable(); !s) {
+      // Too old to read without a migration, which would write: nothing to offer.
+      Result<sqlite::Statement> v = sqlite::Statement::prepare(store.db_.get(), path, "PRAGMA user_version");
+      if (v.ok() && v->step().ok() && v->integer(0) != static_cast<int64_t>(store.options_.migrations.size())) return s;
+    }
+    return store;
+  }
   if (Status s = configure_connection(raw, path, options.busy_timeout_ms); !s) return s;
   if (Status s = schema::migrate(raw, path, options.migrations); !s) return s;
   return ProfileStore(std::move(db), path, std::move(options));
+}
+
+Status ProfileStore::writable() const {
+  if (damage_.empty()) return Status::ok();
+  return Status::bad_input(path_ + ": the profile database is damaged (SQLite integrity_check: " + damage_ +
+                           "); llmplan reads what is left but will not write to it. Recover it with `sqlite3 '" + path_ +
+                           "' .recover | sqlite3 recovered.db` and give --db recovered.db, or move it away to start a new one");
 }
 
 Status ProfileStore::require_run(int64_t run_id) {
@@ -215,6 +243,7 @@ Status ProfileStore::insert_op_timings(int64_t run_id, const std::vector<OpTimin
 }
 
 Result<int64_t> ProfileStore::insert_run(const RunRecord& run) {
+  if (Status w = writable(); !w) return w;
   int64_t id = 0;
   Status status = sqlite::in_write_transaction(db_.get(), path_, [&]() -> Status {
     Result<int64_t> inserted = insert_run_row(run);
@@ -227,6 +256,7 @@ Result<int64_t> ProfileStore::insert_run(const RunRecord& run) {
 }
 
 Status ProfileStore::add_steps(int64_t run_id, const std::vector<StepRecord>& steps) {
+  if (Status w = writable(); !w) return w;
   return sqlite::in_write_transaction(db_.get(), path_, [&] {
     Status s = require_run(run_id);
     return s ? insert_steps(run_id, steps) : s;
@@ -234,6 +264,7 @@ Status ProfileStore::add_steps(int64_t run_id, const std::vector<StepRecord>& st
 }
 
 Status ProfileStore::add_op_timings(int64_t run_id, const std::vector<OpTiming>& timings) {
+  if (Status w = writable(); !w) return w;
   return sqlite::in_write_transaction(db_.get(), path_, [&] {
     Status s = require_run(run_id);
     return s ? insert_op_timings(run_id, timings) : s;
@@ -241,6 +272,7 @@ Status ProfileStore::add_op_timings(int64_t run_id, const std::vector<OpTiming>&
 }
 
 Status ProfileStore::finish_run(int64_t run_id, const RunOutcome& outcome) {
+  if (Status w = writable(); !w) return w;
   if (Status s = check_json(path_, "measured_json", outcome.measured_json); !s) return s;
   return sqlite::in_write_transaction(db_.get(), path_, [&]() -> Status {
     Result<Statement> stmt = Statement::prepare(
@@ -259,6 +291,7 @@ Status ProfileStore::finish_run(int64_t run_id, const RunOutcome& outcome) {
 
 Result<int64_t> ProfileStore::record_run(const RunRecord& run, const std::vector<StepRecord>& steps,
                                          const std::vector<OpTiming>& timings) {
+  if (Status w = writable(); !w) return w;
   int64_t id = 0;
   Status status = sqlite::in_write_transaction(db_.get(), path_, [&]() -> Status {
     Result<int64_t> inserted = insert_run_row(run);
@@ -339,6 +372,7 @@ Result<std::vector<OpTiming>> ProfileStore::get_op_timings(int64_t run_id) {
 }
 
 Status ProfileStore::delete_run(int64_t run_id) {
+  if (Status w = writable(); !w) return w;
   return sqlite::in_write_transaction(db_.get(), path_, [&]() -> Status {
     Result<Statement> stmt = Statement::prepare(db_.get(), path_, "DELETE FROM runs WHERE id = ?1");
     if (!stmt.ok()) return stmt.status();

@@ -129,7 +129,9 @@ class ProfileStore {
   // Opens `path`, creating and initialising it when missing or empty, and applies the
   // migrations it lacks (all in one transaction). Error (bad_input) when the file cannot
   // be opened or created, is not a SQLite database, is a SQLite database of something else
-  // (no llmplan application_id and other tables), or has a newer schema than this code.
+  // (no llmplan application_id and other tables), or has a newer schema than this code. A
+  // file that fails SQLite's integrity check opens read-only (damage() says why) unless it
+  // would need a migration (then bad_input).
   static Result<ProfileStore> open(const std::string& path, ProfileStoreOptions options = {});
 
   ProfileStore(ProfileStore&&) noexcept = default;
@@ -137,6 +139,9 @@ class ProfileStore {
   ~ProfileStore() = default;
 
   const std::string& path() const { return path_; }
+  // Empty for a sound file; else what SQLite's integrity_check found. A damaged file opens
+  // for reading (list, get, export) and every write is bad_input saying how to recover it.
+  const std::string& damage() const { return damage_; }
 
   // Writes the run row alone; returns its id. REQUIRES: JSON fields valid JSON or empty
   // (else bad_input, nothing written). `run.id` is ignored.
@@ -175,10 +180,12 @@ class ProfileStore {
   Status insert_steps(int64_t run_id, const std::vector<StepRecord>& steps);
   Status insert_op_timings(int64_t run_id, const std::vector<OpTiming>& timings);
   Status require_run(int64_t run_id);
+  Status writable() const;  // bad_input when damaged
 
   std::unique_ptr<sqlite3, SqliteCloser> db_;
   std::string path_;
   ProfileStoreOptions options_;
+  std::string damage_;
 };
 
 // A plain-text table of runs, one line per run under a header line, for `llmplan profiles`.

@@ -119,6 +119,35 @@ TEST_F(OpenTest, CorruptedProfileDatabaseGivesErrorsNotACrash) {
   EXPECT_THAT(runs.status().message(), HasSubstr(path));
 }
 
+// A file that fails SQLite's integrity check (here an index entry no longer matching its
+// row: one flipped byte in the steps_by_run index page) opens for reading, says it is
+// damaged, and refuses every write with how to recover it.
+TEST_F(OpenTest, DamagedDatabaseIsReadableButNeverWritten) {
+  std::string path = file("damaged.db");
+  const int64_t id = make_profile_db(path);
+  const int64_t page = query_int(path, "SELECT rootpage FROM sqlite_master WHERE name = 'steps_by_run'");
+  const int64_t page_size = query_int(path, "PRAGMA page_size");
+  ASSERT_EQ(query_text(path, "PRAGMA integrity_check"), "ok");
+  std::string bytes = read_bytes(path);
+  bytes[static_cast<size_t>(page * page_size - 3)] ^= 0x01;  // in the last cell's key
+  write_bytes(path, bytes);
+  ASSERT_NE(query_text(path, "PRAGMA integrity_check"), "ok");
+  const std::string before = read_bytes(path);
+
+  Result<ProfileStore> store = ProfileStore::open(path);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  EXPECT_THAT(store->damage(), HasSubstr("missing from index steps_by_run"));
+  Result<std::vector<RunSummary>> runs = store->list_runs();
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  EXPECT_EQ(runs->size(), 1u);
+  for (const Status& s : {store->delete_run(id), store->add_steps(id, {{1, 1.0, 0.1, 10.0, 5}}), store->insert_run(sample_run()).status()}) {
+    EXPECT_EQ(s.kind(), ErrorKind::bad_input) << s.message();
+    EXPECT_THAT(s.message(), HasSubstr(path + ": the profile database is damaged"));
+    EXPECT_THAT(s.message(), HasSubstr(".recover"));
+  }
+  EXPECT_EQ(read_bytes(path), before);  // nothing written
+}
+
 TEST_F(OpenTest, SchemaFromTheFutureIsRefused) {
   std::string path = file("future.db");
   make_profile_db(path);
