@@ -100,6 +100,7 @@ Runner register_execute(CLI::App* sub) {
     req.proxy_rank = c->proxy_rank != kUnsetFlag ? c->proxy_rank : -1;
     req.db = c->db;
     req.watchdog_s = c->watchdog_s;
+    req.record_interrupts = true;  // Ctrl-C or a kill: the run is recorded as failed, not left running
     exec::RunOptions& o = req.options;
     o.backend = c->backend;
     o.steps = c->steps;

@@ -2,9 +2,9 @@
 
 #include <unistd.h>
 
-#include <pthread.h>
 #include <signal.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,35 +28,53 @@ namespace llmplan::exec {
 
 namespace {
 
-// A distributed run: mpirun terminates every rank with SIGTERM when one of them dies. The
-// signal is blocked in the main thread BEFORE MPI starts (block_sigterm), so MPI's own
-// threads inherit the mask and no thread but ours takes it; then a dedicated thread waits
-// for it (watch_sigterm). On rank 0, once the run is in the profile store, that thread
-// records the run as failed before exiting, so the store never keeps a dead run as
-// "running"; on the other ranks (run_id < 0) it just exits.
-sigset_t block_sigterm() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // inherited by threads started later (MPI's)
-  return set;
+// A run that is interrupted -- mpirun terminating every rank with SIGTERM when one dies, a
+// kill, or Ctrl-C (SIGINT) -- must not stay "running" in the profile store. A handler
+// (any thread may take a process-directed signal: OpenBLAS's and MPI's threads too) writes
+// the signal's number to a pipe; a watcher thread reads it and, on the leader, records the
+// run as failed before exiting with 128 + the signal; other ranks (run_id < 0) just exit.
+// The pipe is the one piece of process-wide state: a signal handler can reach no other.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void forward_signal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  const ssize_t n = ::write(g_signal_pipe[1], &b, 1);  // async-signal-safe
+  (void)n;
 }
 
-void watch_sigterm(sigset_t set, std::string db_path, int64_t run_id) {
-  std::thread([set, db_path, run_id] {
-    int sig = 0;
-    if (sigwait(&set, &sig) != 0) return;
+// SIGTERM always; SIGINT too unless the launching shell set it to be ignored (a background
+// job), which is kept as POSIX expects.
+void watch_interrupts(bool sigint, std::string db_path, int64_t run_id) {
+  if (g_signal_pipe[0] < 0 && ::pipe(g_signal_pipe) != 0) return;
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  if (sigint) {
+    struct sigaction old {};
+    sigaction(SIGINT, nullptr, &old);
+    if (old.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, nullptr);
+  }
+  std::thread([db_path, run_id] {
+    unsigned char b = 0;
+    while (::read(g_signal_pipe[0], &b, 1) != 1) {
+      if (errno != EINTR) return;
+    }
+    const int sig = b;
+    const bool interrupted = sig == SIGINT;
     if (run_id >= 0) {
-      std::fprintf(stderr, "llmplan: rank 0 terminated by the launcher (another rank failed); recording run %lld as failed\n",
+      std::fprintf(stderr, "llmplan: %s; recording run %lld as failed\n",
+                   interrupted ? "interrupted (SIGINT)" : "terminated (SIGTERM: the launcher after another rank failed, or a kill)",
                    static_cast<long long>(run_id));
       if (Result<ProfileStore> st = ProfileStore::open(db_path)) {
         RunOutcome out;
         out.status = RunStatus::failed;
-        out.error_message = "terminated by the launcher: another rank died or aborted";
+        out.error_message = interrupted ? "interrupted (SIGINT) before it finished"
+                                        : "terminated (SIGTERM) before it finished: the launcher after another rank died, or a kill";
         (void)st->finish_run(run_id, out);
       }
     }
-    std::_Exit(143);
+    std::_Exit(128 + sig);
   }).detach();
 }
 
@@ -87,7 +105,6 @@ Result<ExecuteResult> execute_job(const PlanFile& plan, const ExecuteRequest& re
   // single-rank equivalent (its label says so).
   const bool single_gpu_equivalent = world > 1 && backend == "cuda" && launcher_world_size() == 0;
   std::unique_ptr<Communicator> comm;
-  sigset_t sigterm{};
   if (req.proxy_rank >= 0) {
     if (req.proxy_rank >= world)
       return Status::bad_input("--proxy-rank " + std::to_string(req.proxy_rank) + ": the plan has ranks 0.." + std::to_string(world - 1));
@@ -97,7 +114,6 @@ Result<ExecuteResult> execute_job(const PlanFile& plan, const ExecuteRequest& re
     if (launcher_world_size() == 0)
       return Status::bad_input("this plan uses " + std::to_string(world) + " ranks; start one process per rank with MPI:\n  " +
                                launch_command(world, req.plan_path) + "\n(or run one rank's share here with --proxy-rank R)");
-    sigterm = block_sigterm();  // before MPI_Init: see watch_sigterm
     Result<std::unique_ptr<Communicator>> mc = create_mpi_communicator(f->plan, req.watchdog_s);
     if (!mc) return mc.status();
     comm = std::move(*mc);
@@ -154,7 +170,7 @@ Result<ExecuteResult> execute_job(const PlanFile& plan, const ExecuteRequest& re
   ExecuteResult result;
   result.leader = leader;
   if (!leader) {  // ranks > 0 compute and communicate; rank 0 reports and records
-    watch_sigterm(sigterm, "", -1);
+    watch_interrupts(false, "", -1);
     o.on_step = nullptr;
     Result<RunReport> r = run_plan(*f, o);
     if (!r) return r.status();
@@ -195,7 +211,7 @@ Result<ExecuteResult> execute_job(const PlanFile& plan, const ExecuteRequest& re
   }
   Result<int64_t> id = store->insert_run(rec);
   if (!id) return id.status();
-  if (comm && !comm->modelled()) watch_sigterm(sigterm, *db_path, *id);
+  if ((comm && !comm->modelled()) || req.record_interrupts) watch_interrupts(req.record_interrupts, *db_path, *id);
 
   if (req.on_start) {
     char line[1024];

@@ -17,8 +17,8 @@
 // plan started without MPI -- the message gives the mpirun line --, an unknown backend, a
 // missing CUDA/NCCL build); runtime for device, MPI and database failures. OOM against
 // memory_limit is a result (report.oom), recorded as such.
-// Thread-safety: one call per process (it may block SIGTERM and start a watcher thread for
-// MPI runs, see execute_job.cpp).
+// Thread-safety: one call per process (it may block SIGTERM, and SIGINT with
+// record_interrupts, and start a watcher thread, see execute_job.cpp).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +37,10 @@ struct ExecuteRequest {
   int proxy_rank = -1;        // >= 0: run rank R's share here (communication modelled)
   std::string db;             // profile database; "" = $LLMPLAN_DB or ~/.local/share/llmplan/profiles.db
   double watchdog_s = 300;    // an MPI rank aborts the job after this long without a step
+  // A single process (the CLI): take SIGINT and SIGTERM from the moment the run is recorded,
+  // record it as failed and exit 128 + signal. Off for a host that handles its own signals
+  // (a GUI calling this in-process). MPI ranks always do it for SIGTERM.
+  bool record_interrupts = false;
   // Called once on the leader just before the first step, with a one-line description
   // ("executing best.json on cpu: 3 warm-up + 20 steps ...").
   std::function<void(const std::string&)> on_start;

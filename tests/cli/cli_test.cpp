@@ -188,6 +188,29 @@ TEST(Cli, LoraPlanWithoutItsAdaptersIsRefused) {
   EXPECT_NE(e.output.find("field 'job.lora': expected the adapters of a LoRA job"), std::string::npos) << e.output;
 }
 
+// A kill during execute (SIGTERM; Ctrl-C's SIGINT takes the same path, but a shell's
+// background job ignores SIGINT): the run is recorded as failed, not left "running".
+TEST(Cli, InterruptedExecuteIsRecordedAsFailed) {
+  const std::string bin = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan";
+  const std::string plan = temp_path("int_plan.json"), db = temp_path("int.db"), log = temp_path("int.log");
+  std::remove(db.c_str());
+  ASSERT_EQ(run("sweep --model gpt2-124m --gpus 1 --json " + plan).exit_code, 0);
+  const std::string script = bin + " execute " + plan + " --layers 1 --seq 32 --micro-batch 1 --grad-accum 1 --warmup 0 --steps 1000000 --db " +
+                             db + " > " + log + " 2>&1 & pid=$!; for i in $(seq 1 600); do grep -q 'step ' " + log +
+                             " && break; sleep 0.1; done; kill -TERM $pid; wait $pid; echo rc=$?";
+  FILE* p = popen(script.c_str(), "r");
+  std::string out;
+  char buf[256];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  EXPECT_NE(out.find("rc=143"), std::string::npos) << out;
+  const CliRun list = run("profiles list --db " + db);
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_NE(list.output.find("failed"), std::string::npos) << list.output;
+  EXPECT_EQ(list.output.find("running"), std::string::npos) << list.output;
+}
+
 TEST(Cli, PlanFileErrorsNameTheField) {
   const std::string best = temp_path("best2.json");
   ASSERT_EQ(run("sweep --gpus 8 --params 7B --json " + best).exit_code, 0);
