@@ -208,9 +208,23 @@ Result<ReferenceSet> parse_reference_runs(const json& doc, const std::string& or
   const json* records = top.raw("records");
   if (top.status().is_ok() && (!records || !records->is_array())) top.fail("records", "expected an array of records");
   if (Status s = top.finish(); !s) return s;
+  std::map<std::string, size_t> seen;  // id -> index
   for (size_t i = 0; i < records->size(); ++i) {
     ReferenceRecord rec;
-    if (Status s = read_record((*records)[i], origin, "records[" + std::to_string(i) + "]", &rec); !s) return s;
+    const std::string at = "records[" + std::to_string(i) + "]";
+    if (Status s = read_record((*records)[i], origin, at, &rec); !s) return s;
+    if (auto [it, fresh] = seen.emplace(rec.id, i); !fresh)
+      return Status::bad_input(origin + ": field '" + at + ".id': '" + rec.id + "' is also records[" + std::to_string(it->second) +
+                               "]'s (expected ids unique in a file)");
+    // Degrees that are all given must use the cluster's GPUs, as world = dp*tp*pp*cp (EP
+    // lives inside dp*cp).
+    const RefPlan& p = rec.plan;
+    if (rec.cluster.n_gpus && p.dp && p.tp && p.pp && p.cp) {
+      const int64_t world = static_cast<int64_t>(*p.dp) * *p.tp * *p.pp * *p.cp;
+      if (world != *rec.cluster.n_gpus)
+        return Status::bad_input(origin + ": " + at + " '" + rec.id + "': plan dp*tp*pp*cp = " + std::to_string(world) +
+                                 " GPUs but cluster.n_gpus is " + std::to_string(*rec.cluster.n_gpus) + " (expected equal)");
+    }
     set.records.push_back(std::move(rec));
   }
   return set;

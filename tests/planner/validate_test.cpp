@@ -311,6 +311,17 @@ void expect_bad_input(const nlohmann::json& doc, const std::string& field, const
   EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().message();
 }
 
+TEST(ValidateReader, DuplicateIdsAndDegreesOffTheGpuCountAreNamed) {
+  nlohmann::json doc = shipped_json();
+  doc["records"][5]["id"] = doc["records"][2]["id"];
+  expect_bad_input(doc, "records[5].id", "is also records[2]'s");
+  doc = shipped_json();
+  nlohmann::json& r = doc["records"][0];
+  ASSERT_TRUE(r["plan"]["dp"].is_number() && r["cluster"]["n_gpus"].is_number());
+  r["plan"]["dp"] = r["plan"]["dp"].get<int>() * 2;
+  expect_bad_input(doc, "records[0]", "but cluster.n_gpus is");
+}
+
 TEST(ValidateReader, MissingFieldIsNamed) {
   nlohmann::json doc = shipped_json();
   doc["records"][3]["plan"].erase("micro_batch");
