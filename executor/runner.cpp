@@ -513,6 +513,12 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     r.steps.push_back(sm);
     if (!sm.warmup) times.push_back(dt);
     if (o.on_step) o.on_step(step, total, sm.warmup, loss, dt, sm.tokens_per_s);
+    // Outside fp16's loss scaling (which skips an overflowing step and lowers the scale), a
+    // non-finite loss or gradient norm (the trainer then skips the step) means training
+    // diverged: every later step would be skipped and the run recorded as a good one.
+    if (r.executed.job.precision != Precision::fp16 && (!std::isfinite(loss) || so.skipped))
+      return Status::runtime("step " + std::to_string(step + 1) + ": the " + (std::isfinite(loss) ? "gradient norm" : "loss") +
+                             " is not finite (training diverged: lower --lr); stopped");
   }
   r.memory = alloc.stats();  // before a ZeRO-3 model is gathered whole for on_done
   r.device = backend->device_memory();

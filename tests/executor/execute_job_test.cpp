@@ -70,6 +70,23 @@ TEST(ExecuteJob, OutOfMemoryIsAResultRecordedAsOom) {
   EXPECT_EQ(run->status, RunStatus::oom);
 }
 
+TEST(ExecuteJob, ADivergingRunStopsAndIsRecordedAsFailed) {
+  const PlanFile f = testing::tiny_plan(Family::gpt, Precision::fp32, Recompute::none, true);
+  ExecuteRequest req = request(temp_db("diverge"));
+  req.options.steps = 30;
+  req.options.trainer.lr = 1e38;  // AdamW moves each weight by ~lr a step: fp32 overflows to inf within a few
+  Result<ExecuteResult> r = execute_job(f, req);
+  ASSERT_FALSE(r) << "the run did not diverge";
+  EXPECT_EQ(r.status().kind(), ErrorKind::runtime);
+  EXPECT_NE(r.status().message().find("training diverged"), std::string::npos) << r.status().message();
+  Result<ProfileStore> store = ProfileStore::open(req.db);
+  ASSERT_TRUE(store);
+  Result<std::vector<RunSummary>> runs = store->list_runs();
+  ASSERT_TRUE(runs);
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ((*runs)[0].status, RunStatus::failed);
+}
+
 TEST(ExecuteJob, ImpossibleRequestsNameWhatToChange) {
   PlanFile two = testing::tiny_plan(Family::gpt, Precision::fp32, Recompute::none, true);
   two.plan.dp = 2;
