@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "simulator/step_simulator.h"
+#include "simulator/record_simulation.h"
 #include "cli/common.h"
 #include "cli/print.h"
 #include "planner/io/plan_file.h"
@@ -217,43 +217,27 @@ int explain_record(const ReferenceSet& set, const PresetRegistry& presets, const
 }
 
 // The step simulator against the analytic model on every record the planner can cost
-// (throughput kinds with an architecture and a GPU preset): the per-record table and the
-// median/max difference, with the terms that differ most named for each record.
+// (simulator/record_simulation.h): the per-record table and the median/max difference,
+// with the terms that differ most named for each record.
 int simulate_records(const ReferenceSet& set, const PresetRegistry& presets, const ValidationOptions& opt) {
-  SimOptions so;
-  so.efficiency = opt.efficiency;
-  so.memory = opt.memory;
-  so.record_events = false;
-  so.record_memory = false;
   std::printf("%-52s %-22s %11s %11s %8s  %s\n", "record", "group", "analytic s", "simulated s", "diff", "largest term differences (sim - analytic, s)");
   std::vector<double> diffs;
   int within5 = 0;
-  for (const ReferenceRecord& r : set.records) {
-    if (r.kind.find("throughput") == std::string::npos) continue;
-    const PreparedRecord p = prepare_record(r, presets, opt);
-    if (!p.skip.empty() || !p.has_architecture || !p.hardware_known) continue;
-    so.efficiency = p.efficiency;
-    Result<SimResult> sim = simulate_step(p.model, p.cluster, p.job, p.plan, so);
-    if (!sim) {
-      std::printf("%-52s %-22s %s\n", r.id.c_str(), r.group.c_str(), sim.status().message().c_str());
+  for (const RecordSimulation& r : simulate_reference_records(set, presets, opt)) {
+    if (!r.error.empty()) {
+      std::printf("%-52s %-22s %s\n", r.id.c_str(), r.group.c_str(), r.error.c_str());
       continue;
     }
-    const StepTime& a = sim->analytic;
-    const SimBreakdown& b = sim->breakdown;
-    const std::pair<const char*, double> terms[] = {{"bubble", b.bubble - a.bubble}, {"dp", b.dp_comm - a.dp_comm},   {"tp", b.tp_comm - a.tp_comm},
-                                                    {"pp", b.pp_comm - a.pp_comm}, {"cp", b.cp_comm - a.cp_comm},   {"ep", b.ep_comm - a.ep_comm},
-                                                    {"compute", (b.compute + b.recompute) - (a.compute + a.recompute)}};
     std::string why;
-    for (const auto& [name, d] : terms) {
-      if (std::fabs(d) < 0.005 * a.total) continue;
+    for (const auto& [name, d] : r.term_differences) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, "%s%s %+.3f", why.empty() ? "" : ", ", name, d);
+      std::snprintf(buf, sizeof buf, "%s%s %+.3f", why.empty() ? "" : ", ", name.c_str(), d);
       why += buf;
     }
-    const double diff = sim->total / a.total - 1;
+    const double diff = r.relative_difference();
     diffs.push_back(std::fabs(diff));
     within5 += std::fabs(diff) <= 0.05;
-    std::printf("%-52s %-22s %11.4f %11.4f %+7.1f%%  %s\n", r.id.c_str(), r.group.c_str(), a.total, sim->total, 100 * diff, why.c_str());
+    std::printf("%-52s %-22s %11.4f %11.4f %+7.1f%%  %s\n", r.id.c_str(), r.group.c_str(), r.analytic_s, r.simulated_s, 100 * diff, why.c_str());
   }
   if (diffs.empty()) return report(Status::runtime("no record could be simulated"));
   std::sort(diffs.begin(), diffs.end());
