@@ -89,7 +89,7 @@ Runner register_execute(CLI::App* sub) {
   return [c]() {
     for (auto [v, flag] : {std::pair<int64_t, const char*>{c->layers, "--layers"}, {c->seq, "--seq"}, {c->micro_batch, "--micro-batch"},
                            {c->grad_accum, "--grad-accum"}})
-      if (v != kUnsetFlag && v < 1) return report(Status::bad_input(std::string(flag) + ": expected a positive integer, got " + std::to_string(v)));
+      if (Status st = positive_if_given(v, flag); !st) return report(st);
     if (c->proxy_rank != kUnsetFlag && c->proxy_rank < 0)
       return report(Status::bad_input("--proxy-rank: expected a rank >= 0, got " + std::to_string(c->proxy_rank)));
     Result<PlanFile> f = read_plan_file(c->plan_file);

@@ -166,7 +166,7 @@ Runner register_sweep(CLI::App* sub) {
       space.cp_exchange.push_back(e);
     }
     for (auto [v, flag] : {std::pair{c->max_tp, "--max-tp"}, {c->max_pp, "--max-pp"}})
-      if (v != kUnsetFlag && v < 1) return report(Status::bad_input(std::string(flag) + ": expected a positive bound, got " + std::to_string(v)));
+      if (Status st = positive_if_given(v, flag, "a positive bound"); !st) return report(st);
     space.max_tp = c->max_tp != kUnsetFlag ? c->max_tp : 0;
     space.max_pp = c->max_pp != kUnsetFlag ? c->max_pp : 0;
     if (c->threads < 0 || c->threads > 4096)

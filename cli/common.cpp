@@ -48,6 +48,11 @@ std::string number_text(double v) {
 }
 }  // namespace
 
+Status positive_if_given(int64_t v, const char* flag, const char* expected) {
+  if (v != kUnsetFlag && v < 1) return Status::bad_input(std::string(flag) + ": expected " + expected + ", got " + std::to_string(v));
+  return Status::ok();
+}
+
 Result<bool> parse_on_off(const std::string& v, const char* flag) {
   if (v == "on") return true;
   if (v == "off") return false;
@@ -225,13 +230,9 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
 
 Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   ParallelPlan& p = s->file.plan;
-  auto pos = [](int v, const char* flag) -> Status {
-    if (v != kUnsetFlag && v < 1) return Status::bad_input(std::string(flag) + ": expected a positive integer, got " + std::to_string(v));
-    return Status::ok();
-  };
   for (auto [v, flag] : {std::pair{pf.dp, "--dp"}, {pf.tp, "--tp"}, {pf.pp, "--pp"}, {pf.vpp, "--vpp"}, {pf.cp, "--cp"}, {pf.ep, "--ep"},
                          {pf.micro_batch, "--micro-batch"}})
-    if (Status st = pos(v, flag); !st) return st;
+    if (Status st = positive_if_given(v, flag); !st) return st;
   p.tp = pf.tp > 0 ? pf.tp : 1;
   p.pp = pf.pp > 0 ? pf.pp : 1;
   p.cp = pf.cp > 0 ? pf.cp : 1;

@@ -19,6 +19,8 @@ namespace llmplan::cli {
 // An integer flag's value before CLI11 sets it: no one types it, so "not given" is never
 // confused with a -1 or a 0 the user typed (which are then refused with the flag's name).
 inline constexpr int kUnsetFlag = std::numeric_limits<int>::min();
+// bad_input "FLAG: expected <expected>, got V" for a given value below 1; ok when unset.
+Status positive_if_given(int64_t v, const char* flag, const char* expected = "a positive integer");
 
 struct JobFlags {
   std::string model;            // preset id or path

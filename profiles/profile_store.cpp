@@ -159,11 +159,9 @@ Result<ProfileStore> ProfileStore::open(const std::string& path, ProfileStoreOpt
   if (!damage.empty()) {
     ProfileStore store(std::move(db), path, std::move(options));
     store.damage_ = std::move(damage);
-    if (Status s = store.writable(); !s) {
-      // Too old to read without a migration, which would write: nothing to offer.
-      Result<sqlite::Statement> v = sqlite::Statement::prepare(store.db_.get(), path, "PRAGMA user_version");
-      if (v.ok() && v->step().ok() && v->integer(0) != static_cast<int64_t>(store.options_.migrations.size())) return s;
-    }
+    // Too old to read without a migration, which would write: nothing to offer.
+    Result<sqlite::Statement> v = sqlite::Statement::prepare(store.db_.get(), path, "PRAGMA user_version");
+    if (v.ok() && v->step().ok() && v->integer(0) != static_cast<int64_t>(store.options_.migrations.size())) return store.writable();
     return store;
   }
   if (Status s = configure_connection(raw, path, options.busy_timeout_ms); !s) return s;

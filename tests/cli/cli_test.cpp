@@ -20,8 +20,8 @@ struct CliRun {
   std::string output;  // stdout + stderr
 };
 
-CliRun run(const std::string& args) {
-  const std::string cmd = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan " + args + " 2>&1";
+// Runs a shell command line; its stdout (redirect inside `cmd` for stderr).
+CliRun run_shell(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -30,6 +30,8 @@ CliRun run(const std::string& args) {
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+CliRun run(const std::string& args) { return run_shell(std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan " + args + " 2>&1"); }
 
 std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/llmplan_cli_" + name; }
 
@@ -198,12 +200,7 @@ TEST(Cli, InterruptedExecuteIsRecordedAsFailed) {
   const std::string script = bin + " execute " + plan + " --layers 1 --seq 32 --micro-batch 1 --grad-accum 1 --warmup 0 --steps 1000000 --db " +
                              db + " > " + log + " 2>&1 & pid=$!; for i in $(seq 1 600); do grep -q 'step ' " + log +
                              " && break; sleep 0.1; done; kill -TERM $pid; wait $pid; echo rc=$?";
-  FILE* p = popen(script.c_str(), "r");
-  std::string out;
-  char buf[256];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  pclose(p);
+  const std::string out = run_shell(script).output;
   EXPECT_NE(out.find("rc=143"), std::string::npos) << out;
   const CliRun list = run("profiles list --db " + db);
   EXPECT_EQ(list.exit_code, 0) << list.output;
@@ -238,12 +235,7 @@ TEST(Cli, NoPlanFitsExitsOneWithReasonsAndShortfall) {
   // The failure is said on stderr too, not only in the report on stdout.
   const std::string cmd = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan sweep --model llama3-405b --gpus 8 --gpu a100-40g --json " +
                           temp_path("none2.json") + " 2>&1 >/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string err;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) err.append(buf, n);
-  pclose(p);
+  const std::string err = run_shell(cmd).output;
   EXPECT_NE(err.find("llmplan: sweep: no plan fits in"), std::string::npos) << err;
 }
 
