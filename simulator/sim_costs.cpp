@@ -1,7 +1,6 @@
 #include "simulator/sim_costs.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "planner/cost/plan_check.h"
 #include "planner/spec/recipe.h"
@@ -10,17 +9,7 @@ namespace llmplan {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 LinkTier group_tier(const ClusterSpec& c, const ParallelPlan& p, Group g) { return group_link(c, p, g).tier; }
-
-// The same cluster with infinitely fast links: the planner's communication formulas then
-// return their latency (alpha) terms only.
-ClusterSpec latency_only(ClusterSpec c) {
-  c.intra_node_bandwidth = kInf;
-  c.inter_node_bandwidth = kInf;
-  return c;
-}
 
 CommCost split(double total, double latency, LinkTier tier) {
   CommCost cc;
@@ -30,23 +19,20 @@ CommCost split(double total, double latency, LinkTier tier) {
   return cc;
 }
 
-// The per-pass split of the in-layer collectives (planner layer_comm_by_pass), with the
-// latency part of each from the same split of the latency-only layer times.
-void split_layer_comm(const LayerTimes& lt, const LayerTimes& lt_latency, LayerRecompute policy, bool grad_flows, LinkTier tp_tier,
-                      LinkTier cp_tier, LinkTier ep_tier, LayerCost* lc) {
+// The per-pass split of the in-layer collectives and of their latency parts (planner
+// layer_comm_by_pass).
+void split_layer_comm(const LayerTimes& lt, LayerRecompute policy, bool grad_flows, LinkTier tp_tier, LinkTier cp_tier,
+                      LinkTier ep_tier, LayerCost* lc) {
   const LayerCommByPass total = layer_comm_by_pass(lt, policy, grad_flows);
-  const LayerCommByPass lat = layer_comm_by_pass(lt_latency, policy, grad_flows);
   auto& tp = lc->comm[static_cast<int>(LayerComm::tp)];
   auto& ep = lc->comm[static_cast<int>(LayerComm::ep)];
   auto& cp = lc->comm[static_cast<int>(LayerComm::cp)];
   for (int pass = 0; pass < kPasses; ++pass) {
-    tp[pass] = split(total.tp[pass], lat.tp[pass], tp_tier);
-    ep[pass] = split(total.ep[pass], lat.ep[pass], ep_tier);
+    tp[pass] = split(total.tp[pass], total.tp_latency[pass], tp_tier);
+    ep[pass] = split(total.ep[pass], total.ep_latency[pass], ep_tier);
     cp[pass] = split(total.cp[pass], total.cp[pass], cp_tier);  // exposed remainder: not a bandwidth term any more
   }
 }
-
-// ============================================================================ end of replicas
 
 }  // namespace
 
@@ -64,14 +50,13 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   sc.bucket_bytes = dp.grad_bucket_bytes;
   sc.gather_bucket_bytes = dp.gather_bucket_bytes;
 
-  const ClusterSpec c_lat = latency_only(c);
   const LinkTier tp_tier = group_tier(c, p, Group::tp), cp_tier = group_tier(c, p, Group::cp), ep_tier = group_tier(c, p, Group::ep);
 
   if (p.pp > 1) {
     const double bytes = pp_boundary_bytes(m, j, p);
     const Link l = group_link(c, p, Group::pp);
     sc.p2p_bytes = bytes;
-    sc.p2p = split(p2p_time(bytes, l, e), p2p_time(bytes, Link{kInf, l.latency}, e), l.tier);
+    sc.p2p = split(p2p_time(bytes, l, e), p2p_latency(bytes, l), l.tier);
   }
 
   const BytesPerParam bpp = bytes_per_param(j);
@@ -84,7 +69,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   // Per-layer costs for the kinds of layer a model has: [frozen][policy], computed once.
   struct Kind {
     bool done = false;
-    LayerTimes lt, lt_lat;
+    LayerTimes lt;
     double act = 0, working = 0, transient = 0;
     bool grad_flows = true, base_trainable = true;
   } kinds[2][3];
@@ -94,7 +79,6 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     if (!kd.done) {
       const LayerContext lc = layer_context(m, j, p, global_layer);
       kd.lt = layer_times(m, c, j, p, lc, policy, e);
-      kd.lt_lat = layer_times(m, c_lat, j, p, lc, policy, e);
       kd.act = activation_bytes_per_layer(m, lc, policy);
       kd.working = lc.grad_flows ? layer_rematerialised_bytes(m, lc, policy) : 0;
       kd.transient = layer_forward_transient_bytes(m, lc, policy);
@@ -120,7 +104,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
       LayerCost& lc = st.layers[i];
       lc.global_layer = global;
       lc.compute = {kd.lt.forward, kd.lt.backward, kd.lt.recompute};
-      split_layer_comm(kd.lt, kd.lt_lat, policy, kd.grad_flows, tp_tier, cp_tier, ep_tier, &lc);
+      split_layer_comm(kd.lt, policy, kd.grad_flows, tp_tier, cp_tier, ep_tier, &lc);
       const bool trains = j.mode == TrainMode::lora ? global >= frozen_layers : kd.base_trainable;
       const double trainable_params = j.mode == TrainMode::lora ? (trains ? pc.lora_per_layer_rank : 0) : (trains ? pc.per_layer_rank : 0);
       lc.grad_bytes = trainable_params * dp.grad_bytes_per_param;
@@ -153,38 +137,14 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     st.optimizer_offloaded = p.offload_optimizer;
     st.activation_offload_layers = std::min(p.activation_offload_layers, static_cast<int>(st.layers.size()));
 
-    // Static memory: everything the planner holds constant over the step.
-    const StageMemory sm = estimate_stage_memory(m, c, j, p, s, mem);
-    for (MemoryItem it : {MemoryItem::weights, MemoryItem::gradients, MemoryItem::optimizer_states, MemoryItem::master_weights,
-                          MemoryItem::comm_buffers, MemoryItem::workspace, MemoryItem::cuda_context}) {
-      st.static_bytes[static_cast<int>(it)] = sm.bytes[static_cast<int>(it)];
-    }
-    // The forward phase's gradients are the persistent ones (ZeRO >= 2 adds a unit's full
-    // gradient during backward only: grad_transient_bytes).
-    st.static_bytes[static_cast<int>(MemoryItem::gradients)] = sm.phase_bytes[static_cast<int>(Phase::forward)][static_cast<int>(MemoryItem::gradients)];
+    // Memory: the planner's events of this stage, and the facts its chunks' passes sum.
+    st.memory = stage_memory_program(m, c, j, p, s, mem);
     const StageMemoryExtras x = stage_memory_extras(m, j, p, s, mem);
     st.first_chunk_extra_bytes = x.first_chunk_set;
     st.last_chunk_extra_bytes = x.last_chunk_set;
     st.head_input_bytes = x.head_input;
     st.logits_bytes = x.logits_set;
     st.activation_grad_bytes = x.activation_grads;
-    // Layer-only buffers (planner StageMemoryExtras): held while a forward or backward runs.
-    st.static_bytes[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_at_loss;
-    st.layer_gathered_bytes = x.gathered_pool_layer - x.gathered_at_loss;
-    st.layer_gathered_backward_bytes = x.gathered_pool_backward - x.gathered_at_loss;
-    st.static_bytes[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers - x.layer_comm_buffers;
-    st.layer_comm_bytes = x.layer_comm_buffers;
-    st.layer_comm_backward_bytes = x.backward_layer_comm;
-    st.head_logits_bytes = x.head_logits;
-    st.head_forward_working_bytes = x.head_forward_working;
-    st.head_backward_working_bytes = x.head_backward_working;
-    st.head_gathered_forward_bytes = x.head_gathered_forward - x.gathered_at_loss;
-    st.head_gathered_backward_bytes = x.head_gathered_backward - x.gathered_at_loss;
-    st.head_grad_transient_bytes = x.head_grad_transient;
-    st.head_comm_bytes = x.head_comm;
-    st.loss_comm_bytes = x.loss_comm;
-    st.grad_transient_bytes = x.unit_grad_transient;
-    st.fragmentation_fraction = mem.fragmentation_fraction;
   }
   return sc;
 }

@@ -1,8 +1,10 @@
 // What each simulated operation costs: durations of every compute and communication
 // operation of one step, and the bytes each one allocates, per pipeline stage. The
 // default costs come from the planner (one source of truth): per-layer times from
-// layer_times(), collectives from allreduce_time / allgather_time / p2p_time over
-// group_link(), memory from activation_bytes_per_layer() and estimate_stage_memory().
+// layer_times() with their latency parts, collectives from allreduce_time / allgather_time
+// / p2p_time and their *_latency over group_link(), memory from
+// activation_bytes_per_layer() and stage_memory_program(), whose events the simulator
+// plays (memory_events.h).
 // Tests replace fields to check the simulator against closed forms.
 //
 // The LM head, the optimizer step, the per-pass split of in-layer collectives and the
@@ -18,6 +20,7 @@
 #include <array>
 #include <vector>
 
+#include "planner/cost/memory_events.h"
 #include "planner/cost/memory_model.h"
 #include "planner/spec/specs.h"
 #include "planner/cost/time_model.h"
@@ -75,31 +78,15 @@ struct StageCost {
   // Their host transfers are not simulated (the analytic model's `offload` term has them).
   int activation_offload_layers = 0;
 
-  // ---- memory, bytes per rank
-  std::array<double, kMemoryItems> static_bytes{};  // held all step: model states, the ZeRO-3 gathered
-                                                    // units held at the loss, comm buffers outside layers,
-                                                    // workspace, CUDA context
-  double layer_gathered_bytes = 0;  // ZeRO-3: gathered beyond the static ones during a forward ...
-  double layer_gathered_backward_bytes = 0;  // ... and during a backward
-  double layer_comm_bytes = 0;      // SP gather, EP all-to-all and CP exchange buffers during a forward ...
-  double layer_comm_backward_bytes = 0;  // ... and at a backward's largest moment
-  // The LM head's GEMMs (last stage; planner StageMemoryExtras): a moment each at the end
-  // of the last chunk's forward (before the loss) and at the start of its backward.
-  double head_logits_bytes = 0;            // the logits (their gradient) in the compute dtype, of logits_bytes
-  double head_forward_working_bytes = 0;
-  double head_backward_working_bytes = 0;
-  double head_gathered_forward_bytes = 0;   // ZeRO-3: gathered beyond the static ones
-  double head_gathered_backward_bytes = 0;
-  double head_grad_transient_bytes = 0;
-  double head_comm_bytes = 0;               // SP: the head's gathered input ...
-  double loss_comm_bytes = 0;               // ... and what of it stays to the head backward
+  // ---- memory, bytes per rank: what the stage holds all step and what its passes hold
+  // beside their activations (the planner's stage_memory_program), and the chunk-level
+  // facts the simulator sums per chunk for each pass's events (pass_memory_events).
+  StageMemoryProgram memory;
   double first_chunk_extra_bytes = 0;  // per micro-batch with chunk 0 (stage 0: embedding dropout mask)
   double last_chunk_extra_bytes = 0;   // per micro-batch with the last chunk (last stage: final-norm and LM-head inputs)
   double head_input_bytes = 0;         // of which made after the last layer's forward (the LM-head input)
-  double logits_bytes = 0;             // per micro-batch on the last stage, head forward to its backward
+  double logits_bytes = 0;             // per micro-batch on the last stage, loss to head backward
   double activation_grad_bytes = 0;    // during a backward: output gradient + widest intermediate gradient
-  double grad_transient_bytes = 0;     // during a backward: ZeRO >= 2 full-size gradient of the unit being reduced
-  double fragmentation_fraction = 0.05;  // allocator reserve, fraction of the dynamic bytes at each moment
 };
 
 struct SimCosts {

@@ -93,11 +93,10 @@ class StepBuilder {
 
 CommCost StepBuilder::dp_cost(double bytes, bool allreduce) const {
   const Link& l = costs_.dp_link;
-  const Link lat{kInf, l.latency};
   const Efficiency& e = costs_.efficiency;
   const int n = costs_.dp_group;
   const double total = allreduce ? allreduce_time(bytes, n, l, e) : allgather_time(bytes, n, l, e);
-  const double fixed = allreduce ? allreduce_time(bytes, n, lat, e) : allgather_time(bytes, n, lat, e);
+  const double fixed = allreduce ? allreduce_latency(bytes, n, l) : allgather_latency(bytes, n, l);
   CommCost cc;
   cc.latency = std::min(fixed, total);
   cc.transfer = std::max(0.0, total - cc.latency);
@@ -459,11 +458,13 @@ void account_time(const StepBuilder& b, const SimCosts& costs, double total, int
   r->busy = bd.compute + bd.recompute;
 }
 
-// Memory over the step from the pass times, in the planner's (estimate_stage_memory)
-// order of allocations and frees (frees first at equal times).
+// Memory over the step: the planner's events of each pass (pass_memory_events) placed at
+// the pass's start or end as scheduled, frees first at equal times, over what the stage
+// holds all step.
 void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool record, StageResult* r) {
   const auto& tasks = b.engine().tasks();
   const StageCost& sc = costs.stages[s];
+  const StageMemoryProgram& mp = sc.memory;
   const int pp = static_cast<int>(costs.stages.size());
   const StageProgram& prog = b.programs()[s];
   const int vpp = b.vpp();
@@ -471,14 +472,14 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
   const int per_chunk = n / vpp;
   const int last_virtual = pp * vpp - 1;
 
-  // Per chunk: activations one micro-batch keeps, the largest forward transient and
-  // backward working set of its layers, and (last virtual stage) the logits and the
-  // final-norm + head inputs that the head forward makes and the head backward frees.
-  // Activation offload: the stage's first k layers keep theirs in host memory, the GPU a
-  // double buffer of two of them for the whole step.
-  std::vector<double> act(vpp, 0), work(vpp, 0), ftrans(vpp, 0), logits(vpp, 0), head_set(vpp, 0), head_in(vpp, 0);
+  // Per chunk, what one micro-batch's pass keeps and needs: its layers' activations, the
+  // largest forward transient and backward working set, and (last virtual stage) the
+  // logits and the final-norm + head inputs. Activation offload: the stage's first k
+  // layers keep theirs in host memory, the GPU a double buffer of two of them all step.
+  std::vector<PassMemory> chunk(vpp);
   double offload_buffer = 0;
   for (int c = 0; c < vpp; ++c) {
+    PassMemory& pm = chunk[c];
     bool grads = false;
     for (int jl = 0; jl < per_chunk; ++jl) {
       const int layer = c * per_chunk + jl;
@@ -486,119 +487,75 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       if (layer < sc.activation_offload_layers) {
         if (layer < 2) offload_buffer += L.activation_bytes;
       } else {
-        act[c] += L.activation_bytes;
+        pm.kept += L.activation_bytes;
       }
-      ftrans[c] = std::max(ftrans[c], L.forward_transient_bytes);
+      pm.transient = std::max(pm.transient, L.forward_transient_bytes);
       if (L.grad_flows) {
-        work[c] = std::max(work[c], L.working_bytes);
+        pm.working = std::max(pm.working, L.working_bytes);
         grads = true;
       }
     }
-    if (c == 0) act[c] += sc.first_chunk_extra_bytes;
+    if (c == 0) pm.kept += sc.first_chunk_extra_bytes;
     if (c * pp + s == last_virtual) {
-      act[c] += sc.last_chunk_extra_bytes;
-      head_set[c] = sc.last_chunk_extra_bytes;
-      head_in[c] = sc.head_input_bytes;
-      logits[c] = sc.logits_bytes;
+      pm.kept += sc.last_chunk_extra_bytes;
+      pm.head_set = sc.last_chunk_extra_bytes;
+      pm.head_input = sc.head_input_bytes;
+      pm.logits = sc.logits_bytes;
     }
-    if (grads) work[c] += sc.activation_grad_bytes;
+    if (grads) pm.working += sc.activation_grad_bytes;
   }
+  std::vector<PassMemoryEvents> events(vpp);
+  for (int c = 0; c < vpp; ++c) events[c] = pass_memory_events(chunk[c], mp);
 
-  // A forward allocates its chunk's activations and its layers' transient at its start
-  // (the head input excepted), frees the transient at its end and makes the head input
-  // and the logits; a backward frees the logits and the head inputs at its start (the
-  // head backward runs first), holds its working set, and frees the rest at its end.
   struct Delta {
     double time;
-    int order;  // 0 frees, 1 allocations
-    int op;     // program index (-1: optimizer)
-    bool edge;  // the op's start (forward) or end (backward): the in-flight count changes
-    double act, work, logits, buffers;
-    double grads = 0;  // ZeRO >= 2: the unit gradient a backward holds until it is reduce-scattered
-    double comm = 0;   // layer-only communication buffers (SP gather, EP, CP exchange)
+    bool frees;  // frees come first at equal times
+    int op;      // program index (-1: optimizer)
+    const MemoryEvent* event;
   };
   std::vector<Delta> deltas;
-  deltas.reserve(prog.size() * 3 + 2);
+  deltas.reserve(prog.size() * 4 + 2);
   for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
     const PipelineOp& o = prog[i];
-    const int c = o.chunk;
-    const OpRef& ref = b.op(s, o.forward, c, o.microbatch);
+    const OpRef& ref = b.op(s, o.forward, o.chunk, o.microbatch);
     const double start = tasks[ref.first].start, end = tasks[ref.last].end;
-    // A forward or backward also holds the layer-only buffers (ZeRO-3 units, SP / EP / CP).
-    // The last chunk's head GEMMs are a moment each, pushed as a pair of deltas that the
-    // stable sort keeps adjacent: at the forward's end, before the loss's own tensors; at
-    // the backward's start, before the head's inputs and logits are freed.
-    const bool head = logits[c] > 0;
-    if (o.forward) {
-      const double lg = sc.layer_gathered_bytes, lc = sc.layer_comm_bytes;
-      deltas.push_back({start, 1, i, true, act[c] - head_in[c], ftrans[c], 0, lg, 0, lc});
-      deltas.push_back({end, 0, i, false, 0, -ftrans[c], 0, -lg, 0, -lc});
-      if (head) {
-        const double hw = sc.head_forward_working_bytes, hg = sc.head_gathered_forward_bytes, hl = sc.head_logits_bytes;
-        const double hc = sc.head_comm_bytes, lc_loss = sc.loss_comm_bytes;
-        deltas.push_back({end, 1, i, false, head_in[c], hw, hl, hg, 0, hc});
-        deltas.push_back({end, 1, i, false, 0, -hw, logits[c] - hl, -hg, 0, lc_loss - hc});
-      } else {
-        deltas.push_back({end, 1, i, false, head_in[c], 0, logits[c], 0});
-      }
-    } else {
-      const double lg = sc.layer_gathered_backward_bytes, lc = sc.layer_comm_backward_bytes;
-      const double g = work[c] > 0 ? sc.grad_transient_bytes : 0;  // a chunk that trains
-      if (head) {
-        const double hw = sc.head_backward_working_bytes, hg = sc.head_gathered_backward_bytes, hl = sc.head_logits_bytes;
-        const double hgr = sc.head_grad_transient_bytes;
-        const double hc = sc.head_comm_bytes;
-        deltas.push_back({start, 1, i, false, 0, hw, -(logits[c] - hl), hg, hgr, hc - sc.loss_comm_bytes});
-        deltas.push_back({start, 1, i, false, -head_set[c], work[c] - hw, -hl, lg - hg, g - hgr, lc - hc});
-      } else {
-        deltas.push_back({start, 1, i, false, -head_set[c], work[c], -logits[c], lg, g, lc});
-      }
-      deltas.push_back({end, 0, i, true, -(act[c] - head_set[c]), -work[c], 0, -lg, -g, -lc});
-    }
+    const PassMemoryEvents& ev = events[o.chunk];
+    const MemoryEvent* list = o.forward ? ev.forward.data() : ev.backward.data();
+    const int count = o.forward ? ev.forward_count : ev.backward_count;
+    for (int k = 0; k < count; ++k)
+      deltas.push_back({at_pass_end(list[k].moment) ? end : start, frees_first(list[k].moment), i, &list[k]});
   }
   const EngineTask& optim = tasks[b.compute_tasks(s).back()];
-  // ZeRO-3's gathered units are released before the step (the planner's optimizer phase);
-  // ZeRO 1-2 gather the updated parameters through the DP buckets, already counted.
-  const double gathered_released = -sc.static_bytes[static_cast<int>(MemoryItem::gathered_params)];
-  deltas.push_back({optim.start, 1, -1, false, 0, 0, 0, gathered_released});
-  deltas.push_back({optim.end, 0, -1, false, 0, 0, 0, -gathered_released});
+  const std::array<MemoryEvent, 2> optimizer = optimizer_memory_events(mp);
+  deltas.push_back({optim.start, frees_first(optimizer[0].moment), -1, &optimizer[0]});
+  deltas.push_back({optim.end, frees_first(optimizer[1].moment), -1, &optimizer[1]});
   std::stable_sort(deltas.begin(), deltas.end(),
-                   [](const Delta& x, const Delta& y) { return x.time != y.time ? x.time < y.time : x.order < y.order; });
+                   [](const Delta& x, const Delta& y) { return x.time != y.time ? x.time < y.time : x.frees > y.frees; });
 
-  std::array<double, kMemoryItems> cur = sc.static_bytes;
+  std::array<double, kMemoryItems> cur = mp.held;
   cur[static_cast<int>(MemoryItem::activations)] += offload_buffer;
-  const int A = static_cast<int>(MemoryItem::activations), W = static_cast<int>(MemoryItem::backward_working),
-            L = static_cast<int>(MemoryItem::logits_loss), G = static_cast<int>(MemoryItem::gathered_params),
-            C = static_cast<int>(MemoryItem::comm_buffers), F = static_cast<int>(MemoryItem::fragmentation);
   std::vector<int> held(vpp, 0);
   int64_t held_total = 0;
   r->peak_bytes = -1;
   if (record) r->memory.reserve(deltas.size() + 1);
   for (size_t i = 0; i < deltas.size(); ++i) {
     const Delta& d = deltas[i];
-    cur[A] += d.act;
-    cur[W] += d.work;
-    cur[L] += d.logits;
-    cur[G] += d.buffers;
-    cur[C] += d.comm;
-    cur[static_cast<int>(MemoryItem::gradients)] += d.grads;
-    if (d.op >= 0 && d.edge && prog[d.op].forward) {
+    apply(d.event->change, cur);
+    // The in-flight count changes at a forward's start and a backward's end.
+    if (d.event->moment == MemoryMoment::forward_start) {
       ++held[prog[d.op].chunk];
       ++held_total;
-    } else if (d.op >= 0 && d.edge) {
+    } else if (d.event->moment == MemoryMoment::backward_end) {
       --held[prog[d.op].chunk];
       --held_total;
     }
     r->max_inflight_chunks = std::max(r->max_inflight_chunks, held_total);
-    // The planner's expression: fragmentation is a fraction of the dynamic bytes, and the
-    // total sums the items in their order.
-    cur[F] = sc.fragmentation_fraction * (cur[A] + cur[W] + cur[L] + cur[G] + cur[C]);
-    double total = 0;
-    for (double x : cur) total += x;
+    std::array<double, kMemoryItems> items = cur;
+    const double total = with_fragmentation(items, mp.fragmentation_fraction);
     if (total > r->peak_bytes) {
       r->peak_bytes = total;
       r->peak_time = d.time;
-      r->peak_items = cur;
+      r->peak_items = items;
       r->peak_inflight = static_cast<double>(held_total) / vpp;
       if (d.op < 0) {
         r->peak_phase = Phase::optimizer;
@@ -611,11 +568,8 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     }
     if (record && (i + 1 == deltas.size() || deltas[i + 1].time != d.time)) {
       if (r->memory.empty()) {
-        std::array<double, kMemoryItems> base = sc.static_bytes;
-        base[F] = sc.fragmentation_fraction * (base[G] + base[C]);
-        double t0 = 0;
-        for (double x : base) t0 += x;
-        r->memory.push_back({0, t0});
+        std::array<double, kMemoryItems> start = mp.held;
+        r->memory.push_back({0, with_fragmentation(start, mp.fragmentation_fraction)});
       }
       r->memory.push_back({d.time, total});
     }

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "planner/spec/fp8_recipe.h"
+#include "planner/cost/memory_events.h"
 #include "planner/cost/plan_check.h"
+#include "planner/spec/fp8_recipe.h"
 
 namespace llmplan {
 
@@ -595,6 +596,73 @@ struct StagePhases {
   double comm_peak = 0;      // every communication buffer, inside a layer, for item_peak
 };
 
+// What a stage holds outside its passes: the model states on this rank and the buffers of
+// StageMemoryExtras at their largest (ZeRO-3's pool, every communication buffer), the
+// workspace and the CUDA context; and the model states moved to host memory.
+struct StageBase {
+  std::array<double, kMemoryItems> items{};
+  double host_states = 0;
+};
+
+StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
+                     const MemoryInputs& in, const StageMemoryExtras& x) {
+  const int layers = pp_stage_layers(m.layers, p, stage);
+  const StageParams params = stage_params(m, j, p, in.pc, stage);
+  // Expert parallel: a routed expert's states exist only on the dp*cp/ep ranks holding that
+  // expert, so ZeRO shards them over those (Megatron-Core's expert-data-parallel group), the
+  // rest over dp*cp.
+  const bool expert_shards = p.ep > 1 && params.expert > 0;
+  const ModelStateBytes states =
+      expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer) +
+                          model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer)
+                    : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
+  StageBase sb;
+  sb.host_states = states.host;
+  std::array<double, kMemoryItems>& base = sb.items;
+  // FP8 weight cache: every layer's quantized copies, held all step long. Under ZeRO-3 a
+  // layer's weights exist whole only while gathered, and so do their copies: those of the
+  // gathered unit and the prefetched one (Megatron FSDP gathers FP8 parameters, its
+  // fp8_param_gather), not a cache of the whole stage.
+  const double cached_layers = p.zero == 3 ? std::min(layers, 2) : layers;
+  base[static_cast<int>(MemoryItem::weights)] = states.weights +
+                                                cached_layers * in.pc.per_layer_rank * in.fp8_cached_bytes_per_param +
+                                                layers * in.fp8_scaling_bytes_per_layer;
+  base[static_cast<int>(MemoryItem::gradients)] = states.gradients;
+  base[static_cast<int>(MemoryItem::optimizer_states)] = states.optimizer_states;
+  base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;
+  base[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
+  base[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers;
+  base[static_cast<int>(MemoryItem::workspace)] = opt.gemm_workspace_bytes;
+  base[static_cast<int>(MemoryItem::cuda_context)] = opt.cuda_context_bytes;
+  return sb;
+}
+
+// The stage's memory events (memory_events.h) from its base and extras: held all step are
+// the model states, ZeRO-3's units gathered at the loss and the buffers outside layers;
+// every layer-only and head buffer is an event's.
+StageMemoryProgram stage_memory_program(const std::array<double, kMemoryItems>& base, const StageMemoryExtras& x,
+                                        const MemoryOptions& opt) {
+  StageMemoryProgram st;
+  st.held = base;
+  st.held[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_at_loss;
+  st.held[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers - x.layer_comm_buffers;
+  st.fragmentation_fraction = opt.fragmentation_fraction;
+  st.layer_gathered = x.gathered_pool_layer - x.gathered_at_loss;
+  st.layer_gathered_backward = x.gathered_pool_backward - x.gathered_at_loss;
+  st.layer_comm = x.layer_comm_buffers;
+  st.layer_comm_backward = x.backward_layer_comm;
+  st.grad_transient = x.unit_grad_transient;
+  st.head_logits = x.head_logits;
+  st.head_forward_working = x.head_forward_working;
+  st.head_backward_working = x.head_backward_working;
+  st.head_gathered_forward = x.head_gathered_forward - x.gathered_at_loss;
+  st.head_gathered_backward = x.head_gathered_backward - x.gathered_at_loss;
+  st.head_grad_transient = x.head_grad_transient;
+  st.head_comm = x.head_comm;
+  st.loss_comm = x.loss_comm;
+  return st;
+}
+
 StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
                          const MemoryInputs& in) {
   StagePhases out;
@@ -606,33 +674,10 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
 
   // ---- parameters on this rank
   const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, out.layers);
-  const StageParams params = stage_params(m, j, p, in.pc, stage);
-  // Expert parallel: a routed expert's states exist only on the dp*cp/ep ranks holding that
-  // expert, so ZeRO shards them over those (Megatron-Core's expert-data-parallel group), the
-  // rest over dp*cp.
-  const bool expert_shards = p.ep > 1 && params.expert > 0;
-  const ModelStateBytes states =
-      expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer) +
-                          model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer)
-                    : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
-  out.host_states = states.host;
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
-  std::array<double, kMemoryItems> base{};
-  // FP8 weight cache: every layer's quantized copies, held all step long. Under ZeRO-3 a
-  // layer's weights exist whole only while gathered, and so do their copies: those of the
-  // gathered unit and the prefetched one (Megatron FSDP gathers FP8 parameters, its
-  // fp8_param_gather), not a cache of the whole stage.
-  const double cached_layers = p.zero == 3 ? std::min(out.layers, 2) : out.layers;
-  base[static_cast<int>(MemoryItem::weights)] = states.weights +
-                                                cached_layers * in.pc.per_layer_rank * in.fp8_cached_bytes_per_param +
-                                                out.layers * in.fp8_scaling_bytes_per_layer;
-  base[static_cast<int>(MemoryItem::gradients)] = states.gradients;
-  base[static_cast<int>(MemoryItem::optimizer_states)] = states.optimizer_states;
-  base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;
-  base[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
-  base[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers;
-  base[static_cast<int>(MemoryItem::workspace)] = opt.gemm_workspace_bytes;
-  base[static_cast<int>(MemoryItem::cuda_context)] = opt.cuda_context_bytes;
+  const StageBase sb = stage_base(m, j, p, stage, opt, in, x);
+  const std::array<double, kMemoryItems>& base = sb.items;
+  out.host_states = sb.host_states;
 
   // ---- activations of one micro-batch through this stage
   double per_mb = 0, remat = 0, transient = 0;
@@ -679,81 +724,39 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   out.head_working = std::max(x.head_forward_working, x.head_backward_working);
   out.gathered_peak = base[static_cast<int>(MemoryItem::gathered_params)];
 
-  // Forward: the later of two moments -- the end of the head forward (every kept tensor
-  // and the logits), or a layer forward's transient before the head input exists (the
-  // executor's order: layer outputs, final norm, head input, logits, softmax).
-  auto& fwd = out.b[static_cast<int>(Phase::forward)];
-  auto& bwd = out.b[static_cast<int>(Phase::backward)];
-  auto& optim = out.b[static_cast<int>(Phase::optimizer)];
-  fwd = base;
-  bwd = base;
-  optim = base;
-  // Inside a layer the layer-only communication buffers (SP gather, EP, CP exchange) can be live.
-  const int comm = static_cast<int>(MemoryItem::comm_buffers);
-  // The ring's backward attention holds more than any forward moment.
-  out.comm_peak = std::max(base[comm], base[comm] - x.layer_comm_buffers + x.cp_backward_buffers);
-  // ZeRO-3 holds a layer's pool inside it, and less (the executor: nothing) at the loss.
-  const int gathered = static_cast<int>(MemoryItem::gathered_params);
-  const double at_head = activations + logits + x.gathered_at_loss + x.loss_comm,
-               at_layer = activations - x.head_input + other_logits + transient + x.layer_comm_buffers + x.gathered_pool_layer;
-  // The head's forward GEMM, before the loss adds its fp32 softmax (last stage).
-  const double at_head_gemm =
-      is_last ? activations + other_logits + x.head_logits + x.head_forward_working + x.head_gathered_forward + x.head_comm : 0;
-  if (at_head_gemm > at_head && at_head_gemm > at_layer) {
-    fwd[static_cast<int>(MemoryItem::activations)] = activations;
-    fwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits + x.head_logits;
-    fwd[static_cast<int>(MemoryItem::backward_working)] = x.head_forward_working;
-    fwd[comm] += x.head_comm - x.layer_comm_buffers;
-    fwd[gathered] = x.head_gathered_forward;
-  } else if (at_head >= at_layer) {
-    fwd[static_cast<int>(MemoryItem::activations)] = activations;
-    fwd[static_cast<int>(MemoryItem::logits_loss)] = logits;
-    fwd[comm] += x.loss_comm - x.layer_comm_buffers;
-    fwd[gathered] = x.gathered_at_loss;
-  } else {
-    fwd[static_cast<int>(MemoryItem::activations)] = activations - x.head_input;
-    fwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
-    fwd[static_cast<int>(MemoryItem::backward_working)] = transient;
-    fwd[gathered] = x.gathered_pool_layer;
-  }
-  // Backward of a layer: the head backward has freed this micro-batch's logits and its
-  // final-norm and head inputs; the layer re-materialises what its policy dropped and
-  // holds the activation gradients.
-  // The head's backward GEMM (last stage) runs before that, with this micro-batch's
-  // final-norm and head inputs and its logits' gradient still held; the larger counts.
-  const double layer_bwd = activations - x.last_chunk_set + out.remat_and_grads + x.gathered_pool_backward + x.unit_grad_transient +
-                           x.backward_layer_comm;
-  const double head_bwd = is_last ? activations + x.head_logits + x.head_backward_working + x.head_gathered_backward +
-                                        x.head_grad_transient + x.head_comm
-                                  : 0;
-  bwd[comm] += x.backward_layer_comm - x.layer_comm_buffers;
-  if (is_last && head_bwd > layer_bwd) {
-    bwd[static_cast<int>(MemoryItem::activations)] = activations;
-    bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits + x.head_logits;
-    bwd[static_cast<int>(MemoryItem::backward_working)] = x.head_backward_working;
-    bwd[static_cast<int>(MemoryItem::gradients)] += x.head_grad_transient;
-    bwd[comm] += x.head_comm - x.backward_layer_comm;
-    bwd[gathered] = x.head_gathered_backward;
-  } else {
-    bwd[static_cast<int>(MemoryItem::activations)] = activations - (is_last ? x.last_chunk_set : 0);
-    bwd[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
-    bwd[static_cast<int>(MemoryItem::backward_working)] = out.remat_and_grads;
-    bwd[static_cast<int>(MemoryItem::gradients)] += x.unit_grad_transient;
-    bwd[gathered] = x.gathered_pool_backward;
-  }
+  // The phases' peaks: a scan of one micro-batch's pass through the stage
+  // (memory_events.h) with every other in-flight micro-batch's activations and logits held,
+  // the largest total of each phase's moments (the first of equals).
+  const StageMemoryProgram prog = stage_memory_program(base, x, opt);
+  PassMemory pass;
+  pass.kept = per_mb + x.first_chunk_set + (is_last ? x.last_chunk_set : 0);
+  pass.head_set = is_last ? x.last_chunk_set : 0;
+  pass.head_input = x.head_input;
+  pass.logits = is_last ? x.logits_set : 0;
+  pass.transient = transient;
+  pass.working = out.remat_and_grads;
+  std::array<double, kMemoryItems> cur = prog.held;
+  cur[static_cast<int>(MemoryItem::activations)] = activations - pass.kept;
+  cur[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
+  std::array<double, 3> best{-1, -1, -1};
+  auto visit = [&](const MemoryEvent& e) {
+    apply(e.change, cur);
+    std::array<double, kMemoryItems> items = cur;
+    const double total = with_fragmentation(items, prog.fragmentation_fraction);
+    const int ph = static_cast<int>(moment_phase(e.moment));
+    if (total > best[ph]) {
+      best[ph] = total;
+      out.b[ph] = items;
+    }
+  };
+  const PassMemoryEvents ev = pass_memory_events(pass, prog);
+  for (int i = 0; i < ev.forward_count; ++i) visit(ev.forward[i]);
+  for (int i = 0; i < ev.backward_count; ++i) visit(ev.backward[i]);
+  cur = prog.held;
+  visit(optimizer_memory_events(prog)[0]);
+  out.comm_peak = std::max(base[static_cast<int>(MemoryItem::comm_buffers)],
+                           base[static_cast<int>(MemoryItem::comm_buffers)] - x.layer_comm_buffers + x.cp_backward_buffers);
   out.gradients_peak = base[static_cast<int>(MemoryItem::gradients)] + std::max(x.unit_grad_transient, x.head_grad_transient);
-  optim[comm] -= x.layer_comm_buffers;
-  optim[gathered] = 0;
-  // Optimizer step: activations and ZeRO-3's gathered units are gone. ZeRO 1-2 all-gather
-  // the updated parameters through the persistent DP buckets (comm_buffers) straight into
-  // the weights, as the executor, Megatron's distributed optimizer and DeepSpeed do: no
-  // memory of their own.
-  for (auto& b : out.b) {
-    const double dynamic = b[static_cast<int>(MemoryItem::activations)] + b[static_cast<int>(MemoryItem::backward_working)] +
-                           b[static_cast<int>(MemoryItem::logits_loss)] + b[static_cast<int>(MemoryItem::gathered_params)] +
-                           b[static_cast<int>(MemoryItem::comm_buffers)];
-    b[static_cast<int>(MemoryItem::fragmentation)] = opt.fragmentation_fraction * dynamic;
-  }
   return out;
 }
 
@@ -809,6 +812,13 @@ StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec& c, cons
   return stage_memory(m, j, p, stage, opt, memory_inputs(m, c.gpu, j, p, opt));
 }
 
+StageMemoryProgram stage_memory_program(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+                                        int stage, const MemoryOptions& opt) {
+  const MemoryInputs in = memory_inputs(m, c.gpu, j, p, opt);
+  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
+  return stage_memory_program(stage_base(m, j, p, stage, opt, in, x).items, x, opt);
+}
+
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryOptions& opt) {
   return estimate_memory(m, c, j, p, memory_inputs(m, c.gpu, j, p, opt), opt);
@@ -817,34 +827,26 @@ MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const Tra
 namespace {
 
 // Calls cost(s) for every stage s that can be the worst, in stage order: the first, the
-// last, and of the middle stages only those that may exceed the stage before. cost
-// returns whether the stage's layer transient rounded away at its forward peak.
+// last, and of the middle stages only those that may exceed the stage before.
 //
 // Middle stages (neither first nor last) with the same layers and frozen layers as the
 // stage before differ from it only in holding no more in-flight micro-batches (every
-// schedule's count falls with the stage), and every term of a middle stage's total is
-// non-decreasing in that count, in floating point too (sums and products of
-// non-negative values round monotonically). Such a stage cannot exceed the stage before,
-// so it cannot become the worst (ties keep the earlier stage): skipping it keeps the
-// report exact and makes a plan cost a few stages instead of pp. (The terms that do not
-// scale with the count are equal on equal shapes: parameters and the DP buckets
-// follow the layers and frozen layers; so do ZeRO-2/3's unit gradient in backward -- a
-// middle stage's largest trainable unit is one of its layers if any trains -- and ZeRO-3's
-// gathered pool, one or two of its layers.) One case breaks the
-// argument: a forward peak whose layer transient rounds away against the activations
-// (the at_head branch of stage_phases); after such a stage the next one is costed too.
+// schedule's count falls with the stage), and every term of a middle stage's total at
+// each of its moments is non-decreasing in that count, in floating point too (sums and
+// products of non-negative values round monotonically, and so does adding the pass's
+// events to the held background); a phase's peak is the largest of those totals. Such a
+// stage cannot exceed the stage before, so it cannot become the worst (ties keep the
+// earlier stage): skipping it keeps the report exact and makes a plan cost a few stages
+// instead of pp. (The terms that do not scale with the count are equal on equal shapes:
+// parameters and the DP buckets follow the layers and frozen layers; so do ZeRO-2/3's
+// unit gradient in backward -- a middle stage's largest trainable unit is one of its
+// layers if any trains -- and ZeRO-3's gathered pool, one or two of its layers.)
 template <class Cost>
 void for_candidate_stages(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const MemoryInputs& in, Cost cost) {
-  bool rounds_transient = cost(0);
+  cost(0);
   if (in.runs_complete) {
-    // Runs of equal middle stages from memory_inputs.
-    for (int k = 0; k < in.run_count; ++k) {
-      const MemoryInputs::StageRun run = in.runs[k];
-      for (int s = run.first; s < run.end; ++s) {
-        if (s > run.first && !rounds_transient) break;
-        rounds_transient = cost(s);
-      }
-    }
+    // Runs of equal middle stages from memory_inputs: the first of each.
+    for (int k = 0; k < in.run_count; ++k) cost(in.runs[k].first);
     if (p.pp > 1) cost(p.pp - 1);
     return;
   }
@@ -856,13 +858,9 @@ void for_candidate_stages(const ModelSpec& m, const TrainingJob& j, const Parall
     const bool same_shape = s > 1 && layers == prev_layers && frozen_here == prev_frozen;
     prev_layers = layers;
     prev_frozen = frozen_here;
-    if (same_shape && s < p.pp - 1 && !rounds_transient) continue;
-    rounds_transient = cost(s);
+    if (same_shape && s < p.pp - 1) continue;
+    cost(s);
   }
-}
-
-bool rounds_transient(const std::array<double, kMemoryItems>& forward) {
-  return !(forward[static_cast<int>(MemoryItem::backward_working)] > 0);
 }
 
 }  // namespace
@@ -882,7 +880,6 @@ MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const Tra
       r.worst = sm;
     }
     if (s == p.pp - 1) r.last = sm;
-    return rounds_transient(sm.phase_bytes[static_cast<int>(Phase::forward)]);
   });
   return r;
 }
@@ -902,7 +899,6 @@ MemoryPeak estimate_memory_peak(const ModelSpec& m, const ClusterSpec& c, const 
       r.stage = s;
       r.phase = static_cast<Phase>(peak);
     }
-    return rounds_transient(sp.b[static_cast<int>(Phase::forward)]);
   });
   return r;
 }

@@ -53,6 +53,18 @@ double p2p_time(double bytes, const Link& l, const Efficiency& e) {
   return bytes / (l.bandwidth * e.network) + l.latency;
 }
 
+double allreduce_latency(double bytes, int n, const Link& l) {
+  if (n <= 1 || bytes <= 0) return 0;
+  return 2.0 * (n - 1) * l.latency;
+}
+
+double allgather_latency(double bytes, int n, const Link& l) {
+  if (n <= 1 || bytes <= 0) return 0;
+  return (n - 1) * l.latency;
+}
+
+double p2p_latency(double bytes, const Link& l) { return bytes <= 0 ? 0 : l.latency; }
+
 double gemm_time(double m, double n, double k, double elem_bytes, double peak_flops, double bandwidth, const Efficiency& e) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   const double flops = 2 * m * n * k;
@@ -128,6 +140,11 @@ LayerCommByPass layer_comm_by_pass(const LayerTimes& lt, LayerRecompute policy, 
   const double n_ep = nf + nb;
   r.ep[0] = lt.ep_comm * nf / n_ep;
   r.ep[1] = lt.ep_comm * nb / n_ep;
+  r.tp_latency[0] = lt.tp_comm_latency * nf / n_tp;
+  r.tp_latency[1] = lt.tp_comm_latency * nb / n_tp;
+  r.tp_latency[2] = lt.tp_comm_latency * nr / n_tp;
+  r.ep_latency[0] = lt.ep_comm_latency * nf / n_ep;
+  r.ep_latency[1] = lt.ep_comm_latency * nb / n_ep;
   r.cp[0] = lt.cp_comm_forward > 0 ? lt.cp_comm_forward : grad_flows ? lt.cp_comm_exposed / 3 : lt.cp_comm_exposed;
   r.cp[1] = lt.cp_comm_exposed - r.cp[0];
   return r;
@@ -314,6 +331,9 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const double one = allreduce_time(bytes, p.tp, l, e) + e.kernel_launch_s;
     lt.tp_comm = (lc.grad_flows ? 4 : 2) * one * (1 - e.tp_overlap);
     if (policy == LayerRecompute::full && lc.grad_flows) lt.tp_comm += 2 * one * (1 - e.tp_overlap);
+    const double one_latency = allreduce_latency(bytes, p.tp, l) + e.kernel_launch_s;
+    lt.tp_comm_latency = (lc.grad_flows ? 4 : 2) * one_latency * (1 - e.tp_overlap);
+    if (policy == LayerRecompute::full && lc.grad_flows) lt.tp_comm_latency += 2 * one_latency * (1 - e.tp_overlap);
   }
   // ---- CP ring: K and V chunks pass around the ring, hidden behind attention. Backward
   // passes them again, and their gradients with them: cp shifts, the last one handing each
@@ -342,6 +362,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const double bytes = moe_expert_rows(m, tokens / (p.sp ? t : 1)) * h * eb;  // the capacity-padded send buffer
     const Link l = group_link(c, p, Group::ep);
     lt.ep_comm = (lc.grad_flows ? 4 : 2) * alltoall_time(bytes, p.ep, l, e);
+    lt.ep_comm_latency = (lc.grad_flows ? 4 : 2) * allgather_latency(bytes, p.ep, l);
   }
   return lt;
 }

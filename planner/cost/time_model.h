@@ -112,6 +112,11 @@ double allreduce_time(double bytes, int n, const Link& l, const Efficiency& e);
 double allgather_time(double bytes, int n, const Link& l, const Efficiency& e);  // = reduce-scatter
 double alltoall_time(double bytes, int n, const Link& l, const Efficiency& e);
 double p2p_time(double bytes, const Link& l, const Efficiency& e);
+// The alpha (latency) terms of the same: what a transfer costs however wide its link, and
+// what does not stretch when transfers share a link (the simulator's split of each one).
+double allreduce_latency(double bytes, int n, const Link& l);
+double allgather_latency(double bytes, int n, const Link& l);  // = reduce-scatter, all-to-all
+double p2p_latency(double bytes, const Link& l);
 
 // Roofline time of one (m x k) * (k x n) GEMM with `elem_bytes` operands.
 double gemm_time(double m, double n, double k, double elem_bytes, double peak_flops, double bandwidth, const Efficiency& e);
@@ -125,6 +130,10 @@ struct LayerTimes {
   double cp_comm_exposed = 0;  // CP ring exchange not hidden behind attention (all-gather: all of it), s
   double cp_comm_forward = 0;  // of cp_comm_exposed, the forward's part under all-gather; 0 for the ring (a third)
   double ep_comm = 0;          // MoE all-to-all dispatch + combine, fwd + bwd, s
+  // Of tp_comm and ep_comm, the alpha terms and kernel launches (the rest is the beta term:
+  // bytes over the link's bandwidth). The CP exchange's exposed time is a remainder behind
+  // attention and has no such split.
+  double tp_comm_latency = 0, ep_comm_latency = 0;  // s
 };
 LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const LayerContext& lc,
                        LayerRecompute policy, const Efficiency& e);
@@ -179,11 +188,14 @@ OptimizerTime optimizer_time(const ClusterSpec& c, const TrainingJob& j, const P
 // How layer_times' per-layer collective sums split over the passes of one micro-batch
 // (forward, backward, recompute): TP 2 collectives forward, 2 backward (when gradients
 // flow), 2 more under full recompute; EP 2 + 2 all-to-alls; CP's exposed ring time
-// 1/3 forward, 2/3 backward (the ring runs once forward, twice backward).
+// 1/3 forward, 2/3 backward (the ring runs once forward, twice backward). The latency
+// parts (LayerTimes::tp_comm_latency, ep_comm_latency) split the same way.
 struct LayerCommByPass {
   double tp[3] = {0, 0, 0};
   double cp[3] = {0, 0, 0};
   double ep[3] = {0, 0, 0};
+  double tp_latency[3] = {0, 0, 0};  // of tp
+  double ep_latency[3] = {0, 0, 0};  // of ep
 };
 LayerCommByPass layer_comm_by_pass(const LayerTimes& lt, LayerRecompute policy, bool grad_flows);
 
