@@ -63,12 +63,12 @@ void watch_interrupts(bool sigint, std::string db_path, int64_t run_id) {
     const int sig = b;
     const bool interrupted = sig == SIGINT;
     if (run_id >= 0) {
-      std::fprintf(stderr, "llmplan: %s; recording run %lld as failed\n",
+      std::fprintf(stderr, "llmplan: %s; recording run %lld as %s\n",
                    interrupted ? "interrupted (SIGINT)" : "terminated (SIGTERM: the launcher after another rank failed, or a kill)",
-                   static_cast<long long>(run_id));
+                   static_cast<long long>(run_id), interrupted ? "stopped" : "failed");
       if (Result<ProfileStore> st = ProfileStore::open(db_path)) {
         RunOutcome out;
-        out.status = RunStatus::failed;
+        out.status = interrupted ? RunStatus::stopped : RunStatus::failed;
         out.error_message = interrupted ? "interrupted (SIGINT) before it finished"
                                         : "terminated (SIGTERM) before it finished: the launcher after another rank died, or a kill";
         (void)st->finish_run(run_id, out);
@@ -222,6 +222,14 @@ Result<ExecuteResult> execute_job(const PlanFile& plan, const ExecuteRequest& re
                        : "");
     req.on_start(line);
   }
+  // Each step's row is written as the step ends, so that an interrupted or failing run
+  // keeps what it measured. A write that fails does not stop the training; the first such
+  // error is returned at the end.
+  Status step_rows;
+  o.on_step_measured = [&](const StepMeasure& s) {
+    if (!step_rows) return;
+    step_rows = store->add_steps(*id, {StepRecord{s.step, s.loss, s.time_s, s.tokens_per_s, s.peak_bytes}});
+  };
   Result<RunReport> r = run_plan(*f, o);
   if (!r) {
     RunOutcome out;
@@ -231,9 +239,7 @@ Result<ExecuteResult> execute_job(const PlanFile& plan, const ExecuteRequest& re
     return r.status();
   }
   const nlohmann::json rj = report_to_json(*r);
-  std::vector<StepRecord> steps;
-  for (const StepMeasure& s : r->steps) steps.push_back({s.step, s.loss, s.time_s, s.tokens_per_s, s.peak_bytes});
-  if (Status st = store->add_steps(*id, steps); !st) return st;
+  if (!step_rows) return step_rows;
   RunOutcome out;
   out.status = r->oom ? RunStatus::oom : RunStatus::ok;
   out.error_message = r->oom_message;

@@ -243,7 +243,8 @@ Status check_distributed_backend(const std::string& backend, const ParallelPlan&
 
 Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   if (o.backend != "cpu" && o.backend != "cuda") return Status::bad_input("--backend: expected cpu or cuda, got '" + o.backend + "'");
-  if (o.steps < 1 || o.warmup < 0) return Status::bad_input("--steps must be >= 1 and --warmup >= 0");
+  if (o.steps < 1) return Status::bad_input("--steps: expected a positive number of steps, got " + std::to_string(o.steps));
+  if (o.warmup < 0) return Status::bad_input("--warmup: expected 0 or more warm-up steps, got " + std::to_string(o.warmup));
   if (o.layers < 0 || o.layers > f.model.layers)
     return Status::bad_input("--layers: expected 1.." + std::to_string(f.model.layers) + " (the model's layers or fewer), got " +
                              std::to_string(o.layers));
@@ -511,6 +512,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     sm.grad_norm = so.grad_norm;
     sm.peak_bytes = alloc.stats().peak_total;
     r.steps.push_back(sm);
+    if (o.on_step_measured) o.on_step_measured(sm);
     if (!sm.warmup) times.push_back(dt);
     if (o.on_step) o.on_step(step, total, sm.warmup, loss, dt, sm.tokens_per_s);
     // Outside fp16's loss scaling (which skips an overflowing step and lowers the scale), a

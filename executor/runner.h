@@ -50,6 +50,8 @@ namespace llmplan::exec {
 // 145-160 GFLOP/s in sgemm), capacity = `memory_bytes`.
 GpuSpec cpu_host_gpu(double memory_bytes);
 
+struct StepMeasure;
+
 struct RunOptions {
   std::string backend = "cpu";  // "cpu" or "cuda" (device_backend must then be set). Default: cpu
   // The backend to run on; nullptr: a CPU backend made for the run. The CLI makes the CUDA
@@ -74,6 +76,9 @@ struct RunOptions {
   TrainerOptions trainer;
   ModelOptions model;
   std::function<void(int step, int total, bool warmup, double loss, double time_s, double tokens_per_s)> on_step;
+  // Called with each step's measurement as soon as it is taken (before on_step), so that a
+  // run that dies later keeps what it measured (execute_job records it).
+  std::function<void(const StepMeasure&)> on_step_measured;
   // Distributed (world size > 1): this rank's communicator -- an MpiCommunicator, or a
   // LocalCommunicator for a rank proxy; on the CUDA backend an NcclCommunicator over the
   // device backend's context (check_distributed_backend says what runs there).

@@ -19,12 +19,13 @@ const char* to_string(RunStatus v) {
     case RunStatus::ok: return "ok";
     case RunStatus::oom: return "oom";
     case RunStatus::failed: return "failed";
+    case RunStatus::stopped: return "stopped";
   }
   return "?";
 }
 
 bool parse_enum(const std::string& s, RunStatus* out) {
-  for (RunStatus v : {RunStatus::running, RunStatus::ok, RunStatus::oom, RunStatus::failed}) {
+  for (RunStatus v : {RunStatus::running, RunStatus::ok, RunStatus::oom, RunStatus::failed, RunStatus::stopped}) {
     if (s == to_string(v)) {
       *out = v;
       return true;

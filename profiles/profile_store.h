@@ -29,8 +29,12 @@ namespace llmplan {
 // `PRAGMA application_id` of a profile database: 'LLMP'. A file without it is not ours.
 inline constexpr int32_t kProfileApplicationId = 0x4C4C4D50;
 
-enum class RunStatus { running, ok, oom, failed };
-const char* to_string(RunStatus v);                     // "running", "ok", "oom", "failed"
+// running: started, not finished (or its process died without a word: a SIGKILL, a power
+// cut); ok, oom: finished; failed: an error, a diverged loss, a SIGTERM (the launcher after
+// another rank died, or a kill); stopped: interrupted by the user (SIGINT) before it
+// finished. Every step a run completed has its `steps` row, however it ended.
+enum class RunStatus { running, ok, oom, failed, stopped };
+const char* to_string(RunStatus v);                     // "running", "ok", "oom", "failed", "stopped"
 bool parse_enum(const std::string& s, RunStatus* out);  // false (and *out kept) if unknown
 
 // One run: a row of table `runs`. JSON fields hold a whole JSON document or are empty.

@@ -55,6 +55,66 @@ CREATE TABLE op_timings (
 CREATE INDEX op_timings_by_run ON op_timings(run_id);
 CREATE INDEX op_timings_by_op ON op_timings(op, dtype, shape);  -- calibration reads by kind
 )sql",
+      // 2: run status 'stopped' (interrupted by the user). SQLite cannot change a CHECK
+      // constraint in place, so every table is rebuilt (https://sqlite.org/lang_altertable.html,
+      // "Making Other Kinds Of Table Schema Changes"): the copies first, children
+      // referencing the new runs, the old tables dropped children first (so that dropping
+      // runs cascades to nothing), then renamed back, which rewrites the REFERENCES
+      // clauses. The id sequence is carried over, so deleted ids stay unused.
+      R"sql(
+CREATE TABLE runs_v2 (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  created_at TEXT NOT NULL,
+  plan_json TEXT NOT NULL,
+  model TEXT NOT NULL,
+  hardware TEXT NOT NULL,
+  host TEXT NOT NULL,
+  backend TEXT NOT NULL,
+  versions TEXT NOT NULL,
+  predicted_json TEXT NOT NULL,
+  measured_json TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('running', 'ok', 'oom', 'failed', 'stopped')),
+  error_message TEXT NOT NULL,
+  steps_planned INTEGER NOT NULL,
+  tokens_per_s REAL,
+  step_time_s REAL,
+  peak_bytes INTEGER NOT NULL,
+  predicted_peak_bytes INTEGER NOT NULL,
+  predicted_step_time_s REAL
+);
+INSERT INTO runs_v2 SELECT * FROM runs;
+DELETE FROM sqlite_sequence WHERE name = 'runs_v2';
+INSERT INTO sqlite_sequence (name, seq) SELECT 'runs_v2', seq FROM sqlite_sequence WHERE name = 'runs';
+CREATE TABLE steps_v2 (
+  run_id INTEGER NOT NULL REFERENCES runs_v2(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  loss REAL,
+  time_s REAL,
+  tokens_per_s REAL,
+  peak_bytes INTEGER NOT NULL
+);
+INSERT INTO steps_v2 SELECT * FROM steps;
+CREATE TABLE op_timings_v2 (
+  run_id INTEGER NOT NULL REFERENCES runs_v2(id) ON DELETE CASCADE,
+  op TEXT NOT NULL,
+  shape TEXT NOT NULL,
+  dtype TEXT NOT NULL,
+  flops REAL,
+  bytes REAL,
+  time_s REAL,
+  count INTEGER NOT NULL
+);
+INSERT INTO op_timings_v2 SELECT * FROM op_timings;
+DROP TABLE op_timings;
+DROP TABLE steps;
+DROP TABLE runs;
+ALTER TABLE runs_v2 RENAME TO runs;
+ALTER TABLE steps_v2 RENAME TO steps;
+ALTER TABLE op_timings_v2 RENAME TO op_timings;
+CREATE INDEX steps_by_run ON steps(run_id, step);
+CREATE INDEX op_timings_by_run ON op_timings(run_id);
+CREATE INDEX op_timings_by_op ON op_timings(op, dtype, shape);
+)sql",
   };
   return migrations;
 }

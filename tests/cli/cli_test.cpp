@@ -190,8 +190,8 @@ TEST(Cli, LoraPlanWithoutItsAdaptersIsRefused) {
   EXPECT_NE(e.output.find("field 'job.lora': expected the adapters of a LoRA job"), std::string::npos) << e.output;
 }
 
-// A kill during execute (SIGTERM; Ctrl-C's SIGINT takes the same path, but a shell's
-// background job ignores SIGINT): the run is recorded as failed, not left "running".
+// A kill during execute (SIGTERM, as mpirun sends when another rank dies): the run is
+// recorded as failed, not left "running", and keeps the rows of the steps it completed.
 TEST(Cli, InterruptedExecuteIsRecordedAsFailed) {
   const std::string bin = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan";
   const std::string plan = temp_path("int_plan.json"), db = temp_path("int.db"), log = temp_path("int.log");
@@ -206,6 +206,32 @@ TEST(Cli, InterruptedExecuteIsRecordedAsFailed) {
   EXPECT_EQ(list.exit_code, 0) << list.output;
   EXPECT_NE(list.output.find("failed"), std::string::npos) << list.output;
   EXPECT_EQ(list.output.find("running"), std::string::npos) << list.output;
+  // The step the log showed before the kill has its row.
+  const CliRun show = run("profiles show 1 --db " + db);
+  EXPECT_EQ(show.exit_code, 0) << show.output;
+  EXPECT_NE(show.output.find("  step   0  loss "), std::string::npos) << show.output;
+}
+
+// Ctrl-C (SIGINT) stops a run: recorded as "stopped", with its completed steps' rows. The
+// shell runs the job with job control (set -m), so that it does not ignore SIGINT as a
+// plain background job does.
+TEST(Cli, CtrlCStopsExecuteAndRecordsItAsStopped) {
+  const std::string bin = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan";
+  const std::string plan = temp_path("stop_plan.json"), db = temp_path("stop.db"), log = temp_path("stop.log");
+  std::remove(db.c_str());
+  ASSERT_EQ(run("sweep --model gpt2-124m --gpus 1 --json " + plan).exit_code, 0);
+  const std::string script = temp_path("stop.sh");
+  std::ofstream(script) << "set -m\n"
+                        << bin << " execute " << plan << " --layers 1 --seq 32 --micro-batch 1 --grad-accum 1 --warmup 0 --steps 1000000 --db "
+                        << db << " > " << log << " 2>&1 &\npid=$!\nfor i in $(seq 1 600); do grep -q 'step ' " << log
+                        << " && break; sleep 0.1; done\nkill -INT $pid\nwait $pid\necho rc=$?\n";
+  const std::string out = run_shell("bash " + script + " 2>&1").output;
+  EXPECT_NE(out.find("rc=130"), std::string::npos) << out;
+  const CliRun show = run("profiles show 1 --db " + db);
+  EXPECT_EQ(show.exit_code, 0) << show.output;
+  EXPECT_NE(show.output.find("stopped"), std::string::npos) << show.output;
+  EXPECT_NE(show.output.find("interrupted (SIGINT)"), std::string::npos) << show.output;
+  EXPECT_NE(show.output.find("  step   0  loss "), std::string::npos) << show.output;
 }
 
 TEST(Cli, PlanFileErrorsNameTheField) {

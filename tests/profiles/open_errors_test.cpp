@@ -13,6 +13,7 @@ namespace llmplan {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing_util::exec_sql;
 using testing_util::query_int;
 using testing_util::query_text;
@@ -202,6 +203,50 @@ TEST_F(OpenTest, AppendedMigrationUpgradesAnExistingDatabaseKeepingItsData) {
   EXPECT_THAT(expect_bad_input(path), HasSubstr("is newer"));
 }
 
+// A database written by the first schema (no 'stopped' status) upgrades in place: every
+// run, step and timing kept, deleted ids still never reused, the cascade from runs to
+// their rows intact, and the new status accepted.
+TEST_F(OpenTest, VersionOneDatabaseUpgradesToTheStoppedStatusKeepingEverything) {
+  const std::string path = file("v1.db");
+  ProfileStoreOptions v1;
+  v1.migrations = {builtin_migrations()[0]};
+  int64_t kept = 0, dropped = 0;
+  {
+    Result<ProfileStore> store = ProfileStore::open(path, v1);
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    Result<int64_t> a = store->record_run(sample_run("a"), {{0, 2.5, 0.1, 10.0, 5}, {1, 2.4, 0.1, 10.0, 5}},
+                                          {{"matmul", "8x8x8", "bf16", 1024, 0, 1e-6, 3}});
+    Result<int64_t> b = store->record_run(sample_run("b"), {{0, 3.0, 0.2, 5.0, 7}}, {});
+    ASSERT_TRUE(a.ok() && b.ok());
+    kept = *a;
+    dropped = *b;
+    ASSERT_TRUE(static_cast<bool>(store->delete_run(dropped)));
+    RunOutcome stopped;
+    stopped.status = RunStatus::stopped;
+    EXPECT_FALSE(static_cast<bool>(store->finish_run(kept, stopped))) << "version 1 has no 'stopped'";
+  }
+  Result<ProfileStore> store = ProfileStore::open(path);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  EXPECT_EQ(query_int(path, "PRAGMA user_version"), static_cast<int64_t>(builtin_migrations().size()));
+  EXPECT_EQ(store->get_run(kept)->model, "a");
+  EXPECT_EQ(store->get_steps(kept)->size(), 2u);
+  EXPECT_EQ(query_int(path, "SELECT count(*) FROM op_timings WHERE run_id = " + std::to_string(kept)), 1);
+  RunOutcome stopped;
+  stopped.status = RunStatus::stopped;
+  stopped.error_message = "interrupted (SIGINT) before it finished";
+  const Status finished = store->finish_run(kept, stopped);
+  ASSERT_TRUE(static_cast<bool>(finished)) << finished.message();
+  EXPECT_EQ(store->get_run(kept)->status, RunStatus::stopped);
+  Result<int64_t> next = store->insert_run(sample_run("c"));
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(*next, dropped) << "a deleted run's id is reused";
+  ASSERT_TRUE(static_cast<bool>(store->delete_run(kept)));
+  EXPECT_EQ(query_int(path, "SELECT count(*) FROM steps"), 0) << "deleting a run no longer cascades to its steps";
+  EXPECT_EQ(query_int(path, "SELECT count(*) FROM op_timings"), 0);
+  EXPECT_THAT(query_text(path, "SELECT sql FROM sqlite_master WHERE name = 'steps'"), HasSubstr("runs"));
+  EXPECT_THAT(query_text(path, "SELECT sql FROM sqlite_master WHERE name = 'steps'"), Not(HasSubstr("runs_v2")));
+}
+
 TEST_F(OpenTest, FailingMigrationChangesNothing) {
   std::string path = file("p.db");
   make_profile_db(path);
@@ -210,7 +255,7 @@ TEST_F(OpenTest, FailingMigrationChangesNothing) {
   broken.migrations.push_back("ALTER TABLE runs ADD COLUMN half_done INTEGER; THIS IS NOT SQL");
   Result<ProfileStore> store = ProfileStore::open(path, broken);
   ASSERT_FALSE(store.ok());
-  EXPECT_THAT(store.status().message(), HasSubstr("schema migration 2"));
+  EXPECT_THAT(store.status().message(), HasSubstr("schema migration " + std::to_string(builtin_migrations().size() + 1)));
   EXPECT_EQ(query_int(path, "PRAGMA user_version"),
             static_cast<int64_t>(builtin_migrations().size()));
   EXPECT_EQ(
