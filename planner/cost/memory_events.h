@@ -51,24 +51,55 @@ enum class MemoryMoment : uint8_t {
 };
 const char* to_string(MemoryMoment m);  // "forward_start"
 // The phase a moment belongs to, and where it falls in its pass: at the pass's start or
-// its end, and whether it frees (frees come first at equal times).
-Phase moment_phase(MemoryMoment m);
-bool at_pass_end(MemoryMoment m);
-bool frees_first(MemoryMoment m);
+// its end, and whether it is ordered before the other events of its time (the frees, and
+// the optimizer step's end, which precedes whatever starts then).
+constexpr Phase moment_phase(MemoryMoment m) {
+  return m <= MemoryMoment::loss ? Phase::forward : m <= MemoryMoment::backward_end ? Phase::backward : Phase::optimizer;
+}
+constexpr bool at_pass_end(MemoryMoment m) {
+  return m == MemoryMoment::forward_end || m == MemoryMoment::head_forward || m == MemoryMoment::loss ||
+         m == MemoryMoment::backward_end || m == MemoryMoment::optimizer_end;
+}
+constexpr bool frees_first(MemoryMoment m) {
+  return m == MemoryMoment::forward_end || m == MemoryMoment::backward_end || m == MemoryMoment::optimizer_end;
+}
 
 // The change an event makes to the items that change over a step, bytes (> 0 allocates,
-// < 0 frees). The other items are held all step.
+// < 0 frees). The other items are held all step. (No member initializers: the sweep builds
+// these for every plan it costs, and MemoryChange{} is all zeros.)
 struct MemoryChange {
-  double activations = 0, backward_working = 0, logits_loss = 0, gathered_params = 0, comm_buffers = 0, gradients = 0;
+  double activations, backward_working, logits_loss, gathered_params, comm_buffers, gradients;
 };
-void apply(const MemoryChange& d, std::array<double, kMemoryItems>& items);
-// Sets the fragmentation item to `fraction` of the dynamic bytes (activations, working
-// set, logits, gathered units, communication buffers: the caching allocator's reserve,
-// MemoryOptions::fragmentation_fraction) and returns the total over all items.
-double with_fragmentation(std::array<double, kMemoryItems>& items, double fraction);
+inline void apply(const MemoryChange& d, std::array<double, kMemoryItems>& items) {
+  items[static_cast<int>(MemoryItem::activations)] += d.activations;
+  items[static_cast<int>(MemoryItem::backward_working)] += d.backward_working;
+  items[static_cast<int>(MemoryItem::logits_loss)] += d.logits_loss;
+  items[static_cast<int>(MemoryItem::gathered_params)] += d.gathered_params;
+  items[static_cast<int>(MemoryItem::comm_buffers)] += d.comm_buffers;
+  items[static_cast<int>(MemoryItem::gradients)] += d.gradients;
+}
+// The fragmentation reserve of `items` -- `fraction` of the dynamic bytes (activations,
+// working set, logits, gathered units, communication buffers: the caching allocator's
+// reserve, MemoryOptions::fragmentation_fraction) -- and the total over all items with it
+// in place of items' own fragmentation entry.
+inline double fragmentation_bytes(const std::array<double, kMemoryItems>& items, double fraction) {
+  return fraction * (items[static_cast<int>(MemoryItem::activations)] + items[static_cast<int>(MemoryItem::backward_working)] +
+                     items[static_cast<int>(MemoryItem::logits_loss)] + items[static_cast<int>(MemoryItem::gathered_params)] +
+                     items[static_cast<int>(MemoryItem::comm_buffers)]);
+}
+inline double total_with_fragmentation(const std::array<double, kMemoryItems>& items, double fragmentation) {
+  double total = 0;
+  for (int i = 0; i < static_cast<int>(MemoryItem::fragmentation); ++i) total += items[i];
+  return total + fragmentation;  // fragmentation is the last item
+}
+// Sets items' fragmentation entry and returns the total.
+inline double with_fragmentation(std::array<double, kMemoryItems>& items, double fraction) {
+  items[static_cast<int>(MemoryItem::fragmentation)] = fragmentation_bytes(items, fraction);
+  return total_with_fragmentation(items, items[static_cast<int>(MemoryItem::fragmentation)]);
+}
 
 struct MemoryEvent {
-  MemoryMoment moment = MemoryMoment::forward_start;
+  MemoryMoment moment;
   MemoryChange change;
 };
 
@@ -105,12 +136,56 @@ struct PassMemory {
 
 // The events of a pass, in order. A forward has at most 4, a backward at most 3.
 struct PassMemoryEvents {
-  std::array<MemoryEvent, 4> forward{};
-  std::array<MemoryEvent, 3> backward{};
+  std::array<MemoryEvent, 4> forward;  // [0, forward_count) are set
+  std::array<MemoryEvent, 3> backward;  // [0, backward_count) are set
   int forward_count = 0, backward_count = 0;
 };
-PassMemoryEvents pass_memory_events(const PassMemory& pass, const StageMemoryProgram& stage);
+// Inline: the sweep scans these events for every plan it costs.
+[[gnu::always_inline]] inline PassMemoryEvents pass_memory_events(const PassMemory& pass, const StageMemoryProgram& st);
 // The optimizer step's two events.
-std::array<MemoryEvent, 2> optimizer_memory_events(const StageMemoryProgram& stage);
+inline std::array<MemoryEvent, 2> optimizer_memory_events(const StageMemoryProgram& stage);
+
+// ---- implementation
+
+[[gnu::always_inline]] inline PassMemoryEvents pass_memory_events(const PassMemory& pass, const StageMemoryProgram& st) {
+  PassMemoryEvents ev;
+  auto fwd = [&](MemoryMoment at, MemoryChange d) { ev.forward[ev.forward_count++] = {at, d}; };
+  auto bwd = [&](MemoryMoment at, MemoryChange d) { ev.backward[ev.backward_count++] = {at, d}; };
+  const double lg = st.layer_gathered, lc = st.layer_comm;
+  fwd(MemoryMoment::forward_start, {pass.kept - pass.head_input, pass.transient, 0, lg, lc, 0});
+  fwd(MemoryMoment::forward_end, {0, -pass.transient, 0, -lg, -lc, 0});
+  if (pass.head()) {
+    // The head GEMM's moment, then the loss's: the logits in the compute dtype grow into
+    // the loss's logits + fp32 softmax, the head unit and the SP-gathered input give way
+    // to what the loss keeps of them.
+    fwd(MemoryMoment::head_forward, {pass.head_input, st.head_forward_working, st.head_logits, st.head_gathered_forward, st.head_comm, 0});
+    fwd(MemoryMoment::loss, {0, -st.head_forward_working, pass.logits - st.head_logits, -st.head_gathered_forward,
+                             st.loss_comm - st.head_comm, 0});
+  } else if (pass.head_input != 0) {
+    fwd(MemoryMoment::head_forward, {pass.head_input, 0, 0, 0, 0, 0});
+  }
+  const double lgb = st.layer_gathered_backward, lcb = st.layer_comm_backward;
+  const double g = pass.working > 0 ? st.grad_transient : 0;  // a chunk that trains
+  if (pass.head()) {
+    const double hw = st.head_backward_working, hg = st.head_gathered_backward, hl = st.head_logits, hgr = st.head_grad_transient;
+    bwd(MemoryMoment::head_backward, {0, hw, -(pass.logits - hl), hg, st.head_comm - st.loss_comm, hgr});
+    bwd(MemoryMoment::backward_start, {-pass.head_set, pass.working - hw, -hl, lgb - hg, lcb - st.head_comm, g - hgr});
+  } else {
+    bwd(MemoryMoment::backward_start, {-pass.head_set, pass.working, -pass.logits, lgb, lcb, g});
+  }
+  bwd(MemoryMoment::backward_end, {-(pass.kept - pass.head_set), -pass.working, 0, -lgb, -lcb, -g});
+  return ev;
+}
+
+inline std::array<MemoryEvent, 2> optimizer_memory_events(const StageMemoryProgram& st) {
+  // ZeRO-3's units gathered at the loss are released for the step; ZeRO 1-2 all-gather the
+  // updated parameters through the persistent DP buckets straight into the weights (as
+  // Megatron's distributed optimizer and DeepSpeed do), which takes no memory of its own.
+  const double gathered = st.held[static_cast<int>(MemoryItem::gathered_params)];
+  MemoryChange release{}, regather{};
+  release.gathered_params = -gathered;
+  regather.gathered_params = gathered;
+  return {MemoryEvent{MemoryMoment::optimizer_start, release}, MemoryEvent{MemoryMoment::optimizer_end, regather}};
+}
 
 }  // namespace llmplan

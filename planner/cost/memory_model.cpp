@@ -493,16 +493,6 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   return stage_memory_extras(m, j, p, stage, opt, pc, activation_gradient_bytes(m, j, p));
 }
 
-namespace {
-
-double sum_items(const std::array<double, kMemoryItems>& b) {
-  double s = 0;
-  for (double x : b) s += x;
-  return s;
-}
-
-}  // namespace
-
 MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const TrainingJob& j, const ParallelPlan& p,
                            const MemoryOptions& opt) {
   MemoryInputs in;
@@ -586,6 +576,7 @@ namespace {
 // included -- all its total depends on -- and what stage_memory adds to its report.
 struct StagePhases {
   std::array<std::array<double, kMemoryItems>, 3> b;  // [Phase][MemoryItem], bytes
+  std::array<double, 3> total{-1, -1, -1};            // [Phase]: their totals
   int layers = 0;
   double inflight = 0;
   double activations = 0, logits = 0, transient = 0, remat_and_grads = 0, head_working = 0;  // bytes, for item_peak
@@ -604,9 +595,8 @@ struct StageBase {
   double host_states = 0;
 };
 
-StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, const MemoryOptions& opt,
+StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, int layers, const MemoryOptions& opt,
                      const MemoryInputs& in, const StageMemoryExtras& x) {
-  const int layers = pp_stage_layers(m.layers, p, stage);
   const StageParams params = stage_params(m, j, p, in.pc, stage);
   // Expert parallel: a routed expert's states exist only on the dp*cp/ep ranks holding that
   // expert, so ZeRO shards them over those (Megatron-Core's expert-data-parallel group), the
@@ -675,7 +665,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // ---- parameters on this rank
   const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, out.layers);
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
-  const StageBase sb = stage_base(m, j, p, stage, opt, in, x);
+  const StageBase sb = stage_base(m, j, p, stage, out.layers, opt, in, x);
   const std::array<double, kMemoryItems>& base = sb.items;
   out.host_states = sb.host_states;
 
@@ -738,22 +728,38 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   std::array<double, kMemoryItems> cur = prog.held;
   cur[static_cast<int>(MemoryItem::activations)] = activations - pass.kept;
   cur[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
-  std::array<double, 3> best{-1, -1, -1};
-  auto visit = [&](const MemoryEvent& e) {
-    apply(e.change, cur);
-    std::array<double, kMemoryItems> items = cur;
-    const double total = with_fragmentation(items, prog.fragmentation_fraction);
-    const int ph = static_cast<int>(moment_phase(e.moment));
-    if (total > best[ph]) {
-      best[ph] = total;
-      out.b[ph] = items;
+  // Each moment's total is the bytes held outside the dynamic items (which change only
+  // with the gradients) plus the dynamic ones with their fragmentation reserve.
+  const int A = static_cast<int>(MemoryItem::activations), W = static_cast<int>(MemoryItem::backward_working),
+            L = static_cast<int>(MemoryItem::logits_loss), G = static_cast<int>(MemoryItem::gathered_params),
+            C = static_cast<int>(MemoryItem::comm_buffers), F = static_cast<int>(MemoryItem::fragmentation),
+            R = static_cast<int>(MemoryItem::gradients);
+  const double held_other = cur[static_cast<int>(MemoryItem::weights)] + cur[static_cast<int>(MemoryItem::optimizer_states)] +
+                            cur[static_cast<int>(MemoryItem::master_weights)] + cur[static_cast<int>(MemoryItem::workspace)] +
+                            cur[static_cast<int>(MemoryItem::cuda_context)];
+  const double f = prog.fragmentation_fraction;
+  auto visit = [&](const MemoryEvent& e, int ph) {
+    const MemoryChange& d = e.change;
+    apply(d, cur);
+    // An event that only frees cannot raise the total (every item and the reserve fall or
+    // stay, and rounding is monotone): the moment before it is at least as large.
+    if (out.total[ph] >= 0 && d.activations <= 0 && d.backward_working <= 0 && d.logits_loss <= 0 && d.gathered_params <= 0 &&
+        d.comm_buffers <= 0 && d.gradients <= 0)
+      return;
+    const double dynamic = cur[A] + cur[W] + cur[L] + cur[G] + cur[C];
+    const double reserve = f * dynamic;
+    const double total = held_other + cur[R] + dynamic + reserve;
+    if (total > out.total[ph]) {
+      out.total[ph] = total;
+      out.b[ph] = cur;
+      out.b[ph][F] = reserve;
     }
   };
   const PassMemoryEvents ev = pass_memory_events(pass, prog);
-  for (int i = 0; i < ev.forward_count; ++i) visit(ev.forward[i]);
-  for (int i = 0; i < ev.backward_count; ++i) visit(ev.backward[i]);
+  for (int i = 0; i < ev.forward_count; ++i) visit(ev.forward[i], static_cast<int>(Phase::forward));
+  for (int i = 0; i < ev.backward_count; ++i) visit(ev.backward[i], static_cast<int>(Phase::backward));
   cur = prog.held;
-  visit(optimizer_memory_events(prog)[0]);
+  visit(optimizer_memory_events(prog)[0], static_cast<int>(Phase::optimizer));
   out.comm_peak = std::max(base[static_cast<int>(MemoryItem::comm_buffers)],
                            base[static_cast<int>(MemoryItem::comm_buffers)] - x.layer_comm_buffers + x.cp_backward_buffers);
   out.gradients_peak = base[static_cast<int>(MemoryItem::gradients)] + std::max(x.unit_grad_transient, x.head_grad_transient);
@@ -762,7 +768,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
 
 // The phase with the largest total (the first of equals) and the totals.
 int peak_phase(const StagePhases& sp, std::array<double, 3>& totals) {
-  for (int ph = 0; ph < 3; ++ph) totals[ph] = sum_items(sp.b[ph]);
+  totals = sp.total;
   int peak = 0;
   for (int ph = 1; ph < 3; ++ph)
     if (totals[ph] > totals[peak]) peak = ph;
@@ -816,7 +822,7 @@ StageMemoryProgram stage_memory_program(const ModelSpec& m, const ClusterSpec& c
                                         int stage, const MemoryOptions& opt) {
   const MemoryInputs in = memory_inputs(m, c.gpu, j, p, opt);
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
-  return stage_memory_program(stage_base(m, j, p, stage, opt, in, x).items, x, opt);
+  return stage_memory_program(stage_base(m, j, p, stage, pp_stage_layers(m.layers, p, stage), opt, in, x).items, x, opt);
 }
 
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,

@@ -49,7 +49,7 @@ TEST(MemoryEvents, EveryPassFreesWhatItAllocates) {
     ASSERT_EQ(ev.backward[ev.backward_count - 1].moment, MemoryMoment::backward_end);
     EXPECT_EQ(ev.forward_count, head ? 4 : 2);
     EXPECT_EQ(ev.backward_count, head ? 3 : 2);
-    MemoryChange total;
+    MemoryChange total{};
     for (int i = 0; i < ev.forward_count; ++i) {
       EXPECT_EQ(moment_phase(ev.forward[i].moment), Phase::forward);
       total = sum(total, ev.forward[i].change);
