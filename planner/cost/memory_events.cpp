@@ -17,4 +17,13 @@ const char* to_string(MemoryMoment m) {
   return "?";
 }
 
+PassMemoryEvents pass_memory_events(const PassMemory& pass, const StageMemoryProgram& st) {
+  PassMemoryEvents ev;
+  for_each_pass_memory_event(pass, st, [&](const MemoryEvent& e) {
+    if (moment_phase(e.moment) == Phase::forward) ev.forward[ev.forward_count++] = e;
+    else ev.backward[ev.backward_count++] = e;
+  });
+  return ev;
+}
+
 }  // namespace llmplan

@@ -134,23 +134,28 @@ struct PassMemory {
   bool head() const { return logits > 0; }
 };
 
-// The events of a pass, in order. A forward has at most 4, a backward at most 3.
+// The events of a pass, in order: visit(const MemoryEvent&) for each, forward first. This
+// function is the list; pass_memory_events collects it. (A visitor, not an array, so that
+// the sweep's scan over it compiles to straight-line code.) A forward has at most 4, a
+// backward at most 3.
+template <class Visit>
+[[gnu::always_inline]] inline void for_each_pass_memory_event(const PassMemory& pass, const StageMemoryProgram& st, Visit&& visit);
+
 struct PassMemoryEvents {
   std::array<MemoryEvent, 4> forward;  // [0, forward_count) are set
   std::array<MemoryEvent, 3> backward;  // [0, backward_count) are set
   int forward_count = 0, backward_count = 0;
 };
-// Inline: the sweep scans these events for every plan it costs.
-[[gnu::always_inline]] inline PassMemoryEvents pass_memory_events(const PassMemory& pass, const StageMemoryProgram& st);
+PassMemoryEvents pass_memory_events(const PassMemory& pass, const StageMemoryProgram& st);
 // The optimizer step's two events.
 inline std::array<MemoryEvent, 2> optimizer_memory_events(const StageMemoryProgram& stage);
 
 // ---- implementation
 
-[[gnu::always_inline]] inline PassMemoryEvents pass_memory_events(const PassMemory& pass, const StageMemoryProgram& st) {
-  PassMemoryEvents ev;
-  auto fwd = [&](MemoryMoment at, MemoryChange d) { ev.forward[ev.forward_count++] = {at, d}; };
-  auto bwd = [&](MemoryMoment at, MemoryChange d) { ev.backward[ev.backward_count++] = {at, d}; };
+template <class Visit>
+[[gnu::always_inline]] inline void for_each_pass_memory_event(const PassMemory& pass, const StageMemoryProgram& st, Visit&& visit) {
+  auto fwd = [&](MemoryMoment at, const MemoryChange& d) __attribute__((always_inline)) { visit(MemoryEvent{at, d}); };
+  auto& bwd = fwd;
   const double lg = st.layer_gathered, lc = st.layer_comm;
   fwd(MemoryMoment::forward_start, {pass.kept - pass.head_input, pass.transient, 0, lg, lc, 0});
   fwd(MemoryMoment::forward_end, {0, -pass.transient, 0, -lg, -lc, 0});
@@ -174,7 +179,6 @@ inline std::array<MemoryEvent, 2> optimizer_memory_events(const StageMemoryProgr
     bwd(MemoryMoment::backward_start, {-pass.head_set, pass.working, -pass.logits, lgb, lcb, g});
   }
   bwd(MemoryMoment::backward_end, {-(pass.kept - pass.head_set), -pass.working, 0, -lgb, -lcb, -g});
-  return ev;
 }
 
 inline std::array<MemoryEvent, 2> optimizer_memory_events(const StageMemoryProgram& st) {

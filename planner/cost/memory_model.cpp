@@ -725,40 +725,53 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   pass.logits = is_last ? x.logits_set : 0;
   pass.transient = transient;
   pass.working = out.remat_and_grads;
-  std::array<double, kMemoryItems> cur = prog.held;
-  cur[static_cast<int>(MemoryItem::activations)] = activations - pass.kept;
-  cur[static_cast<int>(MemoryItem::logits_loss)] = other_logits;
-  // Each moment's total is the bytes held outside the dynamic items (which change only
-  // with the gradients) plus the dynamic ones with their fragmentation reserve.
+  // Each moment's total is the bytes held outside the items that change (the gradients
+  // aside, constant) plus those items with their fragmentation reserve. The changing items
+  // are tracked apart and written out only at a phase's new largest moment.
   const int A = static_cast<int>(MemoryItem::activations), W = static_cast<int>(MemoryItem::backward_working),
             L = static_cast<int>(MemoryItem::logits_loss), G = static_cast<int>(MemoryItem::gathered_params),
             C = static_cast<int>(MemoryItem::comm_buffers), F = static_cast<int>(MemoryItem::fragmentation),
             R = static_cast<int>(MemoryItem::gradients);
-  const double held_other = cur[static_cast<int>(MemoryItem::weights)] + cur[static_cast<int>(MemoryItem::optimizer_states)] +
-                            cur[static_cast<int>(MemoryItem::master_weights)] + cur[static_cast<int>(MemoryItem::workspace)] +
-                            cur[static_cast<int>(MemoryItem::cuda_context)];
+  const std::array<double, kMemoryItems>& held = prog.held;
+  const double held_other = held[static_cast<int>(MemoryItem::weights)] + held[static_cast<int>(MemoryItem::optimizer_states)] +
+                            held[static_cast<int>(MemoryItem::master_weights)] + held[static_cast<int>(MemoryItem::workspace)] +
+                            held[static_cast<int>(MemoryItem::cuda_context)];
   const double f = prog.fragmentation_fraction;
-  auto visit = [&](const MemoryEvent& e, int ph) {
+  // The pass starts with every other in-flight micro-batch's activations and logits held.
+  MemoryChange cur{activations - pass.kept, 0, other_logits, held[G], held[C], held[R]};
+  auto visit = [&](const MemoryEvent& e, int ph) __attribute__((always_inline)) {
     const MemoryChange& d = e.change;
-    apply(d, cur);
+    cur.activations += d.activations;
+    cur.backward_working += d.backward_working;
+    cur.logits_loss += d.logits_loss;
+    cur.gathered_params += d.gathered_params;
+    cur.comm_buffers += d.comm_buffers;
+    cur.gradients += d.gradients;
     // An event that only frees cannot raise the total (every item and the reserve fall or
     // stay, and rounding is monotone): the moment before it is at least as large.
     if (out.total[ph] >= 0 && d.activations <= 0 && d.backward_working <= 0 && d.logits_loss <= 0 && d.gathered_params <= 0 &&
         d.comm_buffers <= 0 && d.gradients <= 0)
       return;
-    const double dynamic = cur[A] + cur[W] + cur[L] + cur[G] + cur[C];
+    const double dynamic = cur.activations + cur.backward_working + cur.logits_loss + cur.gathered_params + cur.comm_buffers;
     const double reserve = f * dynamic;
-    const double total = held_other + cur[R] + dynamic + reserve;
+    const double total = held_other + cur.gradients + dynamic + reserve;
     if (total > out.total[ph]) {
       out.total[ph] = total;
-      out.b[ph] = cur;
-      out.b[ph][F] = reserve;
+      std::array<double, kMemoryItems>& items = out.b[ph];
+      items = held;
+      items[A] = cur.activations;
+      items[W] = cur.backward_working;
+      items[L] = cur.logits_loss;
+      items[G] = cur.gathered_params;
+      items[C] = cur.comm_buffers;
+      items[R] = cur.gradients;
+      items[F] = reserve;
     }
   };
-  const PassMemoryEvents ev = pass_memory_events(pass, prog);
-  for (int i = 0; i < ev.forward_count; ++i) visit(ev.forward[i], static_cast<int>(Phase::forward));
-  for (int i = 0; i < ev.backward_count; ++i) visit(ev.backward[i], static_cast<int>(Phase::backward));
-  cur = prog.held;
+  for_each_pass_memory_event(pass, prog, [&](const MemoryEvent& e) __attribute__((always_inline)) {
+    visit(e, static_cast<int>(moment_phase(e.moment)));
+  });
+  cur = MemoryChange{0, 0, 0, held[G], held[C], held[R]};
   visit(optimizer_memory_events(prog)[0], static_cast<int>(Phase::optimizer));
   out.comm_peak = std::max(base[static_cast<int>(MemoryItem::comm_buffers)],
                            base[static_cast<int>(MemoryItem::comm_buffers)] - x.layer_comm_buffers + x.cp_backward_buffers);
