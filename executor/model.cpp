@@ -246,6 +246,20 @@ Result<std::unique_ptr<Model>> build(TrackingAllocator& a, const ModelConfig& c)
   return detail::build_model_with<S, G>(a, c, CpuOps<S, G>{&a, c.op_times});
 }
 
+}  // namespace
+
+// The CPU backend's instances of the model template (executor/model/), one per storage and
+// gradient type pair that build_chunk accepts: explicit, so that every member is compiled
+// for each pair here, whichever paths a run takes. (cuda/cuda_model.cpp holds the CUDA ones.)
+template class detail::ModelImpl<float, float, CpuOps<float, float>>;
+template class detail::ModelImpl<double, double, CpuOps<double, double>>;
+template class detail::ModelImpl<bf16_t, bf16_t, CpuOps<bf16_t, bf16_t>>;
+template class detail::ModelImpl<bf16_t, float, CpuOps<bf16_t, float>>;
+template class detail::ModelImpl<f16_t, f16_t, CpuOps<f16_t, f16_t>>;
+template class detail::ModelImpl<f16_t, float, CpuOps<f16_t, float>>;
+
+namespace {
+
 // Interleaved 1F1B: a stage's vpp model chunks presented as one Model (model.h, chunks()).
 class ChunkedModel final : public Model {
  public:

@@ -275,6 +275,21 @@ Result<std::unique_ptr<Model>> build(CudaContext& ctx, const ModelConfig& c) {
 
 }  // namespace
 
+// The CUDA backend's instances of the model template (executor/model/), one per storage and
+// gradient type pair that build_cuda_model accepts: explicit, so that every member is
+// compiled for each pair here. (model.cpp holds the CPU ones.)
+}  // namespace llmplan::exec::cuda
+
+namespace llmplan::exec {  // explicit instantiations belong to a namespace enclosing the template's
+template class detail::ModelImpl<float, float, cuda::CudaOps<float, float>>;
+template class detail::ModelImpl<bf16_t, bf16_t, cuda::CudaOps<bf16_t, bf16_t>>;
+template class detail::ModelImpl<bf16_t, float, cuda::CudaOps<bf16_t, float>>;
+template class detail::ModelImpl<f16_t, f16_t, cuda::CudaOps<f16_t, f16_t>>;
+template class detail::ModelImpl<f16_t, float, cuda::CudaOps<f16_t, float>>;
+}  // namespace llmplan::exec
+
+namespace llmplan::exec::cuda {
+
 Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelConfig& c) {
   if (Status st = detail::check_model_config(c); !st) return st;
   // Context parallel's query and key slices run the SIMT flash kernels; the materialized
