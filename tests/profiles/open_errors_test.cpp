@@ -119,6 +119,36 @@ TEST_F(OpenTest, CorruptedProfileDatabaseGivesErrorsNotACrash) {
   EXPECT_THAT(runs.status().message(), HasSubstr(path));
 }
 
+// Found by fuzz_profile_db: a header whose schema format number SQLite does not know
+// (bytes 44-47, 1 to 4 are valid) made every statement fail "unsupported file format",
+// which was reported as a runtime error (exit 1) instead of the file's fault.
+TEST_F(OpenTest, UnknownSchemaFormatIsBadInput) {
+  std::string path = file("format.db");
+  make_profile_db(path);
+  ASSERT_TRUE(exec_sql(path, "PRAGMA journal_mode = DELETE"));  // all of it in the main file
+  std::string bytes = read_bytes(path);
+  ASSERT_GT(bytes.size(), 100u);
+  bytes.replace(44, 4, std::string("\0\0\0\5", 4));
+  write_bytes(path, bytes);
+  EXPECT_THAT(expect_bad_input(path), HasSubstr("unsupported file format"));
+}
+
+// A file that says it is a profile database of the current version (application_id,
+// user_version) but has none of its tables: reading it is the file's fault, not a runtime
+// error.
+TEST_F(OpenTest, ProfileIdentityWithoutTablesIsBadInputOnRead) {
+  std::string path = file("hollow.db");
+  ASSERT_TRUE(exec_sql(path, "PRAGMA application_id = " + std::to_string(kProfileApplicationId) +
+                                 "; PRAGMA user_version = " + std::to_string(builtin_migrations().size())));
+  Result<ProfileStore> store = ProfileStore::open(path);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  Result<std::vector<RunSummary>> runs = store->list_runs();
+  ASSERT_FALSE(runs.ok());
+  EXPECT_EQ(runs.status().kind(), ErrorKind::bad_input);
+  EXPECT_THAT(runs.status().message(), HasSubstr(path));
+  EXPECT_THAT(runs.status().message(), HasSubstr("no such table"));
+}
+
 // A file that fails SQLite's integrity check (here an index entry no longer matching its
 // row: one flipped byte in the steps_by_run index page) opens for reading, says it is
 // damaged, and refuses every write with how to recover it.
