@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -131,6 +132,21 @@ TEST_F(OpenTest, UnknownSchemaFormatIsBadInput) {
   bytes.replace(44, 4, std::string("\0\0\0\5", 4));
   write_bytes(path, bytes);
   EXPECT_THAT(expect_bad_input(path), HasSubstr("unsupported file format"));
+}
+
+// The inputs fuzz_profile_db crashed on, kept in its seed corpus (tests/fuzz/profile_db/),
+// are bad input naming the file: a damaged schema page SQLite answers with "out of memory"
+// (was runtime, exit 1), and a header with an unknown schema format number.
+TEST_F(OpenTest, FuzzerFindingsAreBadInput) {
+  const std::string corpus = LLMPLAN_SOURCE_ROOT "/tests/fuzz/profile_db/";
+  for (const char* name : {"crash-schema-out-of-memory.db", "crash-unsupported-format.db"}) {
+    SCOPED_TRACE(name);
+    const std::string path = file(name);
+    std::filesystem::copy_file(corpus + name, path);
+    const std::string message = expect_bad_input(path);
+    EXPECT_THAT(message, HasSubstr("expected an llmplan profile database"));
+  }
+  EXPECT_THAT(expect_bad_input(file("crash-schema-out-of-memory.db")), HasSubstr("cannot read its schema"));
 }
 
 // A file that says it is a profile database of the current version (application_id,
