@@ -1,6 +1,7 @@
-// Helpers shared by the libFuzzer targets (fuzz/README.md). Each target hands the fuzz
-// input to a loader exactly as the CLI does: written to a file, then read by the loader's
-// file function, so the size check, the regular-file check and the parser all run.
+// Helpers shared by the libFuzzer targets (docs/design.md "CI matrix and fuzzing"). Each
+// target hands the fuzz input to a loader exactly as the CLI does: written to a file, then
+// read by the loader's file function, so the size check, the regular-file check and the
+// parser all run.
 #pragma once
 
 #include <unistd.h>
