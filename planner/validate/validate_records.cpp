@@ -231,8 +231,11 @@ Result<ReferenceSet> parse_reference_runs(const json& doc, const std::string& or
     std::string names, factors;  // "dp*tp*cp", "8*2*1": the given ones
     for (auto [name, d] : {std::pair{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}}) {
       if (!d) continue;
-      names += (names.empty() ? "" : "*") + std::string(name);
-      factors += (factors.empty() ? "" : "*") + std::to_string(*d);
+      // Appended piece by piece: `"*" + std::string(...)` here trips GCC 12's false
+      // -Werror=restrict at -O3 (the Release leg of scripts/ci-matrix).
+      if (!names.empty()) names += '*', factors += '*';
+      names += name;
+      factors += std::to_string(*d);
       if (given <= limit) given *= *d;  // <= 1e7 * 1e7: no overflow
     }
     if (rec.cluster.n_gpus && p.dp && p.tp && p.pp && p.cp && given != *rec.cluster.n_gpus)
