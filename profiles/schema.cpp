@@ -147,9 +147,15 @@ Result<FileIdentity> read_identity(sqlite3* db, const std::string& path) {
                             std::pair{&identity.tables, "SELECT count(*) FROM sqlite_master"}}) {
     Result<int64_t> value = read_integer(db, path, sql);
     if (!value.ok()) {
-      if (value.status().kind() != ErrorKind::bad_input) return value.status();
+      // SQLite answers some damaged schemas with "out of memory" without allocating
+      // anything large (fuzz_profile_db found one: a schema page of spliced records).
+      // Reading these three integers needs no memory to speak of, so it is the file's fault.
+      const bool damaged_schema = (sqlite3_errcode(db) & 0xff) == SQLITE_NOMEM;
+      if (value.status().kind() != ErrorKind::bad_input && !damaged_schema) return value.status();
       // The file's fault (e.g. "file is not a database"): say what it is and what we want.
-      return Status::bad_input(path + ": " + sqlite3_errmsg(db) + "; " + kExpected);
+      const std::string what =
+          damaged_schema ? "SQLite cannot read its schema (\"out of memory\" on a damaged file)" : sqlite3_errmsg(db);
+      return Status::bad_input(path + ": " + what + "; " + kExpected);
     }
     *field = *value;
   }

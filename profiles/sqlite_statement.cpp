@@ -8,6 +8,10 @@ Status error(sqlite3* db, int rc, const std::string& path, std::string_view doin
   std::string message = path + ": " + std::string(doing) + ": " +
                         (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
   switch (rc & 0xff) {  // primary code; the extended code is in the high bits
+    // SQLITE_ERROR: our SQL is fixed (and tested), so SQLite refusing it names a fault of
+    // the file -- a schema it cannot read ("unsupported file format": a header's schema
+    // format past 4) or tables that are not the ones a profile database of its version has.
+    case SQLITE_ERROR:
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT:
     case SQLITE_CANTOPEN:

@@ -17,9 +17,9 @@
 
 namespace llmplan::sqlite {
 
-// "<path>: <doing>: <SQLite's message>". The file's fault (not a database, corrupt, cannot
-// be opened, a constraint such as a missing run) is bad_input; the rest (locked, I/O,
-// full disk) is runtime. Read right after the failing call: SQLite's message is per call.
+// "<path>: <doing>: <SQLite's message>". The file's fault (not a database, corrupt, a
+// schema SQLite cannot read or without our tables, cannot be opened, a constraint such as
+// a missing run) is bad_input; the rest (locked, I/O, full disk, out of memory) is runtime. Read right after the failing call: SQLite's message is per call.
 Status error(sqlite3* db, int rc, const std::string& path, std::string_view doing);
 
 class Statement {

@@ -3,6 +3,9 @@
 // file and the field path ("records[12].plan.micro_batch").
 #include <initializer_list>
 #include <map>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "planner/spec/json_fields.h"
 #include "planner/io/presets.h"
@@ -85,6 +88,7 @@ class RecordReader {
 };
 
 constexpr int64_t kBig = int64_t{1} << 40;
+constexpr int kMaxGpus = 10000000;  // cluster.n_gpus, and the product of the plan's given degrees
 
 Status read_model(RecordReader r, RefModel* m) {
   r.req("name", &m->name);
@@ -130,7 +134,7 @@ Status read_cluster(RecordReader r, RefCluster* c) {
   if (r.ok() && c->gpu.empty()) r.fail("gpu", "expected a GPU preset id or \"other\", got \"\"");
   r.opt("gpu_description", &c->gpu_description);
   r.opt("peak_tflops", &c->peak_tflops, 1e-3, 1e6);
-  r.opt("n_gpus", &c->n_gpus, 1, 10000000);
+  r.opt("n_gpus", &c->n_gpus, 1, kMaxGpus);
   r.opt("gpus_per_node", &c->gpus_per_node, 1, 4096);
   return r.finish();
 }
@@ -216,15 +220,32 @@ Result<ReferenceSet> parse_reference_runs(const json& doc, const std::string& or
     if (auto [it, fresh] = seen.emplace(rec.id, i); !fresh)
       return Status::bad_input(origin + ": field '" + at + ".id': '" + rec.id + "' is also records[" + std::to_string(it->second) +
                                "]'s (expected ids unique in a file)");
-    // Degrees that are all given must use the cluster's GPUs, as world = dp*tp*pp*cp (EP
-    // lives inside dp*cp).
+    // The given degrees must fit in the cluster's GPUs (kMaxGpus when n_gpus is null), and
+    // when all are given use exactly them, as world = dp*tp*pp*cp (EP lives inside dp*cp).
+    // Each degree may be up to kMaxGpus, so the product is taken one factor at a time and
+    // stops past the limit (four of them overflow 64 bits); the later int arithmetic on
+    // the plan (world_size, n_gpus / known) then stays within kMaxGpus.
     const RefPlan& p = rec.plan;
-    if (rec.cluster.n_gpus && p.dp && p.tp && p.pp && p.cp) {
-      const int64_t world = static_cast<int64_t>(*p.dp) * *p.tp * *p.pp * *p.cp;
-      if (world != *rec.cluster.n_gpus)
-        return Status::bad_input(origin + ": " + at + " '" + rec.id + "': plan dp*tp*pp*cp = " + std::to_string(world) +
-                                 " GPUs but cluster.n_gpus is " + std::to_string(*rec.cluster.n_gpus) + " (expected equal)");
+    const int64_t limit = rec.cluster.n_gpus.value_or(kMaxGpus);
+    int64_t given = 1;
+    std::string names, factors;  // "dp*tp*cp", "8*2*1": the given ones
+    for (auto [name, d] : {std::pair{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}}) {
+      if (!d) continue;
+      // Appended piece by piece: `"*" + std::string(...)` here trips GCC 12's false
+      // -Werror=restrict at -O3 (the Release leg of scripts/ci-matrix).
+      if (!names.empty()) names += '*', factors += '*';
+      names += name;
+      factors += std::to_string(*d);
+      if (given <= limit) given *= *d;  // <= 1e7 * 1e7: no overflow
     }
+    if (rec.cluster.n_gpus && p.dp && p.tp && p.pp && p.cp && given != *rec.cluster.n_gpus)
+      return Status::bad_input(origin + ": " + at + " '" + rec.id + "': plan " + names + " = " + factors + " = " +
+                               (given > limit ? "more than " + std::to_string(limit) : std::to_string(given)) +
+                               " GPUs but cluster.n_gpus is " + std::to_string(*rec.cluster.n_gpus) + " (expected equal)");
+    if (given > limit)
+      return Status::bad_input(origin + ": " + at + " '" + rec.id + "': plan " + names + " = " + factors + " uses more than " +
+                               (rec.cluster.n_gpus ? "cluster.n_gpus = " : "the most GPUs a record may have, ") +
+                               std::to_string(limit) + " (expected a product of at most that)");
     set.records.push_back(std::move(rec));
   }
   return set;

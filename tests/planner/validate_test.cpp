@@ -5,7 +5,11 @@
 // fails here; tighten the bounds when the model improves.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -45,6 +49,9 @@ const SummaryLine& line(const std::vector<SummaryLine>& lines, const std::string
   ADD_FAILURE() << "no summary line " << group << (throughput ? " throughput" : " memory") << (assumed ? " assumed" : "");
   return none;
 }
+// The line is a reference into `lines`: a temporary vector would be gone before it is read
+// (ASan found `line(summarize(rows), ...)` reading freed memory).
+const SummaryLine& line(std::vector<SummaryLine>&& lines, const std::string& group, bool throughput, bool assumed) = delete;
 
 const ValidationRow& row(const std::string& id, bool throughput) {
   for (const ValidationRow& r : shipped().rows)
@@ -152,7 +159,8 @@ TEST(ValidateShipped, AssumedRecordsAreKeptApartAndListTheirRules) {
     }
   }
   EXPECT_GE(assumed, 10);
-  const SummaryLine& all = line(summarize(shipped().rows), "ALL", true, true);
+  const std::vector<SummaryLine> lines = summarize(shipped().rows);
+  const SummaryLine& all = line(lines, "ALL", true, true);
   EXPECT_LE(all.all.median_abs, 0.25);  // reached: 12.8% (Megatron-Core, torchtitan 405B, DeepSpeed-Azure)
   const ValidationRow& mcore = row("mcore_h100_weak_7.1B", true);
   bool sweep_rule = false;
@@ -320,6 +328,40 @@ TEST(ValidateReader, DuplicateIdsAndDegreesOffTheGpuCountAreNamed) {
   ASSERT_TRUE(r["plan"]["dp"].is_number() && r["cluster"]["n_gpus"].is_number());
   r["plan"]["dp"] = r["plan"]["dp"].get<int>() * 2;
   expect_bad_input(doc, "records[0]", "but cluster.n_gpus is");
+}
+
+// Found by fuzz_reference_runs: each degree may be up to 10^7, and the reader multiplied
+// all four in 64 bits (10^28: signed overflow, undefined behaviour) before comparing with
+// n_gpus; with n_gpus null nothing was checked and prepare_degrees / world_size()
+// multiplied them in int. The given degrees must now fit the record's GPUs (10^7 when
+// n_gpus is null), checked through the file loader the CLI uses.
+TEST(ValidateReader, HugeDegreesAreNamedNotAnOverflow) {
+  nlohmann::json doc = {{"schema", "llmplan-reference-runs/1"}, {"description", "fuzz"}, {"records", nlohmann::json::array()}};
+  nlohmann::json rec = shipped_json()["records"][0];  // narayanan2021_table1_1.7B, 32 GPUs
+  ASSERT_EQ(rec["cluster"]["n_gpus"], 32);
+  for (const char* d : {"dp", "tp", "pp", "cp"}) rec["plan"][d] = 10000000;
+  doc["records"].push_back(rec);
+  const std::string path = ::testing::TempDir() + "/llmplan_runs_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << doc.dump();
+  Result<ReferenceSet> set = load_reference_files({path});
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.status().exit_code(), 2);
+  EXPECT_NE(set.status().message().find(path + ": records[0]"), std::string::npos) << set.status().message();
+  EXPECT_NE(set.status().message().find("dp*tp*pp*cp = 10000000*10000000*10000000*10000000 = more than 32 GPUs but cluster.n_gpus is 32"),
+            std::string::npos)
+      << set.status().message();
+  std::remove(path.c_str());
+
+  // One degree missing: the given ones must fit n_gpus.
+  doc["records"][0]["plan"]["pp"] = nullptr;
+  expect_bad_input(doc, "records[0]", "plan dp*tp*cp = 10000000*10000000*10000000 uses more than cluster.n_gpus = 32");
+  // n_gpus null: at most 10^7 GPUs, and a missing degree is still allowed.
+  doc["records"][0]["cluster"]["n_gpus"] = nullptr;
+  expect_bad_input(doc, "records[0]", "uses more than the most GPUs a record may have, 10000000");
+  doc["records"][0]["plan"]["dp"] = 8;
+  doc["records"][0]["plan"]["tp"] = 4;
+  doc["records"][0]["plan"]["cp"] = 1;
+  EXPECT_TRUE(parse_reference_runs(doc, "runs.json").ok());
 }
 
 TEST(ValidateReader, MissingFieldIsNamed) {

@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -118,6 +119,51 @@ TEST_F(OpenTest, CorruptedProfileDatabaseGivesErrorsNotACrash) {
   ASSERT_FALSE(runs.ok());
   EXPECT_EQ(runs.status().kind(), ErrorKind::bad_input);
   EXPECT_THAT(runs.status().message(), HasSubstr(path));
+}
+
+// Found by fuzz_profile_db: a header whose schema format number SQLite does not know
+// (bytes 44-47, 1 to 4 are valid) made every statement fail "unsupported file format",
+// which was reported as a runtime error (exit 1) instead of the file's fault.
+TEST_F(OpenTest, UnknownSchemaFormatIsBadInput) {
+  std::string path = file("format.db");
+  make_profile_db(path);
+  ASSERT_TRUE(exec_sql(path, "PRAGMA journal_mode = DELETE"));  // all of it in the main file
+  std::string bytes = read_bytes(path);
+  ASSERT_GT(bytes.size(), 100u);
+  bytes.replace(44, 4, std::string("\0\0\0\5", 4));
+  write_bytes(path, bytes);
+  EXPECT_THAT(expect_bad_input(path), HasSubstr("unsupported file format"));
+}
+
+// The inputs fuzz_profile_db crashed on, kept in its seed corpus (tests/fuzz/profile_db/),
+// are bad input naming the file: a damaged schema page SQLite answers with "out of memory"
+// (was runtime, exit 1), and a header with an unknown schema format number.
+TEST_F(OpenTest, FuzzerFindingsAreBadInput) {
+  const std::string corpus = LLMPLAN_SOURCE_ROOT "/tests/fuzz/profile_db/";
+  for (const char* name : {"crash-schema-out-of-memory.db", "crash-unsupported-format.db"}) {
+    SCOPED_TRACE(name);
+    const std::string path = file(name);
+    std::filesystem::copy_file(corpus + name, path);
+    const std::string message = expect_bad_input(path);
+    EXPECT_THAT(message, HasSubstr("expected an llmplan profile database"));
+  }
+  EXPECT_THAT(expect_bad_input(file("crash-schema-out-of-memory.db")), HasSubstr("cannot read its schema"));
+}
+
+// A file that says it is a profile database of the current version (application_id,
+// user_version) but has none of its tables: reading it is the file's fault, not a runtime
+// error.
+TEST_F(OpenTest, ProfileIdentityWithoutTablesIsBadInputOnRead) {
+  std::string path = file("hollow.db");
+  ASSERT_TRUE(exec_sql(path, "PRAGMA application_id = " + std::to_string(kProfileApplicationId) +
+                                 "; PRAGMA user_version = " + std::to_string(builtin_migrations().size())));
+  Result<ProfileStore> store = ProfileStore::open(path);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  Result<std::vector<RunSummary>> runs = store->list_runs();
+  ASSERT_FALSE(runs.ok());
+  EXPECT_EQ(runs.status().kind(), ErrorKind::bad_input);
+  EXPECT_THAT(runs.status().message(), HasSubstr(path));
+  EXPECT_THAT(runs.status().message(), HasSubstr("no such table"));
 }
 
 // A file that fails SQLite's integrity check (here an index entry no longer matching its
