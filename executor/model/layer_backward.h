@@ -104,6 +104,15 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
     LL_TRY(ops_.template rope_backward<S>(d(dq), staged_.positions, d(dq), n, m.heads / t_, m.head_width(), c_.options.rope_theta));
     LL_TRY(ops_.template rope_backward<S>(d(dk), staged_.positions, d(dk), n, m.kv_heads / t_, m.head_width(), c_.options.rope_theta));
   }
+  if (m.qk_norm) {  // through the per-head RMSNorms to the projections' outputs
+    Tensor dq_in, dk_in;
+    LL_TRY(ws(dq_in, n * qw, "attn.dq_norm_input"));
+    LL_TRY(head_norm_bwd(L.qn, d(sv.q_norm_input), d(dq), d(dq_in), m.heads / t_));
+    dq = std::move(dq_in);
+    LL_TRY(ws(dk_in, n * kvw, "attn.dk_norm_input"));
+    LL_TRY(head_norm_bwd(L.kn, d(sv.k_norm_input), d(dk), d(dk_in), m.kv_heads / t_));
+    dk = std::move(dk_in);
+  }
   Tensor tmp;
   const S* xin = dopt(sv.qkv_input);
   if (sp_ && xin != nullptr) {

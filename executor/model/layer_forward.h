@@ -20,8 +20,17 @@ auto ModelImpl<S, G, Ops>::layer_fwd(Layer& L, const S* x, Tensor& out, Category
   Tensor gathered;  // SP: the full-sequence input of the column-parallel GEMMs
   if (sp_) LL_TRY(sp_gather(gathered, d(sv.qkv_input), "attn.qkv_input.gathered"));
   const S* xin = sp_ ? d(gathered) : d(sv.qkv_input);
-  LL_TRY(lin_fwd(L, L.q, xin, d(sv.q), mode));
-  LL_TRY(lin_fwd(L, L.k, xin, d(sv.k), mode));
+  if (m.qk_norm) {  // project, then normalise each head (Qwen3): attn.q/k hold the normalised heads
+    LL_TRY(lmake(L, sv.q_norm_input, "attn.q_norm_input", n * qw, c_.storage, mode));
+    LL_TRY(lmake(L, sv.k_norm_input, "attn.k_norm_input", n * kvw, c_.storage, mode));
+    LL_TRY(lin_fwd(L, L.q, xin, d(sv.q_norm_input), mode));
+    LL_TRY(lin_fwd(L, L.k, xin, d(sv.k_norm_input), mode));
+    LL_TRY(head_norm_fwd(L.qn, d(sv.q_norm_input), d(sv.q), m.heads / t_));
+    LL_TRY(head_norm_fwd(L.kn, d(sv.k_norm_input), d(sv.k), m.kv_heads / t_));
+  } else {
+    LL_TRY(lin_fwd(L, L.q, xin, d(sv.q), mode));
+    LL_TRY(lin_fwd(L, L.k, xin, d(sv.k), mode));
+  }
   LL_TRY(lin_fwd(L, L.v, xin, d(sv.v), mode));
   gathered.reset();
   if (!gpt_) {
@@ -81,7 +90,7 @@ auto ModelImpl<S, G, Ops>::drop_transients(Saved& sv) -> void {
   for (Tensor* t : {&sv.qkv_input, &sv.q, &sv.k, &sv.v, &sv.lse, &sv.probs, &sv.probs_mask, &sv.probs_dropped,
                     &sv.proj_input, &sv.attn_mask, &sv.ln2_input, &sv.mlp_input, &sv.fc1_out, &sv.gate_out,
                     &sv.up_out, &sv.act_out, &sv.mlp_mask, &sv.router_probs, &sv.expert_input, &sv.expert_output,
-                    &sv.sh_fc1, &sv.sh_gate, &sv.sh_up, &sv.sh_act})
+                    &sv.sh_fc1, &sv.sh_gate, &sv.sh_up, &sv.sh_act, &sv.q_norm_input, &sv.k_norm_input})
     if (t->defined() && t->category() != Category::activations) t->reset();
   for (Tensor& t : sv.lora_z)
     if (t.defined() && t.category() != Category::activations) t.reset();

@@ -120,6 +120,7 @@ class ModelImpl final : public Model {
         fc1_out, gate_out, up_out, act_out, mlp_mask;
     // MoE (fc1/gate/up/act_out above are then the routed experts' rows).
     Tensor router_probs, expert_input, expert_output, sh_fc1, sh_gate, sh_up, sh_act;
+    Tensor q_norm_input, k_norm_input;  // QK-norm: the q and k projections' outputs
     Tensor lora_z[7];
     void clear() { *this = Saved{}; }
   };
@@ -129,6 +130,7 @@ class ModelImpl final : public Model {
     LayerRecompute policy = LayerRecompute::none;
     SavedTensorList recipe;
     Norm ln1, ln2;
+    Norm qn, kn;  // QK-norm: RMSNorm weights of head_dim, shared by the rank's heads
     Linear q, k, v, o, gate, up, down;
     // MoE instead of gate/up/down: the router (E, h), this rank's routed experts
     // (e0_ .. e0_ + El_ - 1, each an MLP of width expert_ffn_hidden) and the shared experts
@@ -267,6 +269,14 @@ class ModelImpl final : public Model {
     if (gpt_) return ops_.template layernorm_forward<S>(x, d(nm.w), d(nm.b), y, ns_, h_, c_.options.norm_eps);
     return ops_.template rmsnorm_forward<S>(x, d(nm.w), y, ns_, h_, c_.options.norm_eps);
   }
+  // QK-norm: RMSNorm over each of `heads` heads of n_ rows (width head_dim), in place of
+  // nothing the planner splits: the weight is replicated, its gradient summed over TP (each
+  // rank normalises its own heads) into nm.gw.
+  Status head_norm_fwd(Norm& nm, const S* x, S* y, int heads) {
+    const int64_t hd = c_.spec.head_width();
+    return ops_.template rmsnorm_forward<S>(x, d(nm.w), y, n_ * heads, hd, c_.options.norm_eps);
+  }
+  Status head_norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, int heads);
   // Over this rank's ns_ tokens. With SP the weight gradients of those tokens are partial:
   // they are computed into zeroed buffers, summed over TP and added (Megatron's all-reduce
   // of sequence-parallel parameters' gradients).

@@ -147,7 +147,11 @@ auto ModelImpl<S, G, Ops>::init_linear(Layer& L, Linear& li, Projection p, Par p
   const bool train = L.ctx.base_trainable;
   LL_TRY(param(li.w, li.gw, {par == Par::column ? 0 : par == Par::row ? 1 : -1, out, in}, base + ".weight", train, true,
                c_.options.init_std));
-  if (gpt_) LL_TRY(param(li.b, li.gb, {par == Par::column ? 1 : -1, 1, out}, base + ".bias", train, false, 0, 0.0));
+  // Biases: every projection of a GPT block; q/k/v (and o) of a Llama-family block with
+  // attention_bias (Qwen2's qkv, HF attention_bias true); never on MoE experts otherwise.
+  const bool attn = p == Projection::q || p == Projection::k || p == Projection::v;
+  const bool bias = gpt_ || (attn && c_.spec.qkv_bias()) || (p == Projection::o && c_.spec.o_bias());
+  if (bias) LL_TRY(param(li.b, li.gb, {par == Par::column ? 1 : -1, 1, out}, base + ".bias", train, false, 0, 0.0));
   if (adapters && (L.ctx.lora_targets & projection_bit(p))) {
     li.lora = true;
     const int64_t r = L.ctx.lora_rank;
@@ -180,6 +184,10 @@ auto ModelImpl<S, G, Ops>::init_layer(Layer& L, int local) -> Status {
   LL_TRY(init_linear(L, L.k, Projection::k, Par::column, h_, m.kv_width()));
   LL_TRY(init_linear(L, L.v, Projection::v, Par::column, h_, m.kv_width()));
   LL_TRY(init_linear(L, L.o, Projection::o, Par::row, m.q_width(), h_));
+  if (m.qk_norm) {
+    LL_TRY(param(L.qn.w, L.qn.gw, {-1, 1, m.head_width()}, pre + ".q_norm.weight", L.ctx.base_trainable, false, 0, 1.0));
+    LL_TRY(param(L.kn.w, L.kn.gw, {-1, 1, m.head_width()}, pre + ".k_norm.weight", L.ctx.base_trainable, false, 0, 1.0));
+  }
   LL_TRY(init_norm(L.ln2, pre + ".ln2", L.ctx.base_trainable));
   if (moe_) return init_moe(L);
   if (!gpt_) LL_TRY(init_linear(L, L.gate, Projection::gate, Par::column, h_, m.ffn_hidden));

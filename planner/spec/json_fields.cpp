@@ -120,4 +120,12 @@ Status FieldReader::finish(bool reject_unknown) const {
   return status_;
 }
 
+std::vector<std::string> FieldReader::unread() const {
+  std::vector<std::string> keys;
+  if (!obj_.is_object()) return keys;
+  for (auto it = obj_.begin(); it != obj_.end(); ++it)
+    if (!seen_.count(it.key())) keys.push_back(it.key());
+  return keys;
+}
+
 }  // namespace llmplan

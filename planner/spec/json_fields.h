@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,8 @@ class FieldReader {
   void fail(const char* key, const std::string& expected_and_got);
   // The first error, else an "unknown field" error when reject_unknown, else ok.
   Status finish(bool reject_unknown = true) const;
+  // The object's keys that no getter, allow() or has() asked for, in the object's order.
+  std::vector<std::string> unread() const;
   const Status& status() const { return status_; }
   std::string field_name(const char* key) const;
 

@@ -92,6 +92,10 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
   out.add({"attn.q", bs * m.q_width() / t, act, false});
   out.add({"attn.k", bs * m.kv_width() / t, act, false});
   out.add({"attn.v", bs * m.kv_width() / t, act, false});
+  if (m.qk_norm) {  // the projections' outputs, the per-head RMSNorms' inputs (attn.q/k are after norm and rotary)
+    out.add({"attn.q_norm_input", bs * m.q_width() / t, act, false});
+    out.add({"attn.k_norm_input", bs * m.kv_width() / t, act, false});
+  }
   if (c.flash) {
     out.add({"attn.lse", static_cast<double>(c.b) * a_local * static_cast<double>(c.s), 4, false});
   } else {
@@ -235,11 +239,13 @@ ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lor
   const bool gpt = m.family == Family::gpt;
   const double norm = gpt ? 2 * h : h;  // LayerNorm has weight and bias; RMSNorm a weight
 
-  // Attention: qkv (column-parallel, bias split), o (row-parallel, bias replicated).
-  const double qkv_w = h * (qw + 2 * kvw), qkv_b = gpt ? qw + 2 * kvw : 0;
-  const double o_w = qw * h, o_b = gpt ? h : 0;
-  const double attn = qkv_w + qkv_b + o_w + o_b;
-  const double attn_rank = (qkv_w + qkv_b + o_w) / t + o_b;
+  // Attention: qkv (column-parallel, bias split), o (row-parallel, bias replicated); QK-norm's
+  // two RMSNorm weights of head_dim, replicated under TP (every rank normalises its heads).
+  const double qkv_w = h * (qw + 2 * kvw), qkv_b = m.qkv_bias() ? qw + 2 * kvw : 0;
+  const double o_w = qw * h, o_b = m.o_bias() ? h : 0;
+  const double qk_norm = m.qk_norm ? 2.0 * static_cast<double>(m.head_width()) : 0;
+  const double attn = qkv_w + qkv_b + o_w + o_b + qk_norm;
+  const double attn_rank = (qkv_w + qkv_b + o_w) / t + o_b + qk_norm;
 
   // One dense MLP of width f: GPT fc1+fc2 with biases, Llama gate+up+down.
   auto mlp = [&](double f, double div) {
@@ -339,6 +345,8 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
   // writes a (tokens x h) or (tokens x f) tensor.
   const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) / t;
   fl.elementwise_bytes = c.act_bytes * tokens * (8 * h + (gpt ? 3 : 4) * f_local);
+  // QK-norm reads and writes this rank's queries and keys once more.
+  if (m.qk_norm) fl.elementwise_bytes += c.act_bytes * tokens * 2 * (qw + kvw) / t;
   if (m.moe.enabled()) {
     // Token dispatch, outside the GEMMs: each of the rank's tokens is copied into the rows of
     // its k experts (capacity-padded: read and write k*h per token), and the experts'

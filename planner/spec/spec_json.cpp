@@ -119,6 +119,20 @@ Result<ModelSpec> model_from_json(const json& j, const std::string& origin) {
   r.get("tied_embeddings", &m.tied_embeddings, false);
   m.dropout = m.family == Family::gpt;
   r.get("dropout", &m.dropout, false);
+  // A GPT block has every bias and a LayerNorm: the Llama-family options do not apply.
+  if (m.family == Family::gpt) {
+    AttentionBias bias = AttentionBias::all;
+    bool qk_norm = false;
+    r.get_enum("attention_bias", &bias, kAttentionBiasNames, false);
+    r.get("qk_norm", &qk_norm, false);
+    if (bias != AttentionBias::all)
+      return Status::bad_input(origin + ": field 'attention_bias': expected all (or no key) for family gpt, whose blocks have every bias, got " +
+                               to_string(bias));
+    if (qk_norm) return Status::bad_input(origin + ": field 'qk_norm': expected false for family gpt (QK-norm is a llama-family block's RMSNorm)");
+  } else {
+    r.get_enum("attention_bias", &m.attention_bias, kAttentionBiasNames, false);
+    r.get("qk_norm", &m.qk_norm, false);
+  }
   if (const json* moe = r.raw("moe"); moe && !moe->is_null()) {
     FieldReader mr(*moe, origin, "moe");
     mr.get("experts", &m.moe.experts, 1, 100000);
@@ -134,12 +148,67 @@ Result<ModelSpec> model_from_json(const json& j, const std::string& origin) {
   return m;
 }
 
+namespace {
+
+// Hugging Face architectures (config.json "architectures"), and for those the recipe cannot
+// describe yet, what it lacks. Sources: the transformers modeling files of the same names.
+struct HfArchitecture {
+  const char* name;
+  const char* missing;  // nullptr: read in full
+};
+constexpr HfArchitecture kHfArchitectures[] = {
+    {"GPT2LMHeadModel", nullptr},
+    {"LlamaForCausalLM", nullptr},
+    {"MistralForCausalLM", nullptr},
+    {"MixtralForCausalLM", nullptr},
+    {"Qwen2ForCausalLM", nullptr},
+    {"Qwen3ForCausalLM", nullptr},
+    {"Qwen3MoeForCausalLM", nullptr},
+    {"DeepseekV3ForCausalLM", "multi-head latent attention, dense first layers before the MoE ones, and multi-token prediction"},
+    {"DeepseekV2ForCausalLM", "multi-head latent attention and dense first layers before the MoE ones"},
+    {"GptOssForCausalLM", "sliding-window attention on alternate layers and attention sinks"},
+    {"Gemma3ForCausalLM", "interleaved sliding-window and global attention and the GeGLU MLP"},
+    {"Gemma2ForCausalLM", "interleaved sliding-window and global attention and the GeGLU MLP"},
+    {"Qwen2MoeForCausalLM", "a gated shared expert of its own width"},
+};
+
+// Keys of HF configs that change nothing the planner models (numerics, tokens, inference,
+// bookkeeping); they are not listed as unread.
+constexpr const char* kHfIrrelevantKeys[] = {
+    "architectures", "model_type", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
+    "transformers_version", "use_cache", "initializer_range", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
+    "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor", "attention_dropout", "pretraining_tp",
+    "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "norm_topk_prob", "tokenizer_class",
+    "max_window_layers", "mlp_bias", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_activation",
+    "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj", "task_specific_params",
+    "activation_function", "n_ctx", "scale_attn_weights", "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx",
+    "id2label", "label2id", "bias", "auto_map", "quantization_config"};
+
+}  // namespace
+
 Result<ModelSpec> model_from_hf_config(const json& j, const std::string& origin) {
   ModelSpec m;
   FieldReader r(j, origin, "");
   const bool gpt2 = j.contains("n_embd");
-  std::string model_type, act;
+  std::string model_type, act, architecture;
   r.get("model_type", &model_type, false);
+  if (const json* arch = r.raw("architectures"); arch && arch->is_array() && !arch->empty() && (*arch)[0].is_string())
+    architecture = (*arch)[0].get<std::string>();
+  if (!architecture.empty()) {
+    const HfArchitecture* known = nullptr;
+    std::string supported;
+    for (const HfArchitecture& a : kHfArchitectures) {
+      if (architecture == a.name) known = &a;
+      if (!a.missing) supported += (supported.empty() ? "" : ", ") + std::string(a.name);
+    }
+    if (!known)
+      return Status::bad_input(origin + ": field 'architectures': " + architecture + " is not an architecture llmplan reads (expected one of " +
+                               supported + ", or an llmplan model file)");
+    if (known->missing)
+      return Status::bad_input(origin + ": field 'architectures': " + architecture + " needs " + known->missing +
+                               ", which llmplan's recipe does not model yet (readable: " + supported + ")");
+  }
+  std::vector<std::string> notes;
   if (gpt2) {
     m.family = Family::gpt;
     r.get("n_layer", &m.layers, 1, kMaxLayers);
@@ -172,17 +241,55 @@ Result<ModelSpec> model_from_hf_config(const json& j, const std::string& origin)
     m.tied_embeddings = false;
     r.get("tie_word_embeddings", &m.tied_embeddings, false);
     m.dropout = false;
-    if (r.has("num_local_experts")) {
-      r.get("num_local_experts", &m.moe.experts, 1, 100000);
+    if (m.family == Family::llama) {
+      // Qwen2 has q/k/v biases without a config key (transformers Qwen2Attention); Llama,
+      // Mistral and Qwen3 configs say attention_bias (all four projections when true).
+      bool bias = false;
+      r.get("attention_bias", &bias, false);
+      if (model_type == "qwen2") m.attention_bias = AttentionBias::qkv;
+      else if (bias) m.attention_bias = AttentionBias::all;
+      // Qwen3 and Qwen3-MoE normalise every query and key head (q_norm, k_norm).
+      m.qk_norm = model_type == "qwen3" || model_type == "qwen3_moe";
+    } else {
+      r.allow("attention_bias");
+    }
+    // Sliding windows: Qwen configs carry one switched off; Mistral 7B v0.1 a 4096-token one
+    // on every layer, which is full attention for the sequences up to it.
+    bool sliding = false;
+    r.get("use_sliding_window", &sliding, false);
+    if (sliding)
+      return Status::bad_input(origin + ": field 'use_sliding_window': true needs sliding-window attention, which llmplan's recipe does not model yet (expected false)");
+    int64_t window = 0;
+    r.get("sliding_window", &window, 0, kMaxSeq, false);
+    if (window > 0 && !r.has("use_sliding_window"))
+      notes.push_back("sliding_window " + std::to_string(window) + " read as full attention (the same for sequences up to it)");
+    const char* experts_key = r.has("num_local_experts") ? "num_local_experts" : r.has("num_experts") ? "num_experts" : nullptr;
+    if (experts_key) {
+      r.get(experts_key, &m.moe.experts, 1, 100000);
       m.moe.experts_per_token = 2;
       r.get("num_experts_per_tok", &m.moe.experts_per_token, 1, 100000, false);
       m.moe.expert_ffn_hidden = m.ffn_hidden;
+      r.get("moe_intermediate_size", &m.moe.expert_ffn_hidden, 1, 16 * kMaxHidden, false);
+      // Qwen3-MoE: a layer is MoE when (i + 1) % decoder_sparse_step == 0 and i is not in
+      // mlp_only_layers; only the all-MoE case is one layer kind.
+      int step = 1;
+      r.get("decoder_sparse_step", &step, 1, kMaxLayers, false);
+      const json* dense = r.raw("mlp_only_layers");
+      if (step != 1 || (dense && dense->is_array() && !dense->empty()))
+        return Status::bad_input(origin + ": fields 'decoder_sparse_step' / 'mlp_only_layers': dense layers between the MoE ones, which llmplan's recipe does not model yet (expected 1 and [])");
     }
   }
   r.get("_name_or_path", &m.name, false);
+  for (const char* k : kHfIrrelevantKeys) r.allow(k);
   if (m.name.empty()) m.name = model_type.empty() ? "hf-model" : model_type;
   m.source = "Hugging Face config.json: " + origin;
-  // HF configs carry many unrelated keys (eps, rope, token ids): do not reject unknowns.
+  if (!architecture.empty()) m.source += " (" + architecture + ")";
+  for (const std::string& n : notes) m.source += "; " + n;
+  // HF configs carry many unrelated keys: not rejected, but named in the source.
+  if (const std::vector<std::string> unread = r.unread(); !unread.empty()) {
+    m.source += "; keys not read: ";
+    for (size_t i = 0; i < unread.size(); ++i) m.source += (i ? ", " : "") + unread[i];
+  }
   if (Status s = r.finish(/*reject_unknown=*/false); !s) return s;
   if (Status s = check_model_shape(m, origin, "", gpt2 ? kGpt2ConfigKeys : kHfConfigKeys); !s) return s;
   return m;
@@ -203,6 +310,10 @@ json to_json(const ModelSpec& m) {
             {"tied_embeddings", m.tied_embeddings},
             {"dropout", m.dropout},
             {"moe", nullptr}};
+  if (m.family != Family::gpt) {
+    j["attention_bias"] = to_string(m.attention_bias);
+    j["qk_norm"] = m.qk_norm;
+  }
   if (m.moe.enabled()) {
     j["moe"] = {{"experts", m.moe.experts},
                 {"experts_per_token", m.moe.experts_per_token},

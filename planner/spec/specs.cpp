@@ -18,6 +18,7 @@ bool parse_from(const std::array<std::string_view, N>& names, const std::string&
 }
 
 constexpr std::array<std::string_view, 2> kFamily = {"gpt", "llama"};
+constexpr std::array<std::string_view, 3> kAttentionBias = {"none", "qkv", "all"};
 constexpr std::array<std::string_view, 5> kDtype = {"fp32", "tf32", "fp16", "bf16", "fp8"};
 constexpr std::array<std::string_view, 3> kMode = {"pretrain", "finetune", "lora"};
 constexpr std::array<std::string_view, 3> kPrecision = {"fp32", "fp16", "bf16"};
@@ -33,6 +34,7 @@ constexpr std::array<std::string_view, 2> kPipelineSplit = {"even", "account_emb
 }  // namespace
 
 const char* to_string(Family v) { return kFamily[static_cast<int>(v)].data(); }
+const char* to_string(AttentionBias v) { return kAttentionBias[static_cast<int>(v)].data(); }
 const char* to_string(Dtype v) { return kDtype[static_cast<int>(v)].data(); }
 const char* to_string(TrainMode v) { return kMode[static_cast<int>(v)].data(); }
 const char* to_string(Precision v) { return kPrecision[static_cast<int>(v)].data(); }
@@ -46,6 +48,7 @@ const char* to_string(CpExchange v) { return kCpExchange[static_cast<int>(v)].da
 const char* to_string(PipelineSplit v) { return kPipelineSplit[static_cast<int>(v)].data(); }
 
 bool parse_enum(const std::string& s, Family* out) { return parse_from(kFamily, s, out); }
+bool parse_enum(const std::string& s, AttentionBias* out) { return parse_from(kAttentionBias, s, out); }
 bool parse_enum(const std::string& s, Dtype* out) { return parse_from(kDtype, s, out); }
 bool parse_enum(const std::string& s, TrainMode* out) { return parse_from(kMode, s, out); }
 bool parse_enum(const std::string& s, Precision* out) { return parse_from(kPrecision, s, out); }

@@ -16,6 +16,14 @@ namespace llmplan {
 enum class Family { gpt, llama };  // GPT: LayerNorm, GELU, biases, learned positions.
                                    // Llama: RMSNorm, SwiGLU, no biases, rotary.
 
+// Biases of the attention projections of a Llama-family block (a GPT block has every bias).
+//   none  Llama, Mistral, Qwen3 (HF attention_bias false)
+//   qkv   q, k and v, not o: Qwen2 / Qwen2.5 (transformers Qwen2Attention: bias=True on
+//         q_proj, k_proj, v_proj; o_proj bias=False)
+//   all   q, k, v and o: HF LlamaConfig / GptOssConfig attention_bias true
+enum class AttentionBias { none, qkv, all };
+constexpr const char* kAttentionBiasNames = "none, qkv, all";
+
 struct MoeSpec {                    // Mixture of experts in the MLP of every layer.
   int experts = 0;                  // routed experts per layer, e.g. 8 (0 = dense model)
   int experts_per_token = 0;        // top-k, e.g. 2
@@ -39,11 +47,18 @@ struct ModelSpec {
   int64_t max_positions = 0;        // context length the model was built for, e.g. 4096
   bool tied_embeddings = false;     // LM head shares the token-embedding matrix
   bool dropout = false;             // dropout layers present (GPT-style training)
+  AttentionBias attention_bias = AttentionBias::none;  // Llama family only; GPT has all
+  // RMSNorm over each query and key head (width head_dim, one weight of head_dim shared by
+  // the heads) before the rotary embedding: Qwen3 (transformers Qwen3Attention q_norm,
+  // k_norm), Megatron-Core --qk-layernorm. Llama family only.
+  bool qk_norm = false;
   MoeSpec moe;
 
   int64_t head_width() const { return head_dim > 0 ? head_dim : hidden / heads; }
   int64_t q_width() const { return head_width() * heads; }      // columns of W_q
   int64_t kv_width() const { return head_width() * kv_heads; }  // columns of W_k (= W_v)
+  bool qkv_bias() const { return family == Family::gpt || attention_bias != AttentionBias::none; }
+  bool o_bias() const { return family == Family::gpt || attention_bias == AttentionBias::all; }
 };
 
 // ---------------------------------------------------------------- hardware
@@ -197,6 +212,7 @@ inline Precision default_half_precision(const GpuSpec& g) { return g.peak(Dtype:
 
 // Short names used in JSON, CLI and tables ("llama", "bf16", "O2", "selective", "1f1b").
 const char* to_string(Family v);
+const char* to_string(AttentionBias v);
 const char* to_string(Dtype v);
 const char* to_string(TrainMode v);
 const char* to_string(Precision v);
@@ -211,6 +227,7 @@ const char* to_string(PipelineSplit v);
 
 // Parse the names above; return false (and leave *out untouched) on an unknown name.
 bool parse_enum(const std::string& s, Family* out);
+bool parse_enum(const std::string& s, AttentionBias* out);
 bool parse_enum(const std::string& s, Dtype* out);
 bool parse_enum(const std::string& s, TrainMode* out);
 bool parse_enum(const std::string& s, Precision* out);

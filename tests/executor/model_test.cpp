@@ -52,6 +52,18 @@ ModelSpec tiny_llama() {
   return m;
 }
 
+// Qwen-style attention: QK-norm (RMSNorm over every query and key head before RoPE),
+// biases on q/k/v (Qwen2) or on all four projections, and head_dim 8 with 4 heads: queries
+// 32 wide on a width-16 model (Qwen3's head_dim * heads > hidden).
+ModelSpec tiny_qwen(bool qk_norm, AttentionBias bias) {
+  ModelSpec m = tiny_llama();
+  m.name = std::string("tiny-qwen") + (qk_norm ? "-qknorm" : "") + "-bias-" + to_string(bias);
+  m.head_dim = 8;
+  m.qk_norm = qk_norm;
+  m.attention_bias = bias;
+  return m;
+}
+
 // The MoE versions: 4 routed experts of width 24, top-2; Llama also one shared expert
 // (width ffn_hidden). capacity_factor < 1 makes some tokens overflow (dropped).
 ModelSpec tiny_moe(Family fam, double capacity_factor = 1.0) {
@@ -298,6 +310,37 @@ int64_t planned_activation_bytes(const ModelConfig& c) {
   return static_cast<int64_t>(sum);
 }
 
+TEST(ModelGrad, QwenQkNormAndBiasesFloat64) {
+  check_gradients(config(tiny_qwen(true, AttentionBias::all), Precision::fp32, Recompute::none, true, true), true);
+}
+TEST(ModelGrad, QwenQkNormMaterializedSelectiveFloat64) {
+  check_gradients(config(tiny_qwen(true, AttentionBias::qkv), Precision::fp32, Recompute::selective, false, true), false);
+}
+TEST(ModelGrad, QwenQkNormFullRecomputeFloat64) {
+  check_gradients(config(tiny_qwen(true, AttentionBias::none), Precision::fp32, Recompute::full, true, true), true);
+}
+TEST(ModelGrad, QwenMoeQkNormFloat64) {
+  ModelSpec m = tiny_moe(Family::llama);
+  m.qk_norm = true;
+  m.head_dim = 8;
+  m.attention_bias = AttentionBias::qkv;
+  check_gradients(config(m, Precision::fp32, Recompute::none, true, true), true);
+}
+
+// The executor's parameters are the recipe's: every element count_params gives, with the
+// biases and QK-norm weights the options add (and nothing else).
+TEST(ModelParams, ExecutorParametersEqualTheRecipesCount) {
+  for (const ModelSpec& spec : {tiny_llama(), tiny_gpt(false), tiny_qwen(true, AttentionBias::all), tiny_qwen(false, AttentionBias::qkv),
+                                tiny_qwen(true, AttentionBias::none)}) {
+    CpuAllocator alloc;
+    auto model = build_model(alloc, config(spec, Precision::fp32, Recompute::none, true));
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    int64_t elements = 0;
+    for (const ParamRef& p : (*model)->params()) elements += p.weight->numel();
+    EXPECT_EQ(static_cast<double>(elements), count_params(spec, 1, 1, 1, 0, 0).total) << spec.name;
+  }
+}
+
 int64_t measured_activation_bytes(const ModelConfig& c) {
   CpuAllocator alloc;
   auto model = build_model(alloc, c);
@@ -313,7 +356,7 @@ int64_t measured_activation_bytes(const ModelConfig& c) {
 
 TEST(ModelRecipe, ActivationBytesEqualRecipeForEveryPolicyAndPrecision) {
   int checked = 0;
-  for (const ModelSpec& spec : {tiny_gpt(true), tiny_gpt(false), tiny_llama()})
+  for (const ModelSpec& spec : {tiny_gpt(true), tiny_gpt(false), tiny_llama(), tiny_qwen(true, AttentionBias::all)})
     for (Precision prec : {Precision::fp32, Precision::bf16, Precision::fp16})
       for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full, Recompute::full_k})
         for (bool flash : {false, true}) {
@@ -325,7 +368,7 @@ TEST(ModelRecipe, ActivationBytesEqualRecipeForEveryPolicyAndPrecision) {
           if (checked % 8 == 0) std::printf("%s: measured %lld B, recipe %lld B\n", c.spec.name.c_str(), static_cast<long long>(measured), static_cast<long long>(planned));
           ++checked;
         }
-  EXPECT_EQ(checked, 72);
+  EXPECT_EQ(checked, 96);
 }
 
 TEST(ModelRecipe, MoeActivationBytesEqualRecipeForEveryPolicyAndPrecision) {

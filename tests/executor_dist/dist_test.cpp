@@ -63,6 +63,16 @@ struct Case {
   bool cp_all_gather = false;  // CP exchange: the ring (the plan default, flash only) or the all-gather
   int64_t vocab = 256;         // not a multiple of tp: the executor pads it (Megatron's padding)
   bool split_emb_loss = false;  // plan.pipeline_split account_embedding_loss: first and last virtual stage a layer short
+  // Qwen-style attention on the Llama model: QK-norm, biases on q/k/v/o, head_dim 32 (queries
+  // 128 wide on width 64). Under TP each rank normalises its own heads with the replicated
+  // norm weights, whose gradients are summed over TP.
+  bool qwen = false;
+  void apply_model_options(ModelSpec& m) const {
+    if (!qwen) return;
+    m.qk_norm = true;
+    m.attention_bias = AttentionBias::all;
+    m.head_dim = 32;
+  }
   int world() const { return dp * tp * pp * cp; }
 };
 // ctest and gtest name a case by its name, not by its bytes.
@@ -180,6 +190,9 @@ const Case kCases[] = {
     // the padded logits masked out of the loss; tied (GPT, with SP) and untied (Llama).
     {.name = "gpt_tp2_sp_vocab251", .family = Family::gpt, .dp = 1, .zero = 0, .tp = 2, .sp = true, .vocab = 251},
     {.name = "llama_tp2_vocab251", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .vocab = 251},
+    {.name = "qwen_tp2_sp", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true, .qwen = true},
+    {.name = "qwen_dp2_tp2_zero1_selective", .family = Family::llama, .dp = 2, .zero = 1, .tp = 2, .recompute = Recompute::selective,
+     .qwen = true},
     {.name = "gpt_tp4_vocab251", .family = Family::gpt, .dp = 1, .zero = 0, .tp = 4, .vocab = 251},
     {.name = "gpt_cp4_selective", .family = Family::gpt, .dp = 1, .zero = 0, .recompute = Recompute::selective, .cp = 4},
     // LoRA on an MoE model: adapters on the attention projections and on every routed
@@ -311,6 +324,7 @@ int child_main(const std::string& case_name, const std::string& out) {
     PlanFile f = tiny_plan(c.family, c.dp, c.zero, c.tp, c.sp, c.pp, c.schedule, c.recompute, c.lora, c.cp);
     f.job.precision = c.precision;
     if (c.moe) f.model = testing::tiny_moe_model(c.family, 256);
+    c.apply_model_options(f.model);
     f.model.vocab = c.vocab;
     if (c.capacity_factor > 0) f.model.moe.capacity_factor = c.capacity_factor;
     f.model.layers = c.layers;
@@ -746,6 +760,7 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
   PlanFile ref = tiny_plan(c.family, 1, 0, 1, false, 1, Schedule::one_f_one_b, c.recompute, c.lora);
   ref.job.precision = c.precision;
   if (c.moe) ref.model = testing::tiny_moe_model(c.family, 256);
+  c.apply_model_options(ref.model);
   ref.model.vocab = c.vocab;
   if (c.capacity_factor > 0) ref.model.moe.capacity_factor = c.capacity_factor;
   ref.model.layers = c.layers;

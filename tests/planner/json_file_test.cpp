@@ -10,6 +10,8 @@
 
 #include "planner/calibrate/calibration.h"
 #include "planner/io/plan_file.h"
+#include "planner/io/presets.h"
+#include "planner/spec/recipe.h"
 #include "planner/spec/spec_json.h"
 
 namespace llmplan {
@@ -98,6 +100,66 @@ TEST(HfConfig, ShapeErrorsNameTheConfigsKeys) {
   m = model_from_hf_config(ok, "config.json");
   ASSERT_TRUE(m) << m.status().message();
   EXPECT_EQ(m->kv_heads, 32);
+}
+
+// The 2024-26 architectures' config.json files in examples/hf/ read as their presets (the same
+// parameters to the one), and the architectures the recipe cannot describe yet are refused
+// with what they need.
+TEST(HfConfig, QwenAndMixtralConfigsReadAsTheirPresets) {
+  const PresetRegistry reg = std::move(PresetRegistry::load(LLMPLAN_SOURCE_ROOT)).value();
+  for (auto [file, preset] : {std::pair{"qwen2.5-7b-config.json", "qwen2.5-7b"}, std::pair{"qwen3-8b-config.json", "qwen3-8b"},
+                              std::pair{"qwen3-30b-a3b-config.json", "qwen3-30b-a3b"}, std::pair{"mixtral-8x22b-config.json", "mixtral-8x22b"}}) {
+    SCOPED_TRACE(file);
+    const Result<ModelSpec> hf = reg.resolve_model(std::string(LLMPLAN_SOURCE_ROOT) + "/examples/hf/" + file, "--model");
+    ASSERT_TRUE(hf) << hf.status().message();
+    const ModelSpec p = *reg.model(preset);
+    const ParamCounts a = count_params(*hf, 2, 1, 1, 0, 0), b = count_params(p, 2, 1, 1, 0, 0);
+    EXPECT_EQ(a.total, b.total);
+    EXPECT_EQ(a.per_layer_rank, b.per_layer_rank);
+    EXPECT_EQ(a.active_per_token, b.active_per_token);
+    EXPECT_EQ(hf->qk_norm, p.qk_norm);
+    EXPECT_EQ(hf->attention_bias, p.attention_bias);
+    EXPECT_EQ(hf->head_width(), p.head_width());
+    // Keys it did not read are named (none of these configs has one that matters).
+    EXPECT_EQ(hf->source.find("keys not read"), std::string::npos) << hf->source;
+  }
+}
+
+TEST(HfConfig, ArchitecturesTheRecipeCannotDescribeAreRefusedWithWhatTheyNeed) {
+  nlohmann::json ds = {{"architectures", {"DeepseekV3ForCausalLM"}}, {"hidden_size", 7168}, {"num_hidden_layers", 61},
+                       {"num_attention_heads", 128}, {"vocab_size", 129280}, {"q_lora_rank", 1536}};
+  Result<ModelSpec> m = model_from_hf_config(ds, "ds.json");
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.status().exit_code(), 2);
+  EXPECT_NE(m.status().message().find("ds.json: field 'architectures': DeepseekV3ForCausalLM needs multi-head latent attention"), std::string::npos)
+      << m.status().message();
+  nlohmann::json unknown = ds;
+  unknown["architectures"] = {"FalconForCausalLM"};
+  m = model_from_hf_config(unknown, "f.json");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("FalconForCausalLM is not an architecture llmplan reads (expected one of GPT2LMHeadModel, LlamaForCausalLM"),
+            std::string::npos)
+      << m.status().message();
+  // Qwen3-MoE with dense layers between the MoE ones, and a switched-on sliding window.
+  nlohmann::json q3 = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"hidden_size", 2048},
+                       {"num_hidden_layers", 4}, {"num_attention_heads", 32}, {"num_key_value_heads", 4}, {"head_dim", 128},
+                       {"vocab_size", 1000}, {"num_experts", 8}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 64},
+                       {"mlp_only_layers", {0}}};
+  m = model_from_hf_config(q3, "q3.json");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("dense layers between the MoE ones"), std::string::npos) << m.status().message();
+  q3["mlp_only_layers"] = nlohmann::json::array();
+  q3["use_sliding_window"] = true;
+  m = model_from_hf_config(q3, "q3.json");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("'use_sliding_window': true needs sliding-window attention"), std::string::npos) << m.status().message();
+  // A key the planner does not know is listed in the model's source, not dropped silently.
+  q3["use_sliding_window"] = false;
+  q3["first_k_dense_replace"] = 3;
+  m = model_from_hf_config(q3, "q3.json");
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_TRUE(m->qk_norm);
+  EXPECT_NE(m->source.find("keys not read: first_k_dense_replace"), std::string::npos) << m->source;
 }
 
 }  // namespace

@@ -77,6 +77,67 @@ TEST(Presets, ParamCountsMatchPublishedSizes) {
   EXPECT_NEAR(mx.active_per_token / 1e9, 12.9, 0.05);
 }
 
+// The 2024-26 presets against the totals their publishers print (model cards, papers), to
+// the precision printed: the recipe (count_params) must reproduce every one of them, and
+// the active parameters of the MoE models.
+TEST(Presets, ParamCountsOfThe2024To2026ModelsMatchTheirCards) {
+  const PresetRegistry reg = presets();
+  struct Published {
+    const char* id;
+    double total, active, precision;  // parameters; active 0 = dense; precision: +- of the printed figure's last digit
+    const char* where;
+  };
+  const Published published[] = {
+      {"llama3.1-8b", 8030261248, 0, 0.5, "HF meta-llama/Llama-3.1-8B safetensors"},
+      {"llama3.1-70b", 70553706496, 0, 0.5, "HF meta-llama/Llama-3.1-70B safetensors"},
+      {"llama3.1-405b", 405853388800, 0, 0.5, "HF meta-llama/Llama-3.1-405B safetensors"},
+      {"llama3.3-70b", 70553706496, 0, 0.5, "HF meta-llama/Llama-3.3-70B-Instruct safetensors"},
+      {"qwen2-7b", 7615616512, 0, 0.5, "HF Qwen/Qwen2-7B safetensors (with the q/k/v biases)"},
+      {"qwen2.5-7b", 7615616512, 0, 0.5, "HF Qwen/Qwen2.5-7B safetensors (the card rounds it to 7.61B)"},
+      {"qwen2.5-72b", 72.7e9, 0, 0.05e9, "Qwen2.5-72B model card: 72.7B"},
+      {"qwen3-8b", 8.2e9, 0, 0.05e9, "Qwen3-8B model card: 8.2B"},
+      {"qwen3-32b", 32.8e9, 0, 0.05e9, "Qwen3-32B model card: 32.8B"},
+      // The Qwen cards round some figures and cut others to the printed digit (7.61B for
+      // 7,615,616,512): one unit of the last digit either way.
+      {"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.1e9, "Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"},
+      {"qwen3-235b-a22b", 235e9, 22e9, 0.5e9, "Qwen3-235B-A22B model card: 235B total, 22B activated"},
+      {"mixtral-8x22b", 141e9, 39e9, 0.5e9, "Mistral AI announcement: 141B parameters, 39B active"},
+  };
+  for (const Published& p : published) {
+    SCOPED_TRACE(std::string(p.id) + " vs " + p.where);
+    const Result<ModelSpec> m = reg.model(p.id);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const ParamCounts pc = count_params(*m, 1, 1, 1, 0, 0);
+    EXPECT_NEAR(pc.total, p.total, p.precision);
+    if (p.active > 0) {
+      EXPECT_NEAR(pc.active_per_token, p.active, p.precision);
+    }
+  }
+  // The non-embedding counts the Qwen3 cards print beside the totals (6.95B, 31.2B, 29.9B):
+  // the q/k norms and head_dim-wide queries are in them, the two vocabulary matrices are not.
+  for (auto [id, non_embedding] : {std::pair{"qwen3-8b", 6.95e9}, std::pair{"qwen3-32b", 31.2e9}, std::pair{"qwen3-30b-a3b", 29.9e9}}) {
+    const ModelSpec m = *reg.model(id);
+    const ParamCounts pc = count_params(m, 1, 1, 1, 0, 0);
+    EXPECT_NEAR(pc.total - pc.embedding - static_cast<double>(m.vocab) * m.hidden, non_embedding, 0.05e9) << id;
+  }
+}
+
+// Qwen3's per-head RMSNorms and Qwen2's q/k/v biases, by hand for one layer of Qwen3-8B and
+// Qwen2-7B: 2 x head_dim norm weights; q + 2 kv bias elements, split by TP with their GEMMs.
+TEST(Presets, QkNormAndAttentionBiasParameters) {
+  const PresetRegistry reg = presets();
+  ModelSpec q3 = *reg.model("qwen3-8b");
+  const double with_norm = count_params(q3, 1, 1, 1, 0, 0).per_layer;
+  q3.qk_norm = false;
+  EXPECT_DOUBLE_EQ(with_norm - count_params(q3, 1, 1, 1, 0, 0).per_layer, 2 * 128);
+  ModelSpec q2 = *reg.model("qwen2-7b");
+  const double biased = count_params(q2, 2, 1, 1, 0, 0).per_layer_rank;
+  q2.attention_bias = AttentionBias::none;
+  EXPECT_DOUBLE_EQ(biased - count_params(q2, 2, 1, 1, 0, 0).per_layer_rank, (3584 + 2 * 512) / 2.0);
+  q2.attention_bias = AttentionBias::all;  // and o's bias, replicated under TP
+  EXPECT_DOUBLE_EQ(count_params(q2, 2, 1, 1, 0, 0).per_layer_rank - biased, 3584);
+}
+
 TEST(Presets, AtLeastSixteenModelsAndTheRequiredHardware) {
   const PresetRegistry reg = presets();
   EXPECT_GE(reg.model_ids().size(), 16u);
