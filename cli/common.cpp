@@ -20,7 +20,7 @@ void add_job_flags(CLI::App* app, JobFlags* f) {
   app->add_option("--gpus-per-node", f->gpus_per_node, "GPUs per node (default: the node preset's)");
   app->add_option("--seq", f->seq, "sequence length in tokens")->capture_default_str();
   app->add_option("--global-batch", f->global_batch, "sequences per optimizer step")->capture_default_str();
-  app->add_option("--mode", f->mode, "pretrain, finetune or lora")->capture_default_str();
+  app->add_option("--mode", f->mode, "pretrain, finetune, lora or qlora (LoRA on 4-bit NF4 base weights, Dettmers et al. 2023)")->capture_default_str();
   app->add_option("--lora-rank", f->lora_rank, "LoRA rank r")->capture_default_str();
   app->add_option("--lora-alpha", f->lora_alpha, "LoRA alpha")->capture_default_str();
   app->add_option("--lora-targets", f->lora_targets, "LoRA target projections (q k v o gate up down)")->delimiter(',');
@@ -186,7 +186,9 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
   s.file.gpus = f.gpus;
   // ---- job
   TrainingJob& j = s.file.job;
-  if (Status st = parse_flag(f.mode, &j.mode, "--mode", "pretrain, finetune, lora"); !st) return st;
+  JobMode mode = JobMode::pretrain;
+  if (Status st = parse_flag(f.mode, &mode, "--mode", kJobModeNames); !st) return st;
+  set_job_mode(mode, &j);
   if (f.seq < 1 || f.seq > (int64_t{1} << 24)) return Status::bad_input("--seq: expected 1..16777216 tokens, got " + std::to_string(f.seq));
   if (f.global_batch < 1 || f.global_batch > 100000000)
     return Status::bad_input("--global-batch: expected 1..100000000 sequences, got " + std::to_string(f.global_batch));

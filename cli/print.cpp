@@ -14,7 +14,7 @@ void print_setup(const PlanFile& f) {
               format_count(pc.total).c_str(), f.model.layers, static_cast<long long>(f.model.hidden), f.model.heads, f.model.kv_heads);
   std::printf("cluster  %d x %s (%.1f GiB), %d per node (%s)\n", f.gpus, f.cluster.gpu.name.c_str(), f.cluster.gpu.memory_bytes / kGiB,
               f.cluster.gpus_per_node, f.cluster.name.c_str());
-  std::printf("job      %s, seq %lld, global batch %lld, %s %s%s%s, %s\n", to_string(f.job.mode), static_cast<long long>(f.job.seq_len),
+  std::printf("job      %s, seq %lld, global batch %lld, %s %s%s%s, %s\n", to_string(job_mode(f.job)), static_cast<long long>(f.job.seq_len),
               static_cast<long long>(f.job.global_batch), to_string(f.job.precision), to_string(f.job.amp),
               f.job.fp8_linear() ? ", fp8 linears " : "", f.job.fp8_linear() ? to_string(f.job.fp8) : "", to_string(f.job.optimizer));
   std::printf("plan     %s\n", plan_summary(f.plan).c_str());

@@ -67,6 +67,9 @@ Status check_model_config(const ModelConfig& c) {
                              std::to_string(m.max_positions));
   if (m.dropout && !(c.options.dropout_p >= 0 && c.options.dropout_p < 1))
     return Status::bad_input("executor: dropout_p must be in [0, 1)");
+  if (c.job.qlora())
+    return Status::bad_input("executor: job.mode qlora (4-bit NF4 base weights) is planned but not executed yet; "
+                             "expected pretrain, finetune or lora (lora trains the same adapters on 16-bit base weights)");
   return Status::ok();
 }
 

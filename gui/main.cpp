@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
       {"gpus", "number of GPUs"},
       {"seq", "sequence length, tokens"},
       {"global-batch", "sequences per optimizer step"},
-      {"mode", "pretrain, finetune or lora"},
+      {"mode", "pretrain, finetune, lora or qlora"},
       {"objective", "tokens-per-s, memory or cost"},
       {"max-tp", "upper bound on tp"},
       {"headroom", "GiB to keep free per GPU"},

@@ -82,6 +82,7 @@ SweepForm::SweepForm(const PresetRegistry& presets, QWidget* parent) : QWidget(p
   mode_->addItem(tr("pretrain"), "pretrain");
   mode_->addItem(tr("full fine-tune"), "finetune");
   mode_->addItem(tr("LoRA"), "lora");
+  mode_->addItem(tr("QLoRA (4-bit base)"), "qlora");
   jf->addRow(tr("Mode"), mode_);
   lora_rank_ = new QSpinBox;
   lora_rank_->setRange(1, 4096);
@@ -257,7 +258,7 @@ void SweepForm::browse_model() {
 }
 
 void SweepForm::update_enabled() {
-  const bool lora = mode_->currentData().toString() == "lora";
+  const bool lora = mode_->currentData().toString() == "lora" || mode_->currentData().toString() == "qlora";
   lora_rank_->setEnabled(lora);
   for (QCheckBox* box : lora_targets_) box->setEnabled(lora);
   const QString cluster = cluster_->currentData().toString();

@@ -53,7 +53,9 @@ Result<SweepRequest> make_sweep_request(const SweepInputs& in, const PresetRegis
   f.gpus = in.gpus;
   // ---- job
   TrainingJob& j = f.job;
-  if (Status st = parse_field(in.mode, &j.mode, "Mode", "pretrain, finetune, lora"); !st) return st;
+  JobMode mode = JobMode::pretrain;
+  if (Status st = parse_field(in.mode, &mode, "Mode", kJobModeNames); !st) return st;
+  set_job_mode(mode, &j);
   if (in.seq < 1 || in.seq > (int64_t{1} << 24))
     return Status::bad_input("Sequence length: expected 1..16777216 tokens, got " + std::to_string(in.seq));
   if (in.global_batch < 1 || in.global_batch > 100000000)
@@ -107,7 +109,7 @@ std::vector<std::string> cli_args(const SweepInputs& in) {
   else a.insert(a.end(), {"--gpu", in.gpu});
   a.insert(a.end(), {"--gpus", std::to_string(in.gpus), "--seq", std::to_string(in.seq), "--global-batch", std::to_string(in.global_batch),
                      "--mode", in.mode});
-  if (in.mode == "lora") {
+  if (in.mode == "lora" || in.mode == "qlora") {
     std::string targets;
     for (const auto& t : in.lora_targets) targets += (targets.empty() ? "" : ",") + t;
     a.insert(a.end(), {"--lora-rank", std::to_string(in.lora_rank), "--lora-targets", targets});

@@ -25,7 +25,7 @@ struct SweepInputs {
   int gpus = 8;                     // --gpus
   int64_t seq = 2048;               // --seq, tokens
   int64_t global_batch = 512;       // --global-batch, sequences per optimizer step
-  std::string mode = "pretrain";    // --mode: pretrain, finetune, lora
+  std::string mode = "pretrain";    // --mode: pretrain, finetune, lora, qlora
   int lora_rank = 8;                // --lora-rank
   std::vector<std::string> lora_targets{"q", "v"};  // --lora-targets
   std::string precision;            // --precision: "" (bf16 where the GPU has it), fp32, fp16, bf16

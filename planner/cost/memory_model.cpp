@@ -59,6 +59,13 @@ BytesPerParam bytes_per_param(const TrainingJob& j) {
     b = {4, 4, adam, 0, 4};
     return b;
   }
+  if (j.qlora()) {
+    // QLoRA's reference trainer casts the adapters to the 16-bit compute dtype and steps
+    // them with 32-bit (paged) AdamW: no fp32 master (Dettmers et al. 2023; qlora.py
+    // --bf16 --optim paged_adamw_32bit). The frozen 16-bit parts stay 2 bytes.
+    b = {2, 2, adam, 0, 2};
+    return b;
+  }
   switch (j.amp) {
     case AmpLevel::O1:
       // fp32 weights, grads and optimizer; autocast keeps a 16-bit copy of every weight
@@ -81,11 +88,12 @@ BytesPerParam bytes_per_param(const TrainingJob& j) {
 }
 
 ModelStateBytes model_state_bytes(double trainable, double frozen, const TrainingJob& j, int zero, int shard_group,
-                                  bool offload) {
+                                  bool offload, double frozen_nf4) {
   const BytesPerParam b = bytes_per_param(j);
   const double n = std::max(1, shard_group);
   ModelStateBytes s;
-  s.weights = trainable * b.weights / (zero >= 3 ? n : 1) + frozen * b.frozen_weights / (zero >= 3 ? n : 1);
+  s.weights = trainable * b.weights / (zero >= 3 ? n : 1) +
+              ((frozen - frozen_nf4) * b.frozen_weights + frozen_nf4 * kNf4BytesPerParam) / (zero >= 3 ? n : 1);
   s.gradients = trainable * b.gradients / (zero >= 2 ? n : 1);
   s.optimizer_states = trainable * b.optimizer / (zero >= 1 ? n : 1);
   s.master_weights = trainable * b.master / (zero >= 1 ? n : 1);
@@ -197,6 +205,8 @@ LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const Paral
   // layers keep no activations at all.
   c.grad_flows = !frozen_layer;
   c.base_trainable = j.mode != TrainMode::lora && !frozen_layer;
+  // QLoRA: each base weight read as NF4 (+ constants) and written as a 16-bit copy per use.
+  if (j.qlora()) c.dequant_bytes_per_param = kNf4BytesPerParam + c.act_bytes;
   if (j.mode == TrainMode::lora && !frozen_layer) {
     c.lora_targets = lora_target_mask(j.lora, m.family);
     c.lora_rank = j.lora.rank;
@@ -301,6 +311,7 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
   StageParams sp;
   if (j.mode == TrainMode::lora) {
     sp.frozen += layers * pc.per_layer_rank;
+    if (j.qlora()) sp.frozen_nf4 = layers * pc.linear_per_layer_rank;
     sp.trainable += (layers - frozen_here) * pc.lora_per_layer_rank;
     sp.expert = (layers - frozen_here) * pc.lora_expert_per_layer_rank;
   } else {
@@ -603,9 +614,10 @@ StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPla
   // rest over dp*cp.
   const bool expert_shards = p.ep > 1 && params.expert > 0;
   const ModelStateBytes states =
-      expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer) +
+      expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer,
+                                        params.frozen_nf4) +
                           model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer)
-                    : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer);
+                    : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer, params.frozen_nf4);
   StageBase sb;
   sb.host_states = states.host;
   std::array<double, kMemoryItems>& base = sb.items;
@@ -622,7 +634,10 @@ StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPla
   base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;
   base[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
   base[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers;
-  base[static_cast<int>(MemoryItem::workspace)] = opt.gemm_workspace_bytes;
+  // QLoRA: bitsandbytes dequantizes a layer's weight into a 16-bit temporary for each
+  // matmul (functional.dequantize_4bit in MatMul4Bit), one at a time: the largest one.
+  base[static_cast<int>(MemoryItem::workspace)] =
+      opt.gemm_workspace_bytes + (j.qlora() && layers > 0 ? in.pc.largest_linear_rank * (j.precision == Precision::fp32 ? 4 : 2) : 0);
   base[static_cast<int>(MemoryItem::cuda_context)] = opt.cuda_context_bytes;
   return sb;
 }

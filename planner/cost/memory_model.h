@@ -183,7 +183,9 @@ struct ModelStateBytes {
 // data-parallel group of `shard_group` ranks by ZeRO stage `zero` (0-3); offload moves
 // optimizer states, master weights and gradients to the host. The ZeRO paper's formulas
 // (Rajbhandari et al. 2020, Sec. 5) for the DeepSpeed convention.
-ModelStateBytes model_state_bytes(double trainable, double frozen, const TrainingJob& j, int zero, int shard_group, bool offload);
+// frozen_nf4: of `frozen`, the parameters stored in NF4 (QLoRA, kNf4BytesPerParam each).
+ModelStateBytes model_state_bytes(double trainable, double frozen, const TrainingJob& j, int zero, int shard_group, bool offload,
+                                  double frozen_nf4 = 0);
 
 // Micro-batches per step on each pipeline: global / (micro * dp).
 int64_t microbatches_per_step(const TrainingJob& j, const ParallelPlan& p);
@@ -255,6 +257,7 @@ double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, cons
 // stage, LM head on the last), from count_params.
 struct StageParams {
   double trainable = 0, frozen = 0;
+  double frozen_nf4 = 0;  // of frozen: QLoRA's 4-bit base weights (the layers' linear weights)
   double expert = 0;  // of trainable: routed-expert parameters (MoE; LoRA: their adapters), ZeRO-sharded over dp*cp/ep
 };
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage);

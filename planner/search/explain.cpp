@@ -42,6 +42,17 @@ std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPl
     nj.amp = AmpLevel::O2;
     add("AMP O1 -> O2", nj, p);
   }
+  // Fine-tuning can train less: LoRA adapters instead of every weight, then QLoRA's 4-bit
+  // base weights (Dettmers et al. 2023) instead of 16-bit ones. (A pretraining job cannot.)
+  if (j.mode == TrainMode::finetune) {
+    TrainingJob nj = j;
+    set_job_mode(JobMode::lora, &nj);
+    add("full fine-tune -> LoRA r" + std::to_string(nj.lora.rank), nj, p);
+  } else if (j.mode == TrainMode::lora && !j.qlora()) {
+    TrainingJob nj = j;
+    set_job_mode(JobMode::qlora, &nj);
+    add("LoRA -> QLoRA (NF4 base weights)", nj, p);
+  }
   for (Recompute r : {Recompute::selective, Recompute::full}) {
     if (static_cast<int>(r) <= static_cast<int>(p.recompute) && p.recompute != Recompute::full_k) continue;
     ParallelPlan np = p;

@@ -1,5 +1,6 @@
 #include "planner/spec/recipe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <string_view>
@@ -271,6 +272,24 @@ ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lor
   }
   pc.per_layer = attn + mlp_full + 2 * norm;
   pc.per_layer_rank = attn_rank + mlp_rank + 2 * norm;
+  {
+    // The nn.Linear weights alone (no biases, norms): q k v o and the MLP's matrices, the
+    // router, routed experts (experts/ep of them) and shared experts.
+    const double fw = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden : m.ffn_hidden);
+    const double mats = gpt ? 2 : 3;
+    const double q_rank = h * qw / t, kv_rank = h * kvw / t, o_rank = qw * h / t;
+    double mlp_linear = 0, largest = std::max({q_rank, kv_rank, o_rank});
+    if (m.moe.enabled()) {
+      const double fs = static_cast<double>(m.ffn_hidden) * m.moe.shared_experts;
+      mlp_linear = m.moe.experts / static_cast<double>(ep) * mats * h * fw + h * m.moe.experts + mats * h * fs / t;
+      largest = std::max({largest, h * fw, h * m.moe.experts, h * fs / t});
+    } else {
+      mlp_linear = mats * h * fw / t;
+      largest = std::max(largest, h * fw / t);
+    }
+    pc.linear_per_layer_rank = q_rank + 2 * kv_rank + o_rank + mlp_linear;
+    pc.largest_linear_rank = largest;
+  }
 
   // Embedding: vocabulary split by t; GPT's learned positions are replicated.
   const double tok = static_cast<double>(m.vocab) * h;
@@ -345,6 +364,9 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
   // writes a (tokens x h) or (tokens x f) tensor.
   const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) / t;
   fl.elementwise_bytes = c.act_bytes * tokens * (8 * h + (gpt ? 3 : 4) * f_local);
+  // QLoRA: every base weight is dequantized before its forward GEMM (and again for the
+  // input gradient in backward, which the backward's elementwise share counts).
+  if (c.dequant_bytes_per_param > 0) fl.elementwise_bytes += c.dequant_bytes_per_param * count_params(m, c.t, 1, c.ep, 0, 0).linear_per_layer_rank;
   // QK-norm reads and writes this rank's queries and keys once more.
   if (m.qk_norm) fl.elementwise_bytes += c.act_bytes * tokens * 2 * (qw + kvw) / t;
   if (m.moe.enabled()) {

@@ -76,6 +76,9 @@ struct LayerContext {
   // copy the input-gradient GEMM reads with the micro-batch's saved tensors (TE without
   // its weight cache): bytes per layer parameter on the rank, or 0.
   double fp8_weight_bytes = 0;
+  // QLoRA: bytes moved per base linear weight on the rank to dequantize it for one use
+  // (read NF4 + constants, write the 16-bit copy), or 0.
+  double dequant_bytes_per_param = 0;
 };
 
 // MoE capacity (GShard, Lepikhin et al. 2020): the rows one routed expert takes from the
@@ -134,6 +137,8 @@ struct ParamCounts {
   double embedding_rank = 0;  // on the first stage's rank (vocab split by t)
   double head = 0;            // final norm + LM head weight not shared with the embedding
   double head_rank = 0;       // on the last stage's rank (a tied head on pp > 1 stores a copy)
+  double linear_per_layer_rank = 0;  // of per_layer_rank: the weights of nn.Linear projections (QLoRA quantizes these)
+  double largest_linear_rank = 0;    // the largest single projection weight on the rank (QLoRA dequantizes one at a time)
   double lora_per_layer = 0;       // adapter parameters, one layer, whole model
   double lora_per_layer_rank = 0;  // adapter parameters, one layer, one rank
   double total = 0;           // whole model (tied head counted once), excluding LoRA

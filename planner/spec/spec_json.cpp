@@ -426,7 +426,9 @@ json to_json(const ClusterSpec& c) {
 Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
   TrainingJob t;
   FieldReader r(j, origin, "job");
-  r.get_enum("mode", &t.mode, "pretrain, finetune, lora");
+  JobMode mode = JobMode::pretrain;
+  r.get_enum("mode", &mode, kJobModeNames);
+  set_job_mode(mode, &t);
   if (const json* lora = r.raw("lora"); lora && !lora->is_null()) {
     FieldReader lr(*lora, origin, "job.lora");
     lr.get("rank", &t.lora.rank, 1, 1 << 16);
@@ -471,7 +473,7 @@ Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
 }
 
 json to_json(const TrainingJob& t) {
-  json j = {{"mode", to_string(t.mode)},
+  json j = {{"mode", to_string(job_mode(t))},
             {"frozen_layers", t.frozen_layers},
             {"frozen_fraction", t.frozen_fraction},
             {"seq_len", t.seq_len},

@@ -21,6 +21,7 @@ constexpr std::array<std::string_view, 2> kFamily = {"gpt", "llama"};
 constexpr std::array<std::string_view, 3> kAttentionBias = {"none", "qkv", "all"};
 constexpr std::array<std::string_view, 5> kDtype = {"fp32", "tf32", "fp16", "bf16", "fp8"};
 constexpr std::array<std::string_view, 3> kMode = {"pretrain", "finetune", "lora"};
+constexpr std::array<std::string_view, 4> kJobMode = {"pretrain", "finetune", "lora", "qlora"};
 constexpr std::array<std::string_view, 3> kPrecision = {"fp32", "fp16", "bf16"};
 constexpr std::array<std::string_view, 4> kAmp = {"O0", "O1", "O2", "O3"};
 constexpr std::array<std::string_view, 2> kOptimizer = {"adamw", "sgd"};
@@ -37,6 +38,7 @@ const char* to_string(Family v) { return kFamily[static_cast<int>(v)].data(); }
 const char* to_string(AttentionBias v) { return kAttentionBias[static_cast<int>(v)].data(); }
 const char* to_string(Dtype v) { return kDtype[static_cast<int>(v)].data(); }
 const char* to_string(TrainMode v) { return kMode[static_cast<int>(v)].data(); }
+const char* to_string(JobMode v) { return kJobMode[static_cast<int>(v)].data(); }
 const char* to_string(Precision v) { return kPrecision[static_cast<int>(v)].data(); }
 const char* to_string(AmpLevel v) { return kAmp[static_cast<int>(v)].data(); }
 const char* to_string(Optimizer v) { return kOptimizer[static_cast<int>(v)].data(); }
@@ -51,6 +53,7 @@ bool parse_enum(const std::string& s, Family* out) { return parse_from(kFamily, 
 bool parse_enum(const std::string& s, AttentionBias* out) { return parse_from(kAttentionBias, s, out); }
 bool parse_enum(const std::string& s, Dtype* out) { return parse_from(kDtype, s, out); }
 bool parse_enum(const std::string& s, TrainMode* out) { return parse_from(kMode, s, out); }
+bool parse_enum(const std::string& s, JobMode* out) { return parse_from(kJobMode, s, out); }
 bool parse_enum(const std::string& s, Precision* out) { return parse_from(kPrecision, s, out); }
 bool parse_enum(const std::string& s, AmpLevel* out) { return parse_from(kAmp, s, out); }
 bool parse_enum(const std::string& s, Optimizer* out) { return parse_from(kOptimizer, s, out); }

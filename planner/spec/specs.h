@@ -117,6 +117,15 @@ struct ClusterSpec {
 // ---------------------------------------------------------------- training job
 
 enum class TrainMode { pretrain, finetune, lora };
+// How LoRA's frozen base weights are stored. nf4: QLoRA (Dettmers et al. 2023, sec. 3): the
+// layers' linear weights in 4-bit NormalFloat, blocks of 64 with an absmax constant each,
+// the constants themselves quantized to 8 bits in blocks of 256 (double quantization:
+// 8/64 + 32/(64*256) = 0.127 bits per parameter); norms, biases, the embedding and the LM
+// head stay 16-bit (bitsandbytes replaces nn.Linear layers only). Weights are dequantized to
+// the compute dtype at each use, forward and backward.
+enum class BaseQuant { none, nf4 };
+// Bytes per NF4-quantized parameter with double quantization: 4 + 8/64 + 32/(64*256) bits.
+constexpr double kNf4BytesPerParam = (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0)) / 8.0;
 enum class Precision { fp32, fp16, bf16 };
 enum class AmpLevel { O0, O1, O2, O3 };  // MindSpore names; O0 = no AMP (fp32 only)
 enum class Optimizer { adamw, sgd_momentum };
@@ -146,6 +155,8 @@ struct LoraSpec {
 struct TrainingJob {
   TrainMode mode = TrainMode::pretrain;
   LoraSpec lora;                     // used when mode == lora
+  BaseQuant base_quant = BaseQuant::none;  // nf4: QLoRA (mode lora only; "--mode qlora")
+  bool qlora() const { return mode == TrainMode::lora && base_quant == BaseQuant::nf4; }
   int frozen_layers = 0;             // bottom transformer layers with no trainable weights
   double frozen_fraction = 0;        // alternative to frozen_layers, 0..1 (rounded down)
   int64_t seq_len = 2048;            // tokens per sequence
@@ -162,6 +173,18 @@ struct TrainingJob {
     return k < 0 ? 0 : (k > layers ? layers : k);
   }
 };
+
+// The job modes a user names (--mode, job.mode): TrainMode's, and qlora = lora with NF4 base
+// weights.
+enum class JobMode { pretrain, finetune, lora, qlora };
+constexpr const char* kJobModeNames = "pretrain, finetune, lora, qlora";
+inline JobMode job_mode(const TrainingJob& j) {
+  return j.qlora() ? JobMode::qlora : static_cast<JobMode>(static_cast<int>(j.mode));
+}
+inline void set_job_mode(JobMode m, TrainingJob* j) {
+  j->mode = m == JobMode::qlora ? TrainMode::lora : static_cast<TrainMode>(static_cast<int>(m));
+  j->base_quant = m == JobMode::qlora ? BaseQuant::nf4 : BaseQuant::none;
+}
 
 // ---------------------------------------------------------------- plan
 
@@ -215,6 +238,7 @@ const char* to_string(Family v);
 const char* to_string(AttentionBias v);
 const char* to_string(Dtype v);
 const char* to_string(TrainMode v);
+const char* to_string(JobMode v);
 const char* to_string(Precision v);
 const char* to_string(AmpLevel v);
 const char* to_string(Optimizer v);
@@ -230,6 +254,7 @@ bool parse_enum(const std::string& s, Family* out);
 bool parse_enum(const std::string& s, AttentionBias* out);
 bool parse_enum(const std::string& s, Dtype* out);
 bool parse_enum(const std::string& s, TrainMode* out);
+bool parse_enum(const std::string& s, JobMode* out);
 bool parse_enum(const std::string& s, Precision* out);
 bool parse_enum(const std::string& s, AmpLevel* out);
 bool parse_enum(const std::string& s, Optimizer* out);

@@ -341,6 +341,17 @@ TEST(ModelParams, ExecutorParametersEqualTheRecipesCount) {
   }
 }
 
+// QLoRA is planned, not executed: the executor says so instead of training 16-bit weights.
+TEST(ModelParams, QloraIsRefusedNamingTheMode) {
+  ModelConfig c = config(tiny_llama(), Precision::bf16, Recompute::none, true);
+  set_job_mode(JobMode::qlora, &c.job);
+  CpuAllocator alloc;
+  auto model = build_model(alloc, c);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().exit_code(), 2);
+  EXPECT_NE(model.status().message().find("job.mode qlora"), std::string::npos) << model.status().message();
+}
+
 int64_t measured_activation_bytes(const ModelConfig& c) {
   CpuAllocator alloc;
   auto model = build_model(alloc, c);
