@@ -311,12 +311,13 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   // ---- bandwidth-bound elementwise work (norms, activations, residuals, dropout)
   const LayerFlops fl = forward_flops_per_layer(m, lc, m.moe.capacity_factor);
   const double elem_fwd = fl.elementwise_bytes / (bw * e.memory);
+  const double dequant = fl.dequant_bytes / (bw * e.memory);  // QLoRA: once per pass
 
   if (lc.grad_flows) {
-    lt.forward = gemm_fwd + attn_fwd + elem_fwd;
-    lt.backward = gemm_bwd + attn_bwd + 2 * elem_fwd;
+    lt.forward = gemm_fwd + attn_fwd + elem_fwd + dequant;
+    lt.backward = gemm_bwd + attn_bwd + 2 * elem_fwd + dequant;
   } else {
-    lt.forward = gemm_fwd + attn_fwd + elem_fwd;  // frozen bottom layers: forward only
+    lt.forward = gemm_fwd + attn_fwd + elem_fwd + dequant;  // frozen bottom layers: forward only
     lt.backward = 0;
   }
   if (lc.grad_flows) {

@@ -364,9 +364,8 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
   // writes a (tokens x h) or (tokens x f) tensor.
   const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) / t;
   fl.elementwise_bytes = c.act_bytes * tokens * (8 * h + (gpt ? 3 : 4) * f_local);
-  // QLoRA: every base weight is dequantized before its forward GEMM (and again for the
-  // input gradient in backward, which the backward's elementwise share counts).
-  if (c.dequant_bytes_per_param > 0) fl.elementwise_bytes += c.dequant_bytes_per_param * count_params(m, c.t, 1, c.ep, 0, 0).linear_per_layer_rank;
+  // QLoRA: every base weight is dequantized before its forward GEMM.
+  if (c.dequant_bytes_per_param > 0) fl.dequant_bytes = c.dequant_bytes_per_param * count_params(m, c.t, 1, c.ep, 0, 0).linear_per_layer_rank;
   // QK-norm reads and writes this rank's queries and keys once more.
   if (m.qk_norm) fl.elementwise_bytes += c.act_bytes * tokens * 2 * (qw + kvw) / t;
   if (m.moe.enabled()) {

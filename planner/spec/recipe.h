@@ -164,6 +164,10 @@ struct LayerFlops {
   double attention_causal = 0; // the same, counting only the causal half that runs
   double router = 0;           // MoE router
   double elementwise_bytes = 0;  // memory traffic of norms/activations/softmax (bandwidth-bound)
+  // QLoRA: the traffic of dequantizing the layer's base weights once (read NF4, write 16
+  // bits); paid in forward and once more in backward (the input gradient's GEMMs), not twice
+  // like the elementwise work's backward.
+  double dequant_bytes = 0;
 };
 
 LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, double moe_capacity_tokens_factor);

@@ -97,14 +97,20 @@ TEST(Qlora, AdaptersKeepNoMasterCopy) {
 }
 
 // Dequantization costs time: a QLoRA step moves every base weight's NF4 and 16-bit copies
-// on top of LoRA's work.
+// on top of LoRA's work, once in each forward and once in each backward.
 TEST(Qlora, DequantizationMakesTheStepSlowerThanLora) {
   const PresetRegistry reg = presets();
   PaperRun s = paper_65b(reg, "llama2-7b", "a100-80g");
+  s.p.recompute = Recompute::none;
   const double qlora = estimate_time(s.m, s.c, s.j, s.p).total;
+  const LayerFlops fl = forward_flops_per_layer(s.m, layer_context(s.m, s.j, s.p, 0), 1.0);
   s.j.base_quant = BaseQuant::none;
   const double lora = estimate_time(s.m, s.c, s.j, s.p).total;
   EXPECT_GT(qlora, lora * 1.01);
+  // The dequantized bytes per layer and pass, by hand: Llama 2 7B's linear weights
+  // (4 h^2 + 3 h f) x (NF4 read + bf16 write).
+  const double h = 4096, f = 11008;
+  EXPECT_DOUBLE_EQ(fl.dequant_bytes, (4 * h * h + 3 * h * f) * (kNf4BytesPerParam + 2));
 }
 
 TEST(Qlora, PlanFilesSayQloraAndReadItBack) {
