@@ -258,7 +258,8 @@ void SweepForm::browse_model() {
 }
 
 void SweepForm::update_enabled() {
-  const bool lora = mode_->currentData().toString() == "lora" || mode_->currentData().toString() == "qlora";
+  const QString mode = mode_->currentData().toString();
+  const bool lora = mode == "lora" || mode == "qlora";
   lora_rank_->setEnabled(lora);
   for (QCheckBox* box : lora_targets_) box->setEnabled(lora);
   const QString cluster = cluster_->currentData().toString();

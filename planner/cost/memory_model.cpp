@@ -311,7 +311,7 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
   StageParams sp;
   if (j.mode == TrainMode::lora) {
     sp.frozen += layers * pc.per_layer_rank;
-    if (j.qlora()) sp.frozen_nf4 = layers * pc.linear_per_layer_rank;
+    if (j.qlora()) sp.frozen_nf4 = layers * linear_weights_per_layer_rank(m, p.tp, p.ep).total;
     sp.trainable += (layers - frozen_here) * pc.lora_per_layer_rank;
     sp.expert = (layers - frozen_here) * pc.lora_expert_per_layer_rank;
   } else {
@@ -637,7 +637,8 @@ StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPla
   // QLoRA: bitsandbytes dequantizes a layer's weight into a 16-bit temporary for each
   // matmul (functional.dequantize_4bit in MatMul4Bit), one at a time: the largest one.
   base[static_cast<int>(MemoryItem::workspace)] =
-      opt.gemm_workspace_bytes + (j.qlora() && layers > 0 ? in.pc.largest_linear_rank * (j.precision == Precision::fp32 ? 4 : 2) : 0);
+      opt.gemm_workspace_bytes +
+      (j.qlora() && layers > 0 ? linear_weights_per_layer_rank(m, p.tp, p.ep).largest * (j.precision == Precision::fp32 ? 4 : 2) : 0);
   base[static_cast<int>(MemoryItem::cuda_context)] = opt.cuda_context_bytes;
   return sb;
 }

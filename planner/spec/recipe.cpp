@@ -232,6 +232,25 @@ double recompute_working_bytes(const ModelSpec& m, const LayerContext& c, LayerR
   return recompute_working_bytes(sum_saved_tensors(m, c), policy);
 }
 
+LinearWeights linear_weights_per_layer_rank(const ModelSpec& m, int t, int ep) {
+  const double h = static_cast<double>(m.hidden);
+  const double fw = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden : m.ffn_hidden);
+  const double mats = m.family == Family::gpt ? 2 : 3;
+  const double q = h * m.q_width() / t, kv = h * m.kv_width() / t, o = static_cast<double>(m.q_width()) * h / t;
+  LinearWeights w;
+  w.largest = std::max({q, kv, o});
+  double mlp = mats * h * fw / t;
+  if (m.moe.enabled()) {
+    const double fs = static_cast<double>(m.ffn_hidden) * m.moe.shared_experts;
+    mlp = m.moe.experts / static_cast<double>(ep) * mats * h * fw + h * m.moe.experts + mats * h * fs / t;
+    w.largest = std::max({w.largest, h * fw, h * m.moe.experts, h * fs / t});
+  } else {
+    w.largest = std::max(w.largest, h * fw / t);
+  }
+  w.total = q + 2 * kv + o + mlp;
+  return w;
+}
+
 ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lora_targets, int lora_rank) {
   ParamCounts pc;
   const double h = static_cast<double>(m.hidden);
@@ -272,24 +291,6 @@ ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lor
   }
   pc.per_layer = attn + mlp_full + 2 * norm;
   pc.per_layer_rank = attn_rank + mlp_rank + 2 * norm;
-  {
-    // The nn.Linear weights alone (no biases, norms): q k v o and the MLP's matrices, the
-    // router, routed experts (experts/ep of them) and shared experts.
-    const double fw = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden : m.ffn_hidden);
-    const double mats = gpt ? 2 : 3;
-    const double q_rank = h * qw / t, kv_rank = h * kvw / t, o_rank = qw * h / t;
-    double mlp_linear = 0, largest = std::max({q_rank, kv_rank, o_rank});
-    if (m.moe.enabled()) {
-      const double fs = static_cast<double>(m.ffn_hidden) * m.moe.shared_experts;
-      mlp_linear = m.moe.experts / static_cast<double>(ep) * mats * h * fw + h * m.moe.experts + mats * h * fs / t;
-      largest = std::max({largest, h * fw, h * m.moe.experts, h * fs / t});
-    } else {
-      mlp_linear = mats * h * fw / t;
-      largest = std::max(largest, h * fw / t);
-    }
-    pc.linear_per_layer_rank = q_rank + 2 * kv_rank + o_rank + mlp_linear;
-    pc.largest_linear_rank = largest;
-  }
 
   // Embedding: vocabulary split by t; GPT's learned positions are replicated.
   const double tok = static_cast<double>(m.vocab) * h;
@@ -365,7 +366,7 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
   const double f_local = static_cast<double>(m.moe.enabled() ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) / t;
   fl.elementwise_bytes = c.act_bytes * tokens * (8 * h + (gpt ? 3 : 4) * f_local);
   // QLoRA: every base weight is dequantized before its forward GEMM.
-  if (c.dequant_bytes_per_param > 0) fl.dequant_bytes = c.dequant_bytes_per_param * count_params(m, c.t, 1, c.ep, 0, 0).linear_per_layer_rank;
+  if (c.dequant_bytes_per_param > 0) fl.dequant_bytes = c.dequant_bytes_per_param * linear_weights_per_layer_rank(m, c.t, c.ep).total;
   // QK-norm reads and writes this rank's queries and keys once more.
   if (m.qk_norm) fl.elementwise_bytes += c.act_bytes * tokens * 2 * (qw + kvw) / t;
   if (m.moe.enabled()) {

@@ -137,8 +137,6 @@ struct ParamCounts {
   double embedding_rank = 0;  // on the first stage's rank (vocab split by t)
   double head = 0;            // final norm + LM head weight not shared with the embedding
   double head_rank = 0;       // on the last stage's rank (a tied head on pp > 1 stores a copy)
-  double linear_per_layer_rank = 0;  // of per_layer_rank: the weights of nn.Linear projections (QLoRA quantizes these)
-  double largest_linear_rank = 0;    // the largest single projection weight on the rank (QLoRA dequantizes one at a time)
   double lora_per_layer = 0;       // adapter parameters, one layer, whole model
   double lora_per_layer_rank = 0;  // adapter parameters, one layer, one rank
   double total = 0;           // whole model (tied head counted once), excluding LoRA
@@ -149,6 +147,15 @@ struct ParamCounts {
   // LoRA: the routed experts' adapters' share of lora_per_layer_rank, partitioned likewise.
   double lora_expert_per_layer_rank = 0;
 };
+
+// The nn.Linear weights of one layer on one rank (no biases, norms): q k v o, the MLP's
+// matrices, the router, the rank's routed experts and the shared experts. QLoRA quantizes
+// these and dequantizes them one at a time, so it needs their sum and the largest.
+struct LinearWeights {
+  double total = 0;
+  double largest = 0;
+};
+LinearWeights linear_weights_per_layer_rank(const ModelSpec& m, int t, int ep);
 
 // REQUIRES: t divides heads and kv_heads (callers validate the plan first).
 ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lora_targets, int lora_rank);
