@@ -324,6 +324,20 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
   return sp;
 }
 
+ModelStateBytes stage_state_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage,
+                                  bool with_frozen) {
+  StageParams params = stage_params(m, j, p, pc, stage);
+  if (!with_frozen) params.frozen = params.frozen_nf4 = 0;
+  // Expert parallel: a routed expert's states exist only on the dp*cp/ep ranks holding that
+  // expert, so ZeRO shards them over those (Megatron-Core's expert-data-parallel group), the
+  // rest over dp*cp.
+  if (p.ep > 1 && params.expert > 0)
+    return model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer,
+                             params.frozen_nf4) +
+           model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer);
+  return model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer, params.frozen_nf4);
+}
+
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage) {
   const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
   return stage_params(m, j, p, count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank), stage);
@@ -608,16 +622,7 @@ struct StageBase {
 
 StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, int layers, const MemoryOptions& opt,
                      const MemoryInputs& in, const StageMemoryExtras& x) {
-  const StageParams params = stage_params(m, j, p, in.pc, stage);
-  // Expert parallel: a routed expert's states exist only on the dp*cp/ep ranks holding that
-  // expert, so ZeRO shards them over those (Megatron-Core's expert-data-parallel group), the
-  // rest over dp*cp.
-  const bool expert_shards = p.ep > 1 && params.expert > 0;
-  const ModelStateBytes states =
-      expert_shards ? model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer,
-                                        params.frozen_nf4) +
-                          model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer)
-                    : model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer, params.frozen_nf4);
+  const ModelStateBytes states = stage_state_bytes(m, j, p, in.pc, stage);
   StageBase sb;
   sb.host_states = states.host;
   std::array<double, kMemoryItems>& base = sb.items;

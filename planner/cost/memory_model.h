@@ -187,6 +187,14 @@ struct ModelStateBytes {
 ModelStateBytes model_state_bytes(double trainable, double frozen, const TrainingJob& j, int zero, int shard_group, bool offload,
                                   double frozen_nf4 = 0);
 
+// The model states one rank of pipeline stage `stage` holds (`pc` = count_params of the
+// plan's split): trainable and frozen parameters ZeRO-sharded over dp*cp, a routed expert's
+// over the dp*cp/ep ranks that hold it; offload (p.offload_optimizer) moves the fp32 states
+// to ModelStateBytes::host. with_frozen = false leaves the frozen parameters out (what a
+// LoRA checkpoint writes: planner/cost/goodput.h).
+ModelStateBytes stage_state_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage,
+                                  bool with_frozen = true);
+
 // Micro-batches per step on each pipeline: global / (micro * dp).
 int64_t microbatches_per_step(const TrainingJob& j, const ParallelPlan& p);
 // Activation sets (micro-batch x stage layers) stage `stage` holds at its peak under the
