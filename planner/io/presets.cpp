@@ -178,13 +178,14 @@ Result<ModelSpec> PresetRegistry::resolve_model(const std::string& id_or_path, c
   return m;
 }
 
-Result<ModelSpec> PresetRegistry::nearest_model(double params, const std::string& family) const {
+Result<ModelSpec> PresetRegistry::nearest_model(double params, const std::string& family, bool dense_only) const {
   const ModelSpec* best = nullptr;
   double best_score = 1e300;
   for (const auto& [id, entry] : models_) {
     const ModelSpec& m = entry.first;
     const bool preferred = id.rfind("llama2-", 0) == 0 || id.rfind("llama3-", 0) == 0;
     if (!family.empty() && id.rfind(family, 0) != 0 && family != to_string(m.family)) continue;
+    if (dense_only && m.moe.enabled()) continue;
     const double n = count_params(m, 1, 1, 1, 0, 0).total;
     // Log distance; the default family breaks near-ties (llama2-7b over mistral-7b).
     double score = std::fabs(std::log(n / params));

@@ -48,8 +48,8 @@ class PresetRegistry {
   Result<ModelSpec> resolve_model(const std::string& id_or_path, const std::string& what) const;
 
   // The preset of `family` ("" = llama2/llama3 first, then any) whose parameter count is
-  // nearest (in log scale) to `params`.
-  Result<ModelSpec> nearest_model(double params, const std::string& family) const;
+  // nearest (in log scale) to `params`; dense_only skips mixture-of-experts presets.
+  Result<ModelSpec> nearest_model(double params, const std::string& family, bool dense_only = false) const;
 
   // A stack profile id, or a path to a stack file (anything with '/' or ending in .json,
   // e.g. what `llmplan calibrate` writes). `what` names the flag for messages.

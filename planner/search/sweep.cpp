@@ -116,6 +116,7 @@ struct ShapeInputs {
   StepTimeInputs time;
   MemoryInputs memory;
   std::vector<MemoryInputs> also;  // per SweepOptions::also_fit
+  CheckpointSize checkpoint;       // SweepOptions::goodput: the same for every plan of the shape but its ZeRO split
 };
 
 // Keeps the k best in `top` (sorted best first); no allocation once it holds k entries.
@@ -270,6 +271,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             shape.also.clear();
                             shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
                             shape.memory = memory_inputs(m, c.gpu, jj, p, opt.memory);
+                            if (opt.goodput) shape.checkpoint = checkpoint_size(m, jj, p);
                             shape.ready = true;
                           }
                           // Memory (under every convention of the envelope) and time of plan q into pr.
@@ -299,7 +301,8 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             out->step_time_s = st.total;
                             out->tokens_per_s = st.tokens_per_s;
                             out->mfu = st.mfu;
-                            out->gpu_hours_per_1b_tokens = gpus * 1e9 / st.tokens_per_s / 3600.0;
+                            out->goodput = opt.goodput ? estimate_goodput(shape.checkpoint, c, gpus, st.total, *opt.goodput).fraction : 1;
+                            out->gpu_hours_per_1b_tokens = gpus * 1e9 / (st.tokens_per_s * out->goodput) / 3600.0;
                             gpu_fits = mem.total + opt.headroom_bytes <= mem.capacity;
                             return mem.fits(opt.headroom_bytes);
                           };

@@ -14,6 +14,7 @@
 #include <functional>
 #include <vector>
 
+#include "planner/cost/goodput.h"
 #include "planner/cost/memory_model.h"
 #include "planner/cost/stack_profile.h"
 #include "planner/cost/plan_check.h"
@@ -60,6 +61,10 @@ struct SweepOptions {
   // largest peak (the upper end, by which the memory objective ranks) and peak_low_bytes
   // the smallest. Empty: the own convention alone.
   std::vector<MemoryConvention> also_fit;
+  // Goodput (failures, checkpoints, restarts) of each fitting plan: PlanResult::goodput,
+  // and gpu_hours_per_1b_tokens (the cost objective) counts it. nullptr: not modelled
+  // (goodput 1). Must outlive run_sweep.
+  const GoodputOptions* goodput = nullptr;
   // Called about every 0.1 s with (evaluated so far, total estimate); may be empty.
   std::function<void(int64_t, int64_t)> progress;
   const std::atomic<bool>* cancel = nullptr;  // stop early when set
@@ -79,7 +84,8 @@ struct PlanResult {
   double step_time_s = 0;
   double tokens_per_s = 0;
   double mfu = 0;
-  double gpu_hours_per_1b_tokens = 0;
+  double gpu_hours_per_1b_tokens = 0;  // wall-clock GPU-hours, at the plan's goodput when SweepOptions::goodput is set
+  double goodput = 1;                  // productive fraction of wall-clock time (SweepOptions::goodput)
 };
 
 struct SweepResult {
