@@ -28,7 +28,7 @@ Result<Setup> load_setup(const PlanCommand& c) {
     if (!f) return f.status();
     Result<PresetRegistry> reg = load_presets(c.job.data_root);
     if (!reg) return reg.status();
-    Setup s{std::move(*reg), *f, 0, "", {}, false};
+    Setup s{std::move(*reg), *f, 0, "", {}, false, c.job.data_root.empty() ? default_data_root() : c.job.data_root};
     Result<double> head = parse_bytes(c.job.headroom, "--headroom");
     if (!head) return head.status();
     s.headroom_bytes = *head;

@@ -3,7 +3,9 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 
+#include "cli/budget.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/print.h"
@@ -28,7 +30,7 @@ struct SweepCommand {
   std::string objective = "tokens-per-s";
   std::string json_out = "best.json";
   std::string csv_out;
-  std::string tokens;
+  BudgetFlags budget;
   bool pareto = false;
   bool tp_across_nodes = false;
   int simulate_top = 0;
@@ -52,16 +54,29 @@ Status positive_list(const std::vector<int>& v, const char* flag) {
   return Status::ok();
 }
 
-void print_row(int rank, const PlanResult& r) {
+// With --tokens: the days and the cost of the token budget at each plan's goodput.
+struct BudgetColumns {
+  double tokens = 0;  // 0: no columns
+  double price_per_gpu_hour = 0;
+  int gpus = 0;
+};
+
+void print_row(int rank, const PlanResult& r, const BudgetColumns& bc) {
   const ParallelPlan& p = r.plan;
   // CP with its exchange: r = ring, ag = all-gather.
   const std::string cp = std::to_string(p.cp) + (p.cp == 1 ? "" : p.cp_exchange == CpExchange::ring ? "r" : "ag");
   // Offload: "on" for the optimizer's, "a<k>" for k layers' activations.
   const std::string off = p.activation_offload_layers > 0 ? "a" + std::to_string(p.activation_offload_layers) : p.offload_optimizer ? "on" : "-";
-  std::printf("%4d  %3d %3d %3d %3d %4s %3s %4d %5d %4d %-9s %3s %5s  %s %5s %9.2f %12.0f %6.1f%% %8.3f\n", rank, p.dp, p.tp, p.pp, p.vpp, cp.c_str(),
+  std::printf("%4d  %3d %3d %3d %3d %4s %3s %4d %5d %4d %-9s %3s %5s  %s %5s %9.2f %12.0f %6.1f%% %8.3f", rank, p.dp, p.tp, p.pp, p.vpp, cp.c_str(),
               p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), off.c_str(),
               p.flash_attention ? "on" : "off", to_string(r.precision), to_string(r.amp), r.peak_bytes / kGiB, r.tokens_per_s, 100 * r.mfu,
               r.step_time_s);
+  if (bc.tokens > 0) {
+    const double wall_s = bc.tokens / (r.tokens_per_s * r.goodput);
+    std::printf(" %7.1f %7.1f%%", wall_s / 86400, 100 * r.goodput);
+    if (bc.price_per_gpu_hour > 0) std::printf(" %10s", money_text(wall_s / 3600 * bc.gpus * bc.price_per_gpu_hour).c_str());
+  }
+  std::printf("\n");
 }
 
 // Simulates the first k plans and returns them ordered by simulated step time (its
@@ -94,9 +109,12 @@ std::vector<PlanResult> rerank_by_simulation(const PlanFile& base, const std::ve
   return sim;
 }
 
-void print_header() {
-  std::printf("%4s  %3s %3s %3s %3s %4s %3s %4s %5s %4s %-9s %3s %5s  %-9s %9s %12s %7s %8s\n", "rank", "dp", "tp", "pp", "vpp", "cp", "sp", "mb",
+void print_header(const BudgetColumns& bc) {
+  std::printf("%4s  %3s %3s %3s %3s %4s %3s %4s %5s %4s %-9s %3s %5s  %-9s %9s %12s %7s %8s", "rank", "dp", "tp", "pp", "vpp", "cp", "sp", "mb",
               "accum", "zero", "recompute", "off", "flash", "precision", "peak GiB", "tokens/s", "MFU", "step s");
+  if (bc.tokens > 0) std::printf(" %7s %8s", "days", "goodput");
+  if (bc.tokens > 0 && bc.price_per_gpu_hour > 0) std::printf(" %10s", "cost");
+  std::printf("\n");
 }
 
 }  // namespace
@@ -127,7 +145,7 @@ Runner register_sweep(CLI::App* sub) {
   sub->add_option("--objective", c->objective, "tokens-per-s, memory or cost")->capture_default_str();
   sub->add_option("--json", c->json_out, "write the best plan here")->capture_default_str();
   sub->add_option("--csv", c->csv_out, "write every enumerated plan here");
-  sub->add_option("--tokens", c->tokens, "report time and GPU-hours to train this many tokens (e.g. 1T)");
+  add_budget_flags(sub, &c->budget);
   sub->add_flag("--pareto", c->pareto, "print the memory-throughput Pareto front");
   sub->add_option("--simulate-top", c->simulate_top, "re-rank the analytic top K by simulated step time");
   return [c]() {
@@ -179,25 +197,29 @@ Runner register_sweep(CLI::App* sub) {
       s.file.job.precision = default_half_precision(s.file.cluster.gpu);
       space.precision = {s.file.job.precision};
     }
+    // The stack's conventions; the stack not named, a plan fits only under every known
+    // stack's memory conventions (the costliest error is "fits" for a run that dies), and
+    // its peak is the upper end.
+    opt = sweep_options_for(s);
     if (!parse_enum(c->objective, &opt.objective))
       return report(Status::bad_input("--objective: expected tokens-per-s, memory or cost, got '" + c->objective + "'"));
     if (c->top < 1) return report(Status::bad_input("--top: expected a positive count, got " + std::to_string(c->top)));
     if (c->simulate_top < 0) return report(Status::bad_input("--simulate-top: expected a count >= 0, got " + std::to_string(c->simulate_top)));
     opt.top_k = std::max(c->top, c->simulate_top);
     opt.threads = c->threads;
-    opt.memory = stack_memory_options(s.stack, opt.memory);
-    opt.efficiency = s.stack.efficiency;
-    // The stack not named: a plan fits only under every known stack's memory conventions
-    // (the costliest error is "fits" for a run that dies), and its peak is the upper end.
-    if (!s.stack_given) opt.also_fit = distinct_memory_conventions(s.presets.stacks(), opt.memory, s.file.job);
-    opt.headroom_bytes = s.headroom_bytes;
     opt.keep_all = !c->csv_out.empty();
-    double train_tokens = 0;
-    if (!c->tokens.empty()) {
-      Result<double> t = parse_count(c->tokens, "--tokens");
-      if (!t) return report(t.status());
-      train_tokens = *t;
+    // Goodput, days and cost: with a token budget, or to rank by cost (only then are the
+    // reliability, price and power files read).
+    if (Status st = check_budget_flags(c->budget); !st) return report(st);
+    std::optional<BudgetSetup> budget;
+    if (!c->budget.tokens.empty() || opt.objective == Objective::cost) {
+      Result<BudgetSetup> b = budget_setup(c->budget, s);
+      if (!b) return report(b.status());
+      budget = std::move(*b);
+      opt.goodput = &budget->goodput;
     }
+    const double train_tokens = budget ? budget->tokens : 0;
+    const BudgetColumns columns{train_tokens, budget ? budget->price_per_gpu_hour : 0, s.file.gpus};
     const auto start = std::chrono::steady_clock::now();
     bool printed_progress = false;
     opt.progress = [&](int64_t done, int64_t total) {
@@ -259,12 +281,12 @@ Runner register_sweep(CLI::App* sub) {
       std::printf("; a plan fits only under all of them (--stack NAME: one stack's own number)\n");
     }
     std::printf("\nTop %zu plans by %s%s:\n", shown, to_string(opt.objective), c->simulate_top > 0 ? " (simulated step time)" : "");
-    print_header();
-    for (size_t i = 0; i < shown; ++i) print_row(static_cast<int>(i + 1), ranked[i]);
+    print_header(columns);
+    for (size_t i = 0; i < shown; ++i) print_row(static_cast<int>(i + 1), ranked[i], columns);
     if (c->pareto) {
       std::printf("\nPareto front (memory vs throughput), %zu plans:\n", r.pareto.size());
-      print_header();
-      for (size_t i = 0; i < r.pareto.size(); ++i) print_row(static_cast<int>(i + 1), r.pareto[i]);
+      print_header(columns);
+      for (size_t i = 0; i < r.pareto.size(); ++i) print_row(static_cast<int>(i + 1), r.pareto[i], columns);
     }
 
     PlanFile best = s.file;
@@ -277,9 +299,10 @@ Runner register_sweep(CLI::App* sub) {
     if (!s.stack_given) print_memory_over_stacks(s.presets, best, s.headroom_bytes);
     print_time(time, best.gpus);
     if (train_tokens > 0) {
-      const double seconds = train_tokens / time.tokens_per_s;
-      std::printf("Training %s tokens: %.1f days on %d GPUs, %.0f GPU-hours\n", format_count(train_tokens).c_str(), seconds / 86400, best.gpus,
-                  seconds * best.gpus / 3600);
+      const Goodput g = estimate_goodput(best.model, best.cluster, best.job, best.plan, best.gpus, time.total, budget->goodput);
+      print_training_budget(
+          training_budget(train_tokens, best.gpus, best.cluster.gpus_per_node, time, g.fraction, budget->price_per_gpu_hour, budget->energy), g,
+          *budget, best.gpus);
     }
     if (Status st = write_json_file(c->json_out, plan_file_to_json(best, mem, time)); !st) return report(st);
     std::printf("wrote %s\n", c->json_out.c_str());

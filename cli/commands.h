@@ -19,5 +19,6 @@ Runner register_simulate(CLI::App* sub);
 Runner register_execute(CLI::App* sub);   // cmd_execute.cpp
 Runner register_profiles(CLI::App* sub);  // cmd_profiles.cpp
 Runner register_calibrate(CLI::App* sub);  // cmd_calibrate.cpp
+Runner register_budget(CLI::App* sub);     // cmd_budget.cpp
 
 }  // namespace llmplan::cli

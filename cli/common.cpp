@@ -142,7 +142,7 @@ Status parse_flag(const std::string& text, E* out, const char* flag, const char*
 Result<Setup> setup_from_flags(const JobFlags& f) {
   Result<PresetRegistry> reg = load_presets(f.data_root);
   if (!reg) return reg.status();
-  Setup s{std::move(*reg), {}, 0, "", {}, false};
+  Setup s{std::move(*reg), {}, 0, "", {}, false, f.data_root.empty() ? default_data_root() : f.data_root};
   // ---- model
   if (!f.model.empty() && !f.params.empty()) return Status::bad_input("--model and --params: give one, not both");
   if (!f.model.empty()) {

@@ -78,6 +78,7 @@ struct Setup {
   std::string model_note;    // e.g. "--params 7B: picked llama2-7b (6.74B parameters)"
   StackProfile stack;        // --stack, else the default profile
   bool stack_given = false;  // --stack was given (else memory is also reported over every stack's conventions)
+  std::string data_root;     // the folder the presets came from (--data-root or the default)
 };
 
 // --stack on top of a setup: the profile, and the job's gradient convention from it.

@@ -30,6 +30,8 @@ constexpr Command kCommands[] = {
     {"execute", "run a plan for N steps on this machine and compare measured with predicted", llmplan::cli::register_execute},
     {"profiles", "list, show, export or delete recorded runs (profile database)", llmplan::cli::register_profiles},
     {"calibrate", "fit a device's reached speed from recorded runs; execute --calibration applies it", llmplan::cli::register_calibrate},
+    {"budget", "days, GPU-hours, cost and energy of a token budget with goodput; compute-optimal size for --days/--dollars; GPUs for --days",
+     llmplan::cli::register_budget},
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -113,10 +114,44 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"memory --model llama2-7b --fp8 e5m2", "--fp8: expected one of none, tensorwise"},
                       BadCase{"memory --model llama2-7b --gpu h100-sxm --fp8 mxfp8", "needs MX block-scaling tensor cores"},
                       BadCase{"memory --model llama2-7b --gpu a100-80g --fp8", "needs FP8 tensor cores"},
-                      BadCase{"sweep --params 7B --activation-offload maybe", "--activation-offload: expected on or off"}),
+                      BadCase{"sweep --params 7B --activation-offload maybe", "--activation-offload: expected on or off"},
+                      // Goodput, cost and budgets (cli/budget.h, cmd_budget.cpp).
+                      BadCase{"sweep --params 7B --tokens 1000", "--tokens: 1000 is less than one step"},
+                      BadCase{"sweep --params 7B --tokens 1T --price-per-gpu-hour -2", "--price-per-gpu-hour: expected a positive price"},
+                      BadCase{"sweep --params 7B --tokens 1T --grid-intensity nan", "--grid-intensity: expected g CO2 per kWh"},
+                      BadCase{"sweep --params 7B --tokens 1T --failure-source nope", "--failure-source: expected one of llama3-405b-2024"},
+                      BadCase{"sweep --params 7B --tokens 1T --storage-write-gbs 0", "--storage-write-gbs: expected a positive bandwidth"},
+                      BadCase{"budget --gpus 8 --days 0", "--days: expected a positive number of days"},
+                      BadCase{"budget --gpus 8 --days -3", "--days: expected a positive number of days"},
+                      BadCase{"budget --gpus 8", "expected --days or --dollars"},
+                      BadCase{"budget --gpus 8 --dollars 1000 --gpu ascend-910b", "--dollars: needs a price"},
+                      BadCase{"budget --gpus 8 --days 30 --pue 0.5", "--pue: expected a PUE in [1, 5]"},
+                      BadCase{"budget --gpus 1 --days 0.01", "outside the 200M..100T"},
+                      BadCase{"budget --model llama2-7b --tokens 1T --gpus 8 --mtbf-hours 0", "--mtbf-hours: expected a positive number"},
+                      BadCase{"budget --model llama2-7b --tokens 100 --gpus 8", "--tokens: 100 is less than one step"},
+                      BadCase{"budget --tokens 1T --days 30", "--tokens: needs --model"},
+                      BadCase{"budget --model llama2-7b --tokens 1T --days 30 --gpus 64", "--gpus: not with --model, --tokens and --days"}),
     bad_case_name);
 
 // The single-plan commands spell --sp, --offload and --flash as the sweep's pins do (on|off).
+// A token budget: the sweep's table gains days, goodput and cost, and the best plan its
+// checkpoint, failure, goodput, time, cost and energy lines; budget finds a GPU count.
+TEST(Cli, TokenBudgetReportsGoodputCostAndEnergy) {
+  const std::string plan = temp_path("budget_" + std::to_string(::getpid()) + ".json");
+  const CliRun s = run("sweep --params 7B --gpus 8 --gpu h100-sxm --tokens 1T --objective cost --top 3 --json " + plan);
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  for (const char* part : {"days  goodput       cost", "checkpoint", "job MTBF", "goodput", "GPU-hours", "at $3.78 per GPU-hour", "MWh"})
+    EXPECT_NE(s.output.find(part), std::string::npos) << part << "\n" << s.output;
+  const CliRun b = run("budget --model llama2-7b --tokens 200B --days 14 --gpu h100-sxm --max-gpus 64 --json " + plan);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("GPUs to train 200B tokens of llama2-7b"), std::string::npos) << b.output;
+  const CliRun c = run("budget --gpus 64 --gpu h100-sxm --days 7 --grid-intensity 400 --json " + plan);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  for (const char* part : {"Compute-optimal sizing", "fitted law (Approach 3)", "20 tokens per parameter", "Planned: derived-", "CO2"})
+    EXPECT_NE(c.output.find(part), std::string::npos) << part << "\n" << c.output;
+  std::remove(plan.c_str());
+}
+
 TEST(Cli, MemoryTakesOnOffFlagsAsTheSweepSpellsThem) {
   const auto plan_of = [](const std::string& flags) {
     const CliRun r = run("memory --model llama2-7b --gpus 8 --tp 2 --zero 1 --json - " + flags);
