@@ -25,6 +25,7 @@
 #include <QVBoxLayout>
 
 #include "gui/execute_panel.h"
+#include "gui/budget_panel.h"
 #include "gui/explain_panel.h"
 #include "gui/memory_chart.h"
 #include "gui/plan_table_model.h"
@@ -165,9 +166,15 @@ QWidget* MainWindow::build_selected_tab() {
   charts->addWidget(time_);
   charts->setStretchFactor(0, 3);
   charts->setStretchFactor(1, 2);
+  budget_ = new BudgetPanel(presets_);
+  auto* side = new QSplitter(Qt::Vertical);
+  side->addWidget(explain_);
+  side->addWidget(budget_);
+  side->setStretchFactor(0, 3);
+  side->setStretchFactor(1, 2);
   auto* split = new QSplitter;
   split->addWidget(charts);
-  split->addWidget(explain_);
+  split->addWidget(side);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
   return split;
@@ -317,6 +324,7 @@ void MainWindow::show_details(int source_row) {
   memory_->show_plan(*details_, ctx.headroom_bytes);
   time_->show_plan(*details_);
   explain_->show_plan(*details_);
+  budget_->show_plan(*details_);
   const QString summary = QString::fromStdString(plan_summary(row.result.plan));
   timeline_->set_timeline(details_->timeline, tr("One training step of %1 (%2 s per step by the time model)").arg(summary).arg(details_->time.total, 0, 'f', 3));
   execute_->set_plan(details_.get());

@@ -23,6 +23,7 @@ class QCheckBox;
 namespace llmplan::gui {
 
 class ExecutePanel;
+class BudgetPanel;
 class ExplainPanel;
 class MemoryChart;
 class PlanFilterProxy;
@@ -72,6 +73,7 @@ class MainWindow : public QMainWindow {
   MemoryChart* memory_chart() const { return memory_; }
   TimeChart* time_chart() const { return time_; }
   ExplainPanel* explain() const { return explain_; }
+  BudgetPanel* budget() const { return budget_; }
   TimelinePanel* timeline() const { return timeline_; }
   ProfilesTab* profiles() const { return profiles_; }
   ExecutePanel* execute() const { return execute_; }
@@ -111,6 +113,7 @@ class MainWindow : public QMainWindow {
   MemoryChart* memory_ = nullptr;
   TimeChart* time_ = nullptr;
   ExplainPanel* explain_ = nullptr;
+  BudgetPanel* budget_ = nullptr;
   TimelinePanel* timeline_ = nullptr;
   ProfilesTab* profiles_ = nullptr;
   ExecutePanel* execute_ = nullptr;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "planner/cost/plan_check.h"
+#include "planner/io/economics.h"
 #include "planner/spec/recipe.h"
 #include "planner/spec/units.h"
 
@@ -100,6 +101,12 @@ Result<SweepRequest> make_sweep_request(const SweepInputs& in, const PresetRegis
   r.options.headroom_bytes = r.headroom_bytes;
   // As the CLI without --stack: a plan fits only under every known stack's memory conventions.
   r.options.also_fit = distinct_memory_conventions(presets.stacks(), r.options.memory, j);
+  if (r.options.objective == Objective::cost) {
+    Result<EconomicsData> data = load_economics(default_data_root(), presets);
+    if (!data) return data.status();
+    r.goodput = std::make_shared<const GoodputOptions>(data->default_goodput_options());
+    r.options.goodput = r.goodput.get();
+  }
   return r;
 }
 

@@ -6,6 +6,7 @@
 // Qt-free. Thread-safety: pure functions over plain values.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ struct SweepRequest {
   SweepSpace space;
   SweepOptions options;       // objective, headroom, top_k; progress/cancel left empty
   double headroom_bytes = 0;
+  // The cost objective ranks by GPU-hours at each plan's goodput, as `llmplan sweep
+  // --objective cost` does with the data folder's defaults; options.goodput points here.
+  std::shared_ptr<const GoodputOptions> goodput;
 };
 
 // Validates like the CLI (bad_input with a message naming the field); REQUIRES nothing.

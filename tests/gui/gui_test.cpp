@@ -26,6 +26,7 @@
 #include <QTest>
 #include <memory>
 
+#include "gui/budget_panel.h"
 #include "gui/execute_panel.h"
 #include "gui/explain_panel.h"
 #include "gui/main_window.h"
@@ -40,7 +41,10 @@
 #include "gui/timeline.h"
 #include "simulator/step_simulator.h"
 #include "gui/timeline_view.h"
+#include "planner/cost/goodput.h"
 #include "planner/cost/plan_check.h"
+#include "planner/cost/train_budget.h"
+#include "planner/io/economics.h"
 #include "planner/spec/units.h"
 #include "tests/gui/sample_profiles.h"
 
@@ -290,6 +294,35 @@ class GuiTest : public QObject {
     const int now = w().selected_source_row();
     QCOMPARE(w().plan_model()->plan_row(now).result.peak_bytes, po.peak_bytes);
     QCOMPARE(w().plan_model()->plan_row(now).result.tokens_per_s, po.tokens_per_s);
+  }
+
+  // ---- the budget panel beside the selected plan: the planner's goodput and budget
+  void budget_panel_shows_the_planners_budget() {
+    SweepInputs in;
+    in.model = "llama2-7b";
+    in.gpu = "h100-sxm";
+    in.gpus = 8;
+    QVERIFY(run_from_form(in));
+    const PlanDetails* d = w().selected_details();
+    QVERIFY(d);
+    BudgetPanel* panel = w().budget();
+    panel->tokens_edit()->setText(QStringLiteral("2T"));
+    panel->price_edit()->setText(QStringLiteral("2.5"));
+    QTest::keyClick(panel->price_edit(), Qt::Key_Return);
+    Result<EconomicsData> data = load_economics(default_data_root(), *presets_);
+    QVERIFY(data.ok());
+    const Goodput g = estimate_goodput(d->file.model, d->file.cluster, d->file.job, d->file.plan, d->file.gpus, d->time.total,
+                                       data->default_goodput_options());
+    const TrainingBudget b = training_budget(2e12, d->file.gpus, d->file.cluster.gpus_per_node, d->time, g.fraction, 2.5, data->energy_for(d->file.cluster));
+    const QString html = panel->html();
+    QVERIFY2(html.contains(QStringLiteral("Training 2T tokens")), qPrintable(html));
+    QVERIFY2(html.contains(QStringLiteral("%1%").arg(100 * g.fraction, 0, 'f', 1)), qPrintable(html));
+    QVERIFY2(html.contains(QLocale().toString(b.gpu_hours, 'f', 0)), qPrintable(html));
+    QVERIFY2(html.contains(QLocale().toString(b.cost, 'f', 0)), qPrintable(html));
+    // A bad count is a message, not a crash.
+    panel->tokens_edit()->setText(QStringLiteral("lots"));
+    QTest::keyClick(panel->tokens_edit(), Qt::Key_Return);
+    QVERIFY2(panel->html().contains(QStringLiteral("Tokens")), qPrintable(panel->html()));
   }
 
   // ---- filter and sort share the model with the chart
