@@ -1,5 +1,6 @@
 // Sweep throughput: configurations evaluated per second, one thread and all threads,
-// for llama2-7b on 8 A100-80G and GPT-3 175B on 1024 A100-80G.
+// for llama2-7b on 8 A100-80G and GPT-3 175B on 1024 A100-80G; the latter also with each
+// plan's goodput (what `sweep --tokens` and `--objective cost` add).
 #include <benchmark/benchmark.h>
 
 #include "planner/io/presets.h"
@@ -8,7 +9,7 @@
 namespace llmplan {
 namespace {
 
-void run(benchmark::State& state, const char* model, int gpus, int64_t global_batch) {
+void run(benchmark::State& state, const char* model, int gpus, int64_t global_batch, bool goodput = false) {
   const PresetRegistry reg = std::move(PresetRegistry::load(LLMPLAN_SOURCE_ROOT)).value();
   const ModelSpec m = *reg.model(model);
   ClusterSpec c = *reg.cluster_for_gpu("a100-80g");
@@ -17,6 +18,13 @@ void run(benchmark::State& state, const char* model, int gpus, int64_t global_ba
   j.global_batch = global_batch;
   SweepOptions opt;
   opt.threads = static_cast<int>(state.range(0));
+  GoodputOptions g;
+  g.failures.per_gpu_hour = 1.26e-5;  // data/reliability/failures.json's Llama 3 rates, rounded
+  g.failures.per_node_hour = 5.7e-5;
+  if (goodput) {
+    opt.goodput = &g;
+    opt.objective = Objective::cost;
+  }
   int64_t plans = 0, costed = 0;
   for (auto _ : state) {
     const SweepResult r = run_sweep(m, c, j, gpus, SweepSpace{}, opt);
@@ -31,9 +39,11 @@ void run(benchmark::State& state, const char* model, int gpus, int64_t global_ba
 
 void BM_SweepLlama7bOn8(benchmark::State& s) { run(s, "llama2-7b", 8, 512); }
 void BM_SweepGpt3On1024(benchmark::State& s) { run(s, "gpt3-175b", 1024, 1536); }
+void BM_SweepGpt3On1024Goodput(benchmark::State& s) { run(s, "gpt3-175b", 1024, 1536, true); }
 
 BENCHMARK(BM_SweepLlama7bOn8)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_SweepGpt3On1024)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SweepGpt3On1024Goodput)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace llmplan
