@@ -50,16 +50,6 @@ void add_budget_flags(CLI::App* app, BudgetFlags* f, bool with_tokens) {
   f->grid_opt = app->add_option("--grid-intensity", f->grid_intensity, "grid carbon intensity, g CO2 per kWh: report CO2");
 }
 
-SweepOptions sweep_options_for(const Setup& s) {
-  SweepOptions opt;
-  opt.memory = stack_memory_options(s.stack, opt.memory);
-  opt.efficiency = s.stack.efficiency;
-  // The stack not named: a plan fits only under every known stack's memory conventions.
-  if (!s.stack_given) opt.also_fit = distinct_memory_conventions(s.presets.stacks(), opt.memory, s.file.job);
-  opt.headroom_bytes = s.headroom_bytes;
-  return opt;
-}
-
 void retarget_budget(const Setup& s, const BudgetFlags& f, BudgetSetup* b) {
   b->energy = b->data.energy_for(s.file.cluster);
   if (given(f.power_opt)) b->energy.gpu_tdp_w = f.gpu_power_w;

@@ -49,11 +49,6 @@ Result<BudgetSetup> budget_setup(const BudgetFlags& f, const Setup& s);
 // The same GPU and node data for another setup of the same flags (another GPU count).
 void retarget_budget(const Setup& s, const BudgetFlags& f, BudgetSetup* b);
 
-// The sweep's options for a setup: its stack's memory and time conventions, the other
-// stacks' memory conventions when none is named, its headroom. One place for the sweep
-// and budget commands.
-SweepOptions sweep_options_for(const Setup& s);
-
 // "Training 15T tokens: ..." with goodput, GPU-hours, money, energy and CO2 lines.
 void print_training_budget(const TrainingBudget& b, const Goodput& g, const BudgetSetup& bs, int gpus);
 

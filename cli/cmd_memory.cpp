@@ -1,5 +1,6 @@
 // llmplan memory / explain: one plan's memory breakdown, and why it does (not) fit with
 // the cheapest fixes. Both accept either flags or a plan file.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -89,6 +90,12 @@ Runner register_explain(CLI::App* sub) {
     if (!s->stack_given) print_memory_over_stacks(s->presets, f, s->headroom_bytes);
     print_time(e.time, f.gpus);
     print_explanation(e, f);
+    // No single change fits: what change of the job lets some plan fit.
+    if (!e.fits && std::none_of(e.changes.begin(), e.changes.end(), [](const PlanChange& c) { return c.fits; })) {
+      SweepSpace space;
+      space.precision = {f.job.precision};
+      print_fit_advice_for(*s, space, sweep_options_for(*s));
+    }
     return 0;
   };
 }

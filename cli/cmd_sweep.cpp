@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/print.h"
+#include "planner/search/fit_advice.h"
 #include "planner/search/sweep.h"
 #include "planner/spec/units.h"
 #include "simulator/step_simulator.h"
@@ -264,6 +265,7 @@ Runner register_sweep(CLI::App* sub) {
       } else {
         std::printf("; no plan even passed the structural checks above.\n");
       }
+      print_fit_advice_for(s, space, opt);
       // The failure itself on stderr too (the contract: messages there, details on stdout).
       std::fprintf(stderr, "llmplan: sweep: no plan fits in %s per GPU (the reasons and the closest plan are above)\n",
                    gib(s.file.cluster.gpu.memory_bytes - s.headroom_bytes).c_str());

@@ -125,6 +125,22 @@ void print_memory_over_stacks(const PresetRegistry& presets, const PlanFile& f, 
   std::printf("  (give --stack NAME for one stack's own number)\n");
 }
 
+SweepOptions sweep_options_for(const Setup& s) {
+  SweepOptions opt;
+  opt.memory = stack_memory_options(s.stack, opt.memory);
+  opt.efficiency = s.stack.efficiency;
+  // The stack not named: a plan fits only under every known stack's memory conventions.
+  if (!s.stack_given) opt.also_fit = distinct_memory_conventions(s.presets.stacks(), opt.memory, s.file.job);
+  opt.headroom_bytes = s.headroom_bytes;
+  return opt;
+}
+
+int node_gpus(const Setup& s) {
+  if (s.file.cluster.nodes > 1) return s.file.cluster.gpus_per_node;
+  Result<ClusterPreset> preset = s.presets.cluster(s.file.cluster.name);
+  return preset ? std::max(preset->cluster.gpus_per_node, s.file.cluster.gpus_per_node) : s.file.cluster.gpus_per_node;
+}
+
 Result<PresetRegistry> load_presets(const std::string& data_root) {
   return PresetRegistry::load(data_root.empty() ? default_data_root() : data_root);
 }

@@ -10,6 +10,7 @@
 
 #include "planner/io/plan_file.h"
 #include "planner/io/presets.h"
+#include "planner/search/sweep.h"
 #include "planner/spec/specs.h"
 #include "planner/spec/status.h"
 
@@ -99,6 +100,15 @@ Result<PresetRegistry> load_presets(const std::string& data_root);
 Result<Setup> setup_from_flags(const JobFlags& f);
 // The plan from flags on top of a setup (dp derived from --gpus when not given).
 Status apply_plan_flags(const PlanFlags& pf, Setup* s);
+
+// The sweep's options for a setup: its stack's memory and time conventions, the other
+// stacks' memory conventions when none is named, its headroom. One place for the sweep,
+// budget and explain commands.
+SweepOptions sweep_options_for(const Setup& s);
+
+// GPUs per node of the setup's node type (its cluster holds a partial node when --gpus is
+// less than one).
+int node_gpus(const Setup& s);
 
 // Prints "llmplan: <message>" on stderr and returns the status's exit code.
 int report(const Status& s);

@@ -20,7 +20,22 @@ ExplainPanel::ExplainPanel(QWidget* parent) : QTextBrowser(parent) {
 
 void ExplainPanel::clear_plan() { setHtml(tr("<p><i>Select a plan to see why it does or does not fit, and the cheapest fixes.</i></p>")); }
 
-void ExplainPanel::show_plan(const PlanDetails& d) { setHtml(explanation_html(d)); }
+void ExplainPanel::show_plan(const PlanDetails& d, const FitAdvice* advice) {
+  setHtml(advice ? explanation_html(d) + fit_advice_html(*advice) : explanation_html(d));
+}
+
+QString fit_advice_html(const FitAdvice& a) {
+  const QLocale loc;
+  QString h = QStringLiteral("<h3>No plan fits. What would make one fit</h3><p>Each change alone; its best plan found by a sweep (%1 sweeps).</p>")
+                  .arg(a.sweeps);
+  if (a.changes.empty()) return h + QStringLiteral("<p>Nothing tried does: more GPUs, a shorter sequence, LoRA, QLoRA, FP8, offload.</p>");
+  h += QStringLiteral("<table cellspacing='4'><tr><th align='left'>change</th><th align='left'>best plan</th><th>peak</th><th>tokens/s</th></tr>");
+  for (const JobChange& c : a.changes)
+    h += QStringLiteral("<tr><td>%1</td><td>%2</td><td align='right'>%3</td><td align='right'>%4</td></tr>")
+             .arg(QString::fromStdString(c.description).toHtmlEscaped(), QString::fromStdString(plan_summary(c.plan)).toHtmlEscaped(),
+                  gib(c.peak_bytes), loc.toString(c.tokens_per_s, 'f', 0));
+  return h + QStringLiteral("</table>");
+}
 
 QString explanation_html(const PlanDetails& d) {
   const Explanation& e = d.explanation;

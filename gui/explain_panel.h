@@ -8,6 +8,7 @@
 #include <QTextBrowser>
 
 #include "gui/plan_details.h"
+#include "planner/search/fit_advice.h"
 
 namespace llmplan::gui {
 
@@ -16,9 +17,13 @@ class ExplainPanel : public QTextBrowser {
 
  public:
   explicit ExplainPanel(QWidget* parent = nullptr);
-  void show_plan(const PlanDetails& d);
+  // `advice`: when no plan of the sweep fits, the job changes that make one fit (appended).
+  void show_plan(const PlanDetails& d, const FitAdvice* advice = nullptr);
   void clear_plan();
 };
+
+// "What would make a plan fit": each job change, its best plan, peak and throughput.
+QString fit_advice_html(const FitAdvice& a);
 
 // The panel's HTML for `d` (exposed for tests).
 QString explanation_html(const PlanDetails& d);

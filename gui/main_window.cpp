@@ -255,6 +255,7 @@ void MainWindow::on_sweep_finished(bool cancelled) {
   SweepContext ctx{req.base, req.headroom_bytes, req.options.objective, req.options.also_fit};
   selected_ = -1;
   details_.reset();
+  fit_advice_.reset();
   model_->set_sweep(ctx, r);
   table_->sortByColumn(PlanTableModel::kRank, Qt::AscendingOrder);
   scatter_->rebuild();  // now, not on the next event-loop turn: the selection below uses it
@@ -283,6 +284,16 @@ void MainWindow::on_sweep_finished(bool cancelled) {
                  .arg((r.closest.peak_bytes - budget) / kGiB, 0, 'f', 2);
     else
       msg += tr("; no plan passed the structural checks (see the status bar's tooltip).");
+    // What would make a plan fit, each change found by a sweep (a few seconds at most).
+    FitAdviceOptions fo;
+    if (Result<ClusterPreset> node = presets_.cluster(req.base.cluster.name); node && req.base.cluster.nodes == 1)
+      fo.node_gpus = std::max(node->cluster.gpus_per_node, req.base.cluster.gpus_per_node);
+    fit_advice_ = advise_fit(req.base.model, req.base.cluster, req.base.job, req.base.gpus, req.space, req.options, fo);
+    if (!fit_advice_->changes.empty()) {
+      msg += tr(" What would make one fit:");
+      for (const JobChange& c : fit_advice_->changes)
+        msg += tr(" %1 (peak %2 GiB);").arg(QString::fromStdString(c.description)).arg(c.peak_bytes / kGiB, 0, 'f', 1);
+    }
     form_->show_error(msg);
   }
   // Select the best plan (or, when none fits, the closest one: rows are by tokens/s).
@@ -323,7 +334,7 @@ void MainWindow::show_details(int source_row) {
   details_ = std::make_unique<PlanDetails>(compute_plan_details(ctx, row.result));
   memory_->show_plan(*details_, ctx.headroom_bytes);
   time_->show_plan(*details_);
-  explain_->show_plan(*details_);
+  explain_->show_plan(*details_, fit_advice());
   budget_->show_plan(*details_);
   const QString summary = QString::fromStdString(plan_summary(row.result.plan));
   timeline_->set_timeline(details_->timeline, tr("One training step of %1 (%2 s per step by the time model)").arg(summary).arg(details_->time.total, 0, 'f', 3));

@@ -6,11 +6,14 @@
 // Thread-safety: GUI thread only. The sweep runs on SweepRunner's thread.
 #pragma once
 
+#include <optional>
+
 #include <QMainWindow>
 #include <memory>
 
 #include "gui/app_settings.h"
 #include "gui/plan_details.h"
+#include "planner/search/fit_advice.h"
 #include "planner/io/presets.h"
 
 class QLabel;
@@ -74,6 +77,7 @@ class MainWindow : public QMainWindow {
   TimeChart* time_chart() const { return time_; }
   ExplainPanel* explain() const { return explain_; }
   BudgetPanel* budget() const { return budget_; }
+  const FitAdvice* fit_advice() const { return fit_advice_ ? &*fit_advice_ : nullptr; }
   TimelinePanel* timeline() const { return timeline_; }
   ProfilesTab* profiles() const { return profiles_; }
   ExecutePanel* execute() const { return execute_; }
@@ -114,6 +118,7 @@ class MainWindow : public QMainWindow {
   TimeChart* time_ = nullptr;
   ExplainPanel* explain_ = nullptr;
   BudgetPanel* budget_ = nullptr;
+  std::optional<FitAdvice> fit_advice_;  // when the last sweep found no plan
   TimelinePanel* timeline_ = nullptr;
   ProfilesTab* profiles_ = nullptr;
   ExecutePanel* execute_ = nullptr;

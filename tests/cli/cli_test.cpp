@@ -152,6 +152,17 @@ TEST(Cli, TokenBudgetReportsGoodputCostAndEnergy) {
   std::remove(plan.c_str());
 }
 
+// No plan fits: sweep and explain say what change of the job would make one fit.
+TEST(Cli, NoFitSaysWhatWouldFit) {
+  const CliRun s = run("sweep --model llama2-70b --gpus 1 --json " + temp_path("nofit_" + std::to_string(::getpid()) + ".json"));
+  EXPECT_EQ(s.exit_code, 1) << s.output;
+  EXPECT_NE(s.output.find("What would make a plan fit"), std::string::npos) << s.output;
+  EXPECT_NE(s.output.find(" GPUs (from 1)"), std::string::npos) << s.output;
+  const CliRun e = run("explain --model llama2-70b --gpus 1");
+  EXPECT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("What would make a plan fit"), std::string::npos) << e.output;
+}
+
 TEST(Cli, MemoryTakesOnOffFlagsAsTheSweepSpellsThem) {
   const auto plan_of = [](const std::string& flags) {
     const CliRun r = run("memory --model llama2-7b --gpus 8 --tp 2 --zero 1 --json - " + flags);

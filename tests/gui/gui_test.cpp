@@ -434,6 +434,20 @@ class GuiTest : public QObject {
     QVERIFY(w().form()->error_text().contains(QStringLiteral("No plan fits")));
     QVERIFY(w().selected_details() != nullptr);  // the closest plan, with its explanation
     QVERIFY(!w().selected_details()->explanation.fits);
+    // What would make a plan fit: the fewest GPUs first, as a sweep over GPU counts finds it.
+    const FitAdvice* a = w().fit_advice();
+    QVERIFY(a != nullptr);
+    QVERIFY(a->min_gpus > 1);
+    QVERIFY(a->min_gpus <= 8);  // one DGX A100 node holds Llama 2 70B
+    for (int g = 2; g < a->min_gpus; ++g) {
+      SweepInputs fewer = in;
+      fewer.gpus = g;
+      Result<SweepRequest> req = make_sweep_request(fewer, *presets_);
+      QVERIFY(req.ok());
+      QVERIFY(run_sweep(req->base.model, req->base.cluster, req->base.job, g, req->space, req->options).top.empty());
+    }
+    QVERIFY(w().form()->error_text().contains(QStringLiteral("What would make one fit")));
+    QVERIFY(w().explain()->toHtml().contains(QStringLiteral("What would make one fit")));
   }
 
   void cancel_leaves_the_window_usable() {
