@@ -38,6 +38,7 @@ constexpr Command kCommands[] = {
 
 int main(int argc, char** argv) {
   CLI::App app{"llmplan: plan, simulate and execute LLM training on limited hardware"};
+  app.set_version_flag("--version", std::string("llmplan ") + LLMPLAN_VERSION);
   app.require_subcommand(1);
   std::map<std::string, llmplan::cli::Runner> runners;
   for (const Command& c : kCommands) {
@@ -56,6 +57,8 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

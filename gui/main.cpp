@@ -2,12 +2,14 @@
 // that scripts/screenshot.sh can start it on an example:
 //   llmplan-gui --model llama2-70b --gpus 64 --run --screenshots docs/
 #include <QApplication>
+#include <QCoreApplication>
 #include <QCommandLineParser>
 #include <QMessageBox>
 #include <QSettings>
 #include <QTimer>
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "gui/main_window.h"
 #include "gui/plan_table_model.h"
@@ -15,14 +17,12 @@
 
 using llmplan::gui::MainWindow;
 
-int main(int argc, char** argv) {
-  QApplication app(argc, argv);
-  QApplication::setOrganizationName(QStringLiteral("llmplan"));
-  QApplication::setApplicationName(QStringLiteral("llmplan-gui"));
+namespace {
 
-  QCommandLineParser cli;
+void add_options(QCommandLineParser& cli) {
   cli.setApplicationDescription(QStringLiteral("llmplan-gui: plan LLM training on limited hardware"));
   cli.addHelpOption();
+  cli.addVersionOption();
   const char* kValueOptions[][2] = {
       {"model", "model preset id or a path to a model JSON / HF config.json"},
       {"gpu", "GPU preset id"},
@@ -43,6 +43,32 @@ int main(int argc, char** argv) {
   };
   for (const auto& o : kValueOptions) cli.addOption(QCommandLineOption(QString(o[0]), QString(o[1]), QStringLiteral("value")));
   cli.addOption(QCommandLineOption(QStringLiteral("run"), QStringLiteral("start the sweep at once")));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --help and --version answer without a display: a QCoreApplication parses them before
+  // the QApplication (which needs a platform plugin) exists.
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h" || a == "-?" || a == "--help-all" || a == "--version" || a == "-v") {
+      QCoreApplication core(argc, argv);
+      QCoreApplication::setApplicationName(QStringLiteral("llmplan-gui"));
+      QCoreApplication::setApplicationVersion(llmplan::gui::build_description());
+      QCommandLineParser cli;
+      add_options(cli);
+      cli.process(core);  // prints and exits
+      return 0;
+    }
+  }
+  QApplication app(argc, argv);
+  QApplication::setOrganizationName(QStringLiteral("llmplan"));
+  QApplication::setApplicationName(QStringLiteral("llmplan-gui"));
+  QApplication::setApplicationVersion(llmplan::gui::build_description());
+
+  QCommandLineParser cli;
+  add_options(cli);
   cli.process(app);
 
   llmplan::Result<llmplan::PresetRegistry> presets = llmplan::PresetRegistry::load(llmplan::default_data_root());

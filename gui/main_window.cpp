@@ -213,10 +213,17 @@ void MainWindow::build_menus() {
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("&About llmplan"), this, [this] {
     QMessageBox::about(this, tr("About llmplan"),
-                       tr("<p><b>llmplan-gui</b>: plan the training and fine-tuning of large language models on limited hardware.</p>"
+                       tr("<p><b>llmplan-gui %1</b>: plan the training and fine-tuning of large language models on limited hardware.</p>"
                           "<p>Same planner library as the <code>llmplan</code> command line; the form's equivalent command is shown "
-                          "under the Run button.</p>"));
+                          "under the Run button.</p><p><small>%2</small></p>")
+                           .arg(QStringLiteral(LLMPLAN_VERSION), build_description().toHtmlEscaped()));
   });
+}
+
+QString build_description() {
+  return QStringLiteral("llmplan %1, built with %2 (%3), Qt %4 (running %5)")
+      .arg(QStringLiteral(LLMPLAN_VERSION), QStringLiteral(LLMPLAN_COMPILER), QStringLiteral(LLMPLAN_BUILD_TYPE), QStringLiteral(QT_VERSION_STR),
+           QString::fromLatin1(qVersion()));
 }
 
 void MainWindow::message(const QString& text) { statusBar()->showMessage(text, 15000); }
@@ -337,7 +344,7 @@ void MainWindow::show_details(int source_row) {
   explain_->show_plan(*details_, fit_advice());
   budget_->show_plan(*details_);
   const QString summary = QString::fromStdString(plan_summary(row.result.plan));
-  timeline_->set_timeline(details_->timeline, tr("One training step of %1 (%2 s per step by the time model)").arg(summary).arg(details_->time.total, 0, 'f', 3));
+  timeline_->set_timeline(details_->timeline, QString::fromStdString(timeline_title(summary.toStdString(), details_->timeline, details_->time.total)));
   execute_->set_plan(details_.get());
   scatter_->set_selected(source_row);
   const QLocale loc;

@@ -38,6 +38,10 @@ class SweepRunner;
 class TimeChart;
 class TimelinePanel;
 
+// "llmplan 0.1.0, built with <compiler> (<build type>), Qt <built> (running <run>)":
+// About and llmplan-gui --version.
+QString build_description();
+
 class MainWindow : public QMainWindow {
   Q_OBJECT
 

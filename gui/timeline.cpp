@@ -101,8 +101,19 @@ Timeline simulated_timeline(const PlanFile& f, const Efficiency& e) {
     t.slices.push_back({ev.stage, stream, kind, to_string(ev.kind), ev.start, ev.end});
   }
   for (const TimelineSlice& x : t.slices) t.end_s = std::max(t.end_s, x.end_s);
+  t.simulated_s = r->total;
   t.source = "step simulator (llmplan simulate): one representative rank per stage, events merged per pass";
   return t;
+}
+
+std::string timeline_title(const std::string& plan, const Timeline& t, double analytic_s) {
+  char buf[256];
+  if (t.simulated_s > 0)
+    std::snprintf(buf, sizeof buf, "One training step of %s: %.3f s simulated, %.3f s by the time model (%+.1f%%)", plan.c_str(), t.simulated_s,
+                  analytic_s, 100 * (t.simulated_s / analytic_s - 1));
+  else
+    std::snprintf(buf, sizeof buf, "One training step of %s: not simulated; %.3f s by the time model", plan.c_str(), analytic_s);
+  return buf;
 }
 
 }  // namespace llmplan::gui

@@ -32,6 +32,7 @@ struct Timeline {
   std::vector<TimelineSlice> slices;
   int stages = 0;
   double end_s = 0;       // s, the end of the last slice
+  double simulated_s = 0; // s, the simulator's step time (0: not simulated)
   std::string source;     // where the slices come from, shown under the view
   std::string note;       // approximations worth a sentence ("first 1024 micro-batches")
 };
@@ -42,5 +43,9 @@ struct Timeline {
 // stream's waits as idle slices (the bubble and exposed communication). On a simulation
 // error, an empty timeline whose source says why.
 Timeline simulated_timeline(const PlanFile& f, const Efficiency& e = {});
+
+// The timeline's title: the simulated step time beside the time model's and their
+// difference (the drawing is the simulator's; the table's numbers are the time model's).
+std::string timeline_title(const std::string& plan, const Timeline& t, double analytic_s);
 
 }  // namespace llmplan::gui

@@ -306,6 +306,8 @@ TimelinePanel::TimelinePanel(QWidget* parent) : QWidget(parent) {
   clear();
 }
 
+QString TimelinePanel::title() const { return title_->text(); }
+
 void TimelinePanel::set_timeline(Timeline t, const QString& title) {
   title_->setText(title);
   QString note = tr("Source: %1. Wheel: zoom, drag: pan, shift+wheel: scroll rows, double click: fit.")

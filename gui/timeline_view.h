@@ -71,6 +71,7 @@ class TimelinePanel : public QWidget {
  public:
   explicit TimelinePanel(QWidget* parent = nullptr);
   void set_timeline(Timeline t, const QString& title);
+  QString title() const;
   void clear();
   TimelineView* view() const { return view_; }
 

@@ -152,6 +152,12 @@ TEST(Cli, TokenBudgetReportsGoodputCostAndEnergy) {
   std::remove(plan.c_str());
 }
 
+TEST(Cli, VersionIsPrinted) {
+  const CliRun v = run("--version");
+  EXPECT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_EQ(v.output.rfind("llmplan 0.", 0), 0u) << v.output;
+}
+
 // No plan fits: sweep and explain say what change of the job would make one fit.
 TEST(Cli, NoFitSaysWhatWouldFit) {
   const CliRun s = run("sweep --model llama2-70b --gpus 1 --json " + temp_path("nofit_" + std::to_string(::getpid()) + ".json"));

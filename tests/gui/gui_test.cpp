@@ -277,6 +277,7 @@ class GuiTest : public QObject {
     QCOMPARE(w().scatter()->selected_series()->count(), 1);
     QCOMPARE(w().scatter()->selected_series()->at(0), QPointF(pr.peak_bytes / kGiB, pr.tokens_per_s));
     QVERIFY(w().explain()->toHtml().contains(QString::fromStdString(plan_summary(pr.plan))));
+    QVERIFY2(w().timeline()->title().contains(QStringLiteral("%1 s by the time model").arg(st.total, 0, 'f', 3)), qPrintable(w().timeline()->title()));
     // The step simulator does not take unequal interleaved chunks (the embedding/loss split
     // with vpp > 1): the timeline then says so instead of drawing.
     const Timeline& tl = w().timeline()->view()->timeline();
@@ -294,6 +295,24 @@ class GuiTest : public QObject {
     const int now = w().selected_source_row();
     QCOMPARE(w().plan_model()->plan_row(now).result.peak_bytes, po.peak_bytes);
     QCOMPARE(w().plan_model()->plan_row(now).result.tokens_per_s, po.tokens_per_s);
+  }
+
+  // ---- --help and --version answer without a display; About names the version
+  void help_and_version_need_no_display() {
+    for (const char* flag : {"--version", "--help"}) {
+      QProcess gui;
+      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+      env.remove(QStringLiteral("DISPLAY"));
+      env.remove(QStringLiteral("WAYLAND_DISPLAY"));
+      env.remove(QStringLiteral("QT_QPA_PLATFORM"));
+      gui.setProcessEnvironment(env);
+      gui.start(QStringLiteral(LLMPLAN_BINARY_DIR "/gui/llmplan-gui"), {QString::fromLatin1(flag)});
+      QVERIFY(gui.waitForFinished(20000));
+      QCOMPARE(gui.exitCode(), 0);
+      const QString out = QString::fromLocal8Bit(gui.readAllStandardOutput());
+      QVERIFY2(out.contains(flag == std::string("--version") ? QStringLiteral("llmplan 0.") : QStringLiteral("--screenshots")), qPrintable(out));
+    }
+    QVERIFY(build_description().contains(QStringLiteral("Qt ")));
   }
 
   // ---- the budget panel beside the selected plan: the planner's goodput and budget
@@ -580,6 +599,11 @@ class GuiTest : public QObject {
       const SimResult sim = *simulate_step(f.model, f.cluster, f.job, f.plan);
       const StepTime st = estimate_time(f.model, f.cluster, f.job, f.plan);
       QVERIFY2(qAbs(t.end_s - sim.total) <= 1e-9 * sim.total, qPrintable(QStringLiteral("timeline %1 s, simulator %2 s").arg(t.end_s).arg(sim.total)));
+      // The title gives both step times and their difference.
+      const QString title = QString::fromStdString(timeline_title("p", t, st.total));
+      QVERIFY2(title.contains(QStringLiteral("%1 s simulated").arg(sim.total, 0, 'f', 3)), qPrintable(title));
+      QVERIFY2(title.contains(QStringLiteral("%1 s by the time model").arg(st.total, 0, 'f', 3)), qPrintable(title));
+      QVERIFY2(title.contains(QStringLiteral("%1%").arg(QString::asprintf("%+.1f", 100 * (sim.total / st.total - 1)))), qPrintable(title));
       QVERIFY2(qAbs(t.end_s / st.total - 1) <= k.tolerance,
                qPrintable(QStringLiteral("pp%1 %2: timeline %3 s, model %4 s").arg(k.pp).arg(to_string(k.schedule)).arg(t.end_s).arg(st.total)));
       // Every micro-batch's forward and backward is there; compute slices never overlap.
