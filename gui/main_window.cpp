@@ -8,6 +8,7 @@
 #include <QDir>
 #include <QFile>
 #include <QFileDialog>
+#include <QGraphicsOpacityEffect>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -70,8 +71,15 @@ MainWindow::MainWindow(const PresetRegistry& presets, QSettings* settings, QWidg
   rl->setContentsMargins(0, 0, 0, 0);
   selected_label_ = new QLabel(tr("No plan selected: run a sweep or open a plan file."));
   selected_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  stale_banner_ = new QLabel;
+  stale_banner_->setWordWrap(true);
+  stale_banner_->setStyleSheet(QStringLiteral("background:#fff3cd; color:#664d03; border:1px solid #ffda6a; padding:4px;"));
+  stale_banner_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  stale_banner_->hide();
+  rl->addWidget(stale_banner_);
   rl->addWidget(selected_label_);
   rl->addWidget(tabs_, 1);
+  results_ = tabs_;
 
   auto* split = new QSplitter;
   split->addWidget(form_scroll);
@@ -85,6 +93,7 @@ MainWindow::MainWindow(const PresetRegistry& presets, QSettings* settings, QWidg
   build_menus();
 
   connect(form_, &SweepForm::run_requested, this, &MainWindow::start_sweep);
+  connect(form_, &SweepForm::inputs_changed, this, &MainWindow::update_stale_banner);
   connect(form_, &SweepForm::cancel_requested, runner_, &SweepRunner::cancel);
   connect(runner_, &SweepRunner::progress, form_, &SweepForm::set_progress);
   connect(runner_, &SweepRunner::finished, this, &MainWindow::on_sweep_finished);
@@ -242,6 +251,22 @@ bool MainWindow::start_sweep() {
   }
   form_->show_error(QString());
   form_->set_running(true);
+  req_inputs_ = in;
+  // The previous results go at once: nothing on screen belongs to other inputs.
+  selected_ = -1;
+  details_.reset();
+  fit_advice_.reset();
+  model_->clear();
+  memory_->clear();
+  time_->clear();
+  timeline_->clear();
+  explain_->clear_plan();
+  budget_->clear_plan();
+  execute_->set_plan(nullptr);
+  scatter_->rebuild();
+  shown_inputs_.clear();
+  update_stale_banner();
+  selected_label_->setText(tr("Sweeping: %1").arg(form_->cli_line()));
   summary_->setText(tr("Sweeping %1 on %2 × %3…").arg(QString::fromStdString(req->base.model.name)).arg(req->base.gpus).arg(
       QString::fromStdString(req->base.cluster.gpu.name)));
   runner_->start(*req);
@@ -252,7 +277,7 @@ void MainWindow::on_sweep_finished(bool cancelled) {
   form_->set_running(false);
   if (cancelled) {
     form_->set_progress(0, 1);
-    summary_->setText(tr("Sweep cancelled; the table still shows the previous results."));
+    summary_->setText(tr("Sweep cancelled: no results shown (Run starts it again)."));
     emit sweep_done(false);
     return;
   }
@@ -264,6 +289,8 @@ void MainWindow::on_sweep_finished(bool cancelled) {
   details_.reset();
   fit_advice_.reset();
   model_->set_sweep(ctx, r);
+  shown_inputs_ = QString::fromStdString(cli_command_line(req_inputs_));
+  update_stale_banner();
   table_->sortByColumn(PlanTableModel::kRank, Qt::AscendingOrder);
   scatter_->rebuild();  // now, not on the next event-loop turn: the selection below uses it
 
@@ -279,6 +306,7 @@ void MainWindow::on_sweep_finished(bool cancelled) {
   QString rejected = tr("Rejected:");
   for (int i = 1; i < static_cast<int>(RejectReason::kCount); ++i)
     if (r.rejected[static_cast<size_t>(i)] > 0) rejected += QStringLiteral("\n%1  %2").arg(r.rejected[static_cast<size_t>(i)], 8).arg(describe(static_cast<RejectReason>(i)));
+  text += tr("; for: %1").arg(shown_inputs_);
   summary_->setText(text);
   summary_->setToolTip(rejected);
   if (r.top.empty()) {
@@ -357,6 +385,24 @@ void MainWindow::show_details(int source_row) {
                                .arg(row.fits() ? tr("fits") : tr("<span style='color:#b00020'>does not fit</span>")));
 }
 
+bool MainWindow::results_greyed() const { return results_->graphicsEffect() != nullptr; }
+
+void MainWindow::update_stale_banner() {
+  const bool stale = !shown_inputs_.isEmpty() && form_->cli_line() != shown_inputs_;
+  if (stale) {
+    stale_banner_->setText(tr("<b>Inputs changed: run the sweep.</b> The results shown are for <code>%1</code>").arg(shown_inputs_.toHtmlEscaped()));
+    stale_banner_->show();
+    if (!results_->graphicsEffect()) {
+      auto* grey = new QGraphicsOpacityEffect(results_);
+      grey->setOpacity(0.35);
+      results_->setGraphicsEffect(grey);  // the widget owns it
+    }
+  } else {
+    stale_banner_->hide();
+    results_->setGraphicsEffect(nullptr);
+  }
+}
+
 void MainWindow::schedule_scatter_rebuild() {
   if (scatter_pending_) return;
   scatter_pending_ = true;
@@ -376,6 +422,8 @@ bool MainWindow::open_plan(const QString& path) {
   }
   const double headroom = form_->inputs().headroom_gib * kGiB;
   SweepContext ctx{*f, headroom, Objective::tokens_per_s, {}};
+  shown_inputs_.clear();  // a plan file's, not the form's
+  update_stale_banner();
   selected_ = -1;
   details_.reset();
   model_->set_single(ctx, evaluate_plan(*f, headroom));

@@ -13,6 +13,7 @@
 
 #include "gui/app_settings.h"
 #include "gui/plan_details.h"
+#include "gui/sweep_request.h"
 #include "planner/search/fit_advice.h"
 #include "planner/io/presets.h"
 
@@ -81,6 +82,8 @@ class MainWindow : public QMainWindow {
   TimeChart* time_chart() const { return time_; }
   ExplainPanel* explain() const { return explain_; }
   BudgetPanel* budget() const { return budget_; }
+  QLabel* stale_banner() const { return stale_banner_; }
+  bool results_greyed() const;
   const FitAdvice* fit_advice() const { return fit_advice_ ? &*fit_advice_ : nullptr; }
   TimelinePanel* timeline() const { return timeline_; }
   ProfilesTab* profiles() const { return profiles_; }
@@ -104,6 +107,7 @@ class MainWindow : public QMainWindow {
   void on_current_changed(const QModelIndex& current);
   void show_details(int source_row);
   void schedule_scatter_rebuild();
+  void update_stale_banner();
   void message(const QString& text);
 
   const PresetRegistry& presets_;
@@ -128,6 +132,11 @@ class MainWindow : public QMainWindow {
   ExecutePanel* execute_ = nullptr;
   QTabWidget* tabs_ = nullptr;
   QLabel* selected_label_ = nullptr;
+  // Shown when the form's inputs differ from those of the results on screen.
+  QLabel* stale_banner_ = nullptr;
+  QWidget* results_ = nullptr;     // the tabs the banner greys
+  QString shown_inputs_;           // the command line of the results on screen ("" = none)
+  SweepInputs req_inputs_;         // the inputs of the sweep running or last run
   QLabel* summary_ = nullptr;
   std::unique_ptr<PlanDetails> details_;
   int selected_ = -1;

@@ -23,7 +23,7 @@ using PlanKey = decltype(plan_key(PlanResult{}));
 
 const char* kHeaders[PlanTableModel::kColumnCount] = {
     "rank", "dp", "tp", "pp", "vpp", "cp", "sp", "mb", "accum", "ZeRO", "recompute", "offload", "flash", "precision",
-    "peak (GiB)", "tokens/s", "MFU (%)", "step (s)", "fits"};
+    "peak (GiB)", "tokens/s", "MFU (%)", "step (s)", "fits", "ep", "bubble (%)", "exposed comm (s)"};
 const char* kHeaderTips[PlanTableModel::kColumnCount] = {
     "rank by the objective (blank: not among the ranked plans)",
     "data-parallel degree", "tensor-parallel degree", "pipeline-parallel degree", "virtual pipeline stages per rank",
@@ -31,7 +31,9 @@ const char* kHeaderTips[PlanTableModel::kColumnCount] = {
     "gradient accumulation: micro-batches per optimizer step", "ZeRO stage", "activation recompute policy",
     "optimizer states offloaded to host memory", "fused (flash) attention", "precision and AMP level",
     "peak memory per GPU on the most loaded pipeline stage, GiB", "throughput of the whole job, tokens per second",
-    "model FLOPs utilisation, percent", "time of one optimizer step, seconds", "fits in GPU memory minus headroom"};
+    "model FLOPs utilisation, percent", "time of one optimizer step, seconds", "fits in GPU memory minus headroom",
+    "expert-parallel degree (MoE), inside dp x cp", "pipeline bubble: percent of the step a stage waits for the pipeline to fill and drain",
+    "communication not hidden behind compute per step (TP + PP + DP + CP + EP), seconds"};
 
 QString on_off(bool b) { return b ? QStringLiteral("on") : QStringLiteral("-"); }
 
@@ -130,6 +132,9 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
     case kMfu: return sort ? QVariant(100 * r.mfu) : QVariant(QString::number(100 * r.mfu, 'f', 1));
     case kStepS: return sort ? QVariant(r.step_time_s) : QVariant(QString::number(r.step_time_s, 'f', 3));
     case kFits: return sort ? QVariant(int(row.fits())) : QVariant(row.fits() ? QStringLiteral("yes") : QStringLiteral("no"));
+    case kEp: return p.ep;
+    case kBubble: return sort ? QVariant(100 * r.bubble_fraction) : QVariant(QString::number(100 * r.bubble_fraction, 'f', 1));
+    case kExposedComm: return sort ? QVariant(r.exposed_comm_s) : QVariant(QString::number(r.exposed_comm_s, 'f', 3));
     default: return {};
   }
 }

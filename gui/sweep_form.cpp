@@ -272,6 +272,7 @@ void SweepForm::update_enabled() {
 
 void SweepForm::update_cli_line() {
   cli_line_->setText(QString::fromStdString(cli_command_line(inputs())));
+  emit inputs_changed();
 }
 
 }  // namespace llmplan::gui

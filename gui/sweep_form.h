@@ -50,6 +50,8 @@ class SweepForm : public QWidget {
  signals:
   void run_requested();
   void cancel_requested();
+  // Any input changed (the command line it stands for is `cli_line()`).
+  void inputs_changed();
 
  private:
   void browse_model();

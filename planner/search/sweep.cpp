@@ -301,6 +301,8 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             out->step_time_s = st.total;
                             out->tokens_per_s = st.tokens_per_s;
                             out->mfu = st.mfu;
+                            out->bubble_fraction = st.bubble_fraction();
+                            out->exposed_comm_s = st.tp_comm + st.pp_comm + st.dp_comm + st.cp_comm + st.ep_comm;
                             out->goodput = opt.goodput ? estimate_goodput(shape.checkpoint, c, gpus, st.total, *opt.goodput).fraction : 1;
                             out->gpu_hours_per_1b_tokens = gpus * 1e9 / (st.tokens_per_s * out->goodput) / 3600.0;
                             gpu_fits = mem.total + opt.headroom_bytes <= mem.capacity;

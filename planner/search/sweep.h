@@ -86,6 +86,8 @@ struct PlanResult {
   double mfu = 0;
   double gpu_hours_per_1b_tokens = 0;  // wall-clock GPU-hours, at the plan's goodput when SweepOptions::goodput is set
   double goodput = 1;                  // productive fraction of wall-clock time (SweepOptions::goodput)
+  double bubble_fraction = 0;          // of the step, the pipeline bubble (StepTime::bubble_fraction)
+  double exposed_comm_s = 0;           // s per step of communication not hidden (TP + PP + DP + CP + EP)
 };
 
 struct SweepResult {

@@ -297,6 +297,35 @@ class GuiTest : public QObject {
     QCOMPARE(w().plan_model()->plan_row(now).result.tokens_per_s, po.tokens_per_s);
   }
 
+  // ---- results belong to their inputs: a change greys them under a banner; Run clears them
+  void changed_inputs_grey_the_results() {
+    QVERIFY(run_from_form(small_inputs()));
+    QVERIFY(w().stale_banner()->isHidden());
+    QVERIFY(!w().results_greyed());
+    QVERIFY(w().summary_text().contains(QString::fromStdString(cli_command_line(small_inputs()))));
+    const int gpus = w().form()->gpus_spin()->value();
+    w().form()->gpus_spin()->setValue(gpus * 2);
+    QVERIFY(!w().stale_banner()->isHidden());
+    QVERIFY(w().stale_banner()->text().contains(QStringLiteral("Inputs changed")));
+    QVERIFY(w().stale_banner()->text().contains(QString::fromStdString(cli_command_line(small_inputs())).toHtmlEscaped()));
+    QVERIFY(w().results_greyed());
+    w().form()->gpus_spin()->setValue(gpus);  // back to the shown results' inputs
+    QVERIFY(w().stale_banner()->isHidden());
+    QVERIFY(!w().results_greyed());
+    // Run: the previous results go at once, before the new sweep ends.
+    SweepInputs big = small_inputs();
+    big.model = "llama2-70b";
+    big.gpus = 64;
+    w().form()->set_inputs(big);
+    QSignalSpy done(&w(), &MainWindow::sweep_done);
+    QVERIFY(w().start_sweep());
+    QCOMPARE(w().plan_model()->plan_count(), 0);
+    QVERIFY(w().selected_details() == nullptr);
+    QVERIFY(w().stale_banner()->isHidden());
+    QVERIFY(done.count() > 0 || done.wait(20000));
+    QVERIFY(w().plan_model()->plan_count() > 0);
+  }
+
   // ---- --help and --version answer without a display; About names the version
   void help_and_version_need_no_display() {
     for (const char* flag : {"--version", "--help"}) {
