@@ -1,5 +1,8 @@
 #include "gui/execute_panel.h"
 
+#include <csignal>
+#include <sys/types.h>
+
 #include <QFileInfo>
 #include <QFontDatabase>
 #include <QHBoxLayout>
@@ -143,17 +146,26 @@ bool ExecutePanel::start() {
 
 void ExecutePanel::stop() {
   if (!running()) return;
-  append(tr("\n[stopping]\n"));
-  process_.terminate();
-  QTimer::singleShot(3000, this, [this] {
-    if (running()) process_.kill();
+  // SIGINT, as Ctrl-C: `llmplan execute` then finishes its own record as "stopped"
+  // (executor/execute_job.cpp); SIGTERM would record it as failed, and a kill leave it
+  // "running". A child that does not stop gets SIGTERM after 5 s and a kill after 10 s.
+  append(tr("\n[stopping: SIGINT]\n"));
+  const qint64 pid = process_.processId();
+  if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGINT);
+  const int run = runs_;
+  QTimer::singleShot(5000, this, [this, run] {
+    if (running() && runs_ == run) process_.terminate();
+  });
+  QTimer::singleShot(10000, this, [this, run] {
+    if (running() && runs_ == run) process_.kill();
   });
 }
 
 void ExecutePanel::on_finished(int code, QProcess::ExitStatus status) {
   append(QString::fromLocal8Bit(process_.readAllStandardOutput()));
   const bool crashed = status == QProcess::CrashExit;
-  status_->setText(crashed ? tr("stopped (killed or crashed)") : tr("finished with exit code %1").arg(code));
+  // 130: llmplan execute stopped by SIGINT, its run recorded as stopped.
+  status_->setText(crashed ? tr("stopped (killed or crashed)") : code == 130 ? tr("stopped (recorded as stopped)") : tr("finished with exit code %1").arg(code));
   append(crashed ? tr("\n[stopped]\n") : tr("\n[exit code %1]\n").arg(code));
   update_state();
   emit finished(code, crashed);

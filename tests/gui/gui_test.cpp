@@ -577,13 +577,38 @@ class GuiTest : public QObject {
     QVERIFY(ex->stop_button()->isEnabled());
     QTRY_VERIFY(ex->log_text().contains(QStringLiteral("db: ")));
     QTest::mouseClick(ex->stop_button(), Qt::LeftButton);
-    QVERIFY(finished.wait(10000));
+    QVERIFY(finished.wait(15000));  // sh defers SIGINT and SIGTERM until its sleep ends: killed at 10 s
     QVERIFY(!ex->running());
     QVERIFY(ex->run_button()->isEnabled());
 
     w().set_llmplan_path(tmp_.filePath(QStringLiteral("no-such-binary")));
     QVERIFY(!ex->start());
     QVERIFY(ex->log_text().contains(QStringLiteral("not found")));
+  }
+
+  // ---- Stop on a real `llmplan execute`: the run is recorded as stopped, never left running
+  void stopped_execute_is_recorded_as_stopped() {
+    const QString db = tmp_.filePath(QStringLiteral("stop.db"));
+    w().set_database(db);
+    w().set_llmplan_path(QStringLiteral(LLMPLAN_BINARY_DIR "/cli/llmplan"));
+    SweepInputs in;
+    in.model = "gpt2-124m";
+    in.gpus = 1;
+    QVERIFY(run_from_form(in));
+    ExecutePanel* ex = w().execute();
+    ex->extra_args()->setText(QStringLiteral("--layers 1 --seq 32 --micro-batch 1 --grad-accum 1 --warmup 0 --steps 1000000"));
+    QSignalSpy finished(ex, &ExecutePanel::finished);
+    QVERIFY(ex->start());
+    QTRY_VERIFY_WITH_TIMEOUT(ex->log_text().contains(QStringLiteral("step ")), 60000);
+    QTest::mouseClick(ex->stop_button(), Qt::LeftButton);
+    QVERIFY(finished.wait(20000));
+    QCOMPARE(finished.at(0).at(0).toInt(), 130);
+    QProcess show;
+    show.start(QStringLiteral(LLMPLAN_BINARY_DIR "/cli/llmplan"), {QStringLiteral("profiles"), QStringLiteral("list"), QStringLiteral("--db"), db});
+    QVERIFY(show.waitForFinished(20000));
+    const QString out = QString::fromLocal8Bit(show.readAllStandardOutput());
+    QVERIFY2(out.contains(QStringLiteral("stopped")), qPrintable(out));
+    QVERIFY2(!out.contains(QStringLiteral("running")), qPrintable(out));
   }
 
   // ---- the timeline adapter against the time model
