@@ -2,12 +2,19 @@
 // (executor/execute_job.h: ranks, backend, profile store), print per-step loss, time and
 // tokens/s, then predicted vs measured (memory per category, step time). Exit 1 on out-of-memory (with phase, layer and the
 // planner's fixes) after recording the run as status "oom"; exit 2 on bad input.
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <string>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "executor/comm/communicator.h"
 #include "executor/execute_job.h"
+#include "executor/runner.h"
+#include "planner/cost/memory_model.h"
 #include "planner/calibrate/calibration.h"
 #include "planner/spec/units.h"
 
@@ -35,7 +42,75 @@ struct ExecuteCommand {
   double watchdog_s = 300;
   std::string calibration;
   std::string stack;  // predict with this stack profile's constants (e.g. calibrate --stack-out)
+  // A multi-rank plan run without a launcher: its proxy's predicted run time. 15 s: the CPU
+  // prediction runs about 4x under the measured time on a 2-core host (the README demo:
+  // 3.30 s predicted, 14.5 s measured), so that this is about a minute there.
+  double time_budget_s = 15;
 };
+
+// This machine's available memory, bytes (/proc/meminfo MemAvailable; else all of it).
+double available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+}
+
+// A multi-rank plan started alone, without a launcher or --proxy-rank: its heaviest rank
+// (the first rank of the pipeline stage with the largest predicted peak) as a proxy,
+// scaled down where the user did not pin the size -- one micro-batch per step, then half
+// the layers, half the sequence, half the micro-batch -- until the prediction fits half of
+// this machine's available memory and (warm-up + steps) x the predicted step time fits the
+// time budget. Returns the proxy rank and fills `o`; `said` is what it ran and why.
+Result<int> scale_to_this_machine(const PlanFile& f, const ExecuteCommand& c, bool steps_given, bool warmup_given, exec::RunOptions* o,
+                                  std::string* said) {
+  const MemoryReport mem = estimate_memory(f.model, f.cluster, f.job, f.plan);
+  exec::RankCoords rc;
+  rc.pp = mem.worst.stage;
+  const int rank = exec::rank_of(f.plan, rc);
+  if (!steps_given) o->steps = 3;
+  if (!warmup_given) o->warmup = 1;
+  exec::LocalCommunicator lc(f.plan, rank);
+  exec::RunOptions probe = *o;
+  probe.comm = &lc;
+  const int chunks = f.plan.pp * std::max(1, f.plan.vpp);
+  const double memory_budget = 0.5 * available_memory_bytes();
+  int layers = probe.layers > 0 ? probe.layers : f.model.layers;
+  int64_t seq = probe.seq_len > 0 ? probe.seq_len : f.job.seq_len;
+  int mb = probe.micro_batch > 0 ? probe.micro_batch : f.plan.micro_batch;
+  int ga = probe.grad_accum > 0 ? probe.grad_accum : f.plan.grad_accum;
+  double peak = 0, step = 0;
+  for (int i = 0; i < 64; ++i) {
+    probe.layers = layers, probe.seq_len = seq, probe.micro_batch = mb, probe.grad_accum = ga;
+    Result<exec::RunReport> p = exec::predict_run(f, probe);
+    if (!p) return p.status();
+    peak = p->predicted_alloc.total;
+    step = p->predicted_time.total;
+    if (peak <= memory_budget && step * (probe.steps + probe.warmup) <= c.time_budget_s) break;
+    const int fewer_layers = std::max(chunks, layers / 2 / chunks * chunks);
+    if (c.grad_accum == kUnsetFlag && ga > 1) ga = 1;
+    else if (c.layers == kUnsetFlag && fewer_layers < layers) layers = fewer_layers;
+    else if (c.seq == kUnsetFlag && seq > 64) seq = std::max<int64_t>(64, seq / 2);
+    else if (c.micro_batch == kUnsetFlag && mb > 1) mb = mb / 2;
+    else break;  // as small as it goes: run it and say so
+  }
+  o->layers = layers, o->seq_len = seq, o->micro_batch = mb, o->grad_accum = ga;
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "this plan uses %d ranks and no launcher started this process: running rank %d's share (the heaviest: pipeline "
+                "stage %d of %d) as a proxy here, scaled down to %d of %d layers, sequence %lld, micro-batch %d, %d micro-batch%s per "
+                "step, %d + %d steps: predicted %.2f GiB of the %.2f GiB this machine has available, about %.0f s by the planner's "
+                "prediction.\n  The whole plan: %s\n  (one rank's full share: --proxy-rank %d with --layers/--seq/--micro-batch/"
+                "--grad-accum as you choose)",
+                f.plan.world_size(), rank, rc.pp, f.plan.pp, layers, f.model.layers, static_cast<long long>(seq), mb, ga, ga == 1 ? "" : "es",
+                o->warmup, o->steps, peak / kGiB, 2 * memory_budget / kGiB, step * (o->steps + o->warmup),
+                exec::launch_command(f.plan.world_size(), c.plan_file).c_str(), rank);
+  *said = buf;
+  return rank;
+}
 
 std::string mib(double bytes) {
   char b[64];
@@ -86,7 +161,12 @@ Runner register_execute(CLI::App* sub) {
   sub->add_option("--calibration", c->calibration, "predict with this calibration (from llmplan calibrate)");
   sub->add_option("--stack", c->stack, "predict with this stack profile (data/stacks id or a file, e.g. from llmplan calibrate --stack-out)");
   sub->add_option("--watchdog", c->watchdog_s, "seconds without a finished step before a rank aborts the job")->capture_default_str();
-  return [c]() {
+  sub->add_option("--time-budget", c->time_budget_s,
+                  "a multi-rank plan run alone: scale its heaviest rank's proxy down to this many seconds (predicted)")
+      ->capture_default_str();
+  return [c, sub]() {
+    if (!(c->time_budget_s > 0 && c->time_budget_s <= 1e7))
+      return report(Status::bad_input("--time-budget: expected a positive number of seconds, got " + std::to_string(c->time_budget_s)));
     for (auto [v, flag] : {std::pair<int64_t, const char*>{c->layers, "--layers"}, {c->seq, "--seq"}, {c->micro_batch, "--micro-batch"},
                            {c->grad_accum, "--grad-accum"}})
       if (Status st = positive_if_given(v, flag); !st) return report(st);
@@ -135,6 +215,16 @@ Runner register_execute(CLI::App* sub) {
       std::printf("step %3d/%d%s  loss %.4f  %.3f s  %.1f tokens/s\n", step + 1, total, warm ? " (warm-up)" : "", loss, t, tps);
       std::fflush(stdout);
     };
+    // A multi-rank plan typed alone (`llmplan execute best.json` after a sweep): not a
+    // refusal, but its heaviest rank scaled down to this machine (CPU; the CUDA backend
+    // runs the plan's single-rank equivalent on one GPU instead).
+    if (f->plan.world_size() > 1 && exec::launcher_world_size() == 0 && c->proxy_rank == kUnsetFlag && c->backend == "cpu") {
+      std::string said;
+      Result<int> rank = scale_to_this_machine(*f, *c, sub->count("--steps") > 0, sub->count("--warmup") > 0, &o, &said);
+      if (!rank) return report(rank.status());
+      req.proxy_rank = *rank;
+      std::printf("llmplan execute: %s\n", said.c_str());
+    }
     req.on_start = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
     Result<exec::ExecuteResult> res = exec::execute_job(*f, req);
     if (!res) return report(res.status());

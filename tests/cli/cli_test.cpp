@@ -152,6 +152,21 @@ TEST(Cli, TokenBudgetReportsGoodputCostAndEnergy) {
   std::remove(plan.c_str());
 }
 
+// `llmplan execute best.json` after a sweep on 8 GPUs, as the README's usage line types it:
+// an 8-rank plan with no launcher runs its heaviest rank's proxy scaled down, and says so.
+// (TinyLlama: the README's 7B does the same in 2.5 minutes here, most of it the embedding.)
+TEST(Cli, MultiRankPlanAloneRunsItsHeaviestRankScaledDown) {
+  const std::string plan = temp_path("alone_" + std::to_string(::getpid()) + ".json"), db = temp_path("alone_" + std::to_string(::getpid()) + ".db");
+  ASSERT_EQ(run("sweep --gpus 8 --model tinyllama-1.1b --json " + plan).exit_code, 0);
+  const CliRun r = run("execute " + plan + " --db " + db + " --time-budget 1 --steps 1 --warmup 0");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* part : {"this plan uses 8 ranks and no launcher started this process: running rank 0's share", "scaled down to 1 of 22 layers",
+                           "The whole plan: mpirun", "as a proxy of rank 0", "recorded as run 1"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+  std::remove(plan.c_str());
+  std::remove(db.c_str());
+}
+
 TEST(Cli, VersionIsPrinted) {
   const CliRun v = run("--version");
   EXPECT_EQ(v.exit_code, 0) << v.output;
