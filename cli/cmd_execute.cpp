@@ -132,6 +132,9 @@ void print_table(const exec::RunReport& r) {
     std::printf("  %-24s %16s %16s %9s  %s\n", l.name.c_str(), mib(l.predicted).c_str(), mib(l.measured).c_str(), err,
                 l.note.c_str());
   }
+  if (!r.oom && !r.resident_peak.name.empty())
+    std::printf("  %-24s %16s %16s %+8.2f%%  %s\n", r.resident_peak.name.c_str(), mib(r.resident_peak.predicted).c_str(),
+                mib(r.resident_peak.measured).c_str(), 100 * r.resident_peak.rel_error(), r.resident_peak.note.c_str());
   if (!r.oom)
     std::printf("  %-24s %14.4f s %14.4f s %+8.1f%%  %s\n", "step time", r.step_time.predicted, r.step_time.measured,
                 100 * r.step_time.rel_error(), r.step_time.note.c_str());

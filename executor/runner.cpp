@@ -11,6 +11,7 @@
 #include "executor/comm/data_parallel.h"
 #include "executor/comm/pipeline.h"
 #include "executor/data.h"
+#include "executor/process_memory.h"
 #include "planner/search/explain.h"
 #include "planner/cost/plan_check.h"
 
@@ -399,6 +400,9 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
     return r;
   };
 
+  // The kernel's count of resident memory from here on (process_memory.h).
+  const bool resident_witness = backend->name() == "cpu" && reset_resident_peak();
+  const double resident_before = resident_witness ? resident_memory().rss : 0;
   Result<std::unique_ptr<Model>> model = backend->build_model(mc);
   if (!model) return fail_oom(model.status(), Where{Phase::other, -1, "weights and gradients"});
   std::unique_ptr<DataParallel> dpar;
@@ -523,6 +527,11 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
                              " is not finite (training diverged: lower --lr); stopped");
   }
   r.memory = alloc.stats();  // before a ZeRO-3 model is gathered whole for on_done
+  if (resident_witness) {
+    r.resident_peak.name = "peak resident (kernel)";
+    r.resident_peak.measured = resident_memory().peak - resident_before;
+    r.resident_peak.note = "VmHWM over the run less VmRSS before the model was built, vs the allocator-side peak predicted";
+  }
   r.device = backend->device_memory();
   r.backend = backend->name();
   r.device_name = backend->device_name();
@@ -536,6 +545,7 @@ Result<RunReport> run_plan(const PlanFile& f, const RunOptions& o) {
   r.tokens_per_s = r.median_step_s > 0 ? static_cast<double>(r.tokens_per_step) / r.median_step_s : 0;
   r.model_flops_per_s = r.median_step_s > 0 ? r.predicted_time.model_flops / r.median_step_s : 0;
   compare(r);
+  r.resident_peak.predicted = r.predicted_alloc.total;
   r.step_time.name = "step time";
   r.step_time.predicted = r.predicted_time.total;
   r.step_time.measured = r.median_step_s;
@@ -583,6 +593,8 @@ nlohmann::json report_to_json(const RunReport& r) {
   j["measured_peak_phase"] = to_string(r.memory.peak_phase);
   j["predicted_gpu"] = memory_to_json(r.predicted_gpu);
   j["predicted_time"] = time_to_json(r.predicted_time);
+  if (!r.resident_peak.name.empty())
+    j["resident_peak"] = {{"predicted_bytes", r.resident_peak.predicted}, {"measured_bytes", r.resident_peak.measured}, {"note", r.resident_peak.note}};
   j["step_time"] = {{"predicted_s", r.step_time.predicted}, {"measured_s", r.step_time.measured},
                     {"rel_error", r.step_time.rel_error()}};
   j["tokens_per_s"] = r.tokens_per_s;

@@ -128,6 +128,11 @@ struct RunReport {
   StepTime predicted_time;      // on cpu_host_gpu
   std::vector<CompareLine> memory_lines;
   CompareLine step_time;
+  // CPU backend: the kernel's witness of the allocator-side peak -- the process's peak
+  // resident memory over the run (VmHWM, reset before the model is built) less what was
+  // resident before (the runtime's fixed part: libraries, thread stacks), against the
+  // predicted allocator peak. Its name is empty where the kernel gives no figure.
+  CompareLine resident_peak;
   double median_step_s = 0, tokens_per_s = 0;
   double model_flops_per_s = 0;  // the executed config's model FLOPs (planner, 6N + attention) / median step
   std::string backend = "cpu", device_name;

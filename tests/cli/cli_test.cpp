@@ -167,6 +167,29 @@ TEST(Cli, MultiRankPlanAloneRunsItsHeaviestRankScaledDown) {
   std::remove(db.c_str());
 }
 
+// The CPU run's memory has a witness beside the allocator's own accounting: the kernel's
+// peak resident memory over the run, against the predicted allocator-side peak. GPT-2 124M
+// at 2 layers holds about 860 MiB: the runtime's own resident memory beyond it (OpenBLAS
+// buffers, thread stacks, the allocator's free lists) must stay within 10%.
+TEST(Cli, ExecuteMemoryHasTheKernelsWitness) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory and quarantine are resident too";
+#endif
+  const std::string plan = temp_path("rss_" + std::to_string(::getpid()) + ".json"), db = temp_path("rss_" + std::to_string(::getpid()) + ".db"),
+                    out = temp_path("rss_" + std::to_string(::getpid()) + ".out.json");
+  ASSERT_EQ(run("sweep --model gpt2-124m --gpus 1 --json " + plan).exit_code, 0);
+  const CliRun r = run("execute " + plan + " --layers 2 --seq 128 --micro-batch 1 --grad-accum 1 --steps 1 --warmup 0 --db " + db + " --json " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("peak resident (kernel)"), std::string::npos) << r.output;
+  std::ifstream in(out);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_TRUE(j.contains("resident_peak")) << j.dump();
+  const double predicted = j["resident_peak"]["predicted_bytes"], measured = j["resident_peak"]["measured_bytes"];
+  EXPECT_GT(predicted, 500.0 * 1024 * 1024);
+  EXPECT_NEAR(measured / predicted, 1, 0.10) << measured << " vs " << predicted;
+  for (const std::string& f : {plan, db, out}) std::remove(f.c_str());
+}
+
 TEST(Cli, VersionIsPrinted) {
   const CliRun v = run("--version");
   EXPECT_EQ(v.exit_code, 0) << v.output;
