@@ -1,8 +1,7 @@
 #include "gui/execute_panel.h"
 
-#include <csignal>
-#include <sys/types.h>
-
+#include <QCheckBox>
+#include <QComboBox>
 #include <QFileInfo>
 #include <QFontDatabase>
 #include <QHBoxLayout>
@@ -10,10 +9,15 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QProcessEnvironment>
+#include <QProgressBar>
 #include <QPushButton>
+#include <QRegularExpression>
+#include <QSpinBox>
 #include <QSplitter>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <csignal>
+#include <sys/types.h>
 
 #include "planner/io/plan_file.h"
 
@@ -34,6 +38,37 @@ ExecutePanel::ExecutePanel(QWidget* parent) : QWidget(parent) {
   row->addWidget(run_);
   row->addWidget(stop_);
   layout->addLayout(row);
+  auto* choices = new QHBoxLayout;
+  choices->addWidget(new QLabel(tr("Backend:")));
+  backend_ = new QComboBox;
+  backend_->addItem(QStringLiteral("cpu"));
+#if LLMPLAN_GUI_CUDA
+  backend_->addItem(QStringLiteral("cuda"));
+#endif
+  backend_->setToolTip(tr("cpu: this machine's cores (BLAS); cuda: one GPU (a CUDA build)"));
+  choices->addWidget(backend_);
+  scaled_ = new QCheckBox(tr("scaled down:"));
+  scaled_->setChecked(true);
+  scaled_->setToolTip(tr("run a small model of the plan's shape so that it finishes in seconds; unchecked: the plan's full size"));
+  choices->addWidget(scaled_);
+  auto spin = [&](const QString& label, int lo, int hi, int value) {
+    choices->addWidget(new QLabel(label));
+    auto* sb = new QSpinBox;
+    sb->setRange(lo, hi);
+    sb->setValue(value);
+    choices->addWidget(sb);
+    return sb;
+  };
+  layers_ = spin(tr("layers"), 1, 1024, 2);
+  seq_ = spin(tr("seq"), 16, 1 << 20, 128);
+  steps_ = spin(tr("steps"), 1, 100000, 3);
+  choices->addStretch(1);
+  layout->addLayout(choices);
+  progress_ = new QProgressBar;
+  progress_->setRange(0, 1);
+  progress_->setValue(0);
+  progress_->setFormat(tr("step %v of %m"));
+  layout->addWidget(progress_);
   command_ = new QLabel;
   command_->setWordWrap(true);
   command_->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -51,6 +86,7 @@ ExecutePanel::ExecutePanel(QWidget* parent) : QWidget(parent) {
   log_->setFont(mono);
   log_->setPlaceholderText(tr("The output of llmplan execute appears here while it runs; the new run then appears in the Profiles tab."));
   log_->setMaximumBlockCount(20000);
+  log_->setLineWrapMode(QPlainTextEdit::NoWrap);  // tables stay tables
   auto boxed = [](const QString& title, QWidget* w) {
     auto* box = new QWidget;
     auto* v = new QVBoxLayout(box);
@@ -67,7 +103,17 @@ ExecutePanel::ExecutePanel(QWidget* parent) : QWidget(parent) {
   layout->addWidget(split, 1);
 
   process_.setProcessChannelMode(QProcess::MergedChannels);
-  connect(&process_, &QProcess::readyReadStandardOutput, this, [this] { append(QString::fromLocal8Bit(process_.readAllStandardOutput())); });
+  connect(&process_, &QProcess::readyReadStandardOutput, this, [this] {
+    const QString text = QString::fromLocal8Bit(process_.readAllStandardOutput());
+    append(text);
+    // "step   3/4 ..." lines (cli/cmd_execute.cpp) move the bar.
+    static const QRegularExpression kStep(QStringLiteral("step\\s+(\\d+)/(\\d+)"));
+    for (auto it = kStep.globalMatch(text); it.hasNext();) {
+      const QRegularExpressionMatch m = it.next();
+      progress_->setRange(0, m.captured(2).toInt());
+      progress_->setValue(m.captured(1).toInt());
+    }
+  });
   connect(&process_, &QProcess::finished, this, &ExecutePanel::on_finished);
   connect(&process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
     if (e == QProcess::FailedToStart) {
@@ -113,7 +159,7 @@ void ExecutePanel::update_state() {
   } else {
     summary_->setText(tr("<i>Select a plan in the Plans tab to execute it.</i>"));
   }
-  command_->setText(tr("Runs: %1 execute <plan.json> %2   (LLMPLAN_DB=%3)").arg(program_, extra_->text(), database_));
+  command_->setText(tr("Runs: %1 execute <plan.json> %2   (LLMPLAN_DB=%3)").arg(program_, run_arguments().join(' '), database_));
   run_->setEnabled(plan_ != nullptr && !busy);
   stop_->setEnabled(busy);
 }
@@ -132,7 +178,9 @@ bool ExecutePanel::start() {
     return false;
   }
   QStringList args = {QStringLiteral("execute"), plan_path};
-  args += QProcess::splitCommand(extra_->text());
+  args += run_arguments();
+  progress_->setRange(0, 1);
+  progress_->setValue(0);
   QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
   if (!database_.isEmpty()) env.insert(QStringLiteral("LLMPLAN_DB"), database_);
   process_.setProcessEnvironment(env);
@@ -142,6 +190,23 @@ bool ExecutePanel::start() {
   process_.start(program_, args);
   update_state();
   return true;
+}
+
+QStringList ExecutePanel::run_arguments() const {
+  QStringList args = QProcess::splitCommand(extra_->text());
+  auto add = [&](const QString& flag, const QString& value) {
+    if (!args.contains(flag)) args << flag << value;
+  };
+  add(QStringLiteral("--backend"), backend_->currentText());
+  if (scaled_->isChecked()) {
+    add(QStringLiteral("--layers"), QString::number(layers_->value()));
+    add(QStringLiteral("--seq"), QString::number(seq_->value()));
+    add(QStringLiteral("--micro-batch"), QStringLiteral("1"));
+    add(QStringLiteral("--grad-accum"), QStringLiteral("1"));
+    add(QStringLiteral("--steps"), QString::number(steps_->value()));
+    add(QStringLiteral("--warmup"), QStringLiteral("1"));
+  }
+  return args;
 }
 
 void ExecutePanel::stop() {

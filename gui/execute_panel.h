@@ -1,7 +1,10 @@
 // Runs `llmplan execute <plan.json>` on the selected plan as a child process (QProcess):
 // the plan file is written to a temporary folder, the profile database is passed as
-// $LLMPLAN_DB, stdout and stderr stream into the log, Stop terminates (then kills) the
-// process, and finished() tells the main window to reload the Profiles tab.
+// $LLMPLAN_DB, stdout and stderr stream into the log (unwrapped, so tables stay tables),
+// the steps fill a progress bar, Stop sends SIGINT (the run is recorded as stopped), and
+// finished() tells the main window to reload the Profiles tab. By default the run is
+// scaled down to finish in seconds (2 layers, 128 tokens, one micro-batch, 1 + 3 steps),
+// as the panel states; the backend is CPU, or CUDA in a CUDA build.
 //
 // Thread-safety: GUI thread only.
 #pragma once
@@ -13,8 +16,12 @@
 
 #include "gui/plan_details.h"
 
+class QCheckBox;
+class QComboBox;
 class QLabel;
 class QLineEdit;
+class QProgressBar;
+class QSpinBox;
 class QPlainTextEdit;
 class QPushButton;
 
@@ -39,6 +46,12 @@ class ExecutePanel : public QWidget {
   bool running() const { return process_.state() != QProcess::NotRunning; }
   QString log_text() const;
   QLineEdit* extra_args() const { return extra_; }
+  QComboBox* backend_combo() const { return backend_; }
+  QCheckBox* scaled_down() const { return scaled_; }
+  QProgressBar* progress_bar() const { return progress_; }
+  // The arguments after the plan file: the extra ones, then the panel's choices for every
+  // flag they do not give.
+  QStringList run_arguments() const;
   QPushButton* run_button() const { return run_; }
   QPushButton* stop_button() const { return stop_; }
 
@@ -57,6 +70,10 @@ class ExecutePanel : public QWidget {
   int runs_ = 0;
   QLabel* summary_;
   QLineEdit* extra_;
+  QComboBox* backend_;
+  QCheckBox* scaled_;
+  QSpinBox *layers_, *seq_, *steps_;
+  QProgressBar* progress_;
   QLabel* command_;
   QPushButton* run_;
   QPushButton* stop_;

@@ -564,6 +564,12 @@ class GuiTest : public QObject {
     QVERIFY(run_from_form(small_inputs()));
     ExecutePanel* ex = w().execute();
     QVERIFY(ex->run_button()->isEnabled());
+    // The defaults finish in seconds: a scaled-down run on the CPU, stated in the command.
+    const QStringList defaults = ex->run_arguments();
+    QCOMPARE(defaults.join(' '), QStringLiteral("--backend cpu --layers 2 --seq 128 --micro-batch 1 --grad-accum 1 --steps 3 --warmup 1"));
+    ex->extra_args()->setText(QStringLiteral("--layers 4"));  // a flag typed wins over the panel's
+    QVERIFY(ex->run_arguments().join(' ').startsWith(QStringLiteral("--layers 4 --backend cpu --seq 128")));
+    ex->extra_args()->clear();
     QSignalSpy finished(ex, &ExecutePanel::finished);
     QTest::mouseClick(ex->run_button(), Qt::LeftButton);
     QVERIFY(finished.wait(10000));
@@ -600,6 +606,8 @@ class GuiTest : public QObject {
     QSignalSpy finished(ex, &ExecutePanel::finished);
     QVERIFY(ex->start());
     QTRY_VERIFY_WITH_TIMEOUT(ex->log_text().contains(QStringLiteral("step ")), 60000);
+    QTRY_VERIFY(ex->progress_bar()->value() >= 1);  // "step 1/1000000" moved the bar
+    QCOMPARE(ex->progress_bar()->maximum(), 1000000);
     QTest::mouseClick(ex->stop_button(), Qt::LeftButton);
     QVERIFY(finished.wait(20000));
     QCOMPARE(finished.at(0).at(0).toInt(), 130);
