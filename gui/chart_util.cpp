@@ -5,6 +5,7 @@
 #include <QChartView>
 #include <QHorizontalStackedBarSeries>
 #include <QLegend>
+#include <QLocale>
 #include <QValueAxis>
 
 namespace llmplan::gui {
@@ -66,6 +67,20 @@ QColor palette_color(int i) {
                                    QColor(0x81, 0x72, 0xb3), QColor(0x93, 0x78, 0x60), QColor(0xda, 0x8b, 0xc3), QColor(0x8c, 0x8c, 0x8c),
                                    QColor(0xcc, 0xb9, 0x74), QColor(0x64, 0xb5, 0xcd), QColor(0x2f, 0x4b, 0x7c), QColor(0xa0, 0xcb, 0xe8)};
   return kColors[((i % 12) + 12) % 12];
+}
+
+TimeUnit time_unit_for(double span_s) {
+  if (span_s < 2) return {"ms", 1e-3};
+  if (span_s < 120) return {"s", 1};
+  if (span_s < 7200) return {"min", 60};
+  return {"h", 3600};
+}
+
+QString duration_text(double seconds) {
+  const TimeUnit u = time_unit_for(seconds);
+  const QString in_unit = QStringLiteral("%1 %2").arg(seconds / u.seconds, 0, 'f', u.seconds == 1 || u.seconds == 1e-3 ? 3 : 2).arg(QLatin1String(u.name));
+  if (u.seconds <= 1) return in_unit;
+  return QStringLiteral("%1 (%2 s)").arg(in_unit, QLocale().toString(seconds, 'f', 0));
 }
 
 }  // namespace llmplan::gui

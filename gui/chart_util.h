@@ -28,6 +28,16 @@ void reset_chart(QChart* chart);
 // The bar set labelled `label` in the chart's horizontal stacked bar series, or nullptr.
 QBarSet* find_bar_set(const QChart* chart, const QString& label);
 
+// The unit a span of time reads best in: ms below 2 s, s below 2 min, min below 2 h, else h.
+struct TimeUnit {
+  const char* name;   // "ms", "s", "min", "h"
+  double seconds;     // one unit in seconds
+};
+TimeUnit time_unit_for(double span_s);
+// "16.224 s", "4.51 h (16,224 s)": a duration in its unit, with the seconds beside when
+// the unit is not seconds.
+QString duration_text(double seconds);
+
 // Stable colours by index (a 12-colour qualitative palette).
 QColor palette_color(int i);
 

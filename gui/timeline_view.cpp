@@ -155,11 +155,11 @@ void TimelineView::paintEvent(QPaintEvent*) {
 
   // ---- time axis
   const double span = t1_ - t0_;
-  const bool ms = span < 2.0;
-  const double unit = ms ? 1e-3 : 1.0;
+  const TimeUnit tu = time_unit_for(span);
+  const double unit = tu.seconds;
   const double step = nice_step(span / unit) * unit;
   p.setPen(palette().color(QPalette::Text));
-  p.drawText(QRectF(4, 0, kGutter - 8, kAxis - 4), Qt::AlignRight | Qt::AlignVCenter, ms ? tr("time (ms)") : tr("time (s)"));
+  p.drawText(QRectF(4, 0, kGutter - 8, kAxis - 4), Qt::AlignRight | Qt::AlignVCenter, tr("time (%1)").arg(QLatin1String(tu.name)));
   for (double t = std::ceil(t0_ / step) * step; t <= t1_; t += step) {
     const double x = x_of(t);
     p.setPen(QColor(200, 200, 200));
@@ -258,9 +258,9 @@ bool TimelineView::event(QEvent* e) {
   if (e->type() == QEvent::ToolTip) {
     auto* help = static_cast<QHelpEvent*>(e);
     if (const TimelineSlice* s = slice_at(help->pos())) {
-      const bool ms = s->end_s < 2.0;
-      const double u = ms ? 1e3 : 1.0;
-      const QString unit = ms ? QStringLiteral("ms") : QStringLiteral("s");
+      const TimeUnit tu = time_unit_for(s->end_s);
+      const double u = 1 / tu.seconds;
+      const QString unit = QLatin1String(tu.name);
       QToolTip::showText(help->globalPos(), tr("%1\nstage %2 %3, %4\n%5 – %6 %7 (%8 %7)")
                                                 .arg(QString::fromStdString(s->name))
                                                 .arg(s->stage)

@@ -24,9 +24,11 @@
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QValueAxis>
 #include <memory>
 
 #include "gui/budget_panel.h"
+#include "gui/chart_util.h"
 #include "gui/execute_panel.h"
 #include "gui/explain_panel.h"
 #include "gui/main_window.h"
@@ -295,6 +297,32 @@ class GuiTest : public QObject {
     const int now = w().selected_source_row();
     QCOMPARE(w().plan_model()->plan_row(now).result.peak_bytes, po.peak_bytes);
     QCOMPARE(w().plan_model()->plan_row(now).result.tokens_per_s, po.tokens_per_s);
+  }
+
+  // ---- time in the unit it reads best in: a 16,224 s step on an axis of hours
+  void long_steps_read_in_hours() {
+    QCOMPARE(QString(time_unit_for(0.5).name), QStringLiteral("ms"));
+    QCOMPARE(QString(time_unit_for(16.2).name), QStringLiteral("s"));
+    QCOMPARE(QString(time_unit_for(600).name), QStringLiteral("min"));
+    QCOMPARE(QString(time_unit_for(16223.872).name), QStringLiteral("h"));
+    QVERIFY2(duration_text(16223.872).startsWith(QStringLiteral("4.51 h (16")), qPrintable(duration_text(16223.872)));
+    QVERIFY(run_from_form(small_inputs()));
+    PlanDetails d = *w().selected_details();
+    d.time.compute = 16000;
+    d.time.bubble = 223.872;
+    d.time.total = 16223.872;
+    TimeChart chart;
+    chart.show_plan(d);
+    QVERIFY2(chart.chart()->title().contains(QStringLiteral("4.51 h")), qPrintable(chart.chart()->title()));
+    const auto axes = chart.chart()->axes(Qt::Horizontal);
+    QCOMPARE(axes.size(), 1);
+    auto* ax = qobject_cast<QValueAxis*>(axes.front());
+    QVERIFY(ax);
+    QVERIFY2(ax->titleText().contains(QStringLiteral("(h)")), qPrintable(ax->titleText()));
+    QVERIFY(ax->max() < 10);  // hours, not 20000
+    QBarSet* compute = chart.bar_set(QStringLiteral("compute (fwd + bwd)"));
+    QVERIFY(compute);
+    QVERIFY(qAbs(compute->at(0) - 16000 / 3600.0) < 1e-9);
   }
 
   // ---- results belong to their inputs: a change greys them under a banner; Run clears them
