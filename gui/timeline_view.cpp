@@ -1,5 +1,6 @@
 #include "gui/timeline_view.h"
 
+#include <QFontMetricsF>
 #include <QHBoxLayout>
 #include <QHelpEvent>
 #include <QLabel>
@@ -18,7 +19,7 @@ namespace llmplan::gui {
 
 namespace {
 
-constexpr double kGutter = 130;   // row labels, px
+constexpr double kGutter = 130;   // row labels, px: at least; widened to the longest label
 constexpr double kAxis = 34;      // time axis above the rows, px
 constexpr double kLegend = 28;    // legend below the rows, px
 constexpr double kRight = 12;
@@ -67,7 +68,15 @@ void TimelineView::set_timeline(Timeline t) {
   rows_.erase(std::unique(rows_.begin(), rows_.end()), rows_.end());
   slice_row_.clear();
   for (const TimelineSlice& s : timeline_.slices) slice_row_.push_back(row_of(s));
+  // The row labels never clip: the gutter is as wide as the longest one.
+  gutter_ = kGutter;
+  const QFontMetricsF fm(font());
+  for (const auto& [stage, stream] : rows_) gutter_ = std::max(gutter_, fm.horizontalAdvance(row_label(stage, stream)) + 16);
   fit();
+}
+
+QString TimelineView::row_label(int stage, const std::string& stream) const {
+  return tr("stage %1 %2").arg(stage).arg(QString::fromStdString(stream));
 }
 
 int TimelineView::row_of(const TimelineSlice& s) const {
@@ -80,7 +89,7 @@ int TimelineView::row_of(const TimelineSlice& s) const {
 }
 
 QRectF TimelineView::plot_rect() const {
-  return QRectF(kGutter, kAxis, std::max(10.0, width() - kGutter - kRight), std::max(10.0, height() - kAxis - kLegend));
+  return QRectF(gutter_, kAxis, std::max(10.0, width() - gutter_ - kRight), std::max(10.0, height() - kAxis - kLegend));
 }
 
 double TimelineView::x_of(double t) const {
@@ -159,7 +168,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
   const double unit = tu.seconds;
   const double step = nice_step(span / unit) * unit;
   p.setPen(palette().color(QPalette::Text));
-  p.drawText(QRectF(4, 0, kGutter - 8, kAxis - 4), Qt::AlignRight | Qt::AlignVCenter, tr("time (%1)").arg(QLatin1String(tu.name)));
+  p.drawText(QRectF(4, 0, gutter_ - 8, kAxis - 4), Qt::AlignRight | Qt::AlignVCenter, tr("time (%1)").arg(QLatin1String(tu.name)));
   for (double t = std::ceil(t0_ / step) * step; t <= t1_; t += step) {
     const double x = x_of(t);
     p.setPen(QColor(200, 200, 200));
@@ -178,8 +187,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
     if (y + row_h < r.top() || y > r.bottom()) continue;
     if (rows_[i].first % 2 == 1) p.fillRect(QRectF(0, y, width(), row_h), QColor(246, 248, 252));
     p.setPen(palette().color(QPalette::Text));
-    p.drawText(QRectF(4, y, kGutter - 10, row_h), Qt::AlignRight | Qt::AlignVCenter,
-               tr("stage %1 %2").arg(rows_[i].first).arg(QString::fromStdString(rows_[i].second)));
+    p.drawText(QRectF(4, y, gutter_ - 10, row_h), Qt::AlignRight | Qt::AlignVCenter, row_label(rows_[i].first, rows_[i].second));
     if (i + 1 == rows_.size() || rows_[i + 1].first != rows_[i].first) {
       p.setPen(QColor(170, 170, 170));
       p.drawLine(QPointF(0, y + row_h), QPointF(width(), y + row_h));
@@ -211,7 +219,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
   p.drawRect(r);
 
   // ---- legend
-  double x = kGutter;
+  double x = gutter_;
   const double ly = height() - kLegend + 7;
   for (int k = 0; k < kSliceKinds; ++k) {
     const auto kind = static_cast<SliceKind>(k);

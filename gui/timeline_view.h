@@ -34,6 +34,7 @@ class TimelineView : public QWidget {
   void fit();
   // Rows as drawn: (stage, stream), stage-major.
   const std::vector<std::pair<int, std::string>>& rows() const { return rows_; }
+  double label_width() const { return gutter_; }  // px kept for the row labels
   // The slice under widget point `pos` (nullptr when none).
   const TimelineSlice* slice_at(QPoint pos) const;
 
@@ -58,6 +59,8 @@ class TimelineView : public QWidget {
 
   Timeline timeline_;
   std::vector<std::pair<int, std::string>> rows_;
+  double gutter_ = 130;  // px of row labels: the longest label's width
+  QString row_label(int stage, const std::string& stream) const;
   std::vector<int> slice_row_;  // row index of each slice
   double t0_ = 0, t1_ = 1;      // visible window, s
   double y_offset_ = 0;         // rows scrolled, pixels

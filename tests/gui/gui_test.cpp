@@ -9,6 +9,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
+#include <QFontMetricsF>
 #include <QFileInfo>
 #include <QLabel>
 #include <QLineEdit>
@@ -714,6 +715,25 @@ class GuiTest : public QObject {
         if (k.pp > 1) QVERIFY(idle > 0);  // the bubble is visible
       }
     }
+  }
+
+  // ---- the timeline's row labels never clip ("tage 0 pp send next")
+  void timeline_row_labels_fit() {
+    QVERIFY(run_from_form(small_inputs()));
+    SweepInputs in = small_inputs();
+    in.model = "llama2-13b";
+    in.gpus = 16;
+    QVERIFY(run_from_form(in));
+    for (int i = 0; i < w().plan_model()->plan_count(); ++i)
+      if (w().plan_model()->plan_row(i).result.plan.pp > 1 && w().plan_model()->plan_row(i).fits()) {
+        QVERIFY(w().select_source_row(i));
+        break;
+      }
+    const TimelineView* v = w().timeline()->view();
+    QVERIFY(!v->rows().empty());
+    const QFontMetricsF fm(v->font());
+    for (const auto& [stage, stream] : v->rows())
+      QVERIFY(fm.horizontalAdvance(QStringLiteral("stage %1 %2").arg(stage).arg(QString::fromStdString(stream))) + 10 <= v->label_width());
   }
 
   void timeline_view_zooms_and_pans() {
