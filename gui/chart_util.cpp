@@ -7,6 +7,9 @@
 #include <QLegend>
 #include <QLocale>
 #include <QValueAxis>
+#include <cmath>
+#include <algorithm>
+#include <QRegularExpression>
 
 namespace llmplan::gui {
 
@@ -17,7 +20,26 @@ QValueAxis* make_value_axis(const QString& title, double lo, double hi, const QS
   axis->setRange(lo, hi);
   axis->setLabelFormat(label_format);
   if (nice) axis->applyNiceNumbers();
+  axis->setLabelFormat(distinct_label_format(label_format, axis->min(), axis->max(), axis->tickCount()));
   return axis;
+}
+
+QString distinct_label_format(const QString& format, double lo, double hi, int ticks) {
+  const double step = (hi - lo) / std::max(1, ticks - 1);
+  if (!(step > 0)) return format;
+  static const QRegularExpression kFormat(QStringLiteral("^%\\.(\\d+)([fg])$"));
+  const QRegularExpressionMatch m = kFormat.match(format);
+  if (!m.hasMatch()) return format;
+  const int given = m.captured(1).toInt();
+  if (m.captured(2) == QLatin1String("f")) {
+    // Enough decimals that one step shows: a 0.01 step needs 2.
+    const int need = std::clamp(static_cast<int>(std::ceil(-std::log10(step) - 1e-9)), 0, 9);
+    return need > given ? QStringLiteral("%.%1f").arg(need) : format;
+  }
+  // %g: enough significant digits for the largest label to differ from its neighbour.
+  const double top = std::max(std::fabs(lo), std::fabs(hi));
+  const int need = std::clamp(static_cast<int>(std::ceil(std::log10(top / step) - 1e-9)) + 1, 1, 12);
+  return need > given ? QStringLiteral("%.%1g").arg(need) : format;
 }
 
 QChart* make_chart(const QString& title, Qt::Alignment legend) {

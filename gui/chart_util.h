@@ -16,8 +16,12 @@ class QValueAxis;
 
 namespace llmplan::gui {
 
-// A value axis titled `title` over [lo, hi] (widened to nice numbers when `nice`).
+// A value axis titled `title` over [lo, hi] (widened to nice numbers when `nice`), its
+// labels as `label_format` or finer where ticks would repeat a label.
 QValueAxis* make_value_axis(const QString& title, double lo, double hi, const QString& label_format, bool nice = true);
+// `format` ("%.2f", "%.3g") widened so that `ticks` evenly spaced labels over [lo, hi] all
+// differ (a loss axis of 11.00 .. 11.05 reads 11.00, 11.01, ..., not 11.00 five times).
+QString distinct_label_format(const QString& format, double lo, double hi, int ticks);
 // A chart with the house look: legend at the bottom, no animation, small margins.
 QChart* make_chart(const QString& title, Qt::Alignment legend = Qt::AlignBottom);
 QChartView* make_chart_view(QChart* chart);

@@ -18,6 +18,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QScatterSeries>
+#include <QSet>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -298,6 +299,23 @@ class GuiTest : public QObject {
     const int now = w().selected_source_row();
     QCOMPARE(w().plan_model()->plan_row(now).result.peak_bytes, po.peak_bytes);
     QCOMPARE(w().plan_model()->plan_row(now).result.tokens_per_s, po.tokens_per_s);
+  }
+
+  // ---- axis labels never repeat (a loss axis of 11.00 five times; "0 0 1 1 1" on 0..1)
+  void axis_labels_differ() {
+    struct Case {
+      double lo, hi;
+      const char* format;
+    };
+    for (const Case& c : {Case{11.0, 11.05, "%.2f"}, Case{0, 1, "%.0f"}, Case{11.0, 11.05, "%.3g"}, Case{0, 20000, "%.0f"}, Case{1e6, 1.0001e6, "%.3g"}}) {
+      std::unique_ptr<QValueAxis> ax(make_value_axis(QStringLiteral("x"), c.lo, c.hi, QString::fromLatin1(c.format)));
+      QStringList labels;
+      const int n = ax->tickCount();
+      for (int i = 0; i < n; ++i)
+        labels << QString::asprintf(ax->labelFormat().toLatin1().constData(), ax->min() + i * (ax->max() - ax->min()) / (n - 1));
+      QCOMPARE(QSet<QString>(labels.begin(), labels.end()).size(), n);
+    }
+    QCOMPARE(distinct_label_format(QStringLiteral("%.0f"), 0, 20000, 5), QStringLiteral("%.0f"));  // enough already
   }
 
   // ---- time in the unit it reads best in: a 16,224 s step on an axis of hours
