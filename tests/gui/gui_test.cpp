@@ -383,6 +383,7 @@ class GuiTest : public QObject {
       env.remove(QStringLiteral("QT_QPA_PLATFORM"));
       gui.setProcessEnvironment(env);
       gui.start(QStringLiteral(LLMPLAN_BINARY_DIR "/gui/llmplan-gui"), {QString::fromLatin1(flag)});
+      QVERIFY2(gui.waitForStarted(20000), qPrintable(gui.errorString()));
       QVERIFY(gui.waitForFinished(20000));
       QCOMPARE(gui.exitCode(), 0);
       const QString out = QString::fromLocal8Bit(gui.readAllStandardOutput());
