@@ -3,6 +3,8 @@
 #include <QChart>
 #include <QChartView>
 #include <QLineSeries>
+#include <QLegend>
+#include <QLegendMarker>
 #include <QScatterSeries>
 #include <QValueAxis>
 #include <QVBoxLayout>
@@ -110,6 +112,12 @@ void ScatterChart::rebuild() {
   QPen ring(QColor(0xd6, 0x27, 0x28), 3);
   selected_series_->setPen(ring);
   attach(chart_, selected_series_);
+  // The legend shows the red ring the chart draws, not a blank square.
+  for (QLegendMarker* m : chart_->legend()->markers(selected_series_)) {
+    m->setShape(QLegend::MarkerShapeCircle);
+    m->setPen(ring);
+    m->setBrush(Qt::NoBrush);  // (the series' updates reset it to the series' transparent fill)
+  }
 
   QString title = tr("Peak memory vs throughput: %1 fitting, %2 not fitting").arg(n_fit).arg(n_nofit);
   if (beyond > 0) title += tr(" (%1 beyond %2 GiB not drawn)").arg(beyond).arg(ax->max(), 0, 'f', 0);

@@ -12,6 +12,8 @@
 #include <QFontMetricsF>
 #include <QFileInfo>
 #include <QLabel>
+#include <QLegend>
+#include <QLegendMarker>
 #include <QLineEdit>
 #include <QLineSeries>
 #include <QProcess>
@@ -279,6 +281,12 @@ class GuiTest : public QObject {
     QVERIFY(w().time_chart()->chart()->title().contains(QString::number(st.total, 'f', 3)));
     // The scatter rings the same plan; explain and timeline show it.
     QCOMPARE(w().scatter()->selected_series()->count(), 1);
+    // Its legend entry is the same red ring.
+    const auto markers = w().scatter()->chart()->legend()->markers(w().scatter()->selected_series());
+    QCOMPARE(markers.size(), 1);
+    QCOMPARE(int(markers.front()->shape()), int(QLegend::MarkerShapeCircle));
+    QCOMPARE(markers.front()->pen().color(), w().scatter()->selected_series()->pen().color());
+    QVERIFY(markers.front()->brush().style() == Qt::NoBrush || markers.front()->brush().color().alpha() == 0);  // a ring, not a filled square
     QCOMPARE(w().scatter()->selected_series()->at(0), QPointF(pr.peak_bytes / kGiB, pr.tokens_per_s));
     QVERIFY(w().explain()->toHtml().contains(QString::fromStdString(plan_summary(pr.plan))));
     QVERIFY2(w().timeline()->title().contains(QStringLiteral("%1 s by the time model").arg(st.total, 0, 'f', 3)), qPrintable(w().timeline()->title()));
