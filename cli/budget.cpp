@@ -53,8 +53,6 @@ void add_budget_flags(CLI::App* app, BudgetFlags* f, bool with_tokens) {
 void retarget_budget(const Setup& s, const BudgetFlags& f, BudgetSetup* b) {
   b->energy = b->data.energy_for(s.file.cluster);
   if (given(f.power_opt)) b->energy.gpu_tdp_w = f.gpu_power_w;
-  if (!given(f.power_opt) && !b->data.node_overhead.count(s.file.cluster.name))
-    b->energy.node_overhead_w = b->data.default_node_overhead_per_gpu_tdp * b->energy.gpu_tdp_w * s.file.cluster.gpus_per_node;
   if (given(f.pue_opt)) b->energy.pue = f.pue;
   if (given(f.grid_opt)) b->energy.grid_g_co2_per_kwh = f.grid_intensity;
   b->price_per_gpu_hour = 0;

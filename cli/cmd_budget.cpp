@@ -82,6 +82,11 @@ int finish(const BestPlan& best, const BudgetSetup& b, double tokens, const std:
   return 0;
 }
 
+// The global batch when none is given: 1024 sequences, or a quarter of a sequence per GPU on
+// more than 4096 GPUs (Llama 3 405B trained at 16M tokens a step on 16k GPUs), so that data
+// parallelism is not starved.
+int64_t default_global_batch(int gpus) { return std::max<int64_t>(1024, std::bit_ceil(static_cast<uint64_t>(gpus) / 4)); }
+
 double params_of(const ModelSpec& m) { return static_cast<double>(count_params(m, 1, 1, 1, 0, 0).total); }
 
 // --gpus N with --days or --dollars: iterate compute -> Chinchilla size -> best plan -> the
@@ -167,7 +172,7 @@ int gpus_for_days(const BudgetCommand& c, const Setup& first, BudgetSetup& b) {
   for (int g = node; g <= c.max_gpus; g *= 2) {
     JobFlags jf = c.job;
     jf.gpus = g;
-    if (!c.batch_given) jf.global_batch = std::max<int64_t>(1024, std::bit_ceil(static_cast<uint64_t>(g) / 4));
+    if (!c.batch_given) jf.global_batch = default_global_batch(g);
     Result<Setup> setup = setup_from_flags(jf);
     if (!setup) return report(setup.status());
     if (c.job.precision.empty()) setup->file.job.precision = default_half_precision(setup->file.cluster.gpu);
@@ -238,12 +243,8 @@ Runner register_budget(CLI::App* sub) {
     if (model_given && days && c->gpus_opt->count() > 0)
       return report(Status::bad_input("--gpus: not with --model, --tokens and --days, which find the GPU count (leave out --days to cost --gpus)"));
 
-    // The global batch not given: 1024 sequences, or a quarter of a sequence per GPU on
-    // more than 4096 GPUs (Llama 3 405B trained at 16M tokens a step on 16k GPUs), so that
-    // data parallelism is not starved.
     c->batch_given = sub->get_option("--global-batch")->count() > 0;
-    const bool batch_given = c->batch_given;
-    if (!batch_given && !(model_given && days)) c->job.global_batch = std::max<int64_t>(1024, std::bit_ceil(static_cast<uint64_t>(c->job.gpus) / 4));
+    if (!c->batch_given && !(model_given && days)) c->job.global_batch = default_global_batch(c->job.gpus);
     Result<Setup> setup = setup_from_flags(c->job);
     if (!setup) return report(setup.status());
     Setup& s = *setup;

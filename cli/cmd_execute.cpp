@@ -4,15 +4,14 @@
 // planner's fixes) after recording the run as status "oom"; exit 2 on bad input.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "executor/comm/communicator.h"
 #include "executor/execute_job.h"
+#include "executor/process_memory.h"
 #include "executor/runner.h"
 #include "planner/cost/memory_model.h"
 #include "planner/calibrate/calibration.h"
@@ -48,17 +47,6 @@ struct ExecuteCommand {
   double time_budget_s = 15;
 };
 
-// This machine's available memory, bytes (/proc/meminfo MemAvailable; else all of it).
-double available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-}
-
 // A multi-rank plan started alone, without a launcher or --proxy-rank: its heaviest rank
 // (the first rank of the pipeline stage with the largest predicted peak) as a proxy,
 // scaled down where the user did not pin the size -- one micro-batch per step, then half
@@ -77,7 +65,7 @@ Result<int> scale_to_this_machine(const PlanFile& f, const ExecuteCommand& c, bo
   exec::RunOptions probe = *o;
   probe.comm = &lc;
   const int chunks = f.plan.pp * std::max(1, f.plan.vpp);
-  const double memory_budget = 0.5 * available_memory_bytes();
+  const double memory_budget = 0.5 * exec::available_memory_bytes();
   int layers = probe.layers > 0 ? probe.layers : f.model.layers;
   int64_t seq = probe.seq_len > 0 ? probe.seq_len : f.job.seq_len;
   int mb = probe.micro_batch > 0 ? probe.micro_batch : f.plan.micro_batch;

@@ -135,12 +135,6 @@ SweepOptions sweep_options_for(const Setup& s) {
   return opt;
 }
 
-int node_gpus(const Setup& s) {
-  if (s.file.cluster.nodes > 1) return s.file.cluster.gpus_per_node;
-  Result<ClusterPreset> preset = s.presets.cluster(s.file.cluster.name);
-  return preset ? std::max(preset->cluster.gpus_per_node, s.file.cluster.gpus_per_node) : s.file.cluster.gpus_per_node;
-}
-
 Result<PresetRegistry> load_presets(const std::string& data_root) {
   return PresetRegistry::load(data_root.empty() ? default_data_root() : data_root);
 }
@@ -197,8 +191,7 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
     return Status::bad_input("--gpus " + std::to_string(f.gpus) + ": not a whole number of nodes of " + std::to_string(gpn) +
                              " GPUs (--gpus-per-node or the node preset); expected a multiple of " + std::to_string(gpn) +
                              " or at most one node");
-  if (f.gpus < gpn) s.file.cluster.gpus_per_node = f.gpus;  // a partial node
-  s.file.cluster.nodes = (f.gpus + s.file.cluster.gpus_per_node - 1) / s.file.cluster.gpus_per_node;
+  s.file.cluster = cluster_with_gpus(s.file.cluster, f.gpus);  // whole nodes, or a partial one
   s.file.gpus = f.gpus;
   // ---- job
   TrainingJob& j = s.file.job;

@@ -106,10 +106,6 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s);
 // budget and explain commands.
 SweepOptions sweep_options_for(const Setup& s);
 
-// GPUs per node of the setup's node type (its cluster holds a partial node when --gpus is
-// less than one).
-int node_gpus(const Setup& s);
-
 // Prints "llmplan: <message>" on stderr and returns the status's exit code.
 int report(const Status& s);
 

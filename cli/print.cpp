@@ -88,21 +88,21 @@ void print_explanation(const Explanation& e, const PlanFile& f) {
   }
 }
 
-void print_fit_advice(const FitAdvice& a, int max_gpus_tried) {
+void print_fit_advice(const FitAdvice& a) {
   std::printf("\nWhat would make a plan fit (each change alone; its best plan found by a sweep, %d sweeps):\n", a.sweeps);
   if (a.changes.empty()) {
-    std::printf("  nothing tried does: not up to %d GPUs, nor a 128-token sequence, LoRA, QLoRA, FP8 or offload\n", max_gpus_tried);
+    std::printf("  nothing tried does: not up to %d GPUs, nor a 128-token sequence, LoRA, QLoRA, FP8 or offload\n", a.max_gpus);
     return;
   }
   std::printf("  %-56s %-52s %9s %12s\n", "change", "best plan", "peak GiB", "tokens/s");
   for (const JobChange& c : a.changes)
     std::printf("  %-56s %-52s %9.2f %12.0f\n", c.description.c_str(), plan_summary(c.plan).c_str(), c.peak_bytes / kGiB, c.tokens_per_s);
-  if (a.min_gpus == 0) std::printf("  (no GPU count up to %d fits)\n", max_gpus_tried);
+  if (a.min_gpus == 0) std::printf("  (no GPU count up to %d fits)\n", a.max_gpus);
 }
 
 void print_fit_advice_for(const Setup& s, const SweepSpace& space, const SweepOptions& opt) {
   FitAdviceOptions fo;
-  fo.node_gpus = node_gpus(s);
+  fo.node_gpus = s.presets.node_gpus(s.file.cluster);
   const auto start = std::chrono::steady_clock::now();
   bool printed = false;
   fo.progress = [&](int g) {
@@ -110,11 +110,9 @@ void print_fit_advice_for(const Setup& s, const SweepSpace& space, const SweepOp
     std::fprintf(stderr, "\rfit advice: trying %d GPUs...", g);
     printed = true;
   };
-  const int max_gpus = std::min(65536, std::max(1024, 64 * s.file.gpus));
-  fo.max_gpus = max_gpus;
   const FitAdvice a = advise_fit(s.file.model, s.file.cluster, s.file.job, s.file.gpus, space, opt, fo);
   if (printed) std::fprintf(stderr, "\n");
-  print_fit_advice(a, max_gpus);
+  print_fit_advice(a);
 }
 
 }  // namespace llmplan::cli

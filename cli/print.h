@@ -14,7 +14,7 @@ void print_memory(const MemoryReport& r, double headroom_bytes);
 void print_time(const StepTime& t, int gpus);
 void print_explanation(const Explanation& e, const PlanFile& f);
 // "What would make a plan fit": each job change with its best plan, peak and throughput.
-void print_fit_advice(const FitAdvice& a, int max_gpus_tried);
+void print_fit_advice(const FitAdvice& a);
 // advise_fit for a setup whose sweep found nothing (progress on stderr), then the above.
 struct Setup;
 void print_fit_advice_for(const Setup& s, const SweepSpace& space, const SweepOptions& opt);

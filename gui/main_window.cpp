@@ -79,7 +79,6 @@ MainWindow::MainWindow(const PresetRegistry& presets, QSettings* settings, QWidg
   rl->addWidget(stale_banner_);
   rl->addWidget(selected_label_);
   rl->addWidget(tabs_, 1);
-  results_ = tabs_;
 
   auto* split = new QSplitter;
   split->addWidget(form_scroll);
@@ -251,7 +250,7 @@ bool MainWindow::start_sweep() {
   }
   form_->show_error(QString());
   form_->set_running(true);
-  req_inputs_ = in;
+  running_inputs_ = form_->cli_line();
   // The previous results go at once: nothing on screen belongs to other inputs.
   selected_ = -1;
   details_.reset();
@@ -289,7 +288,7 @@ void MainWindow::on_sweep_finished(bool cancelled) {
   details_.reset();
   fit_advice_.reset();
   model_->set_sweep(ctx, r);
-  shown_inputs_ = QString::fromStdString(cli_command_line(req_inputs_));
+  shown_inputs_ = running_inputs_;
   update_stale_banner();
   table_->sortByColumn(PlanTableModel::kRank, Qt::AscendingOrder);
   scatter_->rebuild();  // now, not on the next event-loop turn: the selection below uses it
@@ -321,8 +320,7 @@ void MainWindow::on_sweep_finished(bool cancelled) {
       msg += tr("; no plan passed the structural checks (see the status bar's tooltip).");
     // What would make a plan fit, each change found by a sweep (a few seconds at most).
     FitAdviceOptions fo;
-    if (Result<ClusterPreset> node = presets_.cluster(req.base.cluster.name); node && req.base.cluster.nodes == 1)
-      fo.node_gpus = std::max(node->cluster.gpus_per_node, req.base.cluster.gpus_per_node);
+    fo.node_gpus = presets_.node_gpus(req.base.cluster);
     fit_advice_ = advise_fit(req.base.model, req.base.cluster, req.base.job, req.base.gpus, req.space, req.options, fo);
     if (!fit_advice_->changes.empty()) {
       msg += tr(" What would make one fit:");
@@ -385,21 +383,21 @@ void MainWindow::show_details(int source_row) {
                                .arg(row.fits() ? tr("fits") : tr("<span style='color:#b00020'>does not fit</span>")));
 }
 
-bool MainWindow::results_greyed() const { return results_->graphicsEffect() != nullptr; }
+bool MainWindow::results_greyed() const { return tabs_->graphicsEffect() != nullptr; }
 
 void MainWindow::update_stale_banner() {
   const bool stale = !shown_inputs_.isEmpty() && form_->cli_line() != shown_inputs_;
   if (stale) {
     stale_banner_->setText(tr("<b>Inputs changed: run the sweep.</b> The results shown are for <code>%1</code>").arg(shown_inputs_.toHtmlEscaped()));
     stale_banner_->show();
-    if (!results_->graphicsEffect()) {
-      auto* grey = new QGraphicsOpacityEffect(results_);
+    if (!tabs_->graphicsEffect()) {
+      auto* grey = new QGraphicsOpacityEffect(tabs_);
       grey->setOpacity(0.35);
-      results_->setGraphicsEffect(grey);  // the widget owns it
+      tabs_->setGraphicsEffect(grey);  // the widget owns it
     }
   } else {
     stale_banner_->hide();
-    results_->setGraphicsEffect(nullptr);
+    tabs_->setGraphicsEffect(nullptr);
   }
 }
 

@@ -13,7 +13,6 @@
 
 #include "gui/app_settings.h"
 #include "gui/plan_details.h"
-#include "gui/sweep_request.h"
 #include "planner/search/fit_advice.h"
 #include "planner/io/presets.h"
 
@@ -134,9 +133,8 @@ class MainWindow : public QMainWindow {
   QLabel* selected_label_ = nullptr;
   // Shown when the form's inputs differ from those of the results on screen.
   QLabel* stale_banner_ = nullptr;
-  QWidget* results_ = nullptr;     // the tabs the banner greys
   QString shown_inputs_;           // the command line of the results on screen ("" = none)
-  SweepInputs req_inputs_;         // the inputs of the sweep running or last run
+  QString running_inputs_;         // the command line of the sweep running or last run
   QLabel* summary_ = nullptr;
   std::unique_ptr<PlanDetails> details_;
   int selected_ = -1;

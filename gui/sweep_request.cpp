@@ -49,8 +49,7 @@ Result<SweepRequest> make_sweep_request(const SweepInputs& in, const PresetRegis
     if (!c) return c.status().with_context("GPU");
     f.cluster = *c;
   }
-  if (in.gpus < f.cluster.gpus_per_node) f.cluster.gpus_per_node = in.gpus;  // a partial node
-  f.cluster.nodes = (in.gpus + f.cluster.gpus_per_node - 1) / f.cluster.gpus_per_node;
+  f.cluster = cluster_with_gpus(f.cluster, in.gpus);  // whole nodes, or a partial one
   f.gpus = in.gpus;
   // ---- job
   TrainingJob& j = f.job;

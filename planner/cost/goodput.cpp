@@ -19,28 +19,34 @@ double spread_bandwidth(double per_node, int nodes, double aggregate) {
   return std::min(nodes_bw, agg);
 }
 
+uint32_t lora_mask_of(const ModelSpec& m, const TrainingJob& j) { return j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0; }
+
 }  // namespace
 
-CheckpointSize checkpoint_size(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+CheckpointSize checkpoint_totals(const ModelSpec& m, const TrainingJob& j, int world) {
   CheckpointSize out;
   // Every state once: the whole model as one rank would hold it, unsharded and on the GPU.
   const ParallelPlan whole;
-  const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
-  const ParamCounts whole_pc = count_params(m, 1, 1, 1, lora_mask, j.lora.rank);
-  const ModelStateBytes all = stage_state_bytes(m, j, whole, whole_pc, 0);
-  out.total_bytes = state_bytes(stage_state_bytes(m, j, whole, whole_pc, 0, /*with_frozen=*/false));
-  out.frozen_bytes = all.weights - stage_state_bytes(m, j, whole, whole_pc, 0, false).weights;
+  const ParamCounts whole_pc = count_params(m, 1, 1, 1, lora_mask_of(m, j), j.lora.rank);
+  const ModelStateBytes trained = stage_state_bytes(m, j, whole, whole_pc, 0, /*with_frozen=*/false);
+  out.total_bytes = state_bytes(trained);
+  out.frozen_bytes = stage_state_bytes(m, j, whole, whole_pc, 0).weights - trained.weights;
+  out.write_bytes_per_rank = out.total_bytes / std::max(1, world);
+  return out;
+}
+
+CheckpointSize checkpoint_size(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+  CheckpointSize out = checkpoint_totals(m, j, p.world_size());
   // A rank's shard: the memory model's states of each stage, before offload moves them.
   ParallelPlan on_gpu = p;
   on_gpu.offload_optimizer = false;
-  const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
+  const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask_of(m, j), j.lora.rank);
   for (int s = 0; s < p.pp; ++s) out.rank_bytes = std::max(out.rank_bytes, state_bytes(stage_state_bytes(m, j, on_gpu, pc, s, false)));
-  out.write_bytes_per_rank = out.total_bytes / std::max(1, p.world_size());
   return out;
 }
 
 CheckpointTimes checkpoint_times(const CheckpointSize& size, const ClusterSpec& c, int gpus, const StorageSpec& s) {
-  const int nodes = std::max(1, (gpus + c.gpus_per_node - 1) / std::max(1, c.gpus_per_node));
+  const int nodes = nodes_for(gpus, c.gpus_per_node);
   CheckpointTimes t;
   t.persist_s = size.total_bytes / spread_bandwidth(s.write_per_node, nodes, s.aggregate_write);
   const double read_bw = spread_bandwidth(s.read_per_node, nodes, s.aggregate_read);
@@ -52,8 +58,7 @@ CheckpointTimes checkpoint_times(const CheckpointSize& size, const ClusterSpec& 
 }
 
 double job_mtbf_s(const FailureRates& f, int gpus, int gpus_per_node) {
-  const double nodes = std::ceil(static_cast<double>(gpus) / std::max(1, gpus_per_node));
-  const double per_hour = f.per_gpu_hour * gpus + f.per_node_hour * nodes;
+  const double per_hour = f.per_gpu_hour * gpus + f.per_node_hour * nodes_for(gpus, gpus_per_node);
   return per_hour > 0 ? 3600.0 / per_hour : std::numeric_limits<double>::infinity();
 }
 
@@ -94,9 +99,8 @@ Goodput estimate_goodput(const CheckpointSize& size, const ClusterSpec& c, int g
     g.interval_s = static_cast<double>(g.interval_steps) * step_time_s;
     g.unexpected_fraction = productive_fraction(g.interval_s, delta, g.restart_s, g.mtbf_s);
   }
-  const double nodes = std::ceil(static_cast<double>(gpus) / std::max(1, c.gpus_per_node));
   // Planned interruptions per wall second, each a final checkpoint and a restart.
-  g.planned_loss = std::min(1.0, opt.failures.planned_per_node_hour * nodes / 3600.0 * (delta + g.restart_s));
+  g.planned_loss = std::min(1.0, opt.failures.planned_per_node_hour * nodes_for(gpus, c.gpus_per_node) / 3600.0 * (delta + g.restart_s));
   g.fraction = g.unexpected_fraction * (1 - g.planned_loss);
   return g;
 }

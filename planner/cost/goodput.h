@@ -41,6 +41,9 @@ struct CheckpointSize {
 };
 // REQUIRES: check_plan(m, c, j, p, ...) == none.
 CheckpointSize checkpoint_size(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
+// What every plan of the job on `world` ranks shares: total_bytes, frozen_bytes and
+// write_bytes_per_rank (rank_bytes 0). What goodput needs; the sweep computes it once per job.
+CheckpointSize checkpoint_totals(const ModelSpec& m, const TrainingJob& j, int world);
 
 // Where checkpoints go. Bandwidths in bytes/s; 0 = no such limit (at least one of the
 // per-node and aggregate write limits must be set).

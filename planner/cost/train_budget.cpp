@@ -1,8 +1,5 @@
 #include "planner/cost/train_budget.h"
 
-#include <algorithm>
-#include <cmath>
-
 namespace llmplan {
 
 TrainingBudget training_budget(double tokens, int gpus, int gpus_per_node, const StepTime& t, double goodput_fraction,
@@ -16,8 +13,7 @@ TrainingBudget training_budget(double tokens, int gpus, int gpus_per_node, const
   if (e.gpu_tdp_w > 0) {
     const double busy = 1 - t.bubble_fraction();
     b.gpu_power_w = e.gpu_tdp_w * (e.idle_fraction + (1 - e.idle_fraction) * busy);
-    const double nodes = std::ceil(static_cast<double>(gpus) / std::max(1, gpus_per_node));
-    b.it_power_w = b.gpu_power_w * gpus + e.node_overhead_w * nodes;
+    b.it_power_w = b.gpu_power_w * gpus + e.node_overhead_w * nodes_for(gpus, gpus_per_node);
     b.energy_kwh = b.it_power_w * e.pue * b.wall_s / 3.6e6;
     b.co2_kg = b.energy_kwh * e.grid_g_co2_per_kwh / 1000.0;
   }

@@ -24,7 +24,7 @@ Status object_array(FieldReader& r, const char* key, const json** out) {
   return Status::ok();
 }
 
-Status read_failures(const json& doc, const std::string& origin, const PresetRegistry&, EconomicsData* d) {
+Status read_failures(const json& doc, const std::string& origin, EconomicsData* d) {
   if (!doc.is_object()) return Status::bad_input(origin + ": expected a JSON object");
   FieldReader top(doc, origin, "");
   top.allow("comment");
@@ -61,7 +61,7 @@ Status read_failures(const json& doc, const std::string& origin, const PresetReg
     }
     if (f.unexpected() == 0) return Status::bad_input(origin + ": field '" + at + ".causes': expected at least one interruption, got none");
     const double hours = f.days * 24;
-    const double nodes = static_cast<double>((f.gpus + f.gpus_per_node - 1) / f.gpus_per_node);
+    const double nodes = nodes_for(f.gpus, f.gpus_per_node);
     for (const FailureCause& c : f.causes)
       (c.per_gpu ? f.rates.per_gpu_hour : f.rates.per_node_hour) += static_cast<double>(c.count) / ((c.per_gpu ? f.gpus : nodes) * hours);
     f.rates.planned_per_node_hour = static_cast<double>(f.planned) / (nodes * hours);
@@ -173,7 +173,7 @@ Result<EconomicsData> economics_from_json(const json& failures, const std::strin
                                           const std::string& prices_origin, const json& power, const std::string& power_origin,
                                           const PresetRegistry& presets) {
   EconomicsData d;
-  if (Status st = read_failures(failures, failures_origin, presets, &d); !st) return st;
+  if (Status st = read_failures(failures, failures_origin, &d); !st) return st;
   if (Status st = read_prices(prices, prices_origin, presets, &d); !st) return st;
   if (Status st = read_power(power, power_origin, presets, &d); !st) return st;
   return d;

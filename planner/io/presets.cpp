@@ -178,6 +178,12 @@ Result<ModelSpec> PresetRegistry::resolve_model(const std::string& id_or_path, c
   return m;
 }
 
+int PresetRegistry::node_gpus(const ClusterSpec& c) const {
+  if (c.nodes > 1) return c.gpus_per_node;
+  Result<ClusterPreset> preset = cluster(c.name);
+  return preset ? std::max(preset->cluster.gpus_per_node, c.gpus_per_node) : c.gpus_per_node;
+}
+
 Result<ModelSpec> PresetRegistry::nearest_model(double params, const std::string& family, bool dense_only) const {
   const ModelSpec* best = nullptr;
   double best_score = 1e300;

@@ -39,6 +39,10 @@ class PresetRegistry {
   Result<ModelSpec> model(const std::string& id) const;
   Result<GpuSpec> gpu(const std::string& id) const;
   Result<ClusterPreset> cluster(const std::string& id) const;
+  // GPUs per node of `c`'s node type: c's own when it spans nodes, else (one node, perhaps
+  // a partial one, as cluster_with_gpus makes it) the larger of its preset's and c's.
+  int node_gpus(const ClusterSpec& c) const;
+
   // A cluster for `gpu_id` with its usual node: the cluster preset whose GPU it is (first
   // by id), else a generic node with that GPU. nodes = 1.
   Result<ClusterSpec> cluster_for_gpu(const std::string& gpu_id) const;

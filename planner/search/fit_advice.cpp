@@ -23,15 +23,6 @@ bool best_of(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, int
 
 }  // namespace
 
-ClusterSpec cluster_with_gpus(const ClusterSpec& c, int gpus) {
-  ClusterSpec out = c;
-  // The node type's size: a partial node of the input says nothing of it.
-  const int node = std::max(c.gpus_per_node, 1);
-  if (gpus < node) out.gpus_per_node = gpus;
-  out.nodes = (gpus + out.gpus_per_node - 1) / out.gpus_per_node;
-  return out;
-}
-
 FitAdvice advise_fit(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, int gpus, const SweepSpace& space, SweepOptions opt,
                      const FitAdviceOptions& fo) {
   FitAdvice a;
@@ -41,8 +32,8 @@ FitAdvice advise_fit(const ModelSpec& m, const ClusterSpec& c, const TrainingJob
   char text[160];
   // ---- more GPUs: every count within a node, then whole nodes.
   const int node = std::max(fo.node_gpus > 0 ? fo.node_gpus : c.gpus_per_node, 1);
-  const int max_gpus = fo.max_gpus > 0 ? fo.max_gpus : std::min(65536, std::max(1024, 64 * gpus));
-  for (int g = gpus + 1; g <= max_gpus; g = g < node ? g + 1 : (g / node + 1) * node) {
+  a.max_gpus = fo.max_gpus > 0 ? fo.max_gpus : std::min(65536, std::max(1024, 64 * gpus));
+  for (int g = gpus + 1; g <= a.max_gpus; g = g < node ? g + 1 : (g / node + 1) * node) {
     if (g > node && g % node != 0) continue;
     if (fo.progress) fo.progress(g);
     ClusterSpec cg = c;

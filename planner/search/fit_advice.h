@@ -35,6 +35,7 @@ struct FitAdvice {
   int min_gpus = 0;                // 0: no count up to max_gpus fits
   int64_t max_seq = 0;             // 0: not even 128 tokens fit
   int sweeps = 0;                  // sweeps run
+  int max_gpus = 0;                // the largest GPU count the scan would try
 };
 
 struct FitAdviceOptions {
@@ -49,9 +50,5 @@ struct FitAdviceOptions {
 // `space` and `opt` as the sweep that found nothing (opt.top_k is set to 1 here).
 FitAdvice advise_fit(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, int gpus, const SweepSpace& space, SweepOptions opt,
                      const FitAdviceOptions& fo = {});
-
-// The cluster of `c`'s node type holding `gpus` GPUs: whole nodes, or one partial node
-// (gpus_per_node = gpus) below a node, as the CLI's --gpus sets it.
-ClusterSpec cluster_with_gpus(const ClusterSpec& c, int gpus);
 
 }  // namespace llmplan

@@ -116,7 +116,6 @@ struct ShapeInputs {
   StepTimeInputs time;
   MemoryInputs memory;
   std::vector<MemoryInputs> also;  // per SweepOptions::also_fit
-  CheckpointSize checkpoint;       // SweepOptions::goodput: the same for every plan of the shape but its ZeRO split
 };
 
 // Keeps the k best in `top` (sorted best first); no allocation once it holds k entries.
@@ -209,6 +208,8 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
           jobs_also[k] = jj;
           jobs_also[k].grads = opt.also_fit[k].grads;
         }
+        // Goodput's checkpoint is the job's, the same for every plan on these GPUs.
+        const CheckpointSize checkpoint = opt.goodput ? checkpoint_totals(m, jj, gpus) : CheckpointSize{};
         shapes.assign(eps.size() * sps.size() * flashes.size() * exchanges.size() * mbs.size(), ShapeInputs{});
         // The CP exchange means nothing without CP: one pass then.
         const size_t n_exchanges = it.cp > 1 ? exchanges.size() : 1;
@@ -271,7 +272,6 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             shape.also.clear();
                             shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
                             shape.memory = memory_inputs(m, c.gpu, jj, p, opt.memory);
-                            if (opt.goodput) shape.checkpoint = checkpoint_size(m, jj, p);
                             shape.ready = true;
                           }
                           // Memory (under every convention of the envelope) and time of plan q into pr.
@@ -303,7 +303,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             out->mfu = st.mfu;
                             out->bubble_fraction = st.bubble_fraction();
                             out->exposed_comm_s = st.tp_comm + st.pp_comm + st.dp_comm + st.cp_comm + st.ep_comm;
-                            out->goodput = opt.goodput ? estimate_goodput(shape.checkpoint, c, gpus, st.total, *opt.goodput).fraction : 1;
+                            out->goodput = opt.goodput ? estimate_goodput(checkpoint, c, gpus, st.total, *opt.goodput).fraction : 1;
                             out->gpu_hours_per_1b_tokens = gpus * 1e9 / (st.tokens_per_s * out->goodput) / 3600.0;
                             gpu_fits = mem.total + opt.headroom_bytes <= mem.capacity;
                             return mem.fits(opt.headroom_bytes);

@@ -114,6 +114,20 @@ struct ClusterSpec {
   int scale_up_gpus() const { return nvlink_domain > gpus_per_node ? nvlink_domain : gpus_per_node; }
 };
 
+// Nodes that hold `gpus` GPUs at `gpus_per_node` each (the last one possibly partial).
+inline int nodes_for(int gpus, int gpus_per_node) {
+  const int per = gpus_per_node > 0 ? gpus_per_node : 1;
+  return gpus > 0 ? (gpus + per - 1) / per : 1;
+}
+// The cluster of `c`'s node type holding `gpus` GPUs: whole nodes, or one partial node
+// (gpus_per_node = gpus) below a node, as the CLI's and the GUI's --gpus set it.
+inline ClusterSpec cluster_with_gpus(const ClusterSpec& c, int gpus) {
+  ClusterSpec out = c;
+  if (gpus < out.gpus_per_node) out.gpus_per_node = gpus;
+  out.nodes = nodes_for(gpus, out.gpus_per_node);
+  return out;
+}
+
 // ---------------------------------------------------------------- training job
 
 enum class TrainMode { pretrain, finetune, lora };
