@@ -20,5 +20,7 @@ Runner register_execute(CLI::App* sub);   // cmd_execute.cpp
 Runner register_profiles(CLI::App* sub);  // cmd_profiles.cpp
 Runner register_calibrate(CLI::App* sub);  // cmd_calibrate.cpp
 Runner register_budget(CLI::App* sub);     // cmd_budget.cpp
+Runner register_export(CLI::App* sub);     // cmd_launch.cpp
+Runner register_import(CLI::App* sub);     // cmd_launch.cpp
 
 }  // namespace llmplan::cli

@@ -32,6 +32,9 @@ constexpr Command kCommands[] = {
     {"calibrate", "fit a device's reached speed from recorded runs; execute --calibration applies it", llmplan::cli::register_calibrate},
     {"budget", "days, GPU-hours, cost and energy of a token budget with goodput; compute-optimal size for --days/--dollars; GPUs for --days",
      llmplan::cli::register_budget},
+    {"export", "write a plan as a framework's launch configuration (Megatron-LM, NeMo, DeepSpeed, torchtitan, MindFormers)",
+     llmplan::cli::register_export},
+    {"import", "read a framework's launch configuration into a plan file (then explain it)", llmplan::cli::register_import},
 };
 
 }  // namespace
