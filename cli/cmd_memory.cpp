@@ -29,11 +29,12 @@ Result<Setup> load_setup(const PlanCommand& c) {
     if (!f) return f.status();
     Result<PresetRegistry> reg = load_presets(c.job.data_root);
     if (!reg) return reg.status();
-    Setup s{std::move(*reg), *f, 0, "", {}, false, c.job.data_root.empty() ? default_data_root() : c.job.data_root};
+    Setup s{std::move(*reg), *f, 0, "", {}, false, c.job.data_root.empty() ? default_data_root() : c.job.data_root, std::nullopt};
     Result<double> head = parse_bytes(c.job.headroom, "--headroom");
     if (!head) return head.status();
     s.headroom_bytes = *head;
     if (Status st = apply_stack_flag(c.job.stack, &s); !st) return st;
+    if (Status st = apply_framework_flag(c.job.framework, &s); !st) return st;
     return s;
   }
   Result<Setup> s = setup_from_flags(c.job);
@@ -83,12 +84,15 @@ Runner register_explain(CLI::App* sub) {
     if (!s) return report(s.status());
     const PlanFile& f = s->file;
     const Explanation e = explain_plan(f.model, f.cluster, f.job, f.plan, f.gpus, s->headroom_bytes,
-                                       stack_memory_options(s->stack, MemoryOptions{}), s->stack.efficiency);
+                                       stack_memory_options(s->stack, MemoryOptions{}), s->stack.efficiency,
+                                       s->framework ? &*s->framework : nullptr);
     if (!s->model_note.empty()) std::printf("%s\n", s->model_note.c_str());
     print_setup(f);
     print_memory(e.memory, s->headroom_bytes);
     if (!s->stack_given) print_memory_over_stacks(s->presets, f, s->headroom_bytes);
     print_time(e.time, f.gpus);
+    if (!e.framework_refusal.empty()) std::printf("\n%s.\n", e.framework_refusal.c_str());
+    else if (s->framework) std::printf("\n%s runs this plan (%s).\n", s->framework->name.c_str(), s->framework->version.c_str());
     print_explanation(e, f);
     // No single change fits: what change of the job lets some plan fit.
     if (!e.fits && std::none_of(e.changes.begin(), e.changes.end(), [](const PlanChange& c) { return c.fits; })) {

@@ -62,7 +62,7 @@ struct BudgetColumns {
   int gpus = 0;
 };
 
-void print_row(int rank, const PlanResult& r, const BudgetColumns& bc) {
+void print_row(int rank, const PlanResult& r, const BudgetColumns& bc, const std::vector<FrameworkSpec>& frameworks) {
   const ParallelPlan& p = r.plan;
   // CP with its exchange: r = ring, ag = all-gather.
   const std::string cp = std::to_string(p.cp) + (p.cp == 1 ? "" : p.cp_exchange == CpExchange::ring ? "r" : "ag");
@@ -72,6 +72,7 @@ void print_row(int rank, const PlanResult& r, const BudgetColumns& bc) {
               p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), off.c_str(),
               p.flash_attention ? "on" : "off", to_string(r.precision), to_string(r.amp), r.peak_bytes / kGiB, r.tokens_per_s, 100 * r.mfu,
               r.step_time_s);
+  if (!frameworks.empty()) std::printf(" %*s", static_cast<int>(std::max<size_t>(7, frameworks.size())), framework_letters(r.frameworks, frameworks).c_str());
   if (bc.tokens > 0) {
     const double wall_s = bc.tokens / (r.tokens_per_s * r.goodput);
     std::printf(" %7.1f %7.1f%%", wall_s / 86400, 100 * r.goodput);
@@ -110,9 +111,10 @@ std::vector<PlanResult> rerank_by_simulation(const PlanFile& base, const std::ve
   return sim;
 }
 
-void print_header(const BudgetColumns& bc) {
+void print_header(const BudgetColumns& bc, const std::vector<FrameworkSpec>& frameworks) {
   std::printf("%4s  %3s %3s %3s %3s %4s %3s %4s %5s %4s %-9s %3s %5s  %-9s %9s %12s %7s %8s", "rank", "dp", "tp", "pp", "vpp", "cp", "sp", "mb",
               "accum", "zero", "recompute", "off", "flash", "precision", "peak GiB", "tokens/s", "MFU", "step s");
+  if (!frameworks.empty()) std::printf(" %*s", static_cast<int>(std::max<size_t>(7, frameworks.size())), "runs on");
   if (bc.tokens > 0) std::printf(" %7s %8s", "days", "goodput");
   if (bc.tokens > 0 && bc.price_per_gpu_hour > 0) std::printf(" %10s", "cost");
   std::printf("\n");
@@ -239,12 +241,19 @@ Runner register_sweep(CLI::App* sub) {
     std::printf("Rejected:\n");
     for (int i = 1; i < static_cast<int>(RejectReason::kCount); ++i)
       if (r.rejected[i] > 0) std::printf("  %10lld  %s\n", static_cast<long long>(r.rejected[i]), describe(static_cast<RejectReason>(i)));
+    if (s.framework)  // each framework rule with the plans it refused
+      for (size_t i = 0; i < r.framework_rejected.size(); ++i)
+        if (r.framework_rejected[i] > 0) {
+          const FrameworkRule& rule = s.framework->rules[i];
+          std::printf("  %10lld    %s: %s (rule %s; %s)\n", static_cast<long long>(r.framework_rejected[i]), s.framework->name.c_str(),
+                      rule.why.c_str(), rule.id.c_str(), rule.source.c_str());
+        }
 
     if (!c->csv_out.empty()) {
       std::ofstream csv(c->csv_out);
       if (!csv) return report(Status::runtime(c->csv_out + ": cannot write file"));
       csv << "dp,tp,pp,vpp,cp,ep,sp,micro_batch,grad_accum,zero,recompute,offload,flash,precision,amp,status,peak_gib,tokens_per_s,mfu,step_s,cp_exchange,"
-             "peak_low_gib,peak_stack,activation_offload_layers\n";
+             "peak_low_gib,peak_stack,activation_offload_layers,frameworks\n";
       for (const PlanResult& x : r.all) {
         const ParallelPlan& p = x.plan;
         csv << p.dp << ',' << p.tp << ',' << p.pp << ',' << p.vpp << ',' << p.cp << ',' << p.ep << ',' << p.sp << ',' << p.micro_batch << ','
@@ -252,7 +261,11 @@ Runner register_sweep(CLI::App* sub) {
             << to_string(x.precision) << ',' << to_string(x.amp) << ',' << (x.reason == RejectReason::none ? "fits" : describe(x.reason)) << ','
             << x.peak_bytes / kGiB << ',' << x.tokens_per_s << ',' << x.mfu << ',' << x.step_time_s << ',' << to_string(p.cp_exchange) << ','
             << x.peak_low_bytes / kGiB << ',' << (x.peak_convention < 0 ? s.stack.name : opt.also_fit[static_cast<size_t>(x.peak_convention)].stack)
-            << ',' << p.activation_offload_layers << '\n';
+            << ',' << p.activation_offload_layers << ',';
+        bool first_fw = true;  // the frameworks that run it, joined by '+'
+        for (size_t k = 0; k < opt.mark_frameworks.size(); ++k)
+          if (x.frameworks >> k & 1u) csv << (first_fw ? "" : "+") << opt.mark_frameworks[k].name, first_fw = false;
+        csv << '\n';
       }
       std::printf("wrote %zu plans to %s\n", r.all.size(), c->csv_out.c_str());
     }
@@ -283,20 +296,22 @@ Runner register_sweep(CLI::App* sub) {
       std::printf("; a plan fits only under all of them (--stack NAME: one stack's own number)\n");
     }
     std::printf("\nTop %zu plans by %s%s:\n", shown, to_string(opt.objective), c->simulate_top > 0 ? " (simulated step time)" : "");
-    print_header(columns);
-    for (size_t i = 0; i < shown; ++i) print_row(static_cast<int>(i + 1), ranked[i], columns);
+    print_header(columns, opt.mark_frameworks);
+    for (size_t i = 0; i < shown; ++i) print_row(static_cast<int>(i + 1), ranked[i], columns, opt.mark_frameworks);
     if (c->pareto) {
       std::printf("\nPareto front (memory vs throughput), %zu plans:\n", r.pareto.size());
-      print_header(columns);
-      for (size_t i = 0; i < r.pareto.size(); ++i) print_row(static_cast<int>(i + 1), r.pareto[i], columns);
+      print_header(columns, opt.mark_frameworks);
+      for (size_t i = 0; i < r.pareto.size(); ++i) print_row(static_cast<int>(i + 1), r.pareto[i], columns, opt.mark_frameworks);
     }
+    if (!opt.mark_frameworks.empty()) std::printf("runs on: %s\n", framework_legend(opt.mark_frameworks).c_str());
 
     PlanFile best = s.file;
     best.plan = ranked.front().plan;
     best.job = job_for(s.file.job, ranked.front());
     const MemoryReport mem = estimate_memory(best.model, best.cluster, best.job, best.plan, opt.memory);
     const StepTime time = estimate_time(best.model, best.cluster, best.job, best.plan, opt.efficiency);
-    std::printf("\nBest plan: %s (stack %s)\n", plan_summary(best.plan).c_str(), s.stack.name.c_str());
+    std::printf("\nBest plan: %s (stack %s%s%s)\n", plan_summary(best.plan).c_str(), s.stack.name.c_str(),
+                s.framework ? ", framework " : "", s.framework ? s.framework->name.c_str() : "");
     print_memory(mem, s.headroom_bytes);
     if (!s.stack_given) print_memory_over_stacks(s.presets, best, s.headroom_bytes);
     print_time(time, best.gpus);
@@ -326,6 +341,8 @@ Runner register_presets(CLI::App* sub) {
     for (const auto& id : reg->cluster_ids()) std::printf(" %s", id.c_str());
     std::printf("\nstacks:");
     for (const auto& id : reg->stack_ids()) std::printf(" %s", id.c_str());
+    std::printf("\nframeworks:");
+    for (const auto& id : reg->framework_ids()) std::printf(" %s", id.c_str());
     std::printf("\nread from: %s\n", (root->empty() ? default_data_root() : *root).c_str());
     return 0;
   };

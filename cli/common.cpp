@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -15,6 +16,9 @@ void add_job_flags(CLI::App* app, JobFlags* f) {
   app->add_option("--family", f->family, "restrict --params to a family prefix (gpt2, gpt3, llama2, llama3, mistral)");
   app->add_option("--gpu", f->gpu, "GPU preset id")->capture_default_str();
   app->add_option("--stack", f->stack, "training-stack profile (data/stacks: megatron-core, torchtitan, deepspeed, ...) or a stack file from llmplan calibrate; default llmplan");
+  app->add_option("--framework", f->framework,
+                  "training framework (data/frameworks: megatron, nemo, deepspeed, torchtitan, mindformers): only the plans it runs, "
+                  "with its stack profile unless --stack is given");
   app->add_option("--cluster", f->cluster, "node/interconnect preset id (sets the GPU too)");
   app->add_option("--gpus", f->gpus, "number of GPUs")->capture_default_str();
   app->add_option("--gpus-per-node", f->gpus_per_node, "GPUs per node (default: the node preset's)");
@@ -125,8 +129,52 @@ void print_memory_over_stacks(const PresetRegistry& presets, const PlanFile& f, 
   std::printf("  (give --stack NAME for one stack's own number)\n");
 }
 
+Status apply_framework_flag(const std::string& framework, Setup* s) {
+  if (framework.empty()) return Status::ok();
+  Result<FrameworkSpec> fw = s->presets.framework(framework, "--framework");
+  if (!fw) return fw.status();
+  s->framework = *fw;
+  if (!s->stack_given && !fw->stack.empty()) return apply_stack_flag(fw->stack, s);
+  return Status::ok();
+}
+
+namespace {
+// Each framework's letter: the first letter of its name not taken by an earlier one.
+std::string letters_of(const std::vector<FrameworkSpec>& frameworks) {
+  std::string used;
+  for (const FrameworkSpec& fw : frameworks) {
+    char letter = '?';
+    for (char ch : fw.name) {
+      const char up = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      if (std::isalpha(static_cast<unsigned char>(ch)) && used.find(up) == std::string::npos) {
+        letter = up;
+        break;
+      }
+    }
+    used += letter;
+  }
+  return used;
+}
+}  // namespace
+
+std::string framework_letters(uint32_t mask, const std::vector<FrameworkSpec>& frameworks) {
+  const std::string letters = letters_of(frameworks);
+  std::string out;
+  for (size_t i = 0; i < letters.size() && i < 32; ++i) out += (mask >> i & 1u) ? letters[i] : '-';
+  return out;
+}
+
+std::string framework_legend(const std::vector<FrameworkSpec>& frameworks) {
+  const std::string letters = letters_of(frameworks);
+  std::string out;
+  for (size_t i = 0; i < letters.size(); ++i) out += (out.empty() ? "" : " ") + std::string(1, letters[i]) + "=" + frameworks[i].name;
+  return out;
+}
+
 SweepOptions sweep_options_for(const Setup& s) {
   SweepOptions opt;
+  if (s.framework) opt.framework = &*s.framework;
+  opt.mark_frameworks = s.presets.frameworks();
   opt.memory = stack_memory_options(s.stack, opt.memory);
   opt.efficiency = s.stack.efficiency;
   // The stack not named: a plan fits only under every known stack's memory conventions.
@@ -152,7 +200,7 @@ Status parse_flag(const std::string& text, E* out, const char* flag, const char*
 Result<Setup> setup_from_flags(const JobFlags& f) {
   Result<PresetRegistry> reg = load_presets(f.data_root);
   if (!reg) return reg.status();
-  Setup s{std::move(*reg), {}, 0, "", {}, false, f.data_root.empty() ? default_data_root() : f.data_root};
+  Setup s{std::move(*reg), {}, 0, "", {}, false, f.data_root.empty() ? default_data_root() : f.data_root, std::nullopt};
   // ---- model
   if (!f.model.empty() && !f.params.empty()) return Status::bad_input("--model and --params: give one, not both");
   if (!f.model.empty()) {
@@ -230,6 +278,7 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
   if (Status st = parse_flag(f.optimizer, &j.optimizer, "--optimizer", "adamw, sgd"); !st) return st;
   if (Status st = parse_flag(f.grads, &j.grads, "--grads", "deepspeed, megatron"); !st) return st;
   if (Status st = apply_stack_flag(f.stack, &s); !st) return st;  // after --grads: the stack's convention wins
+  if (Status st = apply_framework_flag(f.framework, &s); !st) return st;
   if (!f.fp8.empty())
     if (Status st = parse_flag(f.fp8, &j.fp8, "--fp8", kFp8RecipeNames); !st) return st;
   Result<double> head = parse_bytes(f.headroom, "--headroom");

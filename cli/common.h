@@ -3,6 +3,7 @@
 #pragma once
 
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,7 @@ struct JobFlags {
   std::string headroom = "0";
   std::string data_root;        // "" = default_data_root()
   std::string stack;            // training-stack profile id or file; "" = the default (llmplan)
+  std::string framework;        // training framework (data/frameworks); "" = any
 };
 
 // Flags for a single plan (memory, explain). -1 / "" = not given.
@@ -80,7 +82,16 @@ struct Setup {
   StackProfile stack;        // --stack, else the default profile
   bool stack_given = false;  // --stack was given (else memory is also reported over every stack's conventions)
   std::string data_root;     // the folder the presets came from (--data-root or the default)
+  std::optional<FrameworkSpec> framework;  // --framework: only the plans it runs
 };
+
+// --framework on top of a setup (after --stack): the framework, and its stack profile when
+// --stack was not given.
+Status apply_framework_flag(const std::string& framework, Setup* s);
+// "runs on" letters of a plan marked by the sweep (SweepOptions::mark_frameworks): one
+// letter per framework, '-' where it does not run; and the legend "D=deepspeed M=megatron ...".
+std::string framework_letters(uint32_t mask, const std::vector<FrameworkSpec>& frameworks);
+std::string framework_legend(const std::vector<FrameworkSpec>& frameworks);
 
 // --stack on top of a setup: the profile, and the job's gradient convention from it.
 Status apply_stack_flag(const std::string& stack, Setup* s);

@@ -29,6 +29,7 @@ const char* describe(RejectReason r) {
     case RejectReason::lora_zero3: return "ZeRO-3 with LoRA is not supported";
     case RejectReason::precision_unsupported: return "GPU has no peak for this precision (or no tensor cores for its FP8 recipe)";
     case RejectReason::frozen_all: return "every layer is frozen";
+    case RejectReason::framework_refuses: return "the framework (--framework) cannot run it";
     case RejectReason::does_not_fit: return "does not fit in GPU memory";
     case RejectReason::kCount: break;
   }

@@ -33,6 +33,7 @@ enum class RejectReason {
   lora_zero3,               // ZeRO-3 with LoRA (adapters too small to shard usefully)
   precision_unsupported,    // the GPU has no peak for the precision
   frozen_all,               // every layer frozen: nothing to train
+  framework_refuses,        // the framework the sweep is restricted to cannot run it (framework.h)
   does_not_fit,             // set by the memory model, counted by the sweep
   kCount
 };

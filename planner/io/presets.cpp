@@ -127,6 +127,42 @@ Result<PresetRegistry> PresetRegistry::load(const std::string& root) {
     if (!st) return st.status();
     if (Status s = insert_unique(reg.stacks_, st->name, *st, f, "stack"); !s) return s;
   }
+  // Frameworks: a file that extends another is read after the one it extends.
+  std::vector<std::pair<std::string, json>> pending;
+  for (const std::string& f : json_files(base / "data" / "frameworks")) {
+    Result<json> j = read_json_file(f);
+    if (!j) return j.status();
+    pending.emplace_back(f, std::move(*j));
+  }
+  while (!pending.empty()) {
+    bool progress = false;
+    for (auto it = pending.begin(); it != pending.end();) {
+      const std::string base_name = framework_extends(it->second);
+      const FrameworkSpec* base_spec = nullptr;
+      if (!base_name.empty()) {
+        auto b = reg.frameworks_.find(base_name);
+        if (b == reg.frameworks_.end()) {
+          ++it;
+          continue;  // its base is not read yet (or does not exist: reported below)
+        }
+        base_spec = &b->second.first;
+      }
+      Result<FrameworkSpec> fw = framework_from_json(it->second, it->first, base_spec);
+      if (!fw) return fw.status();
+      if (Status s = insert_unique(reg.frameworks_, fw->name, *fw, it->first, "framework"); !s) return s;
+      it = pending.erase(it);
+      progress = true;
+    }
+    if (!progress)
+      return Status::bad_input(pending.front().first + ": field 'extends': '" + framework_extends(pending.front().second) +
+                               "' is not a framework file here (or the files extend each other in a loop)");
+  }
+  for (const auto& [id, entry] : reg.frameworks_)
+    for (const std::string& a : entry.first.aliases)
+      if (reg.frameworks_.count(a) || reg.framework_aliases_.count(a))
+        return Status::bad_input(entry.second + ": field 'aliases': '" + a + "' is already the name or an alias of another framework");
+      else
+        reg.framework_aliases_[a] = id;
   return reg;
 }
 
@@ -240,6 +276,25 @@ std::vector<StackProfile> PresetRegistry::stacks() const {
 }
 
 std::vector<std::string> PresetRegistry::stack_ids() const { return keys(stacks_); }
+
+Result<FrameworkSpec> PresetRegistry::framework(const std::string& name, const std::string& what) const {
+  auto it = frameworks_.find(name);
+  if (it == frameworks_.end()) {
+    auto a = framework_aliases_.find(name);
+    if (a != framework_aliases_.end()) it = frameworks_.find(a->second);
+  }
+  if (it == frameworks_.end())
+    return Status::bad_input(what + ": unknown framework '" + name + "' (known: " + join(framework_ids()) + ")");
+  return it->second.first;
+}
+
+std::vector<FrameworkSpec> PresetRegistry::frameworks() const {
+  std::vector<FrameworkSpec> out;
+  for (const auto& [id, entry] : frameworks_) out.push_back(entry.first);
+  return out;
+}
+
+std::vector<std::string> PresetRegistry::framework_ids() const { return keys(frameworks_); }
 
 std::vector<std::string> PresetRegistry::model_ids() const { return keys(models_); }
 std::vector<std::string> PresetRegistry::gpu_ids() const { return keys(gpus_); }

@@ -1,6 +1,7 @@
 // Preset registry: model presets (models/*.json), GPU presets (data/hardware/gpus/*.json),
-// node/interconnect presets (data/hardware/clusters/*.json) and training-stack profiles
-// (data/stacks/*.json, planner/cost/stack_profile.h), looked up by id. Ids are
+// node/interconnect presets (data/hardware/clusters/*.json), training-stack profiles
+// (data/stacks/*.json, planner/cost/stack_profile.h) and training frameworks
+// (data/frameworks/*.json, planner/cost/framework.h), looked up by id. Ids are
 // unique: a second file with the same id is an error naming both files. Wherever a model
 // is accepted, a path to a preset-style JSON or a Hugging Face config.json works too.
 //
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "planner/spec/specs.h"
+#include "planner/cost/framework.h"
 #include "planner/cost/stack_profile.h"
 #include "planner/spec/status.h"
 
@@ -65,6 +67,12 @@ class PresetRegistry {
   StackProfile stack_for_framework(const std::string& framework) const;
   std::vector<StackProfile> stacks() const;
 
+  // A training framework by name or alias (data/frameworks; framework.h). `what` names the
+  // flag for messages.
+  Result<FrameworkSpec> framework(const std::string& name, const std::string& what = "--framework") const;
+  std::vector<FrameworkSpec> frameworks() const;  // by name
+  std::vector<std::string> framework_ids() const;
+
   std::vector<std::string> model_ids() const;
   std::vector<std::string> gpu_ids() const;
   std::vector<std::string> cluster_ids() const;
@@ -75,6 +83,8 @@ class PresetRegistry {
   std::map<std::string, std::pair<GpuSpec, std::string>> gpus_;
   std::map<std::string, std::pair<ClusterPreset, std::string>> clusters_;
   std::map<std::string, std::pair<StackProfile, std::string>> stacks_;
+  std::map<std::string, std::pair<FrameworkSpec, std::string>> frameworks_;
+  std::map<std::string, std::string> framework_aliases_;  // alias -> name
 };
 
 // A model preset id or file, loaded alone (for tools that need no registry).

@@ -103,8 +103,9 @@ std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPl
 }  // namespace
 
 Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int gpus,
-                         double headroom_bytes, const MemoryOptions& mo, const Efficiency& e) {
+                         double headroom_bytes, const MemoryOptions& mo, const Efficiency& e, const FrameworkSpec* framework) {
   Explanation ex;
+  if (framework) ex.framework_refusal = framework_refusal_text(*framework, m, j, p);
   ex.memory = estimate_memory(m, c, j, p, mo);
   ex.time = estimate_time(m, c, j, p, e);
   ex.headroom_bytes = headroom_bytes;
@@ -138,6 +139,7 @@ Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const Trainin
   }
   for (PlanChange& ch : candidates) {
     if (check_plan(m, c, ch.job, ch.plan, gpus, /*tp_across_nodes=*/false) != RejectReason::none) continue;
+    if (framework && framework_refusal(*framework, m, ch.job, ch.plan) >= 0) continue;
     const MemoryReport mr = estimate_memory(m, c, ch.job, ch.plan, mo);
     const StepTime st = estimate_time(m, c, ch.job, ch.plan, e);
     ch.peak_bytes = mr.worst.total;

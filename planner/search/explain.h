@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/cost/framework.h"
 #include "planner/cost/memory_model.h"
 #include "planner/spec/specs.h"
 #include "planner/cost/time_model.h"
@@ -34,10 +35,14 @@ struct Explanation {
   bool fits = false;
   MemoryItem largest_item = MemoryItem::weights;  // the component that dominates the peak
   std::vector<PlanChange> changes;  // fitting changes first, then by throughput
+  // With a framework: why it refuses the plan itself (framework_refusal_text), "" when it runs it.
+  std::string framework_refusal;
 };
 
-// REQUIRES: check_plan(m, c, j, p, gpus) == none.
+// REQUIRES: check_plan(m, c, j, p, gpus) == none. With `framework` (non-null), the changes
+// are only those it runs, and a refusal of the plan itself is named.
 Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int gpus,
-                         double headroom_bytes, const MemoryOptions& mo = {}, const Efficiency& e = {});
+                         double headroom_bytes, const MemoryOptions& mo = {}, const Efficiency& e = {},
+                         const FrameworkSpec* framework = nullptr);
 
 }  // namespace llmplan

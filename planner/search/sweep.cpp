@@ -181,6 +181,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
   auto worker = [&](ThreadState& ts) {
     SweepResult& r = ts.r;
     r.top.reserve(opt.top_k + 1);
+    r.framework_rejected.assign(opt.framework ? opt.framework->rules.size() : 0, 0);
     ParallelPlan p;
     int64_t local = 0;
     std::vector<ShapeInputs> shapes;  // [ep][sp][flash][exchange][micro-batch] of the current work item and precision
@@ -266,6 +267,16 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             if (opt.keep_all) r.all.push_back(pr);
                             continue;
                           }
+                          if (opt.framework) {
+                            const int rule = framework_refusal(*opt.framework, m, jj, p);
+                            if (rule >= 0) {
+                              pr.reason = RejectReason::framework_refuses;
+                              ++r.rejected[static_cast<int>(pr.reason)];
+                              ++r.framework_rejected[static_cast<size_t>(rule)];
+                              if (opt.keep_all) r.all.push_back(pr);
+                              continue;
+                            }
+                          }
                           ++r.evaluated;
                           if (!shape.ready || shape.split != p.pipeline_split) {
                             shape.split = p.pipeline_split;
@@ -315,7 +326,14 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           // bisection (GPU memory falls and offload time grows with the layers
                           // offloaded, so the fewest is the fastest; more would be dominated, and
                           // would only fill more host memory, which is checked at the fewest).
-                          if (!fits && !gpu_fits && space.activation_offload) {
+                          // ... when the framework the sweep is restricted to can offload them.
+                          auto framework_offloads = [&] {
+                            if (!opt.framework) return true;
+                            ParallelPlan q = p;
+                            q.activation_offload_layers = std::max(2, offload_max);
+                            return framework_refusal(*opt.framework, m, jj, q) < 0;
+                          };
+                          if (!fits && !gpu_fits && space.activation_offload && framework_offloads()) {
                             ParallelPlan q = p;
                             PlanResult trial = pr;
                             // Offloading 1 or 2 layers saves nothing (the double buffer holds two).
@@ -352,12 +370,14 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
   for (auto& t : threads) t.join();
 
   SweepResult out;
+  out.framework_rejected.assign(opt.framework ? opt.framework->rules.size() : 0, 0);
   for (ThreadState& ts : states) {
     SweepResult& r = ts.r;
     out.enumerated += r.enumerated;
     out.evaluated += r.evaluated;
     out.fitting += r.fitting;
     for (size_t i = 0; i < out.rejected.size(); ++i) out.rejected[i] += r.rejected[i];
+    for (size_t i = 0; i < out.framework_rejected.size(); ++i) out.framework_rejected[i] += r.framework_rejected[i];
     for (const PlanResult& x : r.top) offer_top(out.top, x, opt.top_k, opt.objective);
     for (const PlanResult& x : ts.fitting_front) offer_pareto(out.pareto, x);
     if (r.has_closest && (!out.has_closest || r.closest.peak_bytes < out.closest.peak_bytes)) {
@@ -369,6 +389,17 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
   std::sort(out.pareto.begin(), out.pareto.end(), [](const PlanResult& a, const PlanResult& b) { return a.peak_bytes < b.peak_bytes; });
   // Threads finish work items in any order: sort so that --csv is the same every run.
   std::sort(out.all.begin(), out.all.end(), [](const PlanResult& a, const PlanResult& b) { return plan_key(a) < plan_key(b); });
+  // Which frameworks run each reported plan: only these, so that the hot loop pays nothing.
+  if (!opt.mark_frameworks.empty()) {
+    auto mark = [&](PlanResult& x) {
+      TrainingJob jj = job_for(j, x);
+      x.frameworks = frameworks_running(opt.mark_frameworks, m, jj, x.plan);
+    };
+    for (PlanResult& x : out.top) mark(x);
+    for (PlanResult& x : out.pareto) mark(x);
+    for (PlanResult& x : out.all) mark(x);
+    if (out.has_closest) mark(out.closest);
+  }
   out.cancelled = opt.cancel && opt.cancel->load();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;

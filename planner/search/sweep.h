@@ -14,6 +14,7 @@
 #include <functional>
 #include <vector>
 
+#include "planner/cost/framework.h"
 #include "planner/cost/goodput.h"
 #include "planner/cost/memory_model.h"
 #include "planner/cost/stack_profile.h"
@@ -65,6 +66,13 @@ struct SweepOptions {
   // and gpu_hours_per_1b_tokens (the cost objective) counts it. nullptr: not modelled
   // (goodput 1). Must outlive run_sweep.
   const GoodputOptions* goodput = nullptr;
+  // Only the plans this framework runs: the others are rejected as framework_refuses and
+  // counted per rule in SweepResult::framework_rejected. nullptr: every plan. Must outlive
+  // run_sweep.
+  const FrameworkSpec* framework = nullptr;
+  // The frameworks each reported plan (top, Pareto front, closest, all) is marked with:
+  // PlanResult::frameworks bit i = mark_frameworks[i] runs it. At most 32.
+  std::vector<FrameworkSpec> mark_frameworks;
   // Called about every 0.1 s with (evaluated so far, total estimate); may be empty.
   std::function<void(int64_t, int64_t)> progress;
   const std::atomic<bool>* cancel = nullptr;  // stop early when set
@@ -88,6 +96,7 @@ struct PlanResult {
   double goodput = 1;                  // productive fraction of wall-clock time (SweepOptions::goodput)
   double bubble_fraction = 0;          // of the step, the pipeline bubble (StepTime::bubble_fraction)
   double exposed_comm_s = 0;           // s per step of communication not hidden (TP + PP + DP + CP + EP)
+  uint32_t frameworks = 0;             // bit i: SweepOptions::mark_frameworks[i] runs it
 };
 
 struct SweepResult {
@@ -95,6 +104,7 @@ struct SweepResult {
   int64_t evaluated = 0;     // passed structural checks and were costed
   int64_t fitting = 0;
   std::array<int64_t, static_cast<int>(RejectReason::kCount)> rejected{};  // by reason
+  std::vector<int64_t> framework_rejected;  // framework_refuses by rule of SweepOptions::framework (its rules' order)
   std::vector<PlanResult> top;      // fitting, best first by the objective
   std::vector<PlanResult> pareto;   // fitting, increasing memory, increasing tokens/s
   std::vector<PlanResult> all;      // every enumerated plan (keep_all only)

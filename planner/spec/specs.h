@@ -13,7 +13,8 @@ namespace llmplan {
 
 // ---------------------------------------------------------------- model
 
-enum class Family { gpt, llama };  // GPT: LayerNorm, GELU, biases, learned positions.
+enum class Family { gpt, llama };
+constexpr const char* kFamilyNames = "gpt, llama";  // GPT: LayerNorm, GELU, biases, learned positions.
                                    // Llama: RMSNorm, SwiGLU, no biases, rotary.
 
 // Biases of the attention projections of a Llama-family block (a GPT block has every bias).
@@ -141,8 +142,10 @@ enum class BaseQuant { none, nf4 };
 // Bytes per NF4-quantized parameter with double quantization: 4 + 8/64 + 32/(64*256) bits.
 constexpr double kNf4BytesPerParam = (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0)) / 8.0;
 enum class Precision { fp32, fp16, bf16 };
+constexpr const char* kPrecisionNames = "fp32, fp16, bf16";
 enum class AmpLevel { O0, O1, O2, O3 };  // MindSpore names; O0 = no AMP (fp32 only)
 enum class Optimizer { adamw, sgd_momentum };
+constexpr const char* kOptimizerNames = "adamw, sgd";
 // Bytes of gradients in mixed precision: DeepSpeed keeps 16-bit grads (16 B/param with
 // AdamW), Megatron accumulates fp32 main grads (18 B/param).
 enum class GradConvention { deepspeed, megatron };
@@ -203,13 +206,16 @@ inline void set_job_mode(JobMode m, TrainingJob* j) {
 // ---------------------------------------------------------------- plan
 
 enum class Recompute { none, selective, full, full_k };  // full_k: k layers per stage full
+constexpr const char* kRecomputeNames = "none, selective, full, full_k";
 enum class Schedule { gpipe, one_f_one_b, interleaved };
+constexpr const char* kScheduleNames = "gpipe, 1f1b, interleaved";
 // How context parallel exchanges K and V between the CP ranks. ring: Megatron's ring (two
 // K/V chunks in flight, overlapped with attention). all_gather: the executor's (Llama 3's)
 // exchange: k and v all-gathered whole into communication buffers before attention, not
 // overlapped, and their gradients reduce-scattered in backward; queries stay local.
 // Meaningful only when cp > 1.
 enum class CpExchange { ring, all_gather };
+constexpr const char* kCpExchangeNames = "ring, all_gather";
 // How a pipeline's layers are split over its pp * vpp virtual stages. even: as even as
 // possible, the remainder on the last stages (vpp > 1 needs pp*vpp to divide the layers).
 // account_embedding_loss: Megatron-Core's account_for_embedding_in_pipeline_split and
@@ -218,6 +224,7 @@ enum class CpExchange { ring, all_gather };
 // and the first and last virtual stage hold one transformer layer fewer (Llama 3.1 405B's
 // 126 layers on pp 8 x vpp 8: 128 slots of 2, chunks of 1, 2, ..., 2, 1 layers).
 enum class PipelineSplit { even, account_embedding_loss };
+constexpr const char* kPipelineSplitNames = "even, account_embedding_loss";
 
 struct ParallelPlan {
   int dp = 1, tp = 1, pp = 1;
