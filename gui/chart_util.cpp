@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <QRegularExpression>
 
+#include "planner/spec/units.h"
+
 namespace llmplan::gui {
 
 QValueAxis* make_value_axis(const QString& title, double lo, double hi, const QString& label_format, bool nice) {
@@ -91,18 +93,27 @@ QColor palette_color(int i) {
   return kColors[((i % 12) + 12) % 12];
 }
 
-TimeUnit time_unit_for(double span_s) {
-  if (span_s < 2) return {"ms", 1e-3};
-  if (span_s < 120) return {"s", 1};
-  if (span_s < 7200) return {"min", 60};
-  return {"h", 3600};
+Unit unit_for(double span, std::initializer_list<Unit> ladder) {
+  Unit best = *ladder.begin();
+  for (const Unit& u : ladder)
+    if (span >= 2 * u.size) best = u;
+  return best;
 }
 
+Unit time_unit_for(double span_s) { return unit_for(span_s, {{"ms", 1e-3}, {"s", 1}, {"min", 60}, {"h", 3600}}); }
+
+Unit memory_unit_for(double span_bytes) { return unit_for(span_bytes, {{"MiB", kMiB}, {"GiB", kGiB}}); }
+
 QString duration_text(double seconds) {
-  const TimeUnit u = time_unit_for(seconds);
-  const QString in_unit = QStringLiteral("%1 %2").arg(seconds / u.seconds, 0, 'f', u.seconds == 1 || u.seconds == 1e-3 ? 3 : 2).arg(QLatin1String(u.name));
-  if (u.seconds <= 1) return in_unit;
+  const Unit u = time_unit_for(seconds);
+  const QString in_unit = QStringLiteral("%1 %2").arg(seconds / u.size, 0, 'f', u.size == 1 || u.size == 1e-3 ? 3 : 2).arg(QLatin1String(u.name));
+  if (u.size <= 1) return in_unit;
   return QStringLiteral("%1 (%2 s)").arg(in_unit, QLocale().toString(seconds, 'f', 0));
+}
+
+QString memory_text(double bytes) {
+  const Unit u = memory_unit_for(bytes);
+  return QStringLiteral("%1 %2").arg(bytes / u.size, 0, 'f', u.size == kGiB ? 2 : 1).arg(QLatin1String(u.name));
 }
 
 }  // namespace llmplan::gui

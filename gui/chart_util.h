@@ -1,12 +1,14 @@
 // Small helpers shared by the charts: titled value axes with explicit ranges (axes added
 // by hand take their range from the first attached series only, so every chart sets its
-// ranges), a chart view with antialiasing, and the colours of memory items and slices.
+// ranges), a chart view with antialiasing, the units that times and sizes read best in,
+// and the colours of memory items and slices.
 //
 // Thread-safety: GUI thread only.
 #pragma once
 
 #include <QColor>
 #include <QString>
+#include <initializer_list>
 
 class QAbstractSeries;
 class QBarSet;
@@ -32,15 +34,23 @@ void reset_chart(QChart* chart);
 // The bar set labelled `label` in the chart's horizontal stacked bar series, or nullptr.
 QBarSet* find_bar_set(const QChart* chart, const QString& label);
 
-// The unit a span of time reads best in: ms below 2 s, s below 2 min, min below 2 h, else h.
-struct TimeUnit {
-  const char* name;   // "ms", "s", "min", "h"
-  double seconds;     // one unit in seconds
+// A unit a quantity reads in: its name and its size in the base unit (seconds, bytes).
+struct Unit {
+  const char* name;  // "ms", "s", "min", "h"; "MiB", "GiB"
+  double size;       // one unit in the base unit
 };
-TimeUnit time_unit_for(double span_s);
+// The one rule every scaled axis and number follows: the largest unit of `ladder`
+// (smallest first) of which `span` holds at least two; the smallest when none does.
+Unit unit_for(double span, std::initializer_list<Unit> ladder);
+// Time: ms below 2 s, s below 2 min, min below 2 h, else h.
+Unit time_unit_for(double span_s);
+// Memory: MiB below 2 GiB, else GiB (a 300 MiB plan reads 0 .. 300 MiB, not 0 GiB ticks).
+Unit memory_unit_for(double span_bytes);
 // "16.224 s", "4.51 h (16,224 s)": a duration in its unit, with the seconds beside when
 // the unit is not seconds.
 QString duration_text(double seconds);
+// "312.5 MiB", "53.12 GiB": a size in its unit.
+QString memory_text(double bytes);
 
 // Stable colours by index (a 12-colour qualitative palette).
 QColor palette_color(int i);

@@ -19,6 +19,7 @@
 #include <QProcess>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QScatterSeries>
 #include <QSet>
 #include <QSettings>
@@ -94,6 +95,15 @@ bool same_plan(const PlanResult& a, const PlanResult& b) {
          p.micro_batch == q.micro_batch && p.grad_accum == q.grad_accum && p.zero == q.zero && p.recompute == q.recompute &&
          p.offload_optimizer == q.offload_optimizer && p.flash_attention == q.flash_attention && a.precision == b.precision && a.amp == b.amp &&
          a.peak_bytes == b.peak_bytes && a.tokens_per_s == b.tokens_per_s;
+}
+
+// The labels a value axis draws at its ticks.
+QStringList tick_labels(const QValueAxis& ax) {
+  QStringList labels;
+  const int n = ax.tickCount();
+  for (int i = 0; i < n; ++i)
+    labels << QString::asprintf(ax.labelFormat().toLatin1().constData(), ax.min() + i * (ax.max() - ax.min()) / (n - 1));
+  return labels;
 }
 
 }  // namespace
@@ -267,7 +277,7 @@ class GuiTest : public QObject {
     QVERIFY(bar >= 0);
     int checked = 0;
     for (int i = 0; i < kMemoryItems; ++i) {
-      const double want = mem.worst.bytes[static_cast<size_t>(i)] / kGiB;
+      const double want = mem.worst.bytes[static_cast<size_t>(i)] / w().memory_chart()->unit().size;
       QBarSet* set = w().memory_chart()->bar_set(label(static_cast<MemoryItem>(i)));
       if (want == 0 && !set) continue;
       QVERIFY2(set, label(static_cast<MemoryItem>(i)));
@@ -287,7 +297,8 @@ class GuiTest : public QObject {
     QCOMPARE(int(markers.front()->shape()), int(QLegend::MarkerShapeCircle));
     QCOMPARE(markers.front()->pen().color(), w().scatter()->selected_series()->pen().color());
     QVERIFY(markers.front()->brush().style() == Qt::NoBrush || markers.front()->brush().color().alpha() == 0);  // a ring, not a filled square
-    QCOMPARE(w().scatter()->selected_series()->at(0), QPointF(pr.peak_bytes / kGiB, pr.tokens_per_s));
+    const double x_unit = w().scatter()->memory_unit().size;
+    QCOMPARE(w().scatter()->selected_series()->at(0), QPointF(pr.peak_bytes / x_unit, pr.tokens_per_s));
     QVERIFY(w().explain()->toHtml().contains(QString::fromStdString(plan_summary(pr.plan))));
     QVERIFY2(w().timeline()->title().contains(QStringLiteral("%1 s by the time model").arg(st.total, 0, 'f', 3)), qPrintable(w().timeline()->title()));
     // The step simulator does not take unequal interleaved chunks (the embedding/loss split
@@ -302,8 +313,8 @@ class GuiTest : public QObject {
     const int other = w().proxy()->source_row(30);
     const PlanResult& po = w().plan_model()->plan_row(other).result;
     QScatterSeries* series = w().plan_model()->plan_row(other).fits() ? w().scatter()->fitting_series() : w().scatter()->nonfitting_series();
-    emit series->clicked(QPointF(po.peak_bytes / kGiB, po.tokens_per_s));
-    QCOMPARE(w().proxy()->mapToSource(table->currentIndex()).row(), w().scatter()->nearest_row(QPointF(po.peak_bytes / kGiB, po.tokens_per_s)));
+    emit series->clicked(QPointF(po.peak_bytes / x_unit, po.tokens_per_s));
+    QCOMPARE(w().proxy()->mapToSource(table->currentIndex()).row(), w().scatter()->nearest_row(QPointF(po.peak_bytes / x_unit, po.tokens_per_s)));
     const int now = w().selected_source_row();
     QCOMPARE(w().plan_model()->plan_row(now).result.peak_bytes, po.peak_bytes);
     QCOMPARE(w().plan_model()->plan_row(now).result.tokens_per_s, po.tokens_per_s);
@@ -317,11 +328,8 @@ class GuiTest : public QObject {
     };
     for (const Case& c : {Case{11.0, 11.05, "%.2f"}, Case{0, 1, "%.0f"}, Case{11.0, 11.05, "%.3g"}, Case{0, 20000, "%.0f"}, Case{1e6, 1.0001e6, "%.3g"}}) {
       std::unique_ptr<QValueAxis> ax(make_value_axis(QStringLiteral("x"), c.lo, c.hi, QString::fromLatin1(c.format)));
-      QStringList labels;
-      const int n = ax->tickCount();
-      for (int i = 0; i < n; ++i)
-        labels << QString::asprintf(ax->labelFormat().toLatin1().constData(), ax->min() + i * (ax->max() - ax->min()) / (n - 1));
-      QCOMPARE(QSet<QString>(labels.begin(), labels.end()).size(), n);
+      const QStringList labels = tick_labels(*ax);
+      QCOMPARE(QSet<QString>(labels.begin(), labels.end()).size(), ax->tickCount());
     }
     QCOMPARE(distinct_label_format(QStringLiteral("%.0f"), 0, 20000, 5), QStringLiteral("%.0f"));  // enough already
   }
@@ -350,6 +358,54 @@ class GuiTest : public QObject {
     QBarSet* compute = chart.bar_set(QStringLiteral("compute (fwd + bwd)"));
     QVERIFY(compute);
     QVERIFY(qAbs(compute->at(0) - 16000 / 3600.0) < 1e-9);
+  }
+
+  // ---- memory in the unit it reads best in: a 2-layer plan's 300 MiB is not "0 GiB"
+  void memory_reads_in_mib_or_gib() {
+    QCOMPARE(QString(memory_unit_for(300 * kMiB).name), QStringLiteral("MiB"));
+    QCOMPARE(QString(memory_unit_for(1.99 * kGiB).name), QStringLiteral("MiB"));
+    QCOMPARE(QString(memory_unit_for(2 * kGiB).name), QStringLiteral("GiB"));
+    QCOMPARE(memory_text(300 * kMiB), QStringLiteral("300.0 MiB"));
+    QCOMPARE(memory_text(53.12 * kGiB), QStringLiteral("53.12 GiB"));
+    QVERIFY(run_from_form(small_inputs()));
+    const PlanDetails& d = *w().selected_details();
+    QCOMPARE(d.memory.capacity, 80 * kGiB);  // an A100 80GB
+    // The plan's breakdown scaled to a peak of `peak` bytes (a 2-layer plan's 300 MiB; the
+    // README's 53.12 GiB).
+    auto with_peak = [&](double peak) {
+      PlanDetails s = d;
+      const double k = peak / d.memory.worst.total;
+      for (StageMemory* st : {&s.memory.first, &s.memory.worst, &s.memory.last}) {
+        for (double& b : st->bytes) b *= k;
+        st->total *= k;
+      }
+      return s;
+    };
+    struct Case {
+      double peak;
+      const char* unit;
+      QStringList ticks;
+    };
+    for (const Case& c : {Case{300 * kMiB, "MiB", {"0", "100", "200", "300", "400"}},  // the card (80 GiB) is far: off the axis
+                          Case{53.12 * kGiB, "GiB", {"0", "20", "40", "60", "80", "100"}}}) {
+      const PlanDetails p = with_peak(c.peak);
+      MemoryChart chart;
+      chart.show_plan(p, 0);
+      QCOMPARE(QString(chart.unit().name), QString::fromLatin1(c.unit));
+      auto* ax = qobject_cast<QValueAxis*>(chart.chart()->axes(Qt::Horizontal).value(0));
+      QVERIFY(ax);
+      QCOMPARE(ax->titleText(), QStringLiteral("Memory per GPU (%1)").arg(QLatin1String(c.unit)));
+      QCOMPARE(tick_labels(*ax), c.ticks);
+      QVERIFY2(chart.chart()->title().startsWith(QStringLiteral("Memory per GPU: peak %1 on").arg(memory_text(c.peak))),
+               qPrintable(chart.chart()->title()));
+      // The peak stage's segments, in the axis's unit, add up to its total.
+      const int bar = static_cast<int>(chart.categories().indexOf(QRegularExpression(QStringLiteral("stage %1 \\(.*peak\\)").arg(p.memory.worst.stage))));
+      QVERIFY(bar >= 0);
+      double sum = 0;
+      for (int i = 0; i < kMemoryItems; ++i)
+        if (QBarSet* set = chart.bar_set(label(static_cast<MemoryItem>(i)))) sum += set->at(bar);
+      QVERIFY(qAbs(sum - c.peak / chart.unit().size) < 1e-6 * sum);
+    }
   }
 
   // ---- results belong to their inputs: a change greys them under a banner; Run clears them
