@@ -26,7 +26,7 @@ MemoryChart::MemoryChart(QWidget* parent) : QWidget(parent) {
 void MemoryChart::clear() {
   reset_chart(chart_);
   categories_.clear();
-  chart_->setTitle(tr("Memory per GPU: select a plan"));
+  set_title(chart_, tr("Memory per GPU: select a plan"));
 }
 
 QBarSet* MemoryChart::bar_set(const QString& label) const {
@@ -98,7 +98,7 @@ void MemoryChart::show_plan(const PlanDetails& d, double headroom_bytes) {
   if (headroom_bytes > 0) add_line(budget_bytes, tr("budget %1 (after headroom)").arg(memory_text(budget_bytes)), Qt::DashLine);
 
   const StageMemory& w = r.worst;
-  chart_->setTitle(w.total <= budget_bytes
+  set_title(chart_, w.total <= budget_bytes
                         ? tr("Memory per GPU: peak %1 on stage %2 (%3), fits with %4 to spare")
                               .arg(memory_text(w.total)).arg(w.stage).arg(to_string(w.peak_phase)).arg(memory_text(budget_bytes - w.total))
                         : tr("Memory per GPU: peak %1 on stage %2 (%3), does NOT fit: %4 over the budget")

@@ -193,7 +193,7 @@ void ProfilesTab::show_loss(int row) {
     title = steps.empty() ? tr("Run %1 (%2): no steps recorded").arg(r.id).arg(QString::fromStdString(r.model))
                           : tr("Loss per step of run %1 (%2)").arg(r.id).arg(QString::fromStdString(r.model));
   }
-  loss_chart_->setTitle(title);
+  set_title(loss_chart_, title);
   double lo = 1e300, hi = -1e300, last = 1;
   for (const StepRecord& s : steps) {
     if (!std::isfinite(s.loss)) continue;

@@ -123,7 +123,7 @@ void ScatterChart::rebuild() {
 
   QString title = tr("Peak memory vs throughput: %1 fitting, %2 not fitting").arg(n_fit).arg(n_nofit);
   if (beyond > 0) title += tr(" (%1 beyond %2 %3 not drawn)").arg(beyond).arg(ax->max(), 0, 'f', 0).arg(QLatin1String(unit_.name));
-  chart_->setTitle(title);
+  set_title(chart_, title);
 
   for (QScatterSeries* s : {fits_, nofit_}) connect(s, &QScatterSeries::clicked, this, &ScatterChart::on_clicked);
   connect(pareto_, &QLineSeries::clicked, this, &ScatterChart::on_clicked);

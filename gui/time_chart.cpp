@@ -24,7 +24,7 @@ TimeChart::TimeChart(QWidget* parent) : QWidget(parent) {
 
 void TimeChart::clear() {
   reset_chart(chart_);
-  chart_->setTitle(tr("Step time: select a plan"));
+  set_title(chart_, tr("Step time: select a plan"));
 }
 
 QBarSet* TimeChart::bar_set(const QString& label) const {
@@ -64,7 +64,7 @@ void TimeChart::show_plan(const PlanDetails& d) {
   series->attachAxis(ax);
   series->attachAxis(ay);
   const QLocale loc;
-  chart_->setTitle(tr("Step time %1: %2 tokens/s, MFU %3%, bubble %4%")
+  set_title(chart_, tr("Step time %1: %2 tokens/s, MFU %3%, bubble %4%")
                        .arg(duration_text(t.total))
                        .arg(loc.toString(t.tokens_per_s, 'f', 0))
                        .arg(100 * t.mfu, 0, 'f', 1)

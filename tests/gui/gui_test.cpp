@@ -9,6 +9,8 @@
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
+#include <QGraphicsScene>
+#include <QGraphicsTextItem>
 #include <QFontMetricsF>
 #include <QFileInfo>
 #include <QLabel>
@@ -25,6 +27,7 @@
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -104,6 +107,30 @@ QStringList tick_labels(const QValueAxis& ax) {
   for (int i = 0; i < n; ++i)
     labels << QString::asprintf(ax.labelFormat().toLatin1().constData(), ax.min() + i * (ax.max() - ax.min()) / (n - 1));
   return labels;
+}
+
+// A text item's words in one line (a broken title's line separators as spaces).
+QString one_line(const QGraphicsTextItem& t) {
+  QString s = t.toPlainText();
+  s.replace(QChar::LineSeparator, QLatin1Char(' ')).replace(QLatin1Char('\n'), QLatin1Char(' '));
+  return s;
+}
+
+// Every text a chart view draws (title, axis titles, tick labels, legend) that Qt Charts
+// cut short: it elides what does not fit with "...".
+QStringList elided_texts(QChartView& view) {
+  for (int i = 0; i < 4; ++i) {  // the layout at the view's size, then the titles fitted to it
+    view.grab();
+    QCoreApplication::processEvents();
+  }
+  // A removed axis's labels stay in the scene until its element is deleted, later, by an
+  // event loop, which QtTest does not run.
+  QCoreApplication::sendPostedEvents(nullptr, QEvent::DeferredDelete);
+  QStringList cut;
+  for (QGraphicsItem* it : view.scene()->items())
+    if (auto* t = qgraphicsitem_cast<QGraphicsTextItem*>(it); t && t->isVisible() && t->toPlainText().contains(QStringLiteral("...")))
+      cut << one_line(*t);
+  return cut;
 }
 
 }  // namespace
@@ -288,7 +315,7 @@ class GuiTest : public QObject {
     QBarSet* compute = w().time_chart()->bar_set(QStringLiteral("compute (fwd + bwd)"));
     QVERIFY(compute);
     QVERIFY(qAbs(compute->at(0) - st.compute) < 1e-12);
-    QVERIFY(w().time_chart()->chart()->title().contains(QString::number(st.total, 'f', 3)));
+    QVERIFY(title_text(w().time_chart()->chart()).contains(QString::number(st.total, 'f', 3)));
     // The scatter rings the same plan; explain and timeline show it.
     QCOMPARE(w().scatter()->selected_series()->count(), 1);
     // Its legend entry is the same red ring.
@@ -348,12 +375,12 @@ class GuiTest : public QObject {
     d.time.total = 16223.872;
     TimeChart chart;
     chart.show_plan(d);
-    QVERIFY2(chart.chart()->title().contains(QStringLiteral("4.51 h")), qPrintable(chart.chart()->title()));
+    QVERIFY2(title_text(chart.chart()).contains(QStringLiteral("4.51 h")), qPrintable(title_text(chart.chart())));
     const auto axes = chart.chart()->axes(Qt::Horizontal);
     QCOMPARE(axes.size(), 1);
     auto* ax = qobject_cast<QValueAxis*>(axes.front());
     QVERIFY(ax);
-    QVERIFY2(ax->titleText().contains(QStringLiteral("(h)")), qPrintable(ax->titleText()));
+    QVERIFY2(ax->titleText().contains(QStringLiteral("(h)")), qPrintable(ax->titleText()));  // one word: never broken
     QVERIFY(ax->max() < 10);  // hours, not 20000
     QBarSet* compute = chart.bar_set(QStringLiteral("compute (fwd + bwd)"));
     QVERIFY(compute);
@@ -394,10 +421,10 @@ class GuiTest : public QObject {
       QCOMPARE(QString(chart.unit().name), QString::fromLatin1(c.unit));
       auto* ax = qobject_cast<QValueAxis*>(chart.chart()->axes(Qt::Horizontal).value(0));
       QVERIFY(ax);
-      QCOMPARE(ax->titleText(), QStringLiteral("Memory per GPU (%1)").arg(QLatin1String(c.unit)));
+      QCOMPARE(title_text(ax), QStringLiteral("Memory per GPU (%1)").arg(QLatin1String(c.unit)));
       QCOMPARE(tick_labels(*ax), c.ticks);
-      QVERIFY2(chart.chart()->title().startsWith(QStringLiteral("Memory per GPU: peak %1 on").arg(memory_text(c.peak))),
-               qPrintable(chart.chart()->title()));
+      QVERIFY2(title_text(chart.chart()).startsWith(QStringLiteral("Memory per GPU: peak %1 on").arg(memory_text(c.peak))),
+               qPrintable(title_text(chart.chart())));
       // The peak stage's segments, in the axis's unit, add up to its total.
       const int bar = static_cast<int>(chart.categories().indexOf(QRegularExpression(QStringLiteral("stage %1 \\(.*peak\\)").arg(p.memory.worst.stage))));
       QVERIFY(bar >= 0);
@@ -406,6 +433,52 @@ class GuiTest : public QObject {
         if (QBarSet* set = chart.bar_set(label(static_cast<MemoryItem>(i)))) sum += set->at(bar);
       QVERIFY(qAbs(sum - c.peak / chart.unit().size) < 1e-6 * sum);
     }
+  }
+
+  // ---- titles never clip: broken into lines at spaces, never cut mid-word ("sta...", "MFU (%")
+  void chart_titles_never_clip() {
+    QFont bold;
+    bold.setBold(true);
+    const QString text = QStringLiteral("Memory per GPU: peak 53.12 GiB on stage 0 (backward), fits with 26.48 GiB to spare");
+    const QStringList lines = wrap_words(text, bold, 200).split(QStringLiteral("<br>"));
+    QVERIFY(lines.size() > 1);
+    QCOMPARE(lines.join(QLatin1Char(' ')), text);
+    for (const QString& line : lines) QVERIFY2(QFontMetricsF(bold).horizontalAdvance(line) <= 200, qPrintable(line));
+    QCOMPARE(wrap_words(QStringLiteral("a < b"), bold, 1000), QStringLiteral("a &lt; b"));  // Qt Charts reads titles as HTML
+
+    QVERIFY(run_from_form(small_inputs()));
+    // A narrow memory chart: its title and axis title as drawn are whole, inside the view.
+    // (Its legend and bar labels are cut at this width; the window's charts below are not.)
+    MemoryChart chart;
+    chart.resize(360, 320);
+    chart.show();
+    chart.show_plan(*w().selected_details(), 0);
+    elided_texts(*chart.view());
+    auto* axis = qobject_cast<QValueAxis*>(chart.chart()->axes(Qt::Horizontal).value(0));
+    QVERIFY(axis);
+    for (const QString& text : {title_text(chart.chart()), title_text(axis)}) {
+      const QGraphicsTextItem* drawn = nullptr;
+      for (QGraphicsItem* it : chart.view()->scene()->items())
+        if (auto* t = qgraphicsitem_cast<QGraphicsTextItem*>(it); t && t->isVisible() && one_line(*t) == text) drawn = t;
+      QVERIFY2(drawn, qPrintable(text));
+      QVERIFY2(chart.view()->rect().contains(chart.view()->mapFromScene(drawn->sceneBoundingRect()).boundingRect()), qPrintable(text));
+    }
+    QVERIFY(chart.chart()->title().contains(QStringLiteral("<br>")));  // broken, at 360 px
+    // Every chart of the window, at its size and at a small one, the Profiles tab with runs.
+    const QString db = tmp_.filePath(QStringLiteral("clip.db"));
+    QVERIFY(gui_test::write_sample_profiles(db.toStdString()).ok());
+    w().set_database(db);
+    QStringList cut;
+    for (const QSize size : {QSize(1280, 800), QSize(900, 620)}) {
+      w().resize(size);
+      for (int tab = 0; tab < w().tabs()->count(); ++tab) {
+        w().tabs()->setCurrentIndex(tab);
+        for (QChartView* v : w().tabs()->widget(tab)->findChildren<QChartView*>())
+          for (const QString& t : elided_texts(*v))
+            cut << QStringLiteral("%1x%2, %3: %4").arg(size.width()).arg(size.height()).arg(title_text(v->chart()), t);
+      }
+    }
+    QVERIFY2(cut.isEmpty(), qPrintable(cut.join(QLatin1Char('\n'))));
   }
 
   // ---- results belong to their inputs: a change greys them under a banner; Run clears them
