@@ -755,6 +755,12 @@ class GuiTest : public QObject {
     ex->extra_args()->setText(QStringLiteral("--layers 4"));  // a flag typed wins over the panel's
     QVERIFY(ex->run_arguments().join(' ').startsWith(QStringLiteral("--layers 4 --backend cpu --seq 128")));
     ex->extra_args()->clear();
+    // On a GPU one process: never the plan's ranks under mpirun, which Stop would not reach.
+    if (const int cuda = ex->backend_combo()->findText(QStringLiteral("cuda")); cuda >= 0) {
+      ex->backend_combo()->setCurrentIndex(cuda);
+      QVERIFY2(ex->run_arguments().join(' ').startsWith(QStringLiteral("--backend cuda --no-launch --layers 2")), qPrintable(ex->run_arguments().join(' ')));
+      ex->backend_combo()->setCurrentIndex(ex->backend_combo()->findText(QStringLiteral("cpu")));
+    }
     QSignalSpy finished(ex, &ExecutePanel::finished);
     QTest::mouseClick(ex->run_button(), Qt::LeftButton);
     QVERIFY(finished.wait(10000));
