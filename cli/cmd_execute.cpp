@@ -2,15 +2,26 @@
 // (executor/execute_job.h: ranks, backend, profile store), print per-step loss, time and
 // tokens/s, then predicted vs measured (memory per category, step time). Exit 1 on out-of-memory (with phase, layer and the
 // planner's fixes) after recording the run as status "oom"; exit 2 on bad input.
+// A multi-rank plan typed alone on GPUs that can hold it starts its ranks itself
+// (executor/launch.h): this process becomes `mpirun -np N` (or `srun --ntasks N`) running
+// the same command line with --no-launch.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "executor/comm/communicator.h"
 #include "executor/execute_job.h"
+#include "executor/launch.h"
 #include "executor/process_memory.h"
 #include "executor/runner.h"
 #include "planner/cost/memory_model.h"
@@ -45,7 +56,37 @@ struct ExecuteCommand {
   // prediction runs about 4x under the measured time on a 2-core host (the README demo:
   // 3.30 s predicted, 14.5 s measured), so that this is about a minute there.
   double time_budget_s = 15;
+  bool no_launch = false;  // never start the ranks with mpirun/srun: run in this process
 };
+
+// Replaces this process with the launcher of `d` running this same command line with
+// --no-launch added (the ranks run; none launches again), after printing it. Returns only
+// on failure: bad input (exit 2) when the launcher is not on PATH, runtime when exec fails.
+int launch_ranks(const exec::LaunchDecision& d, int ranks) {
+  const std::string& name = d.launcher.front();
+  const char* path_env = std::getenv("PATH");
+  const std::string path = exec::find_on_path(name, path_env ? path_env : "");
+  if (path.empty())
+    return report(Status::bad_input(name + " is not on PATH, and the plan's " + std::to_string(ranks) + " ranks are started with it (" +
+                                    d.reason + "): " +
+                                    (name == "mpirun" ? "install OpenMPI (apt-get install openmpi-bin)" : "load Slurm's tools") +
+                                    ", or run in this process with --no-launch"));
+  std::vector<std::string> own = exec::own_command_line();
+  const std::string self = exec::own_executable();
+  if (own.empty() || self.empty()) return report(Status::runtime("cannot read this process's command line (/proc/self) to start its ranks; run with --no-launch"));
+  std::vector<std::string> args = d.launcher;
+  args.push_back(self);
+  args.insert(args.end(), own.begin() + 1, own.end());
+  args.push_back("--no-launch");
+  std::printf("llmplan execute: %s; starting them:\n  %s\n", d.reason.c_str(), exec::shell_line(args).c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(path.c_str(), argv.data());
+  return report(Status::runtime("cannot start " + path + ": " + std::strerror(errno)));
+}
 
 // A multi-rank plan started alone, without a launcher or --proxy-rank: its heaviest rank
 // (the first rank of the pipeline stage with the largest predicted peak) as a proxy,
@@ -155,6 +196,9 @@ Runner register_execute(CLI::App* sub) {
   sub->add_option("--time-budget", c->time_budget_s,
                   "a multi-rank plan run alone: scale its heaviest rank's proxy down to this many seconds (predicted)")
       ->capture_default_str();
+  sub->add_flag("--no-launch", c->no_launch,
+                "a multi-rank plan on GPUs that can hold it: run in this process rather than start its ranks with mpirun (srun "
+                "in a Slurm job)");
   return [c, sub]() {
     if (!(c->time_budget_s > 0 && c->time_budget_s <= 1e7))
       return report(Status::bad_input("--time-budget: expected a positive number of seconds, got " + std::to_string(c->time_budget_s)));
@@ -206,9 +250,25 @@ Runner register_execute(CLI::App* sub) {
       std::printf("step %3d/%d%s  loss %.4f  %.3f s  %.1f tokens/s\n", step + 1, total, warm ? " (warm-up)" : "", loss, t, tps);
       std::fflush(stdout);
     };
-    // A multi-rank plan typed alone (`llmplan execute best.json` after a sweep): not a
-    // refusal, but its heaviest rank scaled down to this machine (CPU; the CUDA backend
-    // runs the plan's single-rank equivalent on one GPU instead).
+    // A multi-rank plan typed alone (`llmplan execute best.json` after a sweep) where its
+    // GPUs are: its ranks started here (mpirun) or in the Slurm job (srun), as torchrun does.
+    if (f->plan.world_size() > 1 && c->proxy_rank == kUnsetFlag && !c->no_launch) {
+      exec::LaunchInputs in;
+      in.ranks = f->plan.world_size();
+      in.backend = c->backend;
+      in.cuda_devices = c->backend == "cuda" ? exec::visible_cuda_devices() : 0;
+      in.env = exec::process_environment();
+      in.root = ::geteuid() == 0;
+      in.cores = std::thread::hardware_concurrency();
+      const exec::LaunchDecision d = exec::decide_launch(in);
+      if (!d.launcher.empty()) return launch_ranks(d, in.ranks);
+      // On the CPU the proxy's own message below says what runs instead.
+      if (c->backend == "cuda" && exec::launcher_world_size() == 0)
+        std::printf("llmplan execute: not starting the plan's %d ranks: %s; running its single-rank equivalent here\n", in.ranks,
+                    d.reason.c_str());
+    }
+    // Otherwise not a refusal, but its heaviest rank scaled down to this machine (CPU; the
+    // CUDA backend runs the plan's single-rank equivalent on one GPU instead).
     if (f->plan.world_size() > 1 && exec::launcher_world_size() == 0 && c->proxy_rank == kUnsetFlag && c->backend == "cpu") {
       std::string said;
       Result<int> rank = scale_to_this_machine(*f, *c, sub->count("--steps") > 0, sub->count("--warmup") > 0, &o, &said);

@@ -261,4 +261,12 @@ Result<ExecuteResult> execute_job(const PlanFile& plan, const ExecuteRequest& re
   return result;
 }
 
+int visible_cuda_devices() {
+#if LLMPLAN_HAVE_CUDA_BACKEND
+  return cuda::probe_devices().count;
+#else
+  return 0;
+#endif
+}
+
 }  // namespace llmplan::exec

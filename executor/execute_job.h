@@ -55,4 +55,8 @@ struct ExecuteResult {
 
 Result<ExecuteResult> execute_job(const PlanFile& plan, const ExecuteRequest& request);
 
+// CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied); 0 without a CUDA build,
+// a driver or a device.
+int visible_cuda_devices();
+
 }  // namespace llmplan::exec

@@ -3,6 +3,8 @@
 #include <QBarSet>
 #include <QChart>
 #include <QChartView>
+#include <QEvent>
+#include <QFontMetricsF>
 #include <QHorizontalStackedBarSeries>
 #include <QLegend>
 #include <QLocale>
@@ -11,11 +13,89 @@
 #include <algorithm>
 #include <QRegularExpression>
 
+#include "planner/spec/units.h"
+
 namespace llmplan::gui {
+
+namespace {
+
+// The title as set, kept on the chart (and on each make_value_axis axis) so that it can be
+// broken into lines again for a new size.
+const char* const kTitleProperty = "llmplan_title";
+
+// What Qt Charts' text items take beyond the text's advance (their document margins),
+// and some to spare for the difference between QFontMetricsF and their layout.
+constexpr double kTextSlack = 12;
+
+// Breaks the chart's title to its width and each titled axis's title to the plot area's
+// length along it. Only texts that change are set again: setting one lays the chart out
+// anew, and an unchanged text must not start another round.
+void fit_titles(QChart* chart) {
+  const QVariant title = chart->property(kTitleProperty);
+  if (title.isValid() && chart->size().width() > 0) {
+    const QMarginsF m = chart->margins();
+    const QString wrapped = wrap_words(title.toString(), chart->titleFont(), chart->size().width() - m.left() - m.right() - kTextSlack);
+    if (chart->title() != wrapped) chart->setTitle(wrapped);
+  }
+  const QRectF plot = chart->plotArea();
+  if (plot.isEmpty()) return;
+  for (QAbstractAxis* axis : chart->axes()) {
+    const QVariant text = axis->property(kTitleProperty);
+    if (!text.isValid()) continue;
+    const double length = axis->orientation() == Qt::Horizontal ? plot.width() : plot.height();
+    const QString wrapped = wrap_words(text.toString(), axis->titleFont(), length - kTextSlack);
+    if (axis->titleText() != wrapped) axis->setTitleText(wrapped);
+  }
+}
+
+// A layout request (a series or an axis added or removed, a title set): the titles are
+// fitted again once that layout has run, to the plot area it made.
+class TitleFitter : public QObject {
+ public:
+  explicit TitleFitter(QChart* chart) : QObject(chart), chart_(chart) { chart->installEventFilter(this); }
+  bool eventFilter(QObject*, QEvent* e) override {
+    if (e->type() == QEvent::LayoutRequest) QMetaObject::invokeMethod(this, [c = chart_] { fit_titles(c); }, Qt::QueuedConnection);
+    return false;
+  }
+
+ private:
+  QChart* chart_;
+};
+
+}  // namespace
+
+QString wrap_words(const QString& text, const QFont& font, double width) {
+  const QFontMetricsF fm(font);
+  QStringList lines;
+  QString line;
+  for (const QString& word : text.split(QLatin1Char(' '), Qt::SkipEmptyParts)) {
+    const QString longer = line.isEmpty() ? word : line + QLatin1Char(' ') + word;
+    if (!line.isEmpty() && fm.horizontalAdvance(longer) > width) {
+      lines << line;
+      line = word;
+    } else {
+      line = longer;
+    }
+  }
+  if (!line.isEmpty()) lines << line;
+  for (QString& l : lines) l = l.toHtmlEscaped();
+  return lines.join(QStringLiteral("<br>"));
+}
+
+void set_title(QChart* chart, const QString& title) {
+  chart->setProperty(kTitleProperty, title);
+  chart->setTitle(title.toHtmlEscaped());
+  fit_titles(chart);
+}
+
+QString title_text(const QChart* chart) { return chart->property(kTitleProperty).toString(); }
+
+QString title_text(const QAbstractAxis* axis) { return axis->property(kTitleProperty).toString(); }
 
 QValueAxis* make_value_axis(const QString& title, double lo, double hi, const QString& label_format, bool nice) {
   auto* axis = new QValueAxis;
-  axis->setTitleText(title);
+  axis->setTitleText(title.toHtmlEscaped());
+  axis->setProperty(kTitleProperty, title);
   if (!(hi > lo)) hi = lo + 1;
   axis->setRange(lo, hi);
   axis->setLabelFormat(label_format);
@@ -44,13 +124,17 @@ QString distinct_label_format(const QString& format, double lo, double hi, int t
 
 QChart* make_chart(const QString& title, Qt::Alignment legend) {
   auto* chart = new QChart;
-  chart->setTitle(title);
   chart->setAnimationOptions(QChart::NoAnimation);
   chart->legend()->setAlignment(legend);
   chart->setMargins(QMargins(4, 4, 4, 4));
   QFont f = chart->titleFont();
   f.setBold(true);
   chart->setTitleFont(f);
+  set_title(chart, title);
+  // A new size or plot area: the titles broken again to fit it.
+  QObject::connect(chart, &QChart::geometryChanged, chart, [chart] { fit_titles(chart); });
+  QObject::connect(chart, &QChart::plotAreaChanged, chart, [chart] { fit_titles(chart); });
+  new TitleFitter(chart);
   return chart;
 }
 
@@ -91,18 +175,27 @@ QColor palette_color(int i) {
   return kColors[((i % 12) + 12) % 12];
 }
 
-TimeUnit time_unit_for(double span_s) {
-  if (span_s < 2) return {"ms", 1e-3};
-  if (span_s < 120) return {"s", 1};
-  if (span_s < 7200) return {"min", 60};
-  return {"h", 3600};
+Unit unit_for(double span, std::initializer_list<Unit> ladder) {
+  Unit best = *ladder.begin();
+  for (const Unit& u : ladder)
+    if (span >= 2 * u.size) best = u;
+  return best;
 }
 
+Unit time_unit_for(double span_s) { return unit_for(span_s, {{"ms", 1e-3}, {"s", 1}, {"min", 60}, {"h", 3600}}); }
+
+Unit memory_unit_for(double span_bytes) { return unit_for(span_bytes, {{"MiB", kMiB}, {"GiB", kGiB}}); }
+
 QString duration_text(double seconds) {
-  const TimeUnit u = time_unit_for(seconds);
-  const QString in_unit = QStringLiteral("%1 %2").arg(seconds / u.seconds, 0, 'f', u.seconds == 1 || u.seconds == 1e-3 ? 3 : 2).arg(QLatin1String(u.name));
-  if (u.seconds <= 1) return in_unit;
+  const Unit u = time_unit_for(seconds);
+  const QString in_unit = QStringLiteral("%1 %2").arg(seconds / u.size, 0, 'f', u.size == 1 || u.size == 1e-3 ? 3 : 2).arg(QLatin1String(u.name));
+  if (u.size <= 1) return in_unit;
   return QStringLiteral("%1 (%2 s)").arg(in_unit, QLocale().toString(seconds, 'f', 0));
+}
+
+QString memory_text(double bytes) {
+  const Unit u = memory_unit_for(bytes);
+  return QStringLiteral("%1 %2").arg(bytes / u.size, 0, 'f', u.size == kGiB ? 2 : 1).arg(QLatin1String(u.name));
 }
 
 }  // namespace llmplan::gui

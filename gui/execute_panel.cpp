@@ -198,6 +198,10 @@ QStringList ExecutePanel::run_arguments() const {
     if (!args.contains(flag)) args << flag << value;
   };
   add(QStringLiteral("--backend"), backend_->currentText());
+  // On GPUs one process, this one: `llmplan execute` would otherwise start a multi-rank
+  // plan's ranks with mpirun where the GPUs are, and Stop's SIGINT would reach mpirun, not
+  // the run that records itself as stopped.
+  if (backend_->currentText() == QLatin1String("cuda") && !args.contains(QStringLiteral("--no-launch"))) args << QStringLiteral("--no-launch");
   if (scaled_->isChecked()) {
     add(QStringLiteral("--layers"), QString::number(layers_->value()));
     add(QStringLiteral("--seq"), QString::number(seq_->value()));

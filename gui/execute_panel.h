@@ -4,7 +4,8 @@
 // the steps fill a progress bar, Stop sends SIGINT (the run is recorded as stopped), and
 // finished() tells the main window to reload the Profiles tab. By default the run is
 // scaled down to finish in seconds (2 layers, 128 tokens, one micro-batch, 1 + 3 steps),
-// as the panel states; the backend is CPU, or CUDA in a CUDA build.
+// as the panel states; the backend is CPU, or CUDA in a CUDA build (one process:
+// --no-launch, never the plan's ranks under mpirun).
 //
 // Thread-safety: GUI thread only.
 #pragma once

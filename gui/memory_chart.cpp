@@ -11,7 +11,6 @@
 #include <algorithm>
 
 #include "gui/chart_util.h"
-#include "planner/spec/units.h"
 
 namespace llmplan::gui {
 
@@ -27,7 +26,7 @@ MemoryChart::MemoryChart(QWidget* parent) : QWidget(parent) {
 void MemoryChart::clear() {
   reset_chart(chart_);
   categories_.clear();
-  chart_->setTitle(tr("Memory per GPU: select a plan"));
+  set_title(chart_, tr("Memory per GPU: select a plan"));
 }
 
 QBarSet* MemoryChart::bar_set(const QString& label) const {
@@ -59,16 +58,23 @@ void MemoryChart::show_plan(const PlanDetails& d, double headroom_bytes) {
     auto* set = new QBarSet(label(static_cast<MemoryItem>(i)));
     set->setColor(palette_color(i));
     set->setBorderColor(palette_color(i));
-    for (const StageMemory* s : stages) set->append(s->bytes[static_cast<size_t>(i)] / kGiB);
+    for (const StageMemory* s : stages) set->append(s->bytes[static_cast<size_t>(i)]);
     series->append(set);
   }
   series->setBarWidth(0.6);
   chart_->addSeries(series);
 
-  const double cap = r.capacity / kGiB, budget = (r.capacity - headroom_bytes) / kGiB;
-  double hi = cap;
-  for (const StageMemory* s : stages) hi = std::max(hi, s->total / kGiB);
-  auto* ax = make_value_axis(tr("Memory per GPU (GiB)"), 0, hi * 1.05, QStringLiteral("%.0f"));
+  // The axis spans the bars, and the card when it is within 4x the peak: a 300 MiB plan on
+  // an 80 GiB card would be a sliver at the left of it (the legend and title still give the
+  // card). Its unit is the one that span reads best in (memory_unit_for).
+  const double budget_bytes = r.capacity - headroom_bytes;
+  double hi = 0;
+  for (const StageMemory* s : stages) hi = std::max(hi, s->total);
+  if (r.capacity <= 4 * hi) hi = std::max(hi, r.capacity);
+  unit_ = memory_unit_for(hi);
+  for (QBarSet* set : series->barSets())
+    for (int k = 0; k < set->count(); ++k) set->replace(k, set->at(k) / unit_.size);
+  auto* ax = make_value_axis(tr("Memory per GPU (%1)").arg(QLatin1String(unit_.name)), 0, hi / unit_.size * 1.05, QStringLiteral("%.0f"));
   auto* ay = new QBarCategoryAxis;
   ay->append(categories_);
   chart_->addAxis(ax, Qt::AlignBottom);
@@ -81,21 +87,22 @@ void MemoryChart::show_plan(const PlanDetails& d, double headroom_bytes) {
     auto* line = new QLineSeries;
     line->setName(name);
     line->setPen(QPen(QColor(40, 40, 40), 2, style));
-    line->append(x, -0.5);
-    line->append(x, categories_.size() - 0.5);
+    line->append(x / unit_.size, -0.5);
+    line->append(x / unit_.size, categories_.size() - 0.5);
     chart_->addSeries(line);
     line->attachAxis(ax);
     line->attachAxis(ay);
   };
-  add_line(cap, tr("GPU memory %1 GiB").arg(cap, 0, 'f', 1), Qt::SolidLine);
-  if (headroom_bytes > 0) add_line(budget, tr("budget %1 GiB (after headroom)").arg(budget, 0, 'f', 1), Qt::DashLine);
+  const QString beyond = r.capacity > ax->max() * unit_.size ? tr(", beyond the axis") : QString();
+  add_line(r.capacity, tr("GPU memory %1%2").arg(memory_text(r.capacity), beyond), Qt::SolidLine);
+  if (headroom_bytes > 0) add_line(budget_bytes, tr("budget %1 (after headroom)").arg(memory_text(budget_bytes)), Qt::DashLine);
 
   const StageMemory& w = r.worst;
-  chart_->setTitle(w.total + headroom_bytes <= r.capacity
-                       ? tr("Memory per GPU: peak %1 GiB on stage %2 (%3), fits with %4 GiB to spare")
-                             .arg(w.total / kGiB, 0, 'f', 2).arg(w.stage).arg(to_string(w.peak_phase)).arg(budget - w.total / kGiB, 0, 'f', 2)
-                       : tr("Memory per GPU: peak %1 GiB on stage %2 (%3), does NOT fit: %4 GiB over the budget")
-                             .arg(w.total / kGiB, 0, 'f', 2).arg(w.stage).arg(to_string(w.peak_phase)).arg(w.total / kGiB - budget, 0, 'f', 2));
+  set_title(chart_, w.total <= budget_bytes
+                        ? tr("Memory per GPU: peak %1 on stage %2 (%3), fits with %4 to spare")
+                              .arg(memory_text(w.total)).arg(w.stage).arg(to_string(w.peak_phase)).arg(memory_text(budget_bytes - w.total))
+                        : tr("Memory per GPU: peak %1 on stage %2 (%3), does NOT fit: %4 over the budget")
+                              .arg(memory_text(w.total)).arg(w.stage).arg(to_string(w.peak_phase)).arg(memory_text(w.total - budget_bytes)));
 }
 
 }  // namespace llmplan::gui

@@ -24,15 +24,19 @@ namespace llmplan::gui {
 
 namespace {
 
-// Predicted (x) against measured (y) with the y = x line; points of runs that measured
-// nothing (still running, failed before the first step) are left out.
-void fill_comparison(QChart* chart, const std::vector<std::pair<double, double>>& pts, const QString& unit, const QString& what) {
+// Predicted (x) against measured (y) with the y = x line: the pairs in their base unit
+// (bytes, seconds), drawn in the unit `unit_for_span` picks for the largest of them; points
+// of runs that measured nothing (still running, failed before the first step) are left out.
+void fill_comparison(QChart* chart, std::vector<std::pair<double, double>> pts, Unit (*unit_for_span)(double), const QString& what) {
   reset_chart(chart);
   double hi = 0;
   for (const auto& [x, y] : pts) hi = std::max({hi, x, y});
-  hi = hi > 0 ? hi * 1.1 : 1;
-  chart->addAxis(make_value_axis(QObject::tr("predicted %1 (%2)").arg(what, unit), 0, hi, QStringLiteral("%.3g")), Qt::AlignBottom);
-  chart->addAxis(make_value_axis(QObject::tr("measured %1 (%2)").arg(what, unit), 0, hi, QStringLiteral("%.3g")), Qt::AlignLeft);
+  const Unit unit = unit_for_span(hi);
+  for (auto& [x, y] : pts) x /= unit.size, y /= unit.size;
+  hi = hi > 0 ? hi / unit.size * 1.1 : 1;
+  const QString name = QLatin1String(unit.name);
+  chart->addAxis(make_value_axis(QObject::tr("predicted %1 (%2)").arg(what, name), 0, hi, QStringLiteral("%.3g")), Qt::AlignBottom);
+  chart->addAxis(make_value_axis(QObject::tr("measured %1 (%2)").arg(what, name), 0, hi, QStringLiteral("%.3g")), Qt::AlignLeft);
   auto* diag = new QLineSeries;
   diag->setName(QObject::tr("y = x (perfect prediction)"));
   diag->setPen(QPen(QColor(120, 120, 120), 1.5, Qt::DashLine));
@@ -169,11 +173,12 @@ void ProfilesTab::browse() {
 void ProfilesTab::rebuild_comparisons() {
   std::vector<std::pair<double, double>> mem, time;
   for (const RunSummary& r : runs_) {
-    if (r.predicted_peak_bytes > 0 && r.peak_bytes > 0) mem.emplace_back(r.predicted_peak_bytes / kGiB, r.peak_bytes / kGiB);
+    if (r.predicted_peak_bytes > 0 && r.peak_bytes > 0) mem.emplace_back(r.predicted_peak_bytes, r.peak_bytes);
     if (r.predicted_step_time_s > 0 && r.step_time_s > 0) time.emplace_back(r.predicted_step_time_s, r.step_time_s);
   }
-  fill_comparison(memory_chart_, mem, tr("GiB"), tr("peak memory"));
-  fill_comparison(time_chart_, time, tr("s"), tr("step time"));
+  fill_comparison(memory_chart_, std::move(mem), memory_unit_for, tr("peak memory"));
+  // Step times stay in seconds, as the table beside gives them.
+  fill_comparison(time_chart_, std::move(time), [](double) { return Unit{"s", 1}; }, tr("step time"));
 }
 
 void ProfilesTab::show_loss(int row) {
@@ -188,7 +193,7 @@ void ProfilesTab::show_loss(int row) {
     title = steps.empty() ? tr("Run %1 (%2): no steps recorded").arg(r.id).arg(QString::fromStdString(r.model))
                           : tr("Loss per step of run %1 (%2)").arg(r.id).arg(QString::fromStdString(r.model));
   }
-  loss_chart_->setTitle(title);
+  set_title(loss_chart_, title);
   double lo = 1e300, hi = -1e300, last = 1;
   for (const StepRecord& s : steps) {
     if (!std::isfinite(s.loss)) continue;

@@ -14,7 +14,6 @@
 
 #include "gui/chart_util.h"
 #include "gui/plan_table_model.h"
-#include "planner/spec/units.h"
 
 namespace llmplan::gui {
 
@@ -35,17 +34,20 @@ void ScatterChart::rebuild() {
   shown_.clear();
   for (int r = 0; r < proxy_->rowCount(); ++r) shown_.push_back(proxy_->source_row(r));
 
-  const double budget = model_->budget_bytes() / kGiB;
-  double max_x = budget, max_y = 0;
+  const double budget_bytes = model_->budget_bytes();
+  double max_x = budget_bytes, max_y = 0;
   for (int row : shown_) {
     const PlanResult& p = model_->plan_row(row).result;
-    max_x = std::max(max_x, p.peak_bytes / kGiB);
+    max_x = std::max(max_x, p.peak_bytes);
     max_y = std::max(max_y, p.tokens_per_s);
   }
   // Plans far beyond the card would squash the interesting part: cap the axis at 3x the
-  // budget and say how many are beyond it.
-  const double x_hi = std::max(1.0, std::min(max_x * 1.05, budget > 0 ? 3 * budget : max_x * 1.05));
-  auto* ax = make_value_axis(tr("Peak memory per GPU (GiB)"), 0, x_hi, QStringLiteral("%.0f"));
+  // budget and say how many are beyond it. Memory in the unit that span reads best in.
+  const double x_hi_bytes = std::min(max_x * 1.05, budget_bytes > 0 ? 3 * budget_bytes : max_x * 1.05);
+  unit_ = memory_unit_for(x_hi_bytes);
+  const double budget = budget_bytes / unit_.size;
+  auto* ax = make_value_axis(tr("Peak memory per GPU (%1)").arg(QLatin1String(unit_.name)), 0, std::max(1.0, x_hi_bytes / unit_.size),
+                             QStringLiteral("%.0f"));
   auto* ay = make_value_axis(tr("Throughput (tokens/s)"), 0, std::max(1.0, max_y * 1.08), QStringLiteral("%.0f"));
   chart_->addAxis(ax, Qt::AlignBottom);
   chart_->addAxis(ay, Qt::AlignLeft);
@@ -74,7 +76,7 @@ void ScatterChart::rebuild() {
   std::vector<QPointF> front;
   for (int row : shown_) {
     const PlanTableModel::Row& pr = model_->plan_row(row);
-    const QPointF pt(pr.result.peak_bytes / kGiB, pr.result.tokens_per_s);
+    const QPointF pt(pr.result.peak_bytes / unit_.size, pr.result.tokens_per_s);
     (pr.fits() ? n_fit : n_nofit)++;
     if (pt.x() > ax->max()) {
       ++beyond;
@@ -94,11 +96,11 @@ void ScatterChart::rebuild() {
   attach(chart_, nofit_);
   attach(chart_, fits_);
   attach(chart_, pareto_);
-  if (budget > 0) {
+  if (budget_bytes > 0) {
     auto* line = new QLineSeries;
-    const double cap = model_->context().base.cluster.gpu.memory_bytes / kGiB;
-    line->setName(model_->context().headroom_bytes > 0 ? tr("memory budget %1 GiB (%2 GiB card − headroom)").arg(budget, 0, 'f', 1).arg(cap, 0, 'f', 1)
-                                                       : tr("GPU memory %1 GiB").arg(budget, 0, 'f', 1));
+    const double cap = model_->context().base.cluster.gpu.memory_bytes;
+    line->setName(model_->context().headroom_bytes > 0 ? tr("memory budget %1 (%2 card − headroom)").arg(memory_text(budget_bytes), memory_text(cap))
+                                                       : tr("GPU memory %1").arg(memory_text(budget_bytes)));
     line->setPen(QPen(QColor(0xc4, 0x4e, 0x52), 2, Qt::DashLine));
     line->append(budget, ay->min());
     line->append(budget, ay->max());
@@ -120,8 +122,8 @@ void ScatterChart::rebuild() {
   }
 
   QString title = tr("Peak memory vs throughput: %1 fitting, %2 not fitting").arg(n_fit).arg(n_nofit);
-  if (beyond > 0) title += tr(" (%1 beyond %2 GiB not drawn)").arg(beyond).arg(ax->max(), 0, 'f', 0);
-  chart_->setTitle(title);
+  if (beyond > 0) title += tr(" (%1 beyond %2 %3 not drawn)").arg(beyond).arg(ax->max(), 0, 'f', 0).arg(QLatin1String(unit_.name));
+  set_title(chart_, title);
 
   for (QScatterSeries* s : {fits_, nofit_}) connect(s, &QScatterSeries::clicked, this, &ScatterChart::on_clicked);
   connect(pareto_, &QLineSeries::clicked, this, &ScatterChart::on_clicked);
@@ -137,7 +139,7 @@ void ScatterChart::set_selected(int source_row) {
   selected_series_->clear();
   if (source_row >= 0 && source_row < model_->plan_count()) {
     const PlanResult& p = model_->plan_row(source_row).result;
-    selected_series_->append(p.peak_bytes / kGiB, p.tokens_per_s);
+    selected_series_->append(p.peak_bytes / unit_.size, p.tokens_per_s);
   }
 }
 
@@ -146,7 +148,7 @@ int ScatterChart::nearest_row(QPointF value) const {
   double best_d = 1e300;
   for (int row : shown_) {
     const PlanResult& p = model_->plan_row(row).result;
-    const double dx = (p.peak_bytes / kGiB - value.x()) / x_span_, dy = (p.tokens_per_s - value.y()) / y_span_;
+    const double dx = (p.peak_bytes / unit_.size - value.x()) / x_span_, dy = (p.tokens_per_s - value.y()) / y_span_;
     const double d = dx * dx + dy * dy;
     if (d < best_d) {
       best_d = d;

@@ -1,4 +1,5 @@
-// Peak memory per GPU (x, GiB) against throughput (y, tokens/s) of every plan the table
+// Peak memory per GPU (x, in the unit the axis reads best in: chart_util.h
+// memory_unit_for) against throughput (y, tokens/s) of every plan the table
 // shows (the filter proxy's rows): fitting plans in colour, plans that do not fit in grey
 // beyond the memory-budget line, the Pareto front as a line, and the selected plan
 // ringed. Clicking a point emits plan_clicked() with the nearest plan's model row.
@@ -9,6 +10,8 @@
 #include <QPointF>
 #include <QWidget>
 #include <vector>
+
+#include "gui/chart_util.h"
 
 class QChart;
 class QChartView;
@@ -31,6 +34,8 @@ class ScatterChart : public QWidget {
   // Rings the plan at model row `source_row` (-1: none).
   void set_selected(int source_row);
   int selected() const { return selected_; }
+  // The unit of the memory axis, in which the points' x values are.
+  Unit memory_unit() const { return unit_; }
   // The model row of the shown plan nearest to `value` (chart coordinates, distances
   // scaled by the axis ranges); -1 when none is shown.
   int nearest_row(QPointF value) const;
@@ -58,6 +63,7 @@ class ScatterChart : public QWidget {
   QScatterSeries* selected_series_ = nullptr;
   QLineSeries* pareto_ = nullptr;
   std::vector<int> shown_;  // model rows accepted by the filter
+  Unit unit_ = memory_unit_for(0);
   double x_span_ = 1, y_span_ = 1;
   int selected_ = -1;
 };

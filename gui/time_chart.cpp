@@ -24,7 +24,7 @@ TimeChart::TimeChart(QWidget* parent) : QWidget(parent) {
 
 void TimeChart::clear() {
   reset_chart(chart_);
-  chart_->setTitle(tr("Step time: select a plan"));
+  set_title(chart_, tr("Step time: select a plan"));
 }
 
 QBarSet* TimeChart::bar_set(const QString& label) const {
@@ -52,10 +52,10 @@ void TimeChart::show_plan(const PlanDetails& d) {
   series->setBarWidth(0.5);
   chart_->addSeries(series);
   // The step in the unit it reads best in (a 16,224 s step on an axis of hours).
-  TimeUnit unit = time_unit_for(t.total);
-  if (unit.seconds < 1) unit = {"s", 1};  // bars of a short step still read in seconds
-  for (QBarSet* set : series->barSets()) set->replace(0, set->at(0) / unit.seconds);
-  auto* ax = make_value_axis(tr("Time per optimizer step (%1)").arg(QLatin1String(unit.name)), 0, t.total / unit.seconds * 1.02,
+  Unit unit = time_unit_for(t.total);
+  if (unit.size < 1) unit = {"s", 1};  // bars of a short step still read in seconds
+  for (QBarSet* set : series->barSets()) set->replace(0, set->at(0) / unit.size);
+  auto* ax = make_value_axis(tr("Time per optimizer step (%1)").arg(QLatin1String(unit.name)), 0, t.total / unit.size * 1.02,
                              QStringLiteral("%.3g"));
   auto* ay = new QBarCategoryAxis;
   ay->append(tr("slowest\nstage"));
@@ -64,7 +64,7 @@ void TimeChart::show_plan(const PlanDetails& d) {
   series->attachAxis(ax);
   series->attachAxis(ay);
   const QLocale loc;
-  chart_->setTitle(tr("Step time %1: %2 tokens/s, MFU %3%, bubble %4%")
+  set_title(chart_, tr("Step time %1: %2 tokens/s, MFU %3%, bubble %4%")
                        .arg(duration_text(t.total))
                        .arg(loc.toString(t.tokens_per_s, 'f', 0))
                        .arg(100 * t.mfu, 0, 'f', 1)

@@ -164,8 +164,8 @@ void TimelineView::paintEvent(QPaintEvent*) {
 
   // ---- time axis
   const double span = t1_ - t0_;
-  const TimeUnit tu = time_unit_for(span);
-  const double unit = tu.seconds;
+  const Unit tu = time_unit_for(span);
+  const double unit = tu.size;
   const double step = nice_step(span / unit) * unit;
   p.setPen(palette().color(QPalette::Text));
   p.drawText(QRectF(4, 0, gutter_ - 8, kAxis - 4), Qt::AlignRight | Qt::AlignVCenter, tr("time (%1)").arg(QLatin1String(tu.name)));
@@ -266,8 +266,8 @@ bool TimelineView::event(QEvent* e) {
   if (e->type() == QEvent::ToolTip) {
     auto* help = static_cast<QHelpEvent*>(e);
     if (const TimelineSlice* s = slice_at(help->pos())) {
-      const TimeUnit tu = time_unit_for(s->end_s);
-      const double u = 1 / tu.seconds;
+      const Unit tu = time_unit_for(s->end_s);
+      const double u = 1 / tu.size;
       const QString unit = QLatin1String(tu.name);
       QToolTip::showText(help->globalPos(), tr("%1\nstage %2 %3, %4\n%5 – %6 %7 (%8 %7)")
                                                 .arg(QString::fromStdString(s->name))

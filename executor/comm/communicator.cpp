@@ -111,12 +111,27 @@ Status LocalCommunicator::ring_shift(const void* sbuf, void* rbuf, int64_t count
   return mem_->move(rbuf, sbuf, count * dtype_size(t));
 }
 
+namespace {
+
+// The launchers' world-size variables, in the order they are trusted.
+constexpr const char* kWorldSizeVariables[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"};
+
+}  // namespace
+
 int launcher_world_size() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
-    if (const char* s = std::getenv(v); s && *s) {
+  std::map<std::string, std::string> env;
+  for (const char* v : kWorldSizeVariables)
+    if (const char* s = std::getenv(v)) env[v] = s;
+  if (const char* s = std::getenv("SLURM_STEP_ID")) env["SLURM_STEP_ID"] = s;
+  return launcher_world_size(env);
+}
+
+int launcher_world_size(const std::map<std::string, std::string>& env) {
+  for (const char* v : kWorldSizeVariables) {
+    if (auto it = env.find(v); it != env.end() && !it->second.empty()) {
       // SLURM_NTASKS is set in a batch allocation even outside srun; trust it only with a step.
-      if (std::strcmp(v, "SLURM_NTASKS") == 0 && !std::getenv("SLURM_STEP_ID")) continue;
-      return std::atoi(s);
+      if (std::strcmp(v, "SLURM_NTASKS") == 0 && !env.count("SLURM_STEP_ID")) continue;
+      return std::atoi(it->second.c_str());
     }
   }
   return 0;
@@ -132,12 +147,18 @@ int launcher_local_rank() {
   return -1;
 }
 
+std::vector<std::string> mpirun_arguments(int world, bool root, unsigned cores) {
+  std::vector<std::string> args = {"mpirun"};
+  if (root) args.push_back("--allow-run-as-root");
+  if (cores == 0 || static_cast<unsigned>(world) > cores) args.push_back("--oversubscribe");
+  args.insert(args.end(), {"-np", std::to_string(world)});
+  return args;
+}
+
 std::string launch_command(int world, const std::string& plan_path, const std::string& extra_args) {
-  std::string cmd = "mpirun";
-  if (geteuid() == 0) cmd += " --allow-run-as-root";
-  const unsigned cores = std::thread::hardware_concurrency();
-  if (cores == 0 || static_cast<unsigned>(world) > cores) cmd += " --oversubscribe";
-  cmd += " -np " + std::to_string(world) + " llmplan execute " + plan_path;
+  std::string cmd;
+  for (const std::string& a : mpirun_arguments(world, geteuid() == 0, std::thread::hardware_concurrency())) cmd += a + " ";
+  cmd += "llmplan execute " + plan_path;
   if (!extra_args.empty()) cmd += " " + extra_args;
   return cmd;
 }

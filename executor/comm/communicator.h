@@ -30,8 +30,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "executor/dtype.h"
 #include "planner/spec/specs.h"
@@ -193,6 +195,8 @@ class LocalCommunicator final : public Communicator {
 // World size the launcher started this process with, from the environment
 // (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_SIZE, SLURM_NTASKS under srun); 0 = not launched by one.
 int launcher_world_size();
+// The same from the environment `env` (name -> value).
+int launcher_world_size(const std::map<std::string, std::string>& env);
 // This process's rank among the launcher's processes on this node, from the environment
 // (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK, SLURM_LOCALID under
 // srun); -1 = not known. One GPU per rank: the CUDA device ordinal.
@@ -201,5 +205,8 @@ int launcher_local_rank();
 // (root needs --allow-run-as-root; --oversubscribe when world exceeds the cores):
 //   mpirun --allow-run-as-root --oversubscribe -np 8 llmplan execute best.json
 std::string launch_command(int world, const std::string& plan_path, const std::string& extra_args = {});
+// Its launcher part for a user (`root` or not) on a machine of `cores` cores (0: unknown):
+// {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "8"}.
+std::vector<std::string> mpirun_arguments(int world, bool root, unsigned cores);
 
 }  // namespace llmplan::exec

@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <sys/wait.h>
@@ -165,6 +166,60 @@ TEST(Cli, MultiRankPlanAloneRunsItsHeaviestRankScaledDown) {
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
   std::remove(plan.c_str());
   std::remove(db.c_str());
+}
+
+// `llmplan execute PLAN` with nothing else on GPUs starts the plan's ranks itself where they
+// are (mpirun on this machine's GPUs, srun in a Slurm job; executor/launch.h decides, its
+// cases in execute_tests). Each case runs the real binary in an environment of its own:
+// no launcher's variables but those given, and no CUDA device (CUDA_VISIBLE_DEVICES empty).
+std::string launch_env(const std::string& set) {
+  return "env -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE -u PMIX_SIZE -u PMIX_RANK -u SLURM_JOB_ID -u SLURM_NTASKS -u SLURM_STEP_ID "
+         "CUDA_VISIBLE_DEVICES= " + set + " " + std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan ";
+}
+
+class ExecuteLaunch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = temp_path("launch_" + std::to_string(::getpid()));
+    ASSERT_EQ(std::system(("mkdir -p " + dir_ + "/bin").c_str()), 0);
+    plan_ = dir_ + "/best.json";
+    ASSERT_EQ(run("sweep --gpus 8 --model tinyllama-1.1b --json " + plan_).exit_code, 0);
+  }
+  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
+  std::string dir_, plan_;
+};
+
+// No GPU here: the 8 ranks are not started, and the reason is said.
+TEST_F(ExecuteLaunch, TooFewGpusRunsHereSayingWhy) {
+  const CliRun r = run_shell(launch_env("") + "execute " + plan_ + " --backend cuda --steps 1 --warmup 0 --db " + dir_ + "/p.db 2>&1");
+  EXPECT_NE(r.output.find("not starting the plan's 8 ranks: this machine has 0 CUDA devices for the plan's 8 ranks (one device per rank); "
+                          "running its single-rank equivalent here"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("starting them"), std::string::npos) << r.output;
+  // --no-launch: not even considered.
+  const CliRun quiet = run_shell(launch_env("") + "execute " + plan_ + " --backend cuda --no-launch --steps 1 --warmup 0 --db " + dir_ + "/p.db 2>&1");
+  EXPECT_EQ(quiet.output.find("not starting"), std::string::npos) << quiet.output;
+}
+
+// A Slurm job with the tasks: this process becomes `srun --ntasks 8` running the same
+// command line with --no-launch (a stand-in srun prints what it was given).
+TEST_F(ExecuteLaunch, ASlurmJobStartsTheRanksWithSrun) {
+  std::ofstream(dir_ + "/bin/srun") << "#!/bin/sh\necho \"srun was given: $*\"\n";
+  ASSERT_EQ(std::system(("chmod +x " + dir_ + "/bin/srun").c_str()), 0);
+  const std::string bin = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan";
+  const CliRun r = run_shell(launch_env("SLURM_JOB_ID=77 SLURM_NTASKS=8 PATH=" + dir_ + "/bin:/usr/bin:/bin") + "execute " + plan_ +
+                             " --backend cuda --steps 2 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("llmplan execute: Slurm job 77 has 8 tasks for the plan's 8 ranks; starting them:\n  srun --ntasks 8 "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("srun was given: --ntasks 8 " + bin + " execute " + plan_ + " --backend cuda --steps 2 --no-launch\n"), std::string::npos)
+      << r.output;
+  // Without srun on PATH: bad input naming it and the way out.
+  const CliRun missing = run_shell(launch_env("SLURM_JOB_ID=77 SLURM_NTASKS=8 PATH=" + dir_) + "execute " + plan_ + " --backend cuda 2>&1");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("llmplan: srun is not on PATH"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("--no-launch"), std::string::npos) << missing.output;
 }
 
 // The CPU run's memory has a witness beside the allocator's own accounting: the kernel's

@@ -9,6 +9,8 @@
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
+#include <QGraphicsScene>
+#include <QGraphicsTextItem>
 #include <QFontMetricsF>
 #include <QFileInfo>
 #include <QLabel>
@@ -19,11 +21,13 @@
 #include <QProcess>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QScatterSeries>
 #include <QSet>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -94,6 +98,39 @@ bool same_plan(const PlanResult& a, const PlanResult& b) {
          p.micro_batch == q.micro_batch && p.grad_accum == q.grad_accum && p.zero == q.zero && p.recompute == q.recompute &&
          p.offload_optimizer == q.offload_optimizer && p.flash_attention == q.flash_attention && a.precision == b.precision && a.amp == b.amp &&
          a.peak_bytes == b.peak_bytes && a.tokens_per_s == b.tokens_per_s;
+}
+
+// The labels a value axis draws at its ticks.
+QStringList tick_labels(const QValueAxis& ax) {
+  QStringList labels;
+  const int n = ax.tickCount();
+  for (int i = 0; i < n; ++i)
+    labels << QString::asprintf(ax.labelFormat().toLatin1().constData(), ax.min() + i * (ax.max() - ax.min()) / (n - 1));
+  return labels;
+}
+
+// A text item's words in one line (a broken title's line separators as spaces).
+QString one_line(const QGraphicsTextItem& t) {
+  QString s = t.toPlainText();
+  s.replace(QChar::LineSeparator, QLatin1Char(' ')).replace(QLatin1Char('\n'), QLatin1Char(' '));
+  return s;
+}
+
+// Every text a chart view draws (title, axis titles, tick labels, legend) that Qt Charts
+// cut short: it elides what does not fit with "...".
+QStringList elided_texts(QChartView& view) {
+  for (int i = 0; i < 4; ++i) {  // the layout at the view's size, then the titles fitted to it
+    view.grab();
+    QCoreApplication::processEvents();
+  }
+  // A removed axis's labels stay in the scene until its element is deleted, later, by an
+  // event loop, which QtTest does not run.
+  QCoreApplication::sendPostedEvents(nullptr, QEvent::DeferredDelete);
+  QStringList cut;
+  for (QGraphicsItem* it : view.scene()->items())
+    if (auto* t = qgraphicsitem_cast<QGraphicsTextItem*>(it); t && t->isVisible() && t->toPlainText().contains(QStringLiteral("...")))
+      cut << one_line(*t);
+  return cut;
 }
 
 }  // namespace
@@ -267,7 +304,7 @@ class GuiTest : public QObject {
     QVERIFY(bar >= 0);
     int checked = 0;
     for (int i = 0; i < kMemoryItems; ++i) {
-      const double want = mem.worst.bytes[static_cast<size_t>(i)] / kGiB;
+      const double want = mem.worst.bytes[static_cast<size_t>(i)] / w().memory_chart()->unit().size;
       QBarSet* set = w().memory_chart()->bar_set(label(static_cast<MemoryItem>(i)));
       if (want == 0 && !set) continue;
       QVERIFY2(set, label(static_cast<MemoryItem>(i)));
@@ -278,7 +315,7 @@ class GuiTest : public QObject {
     QBarSet* compute = w().time_chart()->bar_set(QStringLiteral("compute (fwd + bwd)"));
     QVERIFY(compute);
     QVERIFY(qAbs(compute->at(0) - st.compute) < 1e-12);
-    QVERIFY(w().time_chart()->chart()->title().contains(QString::number(st.total, 'f', 3)));
+    QVERIFY(title_text(w().time_chart()->chart()).contains(QString::number(st.total, 'f', 3)));
     // The scatter rings the same plan; explain and timeline show it.
     QCOMPARE(w().scatter()->selected_series()->count(), 1);
     // Its legend entry is the same red ring.
@@ -287,7 +324,8 @@ class GuiTest : public QObject {
     QCOMPARE(int(markers.front()->shape()), int(QLegend::MarkerShapeCircle));
     QCOMPARE(markers.front()->pen().color(), w().scatter()->selected_series()->pen().color());
     QVERIFY(markers.front()->brush().style() == Qt::NoBrush || markers.front()->brush().color().alpha() == 0);  // a ring, not a filled square
-    QCOMPARE(w().scatter()->selected_series()->at(0), QPointF(pr.peak_bytes / kGiB, pr.tokens_per_s));
+    const double x_unit = w().scatter()->memory_unit().size;
+    QCOMPARE(w().scatter()->selected_series()->at(0), QPointF(pr.peak_bytes / x_unit, pr.tokens_per_s));
     QVERIFY(w().explain()->toHtml().contains(QString::fromStdString(plan_summary(pr.plan))));
     QVERIFY2(w().timeline()->title().contains(QStringLiteral("%1 s by the time model").arg(st.total, 0, 'f', 3)), qPrintable(w().timeline()->title()));
     // The step simulator does not take unequal interleaved chunks (the embedding/loss split
@@ -302,8 +340,8 @@ class GuiTest : public QObject {
     const int other = w().proxy()->source_row(30);
     const PlanResult& po = w().plan_model()->plan_row(other).result;
     QScatterSeries* series = w().plan_model()->plan_row(other).fits() ? w().scatter()->fitting_series() : w().scatter()->nonfitting_series();
-    emit series->clicked(QPointF(po.peak_bytes / kGiB, po.tokens_per_s));
-    QCOMPARE(w().proxy()->mapToSource(table->currentIndex()).row(), w().scatter()->nearest_row(QPointF(po.peak_bytes / kGiB, po.tokens_per_s)));
+    emit series->clicked(QPointF(po.peak_bytes / x_unit, po.tokens_per_s));
+    QCOMPARE(w().proxy()->mapToSource(table->currentIndex()).row(), w().scatter()->nearest_row(QPointF(po.peak_bytes / x_unit, po.tokens_per_s)));
     const int now = w().selected_source_row();
     QCOMPARE(w().plan_model()->plan_row(now).result.peak_bytes, po.peak_bytes);
     QCOMPARE(w().plan_model()->plan_row(now).result.tokens_per_s, po.tokens_per_s);
@@ -317,11 +355,8 @@ class GuiTest : public QObject {
     };
     for (const Case& c : {Case{11.0, 11.05, "%.2f"}, Case{0, 1, "%.0f"}, Case{11.0, 11.05, "%.3g"}, Case{0, 20000, "%.0f"}, Case{1e6, 1.0001e6, "%.3g"}}) {
       std::unique_ptr<QValueAxis> ax(make_value_axis(QStringLiteral("x"), c.lo, c.hi, QString::fromLatin1(c.format)));
-      QStringList labels;
-      const int n = ax->tickCount();
-      for (int i = 0; i < n; ++i)
-        labels << QString::asprintf(ax->labelFormat().toLatin1().constData(), ax->min() + i * (ax->max() - ax->min()) / (n - 1));
-      QCOMPARE(QSet<QString>(labels.begin(), labels.end()).size(), n);
+      const QStringList labels = tick_labels(*ax);
+      QCOMPARE(QSet<QString>(labels.begin(), labels.end()).size(), ax->tickCount());
     }
     QCOMPARE(distinct_label_format(QStringLiteral("%.0f"), 0, 20000, 5), QStringLiteral("%.0f"));  // enough already
   }
@@ -340,16 +375,110 @@ class GuiTest : public QObject {
     d.time.total = 16223.872;
     TimeChart chart;
     chart.show_plan(d);
-    QVERIFY2(chart.chart()->title().contains(QStringLiteral("4.51 h")), qPrintable(chart.chart()->title()));
+    QVERIFY2(title_text(chart.chart()).contains(QStringLiteral("4.51 h")), qPrintable(title_text(chart.chart())));
     const auto axes = chart.chart()->axes(Qt::Horizontal);
     QCOMPARE(axes.size(), 1);
     auto* ax = qobject_cast<QValueAxis*>(axes.front());
     QVERIFY(ax);
-    QVERIFY2(ax->titleText().contains(QStringLiteral("(h)")), qPrintable(ax->titleText()));
+    QVERIFY2(ax->titleText().contains(QStringLiteral("(h)")), qPrintable(ax->titleText()));  // one word: never broken
     QVERIFY(ax->max() < 10);  // hours, not 20000
     QBarSet* compute = chart.bar_set(QStringLiteral("compute (fwd + bwd)"));
     QVERIFY(compute);
     QVERIFY(qAbs(compute->at(0) - 16000 / 3600.0) < 1e-9);
+  }
+
+  // ---- memory in the unit it reads best in: a 2-layer plan's 300 MiB is not "0 GiB"
+  void memory_reads_in_mib_or_gib() {
+    QCOMPARE(QString(memory_unit_for(300 * kMiB).name), QStringLiteral("MiB"));
+    QCOMPARE(QString(memory_unit_for(1.99 * kGiB).name), QStringLiteral("MiB"));
+    QCOMPARE(QString(memory_unit_for(2 * kGiB).name), QStringLiteral("GiB"));
+    QCOMPARE(memory_text(300 * kMiB), QStringLiteral("300.0 MiB"));
+    QCOMPARE(memory_text(53.12 * kGiB), QStringLiteral("53.12 GiB"));
+    QVERIFY(run_from_form(small_inputs()));
+    const PlanDetails& d = *w().selected_details();
+    QCOMPARE(d.memory.capacity, 80 * kGiB);  // an A100 80GB
+    // The plan's breakdown scaled to a peak of `peak` bytes (a 2-layer plan's 300 MiB; the
+    // README's 53.12 GiB).
+    auto with_peak = [&](double peak) {
+      PlanDetails s = d;
+      const double k = peak / d.memory.worst.total;
+      for (StageMemory* st : {&s.memory.first, &s.memory.worst, &s.memory.last}) {
+        for (double& b : st->bytes) b *= k;
+        st->total *= k;
+      }
+      return s;
+    };
+    struct Case {
+      double peak;
+      const char* unit;
+      QStringList ticks;
+    };
+    for (const Case& c : {Case{300 * kMiB, "MiB", {"0", "100", "200", "300", "400"}},  // the card (80 GiB) is far: off the axis
+                          Case{53.12 * kGiB, "GiB", {"0", "20", "40", "60", "80", "100"}}}) {
+      const PlanDetails p = with_peak(c.peak);
+      MemoryChart chart;
+      chart.show_plan(p, 0);
+      QCOMPARE(QString(chart.unit().name), QString::fromLatin1(c.unit));
+      auto* ax = qobject_cast<QValueAxis*>(chart.chart()->axes(Qt::Horizontal).value(0));
+      QVERIFY(ax);
+      QCOMPARE(title_text(ax), QStringLiteral("Memory per GPU (%1)").arg(QLatin1String(c.unit)));
+      QCOMPARE(tick_labels(*ax), c.ticks);
+      QVERIFY2(title_text(chart.chart()).startsWith(QStringLiteral("Memory per GPU: peak %1 on").arg(memory_text(c.peak))),
+               qPrintable(title_text(chart.chart())));
+      // The peak stage's segments, in the axis's unit, add up to its total.
+      const int bar = static_cast<int>(chart.categories().indexOf(QRegularExpression(QStringLiteral("stage %1 \\(.*peak\\)").arg(p.memory.worst.stage))));
+      QVERIFY(bar >= 0);
+      double sum = 0;
+      for (int i = 0; i < kMemoryItems; ++i)
+        if (QBarSet* set = chart.bar_set(label(static_cast<MemoryItem>(i)))) sum += set->at(bar);
+      QVERIFY(qAbs(sum - c.peak / chart.unit().size) < 1e-6 * sum);
+    }
+  }
+
+  // ---- titles never clip: broken into lines at spaces, never cut mid-word ("sta...", "MFU (%")
+  void chart_titles_never_clip() {
+    QFont bold;
+    bold.setBold(true);
+    const QString text = QStringLiteral("Memory per GPU: peak 53.12 GiB on stage 0 (backward), fits with 26.48 GiB to spare");
+    const QStringList lines = wrap_words(text, bold, 200).split(QStringLiteral("<br>"));
+    QVERIFY(lines.size() > 1);
+    QCOMPARE(lines.join(QLatin1Char(' ')), text);
+    for (const QString& line : lines) QVERIFY2(QFontMetricsF(bold).horizontalAdvance(line) <= 200, qPrintable(line));
+    QCOMPARE(wrap_words(QStringLiteral("a < b"), bold, 1000), QStringLiteral("a &lt; b"));  // Qt Charts reads titles as HTML
+
+    QVERIFY(run_from_form(small_inputs()));
+    // A narrow memory chart: its title and axis title as drawn are whole, inside the view.
+    // (Its legend and bar labels are cut at this width; the window's charts below are not.)
+    MemoryChart chart;
+    chart.resize(360, 320);
+    chart.show();
+    chart.show_plan(*w().selected_details(), 0);
+    elided_texts(*chart.view());
+    auto* axis = qobject_cast<QValueAxis*>(chart.chart()->axes(Qt::Horizontal).value(0));
+    QVERIFY(axis);
+    for (const QString& text : {title_text(chart.chart()), title_text(axis)}) {
+      const QGraphicsTextItem* drawn = nullptr;
+      for (QGraphicsItem* it : chart.view()->scene()->items())
+        if (auto* t = qgraphicsitem_cast<QGraphicsTextItem*>(it); t && t->isVisible() && one_line(*t) == text) drawn = t;
+      QVERIFY2(drawn, qPrintable(text));
+      QVERIFY2(chart.view()->rect().contains(chart.view()->mapFromScene(drawn->sceneBoundingRect()).boundingRect()), qPrintable(text));
+    }
+    QVERIFY(chart.chart()->title().contains(QStringLiteral("<br>")));  // broken, at 360 px
+    // Every chart of the window, at its size and at a small one, the Profiles tab with runs.
+    const QString db = tmp_.filePath(QStringLiteral("clip.db"));
+    QVERIFY(gui_test::write_sample_profiles(db.toStdString()).ok());
+    w().set_database(db);
+    QStringList cut;
+    for (const QSize size : {QSize(1280, 800), QSize(900, 620)}) {
+      w().resize(size);
+      for (int tab = 0; tab < w().tabs()->count(); ++tab) {
+        w().tabs()->setCurrentIndex(tab);
+        for (QChartView* v : w().tabs()->widget(tab)->findChildren<QChartView*>())
+          for (const QString& t : elided_texts(*v))
+            cut << QStringLiteral("%1x%2, %3: %4").arg(size.width()).arg(size.height()).arg(title_text(v->chart()), t);
+      }
+    }
+    QVERIFY2(cut.isEmpty(), qPrintable(cut.join(QLatin1Char('\n'))));
   }
 
   // ---- results belong to their inputs: a change greys them under a banner; Run clears them
@@ -626,6 +755,12 @@ class GuiTest : public QObject {
     ex->extra_args()->setText(QStringLiteral("--layers 4"));  // a flag typed wins over the panel's
     QVERIFY(ex->run_arguments().join(' ').startsWith(QStringLiteral("--layers 4 --backend cpu --seq 128")));
     ex->extra_args()->clear();
+    // On a GPU one process: never the plan's ranks under mpirun, which Stop would not reach.
+    if (const int cuda = ex->backend_combo()->findText(QStringLiteral("cuda")); cuda >= 0) {
+      ex->backend_combo()->setCurrentIndex(cuda);
+      QVERIFY2(ex->run_arguments().join(' ').startsWith(QStringLiteral("--backend cuda --no-launch --layers 2")), qPrintable(ex->run_arguments().join(' ')));
+      ex->backend_combo()->setCurrentIndex(ex->backend_combo()->findText(QStringLiteral("cpu")));
+    }
     QSignalSpy finished(ex, &ExecutePanel::finished);
     QTest::mouseClick(ex->run_button(), Qt::LeftButton);
     QVERIFY(finished.wait(10000));
