@@ -364,7 +364,8 @@ std::string write_yaml(const PlanFile& f, const ExportOptions& opt, const Derive
     w.kv("type", "FP32StateAdamWeightDecay", "job.optimizer adamw: AdamW with float32 moments (the published Llama configs' choice)");
   } else {
     w.kv("type", "AdamWeightDecay",
-         "job.optimizer adamw with job.amp O3: mindspore.nn.AdamWeightDecay, moments in the parameters' 16-bit dtype");
+         "job.optimizer adamw with job.amp O3: mindspore.nn.AdamWeightDecay, whose moments clone the parameters and so "
+         "take their 16-bit dtype (mindspore/nn/optim/adam.py AdamWeightDecay.__init__)");
   }
   w.end();
 
@@ -527,6 +528,8 @@ Result<ExportResult> export_mindformers(const PlanFile& f, const ExportOptions& 
   if (p.recompute == Recompute::selective)
     r.notes.push_back("selective recompute is select_recompute: True, which recomputes SwiGLU's activation (MindFormers' "
                       "default patterns), not attention scores");
+  if (j.mode != TrainMode::pretrain)
+    r.notes.push_back("run_mode finetune: set load_checkpoint (and auto_trans_ckpt for a distributed run) to the base model's weights");
   if (f.gpus % f.cluster.gpus_per_node != 0)
     r.notes.push_back("the last node holds fewer devices: give it its own LOCAL_WORKER in msrun.sh");
   r.notes.push_back("msrun.sh runs from the MindFormers checkout's root (scripts/msrun_launcher.sh); set MASTER_ADDR and NODE_RANK on each node");

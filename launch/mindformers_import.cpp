@@ -906,8 +906,8 @@ Status Reader::read_parallel(const ModelSpec& m, const Launch& launch, ParallelP
     Result<bool> shard = s_.boolean("parallel.parallel_optimizer_config.gradient_accumulation_shard", true);
     if (!shard) return shard.status();
     if (!given)
-      note("parallel.parallel_optimizer_config.gradient_accumulation_shard absent: MindSpore's default True "
-           "(mindspore.set_auto_parallel_context), read as ZeRO-2");
+      note("parallel.parallel_optimizer_config.gradient_accumulation_shard absent: MindSpore's documented default True "
+           "(docs/api/api_python/mindspore/mindspore.set_auto_parallel_context.rst, parallel_optimizer_config), read as ZeRO-2");
     q.zero = *shard ? 2 : 1;
     Result<int64_t> shard_size = s_.integer("parallel.parallel_optimizer_config.optimizer_weight_shard_size", -1, -1, 1 << 16);
     if (!shard_size) return shard_size.status();

@@ -431,6 +431,28 @@ TEST(MindFormers, ImportsThePublishedLlama2_70bConfigOn32Devices) {
   EXPECT_NE(bad.status().message().find("run.sh"), std::string::npos) << bad.status().message();
 }
 
+// The published LoRA fine-tune of Llama 2 7B (configs/llama2/lora_llama2_7b.yaml @v1.5.0):
+// pet_config lora, rank 16, alpha 16, on wq wk wv wo; dp 8, batch_size 2, no pipeline.
+TEST(MindFormers, ImportsThePublishedLlama2_7bLoraConfig) {
+  Result<ImportedConfig> im = import_files({{"lora_llama2_7b.yaml", read_fixture("mindformers_lora_llama2_7b.yaml"), false}},
+                                           LaunchFormat::mindformers, ascend_import(), "lora_llama2_7b.yaml");
+  ASSERT_TRUE(im) << im.status().message();
+  const PlanFile& f = im->file;
+  EXPECT_EQ(f.job.mode, TrainMode::lora);
+  EXPECT_EQ(f.job.lora.rank, 16);
+  EXPECT_EQ(f.job.lora.alpha, 16);
+  EXPECT_EQ(f.job.lora.targets, (std::vector<std::string>{"q", "k", "v", "o"}));
+  EXPECT_EQ(f.plan.dp, 8);
+  EXPECT_EQ(f.plan.micro_batch, 2);
+  EXPECT_EQ(f.plan.grad_accum, 1);  // micro_batch_num 64 has no effect without a pipeline
+  EXPECT_EQ(f.job.global_batch, 16);
+  EXPECT_EQ(f.job.precision, Precision::bf16);
+  EXPECT_EQ(f.job.amp, AmpLevel::O2);  // param_init_type float32
+  EXPECT_EQ(f.model.name, "llama2-7b");
+  const Explanation e = explain_plan(f.model, f.cluster, f.job, f.plan, f.gpus, 0);
+  EXPECT_GT(e.memory.worst.total, 0);
+}
+
 // v1.7.0's "mcore" config keeps model_config in Hugging Face names: refused naming the key.
 TEST(MindFormers, RefusesTheV17McoreConfigNamingTheKey) {
   Result<ImportedConfig> im = import_files({{"pretrain_qwen3_32b_4k.yaml", read_fixture("mindformers_qwen3_32b_4k_v1.7.0.yaml"), false}},
@@ -544,6 +566,43 @@ TEST(MindFormers, ListsEveryUnusedKey) {
   ASSERT_TRUE(im) << im.status().message();
   EXPECT_EQ(im->unknown_keys, (std::vector<std::string>{"parallel_config.dat_parallel", "optimizer.beta1", "callbacks.type",
                                                          "callbacks.prefix", "my_section.nested.knob"}));
+}
+
+// The launcher's other forms (scripts/msrun_launcher.sh L58-121) and a bare msrun line give
+// the device count the parallel sizes are checked against.
+TEST(MindFormers, ReadsEachLauncherForm) {
+  struct Case {
+    std::string line;
+    bool ok;
+  };
+  // kSmall asks for 2 x 2 x 2 = 8 devices.
+  for (const Case& c : std::vector<Case>{{"bash scripts/msrun_launcher.sh \"run_mindformer.py --config c.yaml\"\n", true},  // default 8
+                                         {"bash scripts/msrun_launcher.sh \"run_mindformer.py\" 8\n", true},
+                                         {"bash scripts/msrun_launcher.sh \"run_mindformer.py\" 4\n", false},
+                                         {"bash scripts/msrun_launcher.sh \"run_mindformer.py\" 8 8118 log False 300\n", true},
+                                         {"bash scripts/msrun_launcher.sh \\\n  \"run_mindformer.py\" 16 8 \\\n  a 1 0 l False 3\n", false},
+                                         {"msrun --worker_num=8 --local_worker_num=4 run_mindformer.py --config c.yaml\n", true}}) {
+    SCOPED_TRACE(c.line);
+    Result<ImportedConfig> im = import_text(kSmall, c.line);
+    EXPECT_EQ(im.ok(), c.ok) << (im ? "" : im.status().message());
+    if (im && c.line.find("local_worker_num=4") != std::string::npos) {
+      EXPECT_EQ(im->file.cluster.gpus_per_node, 4);
+      EXPECT_EQ(im->file.cluster.nodes, 2);
+    }
+  }
+}
+
+// --model is a check where the config describes the model: a different shape names the field.
+TEST(MindFormers, GivenModelMustMatchTheConfigsShape) {
+  ImportOptions o = ascend_import();
+  o.model = "llama2-7b";
+  Result<ImportedConfig> im = import_text(kSmall, "", o);
+  ASSERT_TRUE(im) << im.status().message();
+  EXPECT_EQ(im->file.model.name, "llama2-7b");
+  o.model = "llama3-8b";
+  im = import_text(kSmall, "", o);
+  ASSERT_FALSE(im);
+  EXPECT_EQ(im.status().message().rfind("--model llama3-8b: field 'kv_heads'", 0), 0u) << im.status().message();
 }
 
 }  // namespace
