@@ -1,0 +1,64 @@
+#include "launch/mindformers_common.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "planner/cost/plan_check.h"
+
+namespace llmplan::launch_formats::mindformers {
+
+std::string lora_cell(const std::string& target) {
+  for (const LoraName& n : kLoraNames)
+    if (target == n.llmplan) return n.cell;
+  return "";
+}
+
+std::string lora_target(const std::string& cell) {
+  for (const LoraName& n : kLoraNames)
+    if (cell == n.cell) return n.llmplan;  // the first name of each cell: q k v o gate up down
+  return "";
+}
+
+const char* dtype_name(Precision p) {
+  switch (p) {
+    case Precision::bf16: return "bfloat16";
+    case Precision::fp16: return "float16";
+    case Precision::fp32: return "float32";
+  }
+  return "float32";
+}
+
+std::vector<int> stage_layers(int layers, const ParallelPlan& p) {
+  const int nv = p.pp * std::max(1, p.vpp);
+  std::vector<int> out(static_cast<size_t>(nv));
+  for (int v = 0; v < nv; ++v) out[static_cast<size_t>(v)] = virtual_stage_layers(layers, p, v);
+  return out;
+}
+
+std::vector<std::vector<int>> offsets_for(int layers, int pp, int chunks, const std::vector<int>& per_stage) {
+  const int avg = layers / (pp * chunks);
+  std::vector<std::vector<int>> out(static_cast<size_t>(chunks), std::vector<int>(static_cast<size_t>(pp)));
+  for (int c = 0; c < chunks; ++c)
+    for (int s = 0; s < pp; ++s) out[static_cast<size_t>(c)][static_cast<size_t>(s)] = per_stage[static_cast<size_t>(c * pp + s)] - avg;
+  return out;
+}
+
+bool split_for(int layers, const std::vector<int>& per_stage, ParallelPlan* p) {
+  for (PipelineSplit s : {PipelineSplit::even, PipelineSplit::account_embedding_loss}) {
+    ParallelPlan q = *p;
+    q.pipeline_split = s;
+    if (!pipeline_split_ok(layers, q)) continue;
+    if (stage_layers(layers, q) == per_stage) {
+      p->pipeline_split = s;
+      return true;
+    }
+  }
+  return false;
+}
+
+int max_device_memory_gb(double memory_bytes) {
+  const double gib = memory_bytes / (1024.0 * 1024.0 * 1024.0);
+  return std::max(1, static_cast<int>(std::floor(gib)) - 6);
+}
+
+}  // namespace llmplan::launch_formats::mindformers
