@@ -50,7 +50,12 @@ Runner register_export(CLI::App* sub) {
       return report(Status::bad_input("--train-steps: expected a positive integer, got " + std::to_string(c->options.train_steps)));
     Result<PlanFile> f = read_plan_file(c->plan_file);
     if (!f) return report(f.status());
-    Result<ExportResult> r = export_plan(*f, to, c->options);
+    Result<PresetRegistry> reg = load_presets(c->data_root);
+    if (!reg) return report(reg.status());
+    const std::vector<FrameworkSpec> frameworks = reg->frameworks();
+    ExportOptions options = c->options;
+    options.framework = framework_for_format(frameworks, to);
+    Result<ExportResult> r = export_plan(*f, to, options);
     if (!r) return report(r.status().with_context(c->plan_file));
     const std::string dir = c->out_dir.empty() ? std::string("launch-") + to_string(to) : c->out_dir;
     if (Status st = write_launch_files(dir, r->files); !st) return report(st);

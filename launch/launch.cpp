@@ -1,5 +1,6 @@
 #include "launch/launch.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -45,7 +46,17 @@ bool parse_enum(const std::string& s, LaunchFormat* out) {
   return false;
 }
 
+const FrameworkSpec* framework_for_format(const std::vector<FrameworkSpec>& frameworks, LaunchFormat format) {
+  for (const FrameworkSpec& fw : frameworks)
+    if (std::find(fw.exports.begin(), fw.exports.end(), to_string(format)) != fw.exports.end()) return &fw;
+  return nullptr;
+}
+
 Result<ExportResult> export_plan(const PlanFile& f, LaunchFormat to, const ExportOptions& opt) {
+  if (opt.framework) {
+    const std::string why = framework_refusal_text(*opt.framework, f.model, f.job, f.plan);
+    if (!why.empty()) return Status::bad_input("--to " + std::string(to_string(to)) + ": " + why);
+  }
   switch (to) {
     case LaunchFormat::megatron: return launch_formats::export_megatron(f, opt);
     case LaunchFormat::nemo: return launch_formats::export_nemo(f, opt);

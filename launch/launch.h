@@ -54,7 +54,14 @@ struct ExportOptions {
   std::string data_path = "/path/to/dataset_text_document";
   std::string tokenizer = "/path/to/tokenizer";
   int train_steps = 1000;   // iterations the launch runs (training length is not the plan's)
+  // The framework the format runs on (data/frameworks: the one whose `exports` lists the
+  // format, framework_for_format): a plan it refuses is refused, naming its rule. nullptr:
+  // the format's own checks only. Must outlive the call.
+  const FrameworkSpec* framework = nullptr;
 };
+
+// The framework of `presets` whose exports list `format`, or nullptr.
+const FrameworkSpec* framework_for_format(const std::vector<FrameworkSpec>& frameworks, LaunchFormat format);
 
 struct ExportResult {
   std::vector<LaunchFile> files;
