@@ -924,20 +924,24 @@ Result<ImportedConfig> import_nemo(const std::vector<LaunchFile>& files, const I
   if (!nemo_file && s.lora_dim) j.mode = TrainMode::lora;
   int nodes = 0, devices = 0;
   if (nemo_file) {
-    if (!s.num_nodes && kwargs.count("num_nodes")) {
-      Overrides k;
-      k.origin = origin;
-      k.values[Key::num_nodes] = {kwargs.at("num_nodes"), "--factory num_nodes"};
-      Result<int64_t> v = Reader(k).integer(Key::num_nodes, 1, 1 << 20);
+    // The factory's own arguments (pretrain_recipe(num_nodes=..., num_gpus_per_node=...)), then the overrides.
+    auto factory_int = [&](const char* arg, Key k, int* dst) -> Status {
+      if (!kwargs.count(arg)) return Status::ok();
+      Overrides one;
+      one.origin = origin;
+      one.values[k] = {kwargs.at(arg), std::string("--factory ") + factory_name + "(" + arg + "=...)"};
+      Result<int64_t> v = Reader(one).integer(k, 1, 1 << 20);
       if (!v) return v.status();
-      nodes = static_cast<int>(*v);
-    } else {
-      if (Status st = need(s.num_nodes || defaults, Key::num_nodes); !st) return st;
-      nodes = s.num_nodes.value_or(defaults ? defaults->num_nodes : 1);
-    }
-    if (Status st = need(s.devices || defaults || kwargs.count("num_gpus_per_node"), Key::devices); !st) return st;
-    devices = s.devices.value_or(defaults ? defaults->devices : 8);
-    if (!s.devices && kwargs.count("num_gpus_per_node")) devices = std::atoi(kwargs.at("num_gpus_per_node").c_str());
+      *dst = static_cast<int>(*v);
+      return Status::ok();
+    };
+    int factory_nodes = 0, factory_devices = 0;
+    if (Status st = factory_int("num_nodes", Key::num_nodes, &factory_nodes); !st) return st;
+    if (Status st = factory_int("num_gpus_per_node", Key::devices, &factory_devices); !st) return st;
+    if (Status st = need(s.num_nodes || factory_nodes || defaults, Key::num_nodes); !st) return st;
+    if (Status st = need(s.devices || factory_devices || defaults, Key::devices); !st) return st;
+    nodes = s.num_nodes.value_or(factory_nodes ? factory_nodes : defaults ? defaults->num_nodes : 1);
+    devices = s.devices.value_or(factory_devices ? factory_devices : defaults ? defaults->devices : 8);
   }
   for (auto [set, k] : {std::pair{s.tp.has_value(), Key::tp}, std::pair{s.pp.has_value(), Key::pp}, std::pair{s.vpp.has_value(), Key::vpp},
                         std::pair{s.cp.has_value(), Key::cp}, std::pair{s.sp.has_value(), Key::sp},

@@ -250,7 +250,8 @@ TEST(MegatronFormat, EveryExportedOptionIsMegatronsWithAnAllowedValue) {
 
 // The exported launch line: torchrun with the plan's nodes and GPUs, and the Slurm branch.
 TEST(MegatronFormat, LaunchLineSizesTheRunFromTheCluster) {
-  const NamedPlan& np = testing::round_trip_plans()[5];  // llama3-70b on 64 GPUs: 8 nodes of 8
+  const std::vector<NamedPlan> plans = testing::round_trip_plans();
+  const NamedPlan& np = plans[5];  // llama3-70b on 64 GPUs: 8 nodes of 8
   ASSERT_EQ(np.file.gpus, 64);
   Result<ExportResult> r = export_plan(np.file, LaunchFormat::megatron);
   ASSERT_TRUE(r) << r.status().message();
