@@ -20,10 +20,20 @@ struct PlanCommand {
   PlanFlags plan;
   std::string plan_file;
   std::string json_out;
+  std::string format;     // of a launch configuration given as the plan
+  bool gpu_given = false; // --gpu typed (a launch configuration names no GPU)
 };
 
-// The plan from a plan file (positional) or from flags.
+// The plan from a plan file (positional), a framework's launch configuration, or flags.
 Result<Setup> load_setup(const PlanCommand& c) {
+  if (!c.plan_file.empty() && is_launch_config(c.plan_file)) {
+    ConfigFlags cf;
+    cf.format = c.format;
+    cf.model = c.job.model;
+    cf.gpu = c.gpu_given ? c.job.gpu : "";
+    cf.gpus_per_node = c.job.gpus_per_node == kUnsetFlag ? 0 : c.job.gpus_per_node;
+    return setup_from_config(c.plan_file, cf, c.job);
+  }
   if (!c.plan_file.empty()) {
     Result<PlanFile> f = read_plan_file(c.plan_file);
     if (!f) return f.status();
@@ -49,9 +59,11 @@ Runner register_memory(CLI::App* sub) {
   auto c = std::make_shared<PlanCommand>();
   add_job_flags(sub, &c->job);
   add_plan_flags(sub, &c->plan);
-  sub->add_option("plan", c->plan_file, "plan JSON (instead of flags)");
+  sub->add_option("plan", c->plan_file, "plan JSON, or a framework's launch configuration (as llmplan import reads), instead of flags");
+  sub->add_option("--format", c->format, "the launch configuration's format (default: detected)");
   sub->add_option("--json", c->json_out, "also write the breakdown as JSON to this file ('-' = stdout only JSON)");
-  return [c]() {
+  return [c, sub]() {
+    c->gpu_given = sub->get_option("--gpu")->count() > 0;
     Result<Setup> s = load_setup(*c);
     if (!s) return report(s.status());
     const PlanFile& f = s->file;
@@ -78,8 +90,12 @@ Runner register_explain(CLI::App* sub) {
   auto c = std::make_shared<PlanCommand>();
   add_job_flags(sub, &c->job);
   add_plan_flags(sub, &c->plan);
-  sub->add_option("plan", c->plan_file, "plan JSON (instead of flags)");
-  return [c]() {
+  sub->add_option("plan", c->plan_file,
+                  "plan JSON, or a framework's launch configuration (Megatron script, NeMo overrides, ds_config.json, torchtitan "
+                  "TOML, MindFormers YAML, or an llmplan export folder) instead of flags");
+  sub->add_option("--format", c->format, "the launch configuration's format (default: detected)");
+  return [c, sub]() {
+    c->gpu_given = sub->get_option("--gpu")->count() > 0;
     Result<Setup> s = load_setup(*c);
     if (!s) return report(s.status());
     const PlanFile& f = s->file;

@@ -2,9 +2,12 @@
 
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 
+#include "launch/launch.h"
 #include "planner/cost/plan_check.h"
+#include "planner/spec/spec_json.h"
 #include "planner/spec/recipe.h"
 #include "planner/spec/units.h"
 
@@ -338,6 +341,57 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   if (Status st = check_plan_status(s->file.model, s->file.cluster, s->file.job, p, s->file.gpus, "flags"); !st) return st;
   p.grad_accum = static_cast<int>(s->file.job.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp));
   return Status::ok();
+}
+
+bool is_launch_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return true;
+  if (path.size() < 5 || path.substr(path.size() - 5) != ".json") return true;
+  Result<nlohmann::json> j = read_json_file(path);
+  return j && j->is_object() && !j->contains("schema");
+}
+
+Result<Setup> setup_from_config(const std::string& path, const ConfigFlags& cf, const JobFlags& f) {
+  Result<PresetRegistry> reg = load_presets(f.data_root);
+  if (!reg) return reg.status();
+  Setup s{std::move(*reg), {}, 0, "", {}, false, f.data_root.empty() ? default_data_root() : f.data_root, std::nullopt};
+  Result<std::vector<LaunchFile>> files = read_launch_files(path);
+  if (!files) return files.status();
+  LaunchFormat format{};
+  if (!cf.format.empty()) {
+    if (!parse_enum(cf.format, &format))
+      return Status::bad_input("--format: expected one of " + std::string(kLaunchFormatNames) + ", got '" + cf.format + "'");
+  } else {
+    Result<LaunchFormat> d = detect_format(*files, path);
+    if (!d) return d.status();
+    format = *d;
+  }
+  ImportOptions opt;
+  opt.presets = &s.presets;
+  opt.model = cf.model;
+  opt.gpu = cf.gpu;
+  opt.gpus_per_node = cf.gpus_per_node;
+  Result<ImportedConfig> imp = import_files(*files, format, opt, path);
+  if (!imp) return imp.status();
+  s.file = imp->file;
+  s.model_note = "read " + path + " as a " + to_string(format) + " configuration";
+  for (const std::string& n : imp->notes) s.model_note += "\n  assumed: " + n;
+  if (!imp->unknown_keys.empty()) {
+    s.model_note += "\n  not used by llmplan:";
+    for (const std::string& k : imp->unknown_keys) s.model_note += " " + k;
+  }
+  Result<double> head = parse_bytes(f.headroom, "--headroom");
+  if (!head) return head.status();
+  s.headroom_bytes = *head;
+  if (Status st = apply_stack_flag(f.stack, &s); !st) return st;
+  // The configuration's own framework, unless another is named.
+  std::string framework = f.framework;
+  if (framework.empty()) {
+    const std::vector<FrameworkSpec> all = s.presets.frameworks();
+    if (const FrameworkSpec* fw = framework_for_format(all, format)) framework = fw->name;
+  }
+  if (Status st = apply_framework_flag(framework, &s); !st) return st;
+  return s;
 }
 
 int report(const Status& s) {

@@ -112,6 +112,20 @@ Result<Setup> setup_from_flags(const JobFlags& f);
 // The plan from flags on top of a setup (dp derived from --gpus when not given).
 Status apply_plan_flags(const PlanFlags& pf, Setup* s);
 
+// A setup from a framework's launch configuration (llmplan import's formats; launch/launch.h):
+// its model, cluster, job and plan, its framework (and so its stack) unless --framework or
+// --stack is given. `gpu` empty: the format's usual GPU. Prints what it read and assumed.
+struct ConfigFlags {
+  std::string format;  // "" = detected
+  std::string model;   // for configs without the model (DeepSpeed)
+  std::string gpu;     // "" = the format's usual one
+  int gpus_per_node = 0;
+};
+Result<Setup> setup_from_config(const std::string& path, const ConfigFlags& cf, const JobFlags& f);
+// True when `path` is a launch configuration rather than an llmplan plan file: a folder, a
+// file not ending in .json, or a JSON document without the plan schema.
+bool is_launch_config(const std::string& path);
+
 // The sweep's options for a setup: its stack's memory and time conventions, the other
 // stacks' memory conventions when none is named, its headroom. One place for the sweep,
 // budget and explain commands.
