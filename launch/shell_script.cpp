@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace llmplan::launch_formats {
@@ -53,29 +54,109 @@ class ScriptReader {
     word_.clear();
     in_word_ = false;
   }
-  // A finished simple command: leading assignments set variables (`export NAME=value`
-  // too); the rest, if any, is a command (`VAR=x cmd ...` runs cmd).
+  // A finished simple command: `if`/`elif`/`else`/`fi` steer which commands count; leading
+  // assignments set variables (`export NAME=value` too); the rest, if any, is a command
+  // (`VAR=x cmd ...` runs cmd).
   void end_command() {
-    const bool declaration =
-        !words_.empty() && (words_[0] == "export" || words_[0] == "declare" || words_[0] == "local" || words_[0] == "readonly");
+    std::vector<std::string> w = std::move(words_);
+    words_.clear();
+    while (!w.empty()) {
+      const std::string& k = w[0];
+      if (k == "if" || k == "elif") {
+        const std::optional<bool> r = test(std::vector<std::string>(w.begin() + 1, w.end()));
+        if (k == "if") {
+          const bool parent = active();
+          conditions_.push_back({parent, parent && r.value_or(true), r.value_or(true), r.has_value(), r.value_or(false)});
+        } else if (!conditions_.empty()) {
+          Condition& c = conditions_.back();
+          c.known = c.known && r.has_value();
+          c.active = c.parent && !c.taken_known && r.value_or(true);
+          c.taken_known = c.taken_known || (r.has_value() && *r);
+          c.taken = c.taken || r.value_or(true);
+        }
+        return;
+      }
+      if (k == "else" && !conditions_.empty()) {
+        Condition& c = conditions_.back();
+        c.active = c.parent && (!c.taken || !c.known);
+      } else if (k == "fi" && !conditions_.empty()) {
+        conditions_.pop_back();
+      } else if (k != "then" && k != "do" && k != "done" && k != "else" && k != "fi") {
+        break;
+      }
+      w.erase(w.begin());
+    }
+    if (w.empty() || !active()) return;
+    const bool declaration = w[0] == "export" || w[0] == "declare" || w[0] == "local" || w[0] == "readonly";
     size_t first = declaration ? 1 : 0;
-    while (first < words_.size()) {
-      const size_t n = assignment_name_length(words_[first]);
+    while (first < w.size()) {
+      const size_t n = assignment_name_length(w[first]);
       if (n == 0) break;
-      const std::string name = words_[first].substr(0, n);
-      const bool add = words_[first][n] == '+';
-      const std::string value = words_[first].substr(n + (add ? 2 : 1));
+      const std::string name = w[first].substr(0, n);
+      const bool add = w[first][n] == '+';
+      const std::string value = w[first].substr(n + (add ? 2 : 1));
       vars_[name] = add ? vars_[name] + value : value;
       ++first;
     }
-    if (!declaration && first < words_.size()) {
+    if (!declaration && first < w.size()) {
       ShellCommand c;
-      c.words.assign(words_.begin() + static_cast<std::ptrdiff_t>(first), words_.end());
+      c.words.assign(w.begin() + static_cast<std::ptrdiff_t>(first), w.end());
       c.line = command_line_;
       out_.push_back(std::move(c));
     }
-    words_.clear();
   }
+
+  // An `if`'s condition when it is a test of literal words ([ a = b ], [[ a != b ]],
+  // [ n -eq m ], [ -n a ], [ -z a ], negated with !); nullopt for anything else, and for a
+  // variable the script does not set (both branches are then read).
+  static std::optional<bool> test(std::vector<std::string> w) {
+    if (w.size() < 2) return std::nullopt;
+    const bool double_bracket = w.front() == "[[" && w.back() == "]]";
+    if (!double_bracket && !(w.front() == "[" && w.back() == "]")) return std::nullopt;
+    w.erase(w.begin());
+    w.pop_back();
+    // A variable the script does not set stays as written ("$X"): the environment decides.
+    for (const std::string& x : w)
+      if (x.find('$') != std::string::npos) return std::nullopt;
+    bool negate = false;
+    if (!w.empty() && w[0] == "!") {
+      negate = true;
+      w.erase(w.begin());
+    }
+    std::optional<bool> r;
+    auto integer = [](const std::string& s) -> std::optional<int64_t> {
+      int64_t v = 0;
+      const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+      return v;
+    };
+    if (w.empty()) {
+      r = false;
+    } else if (w.size() == 1) {
+      r = !w[0].empty();
+    } else if (w.size() == 2 && (w[0] == "-n" || w[0] == "-z")) {
+      r = (w[0] == "-n") != w[1].empty();
+    } else if (w.size() == 3) {
+      const std::string& op = w[1];
+      if (op == "=" || op == "==") r = w[0] == w[2];
+      else if (op == "!=") r = w[0] != w[2];
+      else {
+        const std::optional<int64_t> a = integer(w[0]), b = integer(w[2]);
+        if (a && b) {
+          if (op == "-eq") r = *a == *b;
+          else if (op == "-ne") r = *a != *b;
+          else if (op == "-lt") r = *a < *b;
+          else if (op == "-le") r = *a <= *b;
+          else if (op == "-gt") r = *a > *b;
+          else if (op == "-ge") r = *a >= *b;
+        }
+      }
+    }
+    if (r && negate) r = !*r;
+    return r;
+  }
+
+  bool active() const { return conditions_.empty() || conditions_.back().active; }
 
   // The words an expansion yields: quoted, appended to the word; unquoted, split on blanks
   // (an assignment's value is never split, as in a shell).
@@ -315,7 +396,7 @@ class ScriptReader {
     }
     if (c == ')' && in_array_) {
       end_word();
-      arrays_[array_name_] = array_words_;
+      if (active()) arrays_[array_name_] = array_words_;
       in_array_ = false;
       ++i_;
       return;
@@ -346,6 +427,15 @@ class ScriptReader {
   std::vector<std::string> heredocs_;
   std::map<std::string, std::string> vars_;
   std::map<std::string, std::vector<std::string>> arrays_;
+  // The enclosing `if`s: whether the current branch runs, given its parents.
+  struct Condition {
+    bool parent = true;       // the enclosing branch runs
+    bool active = true;       // this branch runs (or may: an unknown condition reads both)
+    bool taken = false;       // an earlier branch ran or may have
+    bool known = true;        // every condition so far was evaluated
+    bool taken_known = false; // an earlier branch surely ran
+  };
+  std::vector<Condition> conditions_;
 };
 
 }  // namespace

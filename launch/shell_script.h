@@ -7,8 +7,9 @@
 // ${NAME}, ${NAME:-default} (unquoted values split on blanks) and "${NAME[@]}" (one word per
 // element).
 //
-// Not a shell: no control flow (both branches of an `if` are read), functions, globbing or
-// command substitution. What it cannot expand stays in the word as written (`$(nproc)`,
+// `if`/`elif`/`else`/`fi` with a test of literal words ([ "$X" = "true" ], [ $N -gt 1 ],
+// [ -n "$Y" ]) keep only the branch that runs; under any other condition both branches are
+// read. Not a shell: no loops, functions, globbing or command substitution. What it cannot expand stays in the word as written (`$(nproc)`,
 // `${UNSET}`), so that a reader expecting a number there reports the flag and the text.
 //
 // Thread-safety: pure functions.

@@ -26,9 +26,18 @@ ARGS=(
   --data-path "/data/my corpus"   # a path with a space
 )
 ARGS+=(--lr 3e-4)
+activation_checkpoint="false"
+if [ "${activation_checkpoint}" = "true" ]; then
+  ARGS+=(--recompute-granularity full)
+elif [ $TP -gt 2 ]; then
+  ARGS+=(--sequence-parallel)
+else
+  ARGS+=(--never)
+fi
+if [ -z "$UNSET_VAR" ]; then EXTRA="--bf16"; fi
 torchrun $DISTRIBUTED_ARGS \
     pretrain_gpt.py \
-    "${ARGS[@]}" --seq-length=4096 --name 'single quoted "x"' \
+    "${ARGS[@]}" $EXTRA --seq-length=4096 --name 'single quoted "x"' \
     --empty ""
 )SH";
 
@@ -39,12 +48,12 @@ TEST(ShellScript, ReadsTheWordsBashPasses) {
   ASSERT_TRUE(line && line->has_value());
   const LaunchLine& l = **line;
   EXPECT_EQ(l.launcher, "torchrun");
-  EXPECT_EQ(l.line, 16);
+  EXPECT_EQ(l.line, 25);
   EXPECT_EQ(l.nodes, 2);
   EXPECT_EQ(l.gpus_per_node, 8);
   EXPECT_EQ(l.program, "pretrain_gpt.py");
   const std::vector<std::string> args = {"--tensor-model-parallel-size", "4", "--data-path", "/data/my corpus", "--lr", "3e-4",
-                                         "--seq-length=4096", "--name", "single quoted \"x\"", "--empty", ""};
+                                         "--sequence-parallel", "--bf16", "--seq-length=4096", "--name", "single quoted \"x\"", "--empty", ""};
   EXPECT_EQ(l.args, args);
   if (!testing::bash_available()) GTEST_SKIP() << "no bash to compare with";
   const std::string dir = testing::write_temp({{"run.sh", kScript, true}}, "shell");
