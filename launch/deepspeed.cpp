@@ -137,6 +137,9 @@ Status refusal(const PlanFile& f) {
     return Status::bad_input("model.moe.expert_ffn_hidden: DeepSpeed-MoE's experts are copies of the layer's MLP "
                              "(--ffn-hidden-size, megatron/model/transformer.py @4efb479d): an expert width of " +
                              num(m.moe.expert_ffn_hidden) + " beside ffn_hidden " + num(m.ffn_hidden) + " is not expressible");
+  if (m.moe.enabled() && p.zero == 3)
+    return Status::bad_input("plan.zero: 3 on a mixture of experts: \"MoE not supported with Stage 3\" "
+                             "(deepspeed/runtime/engine.py L1675, v0.16.4); use ZeRO 1 or 2");
   if (p.cp > 1)
     return Status::bad_input("plan.cp: " + num(p.cp) +
                              ": DeepSpeed has no context parallelism of llmplan's kind (a ring or all-gather of K and V "
@@ -158,7 +161,7 @@ Status refusal(const PlanFile& f) {
   if (p.pp > 1 && p.pipeline_split != PipelineSplit::even)
     return Status::bad_input(std::string("plan.pipeline_split: ") + to_string(p.pipeline_split) +
                              ": Megatron-DeepSpeed partitions GPTModelPipe by counting transformer layers only "
-                             "(partition_method='type:transformer', megatron/model/gpt_model.py L462), so the embedding and "
+                             "(partition_method='type:transformer', megatron/model/gpt_model.py L463), so the embedding and "
                              "the loss never take a layer's place");
   if (p.pp > 1 && m.layers % p.pp != 0)
     return Status::bad_input("plan.pp: " + num(p.pp) + " does not divide the " + num(m.layers) +
@@ -309,7 +312,7 @@ std::vector<ScriptArg> megatron_args(const PlanFile& f, const ExportOptions& opt
   if (m.family == Family::llama) {
     add("SwiGLU MLP (L670)", {"--swiglu"});
     add("RMSNorm (L647)", {"--normalization", "rmsnorm"});
-    add("rotary positions, no learned position embedding (L633; arguments.py L277)", {"--use-rotary-position-embeddings"});
+    add("rotary positions, no learned position embedding (L633; arguments.py L314-316)", {"--use-rotary-position-embeddings"});
     add("no linear biases (L937)", {"--disable-bias-linear"});
   }
   if (!m.tied_embeddings) add("separate output layer (L680)", {"--untie-embeddings-and-output-weights"});
@@ -803,7 +806,7 @@ class ScriptReader {
       else if (n == "--recompute-granularity") s->granularity = o.value;
       else if (n == "--recompute-method") s->method = o.value;
       else if (n == "--recompute-num-layers") set(&s->recompute_layers, 1, 10000);
-      else if (n == "--recompute-activations") s->granularity = "selective";  // arguments.py L106-107
+      else if (n == "--recompute-activations") s->granularity = "selective";  // arguments.py L145-146
       else if (n == "--checkpoint-activations") s->checkpoint_activations = true;
       else if (n == "--checkpoint-num-layers") set(&s->checkpoint_num_layers, 1, 10000);
       else if (n.rfind("--use-flash-attn", 0) == 0) s->flash = true;
@@ -849,7 +852,7 @@ class ScriptReader {
     s->shape.tied_embeddings = !untie;
     if (s->shape.heads) s->shape.kv_heads = static_cast<int>(kv_heads.value_or(*s->shape.heads));
     if (s->shape.hidden && s->shape.heads) s->shape.head_width = kv_channels.value_or(*s->shape.hidden / *s->shape.heads);
-    // arguments.py L248-257: the default MLP width.
+    // arguments.py L287-294: the default MLP width.
     if (ffn) s->shape.ffn_hidden = ffn;
     else if (s->shape.hidden) s->shape.ffn_hidden = swiglu ? static_cast<int64_t>((4.0 * *s->shape.hidden * 2 / 3) / 64) * 64 : 4 * *s->shape.hidden;
     int e = 1;
@@ -1012,7 +1015,7 @@ Result<ImportedConfig> import_deepspeed(const std::vector<LaunchFile>& files, co
   p.schedule = Schedule::one_f_one_b;  // DeepSpeed's TrainSchedule (deepspeed/runtime/pipe/schedule.py)
   if (!sf) notes.push_back("tp = pp = 1: a DeepSpeed config alone runs data parallel only (the parallel sizes are the training script's)");
   if (sf && sf->no_pipeline && p.pp > 1)
-    return script_bad("--no-pipeline-parallel", "expected --pipeline-model-parallel-size 1 with it (megatron/arguments.py validate_args: "
+    return script_bad("--no-pipeline-parallel", "expected --pipeline-model-parallel-size 1 with it (megatron/arguments.py L94-96: "
                                                 "\"pipeline_model_parallel_size must be 1 if pipeline parallel is disabled\"), got " + num(p.pp));
 
   // The GPUs: the launch line's, else (when the batch keys do not fix dp) one node.
@@ -1032,7 +1035,7 @@ Result<ImportedConfig> import_deepspeed(const std::vector<LaunchFile>& files, co
 
   // The batch: DeepSpeed derives the missing one of train_batch_size,
   // train_micro_batch_size_per_gpu and gradient_accumulation_steps from the other two and the
-  // data-parallel size (deepspeed/runtime/config.py L931-975, v0.16.4).
+  // data-parallel size (deepspeed/runtime/config.py L919-979, v0.16.4).
   std::optional<int64_t> tb = ds->train_batch, mb = ds->micro, ga = ds->grad_accum;
   if (sf && sf->micro) {
     if (mb && *mb != *sf->micro)
@@ -1063,7 +1066,7 @@ Result<ImportedConfig> import_deepspeed(const std::vector<LaunchFile>& files, co
     // transformers TrainingArguments: per_device_train_batch_size 8, gradient_accumulation_steps 1.
     mb = 8;
     ga = 1;
-    notes.push_back("no batch size: the Hugging Face Trainer fills it (DeepSpeed alone refuses such a config, config.py L955); "
+    notes.push_back("no batch size: the Hugging Face Trainer fills it (DeepSpeed alone refuses such a config, config.py L977-979); "
                     "assumed its defaults, micro-batch 8 and gradient accumulation 1");
   }
   if (tb && mb && ga) {
@@ -1123,6 +1126,9 @@ Result<ImportedConfig> import_deepspeed(const std::vector<LaunchFile>& files, co
                     "optimizer states over data parallel (deepspeed/runtime/engine.py L1017-1019, L1331-1348; "
                     "bf16_optimizer.py L127-157): planned as ZeRO-1");
   }
+  if (pf.model.moe.enabled() && p.zero == 3)
+    return Status::bad_input(config_file + ": field 'zero_optimization.stage': expected 0-2 for a mixture of experts (\"MoE not "
+                             "supported with Stage 3\", deepspeed/runtime/engine.py L1675), got 3");
   const bool pipeline_engine = sf && !sf->no_pipeline;  // pretrain_gpt.py model_provider: GPTModelPipe unless --no-pipeline-parallel
   if (pipeline_engine && p.zero >= 2)
     return Status::bad_input(config_file + ": field 'zero_optimization.stage': expected 0 or 1 under DeepSpeed's pipeline engine (\"ZeRO-2 "

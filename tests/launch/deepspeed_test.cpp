@@ -3,6 +3,7 @@
 // (tests/fixtures/frameworks/deepspeed_keys.txt), Megatron-DeepSpeed's and the launcher's
 // options (megatron_deepspeed_args.txt), the published configs deepspeed_example.json and
 // deepspeed_example_zero3.json, and bash itself for what the launch line passes.
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -199,6 +200,11 @@ std::vector<std::pair<NamedPlan, std::string>> extra_plans() {
   p = {};
   p.dp = 8, p.zero = 1, p.activation_offload_layers = 4, p.recompute = Recompute::none;
   add("llama3-8b dp8 activation offload", "llama3-8b", 8, j, p, "plan.activation_offload_layers");
+  p = {};
+  p.dp = 8, p.ep = 8, p.zero = 3;
+  add("mixtral-8x7b dp8 ep8 zero3", "mixtral-8x7b", 8, j, p, "plan.zero");  // engine.py L1675
+  p.zero = 2;
+  add("mixtral-8x7b dp8 ep8 zero2", "mixtral-8x7b", 8, j, p, "");
   return out;
 }
 
@@ -411,6 +417,41 @@ TEST(DeepSpeedFormat, PublishedHuggingFaceZero3ConfigImportsToItsPlan) {
   bool offload_param_noted = false;
   for (const std::string& n : im->notes) offload_param_noted |= n.find("offload_param") != std::string::npos;
   EXPECT_TRUE(offload_param_noted);
+  const Explanation e = explain_plan(f.model, f.cluster, f.job, f.plan, f.gpus, 0);
+  EXPECT_GT(e.memory.worst.total, 0);
+}
+
+TEST(DeepSpeedFormat, PublishedMegatronDeepSpeedLaunchScriptImportsToItsPlan) {
+  // deepspeedai/Megatron-DeepSpeed examples_deepspeed/pretrain_llama2_distributed.sh: TP=2,
+  // PP=2 on one node of 8, micro-batch 4, global batch 32, ZeRO-0 with bf16, activation
+  // checkpointing off (its `if` on "false"), no flash attention. The ds_config it writes with
+  // its here-document, with the script's values:
+  const std::string config = R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "steps_per_print": 1,
+                                 "zero_optimization": {"stage": 0}, "bf16": {"enabled": true}})";
+  // Its model (a 24-layer Llama-style model with no preset), as --model takes a file.
+  const std::string model_file = ::testing::TempDir() + "/llmplan_mds_llama2_example.json";
+  {
+    std::ofstream m(model_file);
+    m << R"({"name": "mds-llama2-example", "source": "pretrain_llama2_distributed.sh", "family": "llama", "layers": 24,
+             "hidden": 2048, "heads": 16, "kv_heads": 4, "ffn_hidden": 5504, "vocab": 32000, "max_positions": 2048,
+             "tied_embeddings": false})";
+  }
+  Result<ImportedConfig> im = import_text(config, model_file, read_fixture("megatron_deepspeed_pretrain_llama2_distributed.sh"));
+  ASSERT_TRUE(im) << im.status().message();
+  const PlanFile& f = im->file;
+  EXPECT_EQ(f.gpus, 8);
+  EXPECT_EQ(f.plan.tp, 2);
+  EXPECT_EQ(f.plan.pp, 2);
+  EXPECT_EQ(f.plan.dp, 2);
+  EXPECT_EQ(f.plan.micro_batch, 4);
+  EXPECT_EQ(f.job.global_batch, 32);
+  EXPECT_EQ(f.plan.grad_accum, 4);
+  EXPECT_EQ(f.job.seq_len, 2048);
+  EXPECT_EQ(f.job.precision, Precision::bf16);
+  EXPECT_EQ(f.plan.zero, 1);  // bf16 without ZeRO is BF16_Optimizer, noted
+  EXPECT_EQ(f.plan.recompute, Recompute::none);
+  EXPECT_FALSE(f.plan.flash_attention);
+  EXPECT_EQ(f.plan.schedule, Schedule::one_f_one_b);
   const Explanation e = explain_plan(f.model, f.cluster, f.job, f.plan, f.gpus, 0);
   EXPECT_GT(e.memory.worst.total, 0);
 }
