@@ -255,7 +255,7 @@ Result<TitanPlan> titan_plan(const PlanFile& f) {
   if (j.fp8 == Fp8Recipe::tensorwise && m.moe.enabled())
     return Status::bad_input("job.fp8: tensorwise on a mixture of experts: torchtitan's quantize.linear.float8 converts nn.Linear "
                              "modules only, and its float8 converter for the experts' grouped GEMMs is rowwise "
-                             "(torchtitan/components/quantization/float8.py L170-215, torchao MoETrainingConfig), so the "
+                             "(torchtitan/components/quantization/float8.py L176-235, torchao MoETrainingConfig), so the "
                              "experts cannot run tensorwise FP8 as planned");
   t.flavor = flavor_of(m);
   if (t.flavor == nullptr)
@@ -269,11 +269,18 @@ Result<TitanPlan> titan_plan(const PlanFile& f) {
                              ": torchtitan shards with FSDP2 (ZeRO-3: data_parallel_shard_degree) or replicates with DDP "
                              "(ZeRO-0: data_parallel_replicate_degree) and has no ZeRO-" + num(p.zero) +
                              " (torchtitan/config/job_config.py L313-350)");
-  if (p.zero == 0 && (p.tp > 1 || p.pp > 1 || p.cp > 1))
-    return Status::bad_input("plan.zero: 0 with tp, pp or cp > 1: torchtitan's DDP path refuses any other parallel dimension "
-                             "(\"DDP has not supported > 1D parallelism\", torchtitan/models/llama3/infra/parallelize.py "
-                             "L151-155), and it applies FSDP over the cp ranks whenever cp > 1 (distributed/parallel_dims.py "
-                             "L334-335); plan zero 3");
+  if (p.zero == 0 && p.cp > 1)
+    return Status::bad_input("plan.zero: 0 with cp " + num(p.cp) +
+                             ": torchtitan applies FSDP over the context-parallel ranks whenever cp > 1 "
+                             "(distributed/parallel_dims.py L334-335); plan zero 3");
+  if (p.zero == 0 && p.dp > 1 && (p.tp > 1 || p.pp > 1))
+    return Status::bad_input("plan.zero: 0 with tp or pp > 1: torchtitan's DDP refuses any other parallel dimension (\"DDP has "
+                             "not supported > 1D parallelism\", torchtitan/models/llama3/infra/parallelize.py L150-151); plan "
+                             "zero 3");
+  if (p.zero == 0 && (p.tp > 1 || p.pp > 1) && j.precision != Precision::fp32)
+    return Status::bad_input(std::string("plan.zero: 0 with tp or pp > 1 in ") + to_string(j.precision) +
+                             ": without FSDP torchtitan turns mixed precision off under TP or PP and trains in float32 "
+                             "(distributed/utils.py maybe_enable_amp L251-256)");
   if (p.zero == 0 && p.ep > 1)
     return Status::bad_input("plan.ep: " + num(p.ep) + " with zero 0: torchtitan carves expert parallelism out of the FSDP ranks "
                              "(dp_shard * cp, distributed/parallel_dims.py L201), so it needs zero 3");
@@ -312,11 +319,11 @@ Result<TitanPlan> titan_plan(const PlanFile& f) {
                              num(2 * p.tp * p.cp) + " (parallel_dims.py L365-372; models/llama3/infra/parallelize.py L70-74)");
   if (p.recompute == Recompute::full_k) {
     // Layer SAC checkpoints every n-th block a rank builds (a per-process counter:
-    // torchtitan/distributed/activation_checkpoint.py L17-33): k per stage only when
+    // torchtitan/distributed/activation_checkpoint.py L24-40): k per stage only when
     // floor(stage layers / n) = k for every stage, and one chunk per rank.
     if (p.vpp > 1)
       return Status::bad_input("plan.recompute: full_k with vpp > 1: torchtitan's layer SAC counts layers over all of a rank's "
-                               "virtual stages (torchtitan/distributed/activation_checkpoint.py L17-33), not k per stage");
+                               "virtual stages (torchtitan/distributed/activation_checkpoint.py L24-40), not k per stage");
     const int k = p.recompute_layers;
     for (int n = 2; n <= m.layers && t.ac_every == 0; ++n) {
       bool all = true;
@@ -326,7 +333,7 @@ Result<TitanPlan> titan_plan(const PlanFile& f) {
     if (t.ac_every == 0)
       return Status::bad_input("plan.recompute: full_k with k " + num(k) +
                                ": torchtitan's layer SAC (activation_checkpoint.selective_ac_option = n) checkpoints every n-th "
-                               "layer (torchtitan/distributed/activation_checkpoint.py L17-33), and no n checkpoints " + num(k) +
+                               "layer (torchtitan/distributed/activation_checkpoint.py L24-40), and no n checkpoints " + num(k) +
                                " layers of every stage");
   }
   if (p.pp > 1) {
@@ -502,7 +509,7 @@ std::string train_toml(const PlanFile& f, const TitanPlan& t, const ExportOption
     case Recompute::full_k:
       w.key("layer SAC (L652)", "mode", "selective");
       w.key("checkpoint every " + num(t.ac_every) + "-th block of a stage: " + num(p.recompute_layers) +
-                " per stage, llmplan's full_k (L655; distributed/activation_checkpoint.py L17-33)",
+                " per stage, llmplan's full_k (L655; distributed/activation_checkpoint.py L24-40)",
             "selective_ac_option", num(t.ac_every));
       break;
   }
@@ -943,6 +950,13 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
                                                 "states only)");
   if (moe) {
     p.ep = static_cast<int>(*ep);
+    if (p.tp > 1)
+      return c.bad("parallelism.tensor_parallel_degree", "expected 1 on a mixture of experts: torchtitan shards the experts over "
+                                                         "the TP ranks or folds them into the expert groups (parallel_dims.py L59, "
+                                                         "L201), while llmplan keeps each expert whole on its EP rank, got " + num(p.tp));
+    if (p.ep > 1 && !fsdp)
+      return c.bad("parallelism.expert_parallel_degree", "expected 1 without FSDP: torchtitan takes the expert-parallel ranks from "
+                                                         "dp_shard * cp (parallel_dims.py L201), got " + num(p.ep));
     if (p.ep > 1 && *etp != 1)
       return c.bad("parallelism.expert_tensor_parallel_degree", "expected 1: llmplan keeps each expert whole on its EP rank, got " + num(*etp));
   } else if (*ep > 1) {
@@ -1104,7 +1118,7 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
     else if (cv == "quantize.grouped_mm.mx") grouped_mx = true;
     else if (cv == "quantize.grouped_mm.float8")
       return c.bad("model.converters", "quantize.grouped_mm.float8 runs the experts in rowwise float8 (components/quantization/"
-                                       "float8.py L170-215), a recipe llmplan does not model");
+                                       "float8.py L176-235), a recipe llmplan does not model");
     else
       return c.bad("model.converters", "expected registered converters (quantize.linear.float8, quantize.linear.mx, "
                                        "quantize.grouped_mm.float8, quantize.grouped_mm.mx), got " + cv);
@@ -1164,7 +1178,7 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
       p.recompute = Recompute::selective;
     } else if (!option.empty() && option.size() <= 6 &&
                std::all_of(option.begin(), option.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-      // Layer SAC: every n-th block a rank builds (L17-33: `not ac_freq or count % ac_freq
+      // Layer SAC: every n-th block a rank builds (L37-40: `not ac_freq or count % ac_freq
       // == 0`), so floor(stage layers / n) blocks of each stage.
       const int n = std::stoi(option);
       if (n <= 1) {
@@ -1185,7 +1199,7 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
       }
     } else {
       return c.bad("activation_checkpoint.selective_ac_option", "expected 'op' or a positive integer (activation_checkpoint.py "
-                                                                "L169-175), got " + option);
+                                                                "L176-183), got " + option);
     }
   } else if (mode == "memory_budget") {
     return c.bad("activation_checkpoint.mode", "expected none, selective or full: memory_budget lets the compiler choose what to "
