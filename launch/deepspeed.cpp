@@ -678,8 +678,7 @@ const std::set<std::string> kMegatronFlags = {
 
 class ScriptReader {
  public:
-  ScriptReader(std::string file, std::vector<std::string>* unknown, std::vector<std::string>* notes)
-      : file_(std::move(file)), unknown_(unknown), notes_(notes) {}
+  ScriptReader(std::string file, std::vector<std::string>* unknown) : file_(std::move(file)), unknown_(unknown) {}
 
   Result<std::optional<ScriptFacts>> read(const std::string& text) {
     Result<std::vector<ShellCommand>> cmds = parse_shell_script(text, file_);
@@ -879,7 +878,6 @@ class ScriptReader {
 
   std::string file_;
   std::vector<std::string>* unknown_;
-  std::vector<std::string>* notes_;
 };
 
 // The field a script flag states of the model, for messages.
@@ -959,7 +957,7 @@ Result<ImportedConfig> import_deepspeed(const std::vector<LaunchFile>& files, co
 
   std::optional<ScriptFacts> sf;
   if (script != nullptr) {
-    Result<std::optional<ScriptFacts>> r = ScriptReader(file_origin(origin, script->name), &out.unknown_keys, &notes).read(script->text);
+    Result<std::optional<ScriptFacts>> r = ScriptReader(file_origin(origin, script->name), &out.unknown_keys).read(script->text);
     if (!r) return r.status();
     sf = std::move(*r);
     if (!sf) notes.push_back(script->name + " has no deepspeed or torchrun line: read ds_config.json alone");

@@ -648,7 +648,7 @@ class TitanConfig {
     return std::optional<std::vector<std::string>>(std::move(out));
   }
 
-  // Leaves not read, in document order, except the keys llmplan's export writes with fixed
+  // Leaves not read, in key order (toml++ tables are sorted), except the keys llmplan's export writes with fixed
   // values (`quiet`).
   void unread(const std::set<std::string>& quiet, std::vector<std::string>* out) const { unread(root_, "", quiet, out); }
 

@@ -429,7 +429,7 @@ TEST(DeepSpeedFormat, PublishedMegatronDeepSpeedLaunchScriptImportsToItsPlan) {
   const std::string config = R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "steps_per_print": 1,
                                  "zero_optimization": {"stage": 0}, "bf16": {"enabled": true}})";
   // Its model (a 24-layer Llama-style model with no preset), as --model takes a file.
-  const std::string model_file = ::testing::TempDir() + "/llmplan_mds_llama2_example.json";
+  const std::string model_file = ::testing::TempDir() + "/llmplan_mds_llama2_example_" + std::to_string(getpid()) + ".json";
   {
     std::ofstream m(model_file);
     m << R"({"name": "mds-llama2-example", "source": "pretrain_llama2_distributed.sh", "family": "llama", "layers": 24,

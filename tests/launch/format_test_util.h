@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "launch/launch.h"
@@ -37,7 +39,8 @@ inline const LaunchFile* find_file(const std::vector<LaunchFile>& files, const s
 
 // The files written into a fresh temporary folder named `tag`; returns the folder.
 inline std::string write_temp(const std::vector<LaunchFile>& files, const std::string& tag) {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / ("llmplan_launch_" + tag);
+  // The process id keeps parallel runs (ctest -j, other checkouts) apart.
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / ("llmplan_launch_" + std::to_string(getpid()) + "_" + tag);
   std::filesystem::remove_all(dir);
   EXPECT_TRUE(write_launch_files(dir.string(), files).is_ok());
   return dir.string();
