@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/print.h"
+#include "launch/launch.h"
 #include "planner/search/explain.h"
 #include "planner/spec/spec_json.h"
 #include "planner/spec/units.h"
@@ -26,7 +27,7 @@ struct PlanCommand {
 
 // The plan from a plan file (positional), a framework's launch configuration, or flags.
 Result<Setup> load_setup(const PlanCommand& c) {
-  if (!c.plan_file.empty() && is_launch_config(c.plan_file)) {
+  if (!c.plan_file.empty() && is_launch_config_path(c.plan_file)) {
     ConfigFlags cf;
     cf.format = c.format;
     cf.model = c.job.model;

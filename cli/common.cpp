@@ -141,39 +141,6 @@ Status apply_framework_flag(const std::string& framework, Setup* s) {
   return Status::ok();
 }
 
-namespace {
-// Each framework's letter: the first letter of its name not taken by an earlier one.
-std::string letters_of(const std::vector<FrameworkSpec>& frameworks) {
-  std::string used;
-  for (const FrameworkSpec& fw : frameworks) {
-    char letter = '?';
-    for (char ch : fw.name) {
-      const char up = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-      if (std::isalpha(static_cast<unsigned char>(ch)) && used.find(up) == std::string::npos) {
-        letter = up;
-        break;
-      }
-    }
-    used += letter;
-  }
-  return used;
-}
-}  // namespace
-
-std::string framework_letters(uint32_t mask, const std::vector<FrameworkSpec>& frameworks) {
-  const std::string letters = letters_of(frameworks);
-  std::string out;
-  for (size_t i = 0; i < letters.size() && i < 32; ++i) out += (mask >> i & 1u) ? letters[i] : '-';
-  return out;
-}
-
-std::string framework_legend(const std::vector<FrameworkSpec>& frameworks) {
-  const std::string letters = letters_of(frameworks);
-  std::string out;
-  for (size_t i = 0; i < letters.size(); ++i) out += (out.empty() ? "" : " ") + std::string(1, letters[i]) + "=" + frameworks[i].name;
-  return out;
-}
-
 SweepOptions sweep_options_for(const Setup& s) {
   SweepOptions opt;
   if (s.framework) opt.framework = &*s.framework;
@@ -341,14 +308,6 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   if (Status st = check_plan_status(s->file.model, s->file.cluster, s->file.job, p, s->file.gpus, "flags"); !st) return st;
   p.grad_accum = static_cast<int>(s->file.job.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp));
   return Status::ok();
-}
-
-bool is_launch_config(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return true;
-  if (path.size() < 5 || path.substr(path.size() - 5) != ".json") return true;
-  Result<nlohmann::json> j = read_json_file(path);
-  return j && j->is_object() && !j->contains("schema");
 }
 
 Result<Setup> setup_from_config(const std::string& path, const ConfigFlags& cf, const JobFlags& f) {

@@ -88,10 +88,7 @@ struct Setup {
 // --framework on top of a setup (after --stack): the framework, and its stack profile when
 // --stack was not given.
 Status apply_framework_flag(const std::string& framework, Setup* s);
-// "runs on" letters of a plan marked by the sweep (SweepOptions::mark_frameworks): one
-// letter per framework, '-' where it does not run; and the legend "D=deepspeed M=megatron ...".
-std::string framework_letters(uint32_t mask, const std::vector<FrameworkSpec>& frameworks);
-std::string framework_legend(const std::vector<FrameworkSpec>& frameworks);
+
 
 // --stack on top of a setup: the profile, and the job's gradient convention from it.
 Status apply_stack_flag(const std::string& stack, Setup* s);
@@ -122,9 +119,6 @@ struct ConfigFlags {
   int gpus_per_node = 0;
 };
 Result<Setup> setup_from_config(const std::string& path, const ConfigFlags& cf, const JobFlags& f);
-// True when `path` is a launch configuration rather than an llmplan plan file: a folder, a
-// file not ending in .json, or a JSON document without the plan schema.
-bool is_launch_config(const std::string& path);
 
 // The sweep's options for a setup: its stack's memory and time conventions, the other
 // stacks' memory conventions when none is named, its headroom. One place for the sweep,

@@ -1,6 +1,7 @@
 #include "gui/main_window.h"
 
 #include <QAction>
+#include <QInputDialog>
 #include <QApplication>
 #include <QChartView>
 #include <QCheckBox>
@@ -26,6 +27,7 @@
 #include <QVBoxLayout>
 
 #include "gui/execute_panel.h"
+#include "launch/launch.h"
 #include "gui/budget_panel.h"
 #include "gui/explain_panel.h"
 #include "gui/memory_chart.h"
@@ -190,8 +192,11 @@ QWidget* MainWindow::build_selected_tab() {
 
 void MainWindow::build_menus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
-  QAction* open = file->addAction(tr("&Open plan JSON…"), this, [this] {
-    const QString p = QFileDialog::getOpenFileName(this, tr("Open plan"), QString(), tr("Plan JSON (*.json);;All files (*)"));
+  QAction* open = file->addAction(tr("&Open plan or launch configuration…"), this, [this] {
+    const QString p = QFileDialog::getOpenFileName(
+        this, tr("Open a plan JSON or a framework's launch configuration"), QString(),
+        tr("Plans and configurations (*.json *.sh *.txt *.toml *.yaml *.yml);;Plan JSON (*.json);;Megatron / NeMo / DeepSpeed scripts (*.sh *.txt);;"
+           "torchtitan TOML (*.toml);;MindFormers YAML (*.yaml *.yml);;All files (*)"));
     if (!p.isEmpty()) open_plan(p);
   });
   open->setShortcut(QKeySequence::Open);
@@ -200,6 +205,15 @@ void MainWindow::build_menus() {
     if (!p.isEmpty()) save_plan(p);
   });
   save->setShortcut(QKeySequence::Save);
+  file->addAction(tr("E&xport selected plan for a framework…"), this, [this] {
+    bool ok = false;
+    QStringList formats;
+    for (const char* n : {"megatron", "nemo", "deepspeed", "torchtitan", "mindformers"}) formats << QString::fromLatin1(n);
+    const QString format = QInputDialog::getItem(this, tr("Export plan"), tr("Framework format:"), formats, 0, false, &ok);
+    if (!ok) return;
+    const QString d = QFileDialog::getExistingDirectory(this, tr("Folder for the %1 launch files").arg(format));
+    if (!d.isEmpty() && !export_launch(format, d)) QMessageBox::warning(this, tr("Cannot export"), form_->error_text());
+  });
   file->addAction(tr("Export table as &CSV…"), this, [this] {
     const QString p = QFileDialog::getSaveFileName(this, tr("Export table"), QStringLiteral("plans.csv"), tr("CSV (*.csv)"));
     if (!p.isEmpty()) export_csv(p);
@@ -283,7 +297,8 @@ void MainWindow::on_sweep_finished(bool cancelled) {
   form_->finish_progress();
   const SweepRequest& req = runner_->request();
   const SweepResult& r = *runner_->result();
-  SweepContext ctx{req.base, req.headroom_bytes, req.options.objective, req.options.also_fit};
+  SweepContext ctx{req.base,           req.headroom_bytes, req.options.objective, req.options.also_fit, req.options.memory,
+                   req.options.efficiency, req.framework,    req.options.mark_frameworks};
   selected_ = -1;
   details_.reset();
   fit_advice_.reset();
@@ -411,7 +426,25 @@ void MainWindow::schedule_scatter_rebuild() {
 }
 
 bool MainWindow::open_plan(const QString& path) {
-  Result<PlanFile> f = read_plan_file(path.toStdString());
+  // A plan JSON, or a framework's launch configuration read as `llmplan import` reads it
+  // (its GPU is the format's usual one; its framework's rules and stack apply).
+  std::shared_ptr<const FrameworkSpec> framework;
+  QString imported_note;
+  Result<PlanFile> f = [&]() -> Result<PlanFile> {
+    if (!is_launch_config_path(path.toStdString())) return read_plan_file(path.toStdString());
+    Result<std::vector<LaunchFile>> files = read_launch_files(path.toStdString());
+    if (!files) return files.status();
+    Result<LaunchFormat> format = detect_format(*files, path.toStdString());
+    if (!format) return format.status();
+    ImportOptions opt;
+    opt.presets = &presets_;
+    Result<ImportedConfig> imp = import_files(*files, *format, opt, path.toStdString());
+    if (!imp) return imp.status();
+    const std::vector<FrameworkSpec> all = presets_.frameworks();
+    if (const FrameworkSpec* fw = framework_for_format(all, *format)) framework = std::make_shared<const FrameworkSpec>(*fw);
+    imported_note = tr(" (a %1 configuration; %2 keys not used by llmplan)").arg(to_string(*format)).arg(imp->unknown_keys.size());
+    return imp->file;
+  }();
   if (!f) {
     const QString msg = QString::fromStdString(f.status().message());
     form_->show_error(msg);
@@ -419,16 +452,20 @@ bool MainWindow::open_plan(const QString& path) {
     return false;
   }
   const double headroom = form_->inputs().headroom_gib * kGiB;
-  SweepContext ctx{*f, headroom, Objective::tokens_per_s, {}};
+  SweepContext ctx{*f, headroom, Objective::tokens_per_s, {}, {}, {}, framework, presets_.frameworks()};
+  if (framework && !framework->stack.empty())
+    if (Result<StackProfile> st = presets_.stack(framework->stack)) ctx.memory = stack_memory_options(*st, ctx.memory), ctx.efficiency = st->efficiency;
   shown_inputs_.clear();  // a plan file's, not the form's
   update_stale_banner();
   selected_ = -1;
   details_.reset();
-  model_->set_single(ctx, evaluate_plan(*f, headroom));
+  PlanResult single = evaluate_plan(*f, headroom, ctx.memory, ctx.efficiency);
+  single.frameworks = frameworks_running(ctx.frameworks, f->model, f->job, f->plan);
+  model_->set_single(ctx, single);
   scatter_->rebuild();
   form_->show_error(QString());
-  summary_->setText(tr("Opened %1: %2 on %3 × %4").arg(QDir::toNativeSeparators(path), QString::fromStdString(f->model.name)).arg(f->gpus).arg(
-      QString::fromStdString(f->cluster.gpu.name)));
+  summary_->setText(tr("Opened %1%5: %2 on %3 × %4").arg(QDir::toNativeSeparators(path), QString::fromStdString(f->model.name)).arg(f->gpus).arg(
+      QString::fromStdString(f->cluster.gpu.name), imported_note));
   select_source_row(0);
   tabs_->setCurrentIndex(kSelectedTab);
   return true;
@@ -444,6 +481,36 @@ bool MainWindow::save_plan(const QString& path) {
     return false;
   }
   message(tr("Saved %1 (run it with: llmplan execute %1)").arg(path));
+  return true;
+}
+
+bool MainWindow::export_launch(const QString& format, const QString& dir) {
+  if (!details_) {
+    message(tr("Select a plan first."));
+    return false;
+  }
+  LaunchFormat to{};
+  if (!parse_enum(format.toStdString(), &to)) {
+    message(tr("Unknown format %1 (expected one of %2)").arg(format, QString::fromLatin1(kLaunchFormatNames)));
+    return false;
+  }
+  const std::vector<FrameworkSpec> frameworks = presets_.frameworks();
+  ExportOptions opt;
+  opt.framework = framework_for_format(frameworks, to);
+  Result<ExportResult> r = export_plan(details_->file, to, opt);
+  if (!r) {
+    const QString msg = QString::fromStdString(r.status().message());
+    message(tr("Cannot export: %1").arg(msg));
+    form_->show_error(msg);
+    return false;
+  }
+  if (Status st = write_launch_files(dir.toStdString(), r->files); !st) {
+    message(tr("Cannot export: %1").arg(QString::fromStdString(st.message())));
+    return false;
+  }
+  QStringList names;
+  for (const LaunchFile& f : r->files) names << QString::fromStdString(f.name);
+  message(tr("Wrote %1 in %2 (%3 notes)").arg(names.join(QStringLiteral(", ")), QDir::toNativeSeparators(dir)).arg(r->notes.size()));
   return true;
 }
 

@@ -56,8 +56,11 @@ class MainWindow : public QMainWindow {
   // a sweep runs.
   bool start_sweep();
   // File menu actions; false with the message in the status bar on error.
+  // A plan JSON or a framework's launch configuration (llmplan import's formats).
   bool open_plan(const QString& path);
   bool save_plan(const QString& path);
+  // The selected plan as `format`'s launch files (llmplan export --to format) in `dir`.
+  bool export_launch(const QString& format, const QString& dir);
   bool export_csv(const QString& path);
   QStringList export_charts(const QString& dir);
   // PNGs of the whole window on each tab, for the README ("gui-plans.png", ...).

@@ -11,26 +11,27 @@ PlanDetails compute_plan_details(const SweepContext& ctx, const PlanResult& r) {
   d.file.job = job_for(ctx.base.job, r);
   // The breakdown under the convention that sets the plan's peak, so that its total is the
   // table's peak (the upper end over the stacks' conventions).
-  MemoryOptions mo;
+  MemoryOptions mo = ctx.memory;
   if (r.peak_convention >= 0 && static_cast<size_t>(r.peak_convention) < ctx.also_fit.size()) {
     const MemoryConvention& c = ctx.also_fit[static_cast<size_t>(r.peak_convention)];
     mo = c.memory;
     d.file.job.grads = c.grads;
   }
-  d.explanation = explain_plan(d.file.model, d.file.cluster, d.file.job, d.file.plan, d.file.gpus, ctx.headroom_bytes, mo);
+  d.explanation = explain_plan(d.file.model, d.file.cluster, d.file.job, d.file.plan, d.file.gpus, ctx.headroom_bytes, mo, ctx.efficiency,
+                               ctx.framework.get());
   d.memory = d.explanation.memory;
   d.time = d.explanation.time;
   d.timeline = simulated_timeline(d.file);
   return d;
 }
 
-PlanResult evaluate_plan(const PlanFile& f, double headroom_bytes) {
+PlanResult evaluate_plan(const PlanFile& f, double headroom_bytes, const MemoryOptions& mo, const Efficiency& e) {
   PlanResult r;
   r.plan = f.plan;
   r.precision = f.job.precision;
   r.amp = f.job.amp;
-  const MemoryReport mem = estimate_memory(f.model, f.cluster, f.job, f.plan);
-  const StepTime st = estimate_time(f.model, f.cluster, f.job, f.plan);
+  const MemoryReport mem = estimate_memory(f.model, f.cluster, f.job, f.plan, mo);
+  const StepTime st = estimate_time(f.model, f.cluster, f.job, f.plan, e);
   r.peak_bytes = mem.worst.total;
   r.peak_stage = mem.worst.stage;
   r.peak_phase = mem.worst.peak_phase;

@@ -6,6 +6,8 @@
 // Qt-free. Thread-safety: pure.
 #pragma once
 
+#include <memory>
+
 #include "gui/timeline.h"
 #include "planner/search/explain.h"
 #include "planner/io/plan_file.h"
@@ -21,6 +23,14 @@ struct SweepContext {
   // The sweep's other memory conventions (SweepOptions::also_fit): a plan's details are
   // computed under the one that sets its peak (PlanResult::peak_convention).
   std::vector<MemoryConvention> also_fit;
+  // The sweep's own memory conventions and time constants (its stack's: the framework's
+  // when one is chosen, else the default profile's).
+  MemoryOptions memory;
+  Efficiency efficiency;
+  // The framework the sweep was restricted to (explain offers only its plans), nullptr: any.
+  std::shared_ptr<const FrameworkSpec> framework;
+  // The frameworks each plan is marked with (PlanResult::frameworks, the "runs on" column).
+  std::vector<FrameworkSpec> frameworks;
 };
 
 struct PlanDetails {
@@ -35,7 +45,7 @@ struct PlanDetails {
 PlanDetails compute_plan_details(const SweepContext& ctx, const PlanResult& r);
 
 // The PlanResult of a single plan (for a plan opened from a file): costed like the sweep.
-PlanResult evaluate_plan(const PlanFile& f, double headroom_bytes);
+PlanResult evaluate_plan(const PlanFile& f, double headroom_bytes, const MemoryOptions& mo = {}, const Efficiency& e = {});
 
 // "dp4 tp2 pp1 mb2 ga64 zero1 selective" (the CLI's plan_summary).
 std::string plan_summary(const ParallelPlan& p);

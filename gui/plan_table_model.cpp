@@ -23,7 +23,7 @@ using PlanKey = decltype(plan_key(PlanResult{}));
 
 const char* kHeaders[PlanTableModel::kColumnCount] = {
     "rank", "dp", "tp", "pp", "vpp", "cp", "sp", "mb", "accum", "ZeRO", "recompute", "offload", "flash", "precision",
-    "peak (GiB)", "tokens/s", "MFU (%)", "step (s)", "fits", "ep", "bubble (%)", "exposed comm (s)"};
+    "peak (GiB)", "tokens/s", "MFU (%)", "step (s)", "fits", "ep", "bubble (%)", "exposed comm (s)", "runs on"};
 const char* kHeaderTips[PlanTableModel::kColumnCount] = {
     "rank by the objective (blank: not among the ranked plans)",
     "data-parallel degree", "tensor-parallel degree", "pipeline-parallel degree", "virtual pipeline stages per rank",
@@ -33,7 +33,8 @@ const char* kHeaderTips[PlanTableModel::kColumnCount] = {
     "peak memory per GPU on the most loaded pipeline stage, GiB", "throughput of the whole job, tokens per second",
     "model FLOPs utilisation, percent", "time of one optimizer step, seconds", "fits in GPU memory minus headroom",
     "expert-parallel degree (MoE), inside dp x cp", "pipeline bubble: percent of the step a stage waits for the pipeline to fill and drain",
-    "communication not hidden behind compute per step (TP + PP + DP + CP + EP), seconds"};
+    "communication not hidden behind compute per step (TP + PP + DP + CP + EP), seconds",
+    "training frameworks that can run the plan (data/frameworks): one letter each, '-' where it cannot"};
 
 QString on_off(bool b) { return b ? QStringLiteral("on") : QStringLiteral("-"); }
 
@@ -99,7 +100,7 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
   if (role == kSourceRowRole) return index.row();
   if (role == Qt::ForegroundRole) return row.fits() ? QVariant() : QVariant(QBrush(QColor(140, 140, 140)));
   if (role == Qt::TextAlignmentRole) {
-    const bool text = col == kRecompute || col == kPrecision || col == kFits;
+    const bool text = col == kRecompute || col == kPrecision || col == kFits || col == kRunsOn;
     return QVariant(int((text ? Qt::AlignLeft : Qt::AlignRight) | Qt::AlignVCenter));
   }
   if (role == Qt::ToolTipRole) {
@@ -108,6 +109,12 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
                       : QStringLiteral("\ndoes not fit: peak %1 GiB on stage %2 (%3), budget %4 GiB")
                             .arg(r.peak_bytes / kGiB, 0, 'f', 2).arg(r.peak_stage).arg(to_string(r.peak_phase)).arg(budget_bytes() / kGiB, 0, 'f', 2);
     if (row.pareto) tip += QStringLiteral("\non the memory-throughput Pareto front");
+    if (!ctx_.frameworks.empty()) {
+      QStringList runs;
+      for (size_t k = 0; k < ctx_.frameworks.size(); ++k)
+        if (r.frameworks >> k & 1u) runs << QString::fromStdString(ctx_.frameworks[k].name);
+      tip += QStringLiteral("\nruns on: %1").arg(runs.isEmpty() ? QStringLiteral("none of the known frameworks") : runs.join(QStringLiteral(", ")));
+    }
     return tip;
   }
   if (role != Qt::DisplayRole && role != kSortRole) return {};
@@ -135,6 +142,7 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
     case kEp: return p.ep;
     case kBubble: return sort ? QVariant(100 * r.bubble_fraction) : QVariant(QString::number(100 * r.bubble_fraction, 'f', 1));
     case kExposedComm: return sort ? QVariant(r.exposed_comm_s) : QVariant(QString::number(r.exposed_comm_s, 'f', 3));
+    case kRunsOn: return QString::fromStdString(framework_letters(r.frameworks, ctx_.frameworks));
     default: return {};
   }
 }

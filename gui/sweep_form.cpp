@@ -123,6 +123,14 @@ SweepForm::SweepForm(const PresetRegistry& presets, QWidget* parent) : QWidget(p
   headroom_->setSuffix(tr(" GiB"));
   headroom_->setToolTip(tr("Memory to keep free on every GPU"));
   sf->addRow(tr("Memory headroom"), headroom_);
+  framework_ = new QComboBox;
+  framework_->addItem(tr("any"), QString());
+  for (const FrameworkSpec& fw : presets_.frameworks())
+    framework_->addItem(QStringLiteral("%1 (%2)").arg(QString::fromStdString(fw.name), QString::fromStdString(fw.version)),
+                        QString::fromStdString(fw.name));
+  framework_->setToolTip(tr("Only the plans this training framework can run (data/frameworks), costed with its stack profile "
+                            "(llmplan sweep --framework)"));
+  sf->addRow(tr("Framework"), framework_);
   objective_ = new QComboBox;
   objective_->addItem(tr("throughput"), "tokens-per-s");
   objective_->addItem(tr("least memory"), "memory");
@@ -173,7 +181,7 @@ SweepForm::SweepForm(const PresetRegistry& presets, QWidget* parent) : QWidget(p
   connect(mode_, &QComboBox::currentIndexChanged, this, &SweepForm::update_enabled);
   connect(cluster_, &QComboBox::currentIndexChanged, this, &SweepForm::update_enabled);
   // Any change refreshes the equivalent command line.
-  for (QComboBox* box : {model_, gpu_, cluster_, mode_, precision_, amp_, objective_})
+  for (QComboBox* box : {model_, gpu_, cluster_, mode_, precision_, amp_, framework_, objective_})
     connect(box, &QComboBox::currentTextChanged, this, &SweepForm::update_cli_line);
   for (QSpinBox* spin : {gpus_, seq_, batch_, lora_rank_, max_tp_, top_}) connect(spin, &QSpinBox::valueChanged, this, &SweepForm::update_cli_line);
   connect(headroom_, &QDoubleSpinBox::valueChanged, this, &SweepForm::update_cli_line);
@@ -198,6 +206,7 @@ SweepInputs SweepForm::inputs() const {
   in.amp = amp_->currentData().toString().toStdString();
   in.max_tp = max_tp_->value();
   in.headroom_gib = headroom_->value();
+  in.framework = framework_->currentData().toString().toStdString();
   in.objective = objective_->currentData().toString().toStdString();
   in.top = top_->value();
   return in;
@@ -223,6 +232,7 @@ void SweepForm::set_inputs(const SweepInputs& in) {
   select_data(amp_, QString::fromStdString(in.amp));
   max_tp_->setValue(in.max_tp);
   headroom_->setValue(in.headroom_gib);
+  select_data(framework_, QString::fromStdString(in.framework));
   select_data(objective_, QString::fromStdString(in.objective));
   top_->setValue(in.top);
   update_enabled();

@@ -1,6 +1,7 @@
 // The inputs of a sweep: model (preset list with search, or a model JSON / HF
 // config.json), GPU and node presets, GPUs, sequence length, global batch, mode (with
-// LoRA rank and targets), precision and AMP level, constraints (max TP, memory headroom),
+// LoRA rank and targets), precision and AMP level, constraints (max TP, memory headroom,
+// the training framework),
 // objective and how many plans to rank; the Run / Cancel buttons, the progress bar, an
 // error line, and the equivalent `llmplan sweep` command.
 //
@@ -40,6 +41,7 @@ class SweepForm : public QWidget {
 
   // For tests and the main window.
   QComboBox* model_combo() const { return model_; }
+  QComboBox* framework_combo() const { return framework_; }
   QSpinBox* gpus_spin() const { return gpus_; }
   QPushButton* run_button() const { return run_; }
   QPushButton* cancel_button() const { return cancel_; }
@@ -72,6 +74,7 @@ class SweepForm : public QWidget {
   QComboBox* amp_;
   QSpinBox* max_tp_;
   QDoubleSpinBox* headroom_;
+  QComboBox* framework_;
   QComboBox* objective_;
   QSpinBox* top_;
   QPushButton* run_;

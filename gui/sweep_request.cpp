@@ -98,8 +98,24 @@ Result<SweepRequest> make_sweep_request(const SweepInputs& in, const PresetRegis
   if (in.top < 1) return Status::bad_input("Ranked plans: expected a positive count, got " + std::to_string(in.top));
   r.options.top_k = in.top;
   r.options.headroom_bytes = r.headroom_bytes;
-  // As the CLI without --stack: a plan fits only under every known stack's memory conventions.
-  r.options.also_fit = distinct_memory_conventions(presets.stacks(), r.options.memory, j);
+  // As the CLI: with a framework, its stack's conventions alone (cli apply_framework_flag);
+  // without, a plan fits only under every known stack's memory conventions.
+  r.options.mark_frameworks = presets.frameworks();
+  if (!in.framework.empty()) {
+    Result<FrameworkSpec> fw = presets.framework(in.framework, "Framework");
+    if (!fw) return fw.status();
+    r.framework = std::make_shared<const FrameworkSpec>(*fw);
+    r.options.framework = r.framework.get();
+    if (!fw->stack.empty()) {
+      Result<StackProfile> st = presets.stack(fw->stack, "Framework");
+      if (!st) return st.status();
+      r.options.memory = stack_memory_options(*st, r.options.memory);
+      r.options.efficiency = st->efficiency;
+      j = stack_job(*st, j);
+    }
+  } else {
+    r.options.also_fit = distinct_memory_conventions(presets.stacks(), r.options.memory, j);
+  }
   if (r.options.objective == Objective::cost) {
     Result<EconomicsData> data = load_economics(default_data_root(), presets);
     if (!data) return data.status();
@@ -124,6 +140,7 @@ std::vector<std::string> cli_args(const SweepInputs& in) {
   if (!in.amp.empty()) a.insert(a.end(), {"--amp", in.amp});
   if (in.max_tp > 0) a.insert(a.end(), {"--max-tp", std::to_string(in.max_tp)});
   if (in.headroom_gib > 0) a.insert(a.end(), {"--headroom", headroom_text(in.headroom_gib)});
+  if (!in.framework.empty()) a.insert(a.end(), {"--framework", in.framework});
   a.insert(a.end(), {"--objective", in.objective, "--top", std::to_string(in.top)});
   return a;
 }

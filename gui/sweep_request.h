@@ -33,6 +33,7 @@ struct SweepInputs {
   std::string amp;                  // --amp: "" (O2, O0 for fp32), O1, O2, O3
   int max_tp = 0;                   // --max-tp, 0 = no bound
   double headroom_gib = 0;          // --headroom, GiB kept free on every GPU
+  std::string framework;            // --framework: "" = any (data/frameworks); its stack's conventions
   std::string objective = "tokens-per-s";  // --objective: tokens-per-s, memory, cost
   int top = 100;                    // --top: plans ranked by the objective
 };
@@ -46,6 +47,8 @@ struct SweepRequest {
   // The cost objective ranks by GPU-hours at each plan's goodput, as `llmplan sweep
   // --objective cost` does with the data folder's defaults; options.goodput points here.
   std::shared_ptr<const GoodputOptions> goodput;
+  // The framework the sweep is restricted to; options.framework points here. nullptr: any.
+  std::shared_ptr<const FrameworkSpec> framework;
 };
 
 // Validates like the CLI (bad_input with a message naming the field); REQUIRES nothing.

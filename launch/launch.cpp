@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "launch/formats.h"
+#include "planner/spec/spec_json.h"
 
 namespace llmplan {
 
@@ -100,6 +101,14 @@ Result<LaunchFormat> detect_format(const std::vector<LaunchFile>& files, const s
                              ": a Megatron argument list or script, NeMo overrides, a DeepSpeed ds_config.json, a torchtitan TOML "
                              "or a MindFormers YAML; --format names it)");
   return static_cast<LaunchFormat>(found);
+}
+
+bool is_launch_config_path(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return true;
+  if (!ends_with(path, ".json")) return true;
+  Result<nlohmann::json> j = read_json_file(path);
+  return j && j->is_object() && !j->contains("schema");
 }
 
 Result<std::vector<LaunchFile>> read_launch_files(const std::string& path) {

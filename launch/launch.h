@@ -102,6 +102,10 @@ Result<ImportedConfig> import_files(const std::vector<LaunchFile>& files, Launch
 // none matches, naming the path and the formats tried.
 Result<LaunchFormat> detect_format(const std::vector<LaunchFile>& files, const std::string& origin);
 
+// True when `path` is a launch configuration rather than an llmplan plan file: a folder, a
+// file not ending in .json, or a JSON document without the plan file's "schema".
+bool is_launch_config_path(const std::string& path);
+
 // The files at `path`: a regular file, or every regular file directly inside a folder (as
 // an export writes them). Size-limited (16 MiB a file); errors name the path.
 Result<std::vector<LaunchFile>> read_launch_files(const std::string& path);

@@ -1,6 +1,7 @@
 #include "planner/cost/framework.h"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include "planner/spec/json_fields.h"
@@ -129,6 +130,23 @@ Status read_condition(const std::string& key, const json& v, const std::string& 
   return Status::ok();
 }
 
+// Each framework's letter: the first letter of its name not taken by an earlier one.
+std::string letters_of(const std::vector<FrameworkSpec>& frameworks) {
+  std::string used;
+  for (const FrameworkSpec& fw : frameworks) {
+    char letter = '?';
+    for (char ch : fw.name) {
+      const char up = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      if (std::isalpha(static_cast<unsigned char>(ch)) && used.find(up) == std::string::npos) {
+        letter = up;
+        break;
+      }
+    }
+    used += letter;
+  }
+  return used;
+}
+
 bool meets(const FrameworkCondition& c, int64_t v) {
   if (v < c.min || v > c.max) return false;
   return c.in.empty() || std::find(c.in.begin(), c.in.end(), v) != c.in.end();
@@ -205,6 +223,20 @@ uint32_t frameworks_running(const std::vector<FrameworkSpec>& frameworks, const 
   for (size_t i = 0; i < frameworks.size() && i < 32; ++i)
     if (framework_refusal(frameworks[i], m, j, p) < 0) mask |= 1u << i;
   return mask;
+}
+
+std::string framework_letters(uint32_t mask, const std::vector<FrameworkSpec>& frameworks) {
+  const std::string letters = letters_of(frameworks);
+  std::string out;
+  for (size_t i = 0; i < letters.size() && i < 32; ++i) out += (mask >> i & 1u) ? letters[i] : '-';
+  return out;
+}
+
+std::string framework_legend(const std::vector<FrameworkSpec>& frameworks) {
+  const std::string letters = letters_of(frameworks);
+  std::string out;
+  for (size_t i = 0; i < letters.size(); ++i) out += (out.empty() ? "" : " ") + std::string(1, letters[i]) + "=" + frameworks[i].name;
+  return out;
 }
 
 std::string framework_extends(const json& j) {

@@ -81,6 +81,12 @@ std::string framework_refusal_text(const FrameworkSpec& fw, const ModelSpec& m, 
 // Bit i set: frameworks[i] runs the plan (at most 32 frameworks).
 uint32_t frameworks_running(const std::vector<FrameworkSpec>& frameworks, const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
 
+// The "runs on" column of a plan marked with frameworks_running: one letter per framework
+// (the first letter of its name that no earlier framework took), '-' where it does not run;
+// and its legend, "D=deepspeed M=megatron I=mindformers ...".
+std::string framework_letters(uint32_t mask, const std::vector<FrameworkSpec>& frameworks);
+std::string framework_legend(const std::vector<FrameworkSpec>& frameworks);
+
 // JSON in (data/frameworks/README.md has the format); every problem is bad_input naming the
 // file and field. A file with "extends": NAME takes NAME's rules (resolved by the registry,
 // which passes `base`) less those its "lifts" names, then adds its own.

@@ -73,10 +73,10 @@ QList<QStringList> cli_top_rows(const QString& output) {
   while (i < lines.size() && !lines[i].startsWith(QStringLiteral("Top "))) ++i;
   for (i += 2; i < lines.size() && !lines[i].trimmed().isEmpty(); ++i) {
     QStringList f = lines[i].split(' ', Qt::SkipEmptyParts);
-    if (f.size() != 19) break;
+    if (f.size() != 20) break;
     f.removeFirst();            // rank
     f[16].chop(1);              // "76.1%" -> "76.1"
-    rows << f;
+    rows << f;                  // ..., step s, runs on
   }
   return rows;
 }
@@ -89,6 +89,7 @@ QStringList gui_row(const QAbstractItemModel& m, int row) {
     if (c == PlanTableModel::kPrecision) f << v.split(' ');
     else f << v;
   }
+  f << m.index(row, PlanTableModel::kRunsOn).data().toString();
   return f;
 }
 
@@ -226,6 +227,12 @@ class GuiTest : public QObject {
     c.mode = "finetune";
     c.amp = "O1";
     QTest::newRow("HF config.json on 2 DGX-H100 nodes, max tp 2, cost") << c;
+    SweepInputs d;
+    d.model = "llama2-70b";
+    d.gpu = "h100-sxm";
+    d.gpus = 64;
+    d.framework = "deepspeed";
+    QTest::newRow("llama2-70b on 64 x h100-sxm, DeepSpeed only") << d;
   }
 
   void sweep_matches_cli() {
@@ -268,6 +275,14 @@ class GuiTest : public QObject {
     QCOMPARE(w().plan_model()->plan_count(), static_cast<int>(r.evaluated));
     // The best plan is selected and shown.
     QCOMPARE(w().selected_source_row(), proxy->source_row(0));
+    // With a framework, no plan it refuses is in the table (DeepSpeed: ZeRO-2/3 with a pipeline).
+    if (!inputs.framework.empty()) {
+      const FrameworkSpec fw = *presets_->framework(inputs.framework);
+      for (int i = 0; i < w().plan_model()->plan_count(); ++i) {
+        const PlanResult& pr = w().plan_model()->plan_row(i).result;
+        QCOMPARE(framework_refusal(fw, req->base.model, job_for(req->base.job, pr), pr.plan), -1);
+      }
+    }
   }
 
   // ---- selection: table -> breakdown charts and scatter; scatter -> table
@@ -730,6 +745,40 @@ class GuiTest : public QObject {
     QCOMPARE(w().plan_model()->plan_count(), 1);
     QCOMPARE(w().selected_details()->file.plan.zero, chosen.zero);
     QCOMPARE(w().tabs()->currentIndex(), int(MainWindow::kSelectedTab));
+  }
+
+  // ---- a plan as a framework's launch files, and a framework's configuration opened as a plan
+  void export_and_open_launch_configs() {
+    SweepInputs in = small_inputs();
+    in.framework = "deepspeed";
+    QVERIFY(run_from_form(in));
+    QVERIFY(w().select_source_row(w().proxy()->source_row(0)));
+    const PlanFile chosen = w().selected_details()->file;
+    const QString dir = tmp_.filePath(QStringLiteral("deepspeed-launch"));
+    QVERIFY(w().export_launch(QStringLiteral("deepspeed"), dir));
+    QVERIFY(QFileInfo::exists(QDir(dir).filePath(QStringLiteral("ds_config.json"))));
+    // The folder opens back as the same plan (the planner's import, not the GUI's).
+    QVERIFY(w().open_plan(dir));
+    QCOMPARE(w().plan_model()->plan_count(), 1);
+    const ParallelPlan& back = w().selected_details()->file.plan;
+    QCOMPARE(back.dp, chosen.plan.dp);
+    QCOMPARE(back.tp, chosen.plan.tp);
+    QCOMPARE(back.pp, chosen.plan.pp);
+    QCOMPARE(back.zero, chosen.plan.zero);
+    QCOMPARE(back.micro_batch, chosen.plan.micro_batch);
+    QVERIFY(w().summary_text().contains(QStringLiteral("deepspeed configuration")));
+    // torchtitan has no ZeRO-1/2: exporting such a plan is refused, naming the field.
+    if (chosen.plan.zero == 1 || chosen.plan.zero == 2) {
+      QVERIFY(!w().export_launch(QStringLiteral("torchtitan"), tmp_.filePath(QStringLiteral("tt"))));
+      QVERIFY(!QFileInfo::exists(tmp_.filePath(QStringLiteral("tt/train.toml"))));
+    }
+    // A published MindFormers YAML opens as the plan it describes (dp1 mp4 pp8 on 32 NPUs).
+    QVERIFY(w().open_plan(QStringLiteral(LLMPLAN_SOURCE_DIR "/tests/fixtures/frameworks/mindformers_llama2_70b_bf16_32p.yaml")));
+    const PlanFile& mf = w().selected_details()->file;
+    QCOMPARE(mf.gpus, 32);
+    QCOMPARE(mf.plan.tp, 4);
+    QCOMPARE(mf.plan.pp, 8);
+    QCOMPARE(w().plan_model()->index(0, PlanTableModel::kRunsOn).data().toString().contains(QLatin1Char('I')), true);
   }
 
   // ---- Execute: a child process with a live log and a stop button
