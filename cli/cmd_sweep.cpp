@@ -35,7 +35,76 @@ struct SweepCommand {
   bool pareto = false;
   bool tp_across_nodes = false;
   int simulate_top = 0;
+  std::string from;       // a framework's launch configuration: its model, cluster and job, and its plan to compare
+  std::string format;     // of --from ("" = detected)
 };
+
+// The plan fields a single change of a configuration moves (grad_accum follows from the
+// micro-batch; the schedule from vpp): how many differ between a and b.
+int fields_differing(const ParallelPlan& a, const ParallelPlan& b) {
+  return (a.dp != b.dp) + (a.tp != b.tp) + (a.pp != b.pp) + (a.vpp != b.vpp) + (a.cp != b.cp) + (a.ep != b.ep) + (a.sp != b.sp) +
+         (a.micro_batch != b.micro_batch) + (a.zero != b.zero) + (a.recompute != b.recompute) + (a.offload_optimizer != b.offload_optimizer) +
+         (a.flash_attention != b.flash_attention) + (a.cp > 1 && a.cp_exchange != b.cp_exchange) +
+         (a.activation_offload_layers != b.activation_offload_layers);
+}
+
+// What changes between a configuration's plan and another, in words ("tp 4 -> 2").
+std::string change_text(const ParallelPlan& a, const ParallelPlan& b) {
+  std::string out;
+  auto add = [&](const char* name, const std::string& x, const std::string& y) {
+    if (x != y) out += (out.empty() ? "" : ", ") + std::string(name) + " " + x + " -> " + y;
+  };
+  add("dp", std::to_string(a.dp), std::to_string(b.dp));
+  add("tp", std::to_string(a.tp), std::to_string(b.tp));
+  add("pp", std::to_string(a.pp), std::to_string(b.pp));
+  add("vpp", std::to_string(a.vpp), std::to_string(b.vpp));
+  add("cp", std::to_string(a.cp), std::to_string(b.cp));
+  add("ep", std::to_string(a.ep), std::to_string(b.ep));
+  add("sp", a.sp ? "on" : "off", b.sp ? "on" : "off");
+  add("micro-batch", std::to_string(a.micro_batch), std::to_string(b.micro_batch));
+  add("ZeRO", std::to_string(a.zero), std::to_string(b.zero));
+  add("recompute", to_string(a.recompute), to_string(b.recompute));
+  add("optimizer offload", a.offload_optimizer ? "on" : "off", b.offload_optimizer ? "on" : "off");
+  add("flash attention", a.flash_attention ? "on" : "off", b.flash_attention ? "on" : "off");
+  if (a.cp > 1) add("cp exchange", to_string(a.cp_exchange), to_string(b.cp_exchange));
+  add("activation offload layers", std::to_string(a.activation_offload_layers), std::to_string(b.activation_offload_layers));
+  return out;
+}
+
+// --from: the configuration's own plan beside the sweep's: its memory and speed, its rank
+// among the fitting plans, the best single change and the best plan.
+void print_config_comparison(const Setup& s, const SweepOptions& opt, const SweepResult& r) {
+  const PlanFile& f = s.file;
+  const ParallelPlan& mine = f.plan;
+  const MemoryReport mem = estimate_memory(f.model, f.cluster, f.job, mine, opt.memory);
+  const StepTime time = estimate_time(f.model, f.cluster, f.job, mine, opt.efficiency);
+  const bool fits = mem.fits(s.headroom_bytes);
+  int faster = 0, fitting = 0;
+  const PlanResult* best_single = nullptr;
+  for (const PlanResult& x : r.all) {
+    if (x.reason != RejectReason::none || x.precision != f.job.precision) continue;
+    ++fitting;
+    if (x.tokens_per_s > time.tokens_per_s) ++faster;
+    if (fields_differing(mine, x.plan) == 1 && x.tokens_per_s > time.tokens_per_s && (!best_single || x.tokens_per_s > best_single->tokens_per_s))
+      best_single = &x;
+  }
+  std::printf("\nYour configuration's plan: %s\n", plan_summary(mine).c_str());
+  std::printf("  peak %s on stage %d: %s; %.0f tokens/s, MFU %.1f%%, step %.3f s\n", gib(mem.worst.total).c_str(), mem.worst.stage,
+              fits ? "fits" : "does NOT fit", time.tokens_per_s, 100 * time.mfu, time.total);
+  if (s.framework) {
+    const std::string why = framework_refusal_text(*s.framework, f.model, f.job, mine);
+    if (!why.empty()) std::printf("  %s\n", why.c_str());
+  }
+  if (fits) std::printf("  %d of the %d fitting plans are predicted faster\n", faster, fitting);
+  if (best_single)
+    std::printf("  best single change: %s: %.0f tokens/s (%+.1f%%), peak %s\n", change_text(mine, best_single->plan).c_str(),
+                best_single->tokens_per_s, 100 * (best_single->tokens_per_s / time.tokens_per_s - 1), gib(best_single->peak_bytes).c_str());
+  else
+    std::printf("  no single change of the plan is predicted faster%s\n", fits ? "" : " (and fits)");
+  if (!r.top.empty())
+    std::printf("  best plan: %s: %.0f tokens/s (%+.1f%%)\n", change_text(mine, r.top.front().plan).c_str(), r.top.front().tokens_per_s,
+                100 * (r.top.front().tokens_per_s / time.tokens_per_s - 1));
+}
 
 // A pin given as on|off (parse_on_off) becomes the one value the sweep tries; "both" (the
 // default) tries both.
@@ -151,8 +220,26 @@ Runner register_sweep(CLI::App* sub) {
   add_budget_flags(sub, &c->budget);
   sub->add_flag("--pareto", c->pareto, "print the memory-throughput Pareto front");
   sub->add_option("--simulate-top", c->simulate_top, "re-rank the analytic top K by simulated step time");
-  return [c]() {
-    Result<Setup> setup = setup_from_flags(c->job);
+  sub->add_option("--from", c->from,
+                  "a framework's launch configuration (as llmplan import reads it): sweep its model, cluster and job, and compare its plan "
+                  "with the best single change and the best plan");
+  sub->add_option("--format", c->format, "the --from configuration's format (default: detected)");
+  return [c, sub]() {
+    Result<Setup> setup = [&]() -> Result<Setup> {
+      if (c->from.empty()) {
+        if (!c->format.empty()) return Status::bad_input("--format: only with --from");
+        return setup_from_flags(c->job);
+      }
+      for (const char* flag : {"--gpus", "--seq", "--global-batch", "--mode", "--params", "--cluster", "--precision", "--fp8"})
+        if (sub->get_option(flag)->count() > 0)
+          return Status::bad_input(std::string(flag) + ": the job comes from --from " + c->from + " (give --model or --gpu only where it names none)");
+      ConfigFlags cf;
+      cf.format = c->format;
+      cf.model = c->job.model;
+      cf.gpu = sub->get_option("--gpu")->count() > 0 ? c->job.gpu : "";
+      cf.gpus_per_node = c->job.gpus_per_node == kUnsetFlag ? 0 : c->job.gpus_per_node;
+      return setup_from_config(c->from, cf, c->job);
+    }();
     if (!setup) return report(setup.status());
     Setup& s = *setup;
     SweepSpace space;
@@ -193,7 +280,7 @@ Runner register_sweep(CLI::App* sub) {
     if (c->threads < 0 || c->threads > 4096)
       return report(Status::bad_input("--threads: expected 0 (all cores) .. 4096, got " + std::to_string(c->threads)));
     space.tp_across_nodes = c->tp_across_nodes;
-    if (!c->job.precision.empty()) {
+    if (!c->job.precision.empty() || !c->from.empty()) {
       space.precision = {s.file.job.precision};
     } else {
       // Unpinned: the GPU's 16-bit format (bf16 where it has one) at O2.
@@ -210,7 +297,7 @@ Runner register_sweep(CLI::App* sub) {
     if (c->simulate_top < 0) return report(Status::bad_input("--simulate-top: expected a count >= 0, got " + std::to_string(c->simulate_top)));
     opt.top_k = std::max(c->top, c->simulate_top);
     opt.threads = c->threads;
-    opt.keep_all = !c->csv_out.empty();
+    opt.keep_all = !c->csv_out.empty() || !c->from.empty();
     // Goodput, days and cost: with a token budget, or to rank by cost (only then are the
     // reliability, price and power files read).
     if (Status st = check_budget_flags(c->budget); !st) return report(st);
@@ -270,6 +357,7 @@ Runner register_sweep(CLI::App* sub) {
       std::printf("wrote %zu plans to %s\n", r.all.size(), c->csv_out.c_str());
     }
 
+    if (!c->from.empty()) print_config_comparison(s, opt, r);
     if (r.top.empty()) {
       std::printf("\nNo plan fits in %s per GPU", gib(s.file.cluster.gpu.memory_bytes - s.headroom_bytes).c_str());
       if (r.has_closest) {

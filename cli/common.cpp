@@ -342,6 +342,8 @@ Result<Setup> setup_from_config(const std::string& path, const ConfigFlags& cf, 
   Result<double> head = parse_bytes(f.headroom, "--headroom");
   if (!head) return head.status();
   s.headroom_bytes = *head;
+  // The configuration says how its gradients are kept: that wins over the stack's default.
+  const GradConvention config_grads = s.file.job.grads;
   if (Status st = apply_stack_flag(f.stack, &s); !st) return st;
   // The configuration's own framework, unless another is named.
   std::string framework = f.framework;
@@ -350,6 +352,7 @@ Result<Setup> setup_from_config(const std::string& path, const ConfigFlags& cf, 
     if (const FrameworkSpec* fw = framework_for_format(all, format)) framework = fw->name;
   }
   if (Status st = apply_framework_flag(framework, &s); !st) return st;
+  s.file.job.grads = config_grads;
   return s;
 }
 
