@@ -366,8 +366,11 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     x.head_input = tokens * h / seq_div * act_bytes;
     x.last_chunk_set = 2 * x.head_input;  // final-norm input (the last layer's output) + LM-head input
     // logits + fp32 softmax (the executor's loss), or the framework's loss peak
-    const double framework_loss = p.tp > 1 && opt.loss_bytes_per_logit_tp > 0 ? opt.loss_bytes_per_logit_tp : opt.loss_bytes_per_logit;
-    const double per_logit = framework_loss > 0 ? framework_loss : act_bytes + 4;
+    const bool tp_loss = p.tp > 1 && opt.loss_bytes_per_logit_tp > 0;
+    const double framework_loss = tp_loss ? opt.loss_bytes_per_logit_tp : opt.loss_bytes_per_logit;
+    // ... with the blocks the caching allocator keeps reserved over it (MemoryOptions).
+    const double cached = tp_loss ? opt.loss_cached_bytes_per_logit_tp : opt.loss_cached_bytes_per_logit;
+    const double per_logit = (framework_loss > 0 ? framework_loss : act_bytes + 4) + cached;
     x.logits_set = tokens * vocab_rank * per_logit;
   }
   const bool layers_train = frozen_here < layers;
@@ -418,7 +421,17 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
       const double pool_backward = layers >= 2 ? 2 * layer : layer;
       double pool_layer = pool_backward;
       if (is_last) pool_layer = std::max(pool_layer, head_unit + (layers > 0 ? layer : 0));
-      const bool root = opt.zero3_root_gathered;
+      bool root = opt.zero3_root_gathered;
+      if (opt.zero3_pp_unsharded && p.pp > 1) {
+        // Under PP the stage's whole parameters stay gathered all step (MemoryOptions), and
+        // its gradients accumulate unsharded in fp32 until the last micro-batch: held, not a
+        // unit's transient.
+        x.gathered_pool = (layers * layer + (is_first ? emb_unit : 0) + (is_last ? head_unit : 0)) * act_bytes;
+        x.unsharded_gradients = (layers_train ? layers * (lora ? pc.lora_per_layer_rank : pc.per_layer_rank) : 0) * 4.0 +
+                                ((is_first && embedding_trainable) ? emb_unit * 4.0 : 0) + head_grad * 4.0;
+        x.unit_grad_transient = x.head_grad_transient = 0;
+        root = true;
+      }
       x.gathered_pool_layer = root ? x.gathered_pool : pool_layer * act_bytes;
       x.gathered_pool_backward = root ? x.gathered_pool : pool_backward * act_bytes;
       x.gathered_at_loss = root ? x.gathered_pool : 0;
@@ -634,7 +647,7 @@ StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPla
   base[static_cast<int>(MemoryItem::weights)] = states.weights +
                                                 cached_layers * in.pc.per_layer_rank * in.fp8_cached_bytes_per_param +
                                                 layers * in.fp8_scaling_bytes_per_layer;
-  base[static_cast<int>(MemoryItem::gradients)] = states.gradients;
+  base[static_cast<int>(MemoryItem::gradients)] = states.gradients + x.unsharded_gradients;
   base[static_cast<int>(MemoryItem::optimizer_states)] = states.optimizer_states;
   base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;
   base[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;

@@ -91,6 +91,24 @@ struct MemoryOptions {
   double loss_bytes_per_logit = 0;
   // The same under tp > 1, where it differs (DTensor's loss_parallel: 16). 0: as above.
   double loss_bytes_per_logit_tp = 0;
+  // What the caching allocator holds reserved over the loss beyond loss_bytes_per_logit,
+  // per logit: blocks the loss freed that its later, larger requests cannot reuse (the
+  // 16-bit logits' block when fp32 tensors follow). From the stack's loss op sequence
+  // replayed through the allocator (caching_allocator.h); counted with the logits so that
+  // the peak is what torch.cuda.max_memory_reserved() reports. Without TP and under TP.
+  // Default: 0 (the executor's own allocator reuses exactly).
+  double loss_cached_bytes_per_logit = 0;
+  double loss_cached_bytes_per_logit_tp = 0;
+  // ZeRO-3 under pipeline parallelism as torchtitan runs it: FSDP2 is applied with
+  // reshard_after_forward False when PP is on (torchtitan apply_fsdp: "For PP, do not
+  // reshard after forward to avoid per-microbatch all-gathers"), and the pipeline stage
+  // skips the gradient reduce-scatter until its last micro-batch
+  // (torch.distributed.pipelining stage.py backward_maybe_with_nosync:
+  // set_requires_gradient_sync(False), set_reshard_after_backward(False)), so the stage's
+  // parameters stay gathered in the compute dtype all step and its gradients accumulate
+  // unsharded in the reduce dtype, fp32 (FSDPParam.to_accumulated_grad_if_needed). Default:
+  // false (ZeRO-3 gathers and frees each unit per micro-batch, as with pp 1).
+  bool zero3_pp_unsharded = false;
   // ZeRO-3 as PyTorch FSDP2 wraps a model (torchtitan: one fully_shard per layer, then the
   // root): the root's parameters -- embedding, final norm, LM head -- are gathered at the
   // root's pre-forward and stay gathered to the end of backward ("the root FSDP state has
@@ -288,6 +306,7 @@ struct StageMemoryExtras {
   double gathered_pool_backward = 0;  // ZeRO-3: the same inside a layer's backward (see below)
   double gathered_at_loss = 0;        // ZeRO-3: at the end of the head forward (see below)
   double unit_grad_transient = 0;  // ZeRO >= 2: one unit's full-size gradient during its backward (see below)
+  double unsharded_gradients = 0;  // ZeRO-3 under PP with MemoryOptions::zero3_pp_unsharded: the stage's fp32 gradient accumulators, held
   double comm_buffers = 0;      // DP buckets, TP/SP gathers, PP send/recv, CP ring or all-gather, EP, NCCL
   // Of comm_buffers, what lives only inside a layer's forward or backward: the SP gather
   // of a layer's input, the EP all-to-all buffer and the CP exchange's (beyond the SP

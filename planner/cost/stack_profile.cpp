@@ -1,5 +1,9 @@
 #include "planner/cost/stack_profile.h"
 
+#include <cmath>
+#include <tuple>
+
+#include "planner/cost/caching_allocator.h"
 #include "planner/spec/json_fields.h"
 #include "planner/spec/spec_json.h"
 
@@ -33,7 +37,10 @@ MemoryOptions stack_memory_options(const StackProfile& s, const MemoryOptions& b
   o.selective = s.selective;
   o.loss_bytes_per_logit = s.loss_bytes_per_logit;
   o.loss_bytes_per_logit_tp = s.loss_bytes_per_logit_tp;
+  o.loss_cached_bytes_per_logit = s.loss_cached_bytes_per_logit;
+  o.loss_cached_bytes_per_logit_tp = s.loss_cached_bytes_per_logit_tp;
   o.zero3_root_gathered = s.zero3_root_gathered;
+  o.zero3_pp_unsharded = s.zero3_pp_unsharded;
   o.sp_head_input_saved = s.sp_head_input_saved;
   o.moe_tp_partial_gradients = s.moe_tp_partial_gradients;
   o.fp8_quantized_inputs = s.fp8_quantized_inputs;
@@ -50,6 +57,7 @@ TrainingJob stack_job(const StackProfile& s, const TrainingJob& job) {
 Efficiency with_stack_kernel_facts(Efficiency fitted, const StackProfile& s) {
   fitted.loss_bytes_per_logit = s.efficiency.loss_bytes_per_logit;
   fitted.attention_mma_sync = s.efficiency.attention_mma_sync;
+  fitted.zero3_pp_gather_once = s.efficiency.zero3_pp_gather_once;
   return fitted;
 }
 
@@ -68,10 +76,13 @@ std::vector<std::string> memory_convention_names(const StackProfile& s, int tp, 
                                                                 : "selective recompute drops only the attention scores");
   const double loss = tp > 1 && s.loss_bytes_per_logit_tp > 0 ? s.loss_bytes_per_logit_tp : s.loss_bytes_per_logit;
   char b[96];
-  if (loss > 0) std::snprintf(b, sizeof b, "loss holds %.0f B per logit (fp32 buffers)", loss);
+  const double cached = tp > 1 && s.loss_bytes_per_logit_tp > 0 ? s.loss_cached_bytes_per_logit_tp : s.loss_cached_bytes_per_logit;
+  if (loss > 0 && cached > 0) std::snprintf(b, sizeof b, "loss holds %.0f B per logit (fp32 buffers) and keeps %.0f more reserved", loss, cached);
+  else if (loss > 0) std::snprintf(b, sizeof b, "loss holds %.0f B per logit (fp32 buffers)", loss);
   else std::snprintf(b, sizeof b, "loss holds the 16-bit logits and their fp32 softmax");
   out.push_back(b);
   if (s.zero3_root_gathered) out.push_back("ZeRO-3 root unit (embedding, head) gathered through backward");
+  if (s.zero3_pp_unsharded) out.push_back("ZeRO-3 with pipeline parallelism: the stage's parameters gathered and fp32 gradients unsharded all step");
   if (s.sp_head_input_saved) out.push_back("SP: the head's gathered input saved for backward");
   if (!fp8) return out;  // the FP8 conventions set no byte of a 16-bit job
   if (s.fp8_quantized_inputs) out.push_back("FP8: linear inputs saved quantized for the weight gradients");
@@ -87,10 +98,14 @@ namespace {
 bool bounded_by(const MemoryConvention& a, const MemoryConvention& b) {
   auto loss = [](const MemoryOptions& o, bool tp) { return tp && o.loss_bytes_per_logit_tp > 0 ? o.loss_bytes_per_logit_tp : o.loss_bytes_per_logit; };
   // 0 means the executor's loss, 6 bytes per 16-bit logit: compare in bytes.
-  auto bytes = [&](const MemoryOptions& o, bool tp) { double x = loss(o, tp); return x > 0 ? x : 6.0; };
+  auto bytes = [&](const MemoryOptions& o, bool tp) {
+    const double x = loss(o, tp);
+    return (x > 0 ? x : 6.0) + (tp && o.loss_bytes_per_logit_tp > 0 ? o.loss_cached_bytes_per_logit_tp : o.loss_cached_bytes_per_logit);
+  };
   return a.memory.selective == b.memory.selective && (a.grads == b.grads || b.grads == GradConvention::megatron) &&
          bytes(a.memory, false) <= bytes(b.memory, false) && bytes(a.memory, true) <= bytes(b.memory, true) &&
          (!a.memory.zero3_root_gathered || b.memory.zero3_root_gathered) && (!a.memory.sp_head_input_saved || b.memory.sp_head_input_saved) &&
+         (!a.memory.zero3_pp_unsharded || b.memory.zero3_pp_unsharded) &&
          (!a.memory.moe_tp_partial_gradients || b.memory.moe_tp_partial_gradients) &&
          // Quantized saved inputs weigh less than 16-bit ones (the output projection's extra
          // FP8 copy is narrower than the three inputs it saves on); weight copies of two
@@ -155,7 +170,36 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
   m.get_enum("selective", &s.selective, "attention_scores, torch_op_sac", false);
   m.get("loss_bytes_per_logit", &s.loss_bytes_per_logit, 0, 1000, false);
   m.get("loss_bytes_per_logit_tp", &s.loss_bytes_per_logit_tp, 0, 1000, false);
+  // The loss as allocator ops: its allocated peak and reserved surplus by replay.
+  for (auto [key, ops, total, cached] :
+       {std::tuple{"loss_ops", &s.loss_ops, &s.loss_bytes_per_logit, &s.loss_cached_bytes_per_logit},
+        std::tuple{"loss_ops_tp", &s.loss_ops_tp, &s.loss_bytes_per_logit_tp, &s.loss_cached_bytes_per_logit_tp}}) {
+    const json* v = m.raw(key);
+    if (v == nullptr || !m.status()) continue;
+    if (!v->is_array()) {
+      m.fail(key, "expected a list of allocator ops (\"+NAME SIZE\", \"-NAME\"), got " + json_value_text(*v));
+      continue;
+    }
+    for (const json& x : *v) {
+      if (!x.is_string()) {
+        m.fail(key, "expected allocator ops as strings, got " + json_value_text(x));
+        break;
+      }
+      ops->push_back(x.get<std::string>());
+    }
+    if (!m.status()) continue;
+    Result<std::vector<AllocatorOp>> parsed = parse_allocator_ops(*ops, m.field_name(key));
+    if (!parsed) return parsed.status().with_context(origin);
+    const AllocatorPeaks peaks = replay_caching_allocator(*parsed);
+    const std::string other = std::string(key) == "loss_ops" ? "loss_bytes_per_logit" : "loss_bytes_per_logit_tp";
+    if (m.has(other.c_str()) && std::abs(*total - peaks.allocated) > 1e-9)
+      m.fail(other.c_str(), "expected " + std::to_string(peaks.allocated) + " (the allocated peak of " + key + "), or leave it out");
+    *total = peaks.allocated;
+    *cached = peaks.reserved - peaks.allocated;
+  }
   m.get("zero3_root_gathered", &s.zero3_root_gathered, false);
+  m.get("zero3_pp_unsharded", &s.zero3_pp_unsharded, false);
+  s.efficiency.zero3_pp_gather_once = s.zero3_pp_unsharded ? 1 : 0;
   m.get("sp_head_input_saved", &s.sp_head_input_saved, false);
   m.get("moe_tp_partial_gradients", &s.moe_tp_partial_gradients, false);
   m.get("fp8_quantized_inputs", &s.fp8_quantized_inputs, false);
@@ -170,7 +214,7 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
 json to_json(const StackProfile& s) {
   json eff = json::object();
   for (const EfficiencyField& f : efficiency_fields()) eff[f.name] = s.efficiency.*f.field;
-  return {{"name", s.name},
+  json out = {{"name", s.name},
           {"description", s.description},
           {"source", s.source},
           {"frameworks", s.frameworks},
@@ -182,10 +226,15 @@ json to_json(const StackProfile& s) {
             {"loss_bytes_per_logit", s.loss_bytes_per_logit},
             {"loss_bytes_per_logit_tp", s.loss_bytes_per_logit_tp},
             {"zero3_root_gathered", s.zero3_root_gathered},
+            {"zero3_pp_unsharded", s.zero3_pp_unsharded},
             {"sp_head_input_saved", s.sp_head_input_saved},
             {"moe_tp_partial_gradients", s.moe_tp_partial_gradients},
             {"fp8_quantized_inputs", s.fp8_quantized_inputs},
             {"fp8_weight_copies", to_string(s.fp8_weight_copies)}}}};
+  // The loss as ops when the file gave them (its byte counts are theirs: written once).
+  if (!s.loss_ops.empty()) out["memory"]["loss_ops"] = s.loss_ops, out["memory"].erase("loss_bytes_per_logit");
+  if (!s.loss_ops_tp.empty()) out["memory"]["loss_ops_tp"] = s.loss_ops_tp, out["memory"].erase("loss_bytes_per_logit_tp");
+  return out;
 }
 
 Result<StackProfile> load_stack_file(const std::string& path) {

@@ -38,7 +38,15 @@ struct StackProfile {
   SelectiveRecompute selective = SelectiveRecompute::attention_scores;
   double loss_bytes_per_logit = 0;      // MemoryOptions::loss_bytes_per_logit (0: the executor's)
   double loss_bytes_per_logit_tp = 0;   // MemoryOptions::loss_bytes_per_logit_tp (0: as without TP)
+  // The loss's allocations and frees in bytes per logit ("+logits 2", "-logits"), without TP
+  // and under TP (empty: loss_bytes_per_logit as given). Replayed through the caching
+  // allocator at load: its allocated peak is loss_bytes_per_logit(_tp), its reserved
+  // surplus loss_cached_bytes_per_logit(_tp).
+  std::vector<std::string> loss_ops, loss_ops_tp;
+  double loss_cached_bytes_per_logit = 0;     // MemoryOptions::loss_cached_bytes_per_logit
+  double loss_cached_bytes_per_logit_tp = 0;  // MemoryOptions::loss_cached_bytes_per_logit_tp
   bool zero3_root_gathered = false;     // MemoryOptions::zero3_root_gathered
+  bool zero3_pp_unsharded = false;      // MemoryOptions::zero3_pp_unsharded (and Efficiency::zero3_pp_gather_once)
   bool sp_head_input_saved = false;     // MemoryOptions::sp_head_input_saved
   bool moe_tp_partial_gradients = true; // MemoryOptions::moe_tp_partial_gradients
   bool fp8_quantized_inputs = false;    // MemoryOptions::fp8_quantized_inputs

@@ -175,7 +175,7 @@ DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p
   // reduce_dtype in torchtitan and llm-foundry); pure 16-bit or fp32 jobs in their own.
   d.grad_bytes_per_param = bpp.master > 0 ? 4.0 : bpp.gradients;
   d.weight_bytes_per_param = bpp.weights;
-  d.per_microbatch = p.zero == 3;
+  d.per_microbatch = p.zero == 3 && !(p.pp > 1 && e.zero3_pp_gather_once > 0);
   if (p.zero == 0) d.grad_bucket_bytes = kDdpBucketBytes;
   if (p.zero == 1) {
     d.grad_bucket_bytes = zero1_bucket_params(d.group) * d.grad_bytes_per_param;

@@ -31,24 +31,24 @@ struct Efficiency {
   // 1/(1/0.95 + 0.00223*peak/bw) of peak: 0.72 on A100-80GB, 0.58 on H100 SXM (`gemm`
   // sits at its bound, 0.95, and the thin-GEMM term near 0: the traffic term carries both).
   double gemm = 0.95;               // fraction of dense peak, before the traffic term
-  double gemm_half_dim = 2.52154;   // elements: efficiency is half of `gemm` at this dimension
-  double gemm_traffic = 0.00223054; // bytes of unhidden HBM traffic per GEMM FLOP (16-bit operands)
+  double gemm_half_dim = 2.24563;   // elements: efficiency is half of `gemm` at this dimension
+  double gemm_traffic = 0.00223492; // bytes of unhidden HBM traffic per GEMM FLOP (16-bit operands)
   // Fused (flash) attention: causal FLOPs (forward + 2.5x backward) at attention *
   // d/(d + gemm_half_dim) * s/(s + attention_half_seq) of the mma.sync peak (d head width,
   // s keys; GpuSpec::mma_sync_fraction x dense peak: 2/3 of it on Hopper), plus the K/V
   // tiles each query block streams: FLOPs * attention_traffic / bw. Fitted, head width 128
   // and very long sequences: 0.33 of peak on A100-80GB (104 TFLOP/s), 0.22 on H100 SXM
   // (219); at 8k keys 0.91 of that, at 1k keys 0.56 (the traffic term near 0).
-  double attention = 0.339731;        // fraction of the mma.sync peak at long sequences and wide heads
-  double attention_half_seq = 814.327;  // keys: efficiency is halved here
-  double attention_traffic = 2.63154e-05;  // bytes of unhidden HBM/L2 traffic per attention FLOP
+  double attention = 0.337849;        // fraction of the mma.sync peak at long sequences and wide heads
+  double attention_half_seq = 838.203;  // keys: efficiency is halved here
+  double attention_traffic = 3.20456e-05;  // bytes of unhidden HBM/L2 traffic per attention FLOP
   // Whether the stack's fused attention runs on warp-level mma.sync, so that the GPU's
   // mma_sync_fraction applies (1: FlashAttention-2 and Triton kernels, PyTorch SDPA), or
   // on the full-rate warpgroup instructions (0: cuDNN's fused attention, which Transformer
   // Engine calls, and FlashAttention-3 on Hopper; Shah et al. 2024 sec. 2.2). Stack data,
   // not fitted.
   double attention_mma_sync = 1;
-  double memory = 0.82162;          // fraction of HBM bandwidth reached by elementwise kernels
+  double memory = 0.838628;          // fraction of HBM bandwidth reached by elementwise kernels
   // Not fitted: it trades off exactly against the overlaps on these records; nccl-tests
   // reach 0.8-0.95 of the link (and of the node's NICs across nodes).
   double network = 0.80;            // fraction of link bandwidth reached by NCCL collectives
@@ -57,13 +57,13 @@ struct Efficiency {
   // backward. Fitted: 0.007 (weakly determined: on these records it trades against
   // tp_overlap, gather_overlap and the GEMM terms; the previous objective's fits put it
   // anywhere in 0.02-0.22 at equal objective).
-  double overlap = 0.00738692;      // fraction of backward compute that can hide gradient reduction
+  double overlap = 0.00738189;      // fraction of backward compute that can hide gradient reduction
   // Parameter all-gathers gate the next layer's compute (ZeRO-3 before every layer, every
   // micro-batch; ZeRO-1/2 after the step), so only prefetch can hide them. Fitted: little
-  // on these runs, 0.21 (FSDP1 with rate-limited all-gathers, NCCL taking SMs; weakly
+  // on these runs, 0.25 (FSDP1 with rate-limited all-gathers, NCCL taking SMs; weakly
   // determined: the fit with a 12% margin put it near 0).
-  double gather_overlap = 0.206001;  // fraction of compute that can hide parameter all-gathers
-  double tp_overlap = 0.49822;      // fraction of TP traffic hidden behind GEMMs
+  double gather_overlap = 0.250124;  // fraction of compute that can hide parameter all-gathers
+  double tp_overlap = 0.695423;      // fraction of TP traffic hidden behind GEMMs
   // FP8 linear GEMMs versus 16-bit at equal efficiency, for every FP8 recipe: an effective
   // figure with the recipe's casts in it. Fitted at its bound, the peak ratio 2: the FP8
   // records run faster than the model has them even so, and charging the casts'
@@ -84,6 +84,11 @@ struct Efficiency {
   // one-hot) moves 3 x 2 = 6. `llmplan validate` sets it per framework
   // (framework_efficiency); head_times splits it 1/3 forward, 2/3 backward.
   double loss_bytes_per_logit = 36;
+  // ZeRO-3 under pipeline parallelism gathers the stage's parameters once per step and
+  // reduce-scatters its gradients once, after the last micro-batch (1), or per micro-batch
+  // as with pp 1 (0): the stack's MemoryOptions::zero3_pp_unsharded, a fact of its code
+  // and not fitted (set from the stack file's memory section). Default: 0.
+  double zero3_pp_gather_once = 0;
 };
 
 // Which link a collective crosses, from the rank layout (TP innermost, then CP, DP, PP).

@@ -158,7 +158,7 @@ TEST(ValidateShipped, AssumedRecordsAreKeptApartAndListTheirRules) {
       EXPECT_FALSE(r.fitting_subset) << r.id;
     }
   }
-  EXPECT_GE(assumed, 10);
+  EXPECT_GE(assumed, 6);  // 7: the torchtitan 405B rows gained their micro-batch from torchtitan's default
   const std::vector<SummaryLine> lines = summarize(shipped().rows);
   const SummaryLine& all = line(lines, "ALL", true, true);
   EXPECT_LE(all.all.median_abs, 0.25);  // reached: 12.8% (Megatron-Core, torchtitan 405B, DeepSpeed-Azure)
@@ -208,7 +208,10 @@ TEST(ValidateShipped, MeasuredPeaksAgainstTheStacksUpperEnd) {
     above += r.published > r.predicted_upper;
   }
   EXPECT_EQ(rows, 15);
-  EXPECT_LE(above, 10);
+  // 7: the 70B 2D and the four 405B torchtitan runs (8.6-19.5% above), BERT-large on a V100,
+  // the ZeRO paper's checkpointed activations. Was 10 before the loss's reserved blocks and
+  // torchtitan's pipelined FSDP conventions (caching_allocator.h, zero3_pp_unsharded).
+  EXPECT_LE(above, 7);
 }
 
 // The ZeRO paper's model-state figures (Rajbhandari et al. 2020 §5, 7.5B, N_d = 64):
@@ -244,25 +247,27 @@ TEST(ValidateShipped, DeepSpeedEstimatorModelStates) {
 
 // Measured memory (torchtitan: PyTorch's peak reserved memory, max over ranks). The
 // planner describes torchtitan with its own conventions (framework_memory_options):
-// per-operator selective checkpointing, F.cross_entropy on fp32-upcast logits (12 bytes
-// per logit at the loss backward; 16 under TP's loss_parallel) and FSDP2's root unit
-// (embedding, norm, output) gathered from forward to the end of backward. Before them:
-// median 40.1%, max 86.3%, none within 10%. Now 6 of 8 within 10%; NOT met by
-// - the 70B FSDP+TP run (-14%): the all-gathered (not /t) input of the output projection
-//   under SP (+1.75 GiB) is not modelled, and the rest is unexplained;
-// - the 2025 H200 run (+34%): the same per-GPU work as the 2024 8-GPU Float8 run, which
+// per-operator selective checkpointing, F.cross_entropy on fp32-upcast logits replayed
+// through the caching allocator (12 bytes per logit allocated at the loss backward, 14
+// reserved; 16 and 18 under TP's loss_parallel), FSDP2's root unit (embedding, norm,
+// output) gathered from forward to the end of backward, and under PP the stage's
+// parameters gathered and its gradients accumulated unsharded in fp32 all step. Before
+// them: median 40.1%, max 86.3%, none within 10%. Now 8 of 12 within 10%; NOT met by
+// - the 70B FSDP+TP run (-8.6%, within) and the 405B PP runs (-9% to -20%): Float8 with
+//   FSDP float8 all-gathers and AsyncTP's symmetric-memory buffers are not modelled;
+// - the 2025 H200 run (+42%): the same per-GPU work as the 2024 8-GPU Float8 run, which
 //   measured 62 GiB beside model states against this run's 44 GiB; torchtitan compiles
 //   the loss since 2025 (components/loss.py), which the record's fields cannot say.
 // Bounds reached, with margin.
 TEST(ValidateShipped, MeasuredMemory) {
   const std::vector<SummaryLine> lines = summarize(shipped().rows);
   const SummaryLine& tt = line(lines, "torchtitan", false, false);
-  EXPECT_EQ(tt.all.n, 8);
-  EXPECT_LE(tt.all.median_abs, 0.10);  // reached 9.1%
-  EXPECT_LE(tt.all.max_abs, 0.36) << tt.all.worst_id;  // reached 34.0% (H200 run)
+  EXPECT_EQ(tt.all.n, 12);
+  EXPECT_LE(tt.all.median_abs, 0.10);  // reached 7.2%
+  EXPECT_LE(tt.all.max_abs, 0.45) << tt.all.worst_id;  // reached 42.5% (H200 run, predicted above)
   int within = 0;
   for (const ValidationRow& r : shipped().rows) within += !r.throughput && !r.skipped && !r.assumed && r.group == "torchtitan" && std::fabs(r.error) <= 0.10;
-  EXPECT_GE(within, 6);  // reached: 6 of 8 within 10%
+  EXPECT_GE(within, 7);  // reached: 8 of 12 within 10%
   // BERT-large fine-tuning on one V100, nvidia-smi: vocab derived from params (assumed).
   const ValidationRow& bert = row("hf_memory_anatomy_bert_large_v100", false);
   EXPECT_TRUE(bert.assumed);
