@@ -17,13 +17,11 @@
 // What DeepSpeed cannot run as planned is refused naming the plan field and the rule's source
 // (see refusal()).
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
 #include <span>
 #include <sstream>
-#include <string_view>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -31,7 +29,7 @@
 #include "launch/deepspeed_schema.h"
 #include "launch/formats.h"
 #include "launch/model_shape.h"
-#include "launch/shell_script.h"
+#include "launch/shell_words.h"
 #include "planner/cost/plan_check.h"
 
 namespace llmplan::launch_formats {
@@ -86,17 +84,6 @@ std::string file_origin(const std::string& origin, const std::string& name) {
 }
 
 std::string num(int64_t v) { return std::to_string(v); }
-
-// A word as a shell reads it back: bare when it has no special characters, else in single quotes.
-std::string shell_quote(const std::string& w) {
-  const bool bare = !w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_./:=,+-@%").find(c) != std::string_view::npos;
-  });
-  if (bare) return w;
-  std::string out = "'";
-  for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 // ---------------------------------------------------------------- export: refusals
 
@@ -406,13 +393,13 @@ std::string launch_script(const PlanFile& f, const ExportOptions& opt, const ord
   s << "\nMEGATRON_ARGS=(\n";
   for (const ScriptArg& arg : megatron_args(f, opt, notes)) {
     s << "  # " << arg.comment << "\n ";
-    for (const std::string& w : arg.words) s << " " << shell_quote(w);
+    for (const std::string& w : arg.words) s << " " << shell::quote(w);
     s << "\n";
   }
   s << "  # DeepSpeed's engine with this folder's config (deepspeed/__init__.py L248-253)\n"
     << "  --deepspeed --deepspeed_config \"$HERE/" << kConfigName << "\"\n)\n\n";
   const bool relative = !entry.empty() && entry[0] != '/' && entry.find('/') == std::string::npos;
-  s << "deepspeed \"${LAUNCHER_ARGS[@]}\" " << (relative ? "\"${MEGATRON_DEEPSPEED:-.}/" + entry + "\"" : shell_quote(entry))
+  s << "deepspeed \"${LAUNCHER_ARGS[@]}\" " << (relative ? "\"${MEGATRON_DEEPSPEED:-.}/" + entry + "\"" : shell::quote(entry))
     << " \"${MEGATRON_ARGS[@]}\"\n";
   return s.str();
 }
@@ -681,12 +668,12 @@ class ScriptReader {
   ScriptReader(std::string file, std::vector<std::string>* unknown) : file_(std::move(file)), unknown_(unknown) {}
 
   Result<std::optional<ScriptFacts>> read(const std::string& text) {
-    Result<std::vector<ShellCommand>> cmds = parse_shell_script(text, file_);
-    if (!cmds) return cmds.status();
-    Result<std::optional<LaunchLine>> line = find_launch_line(*cmds, file_);
+    Result<shell::Script> script = shell::read_shell_script(text, file_);
+    if (!script) return script.status();
+    Result<std::optional<shell::LaunchLine>> line = shell::find_launch_line(script->commands, file_);
     if (!line) return line.status();
     if (!line->has_value()) return std::optional<ScriptFacts>();
-    const LaunchLine& l = **line;
+    const shell::LaunchLine& l = **line;
     ScriptFacts s;
     s.file = file_;
     s.line = l.line;
@@ -712,7 +699,7 @@ class ScriptReader {
     std::string normalization = "layernorm", mlp_type = "standard";
     bool swiglu = false, no_bias = false, untie = false;
     for (size_t k = 0; k < args.size(); ++k) {
-      OptionWord o = split_option_word(args[k]);
+      shell::OptionWord o = shell::split_option_word(args[k]);
       if (o.name.rfind("--", 0) != 0) {
         unknown_->push_back(args[k]);
         continue;
@@ -721,7 +708,7 @@ class ScriptReader {
       if (!flag && !o.has_value) {
         if (k + 1 < args.size() && args[k + 1].rfind("--", 0) != 0) o.value = args[++k];
       }
-      auto integer = [&](int64_t min, int64_t max) { return parse_integer_word(o.value, min, max, o.name, file_, s->line); };
+      auto integer = [&](int64_t min, int64_t max) { return shell::parse_integer_word(o.value, min, max, o.name, file_, s->line); };
       Status st;
       auto set = [&](auto* out, int64_t min, int64_t max) {
         Result<int64_t> v = integer(min, max);
@@ -857,7 +844,7 @@ class ScriptReader {
     int e = 1;
     if (experts.size() > 1) return bad(*s, "--num-experts", "one value (every MoE layer alike), got " + num(static_cast<int64_t>(experts.size())));
     if (!experts.empty()) {
-      Result<int64_t> v = parse_integer_word(experts[0], 1, 100000, "--num-experts", file_, s->line);
+      Result<int64_t> v = shell::parse_integer_word(experts[0], 1, 100000, "--num-experts", file_, s->line);
       if (!v) return v.status();
       e = static_cast<int>(*v);
     }
@@ -1195,7 +1182,7 @@ Result<ImportedConfig> import_deepspeed(const std::vector<LaunchFile>& files, co
   }
   pf.cluster = c;
   pf.gpus = world;
-  if (sf && !sf->config_path.empty() && shell_basename(sf->config_path) != config->name)
+  if (sf && !sf->config_path.empty() && shell::file_name(sf->config_path) != config->name)
     notes.push_back(script_file + " names " + sf->config_path + " as its config; read " + config->name + " beside it");
   if (Status st = check_inputs(pf.model, j, config_file); !st) return st;
   if (Status st = check_plan_status(pf.model, pf.cluster, j, p, pf.gpus, config_file); !st) return st;

@@ -582,17 +582,7 @@ Result<ImportedConfig> import_megatron(const std::vector<LaunchFile>& files, con
     // An argument list: every array's elements, then every command that starts with a flag.
     for (const std::string& a : script->array_order)
       for (const std::string& w : script->arrays.at(a)) {
-        std::vector<std::string> split;
-        std::string cur;
-        for (char c : w) {
-          if (c == ' ' || c == '\t' || c == '\n') {
-            if (!cur.empty()) split.push_back(cur);
-            cur.clear();
-          } else {
-            cur += c;
-          }
-        }
-        if (!cur.empty()) split.push_back(cur);
+        const std::vector<std::string> split = shell::split_blanks(w);
         args.insert(args.end(), split.begin(), split.end());
       }
     for (const shell::Command& c : script->commands)

@@ -1,10 +1,25 @@
 #include "launch/shell_words.h"
 
 #include <cctype>
-#include <memory>
+#include <charconv>
 #include <optional>
 
 namespace llmplan::shell {
+
+std::vector<std::string> split_blanks(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == ' ' || c == '\t' || c == '\n') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
 
 namespace {
 
@@ -16,7 +31,9 @@ enum class PartKind { literal, variable, array_all, opaque };
 struct Part {
   PartKind kind = PartKind::literal;
   std::string text;       // literal: the text; variable / array_all: the name; opaque: as written
+  std::string written;    // variable / array_all: as written ("$NAME", "${NAME:-x}"), kept when unset
   bool quoted = false;    // inside quotes: never split
+  bool joined = false;    // array_all: "${NAME[*]}", the elements joined by blanks in one word
   // ${NAME:-word} / ${NAME-word} / ${NAME:=word}: the default word's parts.
   bool has_default = false;
   bool default_if_empty = true;  // the ':' forms: also when set but empty
@@ -204,6 +221,7 @@ class Lexer {
       ++pos_;
       return Status::ok();
     }
+    p.written = t_.substr(start, pos_ - start);
     w->parts.push_back(std::move(p));
     return Status::ok();
   }
@@ -211,6 +229,7 @@ class Lexer {
   Status add_braced(RawWord* w, const std::string& inner, const std::string& as_written, bool quoted, int line) {
     Part p;
     p.quoted = quoted;
+    p.written = as_written;
     size_t i = 0;
     if (!inner.empty() && std::isdigit(static_cast<unsigned char>(inner[0]))) {
       while (i < inner.size() && std::isdigit(static_cast<unsigned char>(inner[i]))) ++i;
@@ -226,12 +245,9 @@ class Lexer {
       p.kind = PartKind::variable;
       p.text = name;
     } else if (rest == "[@]" || rest == "[*]") {
-      p.kind = rest == "[@]" ? PartKind::array_all : PartKind::variable;
+      p.kind = PartKind::array_all;
       p.text = name;
-      if (rest == "[*]") {  // "${A[*]}": the elements joined; rare in launch scripts
-        p.kind = PartKind::opaque;
-        p.text = as_written;
-      }
+      p.joined = rest == "[*]";
     } else if (rest.rfind(":-", 0) == 0 || rest.rfind(":=", 0) == 0 || rest[0] == '-' || rest[0] == '=') {
       const bool colon = rest[0] == ':';
       p.kind = PartKind::variable;
@@ -351,6 +367,11 @@ class Lexer {
         if (!in_array) op("\n");
         ++pos_;
         ++line_;
+        skip_here_documents();
+      } else if (c == '<' && at(pos_ + 1) == '<' && at(pos_ + 2) != '<') {
+        flush();
+        pos_ += 2;
+        here_document();
       } else if (c == '#' && !have) {
         while (pos_ < t_.size() && t_[pos_] != '\n') ++pos_;
       } else if (c == ')' && in_array) {
@@ -455,10 +476,42 @@ class Lexer {
     return Status::ok();
   }
 
+  // From pos_ just after "<<": the delimiter of a here-document ("EOF", 'EOF', -EOF), whose
+  // body the next newline skips. The body is the command's input, never its arguments.
+  void here_document() {
+    if (at(pos_) == '-') ++pos_;
+    while (pos_ < t_.size() && is_blank(t_[pos_])) ++pos_;
+    std::string delim;
+    while (pos_ < t_.size() && !is_blank(t_[pos_]) && t_[pos_] != '\n' && t_[pos_] != ';' && t_[pos_] != '|' && t_[pos_] != '&' &&
+           t_[pos_] != '<' && t_[pos_] != '>') {
+      if (t_[pos_] != '\'' && t_[pos_] != '"' && t_[pos_] != '\\') delim += t_[pos_];
+      ++pos_;
+    }
+    if (!delim.empty()) heredocs_.push_back(delim);
+  }
+  // At the start of the line after a command with here-documents: skips each body through
+  // its delimiter line (leading tabs and blanks allowed, as <<- allows tabs).
+  void skip_here_documents() {
+    for (const std::string& delim : heredocs_) {
+      while (pos_ < t_.size()) {
+        size_t eol = t_.find('\n', pos_);
+        if (eol == std::string::npos) eol = t_.size();
+        std::string body_line = t_.substr(pos_, eol - pos_);
+        while (!body_line.empty() && (body_line.front() == '\t' || body_line.front() == ' ')) body_line.erase(0, 1);
+        while (!body_line.empty() && (body_line.back() == '\r' || body_line.back() == ' ')) body_line.pop_back();
+        pos_ = eol < t_.size() ? eol + 1 : eol;
+        ++line_;
+        if (body_line == delim) break;
+      }
+    }
+    heredocs_.clear();
+  }
+
   const std::string& t_;
   const std::string& origin_;
   size_t pos_ = 0;
   int line_ = 1;
+  std::vector<std::string> heredocs_;  // delimiters of the here-documents the current line opens
 };
 
 // ---------------------------------------------------------------- expansion
@@ -476,22 +529,6 @@ struct Env {
 };
 
 bool is_special(const std::string& name) { return name == "@" || name == "*" || name == "#" || name == "?" || name == "$" || name == "!" || name == "-"; }
-bool is_positional(const std::string& name) { return !name.empty() && std::isdigit(static_cast<unsigned char>(name[0])); }
-
-std::vector<std::string> split_blanks(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : s) {
-    if (c == ' ' || c == '\t' || c == '\n') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
-}
 
 class Expander {
  public:
@@ -570,7 +607,7 @@ class Expander {
         } else if (auto v = env_->vars.find(p.text); v != env_->vars.end()) {
           elems.push_back(v->second.value);
         }
-        if (!split_) {  // in an assignment or a test: joined by blanks
+        if (!split_ || (p.joined && p.quoted)) {  // in an assignment or a test, or "${A[*]}": joined by blanks
           for (size_t i = 0; i < elems.size(); ++i) cur_ += (i ? " " : "") + elems[i];
           has_ = true;
           return;
@@ -595,6 +632,9 @@ class Expander {
         return;
       }
       case PartKind::variable: {
+        // "$@" / "$*": the script's arguments, none when it is read as a file (and no word,
+        // as "$@" gives none in bash).
+        if (p.text == "@" || p.text == "*") return;
         std::optional<std::string> value;
         if (auto v = env_->vars.find(p.text); v != env_->vars.end()) {
           if (!v->second.known) {
@@ -613,10 +653,9 @@ class Expander {
             value = p.text == "#" ? "0" : "";  // a script run without arguments
           } else {
             // Not set in the script (the environment, a positional parameter): as written.
-            const std::string written = is_positional(p.text) || p.text.size() == 1 ? "$" + p.text : "${" + p.text + "}";
             env_->unexpanded.insert("$" + p.text);
             known_ = false;
-            cur_ += written;
+            cur_ += p.written;
             has_ = true;
             return;
           }
@@ -682,28 +721,67 @@ bool assignment_head(const RawWord& w, std::string* name, bool* append, size_t* 
 
 enum class Tri { no, yes, unknown };
 
+// One command of an `if` condition: a test of literal words (`[ a = b ]`, `[[ -n a ]]`,
+// `test n -gt m`, negated with !) or `true` / `false`; unknown for any other command (its
+// exit status is the command's), for a test of words the script does not set, and for a
+// glob pattern on the right of ==.
 Tri test_command(const std::vector<std::string>& words_in, bool known) {
   if (!known) return Tri::unknown;
   std::vector<std::string> w = words_in;
-  if (!w.empty() && (w.front() == "[[" || w.front() == "[" || w.front() == "test")) w.erase(w.begin());
-  if (!w.empty() && (w.back() == "]]" || w.back() == "]")) w.pop_back();
   bool negate = false;
   while (!w.empty() && w.front() == "!") {
     negate = !negate;
     w.erase(w.begin());
   }
+  if (w.size() == 1 && (w[0] == "true" || w[0] == ":" || w[0] == "false")) {
+    return (w[0] == "false") != negate ? Tri::no : Tri::yes;
+  }
+  if (w.empty()) return Tri::unknown;
+  if (w.front() == "[[" || w.front() == "[") {
+    const char* close = w.front() == "[[" ? "]]" : "]";
+    if (w.back() != close) return Tri::unknown;
+    w.pop_back();
+  } else if (w.front() != "test") {
+    return Tri::unknown;
+  }
+  w.erase(w.begin());
+  while (!w.empty() && w.front() == "!") {
+    negate = !negate;
+    w.erase(w.begin());
+  }
+  auto integer = [](const std::string& s) -> std::optional<int64_t> {
+    int64_t v = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+    return v;
+  };
   Tri r = Tri::unknown;
-  if (w.size() == 1) {
+  if (w.empty()) {
+    r = Tri::no;  // `[ ]`
+  } else if (w.size() == 1) {
     r = w[0].empty() ? Tri::no : Tri::yes;
   } else if (w.size() == 2 && (w[0] == "-z" || w[0] == "-n")) {
     r = (w[1].empty() == (w[0] == "-z")) ? Tri::yes : Tri::no;
   } else if (w.size() == 3 && (w[1] == "=" || w[1] == "==" || w[1] == "!=")) {
     if (w[2].find_first_of("*?[") != std::string::npos) return Tri::unknown;  // a glob pattern
     r = ((w[0] == w[2]) == (w[1] != "!=")) ? Tri::yes : Tri::no;
+  } else if (w.size() == 3) {
+    const std::optional<int64_t> a = integer(w[0]), b = integer(w[2]);
+    if (!a || !b) return Tri::unknown;
+    const std::string& op = w[1];
+    bool v = false;
+    if (op == "-eq") v = *a == *b;
+    else if (op == "-ne") v = *a != *b;
+    else if (op == "-lt") v = *a < *b;
+    else if (op == "-le") v = *a <= *b;
+    else if (op == "-gt") v = *a > *b;
+    else if (op == "-ge") v = *a >= *b;
+    else return Tri::unknown;  // file tests, regexes: not decided
+    r = v ? Tri::yes : Tri::no;
   } else {
-    return Tri::unknown;  // file tests, numeric tests, regexes: not decided
+    return Tri::unknown;
   }
-  if (negate && r != Tri::unknown) r = r == Tri::yes ? Tri::no : Tri::yes;
+  if (negate) r = r == Tri::yes ? Tri::no : Tri::yes;
   return r;
 }
 
@@ -944,7 +1022,9 @@ class Interpreter {
       v.known = known;
       assigns.push_back({name, {append, v}});
     }
-    if (i >= c.items.size()) {  // only assignments: they set shell variables
+    // Only assignments, or a declaration (`export NAME`, `declare -a NAME`: names, no
+    // command): they set shell variables.
+    if (i >= c.items.size() || prefix_keyword) {
       for (auto& [name, av] : assigns) {
         auto& [append, v] = av;
         if (append && env_.vars.count(name)) {
@@ -960,7 +1040,7 @@ class Interpreter {
     // A command (assignments before it set its environment only).
     Command out;
     out.line = c.items[i].line;
-        for (; i < c.items.size(); ++i) {
+    for (; i < c.items.size(); ++i) {
       const Token& tk = c.items[i];
       if (tk.kind == TokenKind::array) continue;
       Expander e(&env_);
@@ -988,15 +1068,7 @@ Result<std::vector<Command>> split_shell_lines(const std::string& text, const st
   Command cur;
   auto literal = [](const RawWord& w) {
     std::string s;
-    for (const Part& p : w.parts) {
-      if (p.kind == PartKind::literal || p.kind == PartKind::opaque) {
-        s += p.text;
-      } else if (p.kind == PartKind::array_all) {
-        s += "${" + p.text + "[@]}";
-      } else {
-        s += "${" + p.text + "}";
-      }
-    }
+    for (const Part& p : w.parts) s += p.kind == PartKind::literal || p.kind == PartKind::opaque ? p.text : p.written;
     return s;
   };
   for (const Token& tk : *toks) {
@@ -1036,6 +1108,90 @@ std::string quote(const std::string& s) {
     }
   }
   return out + "'";
+}
+
+std::string file_name(const std::string& word) {
+  const size_t slash = word.find_last_of('/');
+  return slash == std::string::npos ? word : word.substr(slash + 1);
+}
+
+OptionWord split_option_word(const std::string& word) {
+  const size_t eq = word.find('=');
+  if (word.rfind("-", 0) != 0 || eq == std::string::npos) return {word, "", false};
+  return {word.substr(0, eq), word.substr(eq + 1), true};
+}
+
+Result<int64_t> parse_integer_word(const std::string& word, int64_t min, int64_t max, const std::string& key, const std::string& origin,
+                                   int line) {
+  int64_t v = 0;
+  const char* end = word.data() + word.size();
+  const auto [p, ec] = std::from_chars(word.data(), end, v);
+  if (word.empty() || ec != std::errc() || p != end || v < min || v > max)
+    return Status::bad_input(origin + ": line " + std::to_string(line) + ": " + key + ": expected an integer in [" + std::to_string(min) +
+                             ", " + std::to_string(max) + "], got '" + word + "'");
+  return v;
+}
+
+namespace {
+
+// Launcher options that take no value; every other option takes one (as `--opt v` or
+// `--opt=v`). DeepSpeed v0.16.4 deepspeed/launcher/runner.py L141-197 (action="store_true");
+// torch/distributed/run.py (--standalone, --no-python, -m/--module, --run-path).
+const std::set<std::string> kLauncherFlags = {
+    "--module", "--no_python", "--no_local_rank", "--no_ssh", "--no_ssh_check", "--force_multi", "--save_pid", "--elastic_training",
+    "--bind_cores_to_rank", "--standalone", "--no-python", "-m", "--run-path", "--run_path"};
+
+bool is_python(const std::string& w) { return w.rfind("python", 0) == 0; }
+
+}  // namespace
+
+Result<std::optional<LaunchLine>> find_launch_line(const std::vector<Command>& commands, const std::string& origin) {
+  for (const Command& c : commands) {
+    if (c.words.empty()) continue;
+    const std::string first = file_name(c.words[0]);
+    size_t k = 1;
+    LaunchLine l;
+    if (first == "deepspeed") {
+      l.launcher = "deepspeed";
+    } else if (first == "torchrun") {
+      l.launcher = "torchrun";
+    } else if (is_python(first) && c.words.size() > 2 && c.words[1] == "-m" &&
+               (c.words[2] == "torch.distributed.run" || c.words[2] == "torch.distributed.launch")) {
+      l.launcher = "torchrun";
+      k = 3;
+    } else {
+      continue;
+    }
+    l.line = c.line;
+    for (; k < c.words.size(); ++k) {
+      const std::string& w = c.words[k];
+      if (w.empty() || w[0] != '-') break;  // the program
+      OptionWord o = split_option_word(w);
+      if (kLauncherFlags.count(o.name)) {
+        if (o.name != "-m" && o.name != "--module") l.unused.push_back(w);
+        continue;
+      }
+      if (!o.has_value) {
+        if (k + 1 >= c.words.size()) return Status::bad_input(origin + ": line " + std::to_string(c.line) + ": " + o.name + ": expected a value");
+        o.value = c.words[++k];
+      }
+      const bool nodes = o.name == "--num_nodes" || o.name == "--nnodes";
+      const bool gpus = o.name == "--num_gpus" || o.name == "--num_accelerators" || o.name == "--nproc_per_node" || o.name == "--nproc-per-node";
+      if (nodes || gpus) {
+        Result<int64_t> v = parse_integer_word(o.value, 1, 1000000, o.name, origin, c.line);
+        if (!v) return v.status();
+        (nodes ? l.nodes : l.gpus_per_node) = static_cast<int>(*v);
+      } else {
+        l.unused.push_back(o.name);
+      }
+    }
+    if (k < c.words.size()) {
+      l.program = c.words[k];
+      l.args.assign(c.words.begin() + static_cast<std::ptrdiff_t>(k) + 1, c.words.end());
+    }
+    return std::optional<LaunchLine>(std::move(l));
+  }
+  return std::optional<LaunchLine>();
 }
 
 }  // namespace llmplan::shell

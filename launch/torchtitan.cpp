@@ -26,7 +26,7 @@
 
 #include "launch/formats.h"
 #include "launch/model_shape.h"
-#include "launch/shell_script.h"
+#include "launch/shell_words.h"
 #include "launch/torchtitan_schema.h"
 #include "planner/cost/plan_check.h"
 
@@ -764,13 +764,13 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
   TitanConfig c(std::move(root), config_file);
 
   // The launch line: GPUs, and the command line's overrides of the TOML.
-  std::optional<LaunchLine> launch;
+  std::optional<shell::LaunchLine> launch;
   std::string script_file;
   if (script != nullptr) {
     script_file = file_origin(origin, script->name);
-    Result<std::vector<ShellCommand>> cmds = parse_shell_script(script->text, script_file);
-    if (!cmds) return cmds.status();
-    Result<std::optional<LaunchLine>> l = find_launch_line(*cmds, script_file);
+    Result<shell::Script> parsed = shell::read_shell_script(script->text, script_file);
+    if (!parsed) return parsed.status();
+    Result<std::optional<shell::LaunchLine>> l = shell::find_launch_line(parsed->commands, script_file);
     if (!l) return l.status();
     launch = *l;
     if (!launch) notes.push_back(script->name + " has no torchrun line: read " + config->name + " alone");
@@ -778,7 +778,7 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
   if (launch) {
     for (const std::string& u : launch->unused) out.unknown_keys.push_back(u);
     for (size_t k = 0; k < launch->args.size(); ++k) {
-      OptionWord o = split_option_word(launch->args[k]);
+      shell::OptionWord o = shell::split_option_word(launch->args[k]);
       if (o.name.rfind("--", 0) != 0) {
         out.unknown_keys.push_back(launch->args[k]);
         continue;
@@ -788,7 +788,7 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
       else if (k + 1 < launch->args.size() && launch->args[k + 1].rfind("--", 0) != 0) value = launch->args[++k];
       const std::string path = o.name.substr(2);
       if (path == "job.config_file") {
-        if (value && shell_basename(*value) != config->name)
+        if (value && shell::file_name(*value) != config->name)
           notes.push_back(script->name + " names " + *value + " as its config; read " + config->name + " beside it");
         continue;
       }

@@ -13,7 +13,7 @@
 
 #include "launch/deepspeed_schema.h"
 #include "launch/launch.h"
-#include "launch/shell_script.h"
+#include "launch/shell_words.h"
 #include "planner/search/explain.h"
 #include "tests/launch/format_test_util.h"
 #include "tests/launch/round_trip_plans.h"
@@ -322,10 +322,9 @@ TEST(DeepSpeedFormat, LaunchLineOptionsAreTheLaunchersAndPretrainGptsAsBashPasse
     ASSERT_TRUE(words.has_value());
     EXPECT_EQ(launch_word_problems(*words), std::vector<std::string>{});
     // llmplan's own reading of the script sees exactly bash's words.
-    Result<std::vector<launch_formats::ShellCommand>> cmds =
-        launch_formats::parse_shell_script(testing::find_file(ex->files, "launch.sh")->text, "launch.sh");
-    ASSERT_TRUE(cmds);
-    Result<std::optional<launch_formats::LaunchLine>> line = launch_formats::find_launch_line(*cmds, "launch.sh");
+    Result<shell::Script> script = shell::read_shell_script(testing::find_file(ex->files, "launch.sh")->text, "launch.sh");
+    ASSERT_TRUE(script);
+    Result<std::optional<shell::LaunchLine>> line = shell::find_launch_line(script->commands, "launch.sh");
     ASSERT_TRUE(line && line->has_value());
     std::vector<std::string> ours = {"--num_nodes", std::to_string(*(*line)->nodes), "--num_gpus", std::to_string(*(*line)->gpus_per_node),
                                      (*line)->program};

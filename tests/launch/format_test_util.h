@@ -1,6 +1,6 @@
 // Helpers of the per-format launch tests: the framework fixtures, an export written to a
 // temporary folder, and the words bash itself passes to a launch script's launcher (the
-// reference a launch line is checked against, independent of launch/shell_script.h).
+// reference a launch line is checked against, independent of launch/shell_words.h).
 #pragma once
 
 #include <cstdio>
