@@ -22,6 +22,7 @@
 
 #include "launch/formats.h"
 #include "launch/mindformers_common.h"
+#include "launch/shell_words.h"
 #include "planner/cost/plan_check.h"
 
 namespace llmplan::launch_formats {
@@ -194,34 +195,6 @@ struct Launch {
   std::string where;      // "<file>: line N"
 };
 
-// Shell words of one line (quotes and backslashes as sh reads them; no expansion).
-std::vector<std::string> shell_words(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool in_word = false;
-  char quote = 0;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quote) {
-      if (c == quote) quote = 0;
-      else if (c == '\\' && quote == '"' && i + 1 < line.size()) cur += line[++i];
-      else cur += c;
-    } else if (c == '\'' || c == '"') {
-      quote = c, in_word = true;
-    } else if (c == '\\' && i + 1 < line.size()) {
-      cur += line[++i], in_word = true;
-    } else if (c == ' ' || c == '\t') {
-      if (in_word) out.push_back(cur), cur.clear(), in_word = false;
-    } else if (c == '#' && !in_word) {
-      break;
-    } else {
-      cur += c, in_word = true;
-    }
-  }
-  if (in_word) out.push_back(cur);
-  return out;
-}
-
 int positive_or_zero(const std::string& s) {
   if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return 0;
   return std::stoi(s);
@@ -229,31 +202,17 @@ int positive_or_zero(const std::string& s) {
 
 Result<Launch> read_launch(const LaunchFile& file, const std::string& where) {
   Launch l;
-  // Join continuation lines, remembering where each logical line starts.
-  std::vector<std::pair<int, std::string>> lines;
-  std::stringstream ss(file.text);
-  std::string raw, acc;
-  int n = 0, start = 1;
-  while (std::getline(ss, raw)) {
-    ++n;
-    if (acc.empty()) start = n;
-    if (!raw.empty() && raw.back() == '\r') raw.pop_back();
-    if (!raw.empty() && raw.back() == '\\') {
-      acc += raw.substr(0, raw.size() - 1) + " ";
-      continue;
-    }
-    lines.push_back({start, acc + raw});
-    acc.clear();
-  }
-  if (!acc.empty()) lines.push_back({start, acc});
-  for (const auto& [line_no, line] : lines) {
-    const std::vector<std::string> w = shell_words(line);
+  // The script's commands as words, unexpanded (a launch line's counts are literal numbers in
+  // the forms MindFormers documents; a variable there reads as "not a number").
+  Result<std::vector<shell::Command>> commands = shell::split_shell_lines(file.text, where);
+  if (!commands) return commands.status();
+  for (const shell::Command& c : *commands) {
+    const std::vector<std::string>& w = c.words;
     size_t i = 0;
     while (i < w.size() && !ends_with(w[i], "msrun_launcher.sh") && w[i] != "msrun") ++i;
     if (i == w.size()) continue;
     l.found = true;
-    l.where = where + ": line " + std::to_string(line_no);
-    std::string command;
+    l.where = where + ": line " + std::to_string(c.line);
     if (w[i] == "msrun") {  // msrun --worker_num=N --local_worker_num=M ...
       for (size_t k = i + 1; k < w.size(); ++k) {
         if (w[k].rfind("--worker_num=", 0) == 0) l.worker_num = positive_or_zero(w[k].substr(13));
@@ -263,23 +222,20 @@ Result<Launch> read_launch(const LaunchFile& file, const std::string& where) {
       if (l.local_worker == 0) l.local_worker = l.worker_num;
       return l;
     }
-    std::vector<std::string> args;
-    for (size_t k = i + 1; k < w.size(); ++k) {
-      if (w[k] == ";" || w[k] == "&&" || w[k] == "||" || w[k] == "|" || w[k] == "&" || w[k][0] == '>' || w[k] == "2>&1") break;
-      args.push_back(w[k]);
-    }
+    const std::vector<std::string> args(w.begin() + static_cast<std::ptrdiff_t>(i) + 1, w.end());
     // scripts/msrun_launcher.sh L58-121 @v1.5.0: "CMD"; "CMD" WORKER_NUM; "CMD" WORKER_NUM
     // MASTER_PORT LOG_DIR JOIN CLUSTER_TIME_OUT; or the nine-argument multi-node form.
     if (args.size() != 1 && args.size() != 2 && args.size() != 6 && args.size() != 9)
       return Status::bad_input(l.where + ": msrun_launcher.sh: expected 1, 2, 6 or 9 arguments (scripts/msrun_launcher.sh L58-65), got " +
                                std::to_string(args.size()));
-    command = args[0];
     l.worker_num = args.size() == 1 ? 8 : positive_or_zero(args[1]);
     l.local_worker = args.size() == 9 ? positive_or_zero(args[2]) : l.worker_num;
     if (args.size() == 1) l.local_worker = 8;
-    const std::vector<std::string> cw = shell_words(command);
-    for (size_t k = 0; k + 1 < cw.size(); ++k)
-      if (cw[k] == "--run_mode") l.run_mode = cw[k + 1];
+    Result<std::vector<shell::Command>> command = shell::split_shell_lines(args[0], l.where);  // "CMD": run_mindformer.py's line
+    if (!command) return command.status();
+    for (const shell::Command& cc : *command)
+      for (size_t k = 0; k + 1 < cc.words.size(); ++k)
+        if (cc.words[k] == "--run_mode") l.run_mode = cc.words[k + 1];
     return l;
   }
   return l;

@@ -519,6 +519,11 @@ TEST(MindFormers, MalformedYamlIsBadInputNamingTheFileAndLine) {
   ASSERT_FALSE(im);
   EXPECT_EQ(im.status().kind(), ErrorKind::bad_input);
   EXPECT_EQ(im.status().message().rfind("cfg/config.yaml: line ", 0), 0u) << im.status().message();
+  // The launch script too: an unclosed quote names its file and line (the shell reader's).
+  im = import_text(kSmall, "A=1\nbash scripts/msrun_launcher.sh \"run_mindformer.py 8\n");
+  ASSERT_FALSE(im);
+  EXPECT_EQ(im.status().kind(), ErrorKind::bad_input);
+  EXPECT_EQ(im.status().message().rfind("cfg/msrun.sh: line 2: ", 0), 0u) << im.status().message();
 }
 
 TEST(MindFormers, ContradictoryKeysAreBadInputNamingTheKey) {
@@ -581,7 +586,11 @@ TEST(MindFormers, ReadsEachLauncherForm) {
                                          {"bash scripts/msrun_launcher.sh \"run_mindformer.py\" 4\n", false},
                                          {"bash scripts/msrun_launcher.sh \"run_mindformer.py\" 8 8118 log False 300\n", true},
                                          {"bash scripts/msrun_launcher.sh \\\n  \"run_mindformer.py\" 16 8 \\\n  a 1 0 l False 3\n", false},
-                                         {"msrun --worker_num=8 --local_worker_num=4 run_mindformer.py --config c.yaml\n", true}}) {
+                                         {"msrun --worker_num=8 --local_worker_num=4 run_mindformer.py --config c.yaml\n", true},
+                                         // a comment is no line; a redirection and `&` are no arguments
+                                         {"# bash scripts/msrun_launcher.sh \"x\" 4\ncd mf && bash scripts/msrun_launcher.sh "
+                                          "\"run_mindformer.py\" 8 > log 2>&1 &\n",
+                                          true}}) {
     SCOPED_TRACE(c.line);
     Result<ImportedConfig> im = import_text(kSmall, c.line);
     EXPECT_EQ(im.ok(), c.ok) << (im ? "" : im.status().message());
