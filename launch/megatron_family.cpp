@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "launch/model_shape.h"
 #include "planner/cost/plan_check.h"
 
 namespace llmplan::launch_formats {
@@ -104,41 +105,13 @@ Status refuse_for_megatron_core(const PlanFile& f, const std::string& to) {
   return Status::ok();
 }
 
-std::string first_shape_difference(const ModelSpec& a, const ModelSpec& b) {
-  auto d = [](const char* field, int64_t x, int64_t y) { return x == y ? std::string() : std::string(field) + ": " + n(x) + " vs " + n(y); };
-  for (const std::string& s :
-       {std::string(a.family == b.family ? "" : std::string("family: ") + to_string(a.family) + " vs " + to_string(b.family)),
-        d("layers", a.layers, b.layers), d("hidden", a.hidden, b.hidden), d("heads", a.heads, b.heads),
-        d("kv_heads", a.kv_heads, b.kv_heads), d("head_dim", a.head_width(), b.head_width()),
-        d("ffn_hidden", a.ffn_hidden, b.ffn_hidden), d("vocab", a.vocab, b.vocab),
-        d("max_positions", a.max_positions, b.max_positions), d("tied_embeddings", a.tied_embeddings, b.tied_embeddings),
-        std::string(a.attention_bias == b.attention_bias ? ""
-                                                         : std::string("attention_bias: ") + to_string(a.attention_bias) + " vs " +
-                                                               to_string(b.attention_bias)),
-        d("qk_norm", a.qk_norm, b.qk_norm), d("moe.experts", a.moe.experts, b.moe.experts),
-        d("moe.experts_per_token", a.moe.experts_per_token, b.moe.experts_per_token),
-        d("moe.expert_ffn_hidden", a.moe.enabled() ? a.moe.expert_ffn_hidden : 0, b.moe.enabled() ? b.moe.expert_ffn_hidden : 0),
-        d("moe.shared_experts", a.moe.shared_experts, b.moe.shared_experts)})
-    if (!s.empty()) return s;
-  return "";
-}
-
-std::string preset_with_shape(const PresetRegistry& reg, const ModelSpec& m) {
-  for (const std::string& id : reg.model_ids()) {
-    Result<ModelSpec> p = reg.model(id);
-    if (p && first_shape_difference(m, *p).empty()) return id;
-  }
-  return "";
-}
-
 Status name_imported_model(const ImportOptions& opt, const std::string& origin, const std::string& fallback_name,
                            const std::string& described_by, ModelSpec* m, std::vector<std::string>* notes) {
   if (!opt.model.empty()) {
     Result<ModelSpec> given = opt.presets->resolve_model(opt.model, "--model");
     if (!given) return given.status();
-    const std::string diff = first_shape_difference(*m, *given);
-    if (!diff.empty())
-      return Status::bad_input(origin + ": the config's model and --model " + opt.model + " differ in " + diff +
+    if (std::optional<ShapeMismatch> d = shape_mismatch(shape_of(*m), *given))
+      return Status::bad_input(origin + ": the config's model and --model " + opt.model + " differ in " + mismatch_text(*d) +
                                " (the config's value first)");
     const double cf = m->moe.capacity_factor;
     const bool dropout = m->dropout;
@@ -147,8 +120,9 @@ Status name_imported_model(const ImportOptions& opt, const std::string& origin, 
     m->dropout = dropout;
     return Status::ok();
   }
-  const std::string id = preset_with_shape(*opt.presets, *m);
-  if (!id.empty()) {
+  const std::vector<std::string> ids = presets_with_shape(*opt.presets, shape_of(*m));
+  if (!ids.empty()) {
+    const std::string& id = ids.front();
     Result<ModelSpec> p = opt.presets->model(id);
     m->name = id;
     m->source = described_by + "; the shape of preset " + id + " (" + p->source + ")";

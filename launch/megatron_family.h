@@ -32,15 +32,9 @@ bool even_split_as_first_last(int layers, int pp, int* first, int* last);
 // with llmplan's even split; true when they are the same.
 bool first_last_is_even_split(int layers, int pp, int first, int last);
 
-// The preset whose shape equals `m` (expect_same_run's model fields), "" when none.
-std::string preset_with_shape(const PresetRegistry& reg, const ModelSpec& m);
-
-// The first shape field where `a` (the config's) and `b` (--model's) differ, as
-// "layers: 32 vs 80", or "" when none.
-std::string first_shape_difference(const ModelSpec& a, const ModelSpec& b);
-
 // Names the imported model: --model's preset when given (a shape mismatch is bad_input
-// naming `flag_of(field)`), else the preset with the same shape, else `fallback_name`.
+// naming the field, launch/model_shape.h), else the first preset with the same shape, else
+// `fallback_name`.
 // Fills name and source; keeps the config's shape.
 Status name_imported_model(const ImportOptions& opt, const std::string& origin, const std::string& fallback_name,
                            const std::string& described_by, ModelSpec* m, std::vector<std::string>* notes);

@@ -22,6 +22,7 @@
 
 #include "launch/formats.h"
 #include "launch/mindformers_common.h"
+#include "launch/model_shape.h"
 #include "launch/shell_words.h"
 #include "planner/cost/plan_check.h"
 
@@ -892,41 +893,39 @@ Status Reader::read_parallel(const ModelSpec& m, const Launch& launch, ParallelP
   return Status::ok();
 }
 
-// The preset whose shape `m` has (its name and source), if any.
+// The first preset whose shape `m` has (its name and source), if any.
 void name_from_presets(const PresetRegistry& reg, ModelSpec* m) {
-  for (const std::string& id : reg.model_ids()) {
-    Result<ModelSpec> r = reg.model(id);
-    if (!r) continue;
-    const ModelSpec& a = *r;
-    if (a.family == m->family && a.layers == m->layers && a.hidden == m->hidden && a.heads == m->heads && a.kv_heads == m->kv_heads &&
-        a.head_width() == m->head_width() && a.ffn_hidden == m->ffn_hidden && a.vocab == m->vocab && a.max_positions == m->max_positions && a.tied_embeddings == m->tied_embeddings &&
-        a.attention_bias == m->attention_bias && a.qk_norm == m->qk_norm && a.moe.experts == m->moe.experts &&
-        a.moe.experts_per_token == m->moe.experts_per_token && (!a.moe.enabled() || a.moe.expert_ffn_hidden == m->moe.expert_ffn_hidden) &&
-        a.moe.shared_experts == m->moe.shared_experts) {
-      m->name = a.name;
-      m->source = a.source;
-      return;
-    }
-  }
+  const std::vector<std::string> ids = presets_with_shape(reg, shape_of(*m));
+  if (ids.empty()) return;
+  Result<ModelSpec> a = reg.model(ids.front());
+  if (!a) return;
+  m->name = a->name;
+  m->source = a->source;
 }
 
-// A mismatch between the config's model and --model, naming the field.
+// A mismatch between the config's model and --model in a field LlamaConfig states, naming the
+// field and the key that states it.
 Status compare_model(const ModelSpec& given, const ModelSpec& read, const std::string& where, const std::string& what) {
-  auto differ = [&](const char* field, const std::string& a, const std::string& b, const char* key) {
-    return Status::bad_input(what + ": field '" + field + "' is " + a + " but " + where + " has " + key + " " + b);
-  };
-  const std::string mc = kMc;
-  if (given.layers != read.layers) return differ("layers", std::to_string(given.layers), std::to_string(read.layers), "model.model_config.num_layers");
-  if (given.hidden != read.hidden) return differ("hidden", std::to_string(given.hidden), std::to_string(read.hidden), "model.model_config.hidden_size");
-  if (given.heads != read.heads) return differ("heads", std::to_string(given.heads), std::to_string(read.heads), "model.model_config.num_heads");
-  if (given.kv_heads != read.kv_heads) return differ("kv_heads", std::to_string(given.kv_heads), std::to_string(read.kv_heads), "model.model_config.n_kv_heads");
-  if (given.head_width() != read.head_width())
-    return differ("head_dim", std::to_string(given.head_width()), std::to_string(read.head_width()), "hidden_size / num_heads");
-  if (given.ffn_hidden != read.ffn_hidden)
-    return differ("ffn_hidden", std::to_string(given.ffn_hidden), std::to_string(read.ffn_hidden), "model.model_config.intermediate_size");
-  if (given.vocab != read.vocab) return differ("vocab", std::to_string(given.vocab), std::to_string(read.vocab), "model.model_config.vocab_size");
-  if (given.moe.experts != read.moe.experts && (given.moe.enabled() || read.moe.enabled()))
-    return differ("moe.experts", std::to_string(given.moe.experts), std::to_string(read.moe.experts), "moe_config.expert_num");
+  ModelShape stated;  // what a LlamaConfig states; the rest (family, biases, ...) is --model's
+  stated.layers = read.layers;
+  stated.hidden = read.hidden;
+  stated.heads = read.heads;
+  stated.kv_heads = read.kv_heads;
+  stated.head_width = read.head_width();
+  stated.ffn_hidden = read.ffn_hidden;
+  stated.vocab = read.vocab;
+  stated.experts = read.moe.enabled() ? read.moe.experts : 0;
+  if (std::optional<ShapeMismatch> d = shape_mismatch(stated, given)) {
+    constexpr std::pair<const char*, const char*> kKeys[] = {
+        {"layers", "model.model_config.num_layers"}, {"hidden", "model.model_config.hidden_size"},
+        {"heads", "model.model_config.num_heads"},   {"kv_heads", "model.model_config.n_kv_heads"},
+        {"head_dim", "hidden_size / num_heads"},     {"ffn_hidden", "model.model_config.intermediate_size"},
+        {"vocab", "model.model_config.vocab_size"},  {"moe.experts", "moe_config.expert_num"}};
+    std::string key = d->field;
+    for (const auto& [field, k] : kKeys)
+      if (d->field == field) key = k;
+    return Status::bad_input(what + ": field '" + d->field + "' is " + d->model + " but " + where + " has " + key + " " + d->stated);
+  }
   if (given.qk_norm) return Status::bad_input(what + ": field 'qk_norm' is true, which LlamaConfig v1.5.0 cannot describe (" + where + ")");
   return Status::ok();
 }

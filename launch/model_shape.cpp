@@ -35,6 +35,8 @@ std::optional<ShapeMismatch> shape_mismatch(const ModelShape& s, const ModelSpec
   return r;
 }
 
+std::string mismatch_text(const ShapeMismatch& d) { return d.field + ": " + d.stated + " vs " + d.model; }
+
 ModelShape shape_of(const ModelSpec& m) {
   ModelShape s;
   s.family = m.family;

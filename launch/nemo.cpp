@@ -30,6 +30,7 @@
 
 #include "launch/formats.h"
 #include "launch/megatron_family.h"
+#include "launch/model_shape.h"
 #include "launch/shell_words.h"
 #include "planner/cost/plan_check.h"
 
@@ -883,10 +884,9 @@ Result<ImportedConfig> import_nemo(const std::vector<LaunchFile>& files, const I
     if (!opt.model.empty()) {
       Result<ModelSpec> given = opt.presets->resolve_model(opt.model, "--model");
       if (!given) return given.status();
-      const std::string diff = first_shape_difference(m, *given);
-      if (!diff.empty())
+      if (std::optional<ShapeMismatch> d = shape_mismatch(shape_of(m), *given))
         return Status::bad_input(origin + ": --factory " + factory_name + " is " + recipe->preset + "; --model " + opt.model +
-                                 " differs in " + diff);
+                                 " differs in " + mismatch_text(*d));
     }
     if (command == "pretrain") defaults = defaults_for(factory_name);
     for (const auto& [k, v] : kwargs)

@@ -502,6 +502,24 @@ TEST(MegatronFormat, UnknownFlagsAreListedNotDropped) {
   EXPECT_EQ(r->unknown_keys, (std::vector<std::string>{"--lr", "--my-custom-flag", "--seed"}));
 }
 
+// --model is a check where the script describes the model: the first field that differs is
+// named, the script's value first.
+TEST(MegatronFormat, GivenModelMustMatchTheScriptsShape) {
+  ImportOptions o = options();
+  o.model = "llama2-7b";
+  const std::string llama2 = std::string(kMinimal) + " --ffn-hidden-size 11008";
+  Result<ImportedConfig> r = import_files({{"run.sh", llama2 + " --untie-embeddings-and-output-weights", false}}, LaunchFormat::megatron, o, "run.sh");
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->file.model.name, "llama2-7b");
+  r = import_files({{"run.sh", llama2, false}}, LaunchFormat::megatron, o, "run.sh");
+  ASSERT_FALSE(r);
+  expect_bad_input_naming(r.status(), {"run.sh", "--model llama2-7b differ in tied_embeddings: true vs false"});
+  o.model = "llama3-70b";
+  r = import_files({{"run.sh", llama2, false}}, LaunchFormat::megatron, o, "run.sh");
+  ASSERT_FALSE(r);
+  expect_bad_input_naming(r.status(), {"differ in layers: 32 vs 80"});
+}
+
 // What Megatron adjusts on its own is a note, and the run is read as Megatron runs it.
 TEST(MegatronFormat, MegatronsOwnAdjustmentsAreNotes) {
   Result<ImportedConfig> r = import_text("run.sh", std::string(kMinimal) + " --sequence-parallel --cp-comm-type allgather");

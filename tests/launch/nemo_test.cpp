@@ -380,6 +380,20 @@ void expect_bad_input_naming(const Result<ImportedConfig>& r, std::initializer_l
   for (const char* n : names) EXPECT_NE(r.status().message().find(n), std::string::npos) << r.status().message();
 }
 
+// --model is a check against the recipe's model, naming the first field that differs.
+TEST(NemoFormat, GivenModelMustBeTheRecipesModel) {
+  ImportOptions o = options();
+  o.model = "llama3-70b";
+  Result<ImportedConfig> r = import_files({{"nemo_overrides.sh", "nemo llm pretrain --factory llama3_8b\n", false}}, LaunchFormat::nemo, o, "n");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().kind(), ErrorKind::bad_input);
+  EXPECT_NE(r.status().message().find("--factory llama3_8b is llama3-8b; --model llama3-70b differs in layers: 32 vs 80"), std::string::npos)
+      << r.status().message();
+  o.model = "llama3-8b";
+  r = import_files({{"nemo_overrides.sh", "nemo llm pretrain --factory llama3_8b\n", false}}, LaunchFormat::nemo, o, "n");
+  ASSERT_TRUE(r) << r.status().message();
+}
+
 TEST(NemoFormat, MalformedFileIsBadInputNamingFileAndLine) {
   expect_bad_input_naming(import_text("nemo llm pretrain --factory \"llama3_8b\ntrainer.num_nodes=1\n"), {"nemo_overrides.sh", "line 1", "quote"});
   expect_bad_input_naming(import_text("OVERRIDES=(\n  trainer.num_nodes=1\nnemo llm pretrain --factory llama3_8b\n"),
