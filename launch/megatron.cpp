@@ -98,17 +98,6 @@ std::string render_group(const ArgGroup& g) {
   return s + ")\n\n";
 }
 
-const char* fp8_recipe_name(Fp8Recipe r) {
-  switch (r) {
-    case Fp8Recipe::tensorwise: return "tensorwise";
-    case Fp8Recipe::delayed: return "delayed";
-    case Fp8Recipe::blockwise: return "blockwise";
-    case Fp8Recipe::mxfp8: return "mxfp8";
-    case Fp8Recipe::none: break;
-  }
-  return "";
-}
-
 }  // namespace
 
 Result<ExportResult> export_megatron(const PlanFile& f, const ExportOptions& opt) {
@@ -277,7 +266,7 @@ Result<ExportResult> export_megatron(const PlanFile& f, const ExportOptions& opt
   }
   if (j.fp8_linear()) {
     add(&tr, "--fp8-format", {"hybrid"}, "FP8 GEMMs in the linear layers: E4M3 forward, E5M2 gradients");
-    add(&tr, "--fp8-recipe", {fp8_recipe_name(j.fp8)}, "the scaling recipe, job.fp8");
+    add(&tr, "--fp8-recipe", {to_string(j.fp8)}, "the scaling recipe, job.fp8");
   }
   add(&tr, "--attention-backend", {p.flash_attention ? "flash" : "unfused"},
       p.flash_attention ? "fused attention, no s*s scores kept, plan.flash_attention" : "unfused attention, plan.flash_attention false");
@@ -760,7 +749,7 @@ Result<ImportedConfig> import_megatron(const std::vector<LaunchFile>& files, con
   LLMPLAN_TRY(optimizer, fl.choice("--optimizer", "adam", {"adam", "sgd"}));
   j.optimizer = optimizer == "adam" ? Optimizer::adamw : Optimizer::sgd_momentum;
   LLMPLAN_TRY(fp8_format, fl.text("--fp8-format", ""));
-  LLMPLAN_TRY(fp8_recipe, fl.choice("--fp8-recipe", "delayed", {"tensorwise", "delayed", "mxfp8", "blockwise"}));
+  LLMPLAN_TRY(fp8_recipe, fl.choice("--fp8-recipe", "delayed", kMegatronFp8Recipes));
   if (!fp8_format.empty()) {
     if (fp8_format != "hybrid" && fp8_format != "e4m3")
       return Status::bad_input(origin + ": --fp8-format: expected one of e4m3, hybrid, got '" + fp8_format + "'");

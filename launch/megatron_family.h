@@ -9,12 +9,17 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "launch/launch.h"
 
 namespace llmplan::launch_formats {
+
+// Megatron-Core's FP8 scaling recipes, the --fp8-recipe choices (arguments.py L1184) that
+// NeMo's fp8_recipe passes through: llmplan's Fp8Recipe names (to_string, parse_enum).
+inline constexpr std::initializer_list<const char*> kMegatronFp8Recipes = {"tensorwise", "delayed", "mxfp8", "blockwise"};
 
 // The refusals every Megatron-Core export shares; bad_input naming the plan field, `to`
 // ("--to megatron") prefixing the message. Checks: the cluster is whole nodes (torchrun and

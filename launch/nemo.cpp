@@ -704,7 +704,7 @@ Result<Said> interpret(const Overrides& o, std::vector<std::string>* notes) {
     if (r.has(Key::fp8) && !r.is_none(Key::fp8)) {
       LLMPLAN_READ(std::ignore, r.choice(Key::fp8, {"hybrid", "e4m3"}));
       std::string recipe = "delayed";  // MegatronMixedPrecision's default (plugins/mixed_precision.py L108 @v2.4.0)
-      if (r.has(Key::fp8_recipe)) LLMPLAN_READ(recipe, r.choice(Key::fp8_recipe, {"tensorwise", "delayed", "mxfp8", "blockwise"}));
+      if (r.has(Key::fp8_recipe)) LLMPLAN_READ(recipe, r.choice(Key::fp8_recipe, kMegatronFp8Recipes));
       Fp8Recipe f = Fp8Recipe::none;
       parse_enum(recipe, &f);
       s.fp8 = f;
