@@ -22,11 +22,12 @@ namespace llmplan {
 namespace {
 
 using nlohmann::json;
-using testing::expect_same_run;
+using testing::expect_bad_input;
+using testing::expect_round_trip;
+using testing::import_options;
 using testing::make_plan_file;
 using testing::NamedPlan;
 using testing::read_fixture;
-using testing::shipped_presets;
 
 // ---------------------------------------------------------------- references
 
@@ -39,14 +40,12 @@ struct DeepSpeedKeys {
 const DeepSpeedKeys& deepspeed_keys() {
   static const DeepSpeedKeys k = [] {
     DeepSpeedKeys out;
-    std::stringstream s(read_fixture("deepspeed_keys.txt"));
     const std::regex field(R"(\(field ([a-z_0-9]+)\))");
-    for (std::string line; std::getline(s, line);) {
-      if (line.empty() || line[0] == '#') continue;
-      const std::string key = line.substr(0, line.find('\t'));
-      out.paths.insert(key);
+    for (const std::vector<std::string>& cols : testing::fixture_rows("deepspeed_keys.txt")) {
+      out.paths.insert(cols[0]);
       std::smatch m;
-      if (std::regex_search(line, m, field)) out.zero_field_names.insert("zero_optimization." + m[1].str());
+      for (const std::string& c : cols)
+        if (std::regex_search(c, m, field)) out.zero_field_names.insert("zero_optimization." + m[1].str());
     }
     return out;
   }();
@@ -131,18 +130,10 @@ std::vector<std::string> launch_word_problems(const std::vector<std::string>& wo
   return bad;
 }
 
-ImportOptions import_options(const std::string& model = "") {
-  ImportOptions o;
-  o.presets = &shipped_presets();
-  o.gpu = "h100-sxm";
-  o.model = model;
-  return o;
-}
-
 Result<ImportedConfig> import_text(const std::string& config, const std::string& model = "", const std::string& script = "") {
   std::vector<LaunchFile> files = {{"ds_config.json", config, false}};
   if (!script.empty()) files.push_back({"launch.sh", script, true});
-  return import_files(files, LaunchFormat::deepspeed, import_options(model), "run");
+  return import_files(files, LaunchFormat::deepspeed, import_options("h100-sxm", model), "run");
 }
 
 // ---------------------------------------------------------------- the plans
@@ -238,9 +229,7 @@ TEST(DeepSpeedFormat, RoundTripsEveryPlanItCanRunAndRefusesTheRestNamingTheField
     ASSERT_NE(testing::find_file(ex->files, "ds_config.json"), nullptr);
     ASSERT_NE(testing::find_file(ex->files, "launch.sh"), nullptr);
     // From the export's folder, without --model: launch.sh's shape names the preset.
-    Result<ImportedConfig> im = import_files(ex->files, LaunchFormat::deepspeed, import_options(), "exported");
-    ASSERT_TRUE(im) << im.status().message();
-    expect_same_run(np.file, im->file, np.name);
+    ASSERT_TRUE(expect_round_trip(np.file, ex->files, LaunchFormat::deepspeed, import_options(), "exported", np.name));
     ++round_tripped;
   }
   EXPECT_EQ(refused, expected_refused);
@@ -457,18 +446,12 @@ TEST(DeepSpeedFormat, PublishedMegatronDeepSpeedLaunchScriptImportsToItsPlan) {
 
 // ---------------------------------------------------------------- bad input
 
-void expect_bad(const Result<ImportedConfig>& r, std::initializer_list<const char*> named) {
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.status().kind(), ErrorKind::bad_input);
-  for (const char* n : named) EXPECT_NE(r.status().message().find(n), std::string::npos) << r.status().message();
-}
-
 TEST(DeepSpeedFormat, MalformedJsonNamesTheFileAndPosition) {
-  expect_bad(import_text(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,})", "llama3-8b"), {"run/ds_config.json", "byte"});
+  expect_bad_input(import_text(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,})", "llama3-8b"), {"run/ds_config.json", "byte"});
 }
 
 TEST(DeepSpeedFormat, ContradictoryKeysAreBadInputNamingThem) {
-  expect_bad(import_text(R"({"train_batch_size": 64, "bf16": {"enabled": true}, "fp16": {"enabled": true}})", "llama3-8b"),
+  expect_bad_input(import_text(R"({"train_batch_size": 64, "bf16": {"enabled": true}, "fp16": {"enabled": true}})", "llama3-8b"),
              {"ds_config.json", "bf16.enabled", "fp16.enabled", "config.py L834"});
   // train_batch_size against micro * accumulation * the launch line's data parallel (8 GPUs).
   const std::string script = "deepspeed --num_nodes 1 --num_gpus 8 pretrain_gpt.py --no-pipeline-parallel --bf16 "
@@ -477,7 +460,7 @@ TEST(DeepSpeedFormat, ContradictoryKeysAreBadInputNamingThem) {
                              "--disable-bias-linear --untie-embeddings-and-output-weights --seq-length 2048\n";
   const std::string config = R"({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8,
                                  "zero_optimization": {"stage": 1}, "bf16": {"enabled": true}})";
-  expect_bad(import_text(config, "", script), {"ds_config.json", "train_batch_size", "config.py L931", "256"});
+  expect_bad_input(import_text(config, "", script), {"ds_config.json", "train_batch_size", "config.py L931", "256"});
   // The same config with 16 GPUs is consistent.
   std::string script16 = script;
   script16.replace(script16.find("--num_nodes 1"), 13, "--num_nodes 2");
@@ -488,30 +471,30 @@ TEST(DeepSpeedFormat, ContradictoryKeysAreBadInputNamingThem) {
   // The script and the config disagree on the ZeRO stage.
   std::string zero = script16;
   zero.insert(zero.size() - 1, " --zero-stage 2");
-  expect_bad(import_text(config, "", zero), {"launch.sh", "--zero-stage"});
+  expect_bad_input(import_text(config, "", zero), {"launch.sh", "--zero-stage"});
   // ZeRO-2 under the pipeline engine (no --no-pipeline-parallel).
   std::string pipe = script16;
   pipe.replace(pipe.find("--no-pipeline-parallel "), 23, "");
   const std::string zero2 = R"({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2},
                                 "bf16": {"enabled": true}})";
-  expect_bad(import_text(zero2, "", pipe), {"zero_optimization.stage", "engine.py L77-78"});
+  expect_bad_input(import_text(zero2, "", pipe), {"zero_optimization.stage", "engine.py L77-78"});
 }
 
 TEST(DeepSpeedFormat, AbsurdValuesAreBadInputNamingTheKey) {
-  expect_bad(import_text(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": -4})", "llama3-8b"),
+  expect_bad_input(import_text(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": -4})", "llama3-8b"),
              {"ds_config.json", "train_micro_batch_size_per_gpu", "-4"});
-  expect_bad(import_text(R"({"train_batch_size": 64, "zero_optimization": {"stage": 7}})", "llama3-8b"), {"zero_optimization.stage", "7"});
-  expect_bad(import_text(R"({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 1})", "llama3-8b"),
+  expect_bad_input(import_text(R"({"train_batch_size": 64, "zero_optimization": {"stage": 7}})", "llama3-8b"), {"zero_optimization.stage", "7"});
+  expect_bad_input(import_text(R"({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 1})", "llama3-8b"),
              {"train_batch_size", "100"});
-  expect_bad(import_text(R"({"train_batch_size": 64})", "llama3-8b",
+  expect_bad_input(import_text(R"({"train_batch_size": 64})", "llama3-8b",
                          "deepspeed --num_nodes 1 --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size -2\n"),
              {"launch.sh", "line 1", "--tensor-model-parallel-size", "-2"});
-  expect_bad(import_text(R"({"train_batch_size": 64, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "disk"}}})", "llama3-8b"),
+  expect_bad_input(import_text(R"({"train_batch_size": 64, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "disk"}}})", "llama3-8b"),
              {"zero_optimization.offload_optimizer.device", "disk"});
 }
 
 TEST(DeepSpeedFormat, UnknownZeroKeysAreRefusedAsDeepSpeedDoesAndOtherKeysListed) {
-  expect_bad(import_text(R"({"train_batch_size": 64, "zero_optimization": {"stage": 1, "overlap_com": true}})", "llama3-8b"),
+  expect_bad_input(import_text(R"({"train_batch_size": 64, "zero_optimization": {"stage": 1, "overlap_com": true}})", "llama3-8b"),
              {"zero_optimization.overlap_com", "config_utils.py"});
   Result<ImportedConfig> im = import_text(
       R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "my_own_key": 3, "zero_optimization": {"stage": 1,
@@ -525,11 +508,11 @@ TEST(DeepSpeedFormat, UnknownZeroKeysAreRefusedAsDeepSpeedDoesAndOtherKeysListed
 }
 
 TEST(DeepSpeedFormat, TheModelMustBeGivenWhenNothingDescribesIt) {
-  expect_bad(import_text(R"({"train_batch_size": 64})"), {"--model"});
+  expect_bad_input(import_text(R"({"train_batch_size": 64})"), {"--model"});
   // A --model that contradicts the script's shape names the flag.
   const std::string script = "deepspeed --num_gpus 8 pretrain_gpt.py --num-layers 40 --hidden-size 4096 --num-attention-heads 32 "
                              "--swiglu --normalization rmsnorm --disable-bias-linear\n";
-  expect_bad(import_text(R"({"train_batch_size": 64})", "llama3-8b", script), {"launch.sh", "--num-layers", "40", "32"});
+  expect_bad_input(import_text(R"({"train_batch_size": 64})", "llama3-8b", script), {"launch.sh", "--num-layers", "40", "32"});
 }
 
 TEST(DeepSpeedFormat, AutoValuesAreNotedAndDefaulted) {

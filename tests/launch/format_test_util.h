@@ -1,4 +1,6 @@
-// Helpers of the per-format launch tests: the framework fixtures, an export written to a
+// Helpers of the per-format launch tests, one copy each: the framework fixtures (whole, or
+// as the rows of a key list), the import options, an export imported back and compared with
+// its plan, bad input checked for the names its message must carry, an export written to a
 // temporary folder, and the words bash itself passes to a launch script's launcher (the
 // reference a launch line is checked against, independent of launch/shell_words.h).
 #pragma once
@@ -6,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <optional>
 #include <regex>
 #include <set>
@@ -18,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "launch/launch.h"
+#include "tests/launch/round_trip_plans.h"
 
 namespace llmplan::testing {
 
@@ -29,6 +33,60 @@ inline std::string read_fixture(const std::string& name) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The tab-separated columns of each line of fixture `name` that is neither empty nor a `#`
+// comment (the key and option lists: the name first, then what the list says of it).
+inline std::vector<std::vector<std::string>> fixture_rows(const std::string& name) {
+  std::vector<std::vector<std::string>> rows;
+  std::stringstream in(read_fixture(name));
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> cols;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, '\t');) cols.push_back(c);
+    rows.push_back(std::move(cols));
+  }
+  return rows;
+}
+
+// The options the imports use: the shipped presets, `gpu` ("": the format's own) and `model`
+// ("": the config's).
+inline ImportOptions import_options(const std::string& gpu = "h100-sxm", const std::string& model = "") {
+  ImportOptions o;
+  o.presets = &shipped_presets();
+  o.gpu = gpu;
+  o.model = model;
+  return o;
+}
+
+// `files` (an export of `want`) imported back as `format` from `origin`: EXPECTs the same run
+// (expect_same_run, traced as `what`). The import, or nullopt when it failed (reported).
+inline std::optional<ImportedConfig> expect_round_trip(const PlanFile& want, const std::vector<LaunchFile>& files, LaunchFormat format,
+                                                       const ImportOptions& opt, const std::string& origin, const std::string& what) {
+  Result<ImportedConfig> im = import_files(files, format, opt, origin);
+  EXPECT_TRUE(im) << what << ": " << im.status().message();
+  if (!im) return std::nullopt;
+  expect_same_run(want, im->file, what);
+  return std::move(*im);
+}
+
+// EXPECTs `st` to be bad input whose message names each of `names`.
+inline void expect_bad_input(const Status& st, std::initializer_list<const char*> names) {
+  EXPECT_EQ(st.kind(), ErrorKind::bad_input) << st.message();
+  for (const char* n : names) EXPECT_NE(st.message().find(n), std::string::npos) << st.message();
+}
+inline void expect_bad_input(const Result<ImportedConfig>& r, std::initializer_list<const char*> names) {
+  ASSERT_FALSE(r);
+  expect_bad_input(r.status(), names);
+}
+
+// `text` with its first `from` replaced by `to`; EXPECTs `from` in it.
+inline std::string with(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
 }
 
 inline const LaunchFile* find_file(const std::vector<LaunchFile>& files, const std::string& name) {

@@ -16,31 +16,19 @@
 #include "launch/launch.h"
 #include "launch/shell_words.h"
 #include "planner/search/explain.h"
-#include "tests/launch/round_trip_plans.h"
+#include "tests/launch/format_test_util.h"
 
 namespace llmplan {
 namespace {
 
+using testing::expect_bad_input;
+using testing::import_options;
 using testing::NamedPlan;
+using testing::read_fixture;
 using testing::shipped_presets;
 
-std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(LLMPLAN_SOURCE_ROOT) + "/tests/fixtures/frameworks/" + name);
-  EXPECT_TRUE(in.good()) << name;
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-ImportOptions options() {
-  ImportOptions o;
-  o.presets = &shipped_presets();
-  o.gpu = "h100-sxm";
-  return o;
-}
-
 Result<ImportedConfig> import_text(const std::string& name, const std::string& text) {
-  return import_files({{name, text, false}}, LaunchFormat::megatron, options(), name);
+  return import_files({{name, text, false}}, LaunchFormat::megatron, import_options(), name);
 }
 
 // ---------------------------------------------------------------- the option lists
@@ -54,13 +42,7 @@ struct OptionForm {
 const std::map<std::string, OptionForm>& megatron_forms() {
   static const std::map<std::string, OptionForm> forms = [] {
     std::map<std::string, OptionForm> out;
-    std::istringstream in(fixture("megatron_arg_forms.txt"));
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      std::vector<std::string> cols;
-      std::stringstream ls(line);
-      for (std::string c; std::getline(ls, c, '\t');) cols.push_back(c);
+    for (const std::vector<std::string>& cols : testing::fixture_rows("megatron_arg_forms.txt")) {
       if (cols.size() != 4) continue;
       OptionForm f;
       f.form = cols[1];
@@ -77,9 +59,7 @@ const std::map<std::string, OptionForm>& megatron_forms() {
 
 std::set<std::string> megatron_options() {
   std::set<std::string> out;
-  std::istringstream in(fixture("megatron_args.txt"));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line[0] != '#') out.insert(line);
+  for (const std::vector<std::string>& cols : testing::fixture_rows("megatron_args.txt")) out.insert(cols[0]);
   return out;
 }
 
@@ -147,9 +127,9 @@ TEST(MegatronFormat, RoundTripsEveryPlanItCanExpress) {
     ASSERT_EQ(r->files.size(), 1u);
     EXPECT_EQ(r->files[0].name, "launch.sh");
     EXPECT_TRUE(r->files[0].executable);
-    Result<ImportedConfig> back = import_files(r->files, LaunchFormat::megatron, options(), "export of " + np.name);
-    ASSERT_TRUE(back) << back.status().message();
-    testing::expect_same_run(np.file, back->file, np.name);
+    std::optional<ImportedConfig> back =
+        testing::expect_round_trip(np.file, r->files, LaunchFormat::megatron, import_options(), "export of " + np.name, np.name);
+    ASSERT_TRUE(back);
     // Its own export leaves nothing unread, and the model is named by a preset of its shape.
     EXPECT_TRUE(back->unknown_keys.empty()) << back->unknown_keys.front();
     EXPECT_TRUE(shipped_presets().model(back->file.model.name)) << back->file.model.name;
@@ -219,9 +199,7 @@ TEST(MegatronFormat, EvenSplitWithRemainderRoundTripsThroughFirstLastStageLayers
   ASSERT_TRUE(r) << r.status().message();
   EXPECT_NE(r->files[0].text.find("--decoder-first-pipeline-num-layers 10"), std::string::npos);
   EXPECT_TRUE(option_problems(r->files[0].text).empty());
-  Result<ImportedConfig> back = import_files(r->files, LaunchFormat::megatron, options(), "pp3");
-  ASSERT_TRUE(back) << back.status().message();
-  testing::expect_same_run(f, back->file, "llama3-8b pp3");
+  testing::expect_round_trip(f, r->files, LaunchFormat::megatron, import_options(), "pp3", "llama3-8b pp3");
   // 96 layers on pp 5: 19, 19, 19, 19, 20.
   p = {};
   p.tp = 8, p.pp = 5, p.micro_batch = 1;
@@ -229,9 +207,7 @@ TEST(MegatronFormat, EvenSplitWithRemainderRoundTripsThroughFirstLastStageLayers
   r = export_plan(g, LaunchFormat::megatron);
   ASSERT_TRUE(r) << r.status().message();
   EXPECT_NE(r->files[0].text.find("--decoder-last-pipeline-num-layers 20"), std::string::npos);
-  back = import_files(r->files, LaunchFormat::megatron, options(), "pp5");
-  ASSERT_TRUE(back) << back.status().message();
-  testing::expect_same_run(g, back->file, "gpt3-175b tp8 pp5");
+  testing::expect_round_trip(g, r->files, LaunchFormat::megatron, import_options(), "pp5", "gpt3-175b tp8 pp5");
 }
 
 // ---------------------------------------------------------------- key names and value forms
@@ -300,7 +276,7 @@ TEST(MegatronFormat, OptionCheckerFindsMisspeltFlagsAndBadValues) {
 // Megatron's default delayed recipe), 8 GPUs of one node, TP=CP=PP=1, micro-batch 1, global 128,
 // the distributed optimizer; --sequence-parallel with TP 1, which Megatron drops.
 TEST(MegatronFormat, ImportsThePublishedLlama3_8bFp8Script) {
-  Result<ImportedConfig> r = import_text("megatron_example.sh", fixture("megatron_example.sh"));
+  Result<ImportedConfig> r = import_text("megatron_example.sh", read_fixture("megatron_example.sh"));
   ASSERT_TRUE(r) << r.status().message();
   const PlanFile& f = r->file;
   EXPECT_EQ(f.model.name, "llama3-8b");
@@ -350,7 +326,7 @@ TEST(MegatronFormat, ImportsThePublishedLlama3_8bFp8Script) {
 // Its launch line starts 8 processes (one node; "Change for multinode config"), fewer than
 // one replica: read as dp 1 on 128 GPUs, with a note.
 TEST(MegatronFormat, ImportsThePublishedGpt3_175bScript) {
-  Result<ImportedConfig> r = import_text("megatron_example_gpt3_175b.sh", fixture("megatron_example_gpt3_175b.sh"));
+  Result<ImportedConfig> r = import_text("megatron_example_gpt3_175b.sh", read_fixture("megatron_example_gpt3_175b.sh"));
   ASSERT_TRUE(r) << r.status().message();
   const PlanFile& f = r->file;
   EXPECT_EQ(f.model.family, Family::gpt);
@@ -432,7 +408,7 @@ TEST(MegatronFormat, ShellReaderReadsScriptsAsBashRunsThem) {
     ++compared;
   }
   EXPECT_GT(compared, 8);
-  const std::string published = fixture("megatron_example.sh");
+  const std::string published = read_fixture("megatron_example.sh");
   std::vector<std::string> mine = reader_torchrun_words(published);
   for (std::string& w : mine)
     if (w.rfind("${PWD}", 0) == 0) w = dir.string() + w.substr(6);
@@ -462,38 +438,33 @@ Status import_error(const std::string& text) {
   return r ? Status::ok() : r.status();
 }
 
-void expect_bad_input_naming(const Status& st, std::initializer_list<const char*> names) {
-  EXPECT_EQ(st.kind(), ErrorKind::bad_input);
-  for (const char* n : names) EXPECT_NE(st.message().find(n), std::string::npos) << st.message();
-}
-
 TEST(MegatronFormat, MalformedScriptIsBadInputNamingFileAndLine) {
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --data-path \"/data/x\n"), {"run.sh", "line 4", "quote"});
-  expect_bad_input_naming(import_error("ARGS=(\n  --num-layers 32\n"), {"run.sh", "line 1", "ARGS"});
+  expect_bad_input(import_error(std::string(kMinimal) + " --data-path \"/data/x\n"), {"run.sh", "line 4", "quote"});
+  expect_bad_input(import_error("ARGS=(\n  --num-layers 32\n"), {"run.sh", "line 1", "ARGS"});
 }
 
 TEST(MegatronFormat, ContradictoryFlagsAreBadInputNamingThem) {
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --fp16"), {"run.sh", "--bf16", "--fp16"});
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --recompute-method uniform --recompute-num-layers 1"),
+  expect_bad_input(import_error(std::string(kMinimal) + " --fp16"), {"run.sh", "--bf16", "--fp16"});
+  expect_bad_input(import_error(std::string(kMinimal) + " --recompute-method uniform --recompute-num-layers 1"),
                           {"run.sh", "--recompute-method", "--recompute-granularity full"});
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --recompute-granularity full"),
+  expect_bad_input(import_error(std::string(kMinimal) + " --recompute-granularity full"),
                           {"run.sh", "--recompute-method"});
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --overlap-param-gather --overlap-grad-reduce"),
+  expect_bad_input(import_error(std::string(kMinimal) + " --overlap-param-gather --overlap-grad-reduce"),
                           {"--overlap-param-gather", "--use-distributed-optimizer"});
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --optimizer-cpu-offload --use-distributed-optimizer"),
+  expect_bad_input(import_error(std::string(kMinimal) + " --optimizer-cpu-offload --use-distributed-optimizer"),
                           {"--optimizer-cpu-offload", "--use-precision-aware-optimizer"});
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --account-for-embedding-in-pipeline-split"),
+  expect_bad_input(import_error(std::string(kMinimal) + " --account-for-embedding-in-pipeline-split"),
                           {"--account-for-embedding-in-pipeline-split"});
 }
 
 TEST(MegatronFormat, AbsurdOrNegativeValuesAreBadInputNamingTheFlag) {
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --micro-batch-size -4"), {"run.sh", "--micro-batch-size", "-4"});
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --num-layers 1000000"), {"--num-layers", "1000000"});
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --global-batch-size 60"), {"run.sh", "--global-batch-size", "60"});
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --recompute-granularity partial"), {"--recompute-granularity", "partial"});
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --cp-comm-type a2a --context-parallel-size 2"), {"--cp-comm-type"});
+  expect_bad_input(import_error(std::string(kMinimal) + " --micro-batch-size -4"), {"run.sh", "--micro-batch-size", "-4"});
+  expect_bad_input(import_error(std::string(kMinimal) + " --num-layers 1000000"), {"--num-layers", "1000000"});
+  expect_bad_input(import_error(std::string(kMinimal) + " --global-batch-size 60"), {"run.sh", "--global-batch-size", "60"});
+  expect_bad_input(import_error(std::string(kMinimal) + " --recompute-granularity partial"), {"--recompute-granularity", "partial"});
+  expect_bad_input(import_error(std::string(kMinimal) + " --cp-comm-type a2a --context-parallel-size 2"), {"--cp-comm-type"});
   // 8 processes are not a multiple of tp*pp*cp = 3.
-  expect_bad_input_naming(import_error(std::string(kMinimal) + " --pipeline-model-parallel-size 3"), {"not a multiple"});
+  expect_bad_input(import_error(std::string(kMinimal) + " --pipeline-model-parallel-size 3"), {"not a multiple"});
 }
 
 TEST(MegatronFormat, UnknownFlagsAreListedNotDropped) {
@@ -505,7 +476,7 @@ TEST(MegatronFormat, UnknownFlagsAreListedNotDropped) {
 // --model is a check where the script describes the model: the first field that differs is
 // named, the script's value first.
 TEST(MegatronFormat, GivenModelMustMatchTheScriptsShape) {
-  ImportOptions o = options();
+  ImportOptions o = import_options();
   o.model = "llama2-7b";
   const std::string llama2 = std::string(kMinimal) + " --ffn-hidden-size 11008";
   Result<ImportedConfig> r = import_files({{"run.sh", llama2 + " --untie-embeddings-and-output-weights", false}}, LaunchFormat::megatron, o, "run.sh");
@@ -513,11 +484,11 @@ TEST(MegatronFormat, GivenModelMustMatchTheScriptsShape) {
   EXPECT_EQ(r->file.model.name, "llama2-7b");
   r = import_files({{"run.sh", llama2, false}}, LaunchFormat::megatron, o, "run.sh");
   ASSERT_FALSE(r);
-  expect_bad_input_naming(r.status(), {"run.sh", "--model llama2-7b differ in tied_embeddings: true vs false"});
+  expect_bad_input(r.status(), {"run.sh", "--model llama2-7b differ in tied_embeddings: true vs false"});
   o.model = "llama3-70b";
   r = import_files({{"run.sh", llama2, false}}, LaunchFormat::megatron, o, "run.sh");
   ASSERT_FALSE(r);
-  expect_bad_input_naming(r.status(), {"differ in layers: 32 vs 80"});
+  expect_bad_input(r.status(), {"differ in layers: 32 vs 80"});
 }
 
 // What Megatron adjusts on its own is a note, and the run is read as Megatron runs it.

@@ -4,7 +4,6 @@
 // and bad input.
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -14,37 +13,20 @@
 #include "launch/launch.h"
 #include "planner/cost/plan_check.h"
 #include "planner/search/explain.h"
-#include "tests/launch/round_trip_plans.h"
+#include "tests/launch/format_test_util.h"
 
 namespace llmplan {
 namespace {
 
-using testing::expect_same_run;
+using testing::expect_round_trip;
+using testing::import_options;
 using testing::make_plan_file;
-using testing::shipped_presets;
+using testing::read_fixture;
+using testing::with;
 
-const std::string kFixtures = std::string(LLMPLAN_SOURCE_ROOT) + "/tests/fixtures/frameworks/";
-
-std::string read_fixture(const std::string& name) {
-  std::ifstream in(kFixtures + name, std::ios::binary);
-  EXPECT_TRUE(in.good()) << kFixtures + name;
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-ImportOptions h100_import() {
-  ImportOptions o;
-  o.presets = &shipped_presets();
-  o.gpu = "h100-sxm";
-  return o;
-}
-
-ImportOptions ascend_import() {
-  ImportOptions o;
-  o.presets = &shipped_presets();
-  return o;
-}
+// MindFormers runs on Ascend: no --gpu imports on its own (ascend-910b); the round trips of
+// plans made for H100s name it.
+ImportOptions ascend_import() { return import_options(""); }
 
 const LaunchFile* find_file(const ExportResult& r, const std::string& suffix) {
   for (const LaunchFile& f : r.files)
@@ -78,9 +60,8 @@ TEST(MindFormers, RoundTripsTheMatrixOrRefusesNamingTheField) {
       continue;
     }
     ASSERT_EQ(ex->files.size(), 2u);
-    Result<ImportedConfig> im = import_files(ex->files, LaunchFormat::mindformers, h100_import(), "/tmp/mf");
-    ASSERT_TRUE(im) << im.status().message();
-    expect_same_run(np.file, im->file, np.name);
+    std::optional<ImportedConfig> im = expect_round_trip(np.file, ex->files, LaunchFormat::mindformers, import_options(), "/tmp/mf", np.name);
+    ASSERT_TRUE(im);
     EXPECT_EQ(im->format, LaunchFormat::mindformers);
   }
   EXPECT_EQ(refused, refused_want);
@@ -136,9 +117,8 @@ TEST(MindFormers, RoundTripsPlansBeyondTheMatrix) {
     SCOPED_TRACE(np.name);
     Result<ExportResult> ex = export_plan(np.file, LaunchFormat::mindformers);
     ASSERT_TRUE(ex) << ex.status().message();
-    Result<ImportedConfig> im = import_files(ex->files, LaunchFormat::mindformers, h100_import(), "/tmp/mf");
-    ASSERT_TRUE(im) << im.status().message();
-    expect_same_run(np.file, im->file, np.name);
+    std::optional<ImportedConfig> im = expect_round_trip(np.file, ex->files, LaunchFormat::mindformers, import_options(), "/tmp/mf", np.name);
+    ASSERT_TRUE(im);
     EXPECT_EQ(im->file.job.amp, np.file.job.amp);
     EXPECT_EQ(im->file.model.attention_bias, np.file.model.attention_bias);
   }
@@ -203,11 +183,8 @@ TEST(MindFormers, RefusesWhatItCannotExpressNamingTheField) {
 // tab-separated field of each non-comment line; "a.b.c / d / e" names siblings a.b.d, a.b.e.
 std::set<std::string> known_key_paths() {
   std::set<std::string> out;
-  std::stringstream in(read_fixture("mindformers_keys.txt"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const std::string field = line.substr(0, line.find('\t'));
+  for (const std::vector<std::string>& cols : testing::fixture_rows("mindformers_keys.txt")) {
+    const std::string& field = cols[0];
     std::string parent;
     size_t start = 0;
     while (start <= field.size()) {
@@ -492,12 +469,6 @@ const char* kSmall =
     "  arch:\n"
     "    type: LlamaForCausalLM\n";
 
-std::string with(std::string text, const std::string& from, const std::string& to) {
-  const size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  if (at != std::string::npos) text.replace(at, from.size(), to);
-  return text;
-}
 
 TEST(MindFormers, ReadsASmallConfigWithMindFormersDefaults) {
   Result<ImportedConfig> im = import_text(kSmall);

@@ -2,7 +2,6 @@
 // checked against the fields NeMo v2.4.0, Megatron-Core core_v0.13.0 and Megatron-Bridge
 // v0.6.0 define (tests/fixtures/frameworks/nemo_keys.txt), the recipes' published defaults
 // imported, and bad input named.
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -11,37 +10,18 @@
 
 #include "launch/launch.h"
 #include "planner/search/explain.h"
-#include "tests/launch/round_trip_plans.h"
+#include "tests/launch/format_test_util.h"
 
 namespace llmplan {
 namespace {
 
+using testing::expect_bad_input;
+using testing::import_options;
 using testing::NamedPlan;
-using testing::shipped_presets;
-
-std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(LLMPLAN_SOURCE_ROOT) + "/tests/fixtures/frameworks/" + name);
-  EXPECT_TRUE(in.good()) << name;
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-ImportOptions options() {
-  ImportOptions o;
-  o.presets = &shipped_presets();
-  o.gpu = "h100-sxm";
-  return o;
-}
+using testing::with;
 
 Result<ImportedConfig> import_text(const std::string& text, const std::string& name = "nemo_overrides.sh") {
-  return import_files({{name, text, false}}, LaunchFormat::nemo, options(), name);
-}
-
-const LaunchFile* file_named(const ExportResult& r, const std::string& name) {
-  for (const LaunchFile& f : r.files)
-    if (f.name == name) return &f;
-  return nullptr;
+  return import_files({{name, text, false}}, LaunchFormat::nemo, import_options(), name);
 }
 
 // ---------------------------------------------------------------- the key lists
@@ -57,7 +37,7 @@ struct KeyLists {
 const KeyLists& key_lists() {
   static const KeyLists lists = [] {
     KeyLists out;
-    std::istringstream in(fixture("nemo_keys.txt"));
+    std::istringstream in(testing::read_fixture("nemo_keys.txt"));
     std::set<std::string>* current = nullptr;
     for (std::string line; std::getline(in, line);) {
       if (line.rfind("## MegatronStrategy.__init__", 0) == 0) {
@@ -143,25 +123,23 @@ TEST(NemoFormat, RoundTripsEveryPlanItCanExpress) {
     }
     ASSERT_TRUE(r) << r.status().message();
     ++exported;
-    ASSERT_NE(file_named(*r, "nemo_overrides.sh"), nullptr);
-    ASSERT_NE(file_named(*r, "megatron_bridge_overrides.txt"), nullptr);
-    EXPECT_TRUE(file_named(*r, "nemo_overrides.sh")->executable);
+    ASSERT_NE(testing::find_file(r->files, "nemo_overrides.sh"), nullptr);
+    ASSERT_NE(testing::find_file(r->files, "megatron_bridge_overrides.txt"), nullptr);
+    EXPECT_TRUE(testing::find_file(r->files, "nemo_overrides.sh")->executable);
     // Both files together (checked against each other), and each alone.
-    Result<ImportedConfig> back = import_files(r->files, LaunchFormat::nemo, options(), "export of " + np.name);
-    ASSERT_TRUE(back) << back.status().message();
-    testing::expect_same_run(np.file, back->file, np.name);
+    std::optional<ImportedConfig> back =
+        testing::expect_round_trip(np.file, r->files, LaunchFormat::nemo, import_options(), "export of " + np.name, np.name);
+    ASSERT_TRUE(back);
     EXPECT_TRUE(back->unknown_keys.empty()) << back->unknown_keys.front();
-    Result<ImportedConfig> nemo_only = import_files({*file_named(*r, "nemo_overrides.sh")}, LaunchFormat::nemo, options(), np.name);
-    ASSERT_TRUE(nemo_only) << nemo_only.status().message();
-    testing::expect_same_run(np.file, nemo_only->file, np.name + " (nemo_overrides.sh alone)");
+    testing::expect_round_trip(np.file, {*testing::find_file(r->files, "nemo_overrides.sh")}, LaunchFormat::nemo, import_options(), np.name,
+                               np.name + " (nemo_overrides.sh alone)");
     // The Bridge file alone has no node count (torchrun's) and no recipe name: --model, and dp
     // from the batch sizes (one micro-batch per step), so only its other plan fields are
     // compared; an interleaved plan then has too few micro-batches for its pipeline, which is
     // bad input saying so.
-    ImportOptions with_model = options();
-    with_model.model = np.file.model.name;
+    const ImportOptions with_model = import_options("h100-sxm", np.file.model.name);
     Result<ImportedConfig> bridge_only =
-        import_files({*file_named(*r, "megatron_bridge_overrides.txt")}, LaunchFormat::nemo, with_model, np.name);
+        import_files({*testing::find_file(r->files, "megatron_bridge_overrides.txt")}, LaunchFormat::nemo, with_model, np.name);
     if (np.file.plan.vpp > 1) {
       ASSERT_FALSE(bridge_only);
       EXPECT_NE(bridge_only.status().message().find("interleaved"), std::string::npos) << bridge_only.status().message();
@@ -241,12 +219,10 @@ TEST(NemoFormat, ActivationOffloadRoundTripsThroughModelConfig) {
   const PlanFile f = testing::make_plan_file("llama3-8b", "h100-sxm", 8, job, p);
   Result<ExportResult> r = export_plan(f, LaunchFormat::nemo);
   ASSERT_TRUE(r) << r.status().message();
-  const std::string& s = file_named(*r, "nemo_overrides.sh")->text;
+  const std::string& s = testing::find_file(r->files, "nemo_overrides.sh")->text;
   EXPECT_NE(s.find("model.config.cpu_offloading_num_layers=4"), std::string::npos);
   EXPECT_NE(s.find("model.config.cpu_offloading_weights=False"), std::string::npos);
-  Result<ImportedConfig> back = import_files(r->files, LaunchFormat::nemo, options(), "offload");
-  ASSERT_TRUE(back) << back.status().message();
-  testing::expect_same_run(f, back->file, "activation offload");
+  testing::expect_round_trip(f, r->files, LaunchFormat::nemo, import_options(), "offload", "activation offload");
 }
 
 // ---------------------------------------------------------------- key names
@@ -256,8 +232,8 @@ TEST(NemoFormat, EveryOverrideKeyIsAFieldOfTheClassBehindIt) {
   for (const NamedPlan& np : testing::round_trip_plans()) {
     Result<ExportResult> r = export_plan(np.file, LaunchFormat::nemo);
     ASSERT_TRUE(r) << np.name;
-    const auto nemo = overrides_in(file_named(*r, "nemo_overrides.sh")->text, false);
-    const auto bridge = overrides_in(file_named(*r, "megatron_bridge_overrides.txt")->text, true);
+    const auto nemo = overrides_in(testing::find_file(r->files, "nemo_overrides.sh")->text, false);
+    const auto bridge = overrides_in(testing::find_file(r->files, "megatron_bridge_overrides.txt")->text, true);
     EXPECT_GT(nemo.size(), 15u) << np.name;
     EXPECT_GT(bridge.size(), 12u) << np.name;
     const std::vector<std::string> pn = key_problems(nemo, false), pb = key_problems(bridge, true);
@@ -364,49 +340,32 @@ TEST(NemoFormat, RecipesWithoutKnownDefaultsNeedTheirKeys) {
 std::string exported_llama3_8b() {
   Result<ExportResult> r = export_plan(testing::round_trip_plans()[1].file, LaunchFormat::nemo);  // llama3-8b dp8 zero1
   EXPECT_TRUE(r);
-  return r ? file_named(*r, "nemo_overrides.sh")->text : std::string();
-}
-
-std::string with(std::string text, const std::string& from, const std::string& to) {
-  const size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  if (at != std::string::npos) text.replace(at, from.size(), to);
-  return text;
-}
-
-void expect_bad_input_naming(const Result<ImportedConfig>& r, std::initializer_list<const char*> names) {
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.status().kind(), ErrorKind::bad_input);
-  for (const char* n : names) EXPECT_NE(r.status().message().find(n), std::string::npos) << r.status().message();
+  return r ? testing::find_file(r->files, "nemo_overrides.sh")->text : std::string();
 }
 
 // --model is a check against the recipe's model, naming the first field that differs.
 TEST(NemoFormat, GivenModelMustBeTheRecipesModel) {
-  ImportOptions o = options();
-  o.model = "llama3-70b";
+  ImportOptions o = import_options("h100-sxm", "llama3-70b");
   Result<ImportedConfig> r = import_files({{"nemo_overrides.sh", "nemo llm pretrain --factory llama3_8b\n", false}}, LaunchFormat::nemo, o, "n");
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.status().kind(), ErrorKind::bad_input);
-  EXPECT_NE(r.status().message().find("--factory llama3_8b is llama3-8b; --model llama3-70b differs in layers: 32 vs 80"), std::string::npos)
-      << r.status().message();
+  expect_bad_input(r, {"--factory llama3_8b is llama3-8b; --model llama3-70b differs in layers: 32 vs 80"});
   o.model = "llama3-8b";
   r = import_files({{"nemo_overrides.sh", "nemo llm pretrain --factory llama3_8b\n", false}}, LaunchFormat::nemo, o, "n");
   ASSERT_TRUE(r) << r.status().message();
 }
 
 TEST(NemoFormat, MalformedFileIsBadInputNamingFileAndLine) {
-  expect_bad_input_naming(import_text("nemo llm pretrain --factory \"llama3_8b\ntrainer.num_nodes=1\n"), {"nemo_overrides.sh", "line 1", "quote"});
-  expect_bad_input_naming(import_text("OVERRIDES=(\n  trainer.num_nodes=1\nnemo llm pretrain --factory llama3_8b\n"),
+  expect_bad_input(import_text("nemo llm pretrain --factory \"llama3_8b\ntrainer.num_nodes=1\n"), {"nemo_overrides.sh", "line 1", "quote"});
+  expect_bad_input(import_text("OVERRIDES=(\n  trainer.num_nodes=1\nnemo llm pretrain --factory llama3_8b\n"),
                           {"nemo_overrides.sh", "OVERRIDES"});
 }
 
 TEST(NemoFormat, ContradictoryKeysAreBadInputNamingThem) {
   const std::string s = exported_llama3_8b();
-  expect_bad_input_naming(import_text(with(s, "model.config.seq_length=8192", "model.config.seq_length=4096")),
+  expect_bad_input(import_text(with(s, "model.config.seq_length=8192", "model.config.seq_length=4096")),
                           {"model.config.seq_length", "data.seq_length"});
-  expect_bad_input_naming(import_text(with(s, "model.config.recompute_granularity=selective", "model.config.recompute_method=uniform")),
+  expect_bad_input(import_text(with(s, "model.config.recompute_granularity=selective", "model.config.recompute_method=uniform")),
                           {"model.config.recompute_method", "recompute_granularity full"});
-  expect_bad_input_naming(import_text(with(s, "optim.config.optimizer=adam",
+  expect_bad_input(import_text(with(s, "optim.config.optimizer=adam",
                                            "optim.config.optimizer=adam\n    optim.config.optimizer_cpu_offload=True")),
                           {"optim.config.optimizer_cpu_offload", "use_precision_aware_optimizer"});
   // The two files of an export saying different plans.
@@ -415,18 +374,18 @@ TEST(NemoFormat, ContradictoryKeysAreBadInputNamingThem) {
   std::vector<LaunchFile> files = r->files;
   for (LaunchFile& f : files)
     if (f.name == "megatron_bridge_overrides.txt") f.text = with(f.text, "train.micro_batch_size=2", "train.micro_batch_size=1");
-  expect_bad_input_naming(import_files(files, LaunchFormat::nemo, options(), "exported"),
+  expect_bad_input(import_files(files, LaunchFormat::nemo, import_options(), "exported"),
                           {"data.micro_batch_size vs train.micro_batch_size"});
 }
 
 TEST(NemoFormat, AbsurdOrNegativeValuesAreBadInputNamingTheKey) {
   const std::string s = exported_llama3_8b();
-  expect_bad_input_naming(import_text(with(s, "data.micro_batch_size=2", "data.micro_batch_size=-2")),
+  expect_bad_input(import_text(with(s, "data.micro_batch_size=2", "data.micro_batch_size=-2")),
                           {"nemo_overrides.sh", "data.micro_batch_size", "-2"});
-  expect_bad_input_naming(import_text(with(s, "trainer.num_nodes=1", "trainer.num_nodes=1e9")), {"trainer.num_nodes", "1e9"});
-  expect_bad_input_naming(import_text(with(s, "trainer.strategy.sequence_parallel=False", "trainer.strategy.sequence_parallel=maybe")),
+  expect_bad_input(import_text(with(s, "trainer.num_nodes=1", "trainer.num_nodes=1e9")), {"trainer.num_nodes", "1e9"});
+  expect_bad_input(import_text(with(s, "trainer.strategy.sequence_parallel=False", "trainer.strategy.sequence_parallel=maybe")),
                           {"trainer.strategy.sequence_parallel", "True or False"});
-  expect_bad_input_naming(import_text(with(s, "trainer.plugins=bf16_mixed", "trainer.plugins=fp8_mixed")), {"trainer.plugins"});
+  expect_bad_input(import_text(with(s, "trainer.plugins=bf16_mixed", "trainer.plugins=fp8_mixed")), {"trainer.plugins"});
 }
 
 TEST(NemoFormat, UnknownKeysAreListedNotDropped) {
