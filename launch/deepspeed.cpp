@@ -74,14 +74,7 @@ bool in(std::span<const char* const> keys, const std::string& k) {
 
 // ---------------------------------------------------------------- small helpers
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
-// The name a message gives a file of `origin` (a folder, or the file itself).
-std::string file_origin(const std::string& origin, const std::string& name) {
-  return ends_with(origin, name) ? origin : origin + "/" + name;
-}
 
 std::string num(int64_t v) { return std::to_string(v); }
 
@@ -904,12 +897,12 @@ Result<ImportedConfig> import_deepspeed(const std::vector<LaunchFile>& files, co
   const LaunchFile* config = nullptr;
   const LaunchFile* script = nullptr;
   for (const LaunchFile& f : files) {
-    if (ends_with(f.name, ".json")) {
+    if (f.name.ends_with(".json")) {
       if (f.name == kConfigName || (config == nullptr && (f.text.find("\"zero_optimization\"") != std::string::npos ||
                                                           f.text.find("\"train_batch_size\"") != std::string::npos ||
                                                           f.text.find("\"train_micro_batch_size_per_gpu\"") != std::string::npos)))
         config = &f;
-    } else if (f.name == kScriptName || (script == nullptr && (ends_with(f.name, ".sh") || f.text.find("deepspeed") != std::string::npos))) {
+    } else if (f.name == kScriptName || (script == nullptr && (f.name.ends_with(".sh") || f.text.find("deepspeed") != std::string::npos))) {
       script = &f;
     }
   }

@@ -15,6 +15,10 @@
 
 namespace llmplan::launch_formats {
 
+// The name a message gives file `name` of `origin` (a folder of an export's files, or the
+// file itself): "<folder>/<name>", or `origin` when it already names the file.
+std::string file_origin(const std::string& origin, const std::string& name);
+
 Result<ExportResult> export_megatron(const PlanFile& f, const ExportOptions& opt);
 Result<ImportedConfig> import_megatron(const std::vector<LaunchFile>& files, const ImportOptions& opt, const std::string& origin);
 

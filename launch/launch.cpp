@@ -15,17 +15,14 @@ namespace {
 constexpr std::uintmax_t kMaxLaunchFileBytes = 16u << 20;
 constexpr const char* kNames[] = {"megatron", "nemo", "deepspeed", "torchtitan", "mindformers"};
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 // The format one file's name and text say it is, or -1.
 int file_format(const LaunchFile& f) {
   const std::string& t = f.text;
-  if (ends_with(f.name, ".toml")) return static_cast<int>(LaunchFormat::torchtitan);
-  if (ends_with(f.name, ".yaml") || ends_with(f.name, ".yml")) return static_cast<int>(LaunchFormat::mindformers);
-  if (ends_with(f.name, ".json") && (contains(t, "\"zero_optimization\"") || contains(t, "\"train_micro_batch_size_per_gpu\"") ||
+  if (f.name.ends_with(".toml")) return static_cast<int>(LaunchFormat::torchtitan);
+  if (f.name.ends_with(".yaml") || f.name.ends_with(".yml")) return static_cast<int>(LaunchFormat::mindformers);
+  if (f.name.ends_with(".json") && (contains(t, "\"zero_optimization\"") || contains(t, "\"train_micro_batch_size_per_gpu\"") ||
                                      contains(t, "\"train_batch_size\"")))
     return static_cast<int>(LaunchFormat::deepspeed);
   if (contains(t, "nemo llm ") || contains(t, "trainer.strategy.") || contains(t, "model.tensor_model_parallel_size="))
@@ -93,7 +90,7 @@ Result<LaunchFormat> detect_format(const std::vector<LaunchFile>& files, const s
   for (const LaunchFile& f : files) {
     const int k = file_format(f);
     if (k < 0) continue;
-    const bool is_config = ends_with(f.name, ".toml") || ends_with(f.name, ".yaml") || ends_with(f.name, ".yml") || ends_with(f.name, ".json");
+    const bool is_config = f.name.ends_with(".toml") || f.name.ends_with(".yaml") || f.name.ends_with(".yml") || f.name.ends_with(".json");
     if (found < 0 || is_config) found = k;
   }
   if (found < 0)
@@ -106,7 +103,7 @@ Result<LaunchFormat> detect_format(const std::vector<LaunchFile>& files, const s
 bool is_launch_config_path(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return true;
-  if (!ends_with(path, ".json")) return true;
+  if (!path.ends_with(".json")) return true;
   Result<nlohmann::json> j = read_json_file(path);
   return j && j->is_object() && !j->contains("schema");
 }
@@ -164,3 +161,11 @@ Status write_launch_files(const std::string& dir, const std::vector<LaunchFile>&
 }
 
 }  // namespace llmplan
+
+namespace llmplan::launch_formats {
+
+std::string file_origin(const std::string& origin, const std::string& name) {
+  return origin.ends_with(name) ? origin : origin + "/" + name;
+}
+
+}  // namespace llmplan::launch_formats

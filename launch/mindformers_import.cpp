@@ -32,9 +32,6 @@ namespace mf = mindformers;
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::string join_ints(const std::vector<int>& v) {
   std::string s;
@@ -210,7 +207,7 @@ Result<Launch> read_launch(const LaunchFile& file, const std::string& where) {
   for (const shell::Command& c : *commands) {
     const std::vector<std::string>& w = c.words;
     size_t i = 0;
-    while (i < w.size() && !ends_with(w[i], "msrun_launcher.sh") && w[i] != "msrun") ++i;
+    while (i < w.size() && !w[i].ends_with("msrun_launcher.sh") && w[i] != "msrun") ++i;
     if (i == w.size()) continue;
     l.found = true;
     l.where = where + ": line " + std::to_string(c.line);
@@ -985,7 +982,7 @@ Result<ImportedConfig> import_mindformers(const std::vector<LaunchFile>& files, 
   const LaunchFile* yaml = nullptr;
   const LaunchFile* script = nullptr;
   for (const LaunchFile& f : files) {
-    if (ends_with(f.name, ".yaml") || ends_with(f.name, ".yml")) {
+    if (f.name.ends_with(".yaml") || f.name.ends_with(".yml")) {
       if (yaml != nullptr)
         return Status::bad_input(origin + ": two MindFormers YAMLs (" + yaml->name + ", " + f.name + "): import one file at a time");
       yaml = &f;
@@ -994,9 +991,7 @@ Result<ImportedConfig> import_mindformers(const std::vector<LaunchFile>& files, 
     }
   }
   if (yaml == nullptr) return Status::bad_input(origin + ": no MindFormers YAML (*.yaml, *.yml) to read");
-  auto named = [&](const LaunchFile& f) {
-    return ends_with(origin, f.name) ? origin : origin + "/" + f.name;
-  };
+  auto named = [&](const LaunchFile& f) { return file_origin(origin, f.name); };
   const std::string where = named(*yaml);
   YAML::Node root;
   try {

@@ -139,12 +139,6 @@ constexpr const char* kOtherSchedules[] = {"LoopedBFS", "InterleavedZeroBubble",
 
 std::string num(int64_t v) { return std::to_string(v); }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-std::string file_origin(const std::string& origin, const std::string& name) {
-  return ends_with(origin, name) ? origin : origin + "/" + name;
-}
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
@@ -552,7 +546,7 @@ std::string launch_script(const PlanFile& f, const ExportOptions& opt, std::vect
                      " GPUs: launch.sh starts " + num(per_node) + " per node on " + num(nodes) + " nodes");
   }
   const std::string entry = opt.entry_point.empty() ? std::string(kDefaultModule) : opt.entry_point;
-  const bool script = ends_with(entry, ".py");
+  const bool script = entry.ends_with(".py");
   std::ostringstream s;
   s << "#!/usr/bin/env bash\n"
     << "# " << f.model.name << " on " << nodes << " node(s) x " << per_node << " GPUs with torchtitan v0.2.2: torchrun starts\n"
@@ -743,9 +737,9 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
   const LaunchFile* config = nullptr;
   const LaunchFile* script = nullptr;
   for (const LaunchFile& f : files) {
-    if (ends_with(f.name, ".toml")) {
+    if (f.name.ends_with(".toml")) {
       if (config == nullptr || f.name == kConfigName) config = &f;
-    } else if (f.name == kScriptName || (script == nullptr && (ends_with(f.name, ".sh") || f.text.find("torchrun") != std::string::npos))) {
+    } else if (f.name == kScriptName || (script == nullptr && (f.name.ends_with(".sh") || f.text.find("torchrun") != std::string::npos))) {
       script = &f;
     }
   }
@@ -814,7 +808,7 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
   const TorchtitanFlavor* fl = nullptr;
   std::string base = flavor;
   for (const char* suffix : {"_flex", "_varlen"})
-    if (ends_with(base, suffix) && model_name == "llama3") {
+    if (base.ends_with(suffix) && model_name == "llama3") {
       base = base.substr(0, base.size() - std::string(suffix).size());
       notes.push_back("flavor " + flavor + " is " + base + " with " + std::string(suffix + 1) + " attention (the same shape)");
     }

@@ -30,7 +30,7 @@ ImportOptions ascend_import() { return import_options(""); }
 
 const LaunchFile* find_file(const ExportResult& r, const std::string& suffix) {
   for (const LaunchFile& f : r.files)
-    if (f.name.size() >= suffix.size() && f.name.compare(f.name.size() - suffix.size(), suffix.size(), suffix) == 0) return &f;
+    if (f.name.ends_with(suffix)) return &f;
   return nullptr;
 }
 
