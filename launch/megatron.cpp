@@ -48,7 +48,7 @@ constexpr FlagLine kArgumentLines[] = {
     {"--recompute-modules", 1768}, {"--train-iters", 1858}, {"--disable-bias-linear", 1906}, {"--add-qkv-bias", 1909},
     {"--optimizer", 1912}, {"--optimizer-cpu-offload", 1915}, {"--optimizer-offload-fraction", 1917},
     {"--sequence-parallel", 1939}, {"--no-gradient-accumulation-fusion", 1941}, {"--finetune", 2114},
-    {"--fp16", 2200}, {"--bf16", 2202}, {"--initial-loss-scale", 2210}, {"--tensor-model-parallel-size", 2243},
+    {"--fp16", 2200}, {"--bf16", 2202}, {"--grad-reduce-in-bf16", 2204}, {"--initial-loss-scale", 2210}, {"--tensor-model-parallel-size", 2243},
     {"--pipeline-model-parallel-size", 2248}, {"--decoder-first-pipeline-num-layers", 2258},
     {"--decoder-last-pipeline-num-layers", 2262}, {"--num-virtual-stages-per-pipeline-rank", 2279},
     {"--overlap-grad-reduce", 2295}, {"--overlap-param-gather", 2319}, {"--account-for-embedding-in-pipeline-split", 2342},
@@ -256,7 +256,10 @@ Result<ExportResult> export_megatron(const PlanFile& f, const ExportOptions& opt
       "sequences per step (job.global_batch): " + n(p.grad_accum) + " micro-batches per step");
   add(&tr, "--train-iters", {n(opt.train_steps)}, "training steps, not the plan's: --train-steps");
   if (j.mode == TrainMode::finetune) add(&tr, "--finetune", {}, "fine-tuning: weights from --load, no optimizer state, job.mode");
-  if (j.precision == Precision::bf16) {
+  if (j.precision == Precision::bf16 && j.grads == GradConvention::deepspeed) {
+    add(&tr, "--bf16", {}, "bf16 mixed precision, fp32 main weights, job.precision");
+    add(&tr, "--grad-reduce-in-bf16", {}, "bf16 main-gradient buffers (job.grads deepspeed: 16 B/param with Adam; arguments.py L683-684)");
+  } else if (j.precision == Precision::bf16) {
     add(&tr, "--bf16", {}, "bf16 mixed precision, fp32 main weights and gradients, job.precision");
   } else if (j.precision == Precision::fp16) {
     add(&tr, "--fp16", {}, "fp16 mixed precision (job.precision); dynamic loss scaling, no --loss-scale");
@@ -329,9 +332,9 @@ Result<ExportResult> export_megatron(const PlanFile& f, const ExportOptions& opt
                       "--tokenizer to llmplan export)");
   r.notes.push_back("launch.sh: learning rate and schedule, weight decay, --rotary-base (Llama 3: 500000), --norm-epsilon, "
                     "checkpointing (--save/--load) are not in the plan: Megatron's defaults apply until you add them");
-  if (j.precision != Precision::fp32 && j.grads == GradConvention::deepspeed)
-    r.notes.push_back("Megatron keeps fp32 main gradients (job.grads megatron); the plan was costed with 16-bit gradients: "
-                      "`llmplan import` of launch.sh costs the run as Megatron runs it");
+  if (j.precision == Precision::fp16 && j.grads == GradConvention::deepspeed)
+    r.notes.push_back("Megatron keeps fp32 main gradients under fp16 (job.grads megatron); the plan was costed with 16-bit "
+                      "gradients: `llmplan import` of launch.sh costs the run as Megatron runs it");
   if (fsdp)
     r.notes.push_back("ZeRO-" + n(p.zero) + " is Megatron-FSDP: --use-custom-fsdp at core_v0.13.0, renamed --use-megatron-fsdp by "
                       "core_v0.19.0");
@@ -744,7 +747,10 @@ Result<ImportedConfig> import_megatron(const std::vector<LaunchFile>& files, con
     return Status::bad_input(origin + ": --bf16 and --fp16: two precisions (Megatron asserts one, arguments.py L665 and L675)");
   j.precision = bf16 ? Precision::bf16 : fp16 ? Precision::fp16 : Precision::fp32;
   j.amp = j.precision == Precision::fp32 ? AmpLevel::O0 : AmpLevel::O2;
-  j.grads = GradConvention::megatron;
+  // Main gradients: fp32 buffers, or bf16 with --grad-reduce-in-bf16 (arguments.py L679-686).
+  LLMPLAN_TRY(grad_bf16, fl.on("--grad-reduce-in-bf16"));
+  j.grads = bf16 && grad_bf16 ? GradConvention::deepspeed : GradConvention::megatron;
+  if (grad_bf16 && !bf16) notes.push_back("--grad-reduce-in-bf16 without --bf16: Megatron keeps fp32 main gradients");
   if (j.precision == Precision::fp32) notes.push_back("precision: fp32 (neither --bf16 nor --fp16)");
   LLMPLAN_TRY(optimizer, fl.choice("--optimizer", "adam", {"adam", "sgd"}));
   j.optimizer = optimizer == "adam" ? Optimizer::adamw : Optimizer::sgd_momentum;

@@ -294,6 +294,8 @@ TEST(MegatronFormat, ImportsThePublishedLlama3_8bFp8Script) {
   EXPECT_EQ(f.job.seq_len, 8192);
   EXPECT_EQ(f.job.global_batch, 128);
   EXPECT_EQ(f.job.precision, Precision::bf16);
+  // --grad-reduce-in-bf16: bf16 main-gradient buffers (arguments.py L683-684), 16 B/param.
+  EXPECT_EQ(f.job.grads, GradConvention::deepspeed);
   EXPECT_EQ(f.job.fp8, Fp8Recipe::delayed);
   EXPECT_EQ(f.gpus, 8);
   EXPECT_EQ(f.cluster.gpus_per_node, 8);
@@ -546,4 +548,20 @@ TEST(MegatronFormat, ReadsScriptVariablesArraysAndBranches) {
 }
 
 }  // namespace
+// The main gradients' dtype travels: fp32 buffers (Megatron's default under bf16) export
+// without --grad-reduce-in-bf16 and read back fp32; bf16 ones with it and back.
+TEST(MegatronFormat, MainGradientDtypeRoundTrips) {
+  for (GradConvention g : {GradConvention::megatron, GradConvention::deepspeed}) {
+    PlanFile f = testing::round_trip_plans()[4].file;  // llama3-8b dp4 tp2 sp zero1, bf16
+    ASSERT_EQ(f.job.precision, Precision::bf16);
+    f.job.grads = g;
+    Result<ExportResult> e = export_plan(f, LaunchFormat::megatron);
+    ASSERT_TRUE(e) << e.status().message();
+    EXPECT_EQ(e->files[0].text.find("--grad-reduce-in-bf16") != std::string::npos, g == GradConvention::deepspeed);
+    Result<ImportedConfig> back = import_files(e->files, LaunchFormat::megatron, import_options(), "export");
+    ASSERT_TRUE(back) << back.status().message();
+    EXPECT_EQ(back->file.job.grads, g);
+  }
+}
+
 }  // namespace llmplan
