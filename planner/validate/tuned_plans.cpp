@@ -36,6 +36,13 @@ std::vector<TunedPlanGap> tuned_plan_gaps(const ReferenceSet& set, const PresetR
     so.top_k = 1;
     so.memory = p.memory;
     so.efficiency = p.efficiency;
+    // Only the plans the record's framework runs, where a framework file knows it (a tuned
+    // recipe cannot have picked what its framework refuses).
+    Result<FrameworkSpec> framework = presets.framework(r.framework);
+    if (framework) {
+      so.framework = &*framework;
+      g.framework = framework->name;
+    }
     const SweepResult sr = run_sweep(p.model, p.cluster, p.job, p.gpus, space, so);
     g.plans_evaluated = sr.evaluated;
     if (sr.top.empty()) {

@@ -1,7 +1,8 @@
 // How far the sweep's best plan is from a published, tuned plan under the same model:
 // for each fully specified throughput record, the predicted step time of the plan the
 // record ran against that of the fastest plan the sweep finds for the same model, GPUs,
-// job and training stack. A sweep that is right about what is fast finds nothing much
+// job and training stack, among the plans the record's framework runs (data/frameworks,
+// where it has a file). A sweep that is right about what is fast finds nothing much
 // faster than what tuned recipes use; a large gap means the model prefers plans that
 // practice does not (or the recipe left speed on the table: the note says which).
 //
@@ -20,6 +21,7 @@ namespace llmplan {
 
 struct TunedPlanGap {
   std::string id, group, stack;
+  std::string framework;                  // the framework file the sweep was restricted to ("" none known)
   std::string published_plan, best_plan;  // plan_text() text
   double published_step_s = 0;            // predicted step time of the published plan, s
   double best_step_s = 0;                 // predicted step time of the sweep's best plan, s
