@@ -352,12 +352,37 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
     p.skip = s.message();
     return p;
   }
-  if (!p.sweep_knobs.empty() && opt.fully_specified_throughput_only) {
-    p.skip = "plan knobs missing (left out of the fit)";
-  } else if (!p.sweep_knobs.empty()) {
-    sweep_missing_knobs(opt, &p);
-  } else if (Status s = check_plan_status(p.model, p.cluster, p.job, p.plan, p.gpus, r.id); !s) {
-    p.skip = s.message();
+  auto settle_plan = [&](Prepared* q) {
+    if (!q->sweep_knobs.empty() && opt.fully_specified_throughput_only) {
+      q->skip = "plan knobs missing (left out of the fit)";
+    } else if (!q->sweep_knobs.empty()) {
+      sweep_missing_knobs(opt, q);
+    } else if (Status s = check_plan_status(q->model, q->cluster, q->job, q->plan, q->gpus, r.id); !s) {
+      q->skip = s.message();
+    }
+  };
+  const Prepared before = p;
+  settle_plan(&p);
+  // The main gradients' dtype, when the record does not give it, is a knob like the plan's:
+  // the stack's default (Megatron's fp32 main gradients) unless a run that completed would
+  // not fit with it but fits with the 16-bit buffers the same stack offers
+  // (--grad-reduce-in-bf16, DistributedDataParallelConfig.grad_reduce_in_fp32 False, which
+  // Megatron-Bridge's performance recipes set). Then the record is predicted with those and
+  // says so, as for a plan knob the sweep fills.
+  const bool ran = r.measured.oom.has_value() && !*r.measured.oom;
+  auto does_not_fit = [&](const Prepared& q) {
+    if (q.skip == kNoPlanFits) return true;
+    return q.skip.empty() && !estimate_memory(q.model, q.cluster, q.job, q.plan, q.memory).fits(0);
+  };
+  if (!r.job.main_grads && ran && p.job.grads == GradConvention::megatron && p.job.precision != Precision::fp32 && does_not_fit(p)) {
+    Prepared alt = before;
+    alt.job.grads = GradConvention::deepspeed;
+    settle_plan(&alt);
+    if (alt.skip.empty() && !does_not_fit(alt)) {
+      p = std::move(alt);
+      p.assumptions.push_back("main_grads=bf16 (the stack's fp32 main gradients would not fit a run that completed; the stack offers "
+                              "16-bit gradient buffers)");
+    }
   }
   return p;
 }

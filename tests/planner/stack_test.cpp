@@ -399,6 +399,40 @@ TEST(Validate2024To2026, EveryRecordComparedOrSkippedWithAReason) {
   EXPECT_EQ(compared, 36);
 }
 
+// The main gradients' dtype when a record leaves it out: Llama 3.1 405B on 128 B200s ran
+// (Megatron-Bridge's performance recipe sets grad_reduce_in_fp32 False); with the
+// megatron-core stack's default fp32 main gradients it would not fit, with the 16-bit ones
+// the stack offers it does, so validate predicts it with those and marks the row assumed.
+// A record that says fp32 keeps fp32 and is a memory error.
+TEST(Validate2024To2026, UnstatedMainGradientsTakeTheDtypeTheCompletedRunFitsIn) {
+  Result<nlohmann::json> doc = read_json_file(default_data_root() + "/data/reference/published_runs_2024_2026.json");
+  ASSERT_TRUE(doc.ok());
+  nlohmann::json one = *doc;
+  one["records"] = nlohmann::json::array();
+  for (const nlohmann::json& r : (*doc)["records"])
+    if (r["id"] == "mbridge_perf_2509_llama31_405b_b200_128gpu_fp8") one["records"].push_back(r);
+  ASSERT_EQ(one["records"].size(), 1u);
+  ASSERT_EQ(one["records"][0]["job"]["main_grads"], "bf16");
+  auto row_with = [&](const nlohmann::json& main_grads) {
+    nlohmann::json d = one;
+    if (main_grads.is_null()) d["records"][0]["job"].erase("main_grads");
+    else d["records"][0]["job"]["main_grads"] = main_grads;
+    Result<ReferenceSet> set = parse_reference_runs(d, "one.json");
+    EXPECT_TRUE(set.ok()) << set.status().message();
+    return validate_records(*set, registry(), ValidationOptions{}).front();
+  };
+  const ValidationRow stated_fp32 = row_with("fp32");
+  EXPECT_TRUE(stated_fp32.predicted_oom);  // fp32 main gradients do not fit this plan
+  EXPECT_FALSE(stated_fp32.assumed);
+  const ValidationRow unstated = row_with(nlohmann::json());
+  EXPECT_FALSE(unstated.predicted_oom);
+  EXPECT_TRUE(unstated.assumed);
+  bool said = false;
+  for (const std::string& a : unstated.assumptions) said |= a.find("main_grads=bf16") == 0;
+  EXPECT_TRUE(said);
+  EXPECT_NEAR(unstated.predicted, row_with("bf16").predicted, 1e-9 * unstated.predicted);
+}
+
 // The MoE records are read (model.moe, plan.ep) and costed with their experts.
 TEST(Validate2024To2026, MixtureOfExpertsRecordsAreCosted) {
   int moe = 0;
