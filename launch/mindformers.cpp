@@ -29,11 +29,6 @@ namespace mf = mindformers;
 
 namespace {
 
-std::string join_ints(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s;
-}
 
 // A float as PyYAML reads a float: YAML 1.1 floats need a '.', so 1e-05 would be a string.
 std::string yaml_float(double x) {
@@ -284,7 +279,7 @@ void write_model(Writer& w, const PlanFile& f, const Derived& d) {
     for (int x : r) all_zero &= x == 0;
   const std::string off_what = "layers per stage = num_layers // (pp * chunks) + offset, sum(offset) == num_layers % (pp * chunks) "
                                "(MU L165-170, L559-569): llmplan's " + std::string(to_string(p.pipeline_split)) + " split [" +
-                               join_ints(d.stage_layers) + "]";
+                               mf::join_ints(d.stage_layers) + "]";
   if (all_zero) w.kv("offset", 0, "even split: " + off_what);
   else if (chunks == 1) w.ints("offset", off[0], off_what);
   else w.int_rows("offset", off, off_what + "; a row per interleave chunk");

@@ -61,4 +61,10 @@ int max_device_memory_gb(double memory_bytes) {
   return std::max(1, static_cast<int>(std::floor(gib)) - 6);
 }
 
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
 }  // namespace llmplan::launch_formats::mindformers

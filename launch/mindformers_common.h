@@ -20,6 +20,9 @@ namespace llmplan::launch_formats::mindformers {
 
 constexpr const char* kVersion = "MindFormers v1.5.0";
 
+// "1, 2, 3": a list of layer counts as the YAML's lists and the messages print them.
+std::string join_ints(const std::vector<int>& v);
+
 // llmplan's LoRA target names and the Linear cells of MindFormers v1.5.0's Llama block that
 // carry them: attention wq wk wv wo (mindformers/models/llama/llama_transformer.py L263-306),
 // SwiGLU w1 (gate), w3 (up, the `hidden` branch) and w2 (down) (llama_layer.py L370-440:

@@ -33,11 +33,6 @@ namespace mf = mindformers;
 namespace {
 
 
-std::string join_ints(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s;
-}
 
 // The YAML being read: its root, its name for messages, and the key paths used.
 class Source {
@@ -656,7 +651,7 @@ Status Reader::read_recompute(const ModelSpec& m, const ParallelPlan& p, const s
     r->layers = std::max(1, std::min(k, cap));
     if (!exact || r->layers != k) {
       std::string shown;
-      for (const std::vector<int>& row : counts) shown += "[" + join_ints(row) + "]";
+      for (const std::vector<int>& row : counts) shown += "[" + mf::join_ints(row) + "]";
       note("recompute_config.recompute " + shown + " layers per chunk and stage: read as full_k " + std::to_string(r->layers) +
            " (llmplan recomputes the same k layers in every chunk)");
     }
@@ -798,7 +793,7 @@ Status Reader::read_parallel(const ModelSpec& m, const Launch& launch, ParallelP
       return s_.bad(mc + "offset", "the offsets sum to " + std::to_string(sum) + " but must equal num_layers % (pipeline_stage x pp_interleave_num) = " +
                                        std::to_string(m.layers) + " % " + std::to_string(nv) + " = " + std::to_string(rem) + " (models/utils.py L566-569)");
     for (int x : per_stage)
-      if (x < 1) return s_.bad(mc + "offset", "leaves a stage without layers: layers per stage [" + join_ints(per_stage) + "]");
+      if (x < 1) return s_.bad(mc + "offset", "leaves a stage without layers: layers per stage [" + mf::join_ints(per_stage) + "]");
   } else if (m.layers % nv != 0) {
     return s_.bad(mc + "num_layers", std::to_string(m.layers) + " layers do not split evenly over " + std::to_string(nv) +
                                          " stages and offset is absent (0): the offsets must sum to " + std::to_string(m.layers % nv) +
@@ -806,8 +801,8 @@ Status Reader::read_parallel(const ModelSpec& m, const Launch& launch, ParallelP
   }
   if (!mf::split_for(m.layers, per_stage, &q)) {
     q.pipeline_split = default_pipeline_split(m.layers, q.pp, q.vpp);
-    note("model_config.offset gives layers per stage [" + join_ints(per_stage) + "]: llmplan models the " + to_string(q.pipeline_split) +
-         " split [" + join_ints(mf::stage_layers(m.layers, q)) + "] instead");
+    note("model_config.offset gives layers per stage [" + mf::join_ints(per_stage) + "]: llmplan models the " + to_string(q.pipeline_split) +
+         " split [" + mf::join_ints(mf::stage_layers(m.layers, q)) + "] instead");
   }
 
   // Context parallel: queries split by sequence; K/V all-gathered, or passed round a ring

@@ -3,6 +3,8 @@
 // to a framework, checked plan by plan against the rules evaluated independently.
 #include "planner/cost/framework.h"
 
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "planner/search/explain.h"
@@ -117,17 +119,22 @@ TEST(Framework, ShippedFilesLoadWithSourcesAndResolve) {
   EXPECT_GE(framework_refusal(nemo, m, lora, p), 0);
 }
 
+// Llama 2 70B at 4k on 64 H100s, global batch 512: the job the sweep tests run.
+std::tuple<ModelSpec, ClusterSpec, TrainingJob> llama2_70b_on_64_h100() {
+  const PresetRegistry& reg = shipped_presets();
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.global_batch = 512;
+  return {*reg.model("llama2-70b"), cluster_with_gpus(*reg.cluster_for_gpu("h100-sxm"), 64), j};
+}
+
 // The checks: with --framework deepspeed no plan of ZeRO-2/3 with pp > 1 comes back,
 // with megatron no ZeRO-3 with pp > 1; every plan the sweep refused is one a rule refuses
 // and every plan it kept is one none refuses (the rules evaluated here, independently of the
 // sweep's loop), and the per-rule counts add up.
 TEST(Framework, SweepKeepsExactlyThePlansTheFrameworkRuns) {
   const PresetRegistry& reg = shipped_presets();
-  const ModelSpec m = *reg.model("llama2-70b");
-  const ClusterSpec c = cluster_with_gpus(*reg.cluster_for_gpu("h100-sxm"), 64);
-  TrainingJob j;
-  j.seq_len = 4096;
-  j.global_batch = 512;
+  const auto [m, c, j] = llama2_70b_on_64_h100();
   for (const char* name : {"deepspeed", "megatron", "torchtitan"}) {
     SCOPED_TRACE(name);
     const FrameworkSpec fw = *reg.framework(name);
@@ -175,11 +182,7 @@ TEST(Framework, SweepKeepsExactlyThePlansTheFrameworkRuns) {
 // slower or equal.
 TEST(Framework, UnrestrictedSweepMarksPlansAndRestrictionCostsThroughput) {
   const PresetRegistry& reg = shipped_presets();
-  const ModelSpec m = *reg.model("llama2-70b");
-  const ClusterSpec c = cluster_with_gpus(*reg.cluster_for_gpu("h100-sxm"), 64);
-  TrainingJob j;
-  j.seq_len = 4096;
-  j.global_batch = 512;
+  const auto [m, c, j] = llama2_70b_on_64_h100();
   SweepOptions opt;
   opt.threads = 2;
   opt.mark_frameworks = reg.frameworks();
@@ -199,11 +202,7 @@ TEST(Framework, UnrestrictedSweepMarksPlansAndRestrictionCostsThroughput) {
 // explain with a framework names the refusal and proposes only changes the framework runs.
 TEST(Framework, ExplainNamesTheRuleAndOffersOnlyRunnableChanges) {
   const PresetRegistry& reg = shipped_presets();
-  const ModelSpec m = *reg.model("llama2-70b");
-  const ClusterSpec c = cluster_with_gpus(*reg.cluster_for_gpu("h100-sxm"), 64);
-  TrainingJob j;
-  j.seq_len = 4096;
-  j.global_batch = 512;
+  const auto [m, c, j] = llama2_70b_on_64_h100();
   ParallelPlan p;
   p.dp = 16, p.tp = 2, p.pp = 2, p.sp = true, p.micro_batch = 2, p.zero = 2;
   p.grad_accum = static_cast<int>(j.global_batch / (p.micro_batch * p.dp));
