@@ -1,5 +1,11 @@
 #include "launch/launch.h"
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "tests/launch/round_trip_plans.h"
@@ -47,6 +53,50 @@ TEST(RoundTripPlans, AreLegalAndCoverEveryDimension) {
   }
   EXPECT_TRUE(tp && pp && vpp && cp && ep && uneven && lora && fp8);
   EXPECT_EQ(zero_mask, 0xF);
+}
+
+}  // namespace
+}  // namespace llmplan
+
+namespace llmplan {
+namespace {
+
+// The seeds of fuzz_launch_config (tests/fuzz/launch_config/: the first byte picks the
+// format, the rest is the file), through the same reader in every build: each is refused
+// as bad input naming the file, or read as a legal plan.
+TEST(LaunchFuzzSeeds, EachIsABadInputOrALegalPlan) {
+  namespace fs = std::filesystem;
+  const fs::path corpus = fs::path(LLMPLAN_SOURCE_ROOT) / "tests/fuzz/launch_config";
+  const char* names[] = {"launch.sh", "nemo_overrides.sh", "ds_config.json", "train.toml", "config.yaml"};
+  const fs::path dir = fs::temp_directory_path() / ("llmplan-launch-seeds-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  int seeds = 0, accepted = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(corpus)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(bytes.empty()) << e.path();
+    const int kind = static_cast<unsigned char>(bytes[0]) % 5;
+    const fs::path file = dir / names[kind];
+    std::ofstream(file, std::ios::binary) << bytes.substr(1);
+    ++seeds;
+    Result<std::vector<LaunchFile>> files = read_launch_files(file.string());
+    ASSERT_TRUE(files) << files.status().message();
+    ImportOptions opt;
+    opt.presets = &testing::shipped_presets();
+    opt.model = kind == 2 ? "llama3-8b" : "";
+    Result<ImportedConfig> imp = import_files(*files, static_cast<LaunchFormat>(kind), opt, file.string());
+    if (!imp) {
+      EXPECT_EQ(imp.status().exit_code(), 2) << e.path() << ": " << imp.status().message();
+      EXPECT_NE(imp.status().message().find(file.string()), std::string::npos) << imp.status().message();
+      continue;
+    }
+    ++accepted;
+    const PlanFile& f = imp->file;
+    EXPECT_EQ(check_plan(f.model, f.cluster, f.job, f.plan, f.gpus), RejectReason::none) << e.path();
+  }
+  fs::remove_all(dir);
+  EXPECT_GE(seeds, 11);
+  EXPECT_GE(accepted, 8);  // the published configurations
 }
 
 }  // namespace
