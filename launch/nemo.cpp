@@ -87,7 +87,7 @@ enum class Key {
   last_stage_layers, micro_batch, global_batch, data_seq, model_seq, recompute_granularity, recompute_method,
   recompute_layers, distributed_optimizer, bridge_ddp_distributed_optimizer, fsdp, sharding, average_in_collective,
   grad_accumulation_fusion, optimizer_offload, precision_aware_optimizer, optimizer_offload_fraction, optimizer,
-  plugins, fp8, fp8_recipe, mixed_precision, cp_comm_type, activation_offload, activation_offload_layers,
+  plugins, fp8, fp8_recipe, grad_reduce_fp32, mixed_precision, cp_comm_type, activation_offload, activation_offload_layers,
   activation_offload_weights, lora_dim, lora_alpha, lora_targets, kCount
 };
 
@@ -131,6 +131,7 @@ constexpr KeyName kKeys[] = {
     {Key::plugins, "trainer.plugins", ""},
     {Key::fp8, "trainer.plugins.fp8", ""},
     {Key::fp8_recipe, "trainer.plugins.fp8_recipe", ""},
+    {Key::grad_reduce_fp32, "trainer.plugins.grad_reduce_in_fp32", "ddp.grad_reduce_in_fp32"},
     {Key::mixed_precision, "", "mixed_precision"},
     {Key::cp_comm_type, "model.config.cp_comm_type", "model.cp_comm_type"},
     {Key::activation_offload, "model.config.cpu_offloading", "model.cpu_offloading"},
@@ -356,6 +357,10 @@ Result<ExportResult> export_nemo(const PlanFile& f, const ExportOptions& opt) {
     add(Key::fp8, "hybrid", "", "FP8 GEMMs in the linear layers: E4M3 forward, E5M2 gradients (MegatronMixedPrecision fp8)");
     add(Key::fp8_recipe, to_string(j.fp8), "", "the scaling recipe, job.fp8 (MegatronMixedPrecision fp8_recipe, default delayed)");
   }
+  if (j.precision != Precision::fp32)
+    add_bool(Key::grad_reduce_fp32, j.grads == GradConvention::megatron,
+             j.grads == GradConvention::megatron ? "fp32 main-gradient buffers, job.grads megatron (MegatronMixedPrecision L105, default True)"
+                                                 : "16-bit main-gradient buffers, job.grads deepspeed (as the performance recipes set it)");
   add(Key::mixed_precision, "", bridge_precision_preset(j.precision, j.fp8),
       "job.precision and job.fp8 as a Megatron-Bridge preset (training/mixed_precision.py)");
   if (p.activation_offload_layers > 0) {
@@ -427,9 +432,7 @@ Result<ExportResult> export_nemo(const PlanFile& f, const ExportOptions& opt) {
   if (j.mode == TrainMode::lora)
     r.notes.push_back("LoRA on Megatron-Core's fused linear_qkv / linear_fc1 has one adapter per fused module where llmplan "
                       "counts one per projection: a few adapter parameters fewer than the plan's");
-  if (j.precision != Precision::fp32 && j.grads == GradConvention::deepspeed)
-    r.notes.push_back("NeMo keeps fp32 main gradients (grad_reduce_in_fp32, job.grads megatron); the plan was costed with 16-bit "
-                      "gradients: `llmplan import` of these files costs the run as NeMo runs it");
+
   if (m.moe.enabled() && p.tp > 1)
     r.notes.push_back("expert_tensor_parallel_size=1: the experts are not split by tp, as llmplan costs them");
   return r;
@@ -585,6 +588,7 @@ struct Said {
   std::optional<Precision> precision;
   std::optional<Fp8Recipe> fp8;
   std::optional<bool> offload;
+  std::optional<bool> grad_reduce_fp32;
   std::optional<int> activation_offload_layers;
   std::optional<int> lora_dim;
   std::optional<double> lora_alpha;
@@ -721,6 +725,8 @@ Result<Said> interpret(const Overrides& o, std::vector<std::string>* notes) {
         }
     if (!known) return r.bad(Key::mixed_precision, "a Megatron-Bridge mixed-precision preset such as bf16_mixed");
   }
+  // Main gradients: fp32 buffers (the plugin's and DistributedDataParallelConfig's default), or 16-bit.
+  if (r.has(Key::grad_reduce_fp32)) LLMPLAN_READ(s.grad_reduce_fp32, r.boolean(Key::grad_reduce_fp32));
   // Activation offload.
   if (r.has(Key::activation_offload)) {
     bool on = false;
@@ -857,6 +863,7 @@ Result<ImportedConfig> import_nemo(const std::vector<LaunchFile>& files, const I
     differ(a.first_stage, b.first_stage, Key::first_stage_layers, &d), differ(a.last_stage, b.last_stage, Key::last_stage_layers, &d);
     differ(a.lora_dim, b.lora_dim, Key::lora_dim, &d), differ(a.lora_modules, b.lora_modules, Key::lora_targets, &d);
     differ(a.activation_offload_layers, b.activation_offload_layers, Key::activation_offload_layers, &d);
+    differ(a.grad_reduce_fp32, b.grad_reduce_fp32, Key::grad_reduce_fp32, &d);
     if (d.empty() && a.precision && b.precision && (*a.precision != *b.precision || a.fp8.value_or(Fp8Recipe::none) != b.fp8.value_or(Fp8Recipe::none)))
       d = "trainer.plugins / trainer.plugins.fp8_recipe vs mixed_precision";
     if (!d.empty())
@@ -1046,6 +1053,7 @@ Result<ImportedConfig> import_nemo(const std::vector<LaunchFile>& files, const I
   j.precision = s.precision.value_or(Precision::bf16);  // the recipes' plugins=bf16_mixed()
   j.amp = AmpLevel::O2;
   j.fp8 = s.fp8.value_or(Fp8Recipe::none);
+  j.grads = s.grad_reduce_fp32.value_or(true) || j.precision == Precision::fp32 ? GradConvention::megatron : GradConvention::deepspeed;
   if (s.optimizer) j.optimizer = *s.optimizer == "adam" ? Optimizer::adamw : Optimizer::sgd_momentum;
   // LoRA: the recipe's rank and alpha (llama3_8b.py L305-306: 8 and 16; llama3_70b.py L322-323:
   // 16 and 32) and LoRA's default modules (peft/lora.py L408-410: all four).

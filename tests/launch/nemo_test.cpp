@@ -396,4 +396,26 @@ TEST(NemoFormat, UnknownKeysAreListedNotDropped) {
 }
 
 }  // namespace
+// The main gradients' dtype travels in both files: MegatronMixedPrecision's and
+// DistributedDataParallelConfig's grad_reduce_in_fp32 (True: fp32 buffers, job.grads
+// megatron; False: 16-bit, as the performance recipes set it).
+TEST(NemoFormat, MainGradientDtypeRoundTrips) {
+  for (GradConvention g : {GradConvention::megatron, GradConvention::deepspeed}) {
+    PlanFile f = testing::round_trip_plans()[4].file;  // llama3-8b dp4 tp2 sp zero1, bf16
+    f.job.grads = g;
+    Result<ExportResult> e = export_plan(f, LaunchFormat::nemo);
+    ASSERT_TRUE(e) << e.status().message();
+    const bool fp32 = g == GradConvention::megatron;
+    for (const LaunchFile& lf : e->files) {
+      // NeMo's overrides are Python literals, Bridge's Hydra's.
+      const std::string line = lf.name == "nemo_overrides.sh" ? std::string("trainer.plugins.grad_reduce_in_fp32=") + (fp32 ? "True" : "False")
+                                                              : std::string("ddp.grad_reduce_in_fp32=") + (fp32 ? "true" : "false");
+      EXPECT_NE(lf.text.find(line), std::string::npos) << lf.name;
+    }
+    Result<ImportedConfig> back = import_files(e->files, LaunchFormat::nemo, import_options(), "export");
+    ASSERT_TRUE(back) << back.status().message();
+    EXPECT_EQ(back->file.job.grads, g);
+  }
+}
+
 }  // namespace llmplan
