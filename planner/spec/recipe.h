@@ -3,6 +3,13 @@
 // counts its FLOPs, and the executor allocates exactly the tensors it names (the names
 // below are the executor's too), so that prediction and measurement can be diffed.
 //
+// A model is a sequence of layer kinds (layer_kind): a MoE model's layers may have a dense
+// MLP (MoeSpec::first_dense_layers, layer_freq) and a model's attention may be windowed on
+// some layers (ModelSpec::sliding_window, global_attention_every). Every per-layer function
+// below takes the kind from its LayerContext (layer_context sets it from the layer's index);
+// the parameter counts give both MLP kinds. Latent attention (MlaSpec), attention sinks,
+// post-norms and multi-token prediction are model-wide.
+//
 // Notation (Korthikanti et al. 2022): b micro-batch, s sequence (per rank, after CP),
 // h hidden, a heads, f FFN width, t tensor-parallel size. All results are per rank and
 // per micro-batch. Pure functions over fixed-size arrays: no allocation, so the sweep
@@ -41,6 +48,10 @@ struct SavedTensor {
   double elements = 0;        // per rank per micro-batch, after t/sp/cp division
   double bytes_per_element = 2;  // activation dtype, 1 for dropout masks, 4 for fp32 stats, ~1 for FP8 (scales included)
   bool attention_scores = false;  // an s*s tensor: dropped by selective recompute
+  // Latent attention's up-projected queries, keys and values: selective recompute keeps the
+  // cached latents instead and re-runs the up projections in backward (Megatron-Core's
+  // recompute_modules "mla_up_proj").
+  bool latent_derived = false;
   double bytes() const { return elements * bytes_per_element; }
 };
 
@@ -79,7 +90,36 @@ struct LayerContext {
   // QLoRA: bytes moved per base linear weight on the rank to dequantize it for one use
   // (read NF4 + constants, write the 16-bit copy), or 0.
   double dequant_bytes_per_param = 0;
+  // The layer's kind (layer_kind): a dense MLP in a MoE model, and the attention window in
+  // tokens (0: full attention). layer_context sets them from the layer's index; the
+  // defaults are the model's MoE (or dense) MLP under full attention.
+  bool dense_mlp = false;
+  int64_t window = 0;
 };
+
+// ---------------------------------------------------------------- layer kinds
+
+// Kind k of a layer: bit 0 set when the MLP is dense in a MoE model, bit 1 when the
+// attention is windowed. A model without mixed layers has every layer of kind 0; the memory
+// and time models compute each per-layer quantity once per kind present and sum a stage's
+// layers by kind.
+constexpr int kLayerKinds = 4;
+int layer_kind(const ModelSpec& m, int layer);
+// Bit k set when some layer of the model (0 .. layers-1) is of kind k. 1 for a model of one kind.
+uint32_t layer_kinds_present(const ModelSpec& m);
+// True when the model describes no mixed layers (every layer kind 0), in O(1): no dense
+// layers among MoE ones and no window. (A model with them may still have one kind.)
+inline bool uniform_layers(const ModelSpec& m) {
+  return (!m.moe.enabled() || (m.moe.first_dense_layers <= 0 && m.moe.layer_freq <= 1)) && m.sliding_window <= 0;
+}
+// Sets c's dense_mlp and window for kind k of model m.
+void set_layer_kind(const ModelSpec& m, int kind, LayerContext* c);
+inline bool kind_dense_mlp(int kind) { return (kind & 1) != 0; }
+
+// Keys a query attends to on average, over the s_kv positions of a causal sequence with a
+// window of w tokens (0: full): s_kv / 2 for full attention, w - w^2 / (2 s_kv) for w < s_kv
+// (positions before w see fewer keys). The causal half of the attention core's FLOPs.
+double causal_keys_per_query(double s_kv, int64_t window);
 
 // MoE capacity (GShard, Lepikhin et al. 2020): the rows one routed expert takes from the
 // `tokens` tokens of one routing rank, C = ceil(capacity_factor * tokens * k / experts);
@@ -88,6 +128,15 @@ struct LayerContext {
 // ranks), the size of the dispatch buffers. 0 for a dense model.
 double moe_expert_capacity(const ModelSpec& m, double tokens);
 double moe_expert_rows(const ModelSpec& m, double tokens);
+// The most loaded EP rank's routed rows over balanced, under MoeSpec::load_imbalance = rho:
+// the rank holds the hottest expert at rho times its share and its other E/ep - 1 experts at
+// the mean load of the rest, (E - rho) / (E - 1):
+//   (rho + (E/ep - 1) (E - rho) / (E - 1)) / (E/ep)
+// rho with one expert per rank (ep = E), 1 with every expert on one rank (ep = 1). Exactly 1
+// under forced balance (rho = 1).
+double moe_rank_load_factor(const ModelSpec& m, int ep);
+// moe_expert_rows of the most loaded EP rank: moe_expert_rows(m, tokens) x moe_rank_load_factor(m, ep).
+double moe_expert_rows(const ModelSpec& m, double tokens, int ep);
 
 // The tensors one layer keeps for backward with no recompute (policy none). Tensors a
 // layer does not need — e.g. the input of a frozen projection — are left out.
@@ -96,7 +145,8 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
 enum class LayerRecompute { none, selective, full };
 // Bytes one layer keeps between its forward and backward under a recompute policy:
 // none -> all of saved_tensors_per_layer; selective -> without the attention-score
-// tensors; full -> only the layer input (sbh, /t under SP).
+// tensors (and, under latent attention, without the up-projected q, k, v that the cached
+// latents give back); full -> only the layer input (sbh, /t under SP).
 double activation_bytes_per_layer(const ModelSpec& m, const LayerContext& c, LayerRecompute policy);
 
 // The three sums every recompute policy is made of, from one walk over the recipe (the
@@ -105,6 +155,7 @@ struct SavedTensorSums {
   bool grad_flows = true;  // false: a frozen layer below every trainable weight keeps nothing
   double all = 0;          // bytes of every tensor of saved_tensors_per_layer
   double scores = 0;       // bytes of its attention-score tensors
+  double latent = 0;       // bytes of its latent-derived tensors (SavedTensor::latent_derived)
   double input = 0;        // the layer input a full recompute keeps: b*s*h (/t under SP), act dtype
   // What PyTorch's per-operator selective checkpointing keeps (torchtitan's
   // selective_ac_option "op", torch.utils.checkpoint with a save list of matmuls and SDPA):
@@ -130,7 +181,16 @@ inline double vocab_rows_per_rank(const ModelSpec& m, int tp) {
   return static_cast<double>((m.vocab + tp - 1) / tp);
 }
 
+// One layer's parameters (the fields of ParamCounts of the same names).
+struct LayerParams {
+  double per_layer = 0, per_layer_rank = 0;
+  double lora_per_layer = 0, lora_per_layer_rank = 0;
+  double expert_per_layer_rank = 0, lora_expert_per_layer_rank = 0;
+};
+
 struct ParamCounts {
+  // Per layer: a layer of the model's main kind, the MoE MLP in a MoE model (its dense layers
+  // are `dense` below).
   double per_layer = 0;       // one transformer layer, whole model (no TP/EP split)
   double per_layer_rank = 0;  // one layer on one rank (TP and EP split)
   double embedding = 0;       // token (+ position) embedding, whole model
@@ -146,6 +206,21 @@ struct ParamCounts {
   double expert_per_layer_rank = 0;
   // LoRA: the routed experts' adapters' share of lora_per_layer_rank, partitioned likewise.
   double lora_expert_per_layer_rank = 0;
+  // A layer with a dense MLP of width ffn_hidden: a MoE model's dense layers
+  // (MoeSpec::first_dense_layers, layer_freq); equal to the main kind's for a dense model.
+  LayerParams dense;
+  // Multi-token prediction (ModelSpec::mtp_layers): the modules' own parameters (each a block
+  // of the last layer's kind, eh_proj 2h x h, two input RMSNorms and its final norm), whole
+  // model and on the last stage's rank, and of the latter the routed experts' share. The
+  // embedding and output head they share are the main model's; on pp > 1 the last stage
+  // keeps a copy of the token embedding for them (Megatron-Core GPTModel builds the
+  // embedding where mtp_process), which mtp_rank includes (memory, not a parameter). Not in
+  // total nor active_per_token, which are the main model's (DeepSeek-V3's 671B / 37B).
+  double mtp = 0, mtp_rank = 0, mtp_expert_rank = 0;
+  LayerParams layer(bool dense_mlp) const {
+    return dense_mlp ? dense
+                     : LayerParams{per_layer, per_layer_rank, lora_per_layer, lora_per_layer_rank, expert_per_layer_rank, lora_expert_per_layer_rank};
+  }
 };
 
 // The nn.Linear weights of one layer on one rank (no biases, norms): q k v o, the MLP's
@@ -155,8 +230,12 @@ struct LinearWeights {
   double total = 0;
   double largest = 0;
 };
-LinearWeights linear_weights_per_layer_rank(const ModelSpec& m, int t, int ep);
+LinearWeights linear_weights_per_layer_rank(const ModelSpec& m, int t, int ep, bool dense_mlp = false);
 
+// Latent attention: the down projections (q_a, kv_a) and the latent norms are replicated
+// under TP (Megatron-Core MLASelfAttention's linear_q_down_proj / linear_kv_down_proj,
+// "duplicated"), the up projections column-parallel, o row-parallel. Attention sinks: one
+// per head, split with the heads. Post-norms: two more norms of h.
 // REQUIRES: t divides heads and kv_heads (callers validate the plan first).
 ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lora_targets, int lora_rank);
 
@@ -167,8 +246,8 @@ ParamCounts count_params(const ModelSpec& m, int t, int pp, int ep, uint32_t lor
 struct LayerFlops {
   double gemm_base = 0;        // projections with base weights (2mnk each)
   double gemm_lora = 0;        // LoRA adapter GEMMs
-  double attention = 0;        // QK^T and PV, full s*s (not halved for the causal mask)
-  double attention_causal = 0; // the same, counting only the causal half that runs
+  double attention = 0;        // QK^T and PV, full s*s (not halved for the causal mask; windowed: s*w)
+  double attention_causal = 0; // the same, counting only the causal half (the window's keys) that runs
   double router = 0;           // MoE router
   double elementwise_bytes = 0;  // memory traffic of norms/activations/softmax (bandwidth-bound)
   // QLoRA: the traffic of dequantizing the layer's base weights once (read NF4, write 16
@@ -182,7 +261,8 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
 double head_forward_flops(const ModelSpec& m, const LayerContext& c);
 
 // Model FLOPs per step with the conventions of the literature, for MFU:
-// forward+backward (3x forward), attention not halved, LM head included.
+// forward+backward (3x forward), attention not halved (a windowed layer over its window),
+// LM head included, and the multi-token prediction modules' work with their head.
 double model_flops_per_token(const ModelSpec& m, int64_t seq_len);
 
 }  // namespace llmplan

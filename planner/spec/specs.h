@@ -25,13 +25,62 @@ constexpr const char* kFamilyNames = "gpt, llama";  // GPT: LayerNorm, GELU, bia
 enum class AttentionBias { none, qkv, all };
 constexpr const char* kAttentionBiasNames = "none, qkv, all";
 
-struct MoeSpec {                    // Mixture of experts in the MLP of every layer.
+struct MoeSpec {                    // Mixture of experts in the MLP of every MoE layer.
   int experts = 0;                  // routed experts per layer, e.g. 8 (0 = dense model)
-  int experts_per_token = 0;        // top-k, e.g. 2
+  int experts_per_token = 0;        // top-k, e.g. 2 (DeepSeek-V3 and Qwen3-MoE: 8)
   int64_t expert_ffn_hidden = 0;    // inner width of one expert, e.g. 14336
   int shared_experts = 0;           // always-active experts (DeepSeek style), e.g. 0
   double capacity_factor = 1.0;     // tokens an expert buffers = cf * tokens * k / experts
+  // Inner width of one shared expert; 0: ffn_hidden (the dense MLP's width). DeepSeek-V2/V3
+  // give the shared experts the routed experts' width: n_shared_experts x
+  // moe_intermediate_size together (DeepSeek-V3, arXiv 2412.19437, sec. 2.1.2; transformers
+  // DeepseekV3MoE: intermediate_size = moe_intermediate_size * n_shared_experts).
+  int64_t shared_expert_ffn_hidden = 0;
+  // Which layers are MoE: layer i (from 0) when i >= first_dense_layers and i % layer_freq
+  // == 0, the others a dense MLP of width ffn_hidden (HF DeepseekV3DecoderLayer:
+  // first_k_dense_replace, moe_layer_freq; DeepSeek-V3: 3 dense, then 58 MoE). Defaults:
+  // every layer MoE.
+  int first_dense_layers = 0;
+  int layer_freq = 1;
+  // Biases on every expert's projections (its fused gate/up and its down) and on the
+  // router: gpt-oss (transformers GptOssExperts gate_up_proj_bias, down_proj_bias;
+  // GptOssTopKRouter bias). Default: none (Mixtral, Qwen, DeepSeek).
+  bool expert_bias = false;
+  // Dropless routing: the hottest expert's tokens over the balanced share tokens * k /
+  // experts (1 + MaxVio of Wang et al. 2024, arXiv 2408.15664). 1 is forced balance, the
+  // ideal and how MoE benchmarks are usually run; the presets of models trained with a
+  // balancing method give its published figure (kMoeLoadImbalanceAuxLoss,
+  // kMoeLoadImbalanceLossFree). The memory and time models size the most loaded EP rank's
+  // expert rows with it (moe_rank_load_factor, recipe.h). Default: 1.
+  double load_imbalance = 1.0;
   bool enabled() const { return experts > 0; }
+};
+
+// The hottest expert's load over balanced under the two balancing methods DeepSeek compared
+// (Wang et al. 2024, "Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts",
+// arXiv 2408.15664, the MaxVio of its 1B models over the validation set): an auxiliary
+// balancing loss leaves the hottest expert 1.72x the balanced share (MaxVio 0.72), the
+// auxiliary-loss-free bias (DeepSeek-V3) 1.04x (MaxVio 0.04). Per-batch imbalance is larger.
+constexpr double kMoeLoadImbalanceAuxLoss = 1.72;
+constexpr double kMoeLoadImbalanceLossFree = 1.04;
+
+// Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, sec. 2.1): queries and keys/
+// values go through low-rank latents, c_Q = W_DQ h (q_lora_rank wide, RMS-normed; 0: q is
+// projected directly from h, as DeepSeek-V2-Lite) and c_KV = W_DKV h (kv_lora_rank, RMS-
+// normed), then W_UQ, W_UK, W_UV expand them per head into qk_nope_head_dim-wide queries and
+// keys and v_head_dim-wide values; a decoupled rotary part of qk_rope_head_dim per query head
+// (W_QR from c_Q) and one shared by every head for the keys (W_KR from h). Per head the
+// query/key width is qk_nope + qk_rope, the value width v_head_dim. The names are the HF
+// config's (transformers DeepseekV3Attention: q_a_proj, q_a_layernorm, q_b_proj,
+// kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj).
+struct MlaSpec {
+  int64_t q_lora_rank = 0;       // d_c' (1536 in DeepSeek-V3); 0: no query compression
+  int64_t kv_lora_rank = 0;      // d_c (512); 0: not MLA
+  int64_t qk_nope_head_dim = 0;  // d_h (128)
+  int64_t qk_rope_head_dim = 0;  // d_h^R (64)
+  int64_t v_head_dim = 0;        // (128)
+  bool enabled() const { return kv_lora_rank > 0; }
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
 struct ModelSpec {
@@ -54,10 +103,52 @@ struct ModelSpec {
   // k_norm), Megatron-Core --qk-layernorm. Llama family only.
   bool qk_norm = false;
   MoeSpec moe;
+  MlaSpec mla;                      // multi-head latent attention on every layer when enabled
+  // Sliding-window attention (Beltagy et al. 2020, Longformer; Mistral 7B; gpt-oss; Gemma 2/3):
+  // a query attends to the sliding_window most recent positions, itself included. 0: full
+  // attention on every layer.
+  int64_t sliding_window = 0;
+  // With a window, every n-th layer attends to the whole sequence: layer i (from 0) when
+  // (i + 1) % n == 0 (transformers Gemma3DecoderLayer: is_sliding = (layer_idx + 1) %
+  // sliding_window_pattern; Gemma 3: n = 6, 5 local layers to 1 global; gpt-oss's layer_types
+  // alternate sliding, full: n = 2). 0: every layer windowed.
+  int global_attention_every = 0;
+  // A learned logit per head added to every softmax's denominator (gpt-oss model card,
+  // arXiv 2508.10925, sec. 2: "attention sinks"; transformers GptOssAttention.sinks, one
+  // per head): `heads` parameters a layer, split by TP with the heads.
+  bool attention_sinks = false;
+  // RMSNorms on the attention and MLP branches' outputs before the residual add, beside the
+  // pre-norms (Gemma 2/3: post_attention_layernorm, post_feedforward_layernorm): four norms a
+  // layer instead of two.
+  bool post_norms = false;
+  // DeepSeek-V3's multi-token prediction (arXiv 2412.19437, sec. 2.2): mtp_layers sequential
+  // modules after the last layer, each an RMSNorm of the previous depth's hidden state and
+  // one of the next token's embedding, their concatenation projected 2h -> h (eh_proj), one
+  // transformer block of the last layer's kind and the shared output head with its own final
+  // norm. They share the embedding and the output head with the main model and run on the
+  // last pipeline stage. 0: none.
+  int mtp_layers = 0;
 
-  int64_t head_width() const { return head_dim > 0 ? head_dim : hidden / heads; }
-  int64_t q_width() const { return head_width() * heads; }      // columns of W_q
-  int64_t kv_width() const { return head_width() * kv_heads; }  // columns of W_k (= W_v)
+  int64_t head_width() const {
+    if (mla.enabled()) return mla.qk_head_dim();
+    return head_dim > 0 ? head_dim : hidden / heads;
+  }
+  int64_t q_width() const { return head_width() * heads; }      // columns of W_q (MLA: of the up-projected queries)
+  int64_t kv_width() const { return head_width() * kv_heads; }  // columns of W_k (= W_v but under MLA)
+  // Width of the attention output (the output projection's input): q_width(), but under MLA
+  // heads x v_head_dim.
+  int64_t v_width() const { return mla.enabled() ? mla.v_head_dim * heads : q_width(); }
+  // Inner width of the shared experts together (MoeSpec::shared_expert_ffn_hidden).
+  int64_t shared_ffn_width() const { return (moe.shared_expert_ffn_hidden > 0 ? moe.shared_expert_ffn_hidden : ffn_hidden) * moe.shared_experts; }
+  // The layer kinds (recipe.h, layer_kind): whether layer i (from 0) has the MoE MLP, and the
+  // window of its attention (0: full).
+  bool moe_layer(int layer) const {
+    return moe.enabled() && layer >= moe.first_dense_layers && (moe.layer_freq <= 1 || layer % moe.layer_freq == 0);
+  }
+  int64_t attention_window(int layer) const {
+    if (sliding_window <= 0) return 0;
+    return global_attention_every > 0 && (layer + 1) % global_attention_every == 0 ? 0 : sliding_window;
+  }
   bool qkv_bias() const { return family == Family::gpt || attention_bias != AttentionBias::none; }
   bool o_bias() const { return family == Family::gpt || attention_bias == AttentionBias::all; }
 };
