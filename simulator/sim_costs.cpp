@@ -66,16 +66,16 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
   const HeadTimes head = head_times(m, c, j, p, e);
 
-  // Per-layer costs for the kinds of layer a model has: [frozen][policy], computed once.
+  // Per-layer costs for the kinds of layer a model has: [layer kind][frozen][policy], computed once.
   struct Kind {
     bool done = false;
     LayerTimes lt;
     double act = 0, working = 0, transient = 0;
     bool grad_flows = true, base_trainable = true;
-  } kinds[2][3];
+  } kinds[kLayerKinds][2][3];
   auto kind = [&](int global_layer, LayerRecompute policy) -> const Kind& {
     const bool frozen = global_layer < frozen_layers;
-    Kind& kd = kinds[frozen ? 1 : 0][static_cast<int>(policy)];
+    Kind& kd = kinds[layer_kind(m, global_layer)][frozen ? 1 : 0][static_cast<int>(policy)];
     if (!kd.done) {
       const LayerContext lc = layer_context(m, j, p, global_layer);
       kd.lt = layer_times(m, c, j, p, lc, policy, e);
@@ -106,9 +106,10 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
       lc.compute = {kd.lt.forward, kd.lt.backward, kd.lt.recompute};
       split_layer_comm(kd.lt, policy, kd.grad_flows, tp_tier, cp_tier, ep_tier, &lc);
       const bool trains = j.mode == TrainMode::lora ? global >= frozen_layers : kd.base_trainable;
-      const double trainable_params = j.mode == TrainMode::lora ? (trains ? pc.lora_per_layer_rank : 0) : (trains ? pc.per_layer_rank : 0);
+      const LayerParams lp = pc.layer(kind_dense_mlp(layer_kind(m, global)));
+      const double trainable_params = j.mode == TrainMode::lora ? (trains ? lp.lora_per_layer_rank : 0) : (trains ? lp.per_layer_rank : 0);
       lc.grad_bytes = trainable_params * dp.grad_bytes_per_param;
-      lc.weight_bytes = pc.per_layer_rank * bpp.weights;
+      lc.weight_bytes = lp.per_layer_rank * bpp.weights;
       lc.trainable_weight_bytes = trainable_params * bpp.weights;
       lc.activation_bytes = kd.act;
       lc.working_bytes = kd.working;
@@ -126,10 +127,11 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     if (is_last) {
       st.head_forward = head.forward;
       st.head_backward = head.backward;
-      st.head_weight_bytes = pc.head_rank * bpp.weights;
+      // (with the multi-token prediction modules, which run with the head)
+      st.head_weight_bytes = (pc.head_rank + pc.mtp_rank) * bpp.weights;
       if (j.mode != TrainMode::lora) {
-        st.head_grad_bytes = pc.head_rank * dp.grad_bytes_per_param;
-        st.head_trainable_weight_bytes = pc.head_rank * bpp.weights;
+        st.head_grad_bytes = (pc.head_rank + pc.mtp_rank) * dp.grad_bytes_per_param;
+        st.head_trainable_weight_bytes = (pc.head_rank + pc.mtp_rank) * bpp.weights;
       }
     }
     const double trainable = stage_params(m, j, p, pc, s).trainable;

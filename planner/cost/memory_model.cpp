@@ -199,6 +199,8 @@ LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const Paral
   c.ep = p.ep;
   c.act_bytes = j.precision == Precision::fp32 ? 4 : 2;
   c.flash = p.flash_attention;
+  c.dense_mlp = m.moe.enabled() && !m.moe_layer(global_layer);
+  c.window = m.attention_window(global_layer);
   const int frozen = j.frozen_layer_count(m.layers);
   const bool frozen_layer = global_layer < frozen;
   // Backward reaches a layer only if something at or below it trains: frozen bottom
@@ -235,9 +237,9 @@ LayerContext as_trainable_context(LayerContext lc) {
   return lc;
 }
 
-const MemoryInputs::StageLayers* find_stage_layers(const MemoryInputs& in, int layers, int frozen_here) {
+const MemoryInputs::StageLayers* find_stage_layers(const MemoryInputs& in, const StageLayerKinds& kinds) {
   for (int i = 0; i < in.shape_count; ++i)
-    if (in.shapes[i].layers == layers && in.shapes[i].frozen == frozen_here) return &in.shapes[i];
+    if (in.shapes[i].kinds == kinds) return &in.shapes[i];
   return nullptr;
 }
 
@@ -259,13 +261,13 @@ double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, cons
   return whole * 3 * static_cast<double>(m.kv_width());
 }
 
-LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, bool dense_mlp) {
   const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
   const double seq_div = p.sp ? p.tp : 1.0;
   const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
   const double mlp_grads = m.family == Family::gpt ? 1 : 2;  // GELU: d(fc1); SwiGLU: d(gate) and d(up)
   double mlp_moment = 0, mlp_comm = 0;
-  if (m.moe.enabled()) {
+  if (m.moe.enabled() && !dense_mlp) {
     // The routed experts' backward over the rank's E x C
     // capacity-padded rows, beside the layer's output and input gradients (2 tok x h):
     // first the expert outputs' gradient (rows x h) and the activation gradient (rows x fe);
@@ -273,7 +275,7 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     // a communication buffer under ep > 1, sent back by all-to-all) and one GEMM call's
     // input-gradient scratch (all rows with one local expert, one block of C rows otherwise).
     const double h = static_cast<double>(m.hidden), tok = tokens / seq_div, fe = static_cast<double>(m.moe.expert_ffn_hidden);
-    const double rows = moe_expert_rows(m, tok), local = static_cast<double>(m.moe.experts) / p.ep;
+    const double rows = moe_expert_rows(m, tok, p.ep), local = static_cast<double>(m.moe.experts) / p.ep;
     const double call = local == 1 ? rows : rows / m.moe.experts;
     const double down = rows * (h + fe), up = rows * (mlp_grads * fe + (p.ep > 1 ? 0 : h)) + call * h;
     // The down projection's moment holds no exchange buffer: its gradient's send buffer is
@@ -294,6 +296,8 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
       mlp_moment += tokens * (h + static_cast<double>(j.lora.rank)) * act_bytes;
   }
   if (p.cp <= 1) return {mlp_moment, 0, mlp_comm};
+  // (Latent attention: q_width for the up-projected queries and keys; its values are
+  // narrower, counted here as wide as the keys.)
   const double qw = static_cast<double>(m.q_width()) / p.tp, kvw = static_cast<double>(m.kv_width()) / p.tp;
   // The layer output's gradient (the residual's) is live through attention's backward too.
   const double output_grad = tokens * static_cast<double>(m.hidden) / seq_div;
@@ -309,18 +313,30 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
   const int frozen_here = std::clamp(frozen_layers - first_layer, 0, layers);
   const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
   StageParams sp;
-  if (j.mode == TrainMode::lora) {
-    sp.frozen += layers * pc.per_layer_rank;
-    if (j.qlora()) sp.frozen_nf4 = layers * linear_weights_per_layer_rank(m, p.tp, p.ep).total;
-    sp.trainable += (layers - frozen_here) * pc.lora_per_layer_rank;
-    sp.expert = (layers - frozen_here) * pc.lora_expert_per_layer_rank;
-  } else {
-    sp.trainable += (layers - frozen_here) * pc.per_layer_rank;
-    sp.frozen += frozen_here * pc.per_layer_rank;
-    sp.expert = (layers - frozen_here) * pc.expert_per_layer_rank;
+  // The stage's layers of each MLP kind (a MoE model's dense layers have their own counts).
+  const StageLayerKinds kinds = stage_layer_kinds(m, p, stage, frozen_here);
+  for (int k = 0; k < kLayerKinds; ++k) {
+    const int n = kinds.layers[k], frozen = kinds.frozen[k];
+    if (n == 0) continue;
+    const LayerParams lp = pc.layer(kind_dense_mlp(k));
+    if (j.mode == TrainMode::lora) {
+      sp.frozen += n * lp.per_layer_rank;
+      if (j.qlora()) sp.frozen_nf4 += n * linear_weights_per_layer_rank(m, p.tp, p.ep, kind_dense_mlp(k)).total;
+      sp.trainable += (n - frozen) * lp.lora_per_layer_rank;
+      sp.expert += (n - frozen) * lp.lora_expert_per_layer_rank;
+    } else {
+      sp.trainable += (n - frozen) * lp.per_layer_rank;
+      sp.frozen += frozen * lp.per_layer_rank;
+      sp.expert += (n - frozen) * lp.expert_per_layer_rank;
+    }
   }
   if (stage == 0) (embedding_trainable ? sp.trainable : sp.frozen) += pc.embedding_rank;
   if (stage == p.pp - 1) (j.mode == TrainMode::lora ? sp.frozen : sp.trainable) += pc.head_rank;
+  // Multi-token prediction on the last stage: trained with the main model (frozen under LoRA).
+  if (stage == p.pp - 1 && pc.mtp_rank > 0) {
+    (j.mode == TrainMode::lora ? sp.frozen : sp.trainable) += pc.mtp_rank;
+    if (j.mode != TrainMode::lora) sp.expert += pc.mtp_expert_rank;
+  }
   return sp;
 }
 
@@ -345,15 +361,45 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
 
 namespace {
 
+// The recompute policy of the multi-token prediction modules' blocks: the plan's (full_k's
+// first layers of a chunk are the main model's).
+LayerRecompute mtp_recompute(const ParallelPlan& p) {
+  return p.recompute == Recompute::full ? LayerRecompute::full : p.recompute == Recompute::selective ? LayerRecompute::selective : LayerRecompute::none;
+}
+
+// What the multi-token prediction modules keep per micro-batch (DeepSeek-V3 sec. 2.2): per
+// module its block's kept tensors (a layer of the last layer's kind under `policy`), the
+// embedding's norm input, eh_proj's input (the two normed inputs concatenated, 2h) and its
+// own final-norm and head inputs: 5 tokens x h beside the block, held with the head's set.
+double mtp_kept_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, LayerRecompute policy) {
+  if (m.mtp_layers <= 0) return 0;
+  const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
+  const double head_input = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp) * m.hidden / (p.sp ? p.tp : 1.0) * act_bytes;
+  return m.mtp_layers * (activation_bytes_per_layer(m, layer_context(m, j, p, m.layers - 1), policy) + 5 * head_input);
+}
+
 // stage_memory_extras with the rank's parameter counts (read only under ZeRO-2/3 and for
 // MoE under TP) and its layers' backward moments given.
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
-                                      const MemoryOptions& opt, const ParamCounts& pc, const LayerBackwardMoments& moments) {
+                                      const MemoryOptions& opt, const ParamCounts& pc, const LayerBackwardMoments& main_moments,
+                                      const LayerBackwardMoments& dense_moments, const double* mtp_kept = nullptr) {
   StageMemoryExtras x;
   const int layers = pp_stage_layers(m.layers, p, stage);
   const int first_layer = first_layer_of_pp_stage(m.layers, p, stage);
   const int frozen_layers = j.frozen_layer_count(m.layers);
   const int frozen_here = std::clamp(frozen_layers - first_layer, 0, layers);
+  // The kinds of the stage's layers (one kind: all of kind 0). Of a stage of several kinds
+  // each per-layer term below takes its largest kind (an upper bound where, as ZeRO-3's
+  // pool of two adjacent units, the two largest need not be adjacent).
+  const StageLayerKinds kinds = stage_layer_kinds(m, p, stage, frozen_here);
+  const bool has_moe = has_moe_layer(m, kinds);
+  bool has_dense = false;
+  for (int k = 0; k < kLayerKinds; ++k) has_dense = has_dense || (m.moe.enabled() && kind_dense_mlp(k) && kinds.layers[k] > 0);
+  LayerBackwardMoments moments = has_dense && !has_moe ? dense_moments : main_moments;
+  if (has_dense && has_moe) {
+    if (dense_moments.mlp > main_moments.mlp + main_moments.mlp_comm) moments.mlp = dense_moments.mlp, moments.mlp_comm = 0;
+    moments.attention = std::max(main_moments.attention, dense_moments.attention);
+  }
   const bool is_first = stage == 0, is_last = stage == p.pp - 1;
   const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
   const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
@@ -365,6 +411,9 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   if (is_last) {
     x.head_input = tokens * h / seq_div * act_bytes;
     x.last_chunk_set = 2 * x.head_input;  // final-norm input (the last layer's output) + LM-head input
+    // Multi-token prediction's kept tensors, held with the head's set (mtp_kept_bytes).
+    if (m.mtp_layers > 0)
+      x.last_chunk_set += mtp_kept ? mtp_kept[static_cast<int>(mtp_recompute(p))] : mtp_kept_bytes(m, j, p, mtp_recompute(p));
     // logits + fp32 softmax (the executor's loss), or the framework's loss peak
     const bool tp_loss = p.tp > 1 && opt.loss_bytes_per_logit_tp > 0;
     const double framework_loss = tp_loss ? opt.loss_bytes_per_logit_tp : opt.loss_bytes_per_logit;
@@ -372,19 +421,22 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     const double cached = tp_loss ? opt.loss_cached_bytes_per_logit_tp : opt.loss_cached_bytes_per_logit;
     const double per_logit = (framework_loss > 0 ? framework_loss : act_bytes + 4) + cached;
     x.logits_set = tokens * vocab_rank * per_logit;
+    // Every multi-token prediction module's logits and loss live with the main head's
+    // until the backward (Megatron-Core computes each depth's loss in the forward).
+    if (m.mtp_layers > 0) x.logits_set *= 1 + m.mtp_layers;
   }
   const bool layers_train = frozen_here < layers;
   // The layer backward's MLP moment: its activation gradients, one GEMM's scratch and (MoE
   // under TP) the layer's partial router and expert gradients, all live at once in the
   // MoE MLP's backward.
   double mlp_working = moments.mlp + opt.backward_gemm_scratch_bytes;
-  if (m.moe.enabled() && p.tp > 1 && opt.moe_tp_partial_gradients) {
+  if (has_moe && p.tp > 1 && opt.moe_tp_partial_gradients) {
     const double partial = j.mode == TrainMode::lora ? pc.lora_expert_per_layer_rank
                                                      : pc.expert_per_layer_rank + static_cast<double>(m.moe.experts) * h;  // + router
     mlp_working += partial * bytes_per_param(j).gradients;
   }
   if (is_last) {
-    x.head_logits = tokens * vocab_rank * act_bytes;
+    x.head_logits = tokens * vocab_rank * act_bytes * (1 + m.mtp_layers);
     x.head_forward_working = opt.head_gemm_scratch_bytes;
     // The head input gradient over the (SP: gathered) micro-batch and the layer-output
     // gradient the final norm's backward writes, allocated before the GEMM.
@@ -394,13 +446,24 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     const bool lora = j.mode == TrainMode::lora;
     const double tok = vocab_rank * h;                       // the token table (or untied head) on this rank
     const double norm = m.family == Family::gpt ? 2 * h : h;  // final norm weight (+ bias)
-    const double layer = pc.per_layer_rank + (lora ? pc.lora_per_layer_rank : 0);
-    // Units in the order of use: the embedding, the layers, the final norm + head.
-    const double emb_unit = pc.embedding_rank, head_unit = norm + tok;
+    // A layer unit (the stage's largest kind) and its gradient; all of them, for the
+    // stage's whole set under zero3_pp_unsharded.
+    double layer = 0, layer_grad = 0, all_layers = 0, all_grads = 0;
+    for (int k = 0; k < kLayerKinds; ++k) {
+      if (kinds.layers[k] == 0) continue;
+      const LayerParams lp = pc.layer(kind_dense_mlp(k));
+      layer = std::max(layer, lp.per_layer_rank + (lora ? lp.lora_per_layer_rank : 0));
+      layer_grad = std::max(layer_grad, lora ? lp.lora_per_layer_rank : lp.per_layer_rank);
+      all_layers += kinds.layers[k] * (lp.per_layer_rank + (lora ? lp.lora_per_layer_rank : 0));
+      all_grads += kinds.layers[k] * (lora ? lp.lora_per_layer_rank : lp.per_layer_rank);
+    }
+    // Units in the order of use: the embedding, the layers, the final norm + head (with the
+    // multi-token prediction modules, which use the head).
+    const double emb_unit = pc.embedding_rank, head_unit = norm + tok + (is_last ? pc.mtp_rank : 0);
     // Gradients: only trainable parameters have them (a tied head's table trains with the embedding).
-    double grad = layers_train ? (lora ? pc.lora_per_layer_rank : pc.per_layer_rank) : 0;
+    double grad = layers_train ? layer_grad : 0;
     if (is_first && embedding_trainable) grad = std::max(grad, emb_unit);
-    const double head_grad = is_last && !lora ? norm + (m.tied_embeddings && !embedding_trainable ? 0 : tok) : 0;
+    const double head_grad = is_last && !lora ? norm + (m.tied_embeddings && !embedding_trainable ? 0 : tok) + pc.mtp_rank : 0;
     grad = std::max(grad, head_grad);
     x.unit_grad_transient = grad * bytes_per_param(j).gradients;
     x.head_grad_transient = head_grad * bytes_per_param(j).gradients;
@@ -426,8 +489,8 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
         // Under PP the stage's whole parameters stay gathered all step (MemoryOptions), and
         // its gradients accumulate unsharded in fp32 until the last micro-batch: held, not a
         // unit's transient.
-        x.gathered_pool = (layers * layer + (is_first ? emb_unit : 0) + (is_last ? head_unit : 0)) * act_bytes;
-        x.unsharded_gradients = (layers_train ? layers * (lora ? pc.lora_per_layer_rank : pc.per_layer_rank) : 0) * 4.0 +
+        x.gathered_pool = (all_layers + (is_first ? emb_unit : 0) + (is_last ? head_unit : 0)) * act_bytes;
+        x.unsharded_gradients = (layers_train ? all_grads : 0) * 4.0 +
                                 ((is_first && embedding_trainable) ? emb_unit * 4.0 : 0) + head_grad * 4.0;
         x.unit_grad_transient = x.head_grad_transient = 0;
         root = true;
@@ -488,7 +551,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     // Under SP the all-gathered layer input above is live during the dispatch only when
     // shared experts read it (it is gathered before the exchange); without them the two
     // are never live together, so only the larger counts.
-    const double a2a = moe_expert_rows(m, tokens / seq_div) * h * act_bytes;
+    const double a2a = has_moe ? moe_expert_rows(m, tokens / seq_div, p.ep) * h * act_bytes : 0;
     const double ep_extra = m.moe.shared_experts > 0 ? a2a : std::max(a2a, sp_ep) - sp_ep;  // sp_ep: the SP gather so far
     x.comm_buffers += ep_extra;
     x.layer_comm_buffers += ep_extra;
@@ -528,7 +591,8 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
     pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
   }
-  return stage_memory_extras(m, j, p, stage, opt, pc, activation_gradient_bytes(m, j, p));
+  const LayerBackwardMoments main = activation_gradient_bytes(m, j, p);
+  return stage_memory_extras(m, j, p, stage, opt, pc, main, m.moe.enabled() ? activation_gradient_bytes(m, j, p, true) : main);
 }
 
 MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const TrainingJob& j, const ParallelPlan& p,
@@ -546,28 +610,36 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
     in.fp8_scaling_bytes_per_layer = modules * fp8_scaling_state_bytes(j.fp8, gpu);
   }
   in.backward_moments = activation_gradient_bytes(m, j, p);
+  in.dense_backward_moments = m.moe.enabled() ? activation_gradient_bytes(m, j, p, true) : in.backward_moments;
+  in.kinds = layer_kinds_present(m);
+  for (int r = 0; r < 3; ++r) in.mtp_kept[r] = mtp_kept_bytes(m, j, p, static_cast<LayerRecompute>(r));
   const int frozen = j.frozen_layer_count(m.layers);
-  for (int f = 0; f < 2; ++f) {
-    // A layer index that is (f=1) or is not (f=0) frozen; contexts differ only in that.
-    const int layer = f ? 0 : m.layers - 1;
-    LayerContext lc = layer_context(m, j, p, layer);
-    if (f == 1 && frozen == 0) lc.grad_flows = false;
-    if (fp8 && opt.fp8_quantized_inputs) lc.fp8_input_bytes = fp8_saved_input_bytes(j.fp8, gpu);
-    if (fp8 && opt.fp8_weight_copies == Fp8WeightCopies::per_microbatch) lc.fp8_weight_bytes = fp8_recipe_facts(j.fp8, gpu).weight_bytes;
-    // One walk over the recipe per kind of layer serves all three policies.
-    const SavedTensorSums sums = sum_saved_tensors(m, lc);
-    const SavedTensorSums trainable = lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc));
-    for (int r = 0; r < 3; ++r) {
-      const LayerRecompute rc = static_cast<LayerRecompute>(r);
-      in.layer_bytes[f][r] = activation_bytes_per_layer(sums, rc);
-      in.remat_bytes[f][r] = lc.grad_flows ? layer_rematerialised_bytes(sums, rc) : 0;
-      in.transient_bytes[f][r] = layer_forward_transient_bytes(sums, trainable, rc);
-      if (rc == LayerRecompute::selective && opt.selective == SelectiveRecompute::torch_op_sac && lc.grad_flows) {
-        // Per-op SAC keeps its save list; backward re-runs the layer's other operators,
-        // whose outputs are then live beside the kept ones; in forward they are transient.
-        in.layer_bytes[f][r] = sums.op_sac;
-        in.remat_bytes[f][r] = std::max(0.0, sums.all - sums.op_sac);
-        in.transient_bytes[f][r] = sums.input + in.remat_bytes[f][r];
+  for (int k = 0; k < kLayerKinds; ++k) {
+    if (!(in.kinds & (1u << k))) continue;
+    for (int f = 0; f < 2; ++f) {
+      // A layer index that is (f=1) or is not (f=0) frozen; contexts differ only in that,
+      // and in the kind set here.
+      const int layer = f ? 0 : m.layers - 1;
+      LayerContext lc = layer_context(m, j, p, layer);
+      set_layer_kind(m, k, &lc);
+      if (f == 1 && frozen == 0) lc.grad_flows = false;
+      if (fp8 && opt.fp8_quantized_inputs) lc.fp8_input_bytes = fp8_saved_input_bytes(j.fp8, gpu);
+      if (fp8 && opt.fp8_weight_copies == Fp8WeightCopies::per_microbatch) lc.fp8_weight_bytes = fp8_recipe_facts(j.fp8, gpu).weight_bytes;
+      // One walk over the recipe per kind of layer serves all three policies.
+      const SavedTensorSums sums = sum_saved_tensors(m, lc);
+      const SavedTensorSums trainable = lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc));
+      for (int r = 0; r < 3; ++r) {
+        const LayerRecompute rc = static_cast<LayerRecompute>(r);
+        in.layer_bytes[k][f][r] = activation_bytes_per_layer(sums, rc);
+        in.remat_bytes[k][f][r] = lc.grad_flows ? layer_rematerialised_bytes(sums, rc) : 0;
+        in.transient_bytes[k][f][r] = layer_forward_transient_bytes(sums, trainable, rc);
+        if (rc == LayerRecompute::selective && opt.selective == SelectiveRecompute::torch_op_sac && lc.grad_flows) {
+          // Per-op SAC keeps its save list; backward re-runs the layer's other operators,
+          // whose outputs are then live beside the kept ones; in forward they are transient.
+          in.layer_bytes[k][f][r] = sums.op_sac;
+          in.remat_bytes[k][f][r] = std::max(0.0, sums.all - sums.op_sac);
+          in.transient_bytes[k][f][r] = sums.input + in.remat_bytes[k][f][r];
+        }
       }
     }
   }
@@ -577,29 +649,31 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
   for (int s = 0; s < p.pp; ++s) {
     const int layers = pp_stage_layers(m.layers, p, s);
     const int frozen_here = std::clamp(frozen - first_layer_of_pp_stage(m.layers, p, s), 0, layers);
+    const StageLayerKinds kinds = stage_layer_kinds(m, p, s, frozen_here);
     if (s >= 1 && s < p.pp - 1) {
       MemoryInputs::StageRun* run = in.run_count > 0 ? &in.runs[in.run_count - 1] : nullptr;
-      if (run && run->layers == layers && run->frozen == frozen_here) {
+      if (run && run->kinds == kinds) {
         run->end = s + 1;
       } else if (in.run_count < static_cast<int>(in.runs.size())) {
-        in.runs[in.run_count++] = {s, s + 1, layers, frozen_here};
+        in.runs[in.run_count++] = {s, s + 1, kinds};
       } else {
         in.runs_complete = false;
       }
     }
     // A shape seen before, or one more than the list holds (stage_phases then walks its layers).
-    if (find_stage_layers(in, layers, frozen_here) || in.shape_count == static_cast<int>(in.shapes.size())) continue;
+    if (find_stage_layers(in, kinds) || in.shape_count == static_cast<int>(in.shapes.size())) continue;
     MemoryInputs::StageLayers& sl = in.shapes[in.shape_count++];
-    sl.layers = layers;
-    sl.frozen = frozen_here;
+    sl.kinds = kinds;
     for (int r = 0; r < 3; ++r) {
       double per_mb = 0, remat = 0, transient = 0;
-      for (int i = 0; i < layers; ++i) {
-        const int f = i < frozen_here ? 1 : 0;
-        per_mb += in.layer_bytes[f][r];
-        remat = std::max(remat, in.remat_bytes[f][r]);
-        transient = std::max(transient, in.transient_bytes[f][r]);
-      }
+      // Kind by kind, its frozen layers first (the walk's order for a model of one kind).
+      for (int k = 0; k < kLayerKinds; ++k)
+        for (int i = 0; i < kinds.layers[k]; ++i) {
+          const int f = i < kinds.frozen[k] ? 1 : 0;
+          per_mb += in.layer_bytes[k][f][r];
+          remat = std::max(remat, in.remat_bytes[k][f][r]);
+          transient = std::max(transient, in.transient_bytes[k][f][r]);
+        }
       sl.kept[r] = per_mb;
       sl.remat[r] = remat;
       sl.transient[r] = transient;
@@ -644,8 +718,22 @@ StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPla
   // gathered unit and the prefetched one (Megatron FSDP gathers FP8 parameters, its
   // fp8_param_gather), not a cache of the whole stage.
   const double cached_layers = p.zero == 3 ? std::min(layers, 2) : layers;
-  base[static_cast<int>(MemoryItem::weights)] = states.weights +
-                                                cached_layers * in.pc.per_layer_rank * in.fp8_cached_bytes_per_param +
+  // The cached layers' parameters: of a stage of several kinds, every layer's (ZeRO-3: two
+  // of the largest kind).
+  double cached_params = cached_layers * in.pc.per_layer_rank, largest_linear = 0;
+  if (in.kinds != 1 || j.qlora()) {
+    const StageLayerKinds kinds =
+        stage_layer_kinds(m, p, stage, std::clamp(j.frozen_layer_count(m.layers) - first_layer_of_pp_stage(m.layers, p, stage), 0, layers));
+    double all = 0, largest = 0;
+    for (int k = 0; k < kLayerKinds; ++k) {
+      if (kinds.layers[k] == 0) continue;
+      all += kinds.layers[k] * in.pc.layer(kind_dense_mlp(k)).per_layer_rank;
+      largest = std::max(largest, in.pc.layer(kind_dense_mlp(k)).per_layer_rank);
+      if (j.qlora()) largest_linear = std::max(largest_linear, linear_weights_per_layer_rank(m, p.tp, p.ep, kind_dense_mlp(k)).largest);
+    }
+    if (in.kinds != 1) cached_params = p.zero == 3 ? cached_layers * largest : all;
+  }
+  base[static_cast<int>(MemoryItem::weights)] = states.weights + cached_params * in.fp8_cached_bytes_per_param +
                                                 layers * in.fp8_scaling_bytes_per_layer;
   base[static_cast<int>(MemoryItem::gradients)] = states.gradients + x.unsharded_gradients;
   base[static_cast<int>(MemoryItem::optimizer_states)] = states.optimizer_states;
@@ -656,7 +744,7 @@ StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPla
   // matmul (functional.dequantize_4bit in MatMul4Bit), one at a time: the largest one.
   base[static_cast<int>(MemoryItem::workspace)] =
       opt.gemm_workspace_bytes +
-      (j.qlora() && layers > 0 ? linear_weights_per_layer_rank(m, p.tp, p.ep).largest * (j.precision == Precision::fp32 ? 4 : 2) : 0);
+      (j.qlora() && layers > 0 ? largest_linear * (j.precision == Precision::fp32 ? 4 : 2) : 0);
   base[static_cast<int>(MemoryItem::cuda_context)] = opt.cuda_context_bytes;
   return sb;
 }
@@ -698,26 +786,29 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
 
   // ---- parameters on this rank
   const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, out.layers);
-  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
+  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments, in.dense_backward_moments, in.mtp_kept);
   const StageBase sb = stage_base(m, j, p, stage, out.layers, opt, in, x);
   const std::array<double, kMemoryItems>& base = sb.items;
   out.host_states = sb.host_states;
 
   // ---- activations of one micro-batch through this stage
   double per_mb = 0, remat = 0, transient = 0;
-  const MemoryInputs::StageLayers* sl = p.recompute == Recompute::full_k ? nullptr : find_stage_layers(in, out.layers, frozen_here);
+  const MemoryInputs::StageLayers* sl =
+      p.recompute == Recompute::full_k ? nullptr : find_stage_layers(in, stage_layer_kinds(m, p, stage, frozen_here));
   if (sl) {
     const int r = static_cast<int>(p.recompute);  // none, selective, full: the same policy on every layer
     per_mb = sl->kept[r];
     remat = sl->remat[r];
     transient = sl->transient[r];
   } else {
+    const bool one_kind = in.kinds == 1;
     for (int i = 0; i < out.layers; ++i) {
       const int f = i < frozen_here ? 1 : 0;
       const int r = static_cast<int>(layer_recompute(p, i, out.layers));
-      per_mb += in.layer_bytes[f][r];
-      remat = std::max(remat, in.remat_bytes[f][r]);
-      transient = std::max(transient, in.transient_bytes[f][r]);
+      const int k = one_kind ? 0 : layer_kind(m, stage_layer_global_index(m.layers, p, stage, i));
+      per_mb += in.layer_bytes[k][f][r];
+      remat = std::max(remat, in.remat_bytes[k][f][r]);
+      transient = std::max(transient, in.transient_bytes[k][f][r]);
     }
   }
   // Tensors that belong to the first chunk (embedding) or the last (head) are held by as
@@ -868,7 +959,7 @@ StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec& c, cons
 StageMemoryProgram stage_memory_program(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                         int stage, const MemoryOptions& opt) {
   const MemoryInputs in = memory_inputs(m, c.gpu, j, p, opt);
-  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments);
+  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments, in.dense_backward_moments);
   return stage_memory_program(stage_base(m, j, p, stage, pp_stage_layers(m.layers, p, stage), opt, in, x).items, x, opt);
 }
 
@@ -882,8 +973,9 @@ namespace {
 // Calls cost(s) for every stage s that can be the worst, in stage order: the first, the
 // last, and of the middle stages only those that may exceed the stage before.
 //
-// Middle stages (neither first nor last) with the same layers and frozen layers as the
-// stage before differ from it only in holding no more in-flight micro-batches (every
+// Middle stages (neither first nor last) with the same layers and frozen layers of each
+// kind (StageLayerKinds) as the stage before differ from it only in holding no more
+// in-flight micro-batches (every
 // schedule's count falls with the stage), and every term of a middle stage's total at
 // each of its moments is non-decreasing in that count, in floating point too (sums and
 // products of non-negative values round monotonically, and so does adding the pass's
@@ -903,14 +995,14 @@ void for_candidate_stages(const ModelSpec& m, const TrainingJob& j, const Parall
     if (p.pp > 1) cost(p.pp - 1);
     return;
   }
-  int prev_layers = -1, prev_frozen = -1;
+  StageLayerKinds prev;
   const int frozen = j.frozen_layer_count(m.layers);
   for (int s = 1; s < p.pp; ++s) {
     const int layers = pp_stage_layers(m.layers, p, s);
     const int frozen_here = std::clamp(frozen - first_layer_of_pp_stage(m.layers, p, s), 0, layers);
-    const bool same_shape = s > 1 && layers == prev_layers && frozen_here == prev_frozen;
-    prev_layers = layers;
-    prev_frozen = frozen_here;
+    const StageLayerKinds kinds = stage_layer_kinds(m, p, s, frozen_here);
+    const bool same_shape = s > 1 && kinds == prev;
+    prev = kinds;
     if (same_shape && s < p.pp - 1) continue;
     cost(s);
   }

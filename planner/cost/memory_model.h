@@ -10,6 +10,7 @@
 
 #include <array>
 
+#include "planner/cost/plan_check.h"
 #include "planner/spec/recipe.h"
 #include "planner/spec/specs.h"
 
@@ -219,7 +220,8 @@ int64_t microbatches_per_step(const TrainingJob& j, const ParallelPlan& p);
 // plan's schedule: GPipe m; 1F1B min(m, p - stage); interleaved Megatron's warm-up count.
 double inflight_microbatches(const ParallelPlan& p, int64_t microbatches, int stage);
 
-// The LayerContext of a plan for layer `global_layer` (trainability from the job).
+// The LayerContext of a plan for layer `global_layer` (trainability from the job, the
+// layer's kind from its index: recipe.h layer_kind).
 LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int global_layer);
 // Recompute policy of stage-local layer `layer_in_stage` of a stage of `layers_in_stage`
 // layers (full_k: the first k layers of each model chunk).
@@ -261,11 +263,14 @@ double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTen
 // What else each moment holds (GEMM scratch and MoE partial gradients at the MLP's, the
 // CP all-gather buffers at attention's) is added by stage_memory_extras, which keeps the
 // larger sum.
+// A MoE model's dense layers (dense_mlp) have the dense MLP's moment; a stage of several
+// kinds takes each moment's largest over them. The MoE moment is the most loaded EP rank's
+// (MoeSpec::load_imbalance).
 struct LayerBackwardMoments {
   double mlp = 0, attention = 0;
   double mlp_comm = 0;  // MoE under EP: the all-to-all buffer live at the MLP's moment (beside mlp)
 };
-LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
+LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, bool dense_mlp = false);
 
 // Context parallel run as an all-gather (CpExchange::all_gather, Llama 3's CP, Dubey et al.
 // 2024 sec. 3.3.2): the most communication-buffer bytes a rank holds for it at
@@ -279,8 +284,8 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
 // all-to-all buffers (MLP / GEMM-input side), never both.
 double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
 
-// Parameters on a stage's rank: trainable and frozen (layers, embedding on the first
-// stage, LM head on the last), from count_params.
+// Parameters on a stage's rank: trainable and frozen (layers of each kind, embedding on the
+// first stage, LM head and multi-token prediction modules on the last), from count_params.
 struct StageParams {
   double trainable = 0, frozen = 0;
   double frozen_nf4 = 0;  // of frozen: QLoRA's 4-bit base weights (the layers' linear weights)
@@ -361,18 +366,24 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
 // ZeRO stage, offload, recompute and vpp choice of that shape from it.
 struct MemoryInputs {
   ParamCounts pc;
+  uint32_t kinds = 1;  // layer_kinds_present: bit k when the model has layers of kind k
   // FP8 under Fp8WeightCopies::cached: bytes per layer parameter of the cached copies, and
   // every FP8 module's scaling state (amax histories, scales) per layer.
   double fp8_cached_bytes_per_param = 0;
   double fp8_scaling_bytes_per_layer = 0;
-  LayerBackwardMoments backward_moments;  // activation_gradient_bytes of the plan's shape
-  double layer_bytes[2][3] = {};      // [frozen][LayerRecompute] kept from forward to backward
-  double remat_bytes[2][3] = {};      // re-materialised in backward
-  double transient_bytes[2][3] = {};  // transient during forward
+  LayerBackwardMoments backward_moments;        // activation_gradient_bytes of the plan's shape (the main MLP kind)
+  LayerBackwardMoments dense_backward_moments;  // the same for a MoE model's dense layers
+  // Multi-token prediction: what its modules keep per micro-batch on the last stage, per
+  // LayerRecompute of the plan (stage_memory_extras' last_chunk_set share).
+  double mtp_kept[3] = {};
+  // [kind][frozen][LayerRecompute], for the kinds present (recipe.h layer_kind):
+  double layer_bytes[kLayerKinds][2][3] = {};      // kept from forward to backward
+  double remat_bytes[kLayerKinds][2][3] = {};      // re-materialised in backward
+  double transient_bytes[kLayerKinds][2][3] = {};  // transient during forward
   // A stage's layers under a policy applied to all of them (not full_k): bytes kept per
   // micro-batch (summed), and the largest re-materialised and forward-transient layer.
   struct StageLayers {
-    int layers = 0, frozen = 0;  // the shape: layers on the stage, of which frozen
+    StageLayerKinds kinds;  // the shape: layers of each kind on the stage, of which frozen
     double kept[3] = {}, remat[3] = {}, transient[3] = {};  // [LayerRecompute], bytes
   };
   // Stages of a plan have at most ~5 shapes (two layer counts x frozen, partly frozen,
@@ -383,8 +394,8 @@ struct MemoryInputs {
   // stage order: estimate_memory costs the first of each (see there). runs_complete is
   // false when they did not fit here; estimate_memory then scans every stage.
   struct StageRun {
-    int first = 0, end = 0;      // stages [first, end)
-    int layers = 0, frozen = 0;  // their shape
+    int first = 0, end = 0;  // stages [first, end)
+    StageLayerKinds kinds;   // their shape
   };
   std::array<StageRun, 8> runs{};
   int run_count = 0;
@@ -400,7 +411,8 @@ MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const Tra
                              const MemoryOptions& opt = {});
 // The same from precomputed inputs; results are identical.
 // REQUIRES: `in` = memory_inputs(m, c.gpu, j, q, opt) for a plan q that differs from p at most in dp,
-// zero, offload_optimizer, recompute, recompute_layers, vpp and schedule.
+// zero, offload_optimizer, recompute, recompute_layers, vpp and schedule (and not in vpp for a
+// model of several layer kinds: interleaving changes which kinds a stage holds).
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                              const MemoryInputs& in, const MemoryOptions& opt = {});
 // The worst stage's total, index and peak phase, as estimate_memory's `worst` has them,

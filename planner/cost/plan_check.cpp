@@ -76,6 +76,39 @@ int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s) {
   return s * std::max(1, p.vpp) * slots_per_virtual_stage(layers, p) - (s > 0 ? 1 : 0);
 }
 
+int stage_layer_global_index(int layers, const ParallelPlan& p, int s, int i) {
+  if (p.vpp <= 1) return first_layer_of_pp_stage(layers, p, s) + i;
+  for (int c = 0; c < p.vpp; ++c) {
+    const int v = c * p.pp + s, n = virtual_stage_layers(layers, p, v);
+    if (i < n) return first_layer_of_virtual_stage(layers, p, v) + i;
+    i -= n;
+  }
+  return layers - 1;  // not reached for 0 <= i < pp_stage_layers
+}
+
+StageLayerKinds stage_layer_kinds(const ModelSpec& m, const ParallelPlan& p, int s, int frozen_here) {
+  StageLayerKinds k;
+  const int n = pp_stage_layers(m.layers, p, s);
+  if (uniform_layers(m)) {
+    k.layers[0] = n;
+    k.frozen[0] = frozen_here;
+    return k;
+  }
+  // The stage's chunks in order (one for vpp 1), each a run of consecutive layers.
+  int i = 0;
+  for (int c = 0; c < std::max(1, p.vpp); ++c) {
+    const int v = c * p.pp + s;
+    const int first = p.vpp > 1 ? first_layer_of_virtual_stage(m.layers, p, v) : first_layer_of_pp_stage(m.layers, p, s);
+    const int chunk = p.vpp > 1 ? virtual_stage_layers(m.layers, p, v) : n;
+    for (int l = first; l < first + chunk; ++l, ++i) {
+      const int kind = layer_kind(m, l);
+      ++k.layers[kind];
+      if (i < frozen_here) ++k.frozen[kind];
+    }
+  }
+  return k;
+}
+
 bool pipeline_split_ok(int layers, const ParallelPlan& p) {
   const int nv = p.pp * std::max(1, p.vpp);
   if (p.pipeline_split == PipelineSplit::even) return p.vpp <= 1 || layers % nv == 0;
@@ -157,6 +190,12 @@ Status check_inputs(const ModelSpec& m, const TrainingJob& j, const std::string&
                              " parameters (expected fewer than 1e14; check hidden/layers/vocab)");
   if (j.seq_len > (int64_t{1} << 24))
     return Status::bad_input(origin + ": field 'job.seq_len': expected at most 16777216 tokens, got " + std::to_string(j.seq_len));
+  // LoRA's q, k, v targets are the projections of h to the heads; latent attention has
+  // down and up projections instead, whose adapters are not modelled.
+  if (j.mode == TrainMode::lora && m.mla.enabled() &&
+      (lora_target_mask(j.lora, m.family) & (projection_bit(Projection::q) | projection_bit(Projection::k) | projection_bit(Projection::v))))
+    return Status::bad_input(origin + ": field 'job.lora.targets': q, k and v are not LoRA targets on model '" + m.name +
+                             "', whose multi-head latent attention projects through latents (expected o and the MLP's gate, up, down)");
   if (j.mode == TrainMode::lora && j.lora.rank > m.hidden)
     return Status::bad_input(origin + ": field 'job.lora.rank': expected at most hidden (" + std::to_string(m.hidden) + "), got " +
                              std::to_string(j.lora.rank));

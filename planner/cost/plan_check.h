@@ -6,8 +6,10 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <array>
 #include <string>
 
+#include "planner/spec/recipe.h"
 #include "planner/spec/specs.h"
 #include "planner/spec/status.h"
 
@@ -67,6 +69,25 @@ int virtual_stage_layers(int layers, const ParallelPlan& p, int v);
 int first_layer_of_virtual_stage(int layers, const ParallelPlan& p, int v);
 int pp_stage_layers(int layers, const ParallelPlan& p, int s);
 int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s);
+// The model's index of stage-local layer i of pipeline stage s (0 <= i < pp_stage_layers):
+// the stage's chunks, virtual stages c*pp + s for c = 0 .. vpp-1, in order.
+int stage_layer_global_index(int layers, const ParallelPlan& p, int s, int i);
+// The layers of each kind (recipe.h layer_kind) pipeline stage s holds, and of them those
+// among its first `frozen_here` stage-local layers (the frozen ones, as the memory and time
+// models count them). A model of one kind has them all as kind 0 (O(1)); otherwise the
+// stage's layers are walked. Stages with equal counts cost the same.
+struct StageLayerKinds {
+  std::array<int, kLayerKinds> layers{}, frozen{};
+  bool operator==(const StageLayerKinds&) const = default;
+};
+StageLayerKinds stage_layer_kinds(const ModelSpec& m, const ParallelPlan& p, int s, int frozen_here);
+// Whether the stage holds a layer with the MoE MLP.
+inline bool has_moe_layer(const ModelSpec& m, const StageLayerKinds& k) {
+  if (!m.moe.enabled()) return false;
+  for (int kind = 0; kind < kLayerKinds; ++kind)
+    if (!kind_dense_mlp(kind) && k.layers[kind] > 0) return true;
+  return false;
+}
 // Whether the split is legal: even with vpp 1 always (pp <= layers); even with vpp > 1 when
 // pp*vpp divides the layers; account_embedding_loss when pp*vpp divides layers + 2 and every
 // virtual stage keeps a layer.

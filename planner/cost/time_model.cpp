@@ -93,6 +93,7 @@ struct Gemm {
   bool base;   // base weight (vs LoRA adapter)
   double count;
   bool fp8 = true;  // runs in FP8 under an FP8 recipe when `base` (the MoE router stays 16-bit)
+  bool latent_up = false;  // a latent attention up projection: re-run by selective recompute
 };
 
 }  // namespace
@@ -111,6 +112,22 @@ HeadTimes head_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob
   // the forward's share.
   h.forward = gemm + loss / 3;
   h.backward = head_trains ? 2 * gemm + 2 * loss / 3 : gemm + loss / 3;
+  if (m.mtp_layers > 0) {
+    // Multi-token prediction (DeepSeek-V3 sec. 2.2) on the last stage, per module: its block
+    // (a layer of the last layer's kind, under the plan's recompute, its in-layer
+    // communication counted here as exposed), eh_proj (2h -> h/t) and one more pass through
+    // the shared head and loss. Frozen under LoRA, like the head.
+    const LayerContext lc = layer_context(m, j, p, m.layers - 1);
+    const LayerRecompute policy = p.recompute == Recompute::full       ? LayerRecompute::full
+                                  : p.recompute == Recompute::selective ? LayerRecompute::selective
+                                                                        : LayerRecompute::none;
+    const LayerTimes lt = layer_times(m, c, j, p, lc, policy, e);
+    const double comm = lt.tp_comm + lt.cp_comm_exposed + lt.ep_comm;
+    const double eh = gemm_time(tokens_mb, static_cast<double>(m.hidden) / p.tp, 2.0 * static_cast<double>(m.hidden), top.act_bytes, peak, bw, e);
+    const double d = m.mtp_layers;
+    h.forward += d * (lt.forward + eh + gemm + loss / 3 + comm / 2);
+    h.backward += d * (lt.backward + lt.recompute + (head_trains ? 2 * (eh + gemm) + 2 * loss / 3 : eh + gemm + loss / 3) + comm / 2);
+  }
   return h;
 }
 
@@ -235,23 +252,42 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   const double h = static_cast<double>(m.hidden);
   const double qw = static_cast<double>(m.q_width()), kvw = static_cast<double>(m.kv_width());
   const bool gpt = m.family == Family::gpt;
+  const bool moe = m.moe.enabled() && !lc.dense_mlp;  // the layer's MLP (recipe.h layer_kind)
 
   // ---- GEMMs of the layer on this rank
-  Gemm gemms[12];
+  Gemm gemms[16];
   int ng = 0;
-  gemms[ng++] = {tokens, (qw + 2 * kvw) / t, h, true, 1};
-  gemms[ng++] = {tokens, h, qw / t, true, 1};
-  if (m.moe.enabled()) {
+  if (m.mla.enabled()) {
+    // Latent attention (recipe.h count_params): the replicated down projections over the
+    // rank's tokens (its sequence shard under SP), the up projections and o split by t.
+    const MlaSpec& a = m.mla;
+    const double own = tokens / (p.sp ? t : 1);
+    if (a.q_lora_rank > 0) {
+      gemms[ng++] = {own, static_cast<double>(a.q_lora_rank), h, true, 1};
+      gemms[ng++] = {tokens, qw / t, static_cast<double>(a.q_lora_rank), true, 1, true, true};
+    } else {
+      gemms[ng++] = {tokens, qw / t, h, true, 1};
+    }
+    gemms[ng++] = {own, static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim), h, true, 1};
+    gemms[ng++] = {tokens, m.heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim) / t, static_cast<double>(a.kv_lora_rank),
+                   true, 1, true, true};
+    gemms[ng++] = {tokens, h, static_cast<double>(m.v_width()) / t, true, 1};
+  } else {
+    gemms[ng++] = {tokens, (qw + 2 * kvw) / t, h, true, 1};
+    gemms[ng++] = {tokens, h, qw / t, true, 1};
+  }
+  if (moe) {
     const double fe = static_cast<double>(m.moe.expert_ffn_hidden);
     const double local_experts = static_cast<double>(m.moe.experts) / p.ep;
-    // The executor's dispatch buffer: every expert's capacity C of rows, padded (GShard).
-    const double routed = moe_expert_rows(m, tokens / t);  // rows this rank sends, E x C
+    // The executor's dispatch buffer: every expert's capacity C of rows, padded (GShard);
+    // the most loaded EP rank's under an imbalanced load (MoeSpec::load_imbalance).
+    const double routed = moe_expert_rows(m, tokens / t, p.ep);  // rows this rank sends, E x C
     const double per_expert = routed * p.ep / m.moe.experts;  // rows a local expert computes, ep x C
     gemms[ng++] = {per_expert, (gpt ? 1 : 2) * fe, h, true, local_experts};
     gemms[ng++] = {per_expert, h, fe, true, local_experts};
     gemms[ng++] = {tokens / t, static_cast<double>(m.moe.experts), h, true, 1, false};  // router
     if (m.moe.shared_experts > 0) {
-      const double fs = static_cast<double>(m.ffn_hidden) * m.moe.shared_experts;
+      const double fs = static_cast<double>(m.shared_ffn_width());
       gemms[ng++] = {tokens, (gpt ? 1 : 2) * fs / t, h, true, 1};
       gemms[ng++] = {tokens, h, fs / t, true, 1};
     }
@@ -267,7 +303,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     gemms[ng++] = {tokens, r, h, false, static_cast<double>(n_targets)};
     gemms[ng++] = {tokens, h / t, r, false, static_cast<double>(n_targets)};
   }
-  double gemm_fwd = 0, gemm_bwd = 0;
+  double gemm_fwd = 0, gemm_bwd = 0, latent_up_fwd = 0;
   // FP8 recipes: base projections run at the fitted FP8 speed-up (Efficiency::
   // fp8_gemm_speedup, an effective figure that includes the recipe's casts); LoRA adapters
   // and the MoE router stay in 16 bits (Transformer Engine quantizes only its own linear
@@ -277,6 +313,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const bool fp8 = j.fp8_linear() && g.base && g.fp8;
     const double one = g.count * gemm_time(g.m, g.n, g.k, fp8 ? 1 : eb, fp8 ? gemm_peak : peak, bw, e);
     gemm_fwd += one;
+    if (g.latent_up) latent_up_fwd += one;
     // Backward: the input gradient always (when gradients flow), the weight gradient
     // only for weights that train.
     const bool weight_grad = g.base ? lc.base_trainable : true;
@@ -292,10 +329,18 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     // (recomputed QK^T, dV, dP, dQ, dK). Narrow heads and short sequences use the tensor
     // cores less well (Dao 2023, FlashAttention-2, Fig. 5-6).
     const double d = static_cast<double>(m.head_width()), skv = static_cast<double>(lc.s_kv);
+    // A windowed layer's kernel visits only the window's key blocks (FlashAttention-2's
+    // window_size, which skips the blocks outside it): its causal FLOPs are the recipe's and
+    // its efficiency that of w keys. Latent attention: QK^T over d_h + d_h^R, PV over v.
+    const bool windowed = lc.window > 0 && static_cast<double>(lc.window) < skv;
+    const double keys = windowed ? static_cast<double>(lc.window) : skv;
+    const double causal = windowed || m.mla.enabled()
+                              ? 2 * tokens * (qw + static_cast<double>(m.v_width())) / t * causal_keys_per_query(skv, lc.window)
+                              : 0.5 * core_full;
     // The kernels issue mma.sync, which reaches only part of Hopper's tensor peak.
-    const double eff = e.attention * d / (d + e.gemm_half_dim) * skv / (skv + e.attention_half_seq);
+    const double eff = e.attention * d / (d + e.gemm_half_dim) * keys / (keys + e.attention_half_seq);
     const double mma = 1 - e.attention_mma_sync * (1 - c.gpu.mma_sync_fraction);  // the attention kernel's share of the tensor peak
-    attn_fwd = 0.5 * core_full * (1 / (peak * mma * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
+    attn_fwd = causal * (1 / (peak * mma * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
     attn_bwd = 2.5 * attn_fwd;
   } else {
     const double head_dim = static_cast<double>(m.head_width());
@@ -309,7 +354,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   }
 
   // ---- bandwidth-bound elementwise work (norms, activations, residuals, dropout)
-  const LayerFlops fl = forward_flops_per_layer(m, lc, m.moe.capacity_factor);
+  const LayerFlops fl = forward_flops_per_layer(m, lc, m.moe.capacity_factor);  // (the layer's kind from lc)
   const double elem_fwd = fl.elementwise_bytes / (bw * e.memory);
   const double dequant = fl.dequant_bytes / (bw * e.memory);  // QLoRA: once per pass
 
@@ -323,6 +368,8 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   if (lc.grad_flows) {
     if (policy == LayerRecompute::full) lt.recompute = lt.forward;
     else if (policy == LayerRecompute::selective && !lc.flash) lt.recompute = attn_fwd;
+    // Latent attention: selective recompute re-runs the up projections from the kept latents.
+    if (policy == LayerRecompute::selective && latent_up_fwd > 0) lt.recompute += latent_up_fwd;
   }
 
   // ---- TP collectives: 2 all-reduces (or AG + RS with SP) forward, 2 backward.
@@ -359,8 +406,8 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     if (lc.grad_flows) lt.cp_comm_exposed += 2 * fwd + (policy == LayerRecompute::full ? fwd : 0);
   }
   // ---- EP all-to-all: dispatch and combine, forward and backward.
-  if (m.moe.enabled() && p.ep > 1) {
-    const double bytes = moe_expert_rows(m, tokens / (p.sp ? t : 1)) * h * eb;  // the capacity-padded send buffer
+  if (moe && p.ep > 1) {
+    const double bytes = moe_expert_rows(m, tokens / (p.sp ? t : 1), p.ep) * h * eb;  // the capacity-padded send buffer
     const Link l = group_link(c, p, Group::ep);
     lt.ep_comm = (lc.grad_flows ? 4 : 2) * alltoall_time(bytes, p.ep, l, e);
     lt.ep_comm_latency = (lc.grad_flows ? 4 : 2) * allgather_latency(bytes, p.ep, l);
@@ -372,20 +419,23 @@ namespace {
 
 // The per-stage loop of estimate_time: per micro-batch, the compute, recompute and exposed
 // in-layer communication of each stage, its slowest stage and their sum.
-CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const LayerTimes (&kinds)[2][3], const HeadTimes& head,
-                             int frozen) {
+CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const LayerTimes (&kinds)[kLayerKinds][2][3], const HeadTimes& head,
+                             int frozen, bool one_kind) {
   CriticalStage w;
   // Stages with the same layer count and frozen layers have the same sums (they are the
-  // same additions), so a run of equal stages walks its layers once.
+  // same additions), so a run of equal stages walks its layers once (a model of several
+  // layer kinds: the same kinds at the same places; see below).
   int prev_layers = -1, prev_frozen = -1;
   double l_fwd = 0, l_bwd = 0, l_rc = 0, l_tp = 0, l_cp = 0, l_ep = 0;
   for (int s = 0; s < p.pp; ++s) {
     const int layers = pp_stage_layers(m.layers, p, s);
     const int frozen_here = std::clamp(frozen - first_layer_of_pp_stage(m.layers, p, s), 0, layers);
-    if (layers != prev_layers || frozen_here != prev_frozen) {
+    if (layers != prev_layers || frozen_here != prev_frozen || !one_kind) {
       l_fwd = l_bwd = l_rc = l_tp = l_cp = l_ep = 0;
       for (int i = 0; i < layers; ++i) {
-        const LayerTimes& lt = kinds[i < frozen_here ? 1 : 0][static_cast<int>(layer_recompute(p, i, layers))];
+        // The layer's kind from its index in the model (interleaved stages hold chunks).
+        const int k = one_kind ? 0 : layer_kind(m, stage_layer_global_index(m.layers, p, s, i));
+        const LayerTimes& lt = kinds[k][i < frozen_here ? 1 : 0][static_cast<int>(layer_recompute(p, i, layers))];
         l_fwd += lt.forward;
         l_bwd += lt.backward;
         l_rc += lt.recompute;
@@ -425,20 +475,31 @@ StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const 
   in.microbatches = static_cast<double>(microbatches_per_step(j, p));
   in.frozen = j.frozen_layer_count(m.layers);
 
-  // Per-layer times for the two kinds of layer and three policies.
-  for (int f = 0; f < 2; ++f) {
-    LayerContext lc = layer_context(m, j, p, f ? 0 : m.layers - 1);
-    if (f == 1 && in.frozen == 0) lc.grad_flows = false;
-    for (int r = 0; r < 3; ++r) in.kinds[f][r] = layer_times(m, c, j, p, lc, static_cast<LayerRecompute>(r), e);
-    if (f == 0)
-      for (int r = 0; r < 3; ++r) in.layer_activation_bytes[r] = activation_bytes_per_layer(m, lc, static_cast<LayerRecompute>(r));
+  // Per-layer times for each kind of layer present (recipe.h layer_kind), trainable and
+  // frozen, under the three policies.
+  in.layer_kinds = layer_kinds_present(m);
+  for (int k = 0; k < kLayerKinds; ++k) {
+    if (!(in.layer_kinds & (1u << k))) continue;
+    for (int f = 0; f < 2; ++f) {
+      LayerContext lc = layer_context(m, j, p, f ? 0 : m.layers - 1);
+      set_layer_kind(m, k, &lc);
+      if (f == 1 && in.frozen == 0) lc.grad_flows = false;
+      for (int r = 0; r < 3; ++r) in.kinds[k][f][r] = layer_times(m, c, j, p, lc, static_cast<LayerRecompute>(r), e);
+    }
+  }
+  {
+    // The activation bytes of a trainable layer of the first stage's first layer's kind (the
+    // offloaded ones).
+    LayerContext lc = layer_context(m, j, p, m.layers - 1);
+    set_layer_kind(m, layer_kind(m, stage_layer_global_index(m.layers, p, 0, 0)), &lc);
+    for (int r = 0; r < 3; ++r) in.layer_activation_bytes[r] = activation_bytes_per_layer(m, lc, static_cast<LayerRecompute>(r));
   }
   in.peak = c.gpu.peak(compute_dtype(j, c.gpu));
   in.head = head_times(m, c, j, p, e);
   for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
     ParallelPlan q = p;
     q.recompute = r;
-    in.uniform[static_cast<int>(r)] = critical_stage(m, q, in.kinds, in.head, in.frozen);
+    in.uniform[static_cast<int>(r)] = critical_stage(m, q, in.kinds, in.head, in.frozen, in.layer_kinds == 1);
   }
 
   // PP point-to-point: one hop's send.
@@ -449,10 +510,21 @@ StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const 
   const ParamCounts pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
   in.layers0 = pp_stage_layers(m.layers, p, 0);
   const int frozen0 = std::clamp(in.frozen, 0, in.layers0);
-  in.trainable = j.mode == TrainMode::lora ? (in.layers0 - frozen0) * pc.lora_per_layer_rank : (in.layers0 - frozen0) * pc.per_layer_rank;
+  if (in.layer_kinds == 1) {
+    in.trainable = j.mode == TrainMode::lora ? (in.layers0 - frozen0) * pc.lora_per_layer_rank : (in.layers0 - frozen0) * pc.per_layer_rank;
+    in.all_params_rank = in.layers0 * pc.per_layer_rank;
+  } else {
+    // The first stage's layers by kind (a MoE model's dense layers are its first ones).
+    const StageLayerKinds kinds = stage_layer_kinds(m, p, 0, frozen0);
+    for (int k = 0; k < kLayerKinds; ++k) {
+      const LayerParams lp = pc.layer(kind_dense_mlp(k));
+      in.trainable += (kinds.layers[k] - kinds.frozen[k]) * (j.mode == TrainMode::lora ? lp.lora_per_layer_rank : lp.per_layer_rank);
+      in.all_params_rank += kinds.layers[k] * lp.per_layer_rank;
+    }
+  }
   if (j.mode != TrainMode::lora && in.frozen == 0) in.trainable += pc.embedding_rank;
-  if (p.pp == 1 && j.mode != TrainMode::lora) in.trainable += pc.head_rank;
-  in.all_params_rank = in.layers0 * pc.per_layer_rank + pc.embedding_rank + (p.pp == 1 ? pc.head_rank : 0);
+  if (p.pp == 1 && j.mode != TrainMode::lora) in.trainable += pc.head_rank + pc.mtp_rank;
+  in.all_params_rank = in.all_params_rank + pc.embedding_rank + (p.pp == 1 ? pc.head_rank + pc.mtp_rank : 0);
   for (int z = 0; z < 4; ++z) {
     ParallelPlan q = p;
     q.zero = z;
@@ -478,7 +550,7 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   StepTime st;
   const double md = in.microbatches;
   // full_k recomputes the first k layers of each model chunk: its stages depend on vpp.
-  const CriticalStage w = p.recompute == Recompute::full_k ? critical_stage(m, p, in.kinds, in.head, in.frozen)
+  const CriticalStage w = p.recompute == Recompute::full_k ? critical_stage(m, p, in.kinds, in.head, in.frozen, in.layer_kinds == 1)
                                                            : in.uniform[static_cast<int>(p.recompute)];
   st.compute = md * w.compute;
   st.recompute = md * w.recompute;

@@ -271,7 +271,8 @@ struct CriticalStage {
 // What estimate_time needs that depends only on the model, cluster, job, efficiency and
 // the plan's dp, tp, pp, cp, cp_exchange, ep, sp, micro_batch and flash_attention.
 struct StepTimeInputs {
-  LayerTimes kinds[2][3];     // [frozen layer][LayerRecompute]: one layer, one micro-batch
+  LayerTimes kinds[kLayerKinds][2][3];  // [layer kind][frozen layer][LayerRecompute]: one layer, one micro-batch (kinds present)
+  uint32_t layer_kinds = 1;   // recipe.h layer_kinds_present
   HeadTimes head;             // LM head on the last stage
   CriticalStage uniform[3];   // for Recompute::none, selective, full (full_k depends on vpp)
   int frozen = 0;             // frozen bottom layers
@@ -290,7 +291,8 @@ struct StepTimeInputs {
 StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                 const Efficiency& e = {});
 // REQUIRES: `in` = step_time_inputs(m, c, j, q, e) for a plan q that differs from p at most
-// in zero, offload_optimizer, recompute, recompute_layers, vpp and schedule.
+// in zero, offload_optimizer, recompute, recompute_layers, vpp and schedule (and not in vpp
+// for a model of several layer kinds, whose stages' kinds interleaving changes).
 StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                        const StepTimeInputs& in, const Efficiency& e = {});
 

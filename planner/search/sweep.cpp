@@ -109,10 +109,12 @@ struct ThreadState {
 // The time and memory inputs of one plan shape (tp, pp, cp, dp, precision from the work
 // item; ep, sp, flash, micro-batch from the loops), filled by the first plan of that
 // shape that passes check_plan and reused by the ZeRO, offload, recompute and vpp
-// choices after it: they change none of it.
+// choices after it: they change none of it (but vpp for a model of several layer kinds,
+// whose stages hold other kinds when interleaved).
 struct ShapeInputs {
   bool ready = false;
   PipelineSplit split = PipelineSplit::even;  // the per-stage layers it was computed for
+  int vpp = 0;                                // ... and the vpp, for a model of several layer kinds
   StepTimeInputs time;
   MemoryInputs memory;
   std::vector<MemoryInputs> also;  // per SweepOptions::also_fit
@@ -143,6 +145,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
   const auto start = std::chrono::steady_clock::now();
   const int max_tp = space.max_tp > 0 ? space.max_tp : (space.tp_across_nodes ? gpus : std::min(gpus, c.gpus_per_node));
   const int max_pp = space.max_pp > 0 ? space.max_pp : m.layers;
+  const bool mixed_layers = layer_kinds_present(m) != 1;  // ShapeInputs: recomputed per vpp
   const std::vector<int> tps = or_default(space.tp, powers_of_two_dividing(gpus, max_tp));
   const std::vector<int> pps = or_default(space.pp, divisors_up_to(gpus, std::min(max_pp, m.layers)));
   const std::vector<int> cps = or_default(space.cp, j.seq_len >= 8192 ? powers_of_two_dividing(gpus, 16) : std::vector<int>{1});
@@ -278,8 +281,9 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             }
                           }
                           ++r.evaluated;
-                          if (!shape.ready || shape.split != p.pipeline_split) {
+                          if (!shape.ready || shape.split != p.pipeline_split || (mixed_layers && shape.vpp != p.vpp)) {
                             shape.split = p.pipeline_split;
+                            shape.vpp = p.vpp;
                             shape.also.clear();
                             shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
                             shape.memory = memory_inputs(m, c.gpu, jj, p, opt.memory);

@@ -112,8 +112,8 @@ TEST(MemoryEvents, PhasePeaksAreTheLargestDocumentedMoment) {
     const double acts = sm.item_peak[static_cast<int>(MemoryItem::activations)];  // every in-flight micro-batch's
     const double logits = sm.item_peak[static_cast<int>(MemoryItem::logits_loss)];
     const double other_logits = last ? logits - x.logits_set : 0;
-    const double transient = in.transient_bytes[0][0];
-    const double working = in.remat_bytes[0][0] + x.activation_grads;
+    const double transient = in.transient_bytes[0][0][0];  // kind 0 (the only one), trainable, no recompute
+    const double working = in.remat_bytes[0][0][0] + x.activation_grads;
     const double comm_out = x.comm_buffers - x.layer_comm_buffers;  // outside layers
     // Forward: a layer's forward, the head GEMM, the loss.
     const double layer_fwd = acts - x.head_input + transient + other_logits + x.gathered_pool_layer + x.comm_buffers;
