@@ -30,9 +30,11 @@ struct ShapeKeys {
   const char* hidden = "hidden";
   const char* experts_per_token = "moe.experts_per_token";
   const char* experts = "moe.experts";
+  const char* first_dense_layers = "moe.first_dense_layers";
 };
-constexpr ShapeKeys kGpt2ConfigKeys{"n_head", "n_head", "n_embd", "", ""};
-constexpr ShapeKeys kHfConfigKeys{"num_attention_heads", "num_key_value_heads", "hidden_size", "num_experts_per_tok", "num_local_experts"};
+constexpr ShapeKeys kGpt2ConfigKeys{"n_head", "n_head", "n_embd", "", "", ""};
+constexpr ShapeKeys kHfConfigKeys{"num_attention_heads", "num_key_value_heads", "hidden_size", "num_experts_per_tok", "num_local_experts",
+                                  "first_k_dense_replace"};
 
 Status check_model_shape(const ModelSpec& m, const std::string& origin, const std::string& prefix, const ShapeKeys& keys = {}) {
   auto field = [&](const char* k) { return origin + ": field '" + (prefix.empty() ? std::string(k) : prefix + "." + k) + "': "; };
@@ -45,6 +47,29 @@ Status check_model_shape(const ModelSpec& m, const std::string& origin, const st
   if (m.moe.enabled() && (m.moe.experts_per_token < 1 || m.moe.experts_per_token > m.moe.experts))
     return Status::bad_input(field(keys.experts_per_token) + "expected 1.." + std::to_string(m.moe.experts) + " (" + keys.experts +
                              "), got " + std::to_string(m.moe.experts_per_token));
+  const auto n = [](auto v) { return std::to_string(v); };
+  if (m.moe.enabled() && m.moe.first_dense_layers >= m.layers)
+    return Status::bad_input(field(keys.first_dense_layers) + "expected fewer than the " + n(m.layers) + " layers (some layer MoE), got " +
+                             n(m.moe.first_dense_layers));
+  // The hottest expert takes at most every token's k routes: experts / k times its share.
+  if (m.moe.enabled() && m.moe.load_imbalance > static_cast<double>(m.moe.experts) / m.moe.experts_per_token)
+    return Status::bad_input(field("moe.load_imbalance") + "expected at most experts / experts_per_token = " +
+                             n(static_cast<double>(m.moe.experts) / m.moe.experts_per_token) + ", got " + n(m.moe.load_imbalance));
+  if (m.global_attention_every > 0 && m.sliding_window == 0)
+    return Status::bad_input(field("global_attention_every") + "expected 0 without a sliding_window, got " + n(m.global_attention_every));
+  if (m.mla.enabled()) {
+    // Latent attention has as many key/value heads as query heads, no biases and no QK-norm
+    // (DeepSeek-V2 sec. 2.1); its per-head widths are the mla object's.
+    if (m.kv_heads != m.heads)
+      return Status::bad_input(field(keys.kv_heads) + "expected " + keys.heads + " (" + n(m.heads) +
+                               ") under multi-head latent attention, got " + n(m.kv_heads));
+    if (m.qk_norm || m.attention_bias != AttentionBias::none)
+      return Status::bad_input(field(m.qk_norm ? "qk_norm" : "attention_bias") +
+                               "expected none under multi-head latent attention (its latents have their own norms)");
+    if (m.head_dim != 0 && m.head_dim != m.mla.qk_head_dim() && m.head_dim != m.mla.qk_rope_head_dim)
+      return Status::bad_input(field("head_dim") + "expected 0 or qk_nope_head_dim + qk_rope_head_dim (" + n(m.mla.qk_head_dim()) +
+                               ") under multi-head latent attention, got " + n(m.head_dim));
+  }
   return Status::ok();
 }
 
@@ -93,7 +118,9 @@ Result<json> read_json_file(const std::string& path) {
 }
 
 bool looks_like_hf_config(const json& j) {
-  return j.is_object() && (j.contains("hidden_size") || j.contains("n_embd") || j.contains("num_hidden_layers"));
+  // (A multimodal config holds its language model's keys in text_config: Gemma 3.)
+  return j.is_object() && (j.contains("hidden_size") || j.contains("n_embd") || j.contains("num_hidden_layers") ||
+                           (j.contains("text_config") && j.contains("architectures")));
 }
 
 Result<ModelSpec> model_from_json(const json& j, const std::string& origin) {
@@ -133,6 +160,26 @@ Result<ModelSpec> model_from_json(const json& j, const std::string& origin) {
     r.get_enum("attention_bias", &m.attention_bias, kAttentionBiasNames, false);
     r.get("qk_norm", &m.qk_norm, false);
   }
+  // Layer kinds and the 2024-26 blocks (specs.h): sliding windows on either family; latent
+  // attention, sinks, post-norms and multi-token prediction on llama-family blocks.
+  r.get("sliding_window", &m.sliding_window, 0, kMaxSeq, false);
+  r.get("global_attention_every", &m.global_attention_every, 0, kMaxLayers, false);
+  r.get("attention_sinks", &m.attention_sinks, false);
+  r.get("post_norms", &m.post_norms, false);
+  r.get("mtp_layers", &m.mtp_layers, 0, 16, false);
+  if (const json* mla = r.raw("mla"); mla && !mla->is_null()) {
+    FieldReader ar(*mla, origin, "mla");
+    ar.get("q_lora_rank", &m.mla.q_lora_rank, 0, kMaxHidden, false);
+    ar.get("kv_lora_rank", &m.mla.kv_lora_rank, 1, kMaxHidden);
+    ar.get("qk_nope_head_dim", &m.mla.qk_nope_head_dim, 1, kMaxHidden);
+    ar.get("qk_rope_head_dim", &m.mla.qk_rope_head_dim, 0, kMaxHidden);
+    ar.get("v_head_dim", &m.mla.v_head_dim, 1, kMaxHidden);
+    if (Status s = ar.finish(); !s) return s;
+  }
+  if (m.family == Family::gpt && (m.mla.enabled() || m.attention_sinks || m.post_norms || m.mtp_layers > 0))
+    return Status::bad_input(origin + ": field '" +
+                             std::string(m.mla.enabled() ? "mla" : m.attention_sinks ? "attention_sinks" : m.post_norms ? "post_norms" : "mtp_layers") +
+                             "': expected none for family gpt (a llama-family block's option)");
   if (const json* moe = r.raw("moe"); moe && !moe->is_null()) {
     FieldReader mr(*moe, origin, "moe");
     mr.get("experts", &m.moe.experts, 1, 100000);
@@ -140,7 +187,13 @@ Result<ModelSpec> model_from_json(const json& j, const std::string& origin) {
     m.moe.expert_ffn_hidden = m.ffn_hidden;
     mr.get("expert_ffn_hidden", &m.moe.expert_ffn_hidden, 1, 16 * kMaxHidden, false);
     mr.get("shared_experts", &m.moe.shared_experts, 0, 1000, false);
+    mr.get("shared_expert_ffn_hidden", &m.moe.shared_expert_ffn_hidden, 0, 16 * kMaxHidden, false);
     mr.get("capacity_factor", &m.moe.capacity_factor, 0.1, 100, false);
+    mr.get("first_dense_layers", &m.moe.first_dense_layers, 0, kMaxLayers, false);
+    mr.get("layer_freq", &m.moe.layer_freq, 1, kMaxLayers, false);
+    mr.get("expert_bias", &m.moe.expert_bias, false);
+    mr.get("load_imbalance", &m.moe.load_imbalance, 1, 100000, false);
+    if (m.moe.expert_bias && m.family == Family::gpt) mr.fail("expert_bias", "expected false for family gpt (a GPT expert has its biases already)");
     if (Status s = mr.finish(); !s) return s;
   }
   if (Status s = r.finish(); !s) return s;
@@ -164,12 +217,13 @@ constexpr HfArchitecture kHfArchitectures[] = {
     {"Qwen2ForCausalLM", nullptr},
     {"Qwen3ForCausalLM", nullptr},
     {"Qwen3MoeForCausalLM", nullptr},
-    {"DeepseekV3ForCausalLM", "multi-head latent attention, dense first layers before the MoE ones, and multi-token prediction"},
-    {"DeepseekV2ForCausalLM", "multi-head latent attention and dense first layers before the MoE ones"},
-    {"GptOssForCausalLM", "sliding-window attention on alternate layers and attention sinks"},
-    {"Gemma3ForCausalLM", "interleaved sliding-window and global attention and the GeGLU MLP"},
-    {"Gemma2ForCausalLM", "interleaved sliding-window and global attention and the GeGLU MLP"},
-    {"Qwen2MoeForCausalLM", "a gated shared expert of its own width"},
+    {"DeepseekV3ForCausalLM", nullptr},  // multi-head latent attention, dense first layers, MTP
+    {"DeepseekV2ForCausalLM", nullptr},
+    {"GptOssForCausalLM", nullptr},  // alternating sliding-window layers, attention sinks, expert biases
+    {"Gemma3ForCausalLM", nullptr},  // 5:1 local/global layers, QK-norm, post-norms, GeGLU
+    {"Gemma3ForConditionalGeneration", nullptr},  // its text_config, the vision tower left out
+    {"Gemma2ForCausalLM", nullptr},
+    {"Qwen2MoeForCausalLM", "the shared expert's sigmoid gate (shared_expert_gate) and dense layers by decoder_sparse_step"},
 };
 
 // Keys of HF configs that change nothing the planner models (numerics, tokens, inference,
@@ -182,7 +236,40 @@ constexpr const char* kHfIrrelevantKeys[] = {
     "max_window_layers", "mlp_bias", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_activation",
     "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj", "task_specific_params",
     "activation_function", "n_ctx", "scale_attn_weights", "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx",
-    "id2label", "label2id", "bias", "auto_map", "quantization_config"};
+    "id2label", "label2id", "bias", "auto_map", "quantization_config",
+    // DeepSeek-V2/V3 routing numerics (group-limited top-k, scaling, balance loss weight; the
+    // balancing method is read from topk_method), gpt-oss's SwiGLU clamp and context,
+    // Gemma's attention scale, soft-capping and local RoPE base: none changes a tensor's size
+    // or a FLOP count the planner models.
+    "n_group", "topk_group", "routed_scaling_factor", "scoring_func", "aux_loss_alpha", "seq_aux", "ep_size",
+    "swiglu_limit", "initial_context_length", "query_pre_attn_scalar", "rope_local_base_freq", "final_logit_softcapping",
+    "attn_logit_softcapping", "cache_implementation", "use_bidirectional_attention"};
+
+// A layer_types list (transformers' per-layer attention kinds: gpt-oss, Gemma 3 from 4.53)
+// as the pattern ModelSpec describes: every n-th layer full, the others windowed
+// (global_attention_every; 0: every layer windowed; -1: every layer full).
+Result<int> layer_pattern(const json& types, int layers, const std::string& field) {
+  if (!types.is_array() || static_cast<int>(types.size()) != layers)
+    return Status::bad_input(field + "expected a list of " + std::to_string(layers) + " layer kinds (num_hidden_layers), got " +
+                             json_value_text(types));
+  int first_full = -1, full = 0;
+  for (int i = 0; i < layers; ++i) {
+    const json& t = types[static_cast<size_t>(i)];
+    if (!t.is_string() || (t != "sliding_attention" && t != "full_attention"))
+      return Status::bad_input(field + "expected sliding_attention or full_attention at layer " + std::to_string(i) + ", got " +
+                               json_value_text(t));
+    if (t == "full_attention") full += 1, first_full = first_full < 0 ? i : first_full;
+  }
+  if (full == layers) return -1;
+  const int n = first_full < 0 ? 0 : first_full + 1;
+  for (int i = 0; i < layers; ++i) {
+    const bool is_full = n > 0 && (i + 1) % n == 0;
+    if ((types[static_cast<size_t>(i)] == "full_attention") != is_full)
+      return Status::bad_input(field + "expected every " + std::to_string(n) + "th layer full and the others sliding (the pattern llmplan " +
+                               "models), got " + json_value_text(types[static_cast<size_t>(i)]) + " at layer " + std::to_string(i));
+  }
+  return n;
+}
 
 }  // namespace
 
@@ -194,6 +281,20 @@ Result<ModelSpec> model_from_hf_config(const json& j, const std::string& origin)
   r.get("model_type", &model_type, false);
   if (const json* arch = r.raw("architectures"); arch && arch->is_array() && !arch->empty() && (*arch)[0].is_string())
     architecture = (*arch)[0].get<std::string>();
+  if (architecture == "Gemma3ForConditionalGeneration" && j.contains("text_config") && j.at("text_config").is_object()) {
+    // Gemma 3's multimodal checkpoints (google/gemma-3-27b-pt, -it): the language model is
+    // text_config, a Gemma3TextConfig whose omitted keys take that class's defaults; the
+    // SigLIP vision tower and its projector are not modelled.
+    json text = j.at("text_config");
+    text["architectures"] = json::array({"Gemma3ForCausalLM"});
+    if (!text.contains("model_type")) text["model_type"] = "gemma3_text";
+    Result<ModelSpec> inner = model_from_hf_config(text, origin + " (text_config)");
+    if (!inner) return inner;
+    ModelSpec m = *inner;
+    if (const json* name = j.contains("_name_or_path") ? &j.at("_name_or_path") : nullptr; name && name->is_string()) m.name = name->get<std::string>();
+    m.source += "; Gemma3ForConditionalGeneration: its text_config read, the vision_config (SigLIP encoder) and the multimodal projector not modelled";
+    return m;
+  }
   if (!architecture.empty()) {
     const HfArchitecture* known = nullptr;
     std::string supported;
@@ -223,7 +324,22 @@ Result<ModelSpec> model_from_hf_config(const json& j, const std::string& origin)
     m.tied_embeddings = true;
     m.dropout = true;
   } else {
+    // The 2024-26 architectures this reader knows by name (transformers model_type).
+    if (model_type.empty()) {
+      if (architecture.rfind("DeepseekV3", 0) == 0) model_type = "deepseek_v3";
+      else if (architecture.rfind("DeepseekV2", 0) == 0) model_type = "deepseek_v2";
+      else if (architecture.rfind("GptOss", 0) == 0) model_type = "gpt_oss";
+      else if (architecture.rfind("Gemma3", 0) == 0) model_type = "gemma3_text";
+      else if (architecture.rfind("Gemma2", 0) == 0) model_type = "gemma2";
+    }
+    const bool deepseek = model_type == "deepseek_v3" || model_type == "deepseek_v2";
+    const bool gpt_oss = model_type == "gpt_oss";
+    const bool gemma3 = model_type == "gemma3_text" || model_type == "gemma3", gemma2 = model_type == "gemma2";
+    const bool gemma = gemma3 || gemma2;
     r.get("hidden_act", &act, false);
+    // Gemma's MLP is gated GELU (transformers GemmaMLP: down(act(gate(x)) * up(x)) with
+    // hidden_activation gelu_pytorch_tanh): three matrices, the llama-family block.
+    if (gemma) act.clear(), r.allow("hidden_activation");
     // Gated activations (silu/swiglu) mean a Llama-style block; gelu/relu a GPT block.
     const bool gated = act.empty() || act == "silu" || act == "swiglu" || act == "swish";
     m.family = gated ? Family::llama : Family::gpt;
@@ -232,41 +348,118 @@ Result<ModelSpec> model_from_hf_config(const json& j, const std::string& origin)
     r.get("num_attention_heads", &m.heads, 1, kMaxHeads);
     m.kv_heads = m.heads;
     r.get("num_key_value_heads", &m.kv_heads, 1, kMaxHeads, false);
-    r.get("head_dim", &m.head_dim, 0, kMaxHidden, false);
+    // transformers' DeepseekV3Config sets head_dim to qk_rope_head_dim (for RoPE): not a
+    // width here, latent attention has its own (mla).
+    if (gemma) m.head_dim = 256;  // Gemma2Config / Gemma3TextConfig default
+    if (deepseek) r.allow("head_dim");
+    else r.get("head_dim", &m.head_dim, 0, kMaxHidden, false);
     m.ffn_hidden = 4 * m.hidden;
     r.get("intermediate_size", &m.ffn_hidden, 1, 16 * kMaxHidden, false);
-    r.get("vocab_size", &m.vocab, 1, kMaxVocab);
-    m.max_positions = 2048;
+    // Gemma's config classes default the vocabulary, the context and tying (the 27B
+    // checkpoints' text_config omits them): Gemma3TextConfig 262208 / 131072 / tied,
+    // Gemma2Config 256000 / 8192 / tied.
+    if (gemma3) m.vocab = 262208, m.max_positions = 131072;
+    if (gemma2) m.vocab = 256000, m.max_positions = 8192;
+    r.get("vocab_size", &m.vocab, 1, kMaxVocab, !gemma);
+    if (!gemma) m.max_positions = 2048;
     r.get("max_position_embeddings", &m.max_positions, 1, kMaxSeq, false);
-    m.tied_embeddings = false;
+    m.tied_embeddings = gemma;
     r.get("tie_word_embeddings", &m.tied_embeddings, false);
     m.dropout = false;
     if (m.family == Family::llama) {
       // Qwen2 has q/k/v biases without a config key (transformers Qwen2Attention); Llama,
-      // Mistral and Qwen3 configs say attention_bias (all four projections when true).
+      // Mistral, Qwen3 and gpt-oss configs say attention_bias (all four projections when true).
       bool bias = false;
       r.get("attention_bias", &bias, false);
       if (model_type == "qwen2") m.attention_bias = AttentionBias::qkv;
       else if (bias) m.attention_bias = AttentionBias::all;
-      // Qwen3 and Qwen3-MoE normalise every query and key head (q_norm, k_norm).
-      m.qk_norm = model_type == "qwen3" || model_type == "qwen3_moe";
+      // Qwen3, Qwen3-MoE and Gemma 3 normalise every query and key head (q_norm, k_norm).
+      m.qk_norm = model_type == "qwen3" || model_type == "qwen3_moe" || gemma3;
+      // Gemma 2/3 normalise the attention and MLP outputs too (post_attention_layernorm,
+      // post_feedforward_layernorm beside input_layernorm, pre_feedforward_layernorm).
+      m.post_norms = gemma;
     } else {
       r.allow("attention_bias");
     }
-    // Sliding windows: Qwen configs carry one switched off; Mistral 7B v0.1 a 4096-token one
-    // on every layer, which is full attention for the sequences up to it.
-    bool sliding = false;
-    r.get("use_sliding_window", &sliding, false);
-    if (sliding)
-      return Status::bad_input(origin + ": field 'use_sliding_window': true needs sliding-window attention, which llmplan's recipe does not model yet (expected false)");
-    int64_t window = 0;
-    r.get("sliding_window", &window, 0, kMaxSeq, false);
-    if (window > 0 && !r.has("use_sliding_window"))
-      notes.push_back("sliding_window " + std::to_string(window) + " read as full attention (the same for sequences up to it)");
+    if (deepseek) {
+      // Multi-head latent attention (DeepseekV3Attention); q_lora_rank null: q projected
+      // directly (DeepSeek-V2-Lite).
+      r.get("kv_lora_rank", &m.mla.kv_lora_rank, 1, kMaxHidden);
+      r.get("q_lora_rank", &m.mla.q_lora_rank, 0, kMaxHidden, false);
+      r.get("qk_nope_head_dim", &m.mla.qk_nope_head_dim, 1, kMaxHidden);
+      r.get("qk_rope_head_dim", &m.mla.qk_rope_head_dim, 0, kMaxHidden);
+      r.get("v_head_dim", &m.mla.v_head_dim, 1, kMaxHidden);
+      if (m.attention_bias != AttentionBias::none)
+        return Status::bad_input(origin + ": field 'attention_bias': true needs biases on latent attention's projections, which llmplan's recipe does not model (expected false)");
+      // Mixture of experts from first_k_dense_replace on, every moe_layer_freq-th layer
+      // (DeepseekV3DecoderLayer), with n_shared_experts of the routed experts' width.
+      r.get("n_routed_experts", &m.moe.experts, 1, 100000);
+      m.moe.experts_per_token = 8;
+      r.get("num_experts_per_tok", &m.moe.experts_per_token, 1, 100000, false);
+      m.moe.expert_ffn_hidden = m.ffn_hidden;
+      r.get("moe_intermediate_size", &m.moe.expert_ffn_hidden, 1, 16 * kMaxHidden, false);
+      r.get("n_shared_experts", &m.moe.shared_experts, 0, 1000, false);
+      if (m.moe.shared_experts > 0) m.moe.shared_expert_ffn_hidden = m.moe.expert_ffn_hidden;
+      r.get("first_k_dense_replace", &m.moe.first_dense_layers, 0, kMaxLayers, false);
+      r.get("moe_layer_freq", &m.moe.layer_freq, 1, kMaxLayers, false);
+      r.get("num_nextn_predict_layers", &m.mtp_layers, 0, 16, false);
+      // noaux_tc: DeepSeek-V3's auxiliary-loss-free balancing; otherwise an auxiliary loss.
+      std::string topk_method;
+      r.get("topk_method", &topk_method, false);
+      m.moe.load_imbalance = topk_method == "noaux_tc" ? kMoeLoadImbalanceLossFree : kMoeLoadImbalanceAuxLoss;
+      notes.push_back("moe.load_imbalance " + std::string(topk_method == "noaux_tc" ? "1.04 (auxiliary-loss-free balancing, topk_method noaux_tc)"
+                                                                                      : "1.72 (auxiliary-loss balancing)") +
+                      ": the hottest expert over balanced, Wang et al. 2024 (arXiv 2408.15664)");
+    }
+    if (gpt_oss) {
+      // GptOssAttention has a sink logit per head; GptOssExperts biases on every expert's
+      // gate_up_proj and down_proj, GptOssTopKRouter a bias. Routing uses an auxiliary loss
+      // (router_aux_loss_coef).
+      m.attention_sinks = true;
+      m.moe.expert_bias = true;
+      m.moe.load_imbalance = kMoeLoadImbalanceAuxLoss;
+      notes.push_back("moe.load_imbalance 1.72 (auxiliary-loss balancing): the hottest expert over balanced, Wang et al. 2024 (arXiv 2408.15664)");
+      int per_token = 0;
+      r.get("experts_per_token", &per_token, 1, 100000, false);  // the same as num_experts_per_tok
+      if (per_token > 0 && r.has("num_experts_per_tok") && j.at("num_experts_per_tok") != per_token)
+        return Status::bad_input(origin + ": field 'experts_per_token': expected num_experts_per_tok (" +
+                                 json_value_text(j.at("num_experts_per_tok")) + "), got " + std::to_string(per_token));
+      if (!r.has("num_experts_per_tok") && per_token > 0) m.moe.experts_per_token = per_token;
+    }
+    if (gpt_oss || gemma) {
+      // Windowed and full layers: layer_types when given, else Gemma 3's
+      // sliding_window_pattern (default 6: every 6th layer global) or Gemma 2's alternation.
+      int64_t window = gemma ? 4096 : 128;
+      r.get("sliding_window", &window, 1, kMaxSeq, false);
+      int every = gemma2 ? 2 : 6;
+      if (const json* types = r.raw("layer_types")) {
+        const Result<int> n = layer_pattern(*types, m.layers, origin + ": field 'layer_types': ");
+        if (!n) return n.status();
+        every = *n;
+        r.allow("sliding_window_pattern");
+      } else if (gemma3) {
+        r.get("sliding_window_pattern", &every, 1, kMaxLayers, false);
+        if (every == 1) every = -1;
+      } else if (gpt_oss) {
+        return Status::bad_input(origin + ": field 'layer_types': missing (expected gpt-oss's list of sliding_attention / full_attention)");
+      }
+      if (every >= 0) m.sliding_window = window, m.global_attention_every = every;
+    } else {
+      // Sliding windows: Qwen configs carry one switched off; Mistral 7B v0.1 a 4096-token one
+      // on every layer, which is full attention for the sequences up to it.
+      bool sliding = false;
+      r.get("use_sliding_window", &sliding, false);
+      if (sliding)
+        return Status::bad_input(origin + ": field 'use_sliding_window': true needs sliding-window attention from max_window_layers on, which llmplan's layer pattern (every n-th layer global) does not describe (expected false)");
+      int64_t window = 0;
+      r.get("sliding_window", &window, 0, kMaxSeq, false);
+      if (window > 0 && !r.has("use_sliding_window"))
+        notes.push_back("sliding_window " + std::to_string(window) + " read as full attention (the same for sequences up to it)");
+    }
     const char* experts_key = r.has("num_local_experts") ? "num_local_experts" : r.has("num_experts") ? "num_experts" : nullptr;
-    if (experts_key) {
+    if (experts_key && !deepseek) {
       r.get(experts_key, &m.moe.experts, 1, 100000);
-      m.moe.experts_per_token = 2;
+      if (m.moe.experts_per_token == 0) m.moe.experts_per_token = 2;
       r.get("num_experts_per_tok", &m.moe.experts_per_token, 1, 100000, false);
       m.moe.expert_ffn_hidden = m.ffn_hidden;
       r.get("moe_intermediate_size", &m.moe.expert_ffn_hidden, 1, 16 * kMaxHidden, false);
@@ -278,6 +471,7 @@ Result<ModelSpec> model_from_hf_config(const json& j, const std::string& origin)
       if (step != 1 || (dense && dense->is_array() && !dense->empty()))
         return Status::bad_input(origin + ": fields 'decoder_sparse_step' / 'mlp_only_layers': dense layers between the MoE ones, which llmplan's recipe does not model yet (expected 1 and [])");
     }
+    if (gpt_oss && !m.moe.enabled()) return Status::bad_input(origin + ": field 'num_local_experts': missing (expected gpt-oss's expert count)");
   }
   r.get("_name_or_path", &m.name, false);
   for (const char* k : kHfIrrelevantKeys) r.allow(k);
@@ -320,7 +514,28 @@ json to_json(const ModelSpec& m) {
                 {"expert_ffn_hidden", m.moe.expert_ffn_hidden},
                 {"shared_experts", m.moe.shared_experts},
                 {"capacity_factor", m.moe.capacity_factor}};
+    // The 2024-26 fields only where they differ from their defaults (earlier files unchanged).
+    if (m.moe.shared_expert_ffn_hidden > 0) j["moe"]["shared_expert_ffn_hidden"] = m.moe.shared_expert_ffn_hidden;
+    if (m.moe.first_dense_layers > 0) j["moe"]["first_dense_layers"] = m.moe.first_dense_layers;
+    if (m.moe.layer_freq > 1) j["moe"]["layer_freq"] = m.moe.layer_freq;
+    if (m.moe.expert_bias) j["moe"]["expert_bias"] = true;
+    if (m.moe.load_imbalance != 1.0) j["moe"]["load_imbalance"] = m.moe.load_imbalance;
   }
+  if (m.mla.enabled()) {
+    j["mla"] = {{"q_lora_rank", m.mla.q_lora_rank},
+                {"kv_lora_rank", m.mla.kv_lora_rank},
+                {"qk_nope_head_dim", m.mla.qk_nope_head_dim},
+                {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
+                {"v_head_dim", m.mla.v_head_dim}};
+    j.erase("head_dim");  // the mla object's widths
+  }
+  if (m.sliding_window > 0) {
+    j["sliding_window"] = m.sliding_window;
+    j["global_attention_every"] = m.global_attention_every;
+  }
+  if (m.attention_sinks) j["attention_sinks"] = true;
+  if (m.post_norms) j["post_norms"] = true;
+  if (m.mtp_layers > 0) j["mtp_layers"] = m.mtp_layers;
   return j;
 }
 

@@ -126,13 +126,18 @@ TEST(HfConfig, QwenAndMixtralConfigsReadAsTheirPresets) {
 }
 
 TEST(HfConfig, ArchitecturesTheRecipeCannotDescribeAreRefusedWithWhatTheyNeed) {
-  nlohmann::json ds = {{"architectures", {"DeepseekV3ForCausalLM"}}, {"hidden_size", 7168}, {"num_hidden_layers", 61},
-                       {"num_attention_heads", 128}, {"vocab_size", 129280}, {"q_lora_rank", 1536}};
+  nlohmann::json ds = {{"architectures", {"Qwen2MoeForCausalLM"}}, {"hidden_size", 2048}, {"num_hidden_layers", 24},
+                       {"num_attention_heads", 16}, {"vocab_size", 151936}, {"shared_expert_intermediate_size", 5632}};
   Result<ModelSpec> m = model_from_hf_config(ds, "ds.json");
   ASSERT_FALSE(m);
   EXPECT_EQ(m.status().exit_code(), 2);
-  EXPECT_NE(m.status().message().find("ds.json: field 'architectures': DeepseekV3ForCausalLM needs multi-head latent attention"), std::string::npos)
+  EXPECT_NE(m.status().message().find("ds.json: field 'architectures': Qwen2MoeForCausalLM needs the shared expert's sigmoid gate"), std::string::npos)
       << m.status().message();
+  // DeepSeek-V3 is read now, and one without its latent-attention widths is refused naming them.
+  ds["architectures"] = {"DeepseekV3ForCausalLM"};
+  m = model_from_hf_config(ds, "ds.json");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("ds.json: field 'kv_lora_rank': missing"), std::string::npos) << m.status().message();
   nlohmann::json unknown = ds;
   unknown["architectures"] = {"FalconForCausalLM"};
   m = model_from_hf_config(unknown, "f.json");
