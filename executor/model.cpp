@@ -70,6 +70,23 @@ Status check_model_config(const ModelConfig& c) {
   if (c.job.qlora())
     return Status::bad_input("executor: job.mode qlora (4-bit NF4 base weights) is planned but not executed yet; "
                              "expected pretrain, finetune or lora (lora trains the same adapters on 16-bit base weights)");
+  // The 2024-26 blocks are planned (planner/spec/recipe.h) but the executor's layers are the
+  // GPT and Llama blocks with one MLP kind and full attention: refuse what it cannot build.
+  std::string planned_only;
+  auto add = [&](const char* what) { planned_only += (planned_only.empty() ? "" : ", ") + std::string(what); };
+  if (m.mla.enabled()) add("multi-head latent attention (mla)");
+  if (m.sliding_window > 0) add("sliding-window attention (sliding_window)");
+  if (m.attention_sinks) add("attention sinks");
+  if (m.post_norms) add("post-norms");
+  if (m.mtp_layers > 0) add("multi-token prediction (mtp_layers)");
+  if (m.moe.enabled() && (m.moe.first_dense_layers > 0 || m.moe.layer_freq > 1)) add("dense layers among the MoE ones (moe.first_dense_layers, moe.layer_freq)");
+  if (m.moe.enabled() && m.moe.shared_experts > 0 && m.moe.shared_expert_ffn_hidden > 0 && m.moe.shared_expert_ffn_hidden != m.ffn_hidden)
+    add("shared experts of their own width (moe.shared_expert_ffn_hidden)");
+  if (m.moe.enabled() && m.moe.expert_bias) add("expert biases (moe.expert_bias)");
+  if (m.moe.enabled() && m.moe.load_imbalance != 1.0) add("an imbalanced expert load (moe.load_imbalance; the executor routes with capacity_factor)");
+  if (!planned_only.empty())
+    return Status::bad_input("executor: model " + m.name + " has " + planned_only +
+                             ", which llmplan plans but does not execute yet; expected a GPT- or Llama-family model without them");
   return Status::ok();
 }
 

@@ -55,6 +55,15 @@ Result<ExportResult> export_plan(const PlanFile& f, LaunchFormat to, const Expor
     const std::string why = framework_refusal_text(*opt.framework, f.model, f.job, f.plan);
     if (!why.empty()) return Status::bad_input("--to " + std::string(to_string(to)) + ": " + why);
   }
+  // The formats write a GPT or Llama block with one MLP kind and full attention; a 2024-26
+  // block (planner/spec/specs.h) would be exported as another model, so it is refused.
+  const ModelSpec& m = f.model;
+  if (m.mla.enabled() || m.sliding_window > 0 || m.attention_sinks || m.post_norms || m.mtp_layers > 0 ||
+      (m.moe.enabled() && (m.moe.first_dense_layers > 0 || m.moe.layer_freq > 1 || m.moe.expert_bias ||
+                           (m.moe.shared_experts > 0 && m.moe.shared_expert_ffn_hidden > 0 && m.moe.shared_expert_ffn_hidden != m.ffn_hidden))))
+    return Status::bad_input("--to " + std::string(to_string(to)) + ": model " + m.name +
+                             " has latent attention, sliding windows, attention sinks, post-norms, multi-token prediction or mixed dense and "
+                             "MoE layers, which llmplan's launch formats do not write yet (expected a GPT- or Llama-family model without them)");
   switch (to) {
     case LaunchFormat::megatron: return launch_formats::export_megatron(f, opt);
     case LaunchFormat::nemo: return launch_formats::export_nemo(f, opt);

@@ -352,6 +352,31 @@ TEST(ModelParams, QloraIsRefusedNamingTheMode) {
   EXPECT_NE(model.status().message().find("job.mode qlora"), std::string::npos) << model.status().message();
 }
 
+// The 2024-26 blocks are planned, not executed: the executor names what it cannot build.
+TEST(ModelParams, PlannedOnlyBlocksAreRefusedNamingThem) {
+  struct Case {
+    const char* what;
+    void (*set)(ModelSpec*);
+  };
+  const Case cases[] = {
+      {"multi-head latent attention", [](ModelSpec* m) { m->mla = {0, 8, 8, 4, 8}; }},
+      {"sliding-window attention", [](ModelSpec* m) { m->sliding_window = 4, m->global_attention_every = 2; }},
+      {"attention sinks", [](ModelSpec* m) { m->attention_sinks = true; }},
+      {"post-norms", [](ModelSpec* m) { m->post_norms = true; }},
+      {"multi-token prediction", [](ModelSpec* m) { m->mtp_layers = 1; }},
+  };
+  for (const Case& k : cases) {
+    ModelSpec spec = tiny_llama();
+    k.set(&spec);
+    CpuAllocator alloc;
+    auto model = build_model(alloc, config(spec, Precision::fp32, Recompute::none, true));
+    ASSERT_FALSE(model.ok()) << k.what;
+    EXPECT_EQ(model.status().exit_code(), 2);
+    EXPECT_NE(model.status().message().find(k.what), std::string::npos) << model.status().message();
+    EXPECT_NE(model.status().message().find("plans but does not execute yet"), std::string::npos) << model.status().message();
+  }
+}
+
 int64_t measured_activation_bytes(const ModelConfig& c) {
   CpuAllocator alloc;
   auto model = build_model(alloc, c);

@@ -55,6 +55,26 @@ TEST(RoundTripPlans, AreLegalAndCoverEveryDimension) {
   EXPECT_EQ(zero_mask, 0xF);
 }
 
+// The formats write GPT and Llama blocks: a model with latent attention, windows, sinks,
+// post-norms, multi-token prediction or mixed layers is refused by every format rather than
+// exported as another model.
+TEST(LaunchFormat, RefusesTheBlocksNoFormatWrites) {
+  const testing::NamedPlan np = testing::round_trip_plans()[0];
+  for (int k = 0; k < 4; ++k) {
+    PlanFile f = np.file;
+    if (k == 0) f.model.mla = {0, 64, 64, 32, 64};
+    if (k == 1) f.model.sliding_window = 4096, f.model.global_attention_every = 2;
+    if (k == 2) f.model.attention_sinks = true;
+    if (k == 3) f.model.mtp_layers = 1;
+    for (LaunchFormat to : {LaunchFormat::megatron, LaunchFormat::nemo, LaunchFormat::deepspeed, LaunchFormat::torchtitan, LaunchFormat::mindformers}) {
+      Result<ExportResult> ex = export_plan(f, to);
+      ASSERT_FALSE(ex) << k << " " << to_string(to);
+      EXPECT_EQ(ex.status().exit_code(), 2);
+      EXPECT_NE(ex.status().message().find("which llmplan's launch formats do not write yet"), std::string::npos) << ex.status().message();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace llmplan
 
