@@ -495,11 +495,16 @@ StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const 
     for (int r = 0; r < 3; ++r) in.layer_activation_bytes[r] = activation_bytes_per_layer(m, lc, static_cast<LayerRecompute>(r));
   }
   in.peak = c.gpu.peak(compute_dtype(j, c.gpu));
-  in.head = head_times(m, c, j, p, e);
+  // The head's time depends on the plan's recompute only through the multi-token prediction
+  // blocks: in.head is full_k's (their blocks not recomputed), each policy below its own.
+  ParallelPlan no_recompute = p;
+  no_recompute.recompute = Recompute::none;
+  in.head = head_times(m, c, j, no_recompute, e);
   for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
     ParallelPlan q = p;
     q.recompute = r;
-    in.uniform[static_cast<int>(r)] = critical_stage(m, q, in.kinds, in.head, in.frozen, in.layer_kinds == 1);
+    const HeadTimes head = m.mtp_layers > 0 ? head_times(m, c, j, q, e) : in.head;
+    in.uniform[static_cast<int>(r)] = critical_stage(m, q, in.kinds, head, in.frozen, in.layer_kinds == 1);
   }
 
   // PP point-to-point: one hop's send.

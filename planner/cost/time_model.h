@@ -173,7 +173,9 @@ Dtype compute_dtype(const TrainingJob& j, const GpuSpec& g);
 // LM head + cross-entropy of one micro-batch on the last stage: the head GEMM forward,
 // its input and weight gradients backward, and the loss kernels' traffic
 // (Efficiency::loss_bytes_per_logit), 1/3 of it forward and 2/3 backward (the split the
-// model has always used: backward twice the forward).
+// model has always used: backward twice the forward). With multi-token prediction
+// (ModelSpec::mtp_layers), each module's block under the plan's recompute (full_k: none),
+// eh_proj and another head pass and loss.
 struct HeadTimes {
   double forward = 0;   // s
   double backward = 0;  // s (input gradient only under LoRA, where the head is frozen)
@@ -273,7 +275,7 @@ struct CriticalStage {
 struct StepTimeInputs {
   LayerTimes kinds[kLayerKinds][2][3];  // [layer kind][frozen layer][LayerRecompute]: one layer, one micro-batch (kinds present)
   uint32_t layer_kinds = 1;   // recipe.h layer_kinds_present
-  HeadTimes head;             // LM head on the last stage
+  HeadTimes head;             // LM head on the last stage (with MTP blocks not recomputed: full_k's)
   CriticalStage uniform[3];   // for Recompute::none, selective, full (full_k depends on vpp)
   int frozen = 0;             // frozen bottom layers
   double microbatches = 0;    // per step per pipeline
