@@ -423,6 +423,47 @@ TEST(Models2026, ModelJsonRoundTripsTheNewFields) {
   EXPECT_FALSE(llama["moe"].contains("load_imbalance"));
 }
 
+// The sweep shares its time and memory inputs between the plans of a shape; for a model of
+// several layer kinds (whose stages' kinds change with vpp) and with MTP blocks (whose time
+// changes with the recompute policy) its numbers must still be the plain models', plan by plan.
+TEST(Models2026, SweepOfSeveralLayerKindsMatchesThePlainModelsPlanByPlan) {
+  const PresetRegistry reg = presets();
+  struct Job {
+    const char* model;
+    const char* gpu;
+    int gpus;
+    std::vector<int> pp;
+  };
+  for (const Job& k : {Job{"gpt-oss-20b", "h100-sxm", 16, {1, 2, 4}}, Job{"deepseek-v3", "h800", 256, {8, 16}}}) {
+    const ModelSpec m = *reg.model(k.model);
+    ClusterSpec c = *reg.cluster_for_gpu(k.gpu);
+    c.nodes = (k.gpus + c.gpus_per_node - 1) / c.gpus_per_node;
+    TrainingJob j;
+    j.seq_len = 4096;
+    j.global_batch = 256;
+    SweepSpace space;
+    space.pp = k.pp;
+    SweepOptions opt;
+    opt.keep_all = true;
+    opt.threads = 2;
+    const SweepResult r = run_sweep(m, c, j, k.gpus, space, opt);
+    int64_t costed = 0, interleaved = 0;
+    for (const PlanResult& x : r.all) {
+      if (x.reason != RejectReason::none && x.reason != RejectReason::does_not_fit) continue;
+      const TrainingJob jx = job_for(j, x);
+      ASSERT_EQ(x.peak_bytes, estimate_memory(m, c, jx, x.plan, opt.memory).worst.total) << k.model;
+      ASSERT_EQ(x.step_time_s, estimate_time(m, c, jx, x.plan, opt.efficiency).total) << k.model;
+      ++costed;
+      interleaved += x.plan.vpp > 1;
+    }
+    EXPECT_EQ(costed, r.evaluated) << k.model;
+    // (DeepSeek-V3's 61 layers interleave on no pp dividing 256: gpt-oss-20b's 24 do.)
+    if (std::string(k.model) == "gpt-oss-20b") {
+      EXPECT_GT(interleaved, 10);
+    }
+  }
+}
+
 // The sweep of DeepSeek-V3 on 1024 H800s runs end to end and finds plans that fit.
 TEST(Models2026, DeepSeekV3SweepsOn1024H800s) {
   const PresetRegistry reg = presets();
