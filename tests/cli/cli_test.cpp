@@ -343,6 +343,10 @@ TEST(Cli, InterruptedExecuteIsRecordedAsFailed) {
   const std::string bin = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan";
   const std::string plan = temp_path("int_plan.json"), db = temp_path("int.db"), log = temp_path("int.log");
   std::remove(db.c_str());
+  // An earlier run's log would satisfy the wait below before this run's shell has even
+  // truncated it (the redirection happens in the forked child), and the kill would land
+  // before the run exists.
+  std::remove(log.c_str());
   ASSERT_EQ(run("sweep --model gpt2-124m --gpus 1 --json " + plan).exit_code, 0);
   const std::string script = bin + " execute " + plan + " --layers 1 --seq 32 --micro-batch 1 --grad-accum 1 --warmup 0 --steps 1000000 --db " +
                              db + " > " + log + " 2>&1 & pid=$!; for i in $(seq 1 600); do grep -q 'step ' " + log +
@@ -366,6 +370,7 @@ TEST(Cli, CtrlCStopsExecuteAndRecordsItAsStopped) {
   const std::string bin = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan";
   const std::string plan = temp_path("stop_plan.json"), db = temp_path("stop.db"), log = temp_path("stop.log");
   std::remove(db.c_str());
+  std::remove(log.c_str());  // as above: no earlier run's log to satisfy the wait
   ASSERT_EQ(run("sweep --model gpt2-124m --gpus 1 --json " + plan).exit_code, 0);
   const std::string script = temp_path("stop.sh");
   std::ofstream(script) << "set -m\n"
