@@ -235,7 +235,13 @@ std::string framework_letters(uint32_t mask, const std::vector<FrameworkSpec>& f
 std::string framework_legend(const std::vector<FrameworkSpec>& frameworks) {
   const std::string letters = letters_of(frameworks);
   std::string out;
-  for (size_t i = 0; i < letters.size(); ++i) out += (out.empty() ? "" : " ") + std::string(1, letters[i]) + "=" + frameworks[i].name;
+  for (size_t i = 0; i < letters.size(); ++i) {
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on `"..." + std::string&&` at -O3.
+    if (!out.empty()) out += ' ';
+    out += letters[i];
+    out += '=';
+    out += frameworks[i].name;
+  }
   return out;
 }
 
