@@ -88,7 +88,11 @@ std::string render_group(const ArgGroup& g) {
   std::string s = "# " + g.title + "\n" + g.var + "=(\n";
   for (const Arg& a : g.args) {
     std::string line = "    " + a.flag;
-    for (const std::string& v : a.values) line += " " + shell::quote(v);
+    // Appended in two steps: GCC 12's -Wrestrict misfires on `" " + std::string&&` at -O3.
+    for (const std::string& v : a.values) {
+      line += ' ';
+      line += shell::quote(v);
+    }
     if (line.size() < 56) line.resize(56, ' ');
     const int at = argument_line(a.flag);
     line += "  # " + a.meaning + " (arguments.py L" + n(at) + ")";
@@ -379,7 +383,7 @@ class Flags {
   Result<std::string> text(const std::string& f, const std::string& fallback) {
     if (!has(f)) return fallback;
     const std::vector<std::string>& v = values_.at(f);
-    if (v.size() != 1) return Status::bad_input(origin_ + ": " + f + ": expected one value, got " + (v.empty() ? "none" : "'" + join(v) + "'"));
+    if (v.size() != 1) return Status::bad_input(origin_ + ": " + f + ": expected one value, got " + (v.empty() ? std::string("none") : std::string("'").append(join(v)).append("'")));
     return v[0];
   }
   Result<std::string> choice(const std::string& f, const std::string& fallback, std::initializer_list<const char*> allowed) {
