@@ -10,7 +10,6 @@
 #include <fstream>
 #include <initializer_list>
 #include <optional>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -24,6 +23,34 @@
 #include "tests/launch/round_trip_plans.h"
 
 namespace llmplan::testing {
+
+// Scanning helpers in place of std::regex: GCC 12 at -O2 with ASan warns
+// (-Wmaybe-uninitialized, an error here) inside libstdc++'s regex compiler.
+
+// Whether every character of `s` is in `chars` (and `s` is not empty).
+inline bool all_in(const std::string& s, const std::string& chars) {
+  return !s.empty() && s.find_first_not_of(chars) == std::string::npos;
+}
+inline const std::string kLowerDigitUnderscore = "abcdefghijklmnopqrstuvwxyz_0123456789";
+
+// The longest run of characters in `chars` starting at `pos` of `s`.
+inline std::string run_of(const std::string& s, size_t pos, const std::string& chars) {
+  const size_t end = s.find_first_not_of(chars, pos);
+  return s.substr(pos, (end == std::string::npos ? s.size() : end) - pos);
+}
+
+// Each text between `open` and the next `close` after it, left to right.
+inline std::vector<std::string> between_all(const std::string& s, const std::string& open, const std::string& close) {
+  std::vector<std::string> out;
+  for (size_t at = s.find(open); at != std::string::npos; at = s.find(open, at)) {
+    const size_t from = at + open.size();
+    const size_t to = s.find(close, from);
+    if (to == std::string::npos) break;
+    out.push_back(s.substr(from, to - from));
+    at = to + close.size();
+  }
+  return out;
+}
 
 inline std::string fixture_path(const std::string& name) { return std::string(LLMPLAN_SOURCE_ROOT) + "/tests/fixtures/frameworks/" + name; }
 

@@ -5,7 +5,6 @@
 // TOMLs, toml++ for parsing, and bash for what the launch line passes.
 #include <cmath>
 #include <map>
-#include <regex>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -25,7 +24,11 @@ using testing::expect_round_trip;
 using testing::import_options;
 using testing::make_plan_file;
 using testing::NamedPlan;
+using testing::all_in;
+using testing::between_all;
+using testing::kLowerDigitUnderscore;
 using testing::read_fixture;
+using testing::run_of;
 
 // ---------------------------------------------------------------- references
 
@@ -40,10 +43,17 @@ const TitanKeys& titan_keys() {
     TitanKeys out;
     const std::string text = read_fixture("torchtitan_keys.txt");
     std::stringstream s(text);
-    const std::regex schedule(R"re(^#\s+"([A-Za-z0-9]+)": Schedule|^#\s+"([A-Za-z0-9]+)": PipelineSchedule)re");
+    // Lines `#  "NAME": Schedule...` or `#  "NAME": PipelineSchedule...` name the schedules.
+    const std::string alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     for (std::string line; std::getline(s, line);) {
-      std::smatch m;
-      if (std::regex_search(line, m, schedule)) out.schedules.insert(m[1].matched ? m[1].str() : m[2].str());
+      if (line.size() > 2 && line[0] == '#' && (line[1] == ' ' || line[1] == '\t')) {
+        const size_t quote = line.find_first_not_of(" \t", 1);
+        if (quote != std::string::npos && line[quote] == '"') {
+          const std::string name = run_of(line, quote + 1, alnum);
+          const std::string rest = line.substr(quote + 1 + name.size());
+          if (!name.empty() && (rest.rfind("\": Schedule", 0) == 0 || rest.rfind("\": PipelineSchedule", 0) == 0)) out.schedules.insert(name);
+        }
+      }
       if (line.empty() || line[0] == '#') continue;
       if (line[0] == '[') {
         out.sections.insert(line.substr(1, line.find(']') - 1));
@@ -58,8 +68,8 @@ const TitanKeys& titan_keys() {
     const size_t conv = text.find("model.converters: list of registered converter names:");
     EXPECT_NE(conv, std::string::npos);
     const std::string tail = text.substr(conv, text.find("(torchtitan/components", conv) - conv);
-    const std::regex quoted("\"(quantize\\.[a-z_.0-9]+)\"");
-    for (std::sregex_iterator it(tail.begin(), tail.end(), quoted), end; it != end; ++it) out.converters.insert((*it)[1].str());
+    for (const std::string& q : between_all(tail, "\"quantize.", "\""))
+      if (all_in(q, kLowerDigitUnderscore + ".")) out.converters.insert("quantize." + q);
     return out;
   }();
   return k;
@@ -69,8 +79,7 @@ const TitanKeys& titan_keys() {
 std::set<std::string> literal_choices(const std::string& type) {
   std::set<std::string> out;
   if (type.rfind("Literal[", 0) != 0) return out;
-  const std::regex item("'([^']*)'");
-  for (std::sregex_iterator it(type.begin(), type.end(), item), end; it != end; ++it) out.insert((*it)[1].str());
+  for (const std::string& item : between_all(type, "'", "'")) out.insert(item);
   return out;
 }
 
@@ -112,7 +121,7 @@ std::vector<std::string> toml_problems(const toml::table& t, const std::string& 
         if (!ref.converters.count(c.value_or(std::string()))) bad.push_back(path + " value");
     if (path == "activation_checkpoint.selective_ac_option") {
       const std::string o = v.value_or(std::string());
-      if (o != "op" && !std::regex_match(o, std::regex("[0-9]+"))) bad.push_back(path + " value");
+      if (o != "op" && !all_in(o, "0123456789")) bad.push_back(path + " value");
     }
   }
   return bad;
@@ -284,7 +293,7 @@ TEST(TorchtitanFormat, EveryKeyIsAJobConfigFieldWithAValidValueAndAComment) {
     std::stringstream s(text);
     std::string previous;
     for (std::string line; std::getline(s, line); previous = line) {
-      if (std::regex_search(line, std::regex("^[a-z_0-9]+ = "))) {
+      if (const std::string key = run_of(line, 0, kLowerDigitUnderscore); !key.empty() && line.compare(key.size(), 3, " = ") == 0) {
         EXPECT_EQ(previous.rfind("# ", 0), 0u) << line;
       }
     }
@@ -352,8 +361,15 @@ std::map<std::string, std::string> flavor_args(const std::string& source, const 
   if (start == std::string::npos) return out;
   const size_t end = source.find("\n    ),", start);
   const std::string block = source.substr(start, end - start);
-  const std::regex kv(R"(([a-z_]+)=([A-Za-z0-9_."]+))");
-  for (std::sregex_iterator it(block.begin(), block.end(), kv), e; it != e; ++it) out[(*it)[1].str()] = (*it)[2].str();
+  // Each `key=value` with key in [a-z_]+ and value in [A-Za-z0-9_."]+.
+  const std::string key_chars = "abcdefghijklmnopqrstuvwxyz_";
+  const std::string value_chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.\"";
+  for (size_t eq = block.find('='); eq != std::string::npos; eq = block.find('=', eq + 1)) {
+    size_t from = eq;
+    while (from > 0 && key_chars.find(block[from - 1]) != std::string::npos) --from;
+    const std::string value = run_of(block, eq + 1, value_chars);
+    if (from < eq && !value.empty()) out[block.substr(from, eq - from)] = value;
+  }
   return out;
 }
 
