@@ -115,6 +115,17 @@ double inflight_microbatches(const ParallelPlan& p, int64_t m, int stage) {
   if (p.pp == 1) return 1;
   const double md = static_cast<double>(m);
   if (p.schedule == Schedule::gpipe) return md;
+  // Zero-bubble orders hold a micro-batch's activations from its forward to its W. The
+  // counts are those of PyTorch's orders (specs.h Schedule) walked op by op (for every
+  // pp <= 13 and micro-batch count, in the tests):
+  //  ZB-H1: min(m, pp) on every stage (rank r defers its first r W's: "all stages have the
+  //  same number of in-flight micro-batches", Qi et al. 2024 Sec. 2.1).
+  //  ZB-V: min(2m, m + 1 + r, 2pp) chunks of half the stage's layers.
+  //  DualPipeV (m >= 2pp): 2pp + 1 chunks.
+  const double pp = p.pp, r = stage;
+  if (p.schedule == Schedule::zb_h1) return std::min(md, pp);
+  if (p.schedule == Schedule::zbv) return std::min({2 * md, md + 1 + r, 2 * pp}) / 2;
+  if (p.schedule == Schedule::dualpipev) return (2 * pp + 1) / 2;
   if (p.vpp > 1) {
     // Megatron interleaved 1F1B: rank i runs (p-i-1)*2 + (v-1)*p warm-up chunks and holds
     // one more in steady state; a chunk is 1/v of the stage's layers.
@@ -177,6 +188,9 @@ double first_chunk_sets(const ParallelPlan& p, int64_t m) {
   if (p.pp == 1) return 1;
   const double md = static_cast<double>(m);
   if (p.schedule == Schedule::gpipe) return md;
+  // Rank 0's chunk 0 (the walk of inflight_microbatches): ZB-H1 min(m, pp); a V min(m, 2pp).
+  if (p.schedule == Schedule::zb_h1) return std::min(md, static_cast<double>(p.pp));
+  if (v_shape(p.schedule)) return std::min(md, 2.0 * p.pp);
   // Interleaved rank 0 runs p chunk-0 forwards, then the other chunks, then p-1 more
   // chunk-0 forwards in warm-up, plus one in steady state: 2p before a chunk-0 backward.
   if (p.vpp > 1) return std::min(md, 2.0 * p.pp);
@@ -184,9 +198,28 @@ double first_chunk_sets(const ParallelPlan& p, int64_t m) {
 }
 
 double last_chunk_sets(const ParallelPlan& p, int64_t m) {
+  // ZB-H1's last stage holds min(m, pp) micro-batches until their W; in a V the head is
+  // rank 0's chunk 1, whose F, B and W run back to back (one set).
+  if (p.pp > 1 && p.schedule == Schedule::zb_h1) return std::min(static_cast<double>(m), static_cast<double>(p.pp));
   // The last virtual stage runs each micro-batch's backward right after its forward,
   // except under GPipe, where every forward comes first.
   return (p.pp > 1 && p.schedule == Schedule::gpipe) ? static_cast<double>(m) : 1.0;
+}
+
+double pending_weight_grad_sets(const ParallelPlan& p, int64_t m, int stage) {
+  if (p.pp == 1 || !splits_backward(p.schedule)) return 0;
+  const double md = static_cast<double>(m), pp = p.pp, r = stage;
+  // ZB-H1: rank r defers r W's, one more B waits for its W at that moment: min(m, r + 1).
+  if (p.schedule == Schedule::zb_h1) return std::min(md, r + 1);
+  // ZB-V: 2r + 1 chunks (the cool-down's r pairs of B before their W's) once m >= 2pp - 1;
+  // fewer micro-batches: at most 2m - 1 (an upper bound; the walk is exact above).
+  if (p.schedule == Schedule::zbv) return (md >= 2 * pp - 1 ? 2 * r + 1 : std::min(2 * r + 1, 2 * md - 1)) / 2;
+  return (r + 1) / 2;  // DualPipeV: r + 1 chunks (steps 6-8 of the order)
+}
+
+double head_pending_weight_grads(const ParallelPlan& p, int64_t m) {
+  if (p.pp == 1 || !splits_backward(p.schedule)) return 0;
+  return p.schedule == Schedule::zb_h1 ? std::min(static_cast<double>(m), static_cast<double>(p.pp)) : 1;
 }
 
 LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int global_layer) {
@@ -331,9 +364,9 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
     }
   }
   if (stage == 0) (embedding_trainable ? sp.trainable : sp.frozen) += pc.embedding_rank;
-  if (stage == p.pp - 1) (j.mode == TrainMode::lora ? sp.frozen : sp.trainable) += pc.head_rank;
-  // Multi-token prediction on the last stage: trained with the main model (frozen under LoRA).
-  if (stage == p.pp - 1 && pc.mtp_rank > 0) {
+  if (stage == head_stage(p)) (j.mode == TrainMode::lora ? sp.frozen : sp.trainable) += pc.head_rank;
+  // Multi-token prediction with the head: trained with the main model (frozen under LoRA).
+  if (stage == head_stage(p) && pc.mtp_rank > 0) {
     (j.mode == TrainMode::lora ? sp.frozen : sp.trainable) += pc.mtp_rank;
     if (j.mode != TrainMode::lora) sp.expert += pc.mtp_expert_rank;
   }
@@ -400,7 +433,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     if (dense_moments.mlp > main_moments.mlp + main_moments.mlp_comm) moments.mlp = dense_moments.mlp, moments.mlp_comm = 0;
     moments.attention = std::max(main_moments.attention, dense_moments.attention);
   }
-  const bool is_first = stage == 0, is_last = stage == p.pp - 1;
+  const bool is_first = stage == 0, is_last = stage == head_stage(p);  // is_last: holds the LM head
   const bool embedding_trainable = j.mode != TrainMode::lora && frozen_layers == 0;
   const double act_bytes = j.precision == Precision::fp32 ? 4 : 2;
   const double seq_div = p.sp ? p.tp : 1.0;
@@ -631,6 +664,7 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
       for (int r = 0; r < 3; ++r) {
         const LayerRecompute rc = static_cast<LayerRecompute>(r);
         in.layer_bytes[k][f][r] = activation_bytes_per_layer(sums, rc);
+        in.wgrad_bytes[k][f] = weight_grad_buffer_bytes(m, lc);
         in.remat_bytes[k][f][r] = lc.grad_flows ? layer_rematerialised_bytes(sums, rc) : 0;
         in.transient_bytes[k][f][r] = layer_forward_transient_bytes(sums, trainable, rc);
         if (rc == LayerRecompute::selective && opt.selective == SelectiveRecompute::torch_op_sac && lc.grad_flows) {
@@ -675,6 +709,9 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
           transient = std::max(transient, in.transient_bytes[k][f][r]);
         }
       sl.kept[r] = per_mb;
+      if (r == 0)
+        for (int k = 0; k < kLayerKinds; ++k)
+          for (int i = 0; i < kinds.layers[k]; ++i) sl.wgrad += in.wgrad_bytes[k][i < kinds.frozen[k] ? 1 : 0];
       sl.remat[r] = remat;
       sl.transient[r] = transient;
     }
@@ -693,6 +730,7 @@ struct StagePhases {
   double inflight = 0;
   double activations = 0, logits = 0, transient = 0, remat_and_grads = 0, head_working = 0;  // bytes, for item_peak
   double host_activations = 0;  // activation offload: in host memory at the peak
+  double weight_grad_buffers = 0;  // split backward: output gradients waiting for their W (in activations)
   double host_states = 0;       // optimizer offload: the model states moved to host memory
   double gathered_peak = 0;  // the ZeRO-3 pool (forward, backward), for item_peak
   double gradients_peak = 0; // with the largest unit's full gradient (ZeRO >= 2), for item_peak
@@ -780,7 +818,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   StagePhases out;
   out.layers = pp_stage_layers(m.layers, p, stage);
   const int first_layer = first_layer_of_pp_stage(m.layers, p, stage);
-  const bool is_last = stage == p.pp - 1;
+  const bool is_last = stage == head_stage(p);  // holds the LM head
   const int64_t mb = microbatches_per_step(j, p);
   out.inflight = inflight_microbatches(p, mb, stage);
 
@@ -792,7 +830,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   out.host_states = sb.host_states;
 
   // ---- activations of one micro-batch through this stage
-  double per_mb = 0, remat = 0, transient = 0;
+  double per_mb = 0, remat = 0, transient = 0, wgrad = 0;
   const MemoryInputs::StageLayers* sl =
       p.recompute == Recompute::full_k ? nullptr : find_stage_layers(in, stage_layer_kinds(m, p, stage, frozen_here));
   if (sl) {
@@ -800,6 +838,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
     per_mb = sl->kept[r];
     remat = sl->remat[r];
     transient = sl->transient[r];
+    wgrad = sl->wgrad;
   } else {
     const bool one_kind = in.kinds == 1;
     for (int i = 0; i < out.layers; ++i) {
@@ -807,6 +846,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
       const int r = static_cast<int>(layer_recompute(p, i, out.layers));
       const int k = one_kind ? 0 : layer_kind(m, stage_layer_global_index(m.layers, p, stage, i));
       per_mb += in.layer_bytes[k][f][r];
+      wgrad += in.wgrad_bytes[k][f];
       remat = std::max(remat, in.remat_bytes[k][f][r]);
       transient = std::max(transient, in.transient_bytes[k][f][r]);
     }
@@ -832,6 +872,13 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
     out.host_activations = per_layer * k * out.inflight;
     activations -= out.host_activations - per_layer * std::min(k, 2);
   }
+  // Split backward (ZB-H1, ZB-V, DualPipeV): the output gradients each B leaves for its W,
+  // for the stage's pending sets (its layers' weight_grad_buffer_bytes; on the head's
+  // stage the logits' gradient for the head's W), held with the activations. Counted at
+  // both counts' largest, which for ZB-H1 coincide (rank r's r-th deferred W) and elsewhere
+  // bound the moment from above.
+  out.weight_grad_buffers = wgrad * pending_weight_grad_sets(p, mb, stage) + (is_last ? head_pending_weight_grads(p, mb) * x.logits_set : 0);
+  activations += out.weight_grad_buffers;
   out.activations = activations;
   out.logits = logits;
   out.transient = transient;
@@ -921,6 +968,7 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   sm.layers = sp.layers;
   sm.inflight_microbatches = sp.inflight;
   sm.host_activation_bytes = sp.host_activations;
+  sm.weight_grad_buffer_bytes = sp.weight_grad_buffers;
   sm.host_state_bytes = sp.host_states;
   // Each item's peak over the step: the model states and buffers of the optimizer phase,
   // the gradients of the backward phase (ZeRO >= 2: with a unit's full gradient), the
@@ -989,6 +1037,12 @@ namespace {
 template <class Cost>
 void for_candidate_stages(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const MemoryInputs& in, Cost cost) {
   cost(0);
+  // Split-backward schedules hold more on later stages (pending W's grow with the stage):
+  // every stage is a candidate.
+  if (splits_backward(p.schedule) && p.pp > 1) {
+    for (int s = 1; s < p.pp; ++s) cost(s);
+    return;
+  }
   if (in.runs_complete) {
     // Runs of equal middle stages from memory_inputs: the first of each.
     for (int k = 0; k < in.run_count; ++k) cost(in.runs[k].first);

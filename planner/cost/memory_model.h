@@ -162,6 +162,7 @@ struct StageMemory {
   double total = 0;                // max over phases, bytes
   double allocator_peak = 0;       // total without CUDA context (what torch.cuda reports)
   double host_activation_bytes = 0;  // activation offload: this GPU's activations in host memory at its peak
+  double weight_grad_buffer_bytes = 0;  // split backward: output gradients waiting for their W (within activations)
   double host_state_bytes = 0;       // optimizer offload: this GPU's optimizer states, master weights and gradients in host memory
   double model_states() const;     // weights + gradients + optimizer + master
 };
@@ -217,8 +218,15 @@ ModelStateBytes stage_state_bytes(const ModelSpec& m, const TrainingJob& j, cons
 // Micro-batches per step on each pipeline: global / (micro * dp).
 int64_t microbatches_per_step(const TrainingJob& j, const ParallelPlan& p);
 // Activation sets (micro-batch x stage layers) stage `stage` holds at its peak under the
-// plan's schedule: GPipe m; 1F1B min(m, p - stage); interleaved Megatron's warm-up count.
+// plan's schedule: GPipe m; 1F1B min(m, p - stage); interleaved Megatron's warm-up count;
+// ZB-H1 min(m, p); ZB-V min(2m, m + 1 + stage, 2p) / 2; DualPipeV (2p + 1) / 2.
 double inflight_microbatches(const ParallelPlan& p, int64_t microbatches, int stage);
+// Split backward (specs.h splits_backward): the most micro-batch sets (x stage layers)
+// whose B has run and W not yet on stage `stage` -- ZB-H1 min(m, stage + 1), ZB-V
+// (2 stage + 1) / 2, DualPipeV (stage + 1) / 2 -- and of them those of the LM head's chunk
+// (ZB-H1 min(m, p), a V 1). 0 for other schedules.
+double pending_weight_grad_sets(const ParallelPlan& p, int64_t microbatches, int stage);
+double head_pending_weight_grads(const ParallelPlan& p, int64_t microbatches);
 
 // The LayerContext of a plan for layer `global_layer` (trainability from the job, the
 // layer's kind from its index: recipe.h layer_kind).
@@ -380,11 +388,13 @@ struct MemoryInputs {
   double layer_bytes[kLayerKinds][2][3] = {};      // kept from forward to backward
   double remat_bytes[kLayerKinds][2][3] = {};      // re-materialised in backward
   double transient_bytes[kLayerKinds][2][3] = {};  // transient during forward
+  double wgrad_bytes[kLayerKinds][2] = {};         // recipe.h weight_grad_buffer_bytes
   // A stage's layers under a policy applied to all of them (not full_k): bytes kept per
   // micro-batch (summed), and the largest re-materialised and forward-transient layer.
   struct StageLayers {
     StageLayerKinds kinds;  // the shape: layers of each kind on the stage, of which frozen
     double kept[3] = {}, remat[3] = {}, transient[3] = {};  // [LayerRecompute], bytes
+    double wgrad = 0;  // the stage's weight_grad_buffer_bytes, summed
   };
   // Stages of a plan have at most ~5 shapes (two layer counts x frozen, partly frozen,
   // trainable); a shape not listed here is summed per plan instead.

@@ -24,6 +24,9 @@ const char* describe(RejectReason r) {
     case RejectReason::moe_tp_needs_sp: return "MoE with tp > 1 needs sequence parallel";
     case RejectReason::batch_divisibility: return "global batch not divisible by micro-batch*dp";
     case RejectReason::interleave_microbatches: return "interleaved schedule needs micro-batches divisible by pp";
+    case RejectReason::schedule_shape:
+      return "schedule shape: zb-h1 runs one stage per rank (vpp 1); zbv and dualpipev two chunks per rank in a V (vpp 2, layers "
+             "divisible by 2*pp); dualpipev needs at least 2*pp micro-batches";
     case RejectReason::zero_offload: return "optimizer offload needs ZeRO >= 1 and no pipeline";
     case RejectReason::recompute_layers: return "recompute_layers outside 1..layers per model chunk";
     case RejectReason::lora_zero3: return "ZeRO-3 with LoRA is not supported";
@@ -79,7 +82,7 @@ int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s) {
 int stage_layer_global_index(int layers, const ParallelPlan& p, int s, int i) {
   if (p.vpp <= 1) return first_layer_of_pp_stage(layers, p, s) + i;
   for (int c = 0; c < p.vpp; ++c) {
-    const int v = c * p.pp + s, n = virtual_stage_layers(layers, p, v);
+    const int v = chunk_virtual_stage(p, s, c), n = virtual_stage_layers(layers, p, v);
     if (i < n) return first_layer_of_virtual_stage(layers, p, v) + i;
     i -= n;
   }
@@ -97,7 +100,7 @@ StageLayerKinds stage_layer_kinds(const ModelSpec& m, const ParallelPlan& p, int
   // The stage's chunks in order (one for vpp 1), each a run of consecutive layers.
   int i = 0;
   for (int c = 0; c < std::max(1, p.vpp); ++c) {
-    const int v = c * p.pp + s;
+    const int v = chunk_virtual_stage(p, s, c);
     const int first = p.vpp > 1 ? first_layer_of_virtual_stage(m.layers, p, v) : first_layer_of_pp_stage(m.layers, p, s);
     const int chunk = p.vpp > 1 ? virtual_stage_layers(m.layers, p, v) : n;
     for (int l = first; l < first + chunk; ++l, ++i) {
@@ -141,7 +144,17 @@ RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const Training
   if (m.moe.enabled() && p.tp > 1 && !p.sp) return RejectReason::moe_tp_needs_sp;
   if (p.micro_batch < 1 || j.global_batch % (static_cast<int64_t>(p.micro_batch) * p.dp) != 0) return RejectReason::batch_divisibility;
   const int64_t micro_batches = j.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp);
-  if (p.vpp > 1 && micro_batches % p.pp != 0) return RejectReason::interleave_microbatches;
+  if (p.pp > 1) {
+    // ZB-H1 is a one-stage-per-rank order; ZB-V and DualPipeV place exactly two chunks per
+    // rank (PyTorch's ScheduleZBVZeroBubble / ScheduleDualPipeV raise otherwise) of equal
+    // layers (the V's memory and time are costed per chunk); DualPipeV needs n_microbatches
+    // >= its 2*pp stages (ScheduleDualPipeV.__init__; DualPipe's own num_chunks >= 2 * ranks).
+    if (p.schedule == Schedule::zb_h1 && p.vpp != 1) return RejectReason::schedule_shape;
+    if (v_shape(p.schedule) && (p.vpp != 2 || p.pipeline_split != PipelineSplit::even || m.layers % (2 * p.pp) != 0))
+      return RejectReason::schedule_shape;
+    if (p.schedule == Schedule::dualpipev && micro_batches < 2 * static_cast<int64_t>(p.pp)) return RejectReason::schedule_shape;
+  }
+  if (p.vpp > 1 && !v_shape(p.schedule) && micro_batches % p.pp != 0) return RejectReason::interleave_microbatches;
   if (p.offload_optimizer && (p.zero == 0 || p.pp > 1)) return RejectReason::zero_offload;
   if (p.recompute == Recompute::full_k &&
       (p.recompute_layers < 1 || p.recompute_layers > pp_stage_layers(m.layers, p, 0) / p.vpp))
@@ -172,6 +185,17 @@ Status check_plan_status(const ModelSpec& m, const ClusterSpec& c, const Trainin
                                n(static_cast<int64_t>(p.micro_batch) * p.dp) + ", got " + n(j.global_batch));
     case RejectReason::pp_layers:
       return Status::bad_input(o + "field 'plan.pp': expected at most layers (" + n(m.layers) + "), got " + n(p.pp));
+    case RejectReason::schedule_shape:
+      if (p.schedule == Schedule::zb_h1)
+        return Status::bad_input(o + "field 'plan.schedule': zb-h1 runs one stage per rank, expected vpp 1, got vpp " + n(p.vpp));
+      if (p.vpp != 2)
+        return Status::bad_input(o + "field 'plan.vpp': schedule " + to_string(p.schedule) +
+                                 " places exactly two chunks per rank in a V, expected vpp 2, got " + n(p.vpp));
+      if (p.pipeline_split != PipelineSplit::even || m.layers % (2 * p.pp) != 0)
+        return Status::bad_input(o + "field 'plan.pp': schedule " + to_string(p.schedule) + " needs layers (" + n(m.layers) +
+                                 ") divisible by 2*pp = " + n(2 * p.pp) + " with the even split");
+      return Status::bad_input(o + "field 'job.global_batch': dualpipev needs at least 2*pp = " + n(2 * p.pp) +
+                               " micro-batches per step, got " + n(j.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp)));
     case RejectReason::precision_unsupported:
       if (!fp8_recipe_supported(j.fp8, c.gpu))
         return Status::bad_input(o + "FP8 recipe '" + to_string(j.fp8) + "' needs " +

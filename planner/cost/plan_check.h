@@ -30,6 +30,7 @@ enum class RejectReason {
   moe_tp_needs_sp,          // MoE with tp > 1 and no sp
   batch_divisibility,       // global batch not divisible by micro_batch*dp
   interleave_microbatches,  // interleaved schedule needs micro-batches % pp == 0
+  schedule_shape,           // the schedule's stages per rank, split or micro-batches do not hold
   zero_offload,             // offload without ZeRO (optimizer must be partitioned) or pp
   recompute_layers,         // full_k with k outside 1..layers per stage
   lora_zero3,               // ZeRO-3 with LoRA (adapters too small to shard usefully)
@@ -65,12 +66,19 @@ int first_layer_of_stage(int layers, int pp, int stage);
 // time models cost one). first_layer_of_pp_stage is the stage's first layer as if its layers
 // were contiguous (exact for vpp 1; under interleaving the layers before it in the order of
 // stages, which is how frozen layers are counted).
+// The virtual stage chunk c of pipeline stage s holds: c*pp + s (Megatron's interleaved
+// layout), or under a V schedule (specs.h v_shape) s for chunk 0 and 2pp-1-s for chunk 1.
+inline int chunk_virtual_stage(const ParallelPlan& p, int s, int c) {
+  return v_shape(p.schedule) && p.vpp == 2 ? (c == 0 ? s : 2 * p.pp - 1 - s) : c * p.pp + s;
+}
+// The pipeline stage that holds the LM head (the last virtual stage): pp-1, or 0 in a V.
+inline int head_stage(const ParallelPlan& p) { return v_shape(p.schedule) && p.vpp == 2 ? 0 : p.pp - 1; }
 int virtual_stage_layers(int layers, const ParallelPlan& p, int v);
 int first_layer_of_virtual_stage(int layers, const ParallelPlan& p, int v);
 int pp_stage_layers(int layers, const ParallelPlan& p, int s);
 int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s);
 // The model's index of stage-local layer i of pipeline stage s (0 <= i < pp_stage_layers):
-// the stage's chunks, virtual stages c*pp + s for c = 0 .. vpp-1, in order.
+// the stage's chunks, virtual stages chunk_virtual_stage(p, s, c) for c = 0 .. vpp-1, in order.
 int stage_layer_global_index(int layers, const ParallelPlan& p, int s, int i);
 // The layers of each kind (recipe.h layer_kind) pipeline stage s holds, and of them those
 // among its first `frozen_here` stage-local layers (the frozen ones, as the memory and time

@@ -303,7 +303,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     gemms[ng++] = {tokens, r, h, false, static_cast<double>(n_targets)};
     gemms[ng++] = {tokens, h / t, r, false, static_cast<double>(n_targets)};
   }
-  double gemm_fwd = 0, gemm_bwd = 0, latent_up_fwd = 0;
+  double gemm_fwd = 0, gemm_bwd = 0, latent_up_fwd = 0, gemm_wgrad = 0;
   // FP8 recipes: base projections run at the fitted FP8 speed-up (Efficiency::
   // fp8_gemm_speedup, an effective figure that includes the recipe's casts); LoRA adapters
   // and the MoE router stay in 16 bits (Transformer Engine quantizes only its own linear
@@ -318,6 +318,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     // only for weights that train.
     const bool weight_grad = g.base ? lc.base_trainable : true;
     gemm_bwd += one * (1 + (weight_grad ? 1 : 0));
+    if (weight_grad) gemm_wgrad += one;
   }
 
   // ---- attention core
@@ -361,6 +362,7 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   if (lc.grad_flows) {
     lt.forward = gemm_fwd + attn_fwd + elem_fwd + dequant;
     lt.backward = gemm_bwd + attn_bwd + 2 * elem_fwd + dequant;
+    lt.weight_grad = gemm_wgrad;
   } else {
     lt.forward = gemm_fwd + attn_fwd + elem_fwd + dequant;  // frozen bottom layers: forward only
     lt.backward = 0;
@@ -426,18 +428,19 @@ CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const La
   // same additions), so a run of equal stages walks its layers once (a model of several
   // layer kinds: the same kinds at the same places; see below).
   int prev_layers = -1, prev_frozen = -1;
-  double l_fwd = 0, l_bwd = 0, l_rc = 0, l_tp = 0, l_cp = 0, l_ep = 0;
+  double l_fwd = 0, l_bwd = 0, l_rc = 0, l_tp = 0, l_cp = 0, l_ep = 0, l_w = 0;
   for (int s = 0; s < p.pp; ++s) {
     const int layers = pp_stage_layers(m.layers, p, s);
     const int frozen_here = std::clamp(frozen - first_layer_of_pp_stage(m.layers, p, s), 0, layers);
     if (layers != prev_layers || frozen_here != prev_frozen || !one_kind) {
-      l_fwd = l_bwd = l_rc = l_tp = l_cp = l_ep = 0;
+      l_fwd = l_bwd = l_rc = l_tp = l_cp = l_ep = l_w = 0;
       for (int i = 0; i < layers; ++i) {
         // The layer's kind from its index in the model (interleaved stages hold chunks).
         const int k = one_kind ? 0 : layer_kind(m, stage_layer_global_index(m.layers, p, s, i));
         const LayerTimes& lt = kinds[k][i < frozen_here ? 1 : 0][static_cast<int>(layer_recompute(p, i, layers))];
         l_fwd += lt.forward;
         l_bwd += lt.backward;
+        l_w += lt.weight_grad;
         l_rc += lt.recompute;
         l_tp += lt.tp_comm;
         l_cp += lt.cp_comm_exposed;
@@ -447,7 +450,7 @@ CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const La
       prev_frozen = frozen_here;
     }
     double fwd = l_fwd, bwd = l_bwd;
-    if (s == p.pp - 1) {
+    if (s == head_stage(p)) {
       fwd += head.forward;
       bwd += head.backward;
     }
@@ -462,6 +465,7 @@ CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const La
       w.ep = l_ep;
       w.fwd = fwd;
       w.bwd = bwd + l_rc;
+      w.wgrad = l_w;
     }
   }
   return w;
@@ -546,6 +550,27 @@ StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const 
   return in;
 }
 
+double pipeline_bubble(const ParallelPlan& p, const CriticalStage& w) {
+  if (p.pp <= 1) return 0;
+  // Fill and drain: every other stage's work once (equal stages: (p-1) * T), divided by
+  // v with interleaving (Narayanan et al. 2021). GPipe has the same bubble.
+  double bubble = (w.sum_stage - w.max_stage) / p.vpp;
+  // Split backward: with F, B (input gradient, recompute and in-layer communication
+  // included) and W (weight gradient) per micro-batch per chunk, ZB-H1's bubble is
+  // (p-1)(F + B - W) (Qi et al. 2024, Sec. 2.1; the DualPipe README's (PP-1)(F + B - 2W)
+  // with B the whole backward), and ZB-V's and DualPipeV's (p-1)(F + B - W) over their
+  // half-size chunks -- each at least (p-1) F, the forward's own fill (a W larger than
+  // F + B cannot run before the first B). Exact with equal F, B, W for PyTorch's orders
+  // played op by op; with unequal ones ZB-H1 stays exact and a V's is an approximation
+  // (its order plays 0.6x to 1.9x of it, the most when W is twice F and B).
+  if (splits_backward(p.schedule) && w.max_stage > 0) {
+    const double fwd = w.fwd, wgrad = w.wgrad, input_grad = w.max_stage - w.fwd - w.wgrad;
+    const double zb = std::max(fwd, fwd + input_grad - wgrad) / (fwd + input_grad + wgrad);
+    bubble *= zb;
+  }
+  return bubble;
+}
+
 StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e) {
   return estimate_time(m, c, j, p, step_time_inputs(m, c, j, p, e), e);
 }
@@ -562,9 +587,15 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   st.tp_comm = md * w.tp;
   st.cp_comm = md * w.cp;
   st.ep_comm = md * w.ep;
-  // Fill and drain: every other stage's work once (equal stages: (p-1) * T), divided by
-  // v with interleaving (Narayanan et al. 2021). GPipe has the same bubble.
-  st.bubble = p.pp > 1 ? (w.sum_stage - w.max_stage) / p.vpp : 0;
+  // DualPipeV pairs a forward chunk of one micro-batch with a backward chunk of another in
+  // its main phase (step 4 of the order: m - 2pp + 1 pairs of pairs on rank 0), and each
+  // one's EP all-to-all runs under the other's compute (DeepSeek-V3 report, Sec. 3.2.1):
+  // that share of the exposed EP time is hidden, as far as the compute covers it.
+  if (p.pp > 1 && p.schedule == Schedule::dualpipev && md > 0) {
+    const double paired = std::max(0.0, md - 2.0 * p.pp + 1) / md;
+    st.ep_comm -= std::min(st.ep_comm * paired, st.compute * paired);
+  }
+  st.bubble = pipeline_bubble(p, w);
 
   // ---- PP point-to-point: one send forward and one backward per micro-batch per chunk
   // hop on the critical path.

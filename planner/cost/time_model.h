@@ -130,6 +130,7 @@ double gemm_time(double m, double n, double k, double elem_bytes, double peak_fl
 struct LayerTimes {
   double forward = 0;          // compute, s
   double backward = 0;         // compute, s
+  double weight_grad = 0;      // of backward, the weight-gradient GEMMs (a split backward's W), s
   double recompute = 0;        // extra forward work during backward under the policy, s
   double tp_comm = 0;          // TP/SP collectives, fwd + bwd, s (before overlap)
   double cp_comm_exposed = 0;  // CP ring exchange not hidden behind attention (all-gather: all of it), s
@@ -268,7 +269,15 @@ struct CriticalStage {
   double tp = 0, cp = 0, ep = 0;  // s: its in-layer communication
   double fwd = 0;        // s: its forward (hides parameter gathers)
   double bwd = 0;        // s: its backward with recompute (hides gradient reduction)
+  double wgrad = 0;      // s: of bwd, the weight-gradient GEMMs (LayerTimes::weight_grad)
 };
+
+// The pipeline's fill and drain on the critical path, s, from its stages' per-micro-batch
+// work `w`: (sum - max) / vpp (equal stages: (p-1) T / v; Narayanan et al. 2021), scaled for
+// a split-backward schedule by max(F, F + B - W) / (F + B + W) with F = w.fwd, W = w.wgrad
+// and B the rest of the critical stage's work (see the definition for the sources). 0
+// without a pipeline.
+double pipeline_bubble(const ParallelPlan& p, const CriticalStage& w);
 
 // What estimate_time needs that depends only on the model, cluster, job, efficiency and
 // the plan's dp, tp, pp, cp, cp_exchange, ep, sp, micro_batch and flash_attention.

@@ -25,7 +25,10 @@ std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPl
   std::vector<PlanChange> out;
   auto add = [&](std::string d, TrainingJob nj, ParallelPlan np) {
     np.grad_accum = static_cast<int>(nj.global_batch / (static_cast<int64_t>(np.micro_batch) * np.dp));
-    np.schedule = np.vpp > 1 ? Schedule::interleaved : (p.schedule == Schedule::gpipe ? Schedule::gpipe : Schedule::one_f_one_b);
+    // The schedule follows vpp unless the change is the schedule itself or keeps a
+    // split-backward one (check_plan drops a change whose shape it no longer takes).
+    if (np.schedule == p.schedule && !splits_backward(p.schedule))
+      np.schedule = np.vpp > 1 ? Schedule::interleaved : (p.schedule == Schedule::gpipe ? Schedule::gpipe : Schedule::one_f_one_b);
     PlanChange c;
     c.description = std::move(d);
     c.job = nj;
@@ -85,6 +88,25 @@ std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPl
     np.micro_batch = mb;
     add("micro-batch " + std::to_string(p.micro_batch) + " -> " + std::to_string(mb), j, np);
     if (mb == 1) break;
+  }
+  // The pipeline schedule: a zero-bubble order trades the bubble for W-gradient buffers
+  // (ZB-H1 and ZB-V hold 1F1B's activations, DualPipeV one chunk more); back to 1F1B frees
+  // those buffers. Each is costed like any change; explain prints what it costs.
+  if (p.pp > 1) {
+    ParallelPlan np = p;
+    if (splits_backward(p.schedule)) {
+      np.schedule = Schedule::one_f_one_b;
+      np.vpp = 1;
+      add(std::string("schedule ") + to_string(p.schedule) + " -> 1f1b", j, np);
+    } else {
+      for (Schedule sc : {Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev}) {
+        np = p;
+        np.schedule = sc;
+        np.vpp = sc == Schedule::zb_h1 ? 1 : 2;
+        np.pipeline_split = PipelineSplit::even;
+        add(std::string("schedule ") + to_string(p.schedule) + " -> " + to_string(sc), j, np);
+      }
+    }
   }
   if (p.dp % 2 == 0) {
     ParallelPlan np = p;
@@ -148,7 +170,11 @@ Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const Trainin
     ch.throughput_change = st.tokens_per_s / ex.time.tokens_per_s - 1;
     ch.fits = mr.worst.total <= ex.budget_bytes && mr.host_fits();
     if (ch.delta_bytes < -1) ex.changes.push_back(ch);  // only changes that save memory
+    // A pipeline schedule that is faster and fits, whatever it costs in memory.
+    else if (ch.plan.schedule != p.schedule && ch.fits && ch.throughput_change > 1e-3) ex.faster_schedules.push_back(ch);
   }
+  std::stable_sort(ex.faster_schedules.begin(), ex.faster_schedules.end(),
+                   [](const PlanChange& a, const PlanChange& b) { return a.tokens_per_s > b.tokens_per_s; });
   std::stable_sort(ex.changes.begin(), ex.changes.end(), [](const PlanChange& a, const PlanChange& b) {
     if (a.fits != b.fits) return a.fits;
     if (a.fits) return a.tokens_per_s > b.tokens_per_s;

@@ -35,6 +35,9 @@ struct Explanation {
   bool fits = false;
   MemoryItem largest_item = MemoryItem::weights;  // the component that dominates the peak
   std::vector<PlanChange> changes;  // fitting changes first, then by throughput
+  // Pipeline schedules (specs.h Schedule) that fit and are faster but do not save memory
+  // (a zero-bubble order's W-gradient buffers), fastest first: their cost is delta_bytes.
+  std::vector<PlanChange> faster_schedules;
   // With a framework: why it refuses the plan itself (framework_refusal_text), "" when it runs it.
   std::string framework_refusal;
 };

@@ -115,6 +115,7 @@ struct ShapeInputs {
   bool ready = false;
   PipelineSplit split = PipelineSplit::even;  // the per-stage layers it was computed for
   int vpp = 0;                                // ... and the vpp, for a model of several layer kinds
+  bool v_shape = false;                       // ... and the V placement (specs.h v_shape), likewise
   StepTimeInputs time;
   MemoryInputs memory;
   std::vector<MemoryInputs> also;  // per SweepOptions::also_fit
@@ -201,8 +202,25 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
       if (mbs.empty()) mbs.push_back(1);
       // This pipeline degree's virtual-stage counts and the split each takes, once per work
       // item rather than per plan.
-      std::vector<std::pair<int, PipelineSplit>> vpp_splits;
-      for (int v : space.vpp.empty() ? legal_vpps(m.layers, it.pp) : vpps) vpp_splits.push_back({v, default_pipeline_split(m.layers, it.pp, v)});
+      // With each, the schedules asked for (SweepSpace::schedule) that take that shape: the
+      // classic one (1F1B, or interleaved with virtual stages) always; ZB-H1 with one stage
+      // per rank; ZB-V and DualPipeV with two chunks in a V (check_plan decides the rest).
+      struct VppSplit {
+        int vpp;
+        PipelineSplit split;
+        Schedule schedule;
+      };
+      std::vector<VppSplit> vpp_splits;
+      for (int v : space.vpp.empty() ? legal_vpps(m.layers, it.pp) : vpps) {
+        const PipelineSplit split = default_pipeline_split(m.layers, it.pp, v);
+        const Schedule classic = v > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
+        if (space.schedule.empty() || std::find(space.schedule.begin(), space.schedule.end(), classic) != space.schedule.end())
+          vpp_splits.push_back({v, split, classic});
+        if (it.pp == 1) continue;
+        for (Schedule sc : space.schedule)
+          if (sc == Schedule::gpipe || (sc == Schedule::zb_h1 && v == 1) || (v_shape(sc) && v == 2 && split == PipelineSplit::even))
+            vpp_splits.push_back({v, split, sc});
+      }
       for (Precision prec : precs) {
         // The job with this precision: built once here, not per plan (it holds a vector).
         TrainingJob jj = j;
@@ -217,7 +235,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
         shapes.assign(eps.size() * sps.size() * flashes.size() * exchanges.size() * mbs.size(), ShapeInputs{});
         // The CP exchange means nothing without CP: one pass then.
         const size_t n_exchanges = it.cp > 1 ? exchanges.size() : 1;
-        for (const auto& [vpp, split] : vpp_splits)
+        for (const auto& [vpp, split, schedule] : vpp_splits)
           for (size_t i_ep = 0; i_ep < eps.size(); ++i_ep)
             for (size_t i_sp = 0; i_sp < sps.size(); ++i_sp)
               for (size_t i_flash = 0; i_flash < flashes.size(); ++i_flash)
@@ -246,7 +264,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           p.recompute = rc;
                           p.zero = zero;
                           p.offload_optimizer = off != 0;
-                          p.schedule = vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
+                          p.schedule = schedule;
                           p.grad_accum = per_dp > 0 ? static_cast<int>(per_dp / mb) : 0;
                           ++r.enumerated;
                           if (++local % 4096 == 0) {
@@ -281,9 +299,11 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             }
                           }
                           ++r.evaluated;
-                          if (!shape.ready || shape.split != p.pipeline_split || (mixed_layers && shape.vpp != p.vpp)) {
+                          if (!shape.ready || shape.split != p.pipeline_split ||
+                              (mixed_layers && (shape.vpp != p.vpp || shape.v_shape != v_shape(p.schedule)))) {
                             shape.split = p.pipeline_split;
                             shape.vpp = p.vpp;
+                            shape.v_shape = v_shape(p.schedule);
                             shape.also.clear();
                             shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
                             shape.memory = memory_inputs(m, c.gpu, jj, p, opt.memory);

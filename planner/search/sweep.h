@@ -38,6 +38,11 @@ struct SweepSpace {
   std::vector<int> flash;            // 0/1
   std::vector<CpExchange> cp_exchange;  // for cp > 1; default: ring and all_gather
   std::vector<Precision> precision;  // default: the job's precision
+  // Pipeline schedules to try where pp > 1. Empty (default): the classic ones the simulator
+  // and executor run, 1F1B and interleaved 1F1B (gpipe is never better). Listing zb-h1,
+  // zbv or dualpipev adds them on the shapes they take (check_plan's schedule_shape); a
+  // list without 1f1b / interleaved leaves those out.
+  std::vector<Schedule> schedule;
   int max_tp = 0, max_pp = 0;        // bounds (0 = none)
   int max_micro_batch = 64;
   bool tp_across_nodes = false;

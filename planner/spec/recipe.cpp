@@ -303,6 +303,38 @@ double recompute_working_bytes(const ModelSpec& m, const LayerContext& c, LayerR
   return recompute_working_bytes(sum_saved_tensors(m, c), policy);
 }
 
+double weight_grad_buffer_bytes(const ModelSpec& m, const LayerContext& c) {
+  if (!c.grad_flows) return 0;
+  const double tokens = static_cast<double>(c.b) * static_cast<double>(c.s), t = c.t;
+  const double h = static_cast<double>(m.hidden);
+  double widths = 0;  // output columns per token whose gradient waits for W
+  if (c.base_trainable) {
+    const bool gpt = m.family == Family::gpt;
+    if (m.mla.enabled()) {
+      const MlaSpec& a = m.mla;
+      const double own = 1.0 / (c.sp ? t : 1);  // the down projections run on the rank's tokens
+      if (a.q_lora_rank > 0) widths += own * a.q_lora_rank + static_cast<double>(m.q_width()) / t;
+      else widths += static_cast<double>(m.q_width()) / t;
+      widths += own * (a.kv_lora_rank + a.qk_rope_head_dim) + m.heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim) / t;
+    } else {
+      widths += static_cast<double>(m.q_width() + 2 * m.kv_width()) / t;
+    }
+    widths += h;  // o (row-parallel: the whole output)
+    if (m.moe.enabled() && !c.dense_mlp) {
+      const double fe = static_cast<double>(m.moe.expert_ffn_hidden);
+      const double rows = moe_expert_rows(m, tokens / t, c.ep);  // the rank's capacity-padded rows
+      widths += rows / tokens * ((gpt ? 1 : 2) * fe + h) + static_cast<double>(m.moe.experts) / t;
+      if (m.moe.shared_experts > 0) widths += (gpt ? 1 : 2) * static_cast<double>(m.shared_ffn_width()) / t + h;
+    } else {
+      widths += (gpt ? 1 : 2) * static_cast<double>(m.ffn_hidden) / t + h;
+    }
+  } else if (c.lora_targets) {
+    // Each adapter: A's r-wide output and B's output (about h wide, split by t).
+    widths += __builtin_popcount(c.lora_targets) * (static_cast<double>(c.lora_rank) + h / t);
+  }
+  return tokens * widths * c.act_bytes;
+}
+
 namespace {
 
 // The attention block of one layer: parameters whole and on one rank, and its nn.Linear

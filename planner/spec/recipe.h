@@ -173,6 +173,18 @@ double recompute_working_bytes(const SavedTensorSums& s, LayerRecompute policy);
 // set at the backward peak): the whole layer for full, the score tensors for selective.
 double recompute_working_bytes(const ModelSpec& m, const LayerContext& c, LayerRecompute policy);
 
+// Bytes one layer holds from its input-gradient pass (B) to its weight-gradient pass (W)
+// under a schedule that splits them (specs.h splits_backward): the gradient of the output
+// of every linear whose weight trains, which W multiplies with the saved input (Qi et al.
+// 2024, Sec. 2: W needs the output gradient B produced; PyTorch's stage_backward_input keeps
+// each parameter group's output gradient for stage_backward_weight). Per rank per
+// micro-batch in the activation dtype: q|k|v and the MLP's up projections split by t, the
+// row-parallel outputs (o, down) whole, a MoE layer's routed experts over their
+// capacity-padded rows and its router; latent attention's down projections over the
+// rank's tokens; LoRA only the adapters (r and the target's width). 0 when no weight of
+// the layer trains or no gradient reaches it.
+double weight_grad_buffer_bytes(const ModelSpec& m, const LayerContext& c);
+
 // ---------------------------------------------------------------- parameters
 
 // Vocabulary rows one TP rank holds: the vocabulary padded to a multiple of tp (as

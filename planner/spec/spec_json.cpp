@@ -721,7 +721,7 @@ Result<ParallelPlan> plan_from_json(const json& j, const std::string& origin) {
   r.get("offload_optimizer", &p.offload_optimizer, false);
   r.get("flash_attention", &p.flash_attention, false);
   p.schedule = p.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
-  r.get_enum("schedule", &p.schedule, "gpipe, 1f1b, interleaved", false);
+  r.get_enum("schedule", &p.schedule, kScheduleNames, false);
   r.get_enum("cp_exchange", &p.cp_exchange, "ring, all_gather", false);
   r.get_enum("pipeline_split", &p.pipeline_split, "even, account_embedding_loss", false);
   r.get("activation_offload_layers", &p.activation_offload_layers, 0, 100000, false);

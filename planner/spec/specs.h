@@ -298,8 +298,22 @@ inline void set_job_mode(JobMode m, TrainingJob* j) {
 
 enum class Recompute { none, selective, full, full_k };  // full_k: k layers per stage full
 constexpr const char* kRecomputeNames = "none, selective, full, full_k";
-enum class Schedule { gpipe, one_f_one_b, interleaved };
-constexpr const char* kScheduleNames = "gpipe, 1f1b, interleaved";
+// Pipeline schedules. zb_h1: Qi et al. 2024 (Zero Bubble Pipeline Parallelism, ICLR 2024)
+// ZB-H1, each backward split into its input-gradient part (B) and weight-gradient part (W),
+// W deferred into the drain; one stage per rank, the order of PyTorch's
+// torch.distributed.pipelining ZB1P (_get_1f1b_rank_ops with enable_zero_bubble). zbv: the
+// same paper's ZB-V, two chunks per rank placed in a V (rank r holds virtual stages r and
+// 2pp-1-r), the order of ScheduleZBVZeroBubble. dualpipev: DeepSeek's DualPipeV
+// (deepseek-ai/DualPipe), the V placement with forward and backward chunks of two
+// micro-batches paired so that each one's communication overlaps the other's compute, the
+// order of ScheduleDualPipeV (pytorch/pytorch 00722e6, schedules.py).
+enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zbv, dualpipev };
+constexpr const char* kScheduleNames = "gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev";
+// Schedules that split the backward into B and W (the W-gradient buffers of memory_model.h).
+inline bool splits_backward(Schedule s) { return s == Schedule::zb_h1 || s == Schedule::zbv || s == Schedule::dualpipev; }
+// Schedules that place a rank's two chunks in a V: the first and the last virtual stage (the
+// embedding and the LM head) both on rank 0.
+inline bool v_shape(Schedule s) { return s == Schedule::zbv || s == Schedule::dualpipev; }
 // How context parallel exchanges K and V between the CP ranks. ring: Megatron's ring (two
 // K/V chunks in flight, overlapped with attention). all_gather: the executor's (Llama 3's)
 // exchange: k and v all-gathered whole into communication buffers before attention, not
