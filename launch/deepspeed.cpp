@@ -126,6 +126,10 @@ Status refusal(const PlanFile& f) {
                              "between the ranks of a sequence); DeepSpeed-Ulysses (--ds-sequence-parallel-size, "
                              "megatron/arguments.py L974) splits attention heads over ranks with all-to-alls, a different "
                              "scheme llmplan does not model");
+  if (p.pp > 1 && splits_backward(p.schedule))
+    return Status::bad_input(std::string("plan.schedule: ") + to_string(p.schedule) +
+                             ": DeepSpeed's pipeline engine runs whole backward passes on its 1F1B TrainSchedule "
+                             "(deepspeed/runtime/pipe/schedule.py, v0.16.4)");
   if (p.vpp > 1 || p.schedule == Schedule::interleaved)
     return Status::bad_input("plan.vpp: " + num(p.vpp) +
                              ": DeepSpeed's pipeline engine runs one stage per rank on its 1F1B TrainSchedule "

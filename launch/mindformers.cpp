@@ -114,6 +114,10 @@ Status check_expressible(const PlanFile& f) {
                   " has no key that keeps optimizer states and master weights in host memory; "
                   "FusedAdamWeightDecay(offload=True) only runs the update on the CPU "
                   "(mindformers/core/optim/optim.py L232-242) and leaves the float32 parameters on the device");
+  if (p.pp > 1 && splits_backward(p.schedule))
+    return refuse("plan.schedule: " + std::string(to_string(p.schedule)) +
+                  ": parallel.pipeline_config.pipeline_scheduler is 1f1b, seqpipe or seqvpp in the MindFormers v1.5.0 configs; "
+                  "none splits the backward into input and weight gradients");
   if (p.pp > 1 && p.schedule == Schedule::gpipe)
     return refuse("plan.schedule: gpipe: the MindFormers v1.5.0 configs run pipelines with parallel.pipeline_config."
                   "pipeline_scheduler '1f1b' (or seqpipe/seqvpp); GPipe is not written");

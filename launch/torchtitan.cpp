@@ -126,16 +126,27 @@ constexpr TorchtitanFlavor kFlavors[] = {
 
 // torch.distributed.pipelining.schedules get_schedule_class (case-insensitive), the names
 // llmplan's schedules map to; the other names it accepts (LoopedBFS, InterleavedZeroBubble,
-// ZBVZeroBubble, DualPipeV, PipelineScheduleSingle/Multi) are schedules llmplan does not model.
+// PipelineScheduleSingle/Multi) are schedules llmplan does not model.
 struct ScheduleName {
   const char* name;
   Schedule schedule;
   bool multi_stage;  // a PipelineScheduleMulti: two or more stages per rank
 };
 constexpr ScheduleName kSchedules[] = {
-    {"1F1B", Schedule::one_f_one_b, false}, {"GPipe", Schedule::gpipe, false}, {"Interleaved1F1B", Schedule::interleaved, true}};
-constexpr const char* kOtherSchedules[] = {"LoopedBFS", "InterleavedZeroBubble", "PipelineScheduleSingle", "PipelineScheduleMulti",
-                                           "ZBVZeroBubble", "DualPipeV"};
+    {"1F1B", Schedule::one_f_one_b, false},     {"GPipe", Schedule::gpipe, false},        {"Interleaved1F1B", Schedule::interleaved, true},
+    {"ZBVZeroBubble", Schedule::zbv, true}, {"DualPipeV", Schedule::dualpipev, true}};
+constexpr const char* kOtherSchedules[] = {"LoopedBFS", "InterleavedZeroBubble", "PipelineScheduleSingle", "PipelineScheduleMulti"};
+const char* schedule_name(Schedule s) {
+  for (const ScheduleName& k : kSchedules)
+    if (k.schedule == s) return k.name;
+  return "1F1B";
+}
+// Schedules torchtitan runs with two or more stages per rank.
+bool multi_stage(Schedule s) {
+  for (const ScheduleName& k : kSchedules)
+    if (k.schedule == s) return k.multi_stage;
+  return false;
+}
 
 std::string num(int64_t v) { return std::to_string(v); }
 
@@ -304,10 +315,14 @@ Result<TitanPlan> titan_plan(const PlanFile& f) {
   if (std::string(t.flavor->model) == "qwen3" && p.pp > 1)
     return Status::bad_input("plan.pp: " + num(p.pp) + ": torchtitan v0.2.2's qwen3 has no pipelining function "
                              "(torchtitan/models/qwen3/__init__.py get_train_spec: pipelining_fn=None; train.py L218-223)");
-  if (p.pp > 1 && ((p.vpp > 1) != (p.schedule == Schedule::interleaved)))
+  if (p.pp > 1 && p.schedule == Schedule::zb_h1)
+    return Status::bad_input("plan.schedule: zb-h1: torch.distributed.pipelining has no one-stage-per-rank zero-bubble schedule "
+                             "(InterleavedZeroBubble is multi-stage; get_schedule_class, torchtitan/distributed/pipeline_parallel.py "
+                             "L104-109); ZBVZeroBubble (plan.schedule zbv, vpp 2) is the one torchtitan runs");
+  if (p.pp > 1 && ((p.vpp > 1) != multi_stage(p.schedule)))
     return Status::bad_input(std::string("plan.schedule: ") + to_string(p.schedule) + " with vpp " + num(p.vpp) +
-                             ": torchtitan runs 1F1B and GPipe with one stage per rank and Interleaved1F1B with two or more "
-                             "(torchtitan/distributed/pipeline_parallel.py L96-109)");
+                             ": torchtitan runs 1F1B and GPipe with one stage per rank and Interleaved1F1B, ZBVZeroBubble and "
+                             "DualPipeV with two or more (torchtitan/distributed/pipeline_parallel.py L96-109)");
   if (j.seq_len % (2 * p.tp * p.cp) != 0)
     return Status::bad_input("job.seq_len: " + num(j.seq_len) + ": torchtitan needs it divisible by tp * 2 * cp = " +
                              num(2 * p.tp * p.cp) + " (parallel_dims.py L365-372; models/llama3/infra/parallelize.py L70-74)");
@@ -449,7 +464,7 @@ std::string train_toml(const PlanFile& f, const TitanPlan& t, const ExportOption
         "tensor_parallel_degree", static_cast<int64_t>(p.tp));
   w.key("pipeline ranks (L360)", "pipeline_parallel_degree", static_cast<int64_t>(p.pp));
   if (p.pp > 1) {
-    const char* schedule = p.schedule == Schedule::interleaved ? "Interleaved1F1B" : p.schedule == Schedule::gpipe ? "GPipe" : "1F1B";
+    const char* schedule = schedule_name(p.schedule);
     w.key("pipeline schedule (L396; torch.distributed.pipelining get_schedule_class)", "pipeline_parallel_schedule", schedule);
     w.key("sequences per pipeline micro-batch: local_batch_size / it micro-batches per step (L412; "
           "distributed/pipeline_parallel.py L186-194)",
@@ -984,7 +999,7 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
     if (known == nullptr) {
       const bool other = std::any_of(std::begin(kOtherSchedules), std::end(kOtherSchedules), [&](const char* n) { return lower(s) == lower(n); });
       return c.bad("parallelism.pipeline_parallel_schedule",
-                   std::string("expected 1F1B, GPipe or Interleaved1F1B (the schedules llmplan models), got ") + s +
+                   std::string("expected 1F1B, GPipe, Interleaved1F1B, ZBVZeroBubble or DualPipeV (the schedules llmplan models), got ") + s +
                        (other ? " (a torch.distributed.pipelining schedule llmplan does not model)" : " (not a schedule name get_schedule_class knows)"));
     }
     p.schedule = known->schedule;

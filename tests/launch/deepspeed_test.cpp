@@ -144,6 +144,7 @@ const std::map<std::string, std::string> kRefusedMatrixPlans = {
     {"llama3.1-405b tp8 pp8 vpp8 cp2 uneven", "plan.cp"},
     {"qwen3-30b-a3b dp8 ep8 fp8", "job.fp8"},
     {"llama3-8b lora dp8", "job.mode"},
+    {"llama3-8b pp2 zbv zero3", "plan.schedule"},  // TrainSchedule runs whole backward passes
 };
 
 // More plans for what the matrix leaves out: pipeline under the pipeline engine, fp16, fp32,

@@ -106,9 +106,11 @@ std::vector<std::string> key_problems(const std::vector<std::pair<std::string, s
 
 // ---------------------------------------------------------------- round trip
 
-// The matrix plans the nemo format refuses (none: NeMo has a recipe for each model, LoRA on
-// q, k, v, o is linear_qkv + linear_proj, ZeRO-2/3 run without pp).
-const std::map<std::string, std::string> kRefused = {};
+// The matrix plans the nemo format refuses (NeMo has a recipe for each model, LoRA on q, k,
+// v, o is linear_qkv + linear_proj, ZeRO-2/3 run without pp): Megatron-Core's schedules only.
+const std::map<std::string, std::string> kRefused = {
+    {"llama3-8b pp2 zbv zero3", "plan.schedule"},
+};
 
 TEST(NemoFormat, RoundTripsEveryPlanItCanExpress) {
   int exported = 0;
@@ -230,6 +232,7 @@ TEST(NemoFormat, ActivationOffloadRoundTripsThroughModelConfig) {
 TEST(NemoFormat, EveryOverrideKeyIsAFieldOfTheClassBehindIt) {
   int checked = 0;
   for (const NamedPlan& np : testing::round_trip_plans()) {
+    if (kRefused.count(np.name)) continue;
     Result<ExportResult> r = export_plan(np.file, LaunchFormat::nemo);
     ASSERT_TRUE(r) << np.name;
     const auto nemo = overrides_in(testing::find_file(r->files, "nemo_overrides.sh")->text, false);
@@ -241,7 +244,7 @@ TEST(NemoFormat, EveryOverrideKeyIsAFieldOfTheClassBehindIt) {
     EXPECT_TRUE(pb.empty()) << np.name << ": " << pb.front();
     ++checked;
   }
-  EXPECT_EQ(checked, static_cast<int>(testing::round_trip_plans().size()));
+  EXPECT_EQ(checked, static_cast<int>(testing::round_trip_plans().size() - kRefused.size()));
 }
 
 TEST(NemoFormat, KeyCheckerFindsMisspeltKeysAndValues) {

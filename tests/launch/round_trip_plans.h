@@ -76,6 +76,11 @@ inline std::vector<NamedPlan> round_trip_plans() {
   p.dp = 4, p.tp = 8, p.pp = 2, p.sp = true, p.micro_batch = 1, p.zero = 1;
   p.recompute = Recompute::full_k, p.recompute_layers = 10;
   add("llama3-70b tp8 pp2 full_k10", "llama3-70b", "h100-sxm", 64, job, p);
+  // ZB-V: two chunks per rank in a V (torchtitan's ZBVZeroBubble; the others refuse it).
+  p = {};
+  p.dp = 4, p.pp = 2, p.vpp = 2, p.micro_batch = 1, p.zero = 3;
+  p.schedule = Schedule::zbv;
+  add("llama3-8b pp2 zbv zero3", "llama3-8b", "h100-sxm", 8, job, p);
 
   // Llama 3.1 405B's 126 layers on pp 8 x vpp 8: Megatron-Core's embedding/loss split (uneven).
   p = {};

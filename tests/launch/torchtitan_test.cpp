@@ -505,8 +505,21 @@ TEST(TorchtitanFormat, AbsurdValuesAreBadInputNamingTheKey) {
   expect_bad_input(import_toml(base + "[training]\nseq_len = 'long'\n"), {"training.seq_len", "long"});
   expect_bad_input(import_toml(base + "[activation_checkpoint]\nmode = 'partial'\n"), {"activation_checkpoint.mode", "partial"});
   expect_bad_input(import_toml("[model]\nname = 'llama3'\nflavor = '9B'\n"), {"model.flavor", "9B"});
-  expect_bad_input(import_toml(base + "[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = 'ZBVZeroBubble'\n"),
-             {"pipeline_parallel_schedule", "ZBVZeroBubble"});
+  expect_bad_input(import_toml(base + "[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = 'LoopedBFS'\n"),
+             {"pipeline_parallel_schedule", "LoopedBFS"});
+}
+
+// ZBVZeroBubble and DualPipeV: two stages per rank placed in a V (torchtitan's "v" stage
+// placement, torchtitan_keys.txt L447-448), read as llmplan's zbv / dualpipev with vpp 2.
+TEST(TorchtitanFormat, VScheduleImportsAsTwoChunksPerRank) {
+  const std::string base = "[model]\nname = 'llama3'\nflavor = '8B'\n[training]\nlocal_batch_size = 8\n";
+  for (const auto& [name, schedule] : {std::pair{"ZBVZeroBubble", Schedule::zbv}, std::pair{"DualPipeV", Schedule::dualpipev}}) {
+    Result<ImportedConfig> r = import_toml(base + "[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = '" + name + "'\n");
+    ASSERT_TRUE(r) << name << ": " << r.status().message();
+    EXPECT_EQ(r->file.plan.schedule, schedule) << name;
+    EXPECT_EQ(r->file.plan.pp, 2) << name;
+    EXPECT_EQ(r->file.plan.vpp, 2) << name;
+  }
 }
 
 TEST(TorchtitanFormat, KeysOutsideJobConfigAreRefusedAsTorchtitanDoesAndUnusedOnesListed) {
