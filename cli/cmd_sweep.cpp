@@ -23,6 +23,7 @@ struct SweepCommand {
   std::vector<int> tp, pp, vpp, cp, ep, micro_batch, zero;
   std::vector<std::string> recompute;
   std::vector<std::string> cp_exchange;
+  std::vector<std::string> schedules;
   std::string sp = "both", offload = "both", flash = "both";  // "on", "off" or "both" (vary)
   std::string activation_offload = "off";  // "on": offload the fewest layers' activations that make a plan fit
   int max_tp = kUnsetFlag, max_pp = kUnsetFlag;  // unset: no bound
@@ -124,11 +125,13 @@ Status positive_list(const std::vector<int>& v, const char* flag) {
   return Status::ok();
 }
 
-// With --tokens: the days and the cost of the token budget at each plan's goodput.
+// With --tokens: the days and the cost of the token budget at each plan's goodput; with
+// --schedules, each plan's pipeline schedule.
 struct BudgetColumns {
   double tokens = 0;  // 0: no columns
   double price_per_gpu_hour = 0;
   int gpus = 0;
+  bool schedule = false;
 };
 
 void print_row(int rank, const PlanResult& r, const BudgetColumns& bc, const std::vector<FrameworkSpec>& frameworks) {
@@ -141,6 +144,7 @@ void print_row(int rank, const PlanResult& r, const BudgetColumns& bc, const std
               p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), off.c_str(),
               p.flash_attention ? "on" : "off", to_string(r.precision), to_string(r.amp), r.peak_bytes / kGiB, r.tokens_per_s, 100 * r.mfu,
               r.step_time_s);
+  if (bc.schedule) std::printf(" %-11s", p.pp > 1 ? to_string(p.schedule) : "-");
   if (!frameworks.empty()) std::printf(" %*s", static_cast<int>(std::max<size_t>(7, frameworks.size())), framework_letters(r.frameworks, frameworks).c_str());
   if (bc.tokens > 0) {
     const double wall_s = bc.tokens / (r.tokens_per_s * r.goodput);
@@ -183,6 +187,7 @@ std::vector<PlanResult> rerank_by_simulation(const PlanFile& base, const std::ve
 void print_header(const BudgetColumns& bc, const std::vector<FrameworkSpec>& frameworks) {
   std::printf("%4s  %3s %3s %3s %3s %4s %3s %4s %5s %4s %-9s %3s %5s  %-9s %9s %12s %7s %8s", "rank", "dp", "tp", "pp", "vpp", "cp", "sp", "mb",
               "accum", "zero", "recompute", "off", "flash", "precision", "peak GiB", "tokens/s", "MFU", "step s");
+  if (bc.schedule) std::printf(" %-11s", "schedule");
   if (!frameworks.empty()) std::printf(" %*s", static_cast<int>(std::max<size_t>(7, frameworks.size())), "runs on");
   if (bc.tokens > 0) std::printf(" %7s %8s", "days", "goodput");
   if (bc.tokens > 0 && bc.price_per_gpu_hour > 0) std::printf(" %10s", "cost");
@@ -209,6 +214,10 @@ Runner register_sweep(CLI::App* sub) {
                   "on: a plan that does not fit offloads the activations of the fewest layers per stage that make it fit")
       ->capture_default_str();
   sub->add_option("--cp-exchange", c->cp_exchange, "pin the CP exchange (ring, all_gather)")->delimiter(',');
+  sub->add_option("--schedules", c->schedules,
+                  std::string("pipeline schedules to try where pp > 1 (") + kScheduleNames +
+                      ", or all; default 1f1b and interleaved, which simulate and execute run)")
+      ->delimiter(',');
   sub->add_option("--max-tp", c->max_tp, "upper bound on tp");
   sub->add_option("--max-pp", c->max_pp, "upper bound on pp");
   sub->add_flag("--tp-across-nodes", c->tp_across_nodes, "allow tp larger than a node");
@@ -273,6 +282,15 @@ Runner register_sweep(CLI::App* sub) {
       if (!parse_enum(x, &e)) return report(Status::bad_input("--cp-exchange: expected ring or all_gather, got '" + x + "'"));
       space.cp_exchange.push_back(e);
     }
+    for (const auto& x : c->schedules) {
+      if (x == "all") {
+        space.schedule = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev};
+        continue;
+      }
+      Schedule sc;
+      if (!parse_enum(x, &sc)) return report(Status::bad_input("--schedules: expected " + std::string(kScheduleNames) + " or all, got '" + x + "'"));
+      space.schedule.push_back(sc);
+    }
     for (auto [v, flag] : {std::pair{c->max_tp, "--max-tp"}, {c->max_pp, "--max-pp"}})
       if (Status st = positive_if_given(v, flag, "a positive bound"); !st) return report(st);
     space.max_tp = c->max_tp != kUnsetFlag ? c->max_tp : 0;
@@ -309,7 +327,7 @@ Runner register_sweep(CLI::App* sub) {
       opt.goodput = &budget->goodput;
     }
     const double train_tokens = budget ? budget->tokens : 0;
-    const BudgetColumns columns{train_tokens, budget ? budget->price_per_gpu_hour : 0, s.file.gpus};
+    const BudgetColumns columns{train_tokens, budget ? budget->price_per_gpu_hour : 0, s.file.gpus, !space.schedule.empty()};
     const auto start = std::chrono::steady_clock::now();
     bool printed_progress = false;
     opt.progress = [&](int64_t done, int64_t total) {

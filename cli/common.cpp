@@ -86,7 +86,7 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--flash", f->flash, "fused (flash) attention: on, or off to materialise the attention scores")
       ->capture_default_str();
   app->add_flag("--no-flash", f->old_no_flash)->group("");  // the old spelling, refused with the new one
-  app->add_option("--schedule", f->schedule, "gpipe, 1f1b or interleaved");
+  app->add_option("--schedule", f->schedule, std::string("pipeline schedule: ") + kScheduleNames);
 }
 
 Status apply_stack_flag(const std::string& stack, Setup* s) {
@@ -300,7 +300,8 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   p.flash_attention = *flash;
   p.schedule = p.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
   if (!pf.schedule.empty())
-    if (Status st = parse_flag(pf.schedule, &p.schedule, "--schedule", "gpipe, 1f1b, interleaved"); !st) return st;
+    if (Status st = parse_flag(pf.schedule, &p.schedule, "--schedule", kScheduleNames); !st) return st;
+  if (v_shape(p.schedule) && p.vpp == 1) p.vpp = 2;  // a V is two chunks per rank
   const int64_t world = static_cast<int64_t>(p.dp) * mp;
   if (world != s->file.gpus)
     return Status::bad_input("--dp/--tp/--pp/--cp: the plan uses dp*tp*pp*cp = " + std::to_string(world) + " GPUs but --gpus is " +
@@ -372,8 +373,11 @@ std::string plan_summary(const ParallelPlan& p) {
                 p.pipeline_split == PipelineSplit::even ? "" : " split-emb-loss", cp.c_str(),
                 p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? " offload" : "",
                 p.flash_attention ? "" : " no-flash");
-  if (p.activation_offload_layers > 0) return std::string(buf) + " act-offload " + std::to_string(p.activation_offload_layers);
-  return buf;
+  std::string out = buf;
+  // A schedule other than the one vpp implies (1F1B, interleaved) is named.
+  if (p.pp > 1 && (p.schedule == Schedule::gpipe || splits_backward(p.schedule))) out += std::string(" ") + to_string(p.schedule);
+  if (p.activation_offload_layers > 0) out += " act-offload " + std::to_string(p.activation_offload_layers);
+  return out;
 }
 
 }  // namespace llmplan::cli

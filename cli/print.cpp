@@ -76,6 +76,12 @@ void print_explanation(const Explanation& e, const PlanFile& f) {
                 gib(w.total).c_str(), gib(e.budget_bytes).c_str(), gib(e.shortfall_bytes).c_str(), w.stage, f.plan.pp,
                 to_string(w.peak_phase), label(e.largest_item), gib(w.bytes[static_cast<int>(e.largest_item)]).c_str());
   }
+  for (size_t i = 0; i < e.faster_schedules.size(); ++i) {
+    const PlanChange& c = e.faster_schedules[i];
+    if (i == 0) std::printf("\nFaster pipeline schedules that fit (their memory is the cost):\n");
+    std::printf("  %-36s %+9.2f GiB  peak %.2f GiB  %+.1f%% throughput\n", c.description.c_str(), c.delta_bytes / kGiB, c.peak_bytes / kGiB,
+                100 * c.throughput_change);
+  }
   if (e.changes.empty()) {
     std::printf("No single change of the plan lowers its memory.\n");
     return;

@@ -253,6 +253,10 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     return Status::bad_input("--lr: expected a positive finite learning rate, got " + std::to_string(o.trainer.lr));
   if (o.seq_len < 0 || o.seq_len > (int64_t{1} << 24)) return Status::bad_input("--seq: expected 1..16777216 tokens");
   if (o.micro_batch < 0 || o.grad_accum < 0) return Status::bad_input("--micro-batch/--grad-accum: expected positive integers");
+  if (f.plan.pp > 1 && splits_backward(f.plan.schedule))
+    return Status::bad_input(std::string("plan.schedule: ") + to_string(f.plan.schedule) +
+                             " splits each backward into B and W, which the executor does not run yet (it runs gpipe, 1f1b and "
+                             "interleaved); the planner costs it (llmplan explain); set plan.schedule 1f1b with plan.vpp 1");
   RunReport r;
   r.original = f;
   const ParallelPlan& fp = f.plan;

@@ -645,6 +645,10 @@ Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const 
                                 const SimCosts& costs, const SimOptions& opt) {
   Status ok = check_plan_status(m, c, j, p, p.world_size(), "simulate_step");
   if (!ok) return ok;
+  if (p.pp > 1 && splits_backward(p.schedule))
+    return Status::bad_input(std::string("simulate_step: plan.schedule ") + to_string(p.schedule) +
+                             " splits each backward into B and W, which the simulator does not play yet; the analytic model costs it "
+                             "(llmplan explain)");
   ok = check_costs(m, p, costs);
   if (!ok) return ok;
 

@@ -116,6 +116,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"memory --model llama2-7b --gpu h100-sxm --fp8 mxfp8", "needs MX block-scaling tensor cores"},
                       BadCase{"memory --model llama2-7b --gpu a100-80g --fp8", "needs FP8 tensor cores"},
                       BadCase{"sweep --params 7B --activation-offload maybe", "--activation-offload: expected on or off"},
+                      // Split-backward schedules: the sweep's list, a shape the schedule cannot run.
+                      BadCase{"sweep --params 7B --schedules zb-h2", "--schedules: expected gpipe, 1f1b, interleaved, zb-h1"},
+                      BadCase{"memory --model llama2-7b --gpus 8 --pp 2 --dp 4 --schedule zb-h1 --vpp 2", "'plan.schedule': zb-h1 runs one stage per rank"},
                       // Goodput, cost and budgets (cli/budget.h, cmd_budget.cpp).
                       BadCase{"sweep --params 7B --tokens 1000", "--tokens: 1000 is less than one step"},
                       BadCase{"sweep --params 7B --tokens 1T --price-per-gpu-hour -2", "--price-per-gpu-hour: expected a positive price"},

@@ -92,6 +92,18 @@ TEST(Runner, CpuRunRecordsOpTimesWithGemmShapes) {
   EXPECT_TRUE(attention);
 }
 
+// A split-backward schedule (planned, not run yet) is refused naming the field, before
+// anything runs, rather than run as 1F1B under its name.
+TEST(Runner, SplitBackwardScheduleIsRefusedNamingTheField) {
+  PlanFile f = tiny_plan(Family::llama, Precision::fp32, Recompute::none, true);
+  f.plan.pp = 2;
+  f.plan.schedule = Schedule::zb_h1;
+  Result<RunReport> r = run_plan(f, RunOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().exit_code(), 2);
+  EXPECT_NE(r.status().message().find("plan.schedule: zb-h1"), std::string::npos) << r.status().message();
+}
+
 TEST(Runner, LossFallsOnTheShippedCorpus) {
   PlanFile f = tiny_plan(Family::llama, Precision::fp32, Recompute::none, true);
   f.job.global_batch = 8;

@@ -121,3 +121,21 @@ TEST(ClosedForm, UnevenStagesOneFOneBMatchesAnalyticForm) {
 
 }  // namespace
 }  // namespace llmplan
+
+namespace llmplan {
+namespace {
+
+// The split-backward schedules are planned but not played yet: the simulator says so
+// (bad input, exit 2 in the CLI) instead of running them as 1F1B.
+TEST(ClosedForm, SplitBackwardSchedulesAreRefusedNotPlayedAsAnother) {
+  for (Schedule sched : {Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev}) {
+    const Fixture s = setup(2, sched == Schedule::zb_h1 ? 1 : 2, sched, 8);
+    auto r = simulate_step(s.m, s.c, s.j, s.p);
+    ASSERT_FALSE(r.ok()) << to_string(sched);
+    EXPECT_EQ(r.status().exit_code(), 2);
+    EXPECT_NE(r.status().message().find(std::string("plan.schedule ") + to_string(sched)), std::string::npos) << r.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace llmplan
