@@ -661,10 +661,10 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
       // One walk over the recipe per kind of layer serves all three policies.
       const SavedTensorSums sums = sum_saved_tensors(m, lc);
       const SavedTensorSums trainable = lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc));
+      in.wgrad_bytes[k][f] = weight_grad_buffer_bytes(m, lc);
       for (int r = 0; r < 3; ++r) {
         const LayerRecompute rc = static_cast<LayerRecompute>(r);
         in.layer_bytes[k][f][r] = activation_bytes_per_layer(sums, rc);
-        in.wgrad_bytes[k][f] = weight_grad_buffer_bytes(m, lc);
         in.remat_bytes[k][f][r] = lc.grad_flows ? layer_rematerialised_bytes(sums, rc) : 0;
         in.transient_bytes[k][f][r] = layer_forward_transient_bytes(sums, trainable, rc);
         if (rc == LayerRecompute::selective && opt.selective == SelectiveRecompute::torch_op_sac && lc.grad_flows) {
@@ -860,10 +860,13 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // in flight), and the head's tensors only while a last-chunk micro-batch is in flight.
   if (p.vpp > 1 && p.pipeline_split != PipelineSplit::even && p.schedule != Schedule::gpipe && out.layers > 0)
     activations = unequal_chunk_activations(m, p, mb, stage, per_mb / out.layers, x.first_chunk_set, x.last_chunk_set);
-  const double logits = last_sets * x.logits_set;
+  // A split backward frees the logits at the loss's B, right after the head's F (the head's
+  // W keeps their gradient instead: head_pending_weight_grads): one set in flight.
+  const double logit_sets = is_last && splits_backward(p.schedule) ? 1 : last_sets;
+  const double logits = logit_sets * x.logits_set;
   // The micro-batch in flight on the last chunk holds its logits from the head forward
   // to the head backward; the others (GPipe holds every micro-batch) all the time.
-  const double other_logits = is_last ? (last_sets - 1) * x.logits_set : 0;
+  const double other_logits = is_last ? (logit_sets - 1) * x.logits_set : 0;
   // Activation offload of this stage's first k layers: every in-flight micro-batch keeps their
   // activations in host memory but for the double buffer of the one being computed (the
   // layer offloading or reloading and the next: two layers' worth).

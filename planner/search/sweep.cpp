@@ -214,7 +214,8 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
       for (int v : space.vpp.empty() ? legal_vpps(m.layers, it.pp) : vpps) {
         const PipelineSplit split = default_pipeline_split(m.layers, it.pp, v);
         const Schedule classic = v > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
-        if (space.schedule.empty() || std::find(space.schedule.begin(), space.schedule.end(), classic) != space.schedule.end())
+        // (Without a pipeline the schedule means nothing: the plan is kept whatever the list.)
+        if (it.pp == 1 || space.schedule.empty() || std::find(space.schedule.begin(), space.schedule.end(), classic) != space.schedule.end())
           vpp_splits.push_back({v, split, classic});
         if (it.pp == 1) continue;
         for (Schedule sc : space.schedule)

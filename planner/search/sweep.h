@@ -41,7 +41,7 @@ struct SweepSpace {
   // Pipeline schedules to try where pp > 1. Empty (default): the classic ones the simulator
   // and executor run, 1F1B and interleaved 1F1B (gpipe is never better). Listing zb-h1,
   // zbv or dualpipev adds them on the shapes they take (check_plan's schedule_shape); a
-  // list without 1f1b / interleaved leaves those out.
+  // list without 1f1b / interleaved leaves those out where pp > 1 (pp 1 plans stay).
   std::vector<Schedule> schedule;
   int max_tp = 0, max_pp = 0;        // bounds (0 = none)
   int max_micro_batch = 64;

@@ -390,6 +390,10 @@ TEST(ZeroBubble, ZbH1CostsMemoryAndSavesBubble) {
   EXPECT_GT(b.last.weight_grad_buffer_bytes, 0);
   EXPECT_EQ(a.last.weight_grad_buffer_bytes, 0);
   EXPECT_DOUBLE_EQ(b.last.inflight_microbatches, 4);
+  // The logits live from the head's F to the loss's B, back to back on the last stage under
+  // both: one set (the head's W keeps their gradient, counted in the W buffers).
+  const int logits = static_cast<int>(MemoryItem::logits_loss);
+  EXPECT_DOUBLE_EQ(b.last.bytes[logits], a.last.bytes[logits]);
   const StepTime ta = estimate_time(x.m, x.c, x.j, p), tb = estimate_time(x.m, x.c, x.j, zb);
   EXPECT_LT(tb.bubble, ta.bubble);
   EXPECT_NEAR(tb.total - tb.bubble, ta.total - ta.bubble, 1e-12 * ta.total);
@@ -437,6 +441,20 @@ TEST(ZeroBubble, SweepEnumeratesTheSchedulesWhenAsked) {
   }
   EXPECT_GT(best_1f1b, 0);
   EXPECT_GT(best_zb, best_1f1b);
+  // A list of zero-bubble schedules alone drops 1F1B and interleaved plans with a pipeline,
+  // never the plans without one.
+  SweepSpace only_zbv;
+  only_zbv.pp = {1, 4};
+  only_zbv.schedule = {Schedule::zbv};
+  const SweepResult c = run_sweep(x.m, x.c, x.j, 8, only_zbv, opt);
+  int pp1 = 0, zbv = 0;
+  for (const PlanResult& r : c.all) {
+    if (r.plan.pp == 1) ++pp1;
+    else EXPECT_EQ(r.plan.schedule, Schedule::zbv);
+    zbv += r.plan.pp > 1;
+  }
+  EXPECT_GT(pp1, 0);
+  EXPECT_GT(zbv, 0);
 }
 
 // Framework support: Megatron-Core (and NeMo on it), DeepSpeed and MindFormers refuse the
