@@ -66,7 +66,7 @@ Status refuse_for_megatron_core(const PlanFile& f, const std::string& to) {
   if (p.pp > 1 && splits_backward(p.schedule))
     return Status::bad_input(o + "plan.schedule: " + to_string(p.schedule) +
                              ": Megatron-Core's pipeline schedules are 1F1B and interleaved 1F1B (megatron/core/pipeline_parallel/"
-                             "schedules.py get_forward_backward_func, core_v0.13.0); the zero-bubble and DualPipe orders are forks'");
+                             "schedules.py get_forward_backward_func, core_v0.13.0); the zero-bubble and DualPipe orders are forks");
   if (p.pp > 1 && p.schedule == Schedule::gpipe)
     return Status::bad_input(o + "plan.schedule: gpipe: Megatron-Core has no GPipe schedule; with pipeline parallelism it runs "
                              "1F1B, or interleaved 1F1B when virtual stages are set (megatron/core/pipeline_parallel/"

@@ -136,16 +136,11 @@ constexpr ScheduleName kSchedules[] = {
     {"1F1B", Schedule::one_f_one_b, false},     {"GPipe", Schedule::gpipe, false},        {"Interleaved1F1B", Schedule::interleaved, true},
     {"ZBVZeroBubble", Schedule::zbv, true}, {"DualPipeV", Schedule::dualpipev, true}};
 constexpr const char* kOtherSchedules[] = {"LoopedBFS", "InterleavedZeroBubble", "PipelineScheduleSingle", "PipelineScheduleMulti"};
-const char* schedule_name(Schedule s) {
+// The torchtitan name of an llmplan schedule, or nullptr (zb-h1: none).
+const ScheduleName* torchtitan_schedule(Schedule s) {
   for (const ScheduleName& k : kSchedules)
-    if (k.schedule == s) return k.name;
-  return "1F1B";
-}
-// Schedules torchtitan runs with two or more stages per rank.
-bool multi_stage(Schedule s) {
-  for (const ScheduleName& k : kSchedules)
-    if (k.schedule == s) return k.multi_stage;
-  return false;
+    if (k.schedule == s) return &k;
+  return nullptr;
 }
 
 std::string num(int64_t v) { return std::to_string(v); }
@@ -319,7 +314,7 @@ Result<TitanPlan> titan_plan(const PlanFile& f) {
     return Status::bad_input("plan.schedule: zb-h1: torch.distributed.pipelining has no one-stage-per-rank zero-bubble schedule "
                              "(InterleavedZeroBubble is multi-stage; get_schedule_class, torchtitan/distributed/pipeline_parallel.py "
                              "L104-109); ZBVZeroBubble (plan.schedule zbv, vpp 2) is the one torchtitan runs");
-  if (p.pp > 1 && ((p.vpp > 1) != multi_stage(p.schedule)))
+  if (p.pp > 1 && ((p.vpp > 1) != torchtitan_schedule(p.schedule)->multi_stage))
     return Status::bad_input(std::string("plan.schedule: ") + to_string(p.schedule) + " with vpp " + num(p.vpp) +
                              ": torchtitan runs 1F1B and GPipe with one stage per rank and Interleaved1F1B, ZBVZeroBubble and "
                              "DualPipeV with two or more (torchtitan/distributed/pipeline_parallel.py L96-109)");
@@ -464,7 +459,7 @@ std::string train_toml(const PlanFile& f, const TitanPlan& t, const ExportOption
         "tensor_parallel_degree", static_cast<int64_t>(p.tp));
   w.key("pipeline ranks (L360)", "pipeline_parallel_degree", static_cast<int64_t>(p.pp));
   if (p.pp > 1) {
-    const char* schedule = schedule_name(p.schedule);
+    const char* schedule = torchtitan_schedule(p.schedule)->name;  // zb-h1 was refused above
     w.key("pipeline schedule (L396; torch.distributed.pipelining get_schedule_class)", "pipeline_parallel_schedule", schedule);
     w.key("sequences per pipeline micro-batch: local_batch_size / it micro-batches per step (L412; "
           "distributed/pipeline_parallel.py L186-194)",

@@ -698,6 +698,8 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
     if (find_stage_layers(in, kinds) || in.shape_count == static_cast<int>(in.shapes.size())) continue;
     MemoryInputs::StageLayers& sl = in.shapes[in.shape_count++];
     sl.kinds = kinds;
+    for (int k = 0; k < kLayerKinds; ++k)  // the W buffers do not depend on the recompute policy
+      for (int i = 0; i < kinds.layers[k]; ++i) sl.wgrad += in.wgrad_bytes[k][i < kinds.frozen[k] ? 1 : 0];
     for (int r = 0; r < 3; ++r) {
       double per_mb = 0, remat = 0, transient = 0;
       // Kind by kind, its frozen layers first (the walk's order for a model of one kind).
@@ -709,9 +711,6 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
           transient = std::max(transient, in.transient_bytes[k][f][r]);
         }
       sl.kept[r] = per_mb;
-      if (r == 0)
-        for (int k = 0; k < kLayerKinds; ++k)
-          for (int i = 0; i < kinds.layers[k]; ++i) sl.wgrad += in.wgrad_bytes[k][i < kinds.frozen[k] ? 1 : 0];
       sl.remat[r] = remat;
       sl.transient[r] = transient;
     }

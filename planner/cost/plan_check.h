@@ -68,11 +68,11 @@ int first_layer_of_stage(int layers, int pp, int stage);
 // stages, which is how frozen layers are counted).
 // The virtual stage chunk c of pipeline stage s holds: c*pp + s (Megatron's interleaved
 // layout), or under a V schedule (specs.h v_shape) s for chunk 0 and 2pp-1-s for chunk 1.
-inline int chunk_virtual_stage(const ParallelPlan& p, int s, int c) {
-  return v_shape(p.schedule) && p.vpp == 2 ? (c == 0 ? s : 2 * p.pp - 1 - s) : c * p.pp + s;
-}
+// (A V plan with other than two chunks is refused by check_plan; it is laid out as interleaved.)
+inline bool placed_in_v(const ParallelPlan& p) { return v_shape(p.schedule) && p.vpp == 2; }
+inline int chunk_virtual_stage(const ParallelPlan& p, int s, int c) { return placed_in_v(p) ? (c == 0 ? s : 2 * p.pp - 1 - s) : c * p.pp + s; }
 // The pipeline stage that holds the LM head (the last virtual stage): pp-1, or 0 in a V.
-inline int head_stage(const ParallelPlan& p) { return v_shape(p.schedule) && p.vpp == 2 ? 0 : p.pp - 1; }
+inline int head_stage(const ParallelPlan& p) { return placed_in_v(p) ? 0 : p.pp - 1; }
 int virtual_stage_layers(int layers, const ParallelPlan& p, int v);
 int first_layer_of_virtual_stage(int layers, const ParallelPlan& p, int v);
 int pp_stage_layers(int layers, const ParallelPlan& p, int s);
