@@ -216,7 +216,7 @@ Runner register_sweep(CLI::App* sub) {
   sub->add_option("--cp-exchange", c->cp_exchange, "pin the CP exchange (ring, all_gather)")->delimiter(',');
   sub->add_option("--schedules", c->schedules,
                   std::string("pipeline schedules to try where pp > 1 (") + kScheduleNames +
-                      ", or all; default 1f1b and interleaved, which simulate and execute run)")
+                      ", or all; default 1f1b and interleaved, which execute runs)")
       ->delimiter(',');
   sub->add_option("--max-tp", c->max_tp, "upper bound on tp");
   sub->add_option("--max-pp", c->max_pp, "upper bound on pp");

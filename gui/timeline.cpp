@@ -18,6 +18,7 @@ const char* to_string(SliceKind k) {
     case SliceKind::forward: return "forward";
     case SliceKind::backward: return "backward";
     case SliceKind::recompute: return "recompute";
+    case SliceKind::weight_grad: return "weight gradient (W)";
     case SliceKind::communication: return "communication";
     case SliceKind::optimizer: return "optimizer";
     case SliceKind::idle: return "idle (bubble)";
@@ -38,13 +39,14 @@ SliceKind compute_kind(EventKind k) {
     case EventKind::backward:
     case EventKind::head_backward: return SliceKind::backward;
     case EventKind::recompute: return SliceKind::recompute;
+    case EventKind::weight_grad: return SliceKind::weight_grad;
     case EventKind::optimizer: return SliceKind::optimizer;
     default: return SliceKind::communication;
   }
 }
 
 std::string pass_name(SliceKind k, const SimEvent& e) {
-  std::string n = k == SliceKind::forward ? "F" : k == SliceKind::backward ? "B" : k == SliceKind::recompute ? "R" : to_string(e.kind);
+  std::string n = k == SliceKind::forward ? "F" : k == SliceKind::backward ? "B" : k == SliceKind::recompute ? "R" : k == SliceKind::weight_grad ? "W" : to_string(e.kind);
   if (e.microbatch >= 0) n += " mb" + std::to_string(e.microbatch);
   if (e.chunk > 0) n += " chunk" + std::to_string(e.chunk);
   return n;

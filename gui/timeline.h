@@ -15,8 +15,8 @@
 
 namespace llmplan::gui {
 
-enum class SliceKind { forward, backward, recompute, communication, optimizer, idle };
-constexpr int kSliceKinds = 6;
+enum class SliceKind { forward, backward, recompute, weight_grad, communication, optimizer, idle };
+constexpr int kSliceKinds = 7;
 const char* to_string(SliceKind k);  // "forward", ..., "idle (bubble)"
 
 struct TimelineSlice {

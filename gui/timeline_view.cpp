@@ -30,6 +30,7 @@ QColor kind_color(SliceKind k) {
     case SliceKind::forward: return palette_color(0);
     case SliceKind::backward: return palette_color(2);
     case SliceKind::recompute: return palette_color(1);
+    case SliceKind::weight_grad: return palette_color(5);
     case SliceKind::communication: return palette_color(4);
     case SliceKind::optimizer: return palette_color(3);
     case SliceKind::idle: return QColor(225, 225, 225);

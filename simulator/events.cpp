@@ -10,7 +10,7 @@ const char* to_string(Stream s) {
 }
 
 const char* to_string(EventKind k) {
-  static const char* kNames[] = {"forward", "backward", "recompute",    "head forward",    "head backward",
+  static const char* kNames[] = {"forward", "backward", "recompute", "weight grad", "head forward", "head backward",
                                  "tp comm", "cp comm",  "ep comm",      "pp send",         "pp recv",
                                  "dp grad sync", "dp param gather", "optimizer", "barrier"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(EventKind::kCount));

@@ -31,6 +31,7 @@ enum class EventKind : uint8_t {
   forward,          // one layer's forward compute
   backward,         // one layer's backward compute
   recompute,        // one layer's recomputed forward inside its backward
+  weight_grad,      // one layer's weight-gradient GEMMs, run apart from its backward (split-backward schedules)
   head_forward,     // LM head + loss
   head_backward,
   tp_comm,
@@ -52,7 +53,7 @@ struct SimEvent {
   Stream stream = Stream::compute;
   EventKind kind = EventKind::forward;
   int32_t microbatch = -1;  // -1 when not per micro-batch
-  int32_t chunk = -1;       // model chunk (virtual stage = chunk * pp + stage), -1 if n/a
+  int32_t chunk = -1;       // model chunk (virtual stage: schedule.h), -1 if n/a
   int32_t layer = -1;       // global layer index, -1 if n/a
   int32_t peer = -1;        // pp send/recv: the other stage
   double bytes = 0;         // communication: bytes moved per rank (0 for compute)

@@ -70,7 +70,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   struct Kind {
     bool done = false;
     LayerTimes lt;
-    double act = 0, working = 0, transient = 0;
+    double act = 0, working = 0, transient = 0, wgrad_buffer = 0;
     bool grad_flows = true, base_trainable = true;
   } kinds[kLayerKinds][2][3];
   auto kind = [&](int global_layer, LayerRecompute policy) -> const Kind& {
@@ -82,6 +82,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
       kd.act = activation_bytes_per_layer(m, lc, policy);
       kd.working = lc.grad_flows ? layer_rematerialised_bytes(m, lc, policy) : 0;
       kd.transient = layer_forward_transient_bytes(m, lc, policy);
+      kd.wgrad_buffer = weight_grad_buffer_bytes(m, lc);
       kd.grad_flows = lc.grad_flows;
       kd.base_trainable = lc.base_trainable;
       kd.done = true;
@@ -93,17 +94,15 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   for (int s = 0; s < p.pp; ++s) {
     StageCost& st = sc.stages[s];
     const int n = pp_stage_layers(m.layers, p, s);
-    const int first = first_layer_of_pp_stage(m.layers, p, s);
-    const int per_chunk = n / p.vpp;
     st.layers.resize(n);
     for (int i = 0; i < n; ++i) {
-      // Interleaved: stage-local layer i is layer j of chunk c, virtual stage c*pp + s.
-      const int global = p.vpp > 1 ? (i / per_chunk * p.pp + s) * per_chunk + i % per_chunk : first + i;
+      const int global = stage_layer_global_index(m.layers, p, s, i);
       const LayerRecompute policy = layer_recompute(p, i, n);
       const Kind& kd = kind(global, policy);
       LayerCost& lc = st.layers[i];
       lc.global_layer = global;
       lc.compute = {kd.lt.forward, kd.lt.backward, kd.lt.recompute};
+      lc.weight_grad = kd.lt.weight_grad;
       split_layer_comm(kd.lt, policy, kd.grad_flows, tp_tier, cp_tier, ep_tier, &lc);
       const bool trains = j.mode == TrainMode::lora ? global >= frozen_layers : kd.base_trainable;
       const LayerParams lp = pc.layer(kind_dense_mlp(layer_kind(m, global)));
@@ -114,9 +113,10 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
       lc.activation_bytes = kd.act;
       lc.working_bytes = kd.working;
       lc.forward_transient_bytes = kd.transient;
+      lc.weight_grad_buffer_bytes = kd.wgrad_buffer;
       lc.grad_flows = kd.grad_flows;
     }
-    const bool is_first = s == 0, is_last = s == p.pp - 1;
+    const bool is_first = s == 0, is_last = s == head_stage(p);
     if (is_first) {
       st.embedding_weight_bytes = pc.embedding_rank * bpp.weights;
       if (embedding_trainable) {

@@ -51,6 +51,7 @@ constexpr int kLayerComms = 3;
 struct LayerCost {
   int global_layer = 0;                  // index in the model, 0..layers-1
   std::array<double, kPasses> compute{};  // s: forward, backward, recompute (extra forward work in backward)
+  double weight_grad = 0;           // s, of compute[backward]: its weight-gradient GEMMs (a split backward's W)
   std::array<std::array<CommCost, kPasses>, kLayerComms> comm{};  // [LayerComm][Pass], blocking, after the compute
   double grad_bytes = 0;            // gradient bytes its backward hands the DP reduction (fp32 under mixed precision), per rank
   double weight_bytes = 0;          // 16-bit weight bytes of the layer on this rank (ZeRO-3 gathers)
@@ -58,18 +59,19 @@ struct LayerCost {
   double activation_bytes = 0;      // kept from its forward to its backward, one micro-batch
   double working_bytes = 0;         // re-materialised during its backward (layer_rematerialised_bytes)
   double forward_transient_bytes = 0;  // transient while its forward runs (layer_forward_transient_bytes)
+  double weight_grad_buffer_bytes = 0;  // split backward: output gradients its B leaves for its W (recipe.h)
   bool grad_flows = true;           // false: frozen below every trainable weight (no backward)
 };
 
 // One pipeline stage (one representative rank of it).
 struct StageCost {
   std::vector<LayerCost> layers;  // stage order: with v chunks, chunk c holds the c-th n/v block
-  double head_forward = 0;        // s, LM head + loss after the last layer (last stage only)
+  double head_forward = 0;        // s, LM head + loss after the last layer (the head's stage only: plan_check.h head_stage)
   double head_backward = 0;       // s
   double embedding_grad_bytes = 0;    // produced after chunk 0's backward on stage 0
-  double head_grad_bytes = 0;         // produced by the head backward on the last stage
+  double head_grad_bytes = 0;         // produced by the head backward on the head's stage
   double embedding_weight_bytes = 0;  // ZeRO gathers of the embedding (stage 0) ...
-  double head_weight_bytes = 0;       // ... and of the LM head (last stage)
+  double head_weight_bytes = 0;       // ... and of the LM head (the head's stage)
   double embedding_trainable_weight_bytes = 0, head_trainable_weight_bytes = 0;
   double optimizer = 0;           // s, optimizer step on the GPU, or host transfers + CPU step when offloaded
   bool optimizer_offloaded = false;

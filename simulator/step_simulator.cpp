@@ -13,7 +13,8 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Tasks of one pass (forward or backward of one chunk for one micro-batch) on a stage.
+// Tasks of one pass (forward, backward or a split backward's part, of one chunk for one
+// micro-batch) on a stage.
 struct OpRef {
   int first = -1;  // first compute-stream task (where the input arrives)
   int last = -1;   // last task of the pass (compute or its trailing blocking collective)
@@ -47,17 +48,19 @@ class Bucketizer {
 
 class StepBuilder {
  public:
-  StepBuilder(const SimCosts& costs, EffectiveSchedule sched, int pp, int vpp, int64_t m, const SimOptions& opt)
-      : costs_(costs), pp_(pp), vpp_(vpp), m_(m), opt_(opt), engine_(pp),
-        programs_(pipeline_schedule(sched, pp, vpp, m)) {}
+  StepBuilder(const SimCosts& costs, const ParallelPlan& p, int64_t m, const SimOptions& opt)
+      : costs_(costs), plan_(p), pp_(p.pp), vpp_(p.vpp), m_(m), opt_(opt), engine_(p.pp),
+        programs_(pipeline_schedule(effective_schedule(p), p.pp, p.vpp, m)) {}
 
   Status build_and_run();
 
   const EventEngine& engine() const { return engine_; }
   const std::vector<StageProgram>& programs() const { return programs_; }
-  const OpRef& op(int stage, bool fwd, int chunk, int mb) const {
-    return ops_[stage][fwd ? 0 : 1][static_cast<size_t>(chunk) * m_ + mb];
-  }
+  // The pass of `kind` over (chunk, mb) on `stage`; a backward and a B share a slot (a
+  // micro-batch's chunk runs one or the other).
+  const OpRef& op(int stage, PassKind kind, int chunk, int mb) const { return ops_[stage][slot(kind)][static_cast<size_t>(chunk) * m_ + mb]; }
+  // The virtual stage of chunk c of stage s (plan_check.h), and the reverse.
+  int virtual_stage(int s, int c) const { return chunk_virtual_stage(plan_, s, c); }
   const std::vector<int>& compute_tasks(int stage) const { return compute_[stage]; }
   const std::vector<int>& dp_tasks(int stage) const { return dp_[stage]; }
   int last_task(int stage) const { return last_[stage]; }
@@ -73,21 +76,24 @@ class StepBuilder {
   int add_dp(int stage, Stream stream, EventKind kind, double bytes, bool allreduce, int mb, int chunk, int layer);
   // Appends the blocking in-layer collectives of one pass after task `prev`; returns the last task.
   int add_layer_comm(int stage, const LayerCost& L, Pass pass, int prev, int mb, int chunk);
+  static int slot(PassKind k) { return k == PassKind::forward ? 0 : k == PassKind::weight_grad ? 2 : 1; }
   // ZeRO-3: gathers one layer's weights before its next compute-stream visit, holding at
   // most two gathered layers (the current one and one prefetched).
   int zero3_gather(int stage, double bytes, int mb, int chunk, int layer);
   void build_stage(int s);
 
   const SimCosts& costs_;
+  const ParallelPlan& plan_;
   int pp_, vpp_;
   int64_t m_;
   const SimOptions& opt_;
   EventEngine engine_;
   std::vector<StageProgram> programs_;
-  std::vector<std::array<std::vector<OpRef>, 2>> ops_;
+  std::vector<std::array<std::vector<OpRef>, 3>> ops_;
   std::vector<std::vector<int>> compute_, dp_;
   std::vector<int> last_;    // per stage: the last task of its last pass
   std::vector<int> visits_;  // ZeRO-3: compute task of each layer visit of the current stage
+  std::vector<std::pair<int, int>> placement_;  // virtual stage -> (stage, chunk)
   int barrier_ = -1;
 };
 
@@ -172,13 +178,14 @@ void StepBuilder::build_stage(int s) {
   const bool bucketed = dp_active() && costs_.zero < 3;
   visits_.clear();
 
-  // The last backward of each chunk reduces its gradients; the first forward of each
-  // chunk waits for the ZeRO-1/2 parameter gathers.
-  std::vector<int> last_b(vpp_, -1), first_f(vpp_, -1), chunk_order;
+  // The last pass of each chunk that produces weight gradients (a backward, or a split
+  // backward's W) reduces them; the first forward of each chunk waits for the ZeRO-1/2
+  // parameter gathers.
+  std::vector<int> last_grads(vpp_, -1), first_f(vpp_, -1), chunk_order;
   for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
     const PipelineOp& o = prog[i];
-    if (!o.forward) last_b[o.chunk] = i;
-    if (o.forward && first_f[o.chunk] < 0) {
+    if (o.kind == PassKind::backward || o.kind == PassKind::weight_grad) last_grads[o.chunk] = i;
+    if (o.forward() && first_f[o.chunk] < 0) {
       first_f[o.chunk] = i;
       chunk_order.push_back(o.chunk);
     }
@@ -200,7 +207,7 @@ void StepBuilder::build_stage(int s) {
         const int li = c * per_chunk + jl;
         double bytes = sc.layers[li].trainable_weight_bytes;
         if (s == 0 && c == 0 && jl == 0) bytes += sc.embedding_trainable_weight_bytes;
-        if (s == pp_ - 1 && c == vpp_ - 1 && jl == per_chunk - 1) bytes += sc.head_trainable_weight_bytes;
+        if (virtual_stage(s, c) == last_virtual && jl == per_chunk - 1) bytes += sc.head_trainable_weight_bytes;
         if (bytes <= 0) continue;
         waiting.push_back(li);
         bk.add(bytes, emit);  // emit() hands the waiting layers the bucket and clears them
@@ -218,14 +225,14 @@ void StepBuilder::build_stage(int s) {
     const LayerCost& L = sc.layers[c * per_chunk + jl];
     double bytes = L.weight_bytes;
     if (s == 0 && c == 0 && jl == 0) bytes += sc.embedding_weight_bytes;
-    if (c * pp_ + s == last_virtual && jl == per_chunk - 1) bytes += sc.head_weight_bytes;
+    if (virtual_stage(s, c) == last_virtual && jl == per_chunk - 1) bytes += sc.head_weight_bytes;
     return zero3_gather(s, bytes, mb, c, L.global_layer);
   };
   int prev_send = -1, prev_last = -1;
   for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
     const PipelineOp& o = prog[i];
     const int c = o.chunk, mb = o.microbatch;
-    const int k = c * pp_ + s;
+    const int k = virtual_stage(s, c);
     OpRef ref;
     int prev = -1;
     auto first_compute = [&](int id) {
@@ -235,7 +242,16 @@ void StepBuilder::build_stage(int s) {
         if (opt_.blocking_p2p) engine_.depend(prev_send, id);
       }
     };
-    if (o.forward) {
+    // A pipeline send to the stage holding virtual stage `to`; none when this stage holds
+    // it (a V's turn: the chunk hands its output to its own other chunk).
+    auto send_to = [&](int to, Stream stream) {
+      const int peer = placement_[to].first;
+      if (peer == s) return -1;
+      const int id = add_comm(s, stream, EventKind::pp_send, costs_.p2p, mb, c, -1, costs_.p2p_bytes, peer);
+      engine_.depend(ref.last, id);
+      return id;
+    };
+    if (o.forward()) {
       for (int jl = 0; jl < per_chunk; ++jl) {
         const int li = c * per_chunk + jl;
         const LayerCost& L = sc.layers[li];
@@ -254,15 +270,16 @@ void StepBuilder::build_stage(int s) {
         prev = t;
       }
       ref.last = prev;
-      if (k < last_virtual) {
-        ref.send = add_comm(s, Stream::pp_send_next, EventKind::pp_send, costs_.p2p, mb, c, -1, costs_.p2p_bytes, (k + 1) % pp_);
-        engine_.depend(ref.last, ref.send);
-      }
+      if (k < last_virtual) ref.send = send_to(k + 1, Stream::pp_send_next);
     } else {
-      const bool reduce_now = bucketed && i == last_b[c];
-      // Gradient buckets of the last backward of a chunk: a bucket is reduced as soon as
-      // the backward has produced its last byte. A pass producing gradients is split at
-      // the bucket boundaries, its time spread evenly over the bytes it produces.
+      // A backward produces the weight gradients (its whole time), a split backward's B
+      // none (its time less the W's GEMMs; the LM head's backward stays whole in the B, as
+      // the planner's bubble counts it) and its W all of them.
+      const bool input_only = o.kind == PassKind::input_grad, weights_only = o.kind == PassKind::weight_grad;
+      const bool reduce_now = bucketed && i == last_grads[c];
+      // Gradient buckets of the last gradient-producing pass of a chunk: a bucket is
+      // reduced as soon as the pass has produced its last byte. A pass producing gradients
+      // is split at the bucket boundaries, its time spread evenly over the bytes it produces.
       double pending = 0;
       int producer = -1;
       auto emit = [&](double bytes) {
@@ -281,6 +298,7 @@ void StepBuilder::build_stage(int s) {
           done = upto;
           return t;
         };
+        if (input_only) grads = 0;
         if (!reduce_now || grads <= 0) return segment(grads);
         if (costs_.bucket_bytes <= 0) {  // one reduction per producing pass (ZeRO-2: per layer)
           const int t = segment(grads);
@@ -300,11 +318,27 @@ void StepBuilder::build_stage(int s) {
         return t;
       };
       if (k == last_virtual) {
-        producing_pass(EventKind::head_backward, sc.head_backward, sc.head_grad_bytes * (zero3 ? 0 : 1), -1);
+        const double head_grads = sc.head_grad_bytes * (zero3 ? 0 : 1);
+        if (weights_only) producing_pass(EventKind::weight_grad, 0, head_grads, -1);  // the head's gradients, made by its B
+        else producing_pass(EventKind::head_backward, sc.head_backward, head_grads, -1);
       }
       for (int jl = per_chunk - 1; jl >= 0; --jl) {
         const int li = c * per_chunk + jl;
         const LayerCost& L = sc.layers[li];
+        auto reduce_scatter = [&](int after) {  // ZeRO-3: after the pass that makes the layer's gradients
+          if (!zero3) return;
+          double grads = L.grad_bytes;
+          if (s == 0 && c == 0 && jl == 0) grads += sc.embedding_grad_bytes;
+          if (k == last_virtual && jl == per_chunk - 1) grads += sc.head_grad_bytes;
+          if (grads > 0) {
+            const int rs = add_dp(s, Stream::dp_reduce, EventKind::dp_grad_sync, grads, false, mb, c, L.global_layer);
+            engine_.depend(after, rs);
+          }
+        };
+        if (weights_only) {
+          reduce_scatter(producing_pass(EventKind::weight_grad, L.weight_grad, zero3 ? 0 : L.grad_bytes, L.global_layer));
+          continue;
+        }
         const int gather = zero3_layer_gather(c, jl, mb);
         const bool recompute = L.compute[2] > 0 || L.comm[0][2].total() > 0 || L.comm[1][2].total() > 0 || L.comm[2][2].total() > 0;
         int visit = -1;
@@ -317,20 +351,13 @@ void StepBuilder::build_stage(int s) {
           prev = add_layer_comm(s, L, Pass::recompute, t, mb, c);
         }
         const size_t before = engine_.tasks().size();
-        const int b = producing_pass(EventKind::backward, L.compute[1], zero3 ? 0 : L.grad_bytes, L.global_layer);
+        const double seconds = input_only ? L.compute[1] - L.weight_grad : L.compute[1];
+        const int b = producing_pass(EventKind::backward, seconds, zero3 ? 0 : L.grad_bytes, L.global_layer);
         engine_.depend(gather, static_cast<int>(before));  // the pass's first segment
         if (visit < 0) visit = static_cast<int>(before);
         if (zero3) visits_.push_back(visit);
         prev = add_layer_comm(s, L, Pass::backward, b, mb, c);
-        if (zero3) {
-          double grads = L.grad_bytes;
-          if (s == 0 && c == 0 && jl == 0) grads += sc.embedding_grad_bytes;
-          if (k == last_virtual && jl == per_chunk - 1) grads += sc.head_grad_bytes;
-          if (grads > 0) {
-            const int rs = add_dp(s, Stream::dp_reduce, EventKind::dp_grad_sync, grads, false, mb, c, L.global_layer);
-            engine_.depend(b, rs);
-          }
-        }
+        if (!input_only) reduce_scatter(b);
       }
       if (reduce_now) {
         // The embedding's gradients come last, all at once, then the partial bucket.
@@ -343,13 +370,10 @@ void StepBuilder::build_stage(int s) {
         if (pending > 0) emit(pending);
       }
       ref.last = prev;
-      if (k > 0) {
-        ref.send = add_comm(s, Stream::pp_send_prev, EventKind::pp_send, costs_.p2p, mb, c, -1, costs_.p2p_bytes, (k - 1) % pp_);
-        engine_.depend(ref.last, ref.send);
-      }
+      if (k > 0 && !weights_only) ref.send = send_to(k - 1, Stream::pp_send_prev);
     }
-    ops_[s][o.forward ? 0 : 1][static_cast<size_t>(c) * m_ + mb] = ref;
-    prev_send = ref.send;
+    ops_[s][slot(o.kind)][static_cast<size_t>(c) * m_ + mb] = ref;
+    if (o.kind != PassKind::weight_grad) prev_send = ref.send;  // a W sends nothing; the op after it still waits for the B's send
     prev_last = ref.last;
   }
   last_[s] = prev_last;
@@ -360,24 +384,29 @@ Status StepBuilder::build_and_run() {
   compute_.resize(pp_);
   dp_.resize(pp_);
   last_.assign(pp_, -1);
+  placement_.assign(static_cast<size_t>(pp_) * vpp_, {-1, -1});
+  for (int s = 0; s < pp_; ++s)
+    for (int c = 0; c < vpp_; ++c) placement_[virtual_stage(s, c)] = {s, c};
   size_t layers = 0;
   for (const StageCost& sc : costs_.stages) layers += sc.layers.size();
-  engine_.reserve(static_cast<size_t>(m_) * layers * 6 + static_cast<size_t>(pp_) * m_ * vpp_ * 4 + 1024);
-  for (int s = 0; s < pp_; ++s) {
-    ops_[s][0].assign(static_cast<size_t>(m_) * vpp_, OpRef{});
-    ops_[s][1].assign(static_cast<size_t>(m_) * vpp_, OpRef{});
-  }
+  engine_.reserve(static_cast<size_t>(m_) * layers * 7 + static_cast<size_t>(pp_) * m_ * vpp_ * 4 + 1024);
+  for (int s = 0; s < pp_; ++s)
+    for (auto& slot : ops_[s]) slot.assign(static_cast<size_t>(m_) * vpp_, OpRef{});
   for (int s = 0; s < pp_; ++s) build_stage(s);
 
   // Between stages: a forward needs the previous virtual stage's activation, a backward
-  // the next virtual stage's gradient.
+  // (or a B) the next virtual stage's gradient -- sent, or handed over on the same stage.
+  auto ready = [](const OpRef& r) { return r.send >= 0 ? r.send : r.last; };
   const int last_virtual = pp_ * vpp_ - 1;
   for (int s = 0; s < pp_; ++s) {
     for (int c = 0; c < vpp_; ++c) {
-      const int k = c * pp_ + s;
+      const int k = virtual_stage(s, c);
       for (int mb = 0; mb < m_; ++mb) {
-        if (k > 0) engine_.depend(op((k - 1) % pp_, true, (k - 1) / pp_, mb).send, op(s, true, c, mb).first);
-        if (k < last_virtual) engine_.depend(op((k + 1) % pp_, false, (k + 1) / pp_, mb).send, op(s, false, c, mb).first);
+        const auto [fwd_stage, fwd_chunk] = k > 0 ? placement_[k - 1] : std::pair{-1, -1};
+        const auto [bwd_stage, bwd_chunk] = k < last_virtual ? placement_[k + 1] : std::pair{-1, -1};
+        if (k > 0) engine_.depend(ready(op(fwd_stage, PassKind::forward, fwd_chunk, mb)), op(s, PassKind::forward, c, mb).first);
+        if (k < last_virtual)
+          engine_.depend(ready(op(bwd_stage, PassKind::backward, bwd_chunk, mb)), op(s, PassKind::backward, c, mb).first);
       }
     }
   }
@@ -444,6 +473,7 @@ void account_time(const StepBuilder& b, const SimCosts& costs, double total, int
     switch (t.kind) {
       case EventKind::forward:
       case EventKind::backward:
+      case EventKind::weight_grad:
       case EventKind::head_forward:
       case EventKind::head_backward: bd.compute += d; break;
       case EventKind::recompute: bd.recompute += d; break;
@@ -458,9 +488,9 @@ void account_time(const StepBuilder& b, const SimCosts& costs, double total, int
   r->busy = bd.compute + bd.recompute;
 }
 
-// Memory over the step: the planner's events of each pass (pass_memory_events) placed at
-// the pass's start or end as scheduled, frees first at equal times, over what the stage
-// holds all step.
+// Memory over the step: the planner's events of each pass (pass_memory_events, and
+// split_backward_memory_events for a B and its W) placed at the pass's start or end as
+// scheduled, frees first at equal times, over what the stage holds all step.
 void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool record, StageResult* r) {
   const auto& tasks = b.engine().tasks();
   const StageCost& sc = costs.stages[s];
@@ -474,8 +504,9 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
 
   // Per chunk, what one micro-batch's pass keeps and needs: its layers' activations, the
   // largest forward transient and backward working set, and (last virtual stage) the
-  // logits and the final-norm + head inputs. Activation offload: the stage's first k
-  // layers keep theirs in host memory, the GPU a double buffer of two of them all step.
+  // logits and the final-norm + head inputs; under a split backward, the output gradients
+  // its W reads. Activation offload: the stage's first k layers keep theirs in host
+  // memory, the GPU a double buffer of two of them all step.
   std::vector<PassMemory> chunk(vpp);
   double offload_buffer = 0;
   for (int c = 0; c < vpp; ++c) {
@@ -484,6 +515,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     for (int jl = 0; jl < per_chunk; ++jl) {
       const int layer = c * per_chunk + jl;
       const LayerCost& L = sc.layers[layer];
+      pm.weight_grad_buffer += L.weight_grad_buffer_bytes;
       if (layer < sc.activation_offload_layers) {
         if (layer < 2) offload_buffer += L.activation_bytes;
       } else {
@@ -496,7 +528,8 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       }
     }
     if (c == 0) pm.kept += sc.first_chunk_extra_bytes;
-    if (c * pp + s == last_virtual) {
+    if (b.virtual_stage(s, c) == last_virtual) {
+      pm.weight_grad_buffer += sc.logits_bytes;  // the logits' gradient, for the head's W
       pm.kept += sc.last_chunk_extra_bytes;
       pm.head_set = sc.last_chunk_extra_bytes;
       pm.head_input = sc.head_input_bytes;
@@ -505,7 +538,14 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     if (grads) pm.working += sc.activation_grad_bytes;
   }
   std::vector<PassMemoryEvents> events(vpp);
-  for (int c = 0; c < vpp; ++c) events[c] = pass_memory_events(chunk[c], mp);
+  std::vector<SplitBackwardMemoryEvents> split(vpp);
+  for (int c = 0; c < vpp; ++c) {
+    chunk[c].split_backward = true;
+    split[c] = split_backward_memory_events(pass_memory_events(chunk[c], mp));
+    chunk[c].split_backward = false;  // a whole backward leaves no W
+    chunk[c].weight_grad_buffer = 0;
+    events[c] = pass_memory_events(chunk[c], mp);
+  }
 
   struct Delta {
     double time;
@@ -517,11 +557,15 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
   deltas.reserve(prog.size() * 4 + 2);
   for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
     const PipelineOp& o = prog[i];
-    const OpRef& ref = b.op(s, o.forward, o.chunk, o.microbatch);
+    const OpRef& ref = b.op(s, o.kind, o.chunk, o.microbatch);
     const double start = tasks[ref.first].start, end = tasks[ref.last].end;
     const PassMemoryEvents& ev = events[o.chunk];
-    const MemoryEvent* list = o.forward ? ev.forward.data() : ev.backward.data();
-    const int count = o.forward ? ev.forward_count : ev.backward_count;
+    const SplitBackwardMemoryEvents& sp = split[o.chunk];
+    const MemoryEvent* list = ev.backward.data();
+    int count = ev.backward_count;
+    if (o.kind == PassKind::forward) list = ev.forward.data(), count = ev.forward_count;
+    if (o.kind == PassKind::input_grad) list = sp.input_grad.data(), count = sp.input_grad_count;
+    if (o.kind == PassKind::weight_grad) list = &sp.weight_grad_end, count = 1;
     for (int k = 0; k < count; ++k)
       deltas.push_back({at_pass_end(list[k].moment) ? end : start, frees_first(list[k].moment), i, &list[k]});
   }
@@ -545,7 +589,8 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     if (d.event->moment == MemoryMoment::forward_start) {
       ++held[prog[d.op].chunk];
       ++held_total;
-    } else if (d.event->moment == MemoryMoment::backward_end) {
+    } else if (d.event->moment == MemoryMoment::weight_grad_end ||
+               (d.event->moment == MemoryMoment::backward_end && prog[d.op].kind == PassKind::backward)) {
       --held[prog[d.op].chunk];
       --held_total;
     }
@@ -561,7 +606,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
         r->peak_phase = Phase::optimizer;
         r->peak_microbatch = r->peak_chunk = -1;
       } else {
-        r->peak_phase = prog[d.op].forward ? Phase::forward : Phase::backward;
+        r->peak_phase = prog[d.op].forward() ? Phase::forward : Phase::backward;
         r->peak_microbatch = prog[d.op].microbatch;
         r->peak_chunk = prog[d.op].chunk;
       }
@@ -645,10 +690,6 @@ Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const 
                                 const SimCosts& costs, const SimOptions& opt) {
   Status ok = check_plan_status(m, c, j, p, p.world_size(), "simulate_step");
   if (!ok) return ok;
-  if (p.pp > 1 && splits_backward(p.schedule))
-    return Status::bad_input(std::string("simulate_step: plan.schedule ") + to_string(p.schedule) +
-                             " splits each backward into B and W, which the simulator does not play yet; the analytic model costs it "
-                             "(llmplan explain)");
   ok = check_costs(m, p, costs);
   if (!ok) return ok;
 
@@ -659,7 +700,7 @@ Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const 
   res.microbatches = microbatches_per_step(j, p);
   res.ranks_per_stage = p.dp * p.tp * p.cp;
 
-  StepBuilder b(costs, res.schedule, p.pp, p.vpp, res.microbatches, opt);
+  StepBuilder b(costs, p, res.microbatches, opt);
   ok = b.build_and_run();
   if (!ok) return ok;
 
@@ -698,6 +739,7 @@ std::string event_name(const SimEvent& e) {
     case EventKind::forward: pass = "F"; break;
     case EventKind::backward: pass = "B"; break;
     case EventKind::recompute: pass = "R"; break;
+    case EventKind::weight_grad: pass = "W"; break;
     default: break;
   }
   const double mib = e.bytes / (1024.0 * 1024.0);
@@ -705,6 +747,7 @@ std::string event_name(const SimEvent& e) {
     case EventKind::forward:
     case EventKind::backward:
     case EventKind::recompute:
+    case EventKind::weight_grad:
       std::snprintf(buf, sizeof buf, "%s mb%d c%d L%d", pass, e.microbatch, e.chunk, e.layer);
       break;
     case EventKind::head_forward: std::snprintf(buf, sizeof buf, "head F mb%d", e.microbatch); break;

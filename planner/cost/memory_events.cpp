@@ -11,6 +11,7 @@ const char* to_string(MemoryMoment m) {
     case MemoryMoment::head_backward: return "head_backward";
     case MemoryMoment::backward_start: return "backward_start";
     case MemoryMoment::backward_end: return "backward_end";
+    case MemoryMoment::weight_grad_end: return "weight_grad_end";
     case MemoryMoment::optimizer_start: return "optimizer_start";
     case MemoryMoment::optimizer_end: return "optimizer_end";
   }
@@ -24,6 +25,21 @@ PassMemoryEvents pass_memory_events(const PassMemory& pass, const StageMemoryPro
     else ev.backward[ev.backward_count++] = e;
   });
   return ev;
+}
+
+SplitBackwardMemoryEvents split_backward_memory_events(const PassMemoryEvents& pass) {
+  SplitBackwardMemoryEvents out;
+  out.input_grad_count = pass.backward_count;
+  out.input_grad = pass.backward;
+  for (int i = 0; i < out.input_grad_count; ++i) {
+    MemoryEvent& e = out.input_grad[i];
+    if (e.moment != MemoryMoment::backward_end) continue;
+    MemoryChange w{};
+    w.activations = e.change.activations;
+    out.weight_grad_end = {MemoryMoment::weight_grad_end, w};
+    e.change.activations = 0;
+  }
+  return out;
 }
 
 }  // namespace llmplan

@@ -25,6 +25,12 @@
 //                   freed, the re-materialised activations and activation gradients
 //                   (working), a unit's full-size gradient, the layer-only buffers
 //   backward_end    the pass's activations, working set and buffers are freed
+// A split backward (ZB-H1, ZB-V, DualPipeV: specs.h splits_backward) leaves its W (weight
+// gradient) the output gradients of its trained linears (PassMemory::weight_grad_buffer,
+// allocated at backward_start) and keeps the head's inputs, which the head's W reads; its B
+// (input gradient) runs the backward's moments, but B's end frees only the working set and
+// buffers: the activations and those gradients stay, and go at
+//   weight_grad_end the W's end (split_backward_memory_events)
 // and the optimizer step frees ZeRO-3's units gathered at the loss (optimizer_start) and
 // gets them back for the next step (optimizer_end). At equal times frees come first.
 //
@@ -46,6 +52,7 @@ enum class MemoryMoment : uint8_t {
   head_backward,
   backward_start,
   backward_end,
+  weight_grad_end,
   optimizer_start,
   optimizer_end,
 };
@@ -54,14 +61,15 @@ const char* to_string(MemoryMoment m);  // "forward_start"
 // its end, and whether it is ordered before the other events of its time (the frees, and
 // the optimizer step's end, which precedes whatever starts then).
 constexpr Phase moment_phase(MemoryMoment m) {
-  return m <= MemoryMoment::loss ? Phase::forward : m <= MemoryMoment::backward_end ? Phase::backward : Phase::optimizer;
+  return m <= MemoryMoment::loss ? Phase::forward : m <= MemoryMoment::weight_grad_end ? Phase::backward : Phase::optimizer;
 }
 constexpr bool at_pass_end(MemoryMoment m) {
   return m == MemoryMoment::forward_end || m == MemoryMoment::head_forward || m == MemoryMoment::loss ||
-         m == MemoryMoment::backward_end || m == MemoryMoment::optimizer_end;
+         m == MemoryMoment::backward_end || m == MemoryMoment::weight_grad_end || m == MemoryMoment::optimizer_end;
 }
 constexpr bool frees_first(MemoryMoment m) {
-  return m == MemoryMoment::forward_end || m == MemoryMoment::backward_end || m == MemoryMoment::optimizer_end;
+  return m == MemoryMoment::forward_end || m == MemoryMoment::backward_end || m == MemoryMoment::weight_grad_end ||
+         m == MemoryMoment::optimizer_end;
 }
 
 // The change an event makes to the items that change over a step, bytes (> 0 allocates,
@@ -131,6 +139,11 @@ struct PassMemory {
   double logits = 0;      // logits + fp32 softmax from its loss to its head backward (last chunk of the last stage)
   double transient = 0;   // the largest layer forward transient
   double working = 0;     // its backward's working set: re-materialised + activation gradients (0: nothing in the chunk trains)
+  // Split backward: the output gradients its W reads (the linears' weight_grad_buffer_bytes,
+  // recipe.h, and on the head's chunk the logits' gradient), from its backward's largest
+  // moment to its W's end. 0 for a whole backward.
+  double weight_grad_buffer = 0;
+  bool split_backward = false;  // B then W: the head set and weight_grad_buffer stay to the W's end
   bool head() const { return logits > 0; }
 };
 
@@ -147,6 +160,15 @@ struct PassMemoryEvents {
   int forward_count = 0, backward_count = 0;
 };
 PassMemoryEvents pass_memory_events(const PassMemory& pass, const StageMemoryProgram& st);
+
+// The same pass's backward run as B then W: B's events are the backward's but for the
+// activations (and W buffer) its end would free, which the W's end frees instead.
+struct SplitBackwardMemoryEvents {
+  std::array<MemoryEvent, 3> input_grad;  // [0, input_grad_count) are set
+  int input_grad_count = 0;
+  MemoryEvent weight_grad_end;
+};
+SplitBackwardMemoryEvents split_backward_memory_events(const PassMemoryEvents& pass);
 // The optimizer step's two events.
 inline std::array<MemoryEvent, 2> optimizer_memory_events(const StageMemoryProgram& stage);
 
@@ -170,15 +192,17 @@ template <class Visit>
     fwd(MemoryMoment::head_forward, {pass.head_input, 0, 0, 0, 0, 0});
   }
   const double lgb = st.layer_gathered_backward, lcb = st.layer_comm_backward;
+  const double head_freed = pass.split_backward ? 0 : pass.head_set;  // at backward_start
   const double g = pass.working > 0 ? st.grad_transient : 0;  // a chunk that trains
   if (pass.head()) {
     const double hw = st.head_backward_working, hg = st.head_gathered_backward, hl = st.head_logits, hgr = st.head_grad_transient;
     bwd(MemoryMoment::head_backward, {0, hw, -(pass.logits - hl), hg, st.head_comm - st.loss_comm, hgr});
-    bwd(MemoryMoment::backward_start, {-pass.head_set, pass.working - hw, -hl, lgb - hg, lcb - st.head_comm, g - hgr});
+    bwd(MemoryMoment::backward_start,
+        {pass.weight_grad_buffer - head_freed, pass.working - hw, -hl, lgb - hg, lcb - st.head_comm, g - hgr});
   } else {
-    bwd(MemoryMoment::backward_start, {-pass.head_set, pass.working, -pass.logits, lgb, lcb, g});
+    bwd(MemoryMoment::backward_start, {pass.weight_grad_buffer - head_freed, pass.working, -pass.logits, lgb, lcb, g});
   }
-  bwd(MemoryMoment::backward_end, {-(pass.kept - pass.head_set), -pass.working, 0, -lgb, -lcb, -g});
+  bwd(MemoryMoment::backward_end, {-(pass.kept - head_freed) - pass.weight_grad_buffer, -pass.working, 0, -lgb, -lcb, -g});
 }
 
 inline std::array<MemoryEvent, 2> optimizer_memory_events(const StageMemoryProgram& st) {

@@ -876,11 +876,13 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   }
   // Split backward (ZB-H1, ZB-V, DualPipeV): the output gradients each B leaves for its W,
   // for the stage's pending sets (its layers' weight_grad_buffer_bytes; on the head's
-  // stage the logits' gradient for the head's W), held with the activations. Counted at
-  // both counts' largest, which for ZB-H1 coincide (rank r's r-th deferred W) and elsewhere
-  // bound the moment from above.
+  // stage the logits' gradient for the head's W), held with the activations. The scanned
+  // pass's own set appears at its backward's largest moment (memory_events.h), the others'
+  // are held throughout: at both counts' largest, which for ZB-H1 coincide (rank r's r-th
+  // deferred W; a forward meets one pending set fewer) and elsewhere bound the moment from above.
   out.weight_grad_buffers = wgrad * pending_weight_grad_sets(p, mb, stage) + (is_last ? head_pending_weight_grads(p, mb) * x.logits_set : 0);
-  activations += out.weight_grad_buffers;
+  const double own_weight_grads = p.pp > 1 && splits_backward(p.schedule) ? wgrad + (is_last ? x.logits_set : 0) : 0;
+  activations += std::max(0.0, out.weight_grad_buffers - own_weight_grads);
   out.activations = activations;
   out.logits = logits;
   out.transient = transient;
@@ -899,6 +901,8 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   pass.logits = is_last ? x.logits_set : 0;
   pass.transient = transient;
   pass.working = out.remat_and_grads;
+  pass.weight_grad_buffer = own_weight_grads;
+  pass.split_backward = p.pp > 1 && splits_backward(p.schedule);
   // Each moment's total is the bytes held outside the items that change (the gradients
   // aside, constant) plus those items with their fragmentation reserve. The changing items
   // are tracked apart and written out only at a phase's new largest moment.

@@ -437,19 +437,40 @@ TEST(Cli, ParamsPicksNearestPresetAndSaysSo) {
 
 namespace {
 
-TEST(Cli, SimulateReadsTheSweepPlanAndWritesATrace) {
-  const std::string best = temp_path("sim_best.json");
-  ASSERT_EQ(run("sweep --gpus 8 --params 7B --pp 2 --json " + best).exit_code, 0);
-  const std::string trace = temp_path("trace.json");
-  const CliRun r = run("simulate " + best + " --trace " + trace);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("Bubble fraction"), std::string::npos) << r.output;
+// Sweeps with `sweep_flags`, simulates the best plan with a trace; the simulate run and the trace's events.
+struct SimulatedSweep {
+  CliRun run;
+  nlohmann::json events;
+};
+SimulatedSweep sweep_and_simulate(const std::string& sweep_flags, const std::string& name) {
+  const std::string best = temp_path(name + "_best.json"), trace = temp_path(name + "_trace.json");
+  SimulatedSweep out{run("sweep " + sweep_flags + " --json " + best), nlohmann::json::array()};
+  if (out.run.exit_code != 0) return out;
+  out.run = run("simulate " + best + " --trace " + trace);
   const auto t = llmplan::read_json_file(trace);
-  ASSERT_TRUE(t.ok()) << t.status().message();
-  EXPECT_TRUE(t->contains("traceEvents"));
-  EXPECT_GT((*t)["traceEvents"].size(), 10u);
+  if (t.ok() && t->contains("traceEvents")) out.events = (*t)["traceEvents"];
+  return out;
+}
+
+TEST(Cli, SimulateReadsTheSweepPlanAndWritesATrace) {
+  const SimulatedSweep s = sweep_and_simulate("--gpus 8 --params 7B --pp 2", "sim");
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output;
+  EXPECT_NE(s.run.output.find("Bubble fraction"), std::string::npos) << s.run.output;
+  EXPECT_GT(s.events.size(), 10u);
   const CliRun bad = run("simulate " + temp_path("missing.json"));
   EXPECT_EQ(bad.exit_code, 2);
+}
+
+// A zero-bubble plan from the sweep is simulated with its weight-gradient passes apart: the
+// trace has W slices beside the F and B ones.
+TEST(Cli, SimulatePlaysAZeroBubblePlanWithWeightGradientEvents) {
+  const SimulatedSweep s = sweep_and_simulate("--gpus 8 --params 7B --pp 4 --schedules zbv", "zbv");
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output;
+  EXPECT_NE(s.run.output.find(" zbv,"), std::string::npos) << s.run.output;
+  int weight_grads = 0;
+  for (const auto& e : s.events)
+    if (e.contains("name") && e["name"].get<std::string>().rfind("W mb", 0) == 0) ++weight_grads;
+  EXPECT_GT(weight_grads, 0);
 }
 
 TEST(Cli, SimulateTopReranksBySimulatedTime) {

@@ -84,6 +84,14 @@ TEST(SimVsAnalytic, PrintDifferences) {
     p.recompute = Recompute::full;
     print_comparison("GPT-3 1.3B, 64 A100, GPipe pp4 tp8 dp2 full recompute", testing::gpt3_1_3b(), testing::dgx_a100(8), testing::job(2048, 64), p);
   }
+  // Split backward: the simulator plays PyTorch's orders with B and W apart; the planner
+  // scales 1F1B's bubble by max(F, F + B - W) / (F + B + W).
+  for (Schedule sched : {Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev}) {
+    ParallelPlan p = testing::plan(8, 2, 4, sched == Schedule::zb_h1 ? 1 : 2, sched, 1, 256);
+    p.recompute = Recompute::selective;
+    const std::string name = std::string("Llama-2 7B, 64 A100, tp2 pp4 dp8 ") + to_string(sched);
+    print_comparison(name.c_str(), testing::llama2_7b(), testing::dgx_a100(8), testing::job(4096, 256), p);
+  }
 }
 
 }  // namespace

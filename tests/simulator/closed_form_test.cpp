@@ -1,11 +1,14 @@
 // The simulator against the closed forms that are exact: equal stages, no communication.
 // 1F1B and GPipe take (m + p - 1)(t_f + t_b) with a bubble of (p - 1)/(m + p - 1) of the
 // step (Huang et al. 2019; Narayanan et al. 2021 Sec. 2.2); interleaving with v chunks
-// per stage divides the bubble by v (Narayanan et al. 2021 Sec. 2.2.2).
+// per stage divides the bubble by v (Narayanan et al. 2021 Sec. 2.2.2); the split-backward
+// schedules' bubbles are below.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <tuple>
 
 #include "planner/cost/memory_model.h"
 #include "sim_fixtures.h"
@@ -35,9 +38,9 @@ Fixture setup(int pp, int vpp, Schedule sched, int64_t m) {
 }
 
 // Per layer 1 s forward and 2 s backward: dyadic, so every sum is exact.
-SimResult run_uniform(const Fixture& s, double tf = 1.0, double tb = 2.0) {
+SimResult run_uniform(const Fixture& s, double tf = 1.0, double tb = 2.0, double tw = 0.0) {
   SimCosts costs = default_costs(s.m, s.c, s.j, s.p);
-  make_uniform(&costs, tf, tb);
+  make_uniform(&costs, tf, tb, tw);
   SimOptions opt;
   auto r = simulate_step(s.m, s.c, s.j, s.p, costs, opt);
   EXPECT_TRUE(r.ok()) << r.status().message();
@@ -125,15 +128,70 @@ TEST(ClosedForm, UnevenStagesOneFOneBMatchesAnalyticForm) {
 namespace llmplan {
 namespace {
 
-// The split-backward schedules are planned but not played yet: the simulator says so
-// (bad input, exit 2 in the CLI) instead of running them as 1F1B.
-TEST(ClosedForm, SplitBackwardSchedulesAreRefusedNotPlayedAsAnother) {
+// Split backward (ZB-H1, ZB-V, DualPipeV) with equal per-layer F, B (input gradient) and
+// W: the step is the work plus (p - 1)(F + B - W) of a chunk -- Qi et al. 2024, Sec. 2.1
+// for ZB-H1 (one chunk per stage), the same over a V's half-size chunks (its fill is p - 1
+// chunk forwards; the DualPipe README's (PP-1)(F + B - 2W) with B the whole backward).
+TEST(ClosedForm, SplitBackwardEqualCostsIsWorkPlusThePapersBubble) {
   for (Schedule sched : {Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev}) {
-    const Fixture s = setup(2, sched == Schedule::zb_h1 ? 1 : 2, sched, 8);
-    auto r = simulate_step(s.m, s.c, s.j, s.p);
-    ASSERT_FALSE(r.ok()) << to_string(sched);
-    EXPECT_EQ(r.status().exit_code(), 2);
-    EXPECT_NE(r.status().message().find(std::string("plan.schedule ") + to_string(sched)), std::string::npos) << r.status().message();
+    const int chunks = sched == Schedule::zb_h1 ? 1 : 2;
+    for (int pp : {2, 3, 4, 6}) {
+      for (int64_t m : {2 * pp, 3 * pp + 1, 24}) {
+        const Fixture s = setup(pp, chunks, sched, m);
+        const SimResult r = run_uniform(s, 1.0, 2.0, 1.0);  // F = B = W = 1 per layer
+        const double chunk_layers = 24.0 / (pp * chunks);
+        SCOPED_TRACE(std::string(to_string(sched)) + " pp " + std::to_string(pp) + " m " + std::to_string(m));
+        EXPECT_DOUBLE_EQ(r.total, m * chunks * 3 * chunk_layers + (pp - 1) * chunk_layers);
+        // Every stage computes the same: its own work, the rest bubble.
+        for (const StageResult& st : r.stages) {
+          EXPECT_DOUBLE_EQ(st.busy, m * chunks * 3 * chunk_layers);
+          EXPECT_DOUBLE_EQ(st.breakdown.bubble, (pp - 1) * chunk_layers);
+        }
+      }
+    }
+  }
+}
+
+// ZB-H1 with unequal F, B, W stays exact: (p - 1) max(F, F + B - W) per stage, the
+// planner's pipeline_bubble (a W larger than F + B cannot move before the first B).
+TEST(ClosedForm, ZbH1UnequalCostsBubbleIsTheMaxForm) {
+  for (auto [f, i, w] : {std::tuple{1.0, 2.0, 1.0}, std::tuple{2.0, 1.0, 1.0}, std::tuple{1.0, 1.0, 2.0}, std::tuple{1.0, 1.0, 0.5}}) {
+    for (int pp : {2, 4, 8}) {
+      const int64_t m = 3 * pp;
+      const SimResult r = run_uniform(setup(pp, 1, Schedule::zb_h1, m), f, i + w, w);
+      const double layers = 24.0 / pp;
+      SCOPED_TRACE("F " + std::to_string(f) + " B " + std::to_string(i) + " W " + std::to_string(w) + " pp " + std::to_string(pp));
+      EXPECT_DOUBLE_EQ(r.total, m * layers * (f + i + w) + (pp - 1) * layers * std::max(f, f + i - w));
+    }
+  }
+}
+
+// The simulator plays B and W apart: per stage, one W event per layer and micro-batch
+// (per chunk), each after its own layer's B, and the trace names them "W".
+TEST(ClosedForm, SplitBackwardRecordsWeightGradientEvents) {
+  for (Schedule sched : {Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev}) {
+    const int chunks = sched == Schedule::zb_h1 ? 1 : 2;
+    const Fixture s = setup(4, chunks, sched, 8);
+    const SimResult r = run_uniform(s, 1.0, 2.0, 1.0);
+    std::map<std::tuple<int, int, int>, double> b_end;  // (stage, micro-batch, layer)
+    int w_events = 0;
+    for (const SimEvent& e : r.events)
+      if (e.kind == EventKind::backward) b_end[{e.stage, e.microbatch, e.layer}] = e.end;
+    for (const SimEvent& e : r.events) {
+      if (e.kind != EventKind::weight_grad || e.layer < 0) continue;
+      ++w_events;
+      const auto it = b_end.find({e.stage, e.microbatch, e.layer});
+      ASSERT_NE(it, b_end.end()) << to_string(sched);
+      EXPECT_GE(e.start, it->second) << to_string(sched);
+      EXPECT_EQ(event_name(e).substr(0, 2), "W ");
+    }
+    // DualPipeV splits only its last backwards; ZB-H1 and ZB-V all of them.
+    if (sched == Schedule::dualpipev) {
+      EXPECT_GT(w_events, 0);
+      EXPECT_LT(w_events, 8 * 24);
+    } else {
+      EXPECT_EQ(w_events, 8 * 24) << to_string(sched);
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 // layers of each model chunk (Megatron's rule). Each case below pins one of them.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "planner/cost/memory_model.h"
@@ -38,16 +39,21 @@ ParallelPlan mk(int dp, int tp, int pp, int vpp, Schedule sched, Recompute rc, i
   return p;
 }
 
-void expect_peaks_equal(const MemCase& mc) {
-  SCOPED_TRACE(mc.name);
+// Simulates the case and hands each stage's result with the planner's memory of it to `check`.
+template <class Check>
+void for_each_stage(const MemCase& mc, Check&& check) {
   const ClusterSpec c = dgx_a100(mc.nodes);
   const TrainingJob j = testing::job(mc.seq, mc.global_batch);
   SimOptions opt;
   opt.record_events = false;
   auto r = simulate_step(mc.model, c, j, mc.plan, opt);
   ASSERT_TRUE(r.ok()) << r.status().message();
-  for (const StageResult& st : r->stages) {
-    const StageMemory am = estimate_stage_memory(mc.model, c, j, mc.plan, st.stage);
+  for (const StageResult& st : r->stages) check(st, estimate_stage_memory(mc.model, c, j, mc.plan, st.stage));
+}
+
+void expect_peaks_equal(const MemCase& mc) {
+  SCOPED_TRACE(mc.name);
+  for_each_stage(mc, [](const StageResult& st, const StageMemory& am) {
     EXPECT_NEAR(st.peak_bytes, am.total, 1.0)
         << "stage " << st.stage << ": simulated " << st.peak_bytes << " B (" << st.peak_inflight
         << " micro-batches in flight, phase " << to_string(st.peak_phase) << "), analytic " << am.total << " B ("
@@ -57,7 +63,7 @@ void expect_peaks_equal(const MemCase& mc) {
     for (int i = 0; i < kMemoryItems; ++i) {
       EXPECT_NEAR(st.peak_items[i], am.bytes[i], 1.0) << "stage " << st.stage << " item " << to_string(static_cast<MemoryItem>(i));
     }
-  }
+  });
 }
 
 const ModelSpec kLlama = testing::llama2_7b();
@@ -128,6 +134,39 @@ TEST(SimMemory, PeakEqualsAnalyticAtTheHeadBackward) {
   EXPECT_EQ(last.peak_phase, Phase::backward);
   EXPECT_GT(last.bytes[static_cast<int>(MemoryItem::logits_loss)], 0.0);  // the head's moment, not a layer's
   expect_peaks_equal({"llama7b V256k dp2 tp2 pp2 zero3 full", wide, 1, 4096, 8, p});
+}
+
+// Split backward: activations held from F to W, and between B and W the output gradients
+// of the trained linears (and, on the head's stage, the logits' gradient). ZB-H1's two
+// largest counts coincide (rank r's r-th deferred W), so the planner's peak is the played
+// one exactly.
+TEST(SimMemory, PeakEqualsAnalyticZbH1) {
+  expect_peaks_equal({"llama7b tp2 pp4 zb-h1", kLlama, 1, 4096, 16, mk(1, 2, 4, 1, Schedule::zb_h1, Recompute::selective, 0, 1, 16)});
+  expect_peaks_equal({"llama7b pp4 dp2 zb-h1 m<p", kLlama, 1, 4096, 6, mk(2, 1, 4, 1, Schedule::zb_h1, Recompute::full, 1, 1, 6)});
+  expect_peaks_equal({"gpt1.3b tp2 pp4 zb-h1 zero3", kGpt, 1, 2048, 32, mk(2, 2, 4, 1, Schedule::zb_h1, Recompute::none, 3, 1, 32)});
+}
+
+// A V (ZB-V, DualPipeV): the planner adds the largest in-flight and pending counts, which
+// in these orders fall at different moments (DualPipeV's pending W's pile up in its
+// cool-down, when few activations are left), so its peak bounds the played one from above
+// -- never below: memory must not be under-predicted. The gap is printed; on these plans it
+// is 2-15%, largest on DualPipeV's last stage.
+void expect_peak_bounded(const MemCase& mc, double max_gap_fraction) {
+  SCOPED_TRACE(mc.name);
+  for_each_stage(mc, [&](const StageResult& st, const StageMemory& am) {
+    std::printf("%s stage %d: simulated %.3f GiB, planner %.3f GiB (%+.2f%%)\n", mc.name.c_str(), st.stage, st.peak_bytes / (1 << 30),
+                am.total / (1 << 30), 100 * (am.total - st.peak_bytes) / st.peak_bytes);
+    EXPECT_LE(st.peak_bytes, am.total + 1.0) << "stage " << st.stage;
+    EXPECT_LE(am.total - st.peak_bytes, max_gap_fraction * st.peak_bytes) << "stage " << st.stage;
+  });
+}
+
+TEST(SimMemory, PeakBoundedByAnalyticInAV) {
+  for (Schedule sched : {Schedule::zbv, Schedule::dualpipev}) {
+    const std::string name = to_string(sched);
+    expect_peak_bounded({"llama7b tp2 pp4 " + name, kLlama, 1, 4096, 16, mk(1, 2, 4, 2, sched, Recompute::selective, 0, 1, 16)}, 0.15);
+    expect_peak_bounded({"gpt1.3b pp4 dp2 zero1 " + name, kGpt, 1, 2048, 32, mk(2, 1, 4, 2, sched, Recompute::none, 1, 1, 32)}, 0.15);
+  }
 }
 
 }  // namespace

@@ -28,12 +28,14 @@ inline ParallelPlan plan(int dp, int tp, int pp, int vpp, Schedule sched, int mi
   return p;
 }
 
-// Costs with every layer taking t_f forward and t_b backward and nothing else: no
-// communication, no LM head, no optimizer step.
-inline void make_uniform(SimCosts* c, double t_f, double t_b) {
+// Costs with every layer taking t_f forward and t_b backward (of which t_w the weight
+// gradient, a split backward's W) and nothing else: no communication, no LM head, no
+// optimizer step.
+inline void make_uniform(SimCosts* c, double t_f, double t_b, double t_w = 0) {
   for (StageCost& st : c->stages) {
     for (LayerCost& l : st.layers) {
       l.compute = {t_f, t_b, 0};
+      l.weight_grad = t_w;
       l.comm = {};
     }
     st.head_forward = st.head_backward = 0;
