@@ -74,8 +74,11 @@ class StepBuilder {
   int add_comm(int stage, Stream stream, EventKind kind, const CommCost& cc, int mb, int chunk, int layer, double bytes,
                int peer = -1);
   int add_dp(int stage, Stream stream, EventKind kind, double bytes, bool allreduce, int mb, int chunk, int layer);
-  // Appends the blocking in-layer collectives of one pass after task `prev`; returns the last task.
-  int add_layer_comm(int stage, const LayerCost& L, Pass pass, int prev, int mb, int chunk);
+  // Appends the in-layer collectives of one pass after task `prev`; returns the last task
+  // the pass's next compute waits for. They block, but for the EP all-to-alls of a
+  // DualPipeV F&B pair (`hidden` non-null), which only start after `prev` and are collected
+  // in `hidden` for the pair's end to wait for.
+  int add_layer_comm(int stage, const LayerCost& L, Pass pass, int prev, int mb, int chunk, std::vector<int>* hidden = nullptr);
   static int slot(PassKind k) { return k == PassKind::forward ? 0 : k == PassKind::weight_grad ? 2 : 1; }
   // ZeRO-3: gathers one layer's weights before its next compute-stream visit, holding at
   // most two gathered layers (the current one and one prefetched).
@@ -147,7 +150,7 @@ int StepBuilder::add_dp(int stage, Stream stream, EventKind kind, double bytes, 
   return id;
 }
 
-int StepBuilder::add_layer_comm(int stage, const LayerCost& L, Pass pass, int prev, int mb, int chunk) {
+int StepBuilder::add_layer_comm(int stage, const LayerCost& L, Pass pass, int prev, int mb, int chunk, std::vector<int>* hidden) {
   static constexpr Stream kStream[kLayerComms] = {Stream::tp, Stream::cp, Stream::ep};
   static constexpr EventKind kKind[kLayerComms] = {EventKind::tp_comm, EventKind::cp_comm, EventKind::ep_comm};
   for (int k = 0; k < kLayerComms; ++k) {
@@ -155,6 +158,10 @@ int StepBuilder::add_layer_comm(int stage, const LayerCost& L, Pass pass, int pr
     if (cc.total() <= 0) continue;
     const int id = add_comm(stage, kStream[k], kKind[k], cc, mb, chunk, L.global_layer, 0);
     engine_.depend(prev, id);
+    if (hidden != nullptr && kKind[k] == EventKind::ep_comm) {
+      hidden->push_back(id);
+      continue;
+    }
     prev = id;
   }
   return prev;
@@ -228,18 +235,34 @@ void StepBuilder::build_stage(int s) {
     if (virtual_stage(s, c) == last_virtual && jl == per_chunk - 1) bytes += sc.head_weight_bytes;
     return zero3_gather(s, bytes, mb, c, L.global_layer);
   };
+  // DualPipeV's F&B pairs (a forward followed by a whole backward: steps 4 and 5 of its
+  // order) overlap each one's EP all-to-all with the other's compute (DeepSeek-V3 report,
+  // Sec. 3.2.1): their all-to-alls do not hold up their own next layer; the pair's end waits
+  // for all of them, so the overlap is bounded by the pair's compute.
+  auto in_pair = [&](int i) {
+    if (plan_.schedule != Schedule::dualpipev) return false;
+    const int n_ops = static_cast<int>(prog.size());
+    const bool first = prog[i].kind == PassKind::forward && i + 1 < n_ops && prog[i + 1].kind == PassKind::backward;
+    const bool second = prog[i].kind == PassKind::backward && i > 0 && prog[i - 1].kind == PassKind::forward;
+    return first || second;
+  };
+  std::vector<int> pair_hidden;  // the current pair's EP all-to-alls
   int prev_send = -1, prev_last = -1;
   for (int i = 0; i < static_cast<int>(prog.size()); ++i) {
     const PipelineOp& o = prog[i];
     const int c = o.chunk, mb = o.microbatch;
     const int k = virtual_stage(s, c);
+    const bool paired = in_pair(i);
+    std::vector<int>* hidden = paired ? &pair_hidden : nullptr;
+    const size_t hidden_before = pair_hidden.size();
     OpRef ref;
     int prev = -1;
     auto first_compute = [&](int id) {
       if (ref.first < 0) {
         ref.first = id;
         engine_.depend(prev_last, id);  // the previous pass's trailing blocking collective
-        if (opt_.blocking_p2p) engine_.depend(prev_send, id);
+        // (A pair's backward runs beside its forward's send.)
+        if (opt_.blocking_p2p && !(paired && o.kind == PassKind::backward)) engine_.depend(prev_send, id);
       }
     };
     // A pipeline send to the stage holding virtual stage `to`; none when this stage holds
@@ -262,7 +285,7 @@ void StepBuilder::build_stage(int s) {
         engine_.depend(gather, t);
         if (i == first_f[c]) engine_.depend(param_gather[li], t);
         if (zero3) visits_.push_back(t);
-        prev = add_layer_comm(s, L, Pass::forward, t, mb, c);
+        prev = add_layer_comm(s, L, Pass::forward, t, mb, c, hidden);
       }
       if (k == last_virtual) {
         const int t = add_compute(s, EventKind::head_forward, sc.head_forward, mb, c, -1);
@@ -271,6 +294,12 @@ void StepBuilder::build_stage(int s) {
       }
       ref.last = prev;
       if (k < last_virtual) ref.send = send_to(k + 1, Stream::pp_send_next);
+      // Its output leaves after its last all-to-all (handed over in place at a V's turn).
+      if (pair_hidden.size() > hidden_before && ref.send < 0 && k < last_virtual) {
+        ref.send = add_comm(s, Stream::pp_send_next, EventKind::pp_send, CommCost{}, mb, c, -1, 0, s);
+        engine_.depend(ref.last, ref.send);
+      }
+      for (size_t h = hidden_before; h < pair_hidden.size(); ++h) engine_.depend(pair_hidden[h], ref.send);
     } else {
       // A backward produces the weight gradients (its whole time), a split backward's B
       // none (its time less the W's GEMMs; the LM head's backward stays whole in the B, as
@@ -348,7 +377,7 @@ void StepBuilder::build_stage(int s) {
           engine_.depend(prev, t);
           engine_.depend(gather, t);
           visit = t;
-          prev = add_layer_comm(s, L, Pass::recompute, t, mb, c);
+          prev = add_layer_comm(s, L, Pass::recompute, t, mb, c, hidden);
         }
         const size_t before = engine_.tasks().size();
         const double seconds = input_only ? L.compute[1] - L.weight_grad : L.compute[1];
@@ -356,7 +385,7 @@ void StepBuilder::build_stage(int s) {
         engine_.depend(gather, static_cast<int>(before));  // the pass's first segment
         if (visit < 0) visit = static_cast<int>(before);
         if (zero3) visits_.push_back(visit);
-        prev = add_layer_comm(s, L, Pass::backward, b, mb, c);
+        prev = add_layer_comm(s, L, Pass::backward, b, mb, c, hidden);
         if (!input_only) reduce_scatter(b);
       }
       if (reduce_now) {
@@ -368,6 +397,13 @@ void StepBuilder::build_stage(int s) {
           pending -= cap;
         }
         if (pending > 0) emit(pending);
+      }
+      if (paired && o.kind == PassKind::backward) {  // the pair's end: every all-to-all of both done
+        const int join = add_compute(s, EventKind::ep_comm, 0, mb, c, -1);
+        engine_.depend(prev, join);
+        for (int h : pair_hidden) engine_.depend(h, join);
+        pair_hidden.clear();
+        prev = join;
       }
       ref.last = prev;
       if (k > 0 && !weights_only) ref.send = send_to(k - 1, Stream::pp_send_prev);

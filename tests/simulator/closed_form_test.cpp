@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "planner/cost/memory_model.h"
 #include "sim_fixtures.h"
@@ -193,6 +194,43 @@ TEST(ClosedForm, SplitBackwardRecordsWeightGradientEvents) {
       EXPECT_EQ(w_events, 8 * 24) << to_string(sched);
     }
   }
+}
+
+// DualPipeV's F&B pairs hide each one's EP all-to-all under the other's compute: with a
+// 0.5 s all-to-all after every layer's forward and backward (1 s and 2 s of compute), no
+// all-to-all of ZB-V (no pairs) runs beside compute; in DualPipeV every all-to-all of a pair
+// does but its backward's last (nothing is left to hide it).
+TEST(ClosedForm, DualPipeVPairsHideTheirExpertAllToAll) {
+  auto ep_under_compute = [](Schedule sched) {
+    const Fixture s = setup(2, 2, sched, 16);  // 24 layers: 6 per chunk
+    SimCosts costs = default_costs(s.m, s.c, s.j, s.p);
+    make_uniform(&costs, 1.0, 2.0, 0.0);
+    for (StageCost& st : costs.stages)
+      for (LayerCost& l : st.layers) {
+        l.comm[static_cast<int>(LayerComm::ep)][static_cast<int>(Pass::forward)].transfer = 0.5;
+        l.comm[static_cast<int>(LayerComm::ep)][static_cast<int>(Pass::backward)].transfer = 0.5;
+      }
+    auto r = simulate_step(s.m, s.c, s.j, s.p, costs);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    if (!r.ok()) return -1.0;
+    std::vector<std::pair<double, double>> busy;  // stage 0's compute stream
+    for (const SimEvent& e : r->events)
+      if (e.stage == 0 && e.stream == Stream::compute) busy.push_back({e.start, e.end});
+    double overlap = 0;
+    for (const SimEvent& e : r->events) {
+      if (e.stage != 0 || e.kind != EventKind::ep_comm) continue;
+      for (const auto& [b0, b1] : busy) overlap += std::max(0.0, std::min(e.end, b1) - std::max(e.start, b0));
+    }
+    return overlap;
+  };
+  EXPECT_DOUBLE_EQ(ep_under_compute(Schedule::zbv), 0);
+  // Rank 0 of DualPipeV pp 2, m 16: 27 pairs (13 x 2 in step 4, 1 in step 5), each with
+  // 2 x 6 all-to-alls of 0.5 s, of which all but the backward's last run under compute --
+  // less where the backward waits for its input gradient while the forward's last
+  // all-to-all runs (at most one more per pair).
+  const double hidden = ep_under_compute(Schedule::dualpipev);
+  EXPECT_LE(hidden, 27 * (2 * 6 - 1) * 0.5);
+  EXPECT_GE(hidden, 27 * (2 * 6 - 2) * 0.5);
 }
 
 }  // namespace
