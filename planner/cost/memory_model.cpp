@@ -217,6 +217,25 @@ double pending_weight_grad_sets(const ParallelPlan& p, int64_t m, int stage) {
   return (r + 1) / 2;  // DualPipeV: r + 1 chunks (steps 6-8 of the order)
 }
 
+int split_backward_peak_counts(const ParallelPlan& p, int64_t m, int stage, std::array<SplitBackwardCounts, 3>& out) {
+  const double pp = p.pp, r = stage, md = static_cast<double>(m);
+  if (p.pp > 1 && p.schedule == Schedule::zbv && md >= 2 * pp - 1) {
+    out[0] = {pp, 0.5};
+    if (stage == 0) return 1;
+    out[1] = {(pp + r) / 2, (2 * r + 1) / 2};
+    return 2;
+  }
+  if (p.pp > 1 && p.schedule == Schedule::dualpipev && md >= 2 * pp) {
+    int n = 0;
+    out[n++] = {(2 * pp + 1) / 2, 0};
+    if (stage < p.pp - 1) out[n++] = {pp, 0.5};
+    if (stage >= 1) out[n++] = {pp / 2, (r + 1) / 2};
+    return n;
+  }
+  out[0] = {inflight_microbatches(p, m, stage), pending_weight_grad_sets(p, m, stage)};
+  return 1;
+}
+
 double head_pending_weight_grads(const ParallelPlan& p, int64_t m) {
   if (p.pp == 1 || !splits_backward(p.schedule)) return 0;
   return p.schedule == Schedule::zb_h1 ? std::min(static_cast<double>(m), static_cast<double>(p.pp)) : 1;
@@ -850,6 +869,18 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
       transient = std::max(transient, in.transient_bytes[k][f][r]);
     }
   }
+  // Split backward: the moment whose in-flight activations and pending W buffers weigh most
+  // (in a V the two counts peak apart: split_backward_peak_counts).
+  double pending = 0;
+  if (p.pp > 1 && splits_backward(p.schedule)) {
+    std::array<SplitBackwardCounts, 3> at{};
+    const int n = split_backward_peak_counts(p, mb, stage, at);
+    int best = 0;
+    for (int i = 1; i < n; ++i)
+      if (per_mb * at[i].inflight + wgrad * at[i].pending > per_mb * at[best].inflight + wgrad * at[best].pending) best = i;
+    out.inflight = at[best].inflight;
+    pending = at[best].pending;
+  }
   // Tensors that belong to the first chunk (embedding) or the last (head) are held by as
   // many micro-batches as that chunk has in flight, not by the stage's average.
   const double last_sets = is_last ? last_chunk_sets(p, mb) : 0;
@@ -878,10 +909,13 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // for the stage's pending sets (its layers' weight_grad_buffer_bytes; on the head's
   // stage the logits' gradient for the head's W), held with the activations. The scanned
   // pass's own set appears at its backward's largest moment (memory_events.h), the others'
-  // are held throughout: at both counts' largest, which for ZB-H1 coincide (rank r's r-th
-  // deferred W; a forward meets one pending set fewer) and elsewhere bound the moment from above.
-  out.weight_grad_buffers = wgrad * pending_weight_grad_sets(p, mb, stage) + (is_last ? head_pending_weight_grads(p, mb) * x.logits_set : 0);
-  const double own_weight_grads = p.pp > 1 && splits_backward(p.schedule) ? wgrad + (is_last ? x.logits_set : 0) : 0;
+  // are held throughout: at the counts of the moment chosen above (for ZB-H1 both counts'
+  // largest, which coincide: rank r's r-th deferred W; a forward meets one pending set fewer).
+  out.weight_grad_buffers = wgrad * pending + (is_last ? head_pending_weight_grads(p, mb) * x.logits_set : 0);
+  // (A moment with nothing pending is a forward's or a whole backward's: no W set of its
+  // own; in a V the pass is one chunk: half the stage's W set.)
+  const bool split_pass = p.pp > 1 && splits_backward(p.schedule) && pending > 0;
+  const double own_weight_grads = split_pass ? wgrad / (placed_in_v(p) ? 2 : 1) + (is_last ? x.logits_set : 0) : 0;
   activations += std::max(0.0, out.weight_grad_buffers - own_weight_grads);
   out.activations = activations;
   out.logits = logits;
@@ -902,7 +936,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   pass.transient = transient;
   pass.working = out.remat_and_grads;
   pass.weight_grad_buffer = own_weight_grads;
-  pass.split_backward = p.pp > 1 && splits_backward(p.schedule);
+  pass.split_backward = split_pass;
   // Each moment's total is the bytes held outside the items that change (the gradients
   // aside, constant) plus those items with their fragmentation reserve. The changing items
   // are tracked apart and written out only at a phase's new largest moment.

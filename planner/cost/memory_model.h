@@ -227,6 +227,17 @@ double inflight_microbatches(const ParallelPlan& p, int64_t microbatches, int st
 // (ZB-H1 min(m, p), a V 1). 0 for other schedules.
 double pending_weight_grad_sets(const ParallelPlan& p, int64_t microbatches, int stage);
 double head_pending_weight_grads(const ParallelPlan& p, int64_t microbatches);
+// The two counts above peak at different moments in a V. The moments at which neither is
+// exceeded by another moment (the Pareto front of (in flight, pending) over the order,
+// stage sets, current micro-batch included), from PyTorch's orders walked op by op:
+//   ZB-V (m >= 2p - 1): (p, 1/2) and, for r >= 1, ((p + r) / 2, (2r + 1) / 2);
+//   DualPipeV (m >= 2p): ((2p + 1) / 2, 0), for r < p - 1 (p, 1/2), for r >= 1 (p / 2, (r + 1) / 2).
+// Otherwise one moment holding both maxima (exact for ZB-H1, a bound for a V with fewer
+// micro-batches). Returns how many of `out` are set (1..3).
+struct SplitBackwardCounts {
+  double inflight = 0, pending = 0;
+};
+int split_backward_peak_counts(const ParallelPlan& p, int64_t microbatches, int stage, std::array<SplitBackwardCounts, 3>& out);
 
 // The LayerContext of a plan for layer `global_layer` (trainability from the job, the
 // layer's kind from its index: recipe.h layer_kind).

@@ -6,8 +6,10 @@
 // ScheduleDualPipeV._calculate_single_rank_operations; the simulator's pipeline_schedule),
 // walked op by op for the memory counts and played with given durations for the step time.
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -62,6 +64,27 @@ Walk walk(const Program& prog) {
   return w;
 }
 
+// The (held, pending) pairs at the moments memory can peak -- a forward's start, a
+// backward's or B's largest moment (the current micro-batch included) -- that no other
+// moment of the order matches or exceeds in both, chunk sets.
+std::set<std::pair<int, int>> peak_front(const Program& prog) {
+  std::vector<std::pair<int, int>> at;
+  int held = 0, pending = 0;
+  for (const PipelineOp& o : prog) {
+    if (o.kind == PassKind::forward) at.push_back({++held, pending});
+    if (o.kind == PassKind::input_grad) at.push_back({held, ++pending});
+    if (o.kind == PassKind::backward) at.push_back({held--, pending});
+    if (o.kind == PassKind::weight_grad) --held, --pending;
+  }
+  std::set<std::pair<int, int>> front;
+  for (const auto& a : at) {
+    bool dominated = false;
+    for (const auto& b : at) dominated = dominated || (b != a && b.first >= a.first && b.second >= a.second);
+    if (!dominated) front.insert(a);
+  }
+  return front;
+}
+
 ParallelPlan pipeline(Schedule s, int pp) {
   ParallelPlan p;
   p.pp = pp;
@@ -81,7 +104,23 @@ TEST(ZeroBubble, InflightAndPendingCountsAreTheOrdersWalkedOpByOp) {
       for (int m = s == Schedule::dualpipev ? 2 * pp : 1; m <= 4 * pp + 2; ++m) {
         for (int r = 0; r < pp; ++r) {
           SCOPED_TRACE(std::string(to_string(s)) + " pp " + std::to_string(pp) + " m " + std::to_string(m) + " rank " + std::to_string(r));
-          const Walk w = walk(order(s, pp, m, r));
+          const Program prog = order(s, pp, m, r);
+          const Walk w = walk(prog);
+          // The moments memory can peak at: exactly the walked front where the planner
+          // lists it; otherwise its one moment bounds every walked one.
+          std::array<SplitBackwardCounts, 3> at{};
+          const int n = split_backward_peak_counts(p, m, r, at);
+          std::set<std::pair<int, int>> planned;
+          for (int i = 0; i < n; ++i)
+            planned.insert({static_cast<int>(at[i].inflight * chunks), static_cast<int>(at[i].pending * chunks)});
+          const std::set<std::pair<int, int>> front = peak_front(prog);
+          if (s != Schedule::zbv || m >= 2 * pp - 1) {
+            EXPECT_EQ(planned, front);
+          }
+          for (const auto& [h, pend] : front) {
+            EXPECT_TRUE(std::any_of(planned.begin(), planned.end(), [&](const auto& q) { return q.first >= h && q.second >= pend; }))
+                << h << " held, " << pend << " pending";
+          }
           EXPECT_DOUBLE_EQ(inflight_microbatches(p, m, r) * chunks, w.held);
           // ZB-V's pending count is exact from m >= 2pp - 1 (the order's own padding) and an
           // upper bound below it; the others are exact.

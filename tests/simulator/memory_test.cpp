@@ -146,16 +146,21 @@ TEST(SimMemory, PeakEqualsAnalyticZbH1) {
   expect_peaks_equal({"gpt1.3b tp2 pp4 zb-h1 zero3", kGpt, 1, 2048, 32, mk(2, 2, 4, 1, Schedule::zb_h1, Recompute::none, 3, 1, 32)});
 }
 
-// A V (ZB-V, DualPipeV): the planner adds the largest in-flight and pending counts, which
-// in these orders fall at different moments (DualPipeV's pending W's pile up in its
-// cool-down, when few activations are left), so its peak bounds the played one from above
-// -- never below: memory must not be under-predicted. The gap is printed; on these plans it
-// is 2-15%, largest on DualPipeV's last stage.
+// A V (ZB-V, DualPipeV): the in-flight and pending counts peak at different moments; the
+// planner takes the heaviest of the moments no other exceeds in both
+// (split_backward_peak_counts), so every stage's peak is the played one, but rank 0's: it
+// also holds the embedding's and the head's chunk sets, which the planner counts at their
+// own largest (min(m, 2p) and 1), and so bounds it from above -- never below: memory must
+// not be under-predicted. Rank 0's gap is printed: 0-6% on these plans.
 void expect_peak_bounded(const MemCase& mc, double max_gap_fraction) {
   SCOPED_TRACE(mc.name);
   for_each_stage(mc, [&](const StageResult& st, const StageMemory& am) {
     std::printf("%s stage %d: simulated %.3f GiB, planner %.3f GiB (%+.2f%%)\n", mc.name.c_str(), st.stage, st.peak_bytes / (1 << 30),
                 am.total / (1 << 30), 100 * (am.total - st.peak_bytes) / st.peak_bytes);
+    if (st.stage > 0) {
+      EXPECT_NEAR(st.peak_bytes, am.total, 1.0) << "stage " << st.stage;
+      return;
+    }
     EXPECT_LE(st.peak_bytes, am.total + 1.0) << "stage " << st.stage;
     EXPECT_LE(am.total - st.peak_bytes, max_gap_fraction * st.peak_bytes) << "stage " << st.stage;
   });
@@ -164,8 +169,9 @@ void expect_peak_bounded(const MemCase& mc, double max_gap_fraction) {
 TEST(SimMemory, PeakBoundedByAnalyticInAV) {
   for (Schedule sched : {Schedule::zbv, Schedule::dualpipev}) {
     const std::string name = to_string(sched);
-    expect_peak_bounded({"llama7b tp2 pp4 " + name, kLlama, 1, 4096, 16, mk(1, 2, 4, 2, sched, Recompute::selective, 0, 1, 16)}, 0.15);
-    expect_peak_bounded({"gpt1.3b pp4 dp2 zero1 " + name, kGpt, 1, 2048, 32, mk(2, 1, 4, 2, sched, Recompute::none, 1, 1, 32)}, 0.15);
+    expect_peak_bounded({"llama7b tp2 pp4 " + name, kLlama, 1, 4096, 16, mk(1, 2, 4, 2, sched, Recompute::selective, 0, 1, 16)}, 0.06);
+    expect_peak_bounded({"gpt1.3b pp4 dp2 zero1 " + name, kGpt, 1, 2048, 32, mk(2, 1, 4, 2, sched, Recompute::none, 1, 1, 32)}, 0.06);
+    expect_peak_bounded({"llama7b pp8 zero3 full m=40 " + name, kLlama, 1, 4096, 40, mk(1, 1, 8, 2, sched, Recompute::full, 3, 1, 40)}, 0.06);
   }
 }
 
