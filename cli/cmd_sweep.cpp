@@ -282,15 +282,7 @@ Runner register_sweep(CLI::App* sub) {
       if (!parse_enum(x, &e)) return report(Status::bad_input("--cp-exchange: expected ring or all_gather, got '" + x + "'"));
       space.cp_exchange.push_back(e);
     }
-    for (const auto& x : c->schedules) {
-      if (x == "all") {
-        space.schedule = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev};
-        continue;
-      }
-      Schedule sc;
-      if (!parse_enum(x, &sc)) return report(Status::bad_input("--schedules: expected " + std::string(kScheduleNames) + " or all, got '" + x + "'"));
-      space.schedule.push_back(sc);
-    }
+    if (Status st = parse_sweep_schedules(c->schedules, "--schedules", &space.schedule); !st) return report(st);
     for (auto [v, flag] : {std::pair{c->max_tp, "--max-tp"}, {c->max_pp, "--max-pp"}})
       if (Status st = positive_if_given(v, flag, "a positive bound"); !st) return report(st);
     space.max_tp = c->max_tp != kUnsetFlag ? c->max_tp : 0;

@@ -17,13 +17,13 @@ namespace {
 auto plan_key(const PlanResult& r) {
   const ParallelPlan& p = r.plan;
   return std::make_tuple(static_cast<int>(r.precision), p.tp, p.pp, p.cp, p.vpp, p.ep, p.sp, p.flash_attention, p.micro_batch,
-                         static_cast<int>(p.recompute), p.zero, p.offload_optimizer, p.dp);
+                         static_cast<int>(p.recompute), p.zero, p.offload_optimizer, p.dp, static_cast<int>(p.schedule));
 }
 using PlanKey = decltype(plan_key(PlanResult{}));
 
 const char* kHeaders[PlanTableModel::kColumnCount] = {
     "rank", "dp", "tp", "pp", "vpp", "cp", "sp", "mb", "accum", "ZeRO", "recompute", "offload", "flash", "precision",
-    "peak (GiB)", "tokens/s", "MFU (%)", "step (s)", "fits", "ep", "bubble (%)", "exposed comm (s)", "runs on"};
+    "peak (GiB)", "tokens/s", "MFU (%)", "step (s)", "fits", "ep", "bubble (%)", "exposed comm (s)", "runs on", "schedule"};
 const char* kHeaderTips[PlanTableModel::kColumnCount] = {
     "rank by the objective (blank: not among the ranked plans)",
     "data-parallel degree", "tensor-parallel degree", "pipeline-parallel degree", "virtual pipeline stages per rank",
@@ -34,7 +34,8 @@ const char* kHeaderTips[PlanTableModel::kColumnCount] = {
     "model FLOPs utilisation, percent", "time of one optimizer step, seconds", "fits in GPU memory minus headroom",
     "expert-parallel degree (MoE), inside dp x cp", "pipeline bubble: percent of the step a stage waits for the pipeline to fill and drain",
     "communication not hidden behind compute per step (TP + PP + DP + CP + EP), seconds",
-    "training frameworks that can run the plan (data/frameworks): one letter each, '-' where it cannot"};
+    "training frameworks that can run the plan (data/frameworks): one letter each, '-' where it cannot",
+    "pipeline schedule (pp > 1): 1f1b, interleaved, gpipe, or zero-bubble zb-h1, zbv, dualpipev"};
 
 QString on_off(bool b) { return b ? QStringLiteral("on") : QStringLiteral("-"); }
 
@@ -100,7 +101,7 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
   if (role == kSourceRowRole) return index.row();
   if (role == Qt::ForegroundRole) return row.fits() ? QVariant() : QVariant(QBrush(QColor(140, 140, 140)));
   if (role == Qt::TextAlignmentRole) {
-    const bool text = col == kRecompute || col == kPrecision || col == kFits || col == kRunsOn;
+    const bool text = col == kRecompute || col == kPrecision || col == kFits || col == kRunsOn || col == kSchedule;
     return QVariant(int((text ? Qt::AlignLeft : Qt::AlignRight) | Qt::AlignVCenter));
   }
   if (role == Qt::ToolTipRole) {
@@ -143,6 +144,7 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
     case kBubble: return sort ? QVariant(100 * r.bubble_fraction) : QVariant(QString::number(100 * r.bubble_fraction, 'f', 1));
     case kExposedComm: return sort ? QVariant(r.exposed_comm_s) : QVariant(QString::number(r.exposed_comm_s, 'f', 3));
     case kRunsOn: return QString::fromStdString(framework_letters(r.frameworks, ctx_.frameworks));
+    case kSchedule: return p.pp > 1 ? QString(to_string(p.schedule)) : QStringLiteral("-");
     default: return {};
   }
 }

@@ -22,7 +22,7 @@ class PlanTableModel : public QAbstractTableModel {
  public:
   enum Column {
     kRank, kDp, kTp, kPp, kVpp, kCp, kSp, kMicroBatch, kAccum, kZero, kRecompute, kOffload, kFlash, kPrecision,
-    kPeakGib, kTokensPerS, kMfu, kStepS, kFits, kEp, kBubble, kExposedComm, kRunsOn, kColumnCount
+    kPeakGib, kTokensPerS, kMfu, kStepS, kFits, kEp, kBubble, kExposedComm, kRunsOn, kSchedule, kColumnCount
   };
   // Qt::UserRole: the raw value (number or string) the proxy sorts and filters on.
   static constexpr int kSortRole = Qt::UserRole + 1;

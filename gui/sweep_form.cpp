@@ -116,6 +116,12 @@ SweepForm::SweepForm(const PresetRegistry& presets, QWidget* parent) : QWidget(p
   max_tp_->setRange(0, 1024);
   max_tp_->setSpecialValueText(tr("no bound"));
   sf->addRow(tr("Max TP"), max_tp_);
+  schedules_ = new QComboBox;
+  schedules_->addItem(tr("1F1B and interleaved"), QString());
+  schedules_->addItem(tr("all, with zero-bubble (ZB-H1, ZB-V, DualPipeV)"), QStringLiteral("all"));
+  schedules_->setToolTip(tr("Pipeline schedules the sweep tries where pp > 1. The zero-bubble ones split each backward "
+                            "into input and weight gradients; they are simulated, not executed"));
+  sf->addRow(tr("Pipeline schedules"), schedules_);
   headroom_ = new QDoubleSpinBox;
   headroom_->setRange(0, 1024);
   headroom_->setDecimals(1);
@@ -181,7 +187,7 @@ SweepForm::SweepForm(const PresetRegistry& presets, QWidget* parent) : QWidget(p
   connect(mode_, &QComboBox::currentIndexChanged, this, &SweepForm::update_enabled);
   connect(cluster_, &QComboBox::currentIndexChanged, this, &SweepForm::update_enabled);
   // Any change refreshes the equivalent command line.
-  for (QComboBox* box : {model_, gpu_, cluster_, mode_, precision_, amp_, framework_, objective_})
+  for (QComboBox* box : {model_, gpu_, cluster_, mode_, precision_, amp_, schedules_, framework_, objective_})
     connect(box, &QComboBox::currentTextChanged, this, &SweepForm::update_cli_line);
   for (QSpinBox* spin : {gpus_, seq_, batch_, lora_rank_, max_tp_, top_}) connect(spin, &QSpinBox::valueChanged, this, &SweepForm::update_cli_line);
   connect(headroom_, &QDoubleSpinBox::valueChanged, this, &SweepForm::update_cli_line);
@@ -205,6 +211,7 @@ SweepInputs SweepForm::inputs() const {
   in.precision = precision_->currentData().toString().toStdString();
   in.amp = amp_->currentData().toString().toStdString();
   in.max_tp = max_tp_->value();
+  in.schedules = schedules_->currentData().toString().toStdString();
   in.headroom_gib = headroom_->value();
   in.framework = framework_->currentData().toString().toStdString();
   in.objective = objective_->currentData().toString().toStdString();
@@ -231,6 +238,7 @@ void SweepForm::set_inputs(const SweepInputs& in) {
   select_data(precision_, QString::fromStdString(in.precision));
   select_data(amp_, QString::fromStdString(in.amp));
   max_tp_->setValue(in.max_tp);
+  select_data(schedules_, QString::fromStdString(in.schedules));
   headroom_->setValue(in.headroom_gib);
   select_data(framework_, QString::fromStdString(in.framework));
   select_data(objective_, QString::fromStdString(in.objective));

@@ -73,6 +73,7 @@ class SweepForm : public QWidget {
   QComboBox* precision_;
   QComboBox* amp_;
   QSpinBox* max_tp_;
+  QComboBox* schedules_;
   QDoubleSpinBox* headroom_;
   QComboBox* framework_;
   QComboBox* objective_;

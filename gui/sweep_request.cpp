@@ -86,6 +86,8 @@ Result<SweepRequest> make_sweep_request(const SweepInputs& in, const PresetRegis
   // ---- sweep space and options (cli/cmd_sweep.cpp)
   if (in.max_tp < 0) return Status::bad_input("Max TP: expected 0 (no bound) or a positive bound");
   r.space.max_tp = in.max_tp;
+  if (!in.schedules.empty())
+    if (Status st = parse_sweep_schedules({in.schedules}, "Pipeline schedules", &r.space.schedule); !st) return st;
   if (!in.precision.empty()) {
     r.space.precision = {j.precision};
   } else {
@@ -139,6 +141,7 @@ std::vector<std::string> cli_args(const SweepInputs& in) {
   if (!in.precision.empty()) a.insert(a.end(), {"--precision", in.precision});
   if (!in.amp.empty()) a.insert(a.end(), {"--amp", in.amp});
   if (in.max_tp > 0) a.insert(a.end(), {"--max-tp", std::to_string(in.max_tp)});
+  if (!in.schedules.empty()) a.insert(a.end(), {"--schedules", in.schedules});
   if (in.headroom_gib > 0) a.insert(a.end(), {"--headroom", headroom_text(in.headroom_gib)});
   if (!in.framework.empty()) a.insert(a.end(), {"--framework", in.framework});
   a.insert(a.end(), {"--objective", in.objective, "--top", std::to_string(in.top)});

@@ -25,6 +25,19 @@ bool parse_enum(const std::string& s, Objective* out) {
   return true;
 }
 
+Status parse_sweep_schedules(const std::vector<std::string>& names, const std::string& field, std::vector<Schedule>* out) {
+  for (const std::string& x : names) {
+    if (x == "all") {
+      *out = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev};
+      continue;
+    }
+    Schedule sc;
+    if (!parse_enum(x, &sc)) return Status::bad_input(field + ": expected " + kScheduleNames + " or all, got '" + x + "'");
+    out->push_back(sc);
+  }
+  return Status::ok();
+}
+
 TrainingJob job_for(const TrainingJob& j, const PlanResult& r) {
   TrainingJob out = j;
   out.precision = r.precision;

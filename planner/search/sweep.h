@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "planner/cost/framework.h"
@@ -20,6 +21,7 @@
 #include "planner/cost/stack_profile.h"
 #include "planner/cost/plan_check.h"
 #include "planner/spec/specs.h"
+#include "planner/spec/status.h"
 #include "planner/cost/time_model.h"
 
 namespace llmplan {
@@ -52,6 +54,11 @@ struct SweepSpace {
   // costs up to log2(layers) more evaluations per plan that does not fit.
   bool activation_offload = false;
 };
+
+// SweepSpace::schedule from names (`sweep --schedules`, the GUI's form): each one of
+// kScheduleNames, or "all" (1F1B, interleaved and the three split-backward schedules).
+// bad_input naming `field` on another name.
+Status parse_sweep_schedules(const std::vector<std::string>& names, const std::string& field, std::vector<Schedule>* out);
 
 struct SweepOptions {
   Objective objective = Objective::tokens_per_s;

@@ -33,6 +33,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <QValueAxis>
+#include <algorithm>
 #include <memory>
 
 #include "gui/budget_panel.h"
@@ -65,15 +66,16 @@ Q_DECLARE_METATYPE(llmplan::gui::SweepInputs)
 
 namespace {
 
-// The CLI's printed top list, one row of 18 fields per plan (rank dropped; amp split).
-QList<QStringList> cli_top_rows(const QString& output) {
+// The CLI's printed top list, one row of 19 fields per plan (rank dropped; amp split), 20
+// with the schedule column (`--schedules`), before "runs on".
+QList<QStringList> cli_top_rows(const QString& output, bool schedule = false) {
   QList<QStringList> rows;
   const QStringList lines = output.split('\n');
   int i = 0;
   while (i < lines.size() && !lines[i].startsWith(QStringLiteral("Top "))) ++i;
   for (i += 2; i < lines.size() && !lines[i].trimmed().isEmpty(); ++i) {
     QStringList f = lines[i].split(' ', Qt::SkipEmptyParts);
-    if (f.size() != 20) break;
+    if (f.size() != (schedule ? 21 : 20)) break;
     f.removeFirst();            // rank
     f[16].chop(1);              // "76.1%" -> "76.1"
     rows << f;                  // ..., step s, runs on
@@ -82,13 +84,14 @@ QList<QStringList> cli_top_rows(const QString& output) {
 }
 
 // The same fields from the GUI's table (the view's order).
-QStringList gui_row(const QAbstractItemModel& m, int row) {
+QStringList gui_row(const QAbstractItemModel& m, int row, bool schedule = false) {
   QStringList f;
   for (int c = PlanTableModel::kDp; c <= PlanTableModel::kStepS; ++c) {
     const QString v = m.index(row, c).data().toString();
     if (c == PlanTableModel::kPrecision) f << v.split(' ');
     else f << v;
   }
+  if (schedule) f << m.index(row, PlanTableModel::kSchedule).data().toString();
   f << m.index(row, PlanTableModel::kRunsOn).data().toString();
   return f;
 }
@@ -97,7 +100,8 @@ bool same_plan(const PlanResult& a, const PlanResult& b) {
   const ParallelPlan &p = a.plan, &q = b.plan;
   return p.dp == q.dp && p.tp == q.tp && p.pp == q.pp && p.vpp == q.vpp && p.cp == q.cp && p.ep == q.ep && p.sp == q.sp &&
          p.micro_batch == q.micro_batch && p.grad_accum == q.grad_accum && p.zero == q.zero && p.recompute == q.recompute &&
-         p.offload_optimizer == q.offload_optimizer && p.flash_attention == q.flash_attention && a.precision == b.precision && a.amp == b.amp &&
+         p.offload_optimizer == q.offload_optimizer && p.flash_attention == q.flash_attention && p.schedule == q.schedule &&
+         a.precision == b.precision && a.amp == b.amp &&
          a.peak_bytes == b.peak_bytes && a.tokens_per_s == b.tokens_per_s;
 }
 
@@ -233,6 +237,12 @@ class GuiTest : public QObject {
     d.gpus = 64;
     d.framework = "deepspeed";
     QTest::newRow("llama2-70b on 64 x h100-sxm, DeepSpeed only") << d;
+    SweepInputs e;
+    e.model = "llama2-70b";
+    e.gpu = "h100-sxm";
+    e.gpus = 64;
+    e.schedules = "all";
+    QTest::newRow("llama2-70b on 64 x h100-sxm, zero-bubble schedules too") << e;
   }
 
   void sweep_matches_cli() {
@@ -253,11 +263,12 @@ class GuiTest : public QObject {
     QVERIFY(cli.waitForFinished(30000));
     const QString out = QString::fromLocal8Bit(cli.readAllStandardOutput());
     QVERIFY2(cli.exitCode() == 0, qPrintable(QString::fromLocal8Bit(cli.readAllStandardError())));
-    const QList<QStringList> rows = cli_top_rows(out);
+    const bool schedules = !inputs.schedules.empty();
+    const QList<QStringList> rows = cli_top_rows(out, schedules);
     QCOMPARE(rows.size(), 20);
     for (int i = 0; i < rows.size(); ++i) {
       QCOMPARE(view.index(i, PlanTableModel::kRank).data().toInt(), i + 1);
-      QCOMPARE(gui_row(view, i), rows[i]);
+      QCOMPARE(gui_row(view, i, schedules), rows[i]);
     }
 
     // 2. The planner call the CLI makes, over all ranked plans.
@@ -640,6 +651,23 @@ class GuiTest : public QObject {
   }
 
   // ---- bad inputs: a message, the window stays usable
+  // The form's schedule choice: the CLI's --schedules, and a bad name is refused naming the field.
+  void schedules_are_the_clis() {
+    SweepInputs in;
+    in.schedules = "all";
+    Result<SweepRequest> req = make_sweep_request(in, *presets_);
+    QVERIFY(req.ok());
+    QCOMPARE(static_cast<int>(req->space.schedule.size()), 5);
+    const std::vector<std::string> args = cli_args(in);
+    const std::vector<std::string> flag = {"--schedules", "all"};
+    QVERIFY(std::search(args.begin(), args.end(), flag.begin(), flag.end()) != args.end());
+    in.schedules = "zb-h2";
+    req = make_sweep_request(in, *presets_);
+    QVERIFY(!req.ok());
+    QVERIFY2(QString::fromStdString(req.status().message()).contains(QStringLiteral("Pipeline schedules")),
+             req.status().message().c_str());
+  }
+
   void invalid_inputs_show_a_message() {
     QVERIFY(run_from_form(small_inputs()));
     const int rows = w().plan_model()->plan_count();
