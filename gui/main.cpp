@@ -33,6 +33,7 @@ void add_options(QCommandLineParser& cli) {
       {"mode", "pretrain, finetune, lora or qlora"},
       {"objective", "tokens-per-s, memory or cost"},
       {"max-tp", "upper bound on tp"},
+      {"schedules", "pipeline schedules: all (with ZB-H1, ZB-V, DualPipeV); default 1F1B and interleaved"},
       {"headroom", "GiB to keep free per GPU"},
       {"db", "profile database (stored in the settings)"},
       {"llmplan", "the llmplan binary Execute runs"},
@@ -92,6 +93,7 @@ int main(int argc, char** argv) {
   if (cli.isSet("mode")) in.mode = cli.value("mode").toStdString();
   if (cli.isSet("objective")) in.objective = cli.value("objective").toStdString();
   if (cli.isSet("max-tp")) in.max_tp = cli.value("max-tp").toInt();
+  if (cli.isSet("schedules")) in.schedules = cli.value("schedules").toStdString();
   if (cli.isSet("headroom")) in.headroom_gib = cli.value("headroom").toDouble();
   w.form()->set_inputs(in);
   if (cli.isSet("llmplan")) w.set_llmplan_path(cli.value("llmplan"));
