@@ -61,7 +61,7 @@ TEST(PlanCheck, FirstLayerOfStageIsTheSumOfTheStagesBefore) {
 
 // Plans that exercise the stage skipping: uneven layers, frozen layers (fully frozen,
 // partly frozen and trainable stages), few and many micro-batches (saturated and falling
-// in-flight counts), GPipe, 1F1B and interleaved schedules, every recompute policy, every
+// in-flight counts), GPipe, 1F1B, interleaved and split-backward schedules, every recompute policy, every
 // ZeRO stage (ZeRO-2/3: a unit's full gradient in backward; ZeRO-3: the gathered pool),
 // full fine-tuning and LoRA (whose unit gradient is the adapters'; no ZeRO-3).
 struct Case {
@@ -84,6 +84,10 @@ TEST(MemoryModel, SkippedStagesNeverChangeTheReport) {
       {"llama2-7b", 5, 256, 7, 1, 2, 1, Schedule::one_f_one_b},    // 32 layers on 7 stages
       {"llama2-7b", 13, 64, 5, 1, 4, 1, Schedule::one_f_one_b},
       {"llama2-70b", 0, 1280, 10, 2, 8, 1, Schedule::interleaved},
+      // Split backward (every stage costed: pending W's grow with the stage).
+      {"llama2-7b", 0, 256, 4, 1, 2, 1, Schedule::zb_h1},
+      {"llama2-7b", 9, 256, 4, 2, 2, 1, Schedule::zbv},
+      {"gpt3-175b", 0, 1536, 8, 2, 8, 1, Schedule::dualpipev},
   };
   int checked = 0;
   for (const Case& k : cases)
@@ -125,7 +129,7 @@ TEST(MemoryModel, SkippedStagesNeverChangeTheReport) {
           ++checked;
         }
     }
-  EXPECT_EQ(checked, 8 * 4 * (4 + 3));
+  EXPECT_EQ(checked, 11 * 4 * (4 + 3));
 }
 
 // Inputs computed for one plan serve every plan that differs in ZeRO stage, offload,
