@@ -146,6 +146,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     st.last_chunk_extra_bytes = x.last_chunk_set;
     st.head_input_bytes = x.head_input;
     st.logits_bytes = x.logits_set;
+    st.head_weight_grad_bytes = x.head_weight_grad;
     st.activation_grad_bytes = x.activation_grads;
   }
   return sc;

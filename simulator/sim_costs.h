@@ -88,6 +88,7 @@ struct StageCost {
   double last_chunk_extra_bytes = 0;   // per micro-batch with the last chunk (last stage: final-norm and LM-head inputs)
   double head_input_bytes = 0;         // of which made after the last layer's forward (the LM-head input)
   double logits_bytes = 0;             // per micro-batch on the last stage, loss to head backward
+  double head_weight_grad_bytes = 0;   // split backward: the logits' gradient the head's W reads (0: the head is frozen)
   double activation_grad_bytes = 0;    // during a backward: output gradient + widest intermediate gradient
 };
 

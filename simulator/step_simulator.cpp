@@ -565,7 +565,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     }
     if (c == 0) pm.kept += sc.first_chunk_extra_bytes;
     if (b.virtual_stage(s, c) == last_virtual) {
-      pm.weight_grad_buffer += sc.logits_bytes;  // the logits' gradient, for the head's W
+      pm.weight_grad_buffer += sc.head_weight_grad_bytes;  // the logits' gradient, for the head's W
       pm.kept += sc.last_chunk_extra_bytes;
       pm.head_set = sc.last_chunk_extra_bytes;
       pm.head_input = sc.head_input_bytes;

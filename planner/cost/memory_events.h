@@ -144,6 +144,9 @@ struct PassMemory {
   // moment to its W's end. 0 for a whole backward.
   double weight_grad_buffer = 0;
   bool split_backward = false;  // B then W: the head set and weight_grad_buffer stay to the W's end
+  // Logits + loss of another micro-batch held through this pass's backward (DualPipeV's F&B
+  // pairs run a head forward beside a backward); the simulator, which plays the pairs, leaves it 0.
+  double partner_logits = 0;
   bool head() const { return logits > 0; }
 };
 
@@ -198,11 +201,13 @@ template <class Visit>
     const double hw = st.head_backward_working, hg = st.head_gathered_backward, hl = st.head_logits, hgr = st.head_grad_transient;
     bwd(MemoryMoment::head_backward, {0, hw, -(pass.logits - hl), hg, st.head_comm - st.loss_comm, hgr});
     bwd(MemoryMoment::backward_start,
-        {pass.weight_grad_buffer - head_freed, pass.working - hw, -hl, lgb - hg, lcb - st.head_comm, g - hgr});
+        {pass.weight_grad_buffer - head_freed, pass.working - hw, pass.partner_logits - hl, lgb - hg, lcb - st.head_comm, g - hgr});
   } else {
-    bwd(MemoryMoment::backward_start, {pass.weight_grad_buffer - head_freed, pass.working, -pass.logits, lgb, lcb, g});
+    bwd(MemoryMoment::backward_start,
+        {pass.weight_grad_buffer - head_freed, pass.working, pass.partner_logits - pass.logits, lgb, lcb, g});
   }
-  bwd(MemoryMoment::backward_end, {-(pass.kept - head_freed) - pass.weight_grad_buffer, -pass.working, 0, -lgb, -lcb, -g});
+  bwd(MemoryMoment::backward_end,
+      {-(pass.kept - head_freed) - pass.weight_grad_buffer, -pass.working, -pass.partner_logits, -lgb, -lcb, -g});
 }
 
 inline std::array<MemoryEvent, 2> optimizer_memory_events(const StageMemoryProgram& st) {

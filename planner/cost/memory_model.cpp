@@ -489,6 +489,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   }
   if (is_last) {
     x.head_logits = tokens * vocab_rank * act_bytes * (1 + m.mtp_layers);
+    x.head_weight_grad = j.mode == TrainMode::lora ? 0 : x.head_logits;
     x.head_forward_working = opt.head_gemm_scratch_bytes;
     // The head input gradient over the (SP: gathered) micro-batch and the layer-output
     // gradient the final norm's backward writes, allocated before the GEMM.
@@ -577,8 +578,13 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   }
   if (p.pp > 1) {
     // Send + receive of one micro-batch; interleaved 1F1B has an activation and a gradient
-    // send in flight at once (Megatron's steady state; the executor's comm/pipeline.h).
-    x.comm_buffers += (p.vpp > 1 ? 3 : 2) * tokens * h / seq_div * act_bytes;
+    // send in flight at once (Megatron's steady state; the executor's comm/pipeline.h). A V
+    // (ZB-V, DualPipeV) sends its two chunks' outputs opposite ways, each chunk and
+    // direction from its own buffer (one shared buffer deadlocks the V's order under
+    // rendezvous sends; PyTorch keeps each send's tensor until it completes): stage 0
+    // sends chunk 0's activations and chunk 1's gradients, every other stage all four.
+    const double outputs = placed_in_v(p) ? (stage == 0 ? 3 : 5) : p.vpp > 1 ? 3 : 2;
+    x.comm_buffers += outputs * tokens * h / seq_div * act_bytes;
     ++groups;
   }
   if (p.cp > 1) {
@@ -747,6 +753,7 @@ struct StagePhases {
   int layers = 0;
   double inflight = 0;
   double activations = 0, logits = 0, transient = 0, remat_and_grads = 0, head_working = 0;  // bytes, for item_peak
+  double activations_peak = 0;  // the activations' largest: with a split backward's own W set, from its B on
   double host_activations = 0;  // activation offload: in host memory at the peak
   double weight_grad_buffers = 0;  // split backward: output gradients waiting for their W (in activations)
   double host_states = 0;       // optimizer offload: the model states moved to host memory
@@ -911,13 +918,14 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // pass's own set appears at its backward's largest moment (memory_events.h), the others'
   // are held throughout: at the counts of the moment chosen above (for ZB-H1 both counts'
   // largest, which coincide: rank r's r-th deferred W; a forward meets one pending set fewer).
-  out.weight_grad_buffers = wgrad * pending + (is_last ? head_pending_weight_grads(p, mb) * x.logits_set : 0);
+  out.weight_grad_buffers = wgrad * pending + (is_last ? head_pending_weight_grads(p, mb) * x.head_weight_grad : 0);
   // (A moment with nothing pending is a forward's or a whole backward's: no W set of its
   // own; in a V the pass is one chunk: half the stage's W set.)
   const bool split_pass = p.pp > 1 && splits_backward(p.schedule) && pending > 0;
-  const double own_weight_grads = split_pass ? wgrad / (placed_in_v(p) ? 2 : 1) + (is_last ? x.logits_set : 0) : 0;
+  const double own_weight_grads = split_pass ? wgrad / (placed_in_v(p) ? 2 : 1) + (is_last ? x.head_weight_grad : 0) : 0;
   activations += std::max(0.0, out.weight_grad_buffers - own_weight_grads);
   out.activations = activations;
+  out.activations_peak = activations + own_weight_grads;
   out.logits = logits;
   out.transient = transient;
   out.remat_and_grads = remat + x.activation_grads;
@@ -933,6 +941,9 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   pass.head_set = is_last ? x.last_chunk_set : 0;
   pass.head_input = x.head_input;
   pass.logits = is_last ? x.logits_set : 0;
+  // DualPipeV pairs a head forward with another micro-batch's backward (F&B): that
+  // micro-batch's logits are held through a backward that is not theirs.
+  pass.partner_logits = is_last && p.pp > 1 && p.schedule == Schedule::dualpipev ? x.logits_set : 0;
   pass.transient = transient;
   pass.working = out.remat_and_grads;
   pass.weight_grad_buffer = own_weight_grads;
@@ -1021,7 +1032,7 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
   sm.item_peak[grads] = sp.gradients_peak;
   sm.item_peak[static_cast<int>(MemoryItem::gathered_params)] = sp.gathered_peak;
   sm.item_peak[static_cast<int>(MemoryItem::comm_buffers)] = sp.comm_peak;
-  sm.item_peak[static_cast<int>(MemoryItem::activations)] = sp.activations;
+  sm.item_peak[static_cast<int>(MemoryItem::activations)] = sp.activations_peak;
   sm.item_peak[static_cast<int>(MemoryItem::logits_loss)] = sp.logits;
   sm.item_peak[static_cast<int>(MemoryItem::backward_working)] = std::max({sp.transient, sp.remat_and_grads, sp.head_working});
   sm.item_peak[frag] = 0;

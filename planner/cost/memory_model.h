@@ -342,6 +342,10 @@ struct StageMemoryExtras {
   double cp_backward_buffers = 0;
   // The last stage's LM-head GEMMs, two moments beside every kept activation (see below).
   double head_logits = 0;            // one micro-batch's logits (or their gradient) in the compute dtype
+  // Split backward: what the LM head's W reads, from its B to its W -- the logits' gradient
+  // in the compute dtype (the fp32 softmax is gone after the loss's backward); 0 when the
+  // head does not train (LoRA).
+  double head_weight_grad = 0;
   double head_forward_working = 0;   // the head forward GEMM's scratch
   double head_backward_working = 0;  // the head backward GEMM's: its scratch + the final norm's output gradient + the layer-output gradient
   double head_gathered_forward = 0;  // ZeRO-3: the head unit

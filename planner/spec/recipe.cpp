@@ -329,8 +329,29 @@ double weight_grad_buffer_bytes(const ModelSpec& m, const LayerContext& c) {
       widths += (gpt ? 1 : 2) * static_cast<double>(m.ffn_hidden) / t + h;
     }
   } else if (c.lora_targets) {
-    // Each adapter: A's r-wide output and B's output (about h wide, split by t).
-    widths += __builtin_popcount(c.lora_targets) * (static_cast<double>(c.lora_rank) + h / t);
+    // Each adapter: A's r-wide output and B's, the target's output width on the rank
+    // (column-parallel q|k|v, gate|up split by t; row-parallel o, down whole); a MoE layer's
+    // MLP adapters are on its routed experts, over their capacity-padded rows. Latent
+    // attention's targets: about h / t wide.
+    const double r = c.lora_rank;
+    const bool moe_mlp = m.moe.enabled() && !c.dense_mlp;
+    const double expert_rows = moe_mlp ? moe_expert_rows(m, tokens / t, c.ep) / tokens : 1;
+    for (int k = 0; k < 7; ++k) {
+      const auto pj = static_cast<Projection>(k);
+      if ((c.lora_targets & projection_bit(pj)) == 0) continue;
+      double out = h / t;
+      switch (pj) {
+        case Projection::q: out = m.mla.enabled() ? h / t : static_cast<double>(m.q_width()) / t; break;
+        case Projection::k:
+        case Projection::v: out = m.mla.enabled() ? h / t : static_cast<double>(m.kv_width()) / t; break;
+        case Projection::o: out = h; break;
+        case Projection::gate:
+        case Projection::up: out = moe_mlp ? static_cast<double>(m.moe.expert_ffn_hidden) : static_cast<double>(m.ffn_hidden) / t; break;
+        case Projection::down: out = h; break;
+      }
+      const bool mlp = pj == Projection::gate || pj == Projection::up || pj == Projection::down;
+      widths += (mlp ? expert_rows : 1) * (r + out);
+    }
   }
   return tokens * widths * c.act_bytes;
 }

@@ -247,11 +247,12 @@ TEST(ZeroBubble, WeightGradBuffersAreTheLinearOutputsGradients) {
   c.t = 2;
   const double tokens = 2.0 * 4096, h = 4096, kv = 1024, f = 14336;
   EXPECT_DOUBLE_EQ(weight_grad_buffer_bytes(m, c), tokens * ((h + 2 * kv) / 2 + h + 2 * f / 2 + h) * 2);
-  // LoRA: only the adapters train (r and the target's width each).
+  // LoRA: only the adapters train: A's r-wide output and B's, the target's width on the
+  // rank (q: h / t, v: kv / t, column-parallel; down: h, row-parallel, whole).
   c.base_trainable = false;
-  c.lora_targets = projection_bit(Projection::q) | projection_bit(Projection::v);
+  c.lora_targets = projection_bit(Projection::q) | projection_bit(Projection::v) | projection_bit(Projection::down);
   c.lora_rank = 16;
-  EXPECT_DOUBLE_EQ(weight_grad_buffer_bytes(m, c), tokens * 2 * (16 + h / 2) * 2);
+  EXPECT_DOUBLE_EQ(weight_grad_buffer_bytes(m, c), tokens * ((16 + h / 2) + (16 + kv / 2) + (16 + h)) * 2);
   // No gradient reaches a frozen bottom layer.
   c.grad_flows = false;
   EXPECT_EQ(weight_grad_buffer_bytes(m, c), 0);
