@@ -77,6 +77,11 @@ void Block::reset() {
   bytes_ = 0;
 }
 
+void Block::recategorize(Category c) {
+  if (owner_ != nullptr) owner_->move_bytes(bytes_, category_, c);
+  category_ = c;
+}
+
 // ---------------------------------------------------------------- TrackingAllocator
 
 Result<Block> TrackingAllocator::allocate(int64_t bytes, Category c, std::string_view what) {
@@ -100,6 +105,12 @@ void TrackingAllocator::release(void* p, int64_t bytes, Category c) {
   stats_.live[static_cast<int>(c)] -= bytes;
   stats_.live_total -= bytes;
   stats_.frees += 1;
+}
+
+void TrackingAllocator::move_bytes(int64_t bytes, Category from, Category to) {
+  stats_.live[static_cast<int>(from)] -= bytes;
+  stats_.live[static_cast<int>(to)] += bytes;
+  note_peaks();
 }
 
 void TrackingAllocator::note_peaks() {

@@ -87,6 +87,10 @@ class Block {
   ~Block() { reset(); }
 
   void reset();  // free now; the Block becomes empty
+  // Counts the same bytes under `c` from now on (live total unchanged; the per-category
+  // peaks see the move). For memory that changes role in place, e.g. the logits that a
+  // split backward keeps as the LM head's output gradient for its weight-gradient pass.
+  void recategorize(Category c);
   void* data() const { return data_; }  // 64-byte aligned; nullptr for an empty or 0-byte block
   int64_t bytes() const { return bytes_; }
   Category category() const { return category_; }
@@ -128,6 +132,7 @@ class TrackingAllocator {
  private:
   friend class Block;
   void release(void* p, int64_t bytes, Category c);
+  void move_bytes(int64_t bytes, Category from, Category to);
   void note_peaks();
   Status fail(int64_t bytes, Category c, std::string_view what);
 

@@ -300,6 +300,8 @@ class ChunkedModel final : public Model {
   Result<double> forward_loss(const Batch&, double, uint64_t) override { return whole(); }
   Result<double> stage_forward(int, const Batch&, const void*, void*, double, double, uint64_t) override { return whole(); }
   Status stage_backward(int, const Batch&, const void*, void*) override { return whole(); }
+  Status stage_backward_input(int, const Batch&, const void*, void*) override { return whole(); }
+  Status stage_backward_weight(int) override { return whole(); }
   std::vector<ParamRef>& params() override { return params_; }
   void zero_grads() override {
     for (auto& c : chunks_) c->zero_grads();

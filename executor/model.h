@@ -76,6 +76,7 @@
 #include "executor/comm/communicator.h"
 #include "executor/op_time_log.h"
 #include "executor/tensor.h"
+#include "planner/cost/plan_check.h"
 #include "planner/spec/recipe.h"
 #include "planner/spec/specs.h"
 #include "planner/spec/status.h"
@@ -103,7 +104,9 @@ struct ModelConfig {
   // the embedding lives on virtual stage 0, the head and loss on virtual stage pp*v - 1.
   // build_model builds every chunk of the stage (chunk is set for each; see Model::chunk).
   int chunk = 0;
-  int virtual_stage() const { return chunk * plan.pp + stage; }
+  // Under a V schedule (ZB-V: plan_check.h placed_in_v) chunk 0 is virtual stage `stage`
+  // and chunk 1 is 2*pp - 1 - stage, so stage 0 holds the embedding and the head.
+  int virtual_stage() const { return chunk_virtual_stage(plan, stage, chunk); }
   int virtual_stages() const { return plan.pp * std::max(1, plan.vpp); }
   DType storage = DType::f32;    // weights and activations: f32, f64, bf16, f16
   DType grad = DType::f32;       // weight gradients: storage, or f32 for 16-bit storage
@@ -191,6 +194,19 @@ class Model {
   virtual Result<double> stage_forward(int slot, const Batch& b, const void* input, void* output, double loss_scale,
                                        double denom, uint64_t dropout_seed) = 0;
   virtual Status stage_backward(int slot, const Batch& b, const void* dout, void* dinput) = 0;
+  // Split backward (zero-bubble schedules: ZB-H1, ZB-V; Qi et al. 2024, "Zero Bubble
+  // Pipeline Parallelism", Sec. 2): stage_backward_input is stage_backward's input-gradient
+  // part (B): the recompute, the activation gradients, the norms' weight gradients and
+  // in-layer communication, dinput filled as stage_backward fills it. It leaves the slot's
+  // activations and, in one buffer allocated at its layers' start in Category::activations,
+  // the output gradient of every trained linear (the recipe's weight_grad_buffer_bytes of
+  // the stage's layers; on the head's stage the logits' gradient, counted from then on as
+  // activations) for stage_backward_weight(slot) (W), which runs the weight-gradient GEMMs
+  // and frees all of the slot. The gradients equal stage_backward's. Errors: bad_input for
+  // what the split does not run (MoE, sequence parallel, context parallel, full recompute,
+  // ZeRO-2/3 hooks; W before B); runtime as stage_backward.
+  virtual Status stage_backward_input(int slot, const Batch& b, const void* dout, void* dinput) = 0;
+  virtual Status stage_backward_weight(int slot) = 0;
   virtual std::vector<ParamRef>& params() = 0;
   virtual void zero_grads() = 0;
   virtual const ModelConfig& config() const = 0;

@@ -92,7 +92,7 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
                       " of dp" + std::to_string(p.dp) +
                       (p.cp > 1 ? " cp" + std::to_string(p.cp) + (p.cp_exchange == CpExchange::ring ? " ring" : " all-gather") : std::string()) +
                       (p.ep > 1 ? " ep" + std::to_string(p.ep) : std::string()) + (p.tp > 1 ? " tp" + std::to_string(p.tp) + (p.sp ? " sp" : "") : std::string()) +
-                      (p.pp > 1 ? " pp" + std::to_string(p.pp) + (p.vpp > 1 ? " vpp" + std::to_string(p.vpp) : std::string()) + (p.schedule == Schedule::gpipe ? " gpipe" : " 1f1b") : std::string()) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
+                      (p.pp > 1 ? " pp" + std::to_string(p.pp) + (p.vpp > 1 ? " vpp" + std::to_string(p.vpp) : std::string()) + (p.schedule == Schedule::gpipe ? " gpipe" : splits_backward(p.schedule) ? std::string(" ") + to_string(p.schedule) : " 1f1b") : std::string()) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
                       comm->name() + (comm->modelled() ? " (communication modelled, not run)" : ""));
     if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
     e.plan.offload_optimizer = false;
@@ -253,10 +253,14 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     return Status::bad_input("--lr: expected a positive finite learning rate, got " + std::to_string(o.trainer.lr));
   if (o.seq_len < 0 || o.seq_len > (int64_t{1} << 24)) return Status::bad_input("--seq: expected 1..16777216 tokens");
   if (o.micro_batch < 0 || o.grad_accum < 0) return Status::bad_input("--micro-batch/--grad-accum: expected positive integers");
-  if (f.plan.pp > 1 && splits_backward(f.plan.schedule))
-    return Status::bad_input(std::string("plan.schedule: ") + to_string(f.plan.schedule) +
-                             " splits each backward into B and W, which the executor does not run yet (it runs gpipe, 1f1b and "
-                             "interleaved); the planner costs it (llmplan explain); set plan.schedule 1f1b with plan.vpp 1");
+  if (f.plan.pp > 1 && splits_backward(f.plan.schedule)) {
+    if (f.plan.schedule == Schedule::dualpipev)
+      return Status::bad_input("plan.schedule: dualpipev's overlapped F&B pairs are not run by the executor (it runs zb-h1 and "
+                               "zbv's split backward, gpipe, 1f1b and interleaved); the planner and simulator cost it");
+    if (o.backend != "cpu")
+      return Status::bad_input(std::string("plan.schedule: ") + to_string(f.plan.schedule) +
+                               " runs its split backward (B then W) on --backend cpu only; the CUDA path has not been run");
+  }
   RunReport r;
   r.original = f;
   const ParallelPlan& fp = f.plan;

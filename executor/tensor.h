@@ -53,6 +53,7 @@ class Tensor {
 
   bool defined() const { return block_.allocator() != nullptr; }
   void reset() { block_.reset(); }  // free now; the tensor becomes undefined
+  void recategorize(Category c) { block_.recategorize(c); }  // Block::recategorize
 
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_[i]; }

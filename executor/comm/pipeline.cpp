@@ -1,6 +1,10 @@
 #include "executor/comm/pipeline.h"
 
 #include <algorithm>
+#include <string>
+
+#include "planner/cost/plan_check.h"
+#include "simulator/schedule.h"
 
 namespace llmplan::exec {
 
@@ -12,7 +16,8 @@ namespace llmplan::exec {
 
 int64_t Pipeline::slots(const ParallelPlan& plan, int64_t m, int stage) {
   if (plan.pp == 1) return 1;
-  if (plan.schedule == Schedule::gpipe || plan.vpp > 1) return m;
+  // A split backward frees a micro-batch at its W, which the schedule defers: one slot each.
+  if (plan.schedule == Schedule::gpipe || plan.vpp > 1 || splits_backward(plan.schedule)) return m;
   return std::min<int64_t>(m, plan.pp - stage);
 }
 
@@ -27,6 +32,22 @@ Result<std::unique_ptr<Pipeline>> Pipeline::create(TrackingAllocator& alloc, Mod
   // A stage's output: this rank's tokens of the micro-batch (its CP slice, its SP shard).
   const int64_t tokens = static_cast<int64_t>(c.plan.micro_batch) * (c.job.seq_len / std::max(1, c.plan.cp));
   p->count_ = tokens / (c.plan.sp ? c.plan.tp : 1) * c.spec.hidden;
+  if (placed_in_v(c.plan) && c.plan.pp > 1) {  // the V: recv_ and the send buffers the stage uses (see the top)
+    const int r = comm.rank(Group::pp), nv = 2 * c.plan.pp;
+    for (int fwd = 0; fwd < 2; ++fwd)
+      for (int ck = 0; ck < 2; ++ck) {
+        const int vs = chunk_virtual_stage(c.plan, r, ck), to = fwd ? vs + 1 : vs - 1;
+        if (to < 0 || to >= nv) continue;
+        Result<Tensor> t = Tensor::empty(alloc, Shape{p->count_}, p->dtype_, Category::communication,
+                                         fwd ? "pipeline.send" : "pipeline.send_grad");
+        if (!t) return t.status();
+        p->v_send_[fwd][ck] = std::move(*t);
+      }
+    Result<Tensor> t = Tensor::empty(alloc, Shape{p->count_}, p->dtype_, Category::communication, "pipeline.recv");
+    if (!t) return t.status();
+    p->recv_ = std::move(*t);
+    return p;
+  }
   for (Tensor* t : {&p->send_, &p->recv_, &p->send_grad_}) {
     if (t == &p->send_grad_ && model.chunks() == 1) continue;
     Result<Tensor> r = Tensor::empty(alloc, Shape{p->count_}, p->dtype_, Category::communication,
@@ -39,12 +60,24 @@ Result<std::unique_ptr<Pipeline>> Pipeline::create(TrackingAllocator& alloc, Mod
 
 Result<double> Pipeline::run_step(int64_t m, const std::function<Batch(int64_t)>& batch,
                                   const std::function<uint64_t(int64_t)>& seed, double loss_scale, double denom) {
+  const ParallelPlan& plan = model_->config().plan;
+  const bool split = plan.pp > 1 && splits_backward(plan.schedule);
+  if (split && plan.schedule != Schedule::zb_h1 && plan.schedule != Schedule::zbv)
+    return Status::bad_input(std::string("plan.schedule ") + to_string(plan.schedule) +
+                             ": the executor runs the split backward of zb-h1 and zbv (DualPipeV's overlapped F&B pairs are not "
+                             "implemented); the planner and simulator cost it");
+  if (split && model_->chunks() > 1) return run_v(m, batch, seed, loss_scale, denom);
   if (model_->chunks() > 1) return run_interleaved(m, batch, seed, loss_scale, denom);
   Communicator& cm = *comm_;
   Model& md = *model_;
   const int p = cm.size(Group::pp), r = cm.rank(Group::pp);
   const bool first = r == 0, last = r == p - 1;
-  const ParallelPlan& plan = md.config().plan;
+  std::vector<std::vector<int64_t>> w_after;  // ZB-H1: the W's after each B
+  if (split) {
+    Result<std::vector<std::vector<int64_t>>> w = zb_h1_weight_passes(p, m, r);
+    if (!w) return w.status();
+    w_after = std::move(*w);
+  }
   const int64_t nslots = slots(plan, m, r);
   const int64_t warmup = plan.schedule == Schedule::gpipe ? m : std::min<int64_t>(p - r - 1, m);
   const int64_t remaining = m - warmup;
@@ -62,7 +95,13 @@ Result<double> Pipeline::run_step(int64_t m, const std::function<Batch(int64_t)>
     return Status::ok();
   };
   auto bwd = [&](int64_t j) {
+    if (split) return md.stage_backward_input(static_cast<int>(j % nslots), batch(j), last ? nullptr : rb, first ? nullptr : sb);
     return md.stage_backward(static_cast<int>(j % nslots), batch(j), last ? nullptr : rb, first ? nullptr : sb);
+  };
+  auto weight_passes = [&](int64_t i) -> Status {  // ZB-H1: the W's the schedule puts after B i (its send gone)
+    if (!split) return Status::ok();
+    for (int64_t j : w_after[static_cast<size_t>(i)]) PP_TRY(md.stage_backward_weight(static_cast<int>(j % nslots)));
+    return Status::ok();
   };
   auto recv_forward = [&](int64_t j) { return first ? Status::ok() : cm.recv(rb, count_, dtype_, r - 1, Group::pp, ftag(j)); };
   auto send_forward = [&](int64_t j) { return last ? Status::ok() : cm.send(sb, count_, dtype_, r + 1, Group::pp, ftag(j)); };
@@ -89,12 +128,129 @@ Result<double> Pipeline::run_step(int64_t m, const std::function<Batch(int64_t)>
     PP_TRY(bwd(i));
     if (i == remaining - 1) PP_TRY(send_backward(i));
     else PP_TRY(send_backward_recv_forward(i, j + 1));
+    PP_TRY(weight_passes(i));
   }
   for (int64_t i = remaining; i < m; ++i) {  // cool-down
     PP_TRY(recv_backward(i));
     PP_TRY(bwd(i));
     PP_TRY(send_backward(i));
+    PP_TRY(weight_passes(i));
   }
+  return loss;
+}
+
+Result<std::vector<std::vector<int64_t>>> Pipeline::zb_h1_weight_passes(int p, int64_t m, int stage) {
+  const StageProgram prog = pipeline_schedule(EffectiveSchedule::zb_h1, p, 1, m)[static_cast<size_t>(stage)];
+  // 1F1B's order of F and B (run_step's loops): the warm-up forwards, F/B pairs, the rest of the B's.
+  std::vector<std::pair<bool, int64_t>> want;
+  const int64_t warmup = std::min<int64_t>(p - stage - 1, m);
+  for (int64_t j = 0; j < warmup; ++j) want.push_back({true, j});
+  for (int64_t i = 0; i < m - warmup; ++i) {
+    want.push_back({true, warmup + i});
+    want.push_back({false, i});
+  }
+  for (int64_t i = m - warmup; i < m; ++i) want.push_back({false, i});
+  std::vector<std::vector<int64_t>> after(static_cast<size_t>(m));
+  size_t at = 0;
+  int64_t last_b = -1;
+  for (const PipelineOp& op : prog) {
+    if (op.kind == PassKind::weight_grad) {
+      if (last_b < 0) return Status::runtime("zb-h1 schedule: a W before any B on stage " + std::to_string(stage));
+      after[static_cast<size_t>(last_b)].push_back(op.microbatch);
+      continue;
+    }
+    const bool fwd = op.kind == PassKind::forward;
+    if (at >= want.size() || want[at] != std::pair<bool, int64_t>{fwd, op.microbatch} || (!fwd && op.kind != PassKind::input_grad))
+      return Status::runtime("zb-h1 schedule: stage " + std::to_string(stage) + "'s F and B are not 1F1B's at pass " + std::to_string(at));
+    if (!fwd) last_b = op.microbatch;
+    ++at;
+  }
+  if (at != want.size()) return Status::runtime("zb-h1 schedule: stage " + std::to_string(stage) + " misses passes");
+  return after;
+}
+
+Result<double> Pipeline::run_v(int64_t m, const std::function<Batch(int64_t)>& batch, const std::function<uint64_t(int64_t)>& seed,
+                               double loss_scale, double denom) {
+  Communicator& cm = *comm_;
+  const ParallelPlan& plan = model_->config().plan;
+  const int p = cm.size(Group::pp), r = cm.rank(Group::pp), nv = 2 * p;
+  if (model_->chunks() != 2 || !placed_in_v(plan))
+    return Status::bad_input("zbv: a V schedule needs plan.vpp 2 (two model chunks per stage), got " + std::to_string(model_->chunks()));
+  auto tag = [&](int64_t j, int vs, bool forward) { return static_cast<int>(2 * (j * nv + vs) + (forward ? 0 : 1)); };
+  auto holder = [&](int vs) { return vs < p ? vs : nv - 1 - vs; };  // the stage that holds virtual stage vs
+  void* rb = recv_.raw();
+  double loss = 0;
+  // At the V's turn (stage pp-1) the output stays in the send buffer for the other chunk:
+  // the micro-batch whose turn it holds (-1: none).
+  int64_t turn_fwd = -1, turn_bwd = -1;
+  auto wait = [&](int& handle) -> Status {
+    const int h = handle;
+    handle = -1;
+    return cm.wait_send(h);
+  };
+  auto send = [&](Tensor& t, int& handle, int peer, int tg) -> Status {
+    Result<int> h = cm.isend(t.raw(), count_, dtype_, peer, Group::pp, tg);
+    if (!h) return h.status();
+    handle = *h;
+    return Status::ok();
+  };
+  auto turn_error = [&](const char* what, int64_t held, int64_t j) {
+    return Status::runtime(std::string("zbv stage ") + std::to_string(r) + ": the V's turn " + what + " of micro-batch " +
+                           std::to_string(held) + " is not consumed before micro-batch " + std::to_string(j) + " needs its buffer");
+  };
+  // One pass: F (forward), B (input gradient: data flows down the virtual stages) of chunk c.
+  auto pass = [&](bool forward, int c, int64_t j) -> Status {
+    const int vs = chunk_virtual_stage(plan, r, c);
+    const int from = forward ? vs - 1 : vs + 1, to = forward ? vs + 1 : vs - 1;
+    const bool has_in = from >= 0 && from < nv, has_out = to >= 0 && to < nv;
+    Tensor& out_buf = v_send_[forward ? 1 : 0][c];
+    int& out_h = v_send_h_[forward ? 1 : 0][c];
+    int64_t& turn = forward ? turn_fwd : turn_bwd;  // held in the other chunk's buffer of this direction
+    const void* in = nullptr;
+    if (has_in && holder(from) == r) {  // the turn: the other chunk's output, left in its buffer
+      if (turn != j) return Status::runtime("zbv stage " + std::to_string(r) + ": the V's turn holds no output of micro-batch " + std::to_string(j));
+      in = v_send_[forward ? 1 : 0][1 - c].raw();
+      turn = -1;
+    } else if (has_in) {
+      PP_TRY(cm.recv(rb, count_, dtype_, holder(from), Group::pp, tag(j, from, forward)));
+      in = rb;
+    }
+    void* out = nullptr;
+    if (has_out) {
+      // The turn's buffer is chunk 0's activations and chunk 1's gradients.
+      if (turn >= 0 && c == (forward ? 0 : 1)) return turn_error(forward ? "activation" : "gradient", turn, j);
+      PP_TRY(wait(out_h));
+      out = out_buf.raw();
+    }
+    Model& ck = model_->chunk(c);
+    if (forward) {
+      Result<double> l = ck.stage_forward(static_cast<int>(j), batch(j), in, out, loss_scale, denom, seed(j));
+      if (!l) return l.status();
+      loss += *l;
+    } else {
+      PP_TRY(ck.stage_backward_input(static_cast<int>(j), batch(j), in, out));
+    }
+    if (!has_out) return Status::ok();
+    if (holder(to) == r) {
+      turn = j;
+      return Status::ok();
+    }
+    return send(out_buf, out_h, holder(to), tag(j, vs, forward));
+  };
+  const StageProgram program = pipeline_schedule(EffectiveSchedule::zbv, p, 2, m)[static_cast<size_t>(r)];
+  for (const PipelineOp& op : program) {
+    switch (op.kind) {
+      case PassKind::forward: PP_TRY(pass(true, op.chunk, op.microbatch)); break;
+      case PassKind::input_grad: PP_TRY(pass(false, op.chunk, op.microbatch)); break;
+      case PassKind::weight_grad: PP_TRY(model_->chunk(op.chunk).stage_backward_weight(op.microbatch)); break;
+      case PassKind::backward:
+        PP_TRY(pass(false, op.chunk, op.microbatch));
+        PP_TRY(model_->chunk(op.chunk).stage_backward_weight(op.microbatch));
+        break;
+    }
+  }
+  PP_TRY(wait(send_h_));
+  PP_TRY(wait(send_grad_h_));
   return loss;
 }
 
@@ -163,15 +319,25 @@ Result<double> Pipeline::run_interleaved(int64_t m, const std::function<Batch(in
     return vfirst ? Status::ok() : send(send_grad_, send_grad_h_, prev, tag(j, vs, false));
   };
   for (const ChunkOp& op : interleaved_order(p, v, m, r)) PP_TRY(op.forward ? fwd(op.chunk, op.micro_batch) : bwd(op.chunk, op.micro_batch));
-  PP_TRY(wait(send_h_));
-  PP_TRY(wait(send_grad_h_));
+  for (auto& hs : v_send_h_)
+    for (int& h : hs) PP_TRY(wait(h));
   return loss;
 }
 
 Status Pipeline::sync_tied_embedding() {
   const ModelConfig& c = model_->config();
   const int p = comm_->size(Group::pp), r = comm_->rank(Group::pp);
-  if (p == 1 || !c.spec.tied_embeddings || (r != 0 && r != p - 1)) return Status::ok();
+  if (p == 1 || !c.spec.tied_embeddings) return Status::ok();
+  if (placed_in_v(c.plan)) {  // the V: the embedding (chunk 0) and the head's copy (chunk 1) are both on stage 0
+    if (r != 0) return Status::ok();
+    Tensor* g[2] = {nullptr, nullptr};
+    for (ParamRef& pr : model_->params())
+      if (pr.name == "embed.tokens" && pr.grad != nullptr) g[pr.shared_copy ? 1 : 0] = pr.grad;
+    if (g[0] == nullptr || g[1] == nullptr) return Status::ok();
+    PP_TRY(ops_->add(g[0]->dtype(), g[0]->raw(), g[1]->raw(), g[0]->numel()));
+    return ops_->copy(g[1]->raw(), g[0]->raw(), g[0]->bytes());
+  }
+  if (r != 0 && r != p - 1) return Status::ok();
   for (ParamRef& pr : model_->params()) {
     if (pr.name != "embed.tokens" || pr.grad == nullptr) continue;
     Tensor& g = *pr.grad;

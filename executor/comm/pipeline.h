@@ -23,6 +23,22 @@
 // the order for pp 2..8, vpp 2..4, m = pp..5pp; one shared send buffer does deadlock), and
 // the buffers are the planner's interleaved PP comm_buffers: three stage outputs.
 //
+// Split backward (zero-bubble schedules; Qi et al. 2024): the stage runs each backward as
+// B (Model::stage_backward_input, whose input gradient goes to the previous stage) and W
+// (stage_backward_weight) in the order of simulator/schedule.h pipeline_schedule (PyTorch's
+// torch.distributed.pipelining orders), one slot per micro-batch. ZB-H1 (vpp 1) is 1F1B's
+// order of F and B with the W's between (the same paired sends and two buffers); ZB-V
+// (vpp 2) places chunk 0 on virtual stage r and chunk 1 on 2pp-1-r (the V: stage 0 holds
+// the embedding and the head) and communicates as interleaved 1F1B does (non-blocking
+// sends, each buffer's previous send waited for before it is rewritten; blocking receives
+// just before use), but with a send buffer per chunk and direction: the two chunks' sends
+// go opposite ways, and one shared activation (gradient) buffer deadlocks from pp 3 on
+// (tests/executor_dist: SplitSchedules simulates the orders with rendezvous sends). At the
+// V's turn (stage pp-1, chunk 0 to chunk 1 and back) the output stays in its send buffer
+// for the other chunk, which must be that buffer's next user (checked). Stage 0 sends from
+// two of the four (chunk 0's activations, chunk 1's gradients), the others from all four:
+// with the receive buffer 3 and 5 stage outputs, the planner's V comm_buffers.
+//
 // Buffers: one send and one receive buffer of one micro-batch's stage output
 // (b*s/t_sp x h, activation dtype) in Category::communication: the planner's
 // "2 * tokens * h / seq_div * act_bytes" of PP comm_buffers.
@@ -68,13 +84,21 @@ class Pipeline {
   static std::vector<ChunkOp> interleaved_order(int p, int v, int64_t m, int r);
   // Micro-batches this stage holds at once under the schedule (planner inflight_microbatches).
   static int64_t slots(const ParallelPlan& plan, int64_t m, int stage);
+  // ZB-H1: the W's stage `stage` runs after its i-th B (w_after[i], micro-batches in
+  // order), read from its pipeline_schedule program. Errors: the program's F and B are not
+  // 1F1B's (the order this pipeline pairs its sends in).
+  static Result<std::vector<std::vector<int64_t>>> zb_h1_weight_passes(int p, int64_t m, int stage);
 
  private:
   Pipeline() = default;
   Result<double> run_interleaved(int64_t m, const std::function<Batch(int64_t)>& batch,
                                  const std::function<uint64_t(int64_t)>& seed, double loss_scale, double denom);
+  Result<double> run_v(int64_t m, const std::function<Batch(int64_t)>& batch, const std::function<uint64_t(int64_t)>& seed,
+                       double loss_scale, double denom);
   Tensor send_grad_;                // interleaved: the gradient send buffer (send_: activations)
   int send_h_ = -1, send_grad_h_ = -1;  // their pending isend handles (-1: none)
+  Tensor v_send_[2][2];             // ZB-V: [forward][chunk] send buffers (undefined where the stage sends none)
+  int v_send_h_[2][2] = {{-1, -1}, {-1, -1}};
   TrackingAllocator* alloc_ = nullptr;
   Model* model_ = nullptr;
   Communicator* comm_ = nullptr;

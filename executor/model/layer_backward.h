@@ -133,7 +133,7 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
   gathered.reset();
   LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "attn.d_input_local"));  // column-parallel q, k, v
   LL_TRY(norm_bwd(L.ln1, x, sp_ ? d(dlocal) : d(dmid), dx, true));
-  sv.clear();
+  if (!split_) sv.clear();  // a split backward's W reads the linears' saved inputs
   return Status::ok();
 }
 

@@ -44,6 +44,26 @@ auto ModelImpl<S, G, Ops>::lin_base_bwd(const S* dy, const S* x, const S* w, S* 
 }
 
 template <class S, class G, class Ops>
+auto ModelImpl<S, G, Ops>::lin_grads(const S* dy, const S* x, const S* w, S* dx, G* dw, G* db, int64_t n, int64_t in, int64_t out,
+                                     bool dy_kept) -> Status {
+  if (!split_ || (dw == nullptr && db == nullptr)) return lin_base_bwd(dy, x, w, dx, dw, db, n, in, out);
+  if (dx != nullptr) LL_TRY(lin_base_bwd(dy, nullptr, w, dx, nullptr, nullptr, n, in, out));
+  const S* kept = dy;
+  if (!dy_kept) {  // W reads it after B's workspace is gone: into the slot's buffer
+    if (wgrad_at_ + n * out > wgrad_buf_.numel())
+      return Status::runtime("recipe mismatch: layer " + std::to_string(where_.layer) + " " + where_.part +
+                             ": the output gradients for W exceed the recipe's weight_grad_buffer_bytes (" +
+                             std::to_string(wgrad_buf_.numel()) + " elements)");
+    S* at = d(wgrad_buf_) + wgrad_at_;
+    LL_TRY(ops_.copy(at, dy, n * out * static_cast<int64_t>(sizeof(S))));
+    wgrad_at_ += n * out;
+    kept = at;
+  }
+  wgrad_ops_.push_back({kept, x, dw, db, n, in, out});
+  return Status::ok();
+}
+
+template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode, int64_t rows, int64_t row0) -> Status {
   const bool row = li.par == Par::row;
   const S* bias = !row || tr_ == 0 ? dopt(li.b) : nullptr;
@@ -97,14 +117,14 @@ auto ModelImpl<S, G, Ops>::lin_bwd(Layer& L, Linear& li, const S* dy, const S* x
     Tensor dz;
     LL_TRY(ws(dz, nr * r, "lora.dz"));
     const S* zb = d(L.sv.lora_z[static_cast<int>(li.proj)]) + row0 * r;
-    LL_TRY(lin_base_bwd(dy, zb, d(li.lb), d(dz), g(li.glb), nullptr, nr, r, li.out));
+    LL_TRY(lin_grads(dy, zb, d(li.lb), d(dz), g(li.glb), nullptr, nr, r, li.out));
     if (li.par == Par::column) LL_TRY(tp_sum(d(dz), nr * r));
     LL_TRY(ops_.scale(d(dz), nr * r, lora_scale_));
     const bool lora_dx = dx != nullptr && (li.par != Par::column || tr_ == 0);
     if (lora_dx) LL_TRY(ws(dxl, nr * li.in, "lora.dx"));
-    LL_TRY(lin_base_bwd(d(dz), x, d(li.la), lora_dx ? d(dxl) : nullptr, g(li.gla), nullptr, nr, li.in, r));
+    LL_TRY(lin_grads(d(dz), x, d(li.la), lora_dx ? d(dxl) : nullptr, g(li.gla), nullptr, nr, li.in, r));
   }
-  LL_TRY(lin_base_bwd(dy, x, d(li.w), dx, g(li.gw), g(li.gb), nr, li.in, li.out));
+  LL_TRY(lin_grads(dy, x, d(li.w), dx, g(li.gw), g(li.gb), nr, li.in, li.out));
   if (dx && dxl.defined()) LL_TRY(ops_.template add_inplace<S>(dx, d(dxl), nr * li.in));
   return Status::ok();
 }

@@ -519,6 +519,20 @@ class ModelImpl final : public Model {
     for (Tensor* t : {&head_in_, &logits_, &sm_, &emb_mask_}) t->reset();
   }
 
+  // Split backward: one linear's weight-gradient GEMM, deferred from B to W. dy: its output
+  // gradient (in wgrad_buf_, or the logits kept for the head); x: its input (a saved tensor
+  // of the slot, alive until W).
+  struct DeferredGrad {
+    const S* dy = nullptr;
+    const S* x = nullptr;
+    G* dw = nullptr;
+    G* db = nullptr;
+    int64_t rows = 0, in = 0, out = 0;
+  };
+  // dx = dy w now; dw += dy^T x and db += sum dy now, or under split_ deferred to W (dy
+  // copied into wgrad_buf_ unless dy_kept: it stays alive until W as it is).
+  Status lin_grads(const S* dy, const S* x, const S* w, S* dx, G* dw, G* db, int64_t n, int64_t in, int64_t out, bool dy_kept = false);
+
   // Pipeline slots: the state of one in-flight micro-batch (every layer's saved tensors,
   // the stage's layer inputs, the head's input and logits, positions) is swapped in and
   // out of the members the forward and backward work on.
@@ -529,11 +543,18 @@ class ModelImpl final : public Model {
     std::vector<int32_t> positions, cp_tok, cp_tgt, cp_doc;
     const int32_t* doc = nullptr;
     StagedBatch staged;
+    Tensor wgrad_buf;
+    std::vector<DeferredGrad> wgrad_ops;
+    bool awaiting_w = false;
   };
   void swap_slot(int k);
 
   Result<double> stage_forward(int slot, const Batch& b, const void* input, void* output, double loss_scale, double denom, uint64_t seed) override;
   Status stage_backward(int slot, const Batch&, const void* dout, void* dinput) override;
+  Status stage_backward_input(int slot, const Batch&, const void* dout, void* dinput) override;
+  Status stage_backward_weight(int slot) override;
+  // Why this stage cannot split its backward (empty: it can).
+  std::string split_backward_unsupported() const;
 
   // Forward of one micro-batch through this stage. input: the previous stage's output
   // (ns_, h) (nullptr on the first stage: the tokens are embedded); output (ns_, h): this
@@ -545,6 +566,8 @@ class ModelImpl final : public Model {
   // (nullptr on the last stage: the loss); dinput: the gradient of its input, filled on
   // every stage but the first.
   Status bwd(const S* dout, S* dinput);
+  // W of a split backward: the deferred GEMMs, then everything of the slot is freed.
+  Status weight_grads();
 
   TrackingAllocator& a_;
   ModelConfig c_;
@@ -568,6 +591,13 @@ class ModelImpl final : public Model {
   std::vector<Tensor> inputs_;  // inputs_[i]: local layer i's ln1.input; inputs_[L]: the stage output / final_norm.input
   Tensor head_in_, logits_, sm_, emb_mask_;  // the micro-batch in flight (see Slot)
   std::vector<Slot> slots_;
+  // Split backward (see stage_backward_input): B is running; the slot's deferred GEMMs and
+  // their output gradients (wgrad_at_ elements of wgrad_buf_ used); a B done, W not yet.
+  bool split_ = false;
+  Tensor wgrad_buf_;
+  std::vector<DeferredGrad> wgrad_ops_;
+  int64_t wgrad_at_ = 0;
+  bool awaiting_w_ = false;
   uint64_t seed_ = 0;
   double loss_scale_ = 1, denom_ = 0;
   int stage_ = 0, first_layer_ = 0;

@@ -38,6 +38,9 @@ auto ModelImpl<S, G, Ops>::swap_slot(int k) -> void {
   std::swap(cp_doc_, sl.cp_doc);
   std::swap(doc_, sl.doc);
   std::swap(staged_, sl.staged);
+  std::swap(wgrad_buf_, sl.wgrad_buf);
+  std::swap(wgrad_ops_, sl.wgrad_ops);
+  std::swap(awaiting_w_, sl.awaiting_w);
 }
 
 template <class S, class G, class Ops>
@@ -56,6 +59,65 @@ auto ModelImpl<S, G, Ops>::stage_backward(int slot, const Batch&, const void* do
   if (!st) release_all();
   swap_slot(slot);
   return st;
+}
+
+template <class S, class G, class Ops>
+auto ModelImpl<S, G, Ops>::split_backward_unsupported() const -> std::string {
+  if (moe_) return "MoE layers";
+  if (sp_) return "sequence parallel";
+  if (cp_ > 1) return "context parallel";
+  if (hooks_ != nullptr) return "ZeRO-2/3 partitioned gradients and parameters (plan.zero " + std::to_string(c_.plan.zero) + ")";
+  for (const Layer& L : layers_)
+    if (L.ctx.grad_flows && L.policy == LayerRecompute::full) return "full recompute (its re-run forward would live until W)";
+  if (c_.spec.mla.enabled() || c_.spec.mtp_layers > 0) return "latent attention and multi-token prediction";
+  return {};
+}
+
+template <class S, class G, class Ops>
+auto ModelImpl<S, G, Ops>::stage_backward_input(int slot, const Batch&, const void* dout, void* dinput) -> Status {
+  if (const std::string why = split_backward_unsupported(); !why.empty())
+    return Status::bad_input("executor: a split backward (B then W) does not run with " + why +
+                             "; plan.schedule 1f1b or interleaved runs this plan");
+  swap_slot(slot);
+  Status st = awaiting_w_ ? Status::bad_input("executor: stage_backward_input twice without stage_backward_weight (slot " +
+                                              std::to_string(slot) + ")")
+                          : Status::ok();
+  if (st) {
+    split_ = true;
+    wgrad_at_ = 0;
+    wgrad_ops_.clear();
+    st = bwd(static_cast<const S*>(dout), static_cast<S*>(dinput));
+    split_ = false;
+  }
+  if (!st) {
+    release_all();
+    wgrad_ops_.clear();
+    wgrad_buf_.reset();
+    awaiting_w_ = false;
+  }
+  swap_slot(slot);
+  return st;
+}
+
+template <class S, class G, class Ops>
+auto ModelImpl<S, G, Ops>::stage_backward_weight(int slot) -> Status {
+  swap_slot(slot);
+  Status st = weight_grads();
+  if (!st) release_all();
+  swap_slot(slot);
+  return st;
+}
+
+template <class S, class G, class Ops>
+auto ModelImpl<S, G, Ops>::weight_grads() -> Status {
+  if (!awaiting_w_) return Status::bad_input("executor: stage_backward_weight without a stage_backward_input before it");
+  set_where(Phase::backward, -1, "weight gradients");
+  for (const DeferredGrad& w : wgrad_ops_) LL_TRY(lin_base_bwd(w.dy, w.x, nullptr, nullptr, w.dw, w.db, w.rows, w.in, w.out));
+  wgrad_ops_.clear();
+  wgrad_buf_.reset();
+  awaiting_w_ = false;
+  release_all();
+  return Status::ok();
 }
 
 template <class S, class G, class Ops>
@@ -191,15 +253,23 @@ auto ModelImpl<S, G, Ops>::bwd(const S* dout, S* dinput) -> Status {
     if (head_trainable_) LL_TRY(begin_grads(head_unit()));
     if (sp_) LL_TRY(sp_gather(gathered, d(head_in_), "head.input.gathered"));
     LL_TRY(ws(dhead, n * h_, "head.d_input"));
-    if (ld == Vl_)
-      LL_TRY(lin_base_bwd(d(logits_), sp_ ? d(gathered) : d(head_in_), d(W), d(dhead), g(gW), nullptr, n, h_, Vl_));
+    if (ld == Vl_)  // split: the logits' gradient and the head input stay for the head's W
+      LL_TRY(lin_grads(d(logits_), sp_ ? d(gathered) : d(head_in_), d(W), d(dhead), g(gW), nullptr, n, h_, Vl_, true));
+    else if (split_)
+      return Status::bad_input("executor: a split backward with padded logits rows (this backend's head) is not implemented");
     else
       LL_TRY(ops_.template linear_backward_ld<S, G>(d(logits_), ld, sp_ ? d(gathered) : d(head_in_), d(W), d(dhead), g(gW), n,
                                                     h_, Vl_));
     gathered.reset();
     LL_TRY(tp_reduce_input_grad(d(dhead), dlocal, "head.d_input_local"));  // vocabulary-parallel head: partial sums
-    logits_.reset();
-    head_in_.reset();
+    if (!split_) {
+      logits_.reset();
+      head_in_.reset();
+    } else if (head_trainable_) {
+      logits_.recategorize(Category::activations);  // now the head's output gradient, kept for W (the planner's W set)
+    } else {
+      logits_.reset();
+    }
     set_where(Phase::backward, -1, "final_norm");
     LL_TRY(norm_bwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), sp_ ? d(dlocal) : d(dhead), d(dx), false));
     release_weights(head_unit());
@@ -207,7 +277,14 @@ auto ModelImpl<S, G, Ops>::bwd(const S* dout, S* dinput) -> Status {
   } else {
     LL_TRY(ops_.copy(dx.raw(), dout, dx.bytes()));
   }
-  inputs_[static_cast<size_t>(nl)].reset();
+  if (split_) {  // the output gradients B leaves for W, the recipe's bytes for the stage's layers
+    double bytes = 0;
+    for (const Layer& L : layers_) bytes += weight_grad_buffer_bytes(m, L.ctx);
+    const auto elems = static_cast<int64_t>(bytes) / static_cast<int64_t>(sizeof(S));
+    if (elems > 0) LL_TRY(make(a_, wgrad_buf_, elems, c_.storage, Category::activations, "weight_grad.output_grads"));
+  } else {
+    inputs_[static_cast<size_t>(nl)].reset();
+  }
   for (int i = nl - 1; i >= 0; --i) {
     Layer& L = layers_[static_cast<size_t>(i)];
     if (!L.ctx.grad_flows) break;
@@ -218,7 +295,7 @@ auto ModelImpl<S, G, Ops>::bwd(const S* dout, S* dinput) -> Status {
     LL_TRY(layer_bwd(L, d(inputs_[static_cast<size_t>(i)]), d(dx), seed_));
     release_weights(layer_unit(i));
     LL_TRY(end_grads(layer_unit(i)));
-    inputs_[static_cast<size_t>(i)].reset();
+    if (!split_) inputs_[static_cast<size_t>(i)].reset();
   }
   if (!first_) {
     LL_TRY(ops_.copy(dinput, dx.raw(), dx.bytes()));
@@ -234,6 +311,14 @@ auto ModelImpl<S, G, Ops>::bwd(const S* dout, S* dinput) -> Status {
     LL_TRY(embed_bwd(staged_.tokens, dfull));
     if (gpt_) LL_TRY(ops_.template embedding_backward<S, G>(staged_.positions, dfull, g(gwpe_), n, h_));
     LL_TRY(end_grads(emb_unit()));
+  }
+  if (split_) {
+    if (wgrad_at_ != wgrad_buf_.numel())
+      return Status::runtime("recipe mismatch: the stage's B left " + std::to_string(wgrad_at_) +
+                             " output-gradient elements for W, the recipe's weight_grad_buffer_bytes " +
+                             std::to_string(wgrad_buf_.numel()));
+    awaiting_w_ = true;
+    return Status::ok();
   }
   release_all();
   return Status::ok();
