@@ -141,15 +141,10 @@ Result<double> Pipeline::run_step(int64_t m, const std::function<Batch(int64_t)>
 
 Result<std::vector<std::vector<int64_t>>> Pipeline::zb_h1_weight_passes(int p, int64_t m, int stage) {
   const StageProgram prog = pipeline_schedule(EffectiveSchedule::zb_h1, p, 1, m)[static_cast<size_t>(stage)];
-  // 1F1B's order of F and B (run_step's loops): the warm-up forwards, F/B pairs, the rest of the B's.
+  // 1F1B's order of F and B, the one run_step's loops run.
   std::vector<std::pair<bool, int64_t>> want;
-  const int64_t warmup = std::min<int64_t>(p - stage - 1, m);
-  for (int64_t j = 0; j < warmup; ++j) want.push_back({true, j});
-  for (int64_t i = 0; i < m - warmup; ++i) {
-    want.push_back({true, warmup + i});
-    want.push_back({false, i});
-  }
-  for (int64_t i = m - warmup; i < m; ++i) want.push_back({false, i});
+  const StageProgram one_f_one_b = pipeline_schedule(EffectiveSchedule::one_f_one_b, p, 1, m)[static_cast<size_t>(stage)];
+  for (const PipelineOp& op : one_f_one_b) want.push_back({op.forward(), op.microbatch});
   std::vector<std::vector<int64_t>> after(static_cast<size_t>(m));
   size_t at = 0;
   int64_t last_b = -1;
@@ -249,8 +244,8 @@ Result<double> Pipeline::run_v(int64_t m, const std::function<Batch(int64_t)>& b
         break;
     }
   }
-  PP_TRY(wait(send_h_));
-  PP_TRY(wait(send_grad_h_));
+  for (auto& hs : v_send_h_)
+    for (int& h : hs) PP_TRY(wait(h));
   return loss;
 }
 
@@ -319,8 +314,8 @@ Result<double> Pipeline::run_interleaved(int64_t m, const std::function<Batch(in
     return vfirst ? Status::ok() : send(send_grad_, send_grad_h_, prev, tag(j, vs, false));
   };
   for (const ChunkOp& op : interleaved_order(p, v, m, r)) PP_TRY(op.forward ? fwd(op.chunk, op.micro_batch) : bwd(op.chunk, op.micro_batch));
-  for (auto& hs : v_send_h_)
-    for (int& h : hs) PP_TRY(wait(h));
+  PP_TRY(wait(send_h_));
+  PP_TRY(wait(send_grad_h_));
   return loss;
 }
 
