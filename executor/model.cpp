@@ -381,17 +381,21 @@ Result<std::unique_ptr<Model>> build_chunk(TrackingAllocator& alloc, const Model
 
 CpuOpScratch cpu_op_scratch_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, DType storage) {
   CpuOpScratch out;
-  if (const int cp = std::max(1, p.cp); cp > 1) {  // executor/model/: cp_dims, ring_dims
-    const int t = std::max(1, p.tp);
+  {  // executor/model/: dims (one rank's whole sequences), cp_dims, ring_dims
+    const int t = std::max(1, p.tp), cp = std::max(1, p.cp);
     cpu::AttentionDims dm;
     dm.b = p.micro_batch;
     dm.s = j.seq_len;
     dm.heads = m.heads / t;
     dm.kv_heads = m.kv_heads / t;
     dm.head_dim = m.head_width();
-    dm.q_rows = j.seq_len / cp;
-    if (p.cp_exchange == CpExchange::ring) dm.k_rows = j.seq_len / cp;
-    out.attention = cpu::attention_workspace_bytes(storage, dm, p.flash_attention);
+    if (cp > 1) {
+      dm.q_rows = j.seq_len / cp;
+      if (p.cp_exchange == CpExchange::ring) dm.k_rows = j.seq_len / cp;
+    }
+    // Materialised attention with dropout runs its own kernels (attn_bwd_kernel).
+    out.attention = cp == 1 && m.dropout && !p.flash_attention ? cpu::attention_dropout_workspace_bytes(storage, dm)
+                                                               : cpu::attention_workspace_bytes(storage, dm, p.flash_attention);
   }
   if (storage == DType::f32 || storage == DType::f64) return out;
   constexpr int64_t kChunk = CpuOps<bf16_t, float>::kChunk;

@@ -240,9 +240,9 @@ LayerContext model_layer_context(const ModelConfig& config, int layer);
 // (MemoryOptions::backward_gemm_scratch_bytes). head: the LM head's (vocabulary / tp
 // wide), live beside the logits in the head's forward and backward
 // (MemoryOptions::head_gemm_scratch_bytes). Bytes; 0 for f32 and f64, whose GEMMs need none.
-// attention: under CP, the attention backward's workspace (cpu/attention.h: fp32 or f64
-// panels of one head, any storage), live at a layer's CP attention moment
-// (MemoryOptions::attention_scratch_bytes); 0 without CP.
+// attention: the attention backward's workspace (cpu/attention.h: fp32 or f64 panels of
+// one head, any storage; the dropout kernels' under materialised attention with dropout),
+// live at a layer's attention moment (MemoryOptions::attention_scratch_bytes).
 struct CpuOpScratch {
   int64_t layer = 0, head = 0, attention = 0;
 };

@@ -254,9 +254,6 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
   if (o.seq_len < 0 || o.seq_len > (int64_t{1} << 24)) return Status::bad_input("--seq: expected 1..16777216 tokens");
   if (o.micro_batch < 0 || o.grad_accum < 0) return Status::bad_input("--micro-batch/--grad-accum: expected positive integers");
   if (f.plan.pp > 1 && splits_backward(f.plan.schedule)) {
-    if (f.plan.schedule == Schedule::dualpipev)
-      return Status::bad_input("plan.schedule: dualpipev's overlapped F&B pairs are not run by the executor (it runs zb-h1 and "
-                               "zbv's split backward, gpipe, 1f1b and interleaved); the planner and simulator cost it");
     if (o.backend != "cpu")
       return Status::bad_input(std::string("plan.schedule: ") + to_string(f.plan.schedule) +
                                " runs its split backward (B then W) on --backend cpu only; the CUDA path has not been run");

@@ -62,10 +62,9 @@ Result<double> Pipeline::run_step(int64_t m, const std::function<Batch(int64_t)>
                                   const std::function<uint64_t(int64_t)>& seed, double loss_scale, double denom) {
   const ParallelPlan& plan = model_->config().plan;
   const bool split = plan.pp > 1 && splits_backward(plan.schedule);
-  if (split && plan.schedule != Schedule::zb_h1 && plan.schedule != Schedule::zbv)
+  if (split && plan.schedule != Schedule::zb_h1 && plan.schedule != Schedule::zbv && plan.schedule != Schedule::dualpipev)
     return Status::bad_input(std::string("plan.schedule ") + to_string(plan.schedule) +
-                             ": the executor runs the split backward of zb-h1 and zbv (DualPipeV's overlapped F&B pairs are not "
-                             "implemented); the planner and simulator cost it");
+                             ": the executor runs the split backward of zb-h1, zbv and dualpipev");
   if (split && model_->chunks() > 1) return run_v(m, batch, seed, loss_scale, denom);
   if (model_->chunks() > 1) return run_interleaved(m, batch, seed, loss_scale, denom);
   Communicator& cm = *comm_;
@@ -193,8 +192,9 @@ Result<double> Pipeline::run_v(int64_t m, const std::function<Batch(int64_t)>& b
     return Status::runtime(std::string("zbv stage ") + std::to_string(r) + ": the V's turn " + what + " of micro-batch " +
                            std::to_string(held) + " is not consumed before micro-batch " + std::to_string(j) + " needs its buffer");
   };
-  // One pass: F (forward), B (input gradient: data flows down the virtual stages) of chunk c.
-  auto pass = [&](bool forward, int c, int64_t j) -> Status {
+  // One pass of chunk c: F (forward), B (input gradient: data flows down the virtual
+  // stages) or, `whole`, the whole backward (B and W at once: DualPipeV's overlapped pairs).
+  auto pass = [&](bool forward, int c, int64_t j, bool whole = false) -> Status {
     const int vs = chunk_virtual_stage(plan, r, c);
     const int from = forward ? vs - 1 : vs + 1, to = forward ? vs + 1 : vs - 1;
     const bool has_in = from >= 0 && from < nv, has_out = to >= 0 && to < nv;
@@ -222,6 +222,8 @@ Result<double> Pipeline::run_v(int64_t m, const std::function<Batch(int64_t)>& b
       Result<double> l = ck.stage_forward(static_cast<int>(j), batch(j), in, out, loss_scale, denom, seed(j));
       if (!l) return l.status();
       loss += *l;
+    } else if (whole) {
+      PP_TRY(ck.stage_backward(static_cast<int>(j), batch(j), in, out));
     } else {
       PP_TRY(ck.stage_backward_input(static_cast<int>(j), batch(j), in, out));
     }
@@ -232,16 +234,17 @@ Result<double> Pipeline::run_v(int64_t m, const std::function<Batch(int64_t)>& b
     }
     return send(out_buf, out_h, holder(to), tag(j, vs, forward));
   };
-  const StageProgram program = pipeline_schedule(EffectiveSchedule::zbv, p, 2, m)[static_cast<size_t>(r)];
+  const EffectiveSchedule sched = plan.schedule == Schedule::dualpipev ? EffectiveSchedule::dualpipev : EffectiveSchedule::zbv;
+  if (sched == EffectiveSchedule::dualpipev && m < 2 * p)
+    return Status::bad_input("dualpipev needs at least 2 * pp = " + std::to_string(2 * p) + " micro-batches per step, got " +
+                             std::to_string(m));
+  const StageProgram program = pipeline_schedule(sched, p, 2, m)[static_cast<size_t>(r)];
   for (const PipelineOp& op : program) {
     switch (op.kind) {
       case PassKind::forward: PP_TRY(pass(true, op.chunk, op.microbatch)); break;
       case PassKind::input_grad: PP_TRY(pass(false, op.chunk, op.microbatch)); break;
       case PassKind::weight_grad: PP_TRY(model_->chunk(op.chunk).stage_backward_weight(op.microbatch)); break;
-      case PassKind::backward:
-        PP_TRY(pass(false, op.chunk, op.microbatch));
-        PP_TRY(model_->chunk(op.chunk).stage_backward_weight(op.microbatch));
-        break;
+      case PassKind::backward: PP_TRY(pass(false, op.chunk, op.microbatch, true)); break;
     }
   }
   for (auto& hs : v_send_h_)

@@ -38,6 +38,12 @@
 // for the other chunk, which must be that buffer's next user (checked). Stage 0 sends from
 // two of the four (chunk 0's activations, chunk 1's gradients), the others from all four:
 // with the receive buffer 3 and 5 stage outputs, the planner's V comm_buffers.
+// DualPipeV (vpp 2, m >= 2pp; DeepSeek's DualPipe README, PyTorch's ScheduleDualPipeV)
+// runs on the same V walker and buffers: its overlapped F&B pairs run as the forward, then
+// the whole backward (Model::stage_backward, B and W at once), as schedule.h orders them;
+// the overlap of one pass's communication with the other's compute is a time effect the
+// simulator costs, not something a CPU rank can show. SplitSchedules checks its programs
+// for deadlock as ZB-V's.
 //
 // Buffers: one send and one receive buffer of one micro-batch's stage output
 // (b*s/t_sp x h, activation dtype) in Category::communication: the planner's

@@ -145,7 +145,8 @@ struct PassMemory {
   double weight_grad_buffer = 0;
   bool split_backward = false;  // B then W: the head set and weight_grad_buffer stay to the W's end
   // Logits + loss of another micro-batch held through this pass's backward (DualPipeV's F&B
-  // pairs run a head forward beside a backward); the simulator, which plays the pairs, leaves it 0.
+  // pairs run a head forward beside a backward, whose head set then stays too); the
+  // simulator, which plays the pairs, leaves it 0.
   double partner_logits = 0;
   bool head() const { return logits > 0; }
 };
@@ -195,7 +196,9 @@ template <class Visit>
     fwd(MemoryMoment::head_forward, {pass.head_input, 0, 0, 0, 0, 0});
   }
   const double lgb = st.layer_gathered_backward, lcb = st.layer_comm_backward;
-  const double head_freed = pass.split_backward ? 0 : pass.head_set;  // at backward_start
+  // At backward_start. DualPipeV's moment with a partner is another chunk's backward beside
+  // the head chunk's forward: the head set held is the partner's, not freed.
+  const double head_freed = pass.split_backward || pass.partner_logits > 0 ? 0 : pass.head_set;
   const double g = pass.working > 0 ? st.grad_transient : 0;  // a chunk that trains
   if (pass.head()) {
     const double hw = st.head_backward_working, hg = st.head_gathered_backward, hl = st.head_logits, hgr = st.head_grad_transient;

@@ -347,12 +347,14 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     if (lora & (projection_bit(Projection::gate) | projection_bit(Projection::up)))
       mlp_moment += tokens * (h + static_cast<double>(j.lora.rank)) * act_bytes;
   }
-  if (p.cp <= 1) return {mlp_moment, 0, mlp_comm};
   // (Latent attention: q_width for the up-projected queries and keys; its values are
   // narrower, counted here as wide as the keys.)
   const double qw = static_cast<double>(m.q_width()) / p.tp, kvw = static_cast<double>(m.kv_width()) / p.tp;
   // The layer output's gradient (the residual's) is live through attention's backward too.
   const double output_grad = tokens * static_cast<double>(m.hidden) / seq_div;
+  // Without CP: the kernel's moment holds the output projection's input gradient and dq,
+  // dk, dv (FlashAttention-2's backward writes dq, dk, dv from dO: Dao 2023, Alg. 2).
+  if (p.cp <= 1) return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw)) * act_bytes, mlp_comm};
   // Ring (Liu et al. 2023, Ring Attention): beside dout, dq, dk, dv, one step's partial dq and dk, dv.
   if (p.cp_exchange == CpExchange::ring) return {mlp_moment, (output_grad + tokens * (3 * qw + 4 * kvw)) * act_bytes, mlp_comm};
   return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw)) * act_bytes, mlp_comm};
@@ -625,14 +627,15 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   x.comm_buffers += groups * opt.nccl_bytes_per_group;
   if (is_last) x.head_comm = sp_gather;  // the head's SP-gathered input, in its GEMMs
   if (is_last && opt.sp_head_input_saved) x.loss_comm = sp_gather;
-  // A layer's backward peaks at the MLP or, under CP, in attention: never both at once.
+  // A layer's backward peaks at the MLP or in attention (the larger: attention under CP, or
+  // narrow MLPs beside a wide attention kernel workspace): never both at once.
   // The MLP's GEMMs read the SP-gathered input (a dense MLP's, shared experts'; routed
   // experts only their own tokens) and MoE's the all-to-all buffer; attention holds only
   // the exchanged keys and values (the SP gather is freed after the QKV GEMM).
   if (layers_train) {
     const double mlp_comm = (!m.moe.enabled() || m.moe.shared_experts > 0 ? sp_gather : 0) + moments.mlp_comm;
     const double attention_working = moments.attention + opt.attention_scratch_bytes;
-    const bool attention = p.cp > 1 && attention_working + cp_backward > mlp_working + mlp_comm;
+    const bool attention = attention_working + cp_backward > mlp_working + mlp_comm;
     x.activation_grads = attention ? attention_working : mlp_working;
     x.backward_layer_comm = attention ? cp_backward : mlp_comm;
     x.cp_backward_buffers = cp_backward;
@@ -918,7 +921,10 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // pass's own set appears at its backward's largest moment (memory_events.h), the others'
   // are held throughout: at the counts of the moment chosen above (for ZB-H1 both counts'
   // largest, which coincide: rank r's r-th deferred W; a forward meets one pending set fewer).
-  out.weight_grad_buffers = wgrad * pending + (is_last ? head_pending_weight_grads(p, mb) * x.head_weight_grad : 0);
+  // DualPipeV's head chunk runs each W right after its B (warm-up) or a whole backward: its
+  // W set is held only at its own split pass, the moment with a W pending on stage 0.
+  const bool head_pending = is_last && (p.schedule != Schedule::dualpipev || pending > 0);
+  out.weight_grad_buffers = wgrad * pending + (head_pending ? head_pending_weight_grads(p, mb) * x.head_weight_grad : 0);
   // (A moment with nothing pending is a forward's or a whole backward's: no W set of its
   // own; in a V the pass is one chunk: half the stage's W set.)
   const bool split_pass = p.pp > 1 && splits_backward(p.schedule) && pending > 0;

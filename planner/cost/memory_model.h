@@ -137,9 +137,10 @@ struct MemoryOptions {
   // than a layer's by the vocabulary (exec::cpu_op_scratch_bytes; the runner sets it).
   // Default: 0.
   double head_gemm_scratch_bytes = 0;
-  // The attention kernel's workspace at a layer's CP attention backward moment (llmplan's
+  // The attention kernel's workspace at a layer's attention backward moment (llmplan's
   // CPU flash and materialised kernels carve fp32 panels; exec::cpu_op_scratch_bytes,
-  // the runner sets it). Default: 0.
+  // the runner sets it; a GPU's flash kernels keep theirs within the saved tensors and the
+  // cuBLAS workspace). Default: 0.
   double attention_scratch_bytes = 0;
   // FP8 recipes: whether the stack saves the linear layers' inputs quantized for their
   // weight gradients (Transformer Engine: Linear and LayerNormLinear save the FP8 input;
@@ -224,7 +225,8 @@ double inflight_microbatches(const ParallelPlan& p, int64_t microbatches, int st
 // Split backward (specs.h splits_backward): the most micro-batch sets (x stage layers)
 // whose B has run and W not yet on stage `stage` -- ZB-H1 min(m, stage + 1), ZB-V
 // (2 stage + 1) / 2, DualPipeV (stage + 1) / 2 -- and of them those of the LM head's chunk
-// (ZB-H1 min(m, p), a V 1). 0 for other schedules.
+// (ZB-H1 min(m, p), a V 1: under DualPipeV only at the head's own split pass, whose W
+// follows its B at once). 0 for other schedules.
 double pending_weight_grad_sets(const ParallelPlan& p, int64_t microbatches, int stage);
 double head_pending_weight_grads(const ParallelPlan& p, int64_t microbatches);
 // The two counts above peak at different moments in a V. The moments at which neither is
@@ -274,9 +276,9 @@ double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTen
 //              whole-sequence partial h). MoE: the routed experts' backward over the
 //              capacity-padded rows, its larger of two moments (see the definition), with
 //              mlp_comm the all-to-all buffer live at it.
-//   attention  context parallel only (0 otherwise): the gradients of the layer's output
-//              (tokens x h, h/t under SP), of the attention output and of q, k, v (tokens x
-//              (2 qw + 2 kvw)/t) beside, as an all-gather, the
+//   attention  the gradients of the layer's output (tokens x h, h/t under SP), of the
+//              attention output and of q, k, v (tokens x (2 qw + 2 kvw)/t) at the attention
+//              kernel's backward; under context parallel beside, as an all-gather, the
 //              whole-sequence dk, dv partials that are reduce-scattered (2 cp x tokens x
 //              kvw/t), or on a ring one step's partial dq, dk, dv (tokens x (qw + 2 kvw)/t).
 // What else each moment holds (GEMM scratch and MoE partial gradients at the MLP's, the

@@ -92,22 +92,21 @@ TEST(Runner, CpuRunRecordsOpTimesWithGemmShapes) {
   EXPECT_TRUE(attention);
 }
 
-// The split-backward schedules the executor does not run (DualPipeV's overlapped pairs;
-// zb-h1 / zbv on the unverified CUDA path) are refused naming the field, before anything
-// runs, rather than run as 1F1B under their name.
+// The split-backward schedules on the unverified CUDA path (zb-h1, zbv, dualpipev) are
+// refused naming the field, before anything runs, rather than run as 1F1B under their name.
 TEST(Runner, UnrunSplitBackwardSchedulesAreRefusedNamingTheField) {
   PlanFile f = tiny_plan(Family::llama, Precision::fp32, Recompute::none, true);
   f.plan.pp = 2;
   f.plan.vpp = 2;
   f.plan.schedule = Schedule::dualpipev;
-  Result<RunReport> r = run_plan(f, RunOptions{});
+  RunOptions cuda;
+  cuda.backend = "cuda";
+  Result<RunReport> r = run_plan(f, cuda);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().exit_code(), 2);
   EXPECT_NE(r.status().message().find("plan.schedule: dualpipev"), std::string::npos) << r.status().message();
   f.plan.vpp = 1;
   f.plan.schedule = Schedule::zb_h1;
-  RunOptions cuda;
-  cuda.backend = "cuda";
   r = run_plan(f, cuda);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().exit_code(), 2);
