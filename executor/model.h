@@ -194,7 +194,7 @@ class Model {
   virtual Result<double> stage_forward(int slot, const Batch& b, const void* input, void* output, double loss_scale,
                                        double denom, uint64_t dropout_seed) = 0;
   virtual Status stage_backward(int slot, const Batch& b, const void* dout, void* dinput) = 0;
-  // Split backward (zero-bubble schedules: ZB-H1, ZB-V; Qi et al. 2024, "Zero Bubble
+  // Split backward (zero-bubble schedules: ZB-H1, ZB-V, DualPipeV; Qi et al. 2024, "Zero Bubble
   // Pipeline Parallelism", Sec. 2): stage_backward_input is stage_backward's input-gradient
   // part (B): the recompute, the activation gradients, the norms' weight gradients and
   // in-layer communication, dinput filled as stage_backward fills it. It leaves the slot's
@@ -202,9 +202,11 @@ class Model {
   // the output gradient of every trained linear (the recipe's weight_grad_buffer_bytes of
   // the stage's layers; on the head's stage the logits' gradient, counted from then on as
   // activations) for stage_backward_weight(slot) (W), which runs the weight-gradient GEMMs
-  // and frees all of the slot. The gradients equal stage_backward's. Errors: bad_input for
-  // what the split does not run (MoE, sequence parallel, context parallel, full recompute,
-  // ZeRO-2/3 hooks; W before B); runtime as stage_backward.
+  // and frees all of the slot. The gradients equal stage_backward's. MoE layers defer their
+  // routed experts' and router's GEMMs too (EP all-to-alls stay in F and B); context
+  // parallel's exchanges stay in B. Errors: bad_input for what the split does not run (MoE
+  // under TP, sequence parallel, full recompute, ZeRO-2/3 hooks, latent attention / MTP; W
+  // before B); runtime as stage_backward.
   virtual Status stage_backward_input(int slot, const Batch& b, const void* dout, void* dinput) = 0;
   virtual Status stage_backward_weight(int slot) = 0;
   virtual std::vector<ParamRef>& params() = 0;

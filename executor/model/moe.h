@@ -294,9 +294,10 @@ auto ModelImpl<S, G, Ops>::moe_bwd(Layer& L, const S* dy, S* dx) -> Status {
   }
   LL_TRY(ops_.upload(dlogits.raw(), dlogits_host.data(), static_cast<int64_t>(dlogits_host.size() * sizeof(S))));
   LL_TRY(ws(tmp, T * h_, "moe.d_router_input"));
-  LL_TRY(lin_base_bwd(d(dlogits), x, d(L.moe.router), d(tmp), g(L.moe.grouter), nullptr, T, h_, E_));
+  LL_TRY(lin_grads(d(dlogits), x, d(L.moe.router), d(tmp), g(L.moe.grouter), nullptr, T, h_, E_));  // split: W deferred
   LL_TRY(ops_.template add_inplace<S>(dx, d(tmp), T * h_));
   dlogits.reset();
+  tmp.reset();  // not beside the shared experts' gradients
   LL_TRY(sum_partials(partial, whole));
   // ---- shared experts: TP-split, over all n_ tokens (dy and x gathered under SP); the
   // column-parallel input gradient is partial and is summed over TP to this rank's tokens

@@ -63,9 +63,12 @@ auto ModelImpl<S, G, Ops>::stage_backward(int slot, const Batch&, const void* do
 
 template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::split_backward_unsupported() const -> std::string {
-  if (moe_) return "MoE layers";
+  // Under TP a MoE layer's expert and router gradients are partial sums reduced inside its
+  // backward (moe_bwd's sum_partials); deferred to W they would be reduced before they exist.
+  if (moe_ && t_ > 1) return "MoE layers under tensor parallel (expert gradients summed over TP inside the backward)";
+  // SP: the column-parallel GEMMs' inputs are all-gathered for the backward and freed; W
+  // would need them gathered again.
   if (sp_) return "sequence parallel";
-  if (cp_ > 1) return "context parallel";
   if (hooks_ != nullptr) return "ZeRO-2/3 partitioned gradients and parameters (plan.zero " + std::to_string(c_.plan.zero) + ")";
   for (const Layer& L : layers_)
     if (L.ctx.grad_flows && L.policy == LayerRecompute::full) return "full recompute (its re-run forward would live until W)";

@@ -318,7 +318,7 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
   const double seq_div = p.sp ? p.tp : 1.0;
   const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
   const double mlp_grads = m.family == Family::gpt ? 1 : 2;  // GELU: d(fc1); SwiGLU: d(gate) and d(up)
-  double mlp_moment = 0, mlp_comm = 0;
+  double mlp_moment = 0, mlp_comm = 0, shared_moment = 0;
   if (m.moe.enabled() && !dense_mlp) {
     // The routed experts' backward over the rank's E x C
     // capacity-padded rows, beside the layer's output and input gradients (2 tok x h):
@@ -329,13 +329,25 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     const double h = static_cast<double>(m.hidden), tok = tokens / seq_div, fe = static_cast<double>(m.moe.expert_ffn_hidden);
     const double rows = moe_expert_rows(m, tok, p.ep), local = static_cast<double>(m.moe.experts) / p.ep;
     const double call = local == 1 ? rows : rows / m.moe.experts;
-    const double down = rows * (h + fe), up = rows * (mlp_grads * fe + (p.ep > 1 ? 0 : h)) + call * h;
+    double up = rows * (mlp_grads * fe + (p.ep > 1 ? 0 : h)) + call * h;
+    const double down = rows * (h + fe);
+    // LoRA on the experts' input projections: one block's adapter input gradient and dz
+    // beside the base GEMM's (as the dense MLP's below).
+    const uint32_t lora = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+    if (lora & (projection_bit(Projection::gate) | projection_bit(Projection::up))) up += call * (h + static_cast<double>(j.lora.rank));
     // The down projection's moment holds no exchange buffer: its gradient's send buffer is
     // freed once received. The up projection's holds the expert inputs' gradient in one.
     const double up_comm = p.ep > 1 ? rows * h : 0;
     const bool up_wins = up + up_comm > down;
     mlp_moment = (2 * tok * h + (up_wins ? up : down)) * act_bytes;
     mlp_comm = up_wins ? up_comm * act_bytes : 0;
+    // Then the shared experts' backward, TP-split like a dense MLP over the whole sequence:
+    // their hidden gradients (1 or 2 x tokens x fs/t) and their input gradient's two
+    // partials (2 tokens x h) beside the layer's output and input gradients; no EP buffer.
+    if (m.moe.shared_experts > 0) {
+      const double fs = static_cast<double>(m.shared_ffn_width()) / p.tp;
+      shared_moment = (2 * tok * h + mlp_grads * tokens * fs + 2 * tokens * h) * act_bytes;
+    }
   } else {
     // The output's gradient over the rank's tokens; the input's over the whole sequence
     // under SP (column-parallel partial sums, reduce-scattered after the GEMMs).
@@ -354,10 +366,11 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
   const double output_grad = tokens * static_cast<double>(m.hidden) / seq_div;
   // Without CP: the kernel's moment holds the output projection's input gradient and dq,
   // dk, dv (FlashAttention-2's backward writes dq, dk, dv from dO: Dao 2023, Alg. 2).
-  if (p.cp <= 1) return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw)) * act_bytes, mlp_comm};
+  if (p.cp <= 1) return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw)) * act_bytes, mlp_comm, shared_moment};
   // Ring (Liu et al. 2023, Ring Attention): beside dout, dq, dk, dv, one step's partial dq and dk, dv.
-  if (p.cp_exchange == CpExchange::ring) return {mlp_moment, (output_grad + tokens * (3 * qw + 4 * kvw)) * act_bytes, mlp_comm};
-  return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw)) * act_bytes, mlp_comm};
+  if (p.cp_exchange == CpExchange::ring)
+    return {mlp_moment, (output_grad + tokens * (3 * qw + 4 * kvw)) * act_bytes, mlp_comm, shared_moment};
+  return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw)) * act_bytes, mlp_comm, shared_moment};
 }
 
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage) {
@@ -488,6 +501,12 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     const double partial = j.mode == TrainMode::lora ? pc.lora_expert_per_layer_rank
                                                      : pc.expert_per_layer_rank + static_cast<double>(m.moe.experts) * h;  // + router
     mlp_working += partial * bytes_per_param(j).gradients;
+  }
+  // The shared experts' moment comes after the partials are summed and the EP buffers freed.
+  double routed_comm = moments.mlp_comm;
+  if (has_moe && moments.mlp_shared + opt.backward_gemm_scratch_bytes > mlp_working + routed_comm) {
+    mlp_working = moments.mlp_shared + opt.backward_gemm_scratch_bytes;
+    routed_comm = 0;
   }
   if (is_last) {
     x.head_logits = tokens * vocab_rank * act_bytes * (1 + m.mtp_layers);
@@ -633,7 +652,7 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   // experts only their own tokens) and MoE's the all-to-all buffer; attention holds only
   // the exchanged keys and values (the SP gather is freed after the QKV GEMM).
   if (layers_train) {
-    const double mlp_comm = (!m.moe.enabled() || m.moe.shared_experts > 0 ? sp_gather : 0) + moments.mlp_comm;
+    const double mlp_comm = (!m.moe.enabled() || m.moe.shared_experts > 0 ? sp_gather : 0) + routed_comm;
     const double attention_working = moments.attention + opt.attention_scratch_bytes;
     const bool attention = attention_working + cp_backward > mlp_working + mlp_comm;
     x.activation_grads = attention ? attention_working : mlp_working;

@@ -275,7 +275,9 @@ double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTen
 //              x tokens x act_bytes (f/t under TP; under SP the output's h/t, the input's
 //              whole-sequence partial h). MoE: the routed experts' backward over the
 //              capacity-padded rows, its larger of two moments (see the definition), with
-//              mlp_comm the all-to-all buffer live at it.
+//              mlp_comm the all-to-all buffer live at it; mlp_shared the shared experts'
+//              backward that follows (layer output and input gradients, their 1 or 2
+//              hidden gradients of tokens x fs/t, their input gradient's two partials).
 //   attention  the gradients of the layer's output (tokens x h, h/t under SP), of the
 //              attention output and of q, k, v (tokens x (2 qw + 2 kvw)/t) at the attention
 //              kernel's backward; under context parallel beside, as an all-gather, the
@@ -289,7 +291,8 @@ double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTen
 // (MoeSpec::load_imbalance).
 struct LayerBackwardMoments {
   double mlp = 0, attention = 0;
-  double mlp_comm = 0;  // MoE under EP: the all-to-all buffer live at the MLP's moment (beside mlp)
+  double mlp_comm = 0;    // MoE under EP: the all-to-all buffer live at the MLP's moment (beside mlp)
+  double mlp_shared = 0;  // MoE: the shared experts' backward after the routed experts' (0 without)
 };
 LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, bool dense_mlp = false);
 

@@ -70,7 +70,11 @@ struct Case {
   // norm weights, whose gradients are summed over TP.
   bool qwen = false;
   int micro_batch = 4;  // sequences per micro-batch; the step's 16 sequences make 16 / (micro_batch * dp) of them
+  // > 0: the model's ffn_hidden, which a MoE model's shared expert has: wide enough that
+  // its backward, not the routed experts', is the layer's widest moment.
+  int64_t ffn_hidden = 0;
   void apply_model_options(ModelSpec& m) const {
+    if (ffn_hidden > 0) m.ffn_hidden = ffn_hidden;
     if (!qwen) return;
     m.qk_norm = true;
     m.attention_bias = AttentionBias::all;
@@ -147,6 +151,19 @@ const Case kCases[] = {
      .layers = 8, .micro_batch = 2},
     {.name = "llama_dp2_pp2_dualpipev_zero1", .family = Family::llama, .dp = 2, .zero = 1, .pp = 2, .schedule = Schedule::dualpipev,
      .vpp = 2, .layers = 4, .micro_batch = 2},
+    // Split backward of MoE layers (routed experts' and router's W deferred, EP all-to-alls
+    // in F and B only) and of context parallel (the ring's exchanges in F and B only).
+    {.name = "moe_llama_dp2_wide_shared", .family = Family::llama, .dp = 2, .zero = 0, .moe = true, .ffn_hidden = 512},
+    {.name = "moe_llama_tp2_sp_wide_shared", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true, .moe = true,
+     .capacity_factor = 2, .ffn_hidden = 512},
+    {.name = "moe_llama_pp2_zbh1", .family = Family::llama, .dp = 1, .zero = 0, .pp = 2, .schedule = Schedule::zb_h1, .moe = true},
+    {.name = "moe_gpt_dp2_pp2_ep2_zbv", .family = Family::gpt, .dp = 2, .zero = 0, .pp = 2, .schedule = Schedule::zbv, .vpp = 2,
+     .layers = 4, .moe = true, .ep = 2, .micro_batch = 2},
+    {.name = "moe_llama_dp2_pp2_ep2_dualpipev_zero1", .family = Family::llama, .dp = 2, .zero = 1, .pp = 2,
+     .schedule = Schedule::dualpipev, .vpp = 2, .layers = 4, .moe = true, .ep = 2, .micro_batch = 2},
+    {.name = "llama_pp2_cp2_zbh1", .family = Family::llama, .dp = 1, .zero = 0, .pp = 2, .schedule = Schedule::zb_h1, .cp = 2},
+    {.name = "gpt_pp2_cp2_zbv_selective", .family = Family::gpt, .dp = 1, .zero = 0, .pp = 2, .schedule = Schedule::zbv,
+     .recompute = Recompute::selective, .vpp = 2, .layers = 4, .cp = 2},
     // Context parallel (16 of the 32 tokens of each sequence per CP rank: chunks c and 3-c
     // of 4): global RoPE / learned positions, the rank's queries over all-gathered k, v,
     // dk and dv reduce-scattered; gradients summed and ZeRO partitioned over DP x CP (the
@@ -1022,10 +1039,16 @@ TEST_P(Distributed, LossesParamsAndBytesMatch) {
           (name == "gathered_params" && c.zero == 3)) {
         EXPECT_NEAR(meas, pred, std::max(64.0, 1e-4 * pred)) << name;
       }
-      // The split-backward schedules: each stage's peak is the planner's too (the moment
-      // the planner picks from the schedule's order is the one the stage reaches).
-      if (name == "peak (allocator side)" && c.pp > 1 && splits_backward(c.schedule)) {
-        EXPECT_NEAR(meas, pred, std::max(64.0, 1e-4 * pred)) << name;
+      // The peak is never above the planner's (the costly error: "fits" for a run that
+      // dies). Measured: equal on 294 of the 316 ranks; the planner over by 0.3-2.4% on the
+      // rest (MoE under TP + SP, LoRA under SP, the embedding/loss split's rank 1). Under a
+      // split-backward schedule it is the planner's exactly (the moment the planner picks
+      // from the schedule's order is the one the stage reaches).
+      if (name == "peak (allocator side)") {
+        EXPECT_LE(meas, pred + std::max(64.0, 1e-4 * pred)) << name;
+        if (c.pp > 1 && splits_backward(c.schedule)) {
+          EXPECT_NEAR(meas, pred, std::max(64.0, 1e-4 * pred)) << name;
+        }
       }
     }
   }
