@@ -62,9 +62,6 @@ Result<double> Pipeline::run_step(int64_t m, const std::function<Batch(int64_t)>
                                   const std::function<uint64_t(int64_t)>& seed, double loss_scale, double denom) {
   const ParallelPlan& plan = model_->config().plan;
   const bool split = plan.pp > 1 && splits_backward(plan.schedule);
-  if (split && plan.schedule != Schedule::zb_h1 && plan.schedule != Schedule::zbv && plan.schedule != Schedule::dualpipev)
-    return Status::bad_input(std::string("plan.schedule ") + to_string(plan.schedule) +
-                             ": the executor runs the split backward of zb-h1, zbv and dualpipev");
   if (split && model_->chunks() > 1) return run_v(m, batch, seed, loss_scale, denom);
   if (model_->chunks() > 1) return run_interleaved(m, batch, seed, loss_scale, denom);
   Communicator& cm = *comm_;

@@ -236,8 +236,11 @@ int split_backward_peak_counts(const ParallelPlan& p, int64_t m, int stage, std:
   return 1;
 }
 
-double head_pending_weight_grads(const ParallelPlan& p, int64_t m) {
+double head_pending_weight_grads(const ParallelPlan& p, int64_t m, double pending) {
   if (p.pp == 1 || !splits_backward(p.schedule)) return 0;
+  // DualPipeV's head chunk runs each W right after its B (warm-up) or a whole backward: its
+  // W set is held only at its own split pass, the moment with a W pending on stage 0.
+  if (p.schedule == Schedule::dualpipev && pending <= 0) return 0;
   return p.schedule == Schedule::zb_h1 ? std::min(static_cast<double>(m), static_cast<double>(p.pp)) : 1;
 }
 
@@ -318,6 +321,11 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
   const double seq_div = p.sp ? p.tp : 1.0;
   const double tokens = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp);
   const double mlp_grads = m.family == Family::gpt ? 1 : 2;  // GELU: d(fc1); SwiGLU: d(gate) and d(up)
+  // LoRA on the MLP's input projections: their adapter's input gradient and dz beside the
+  // base GEMM's (dense: on TP rank 0 under TP, which applies the replicated adapter; MoE:
+  // one expert block's).
+  const uint32_t lora = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
+  const bool lora_mlp_input = (lora & (projection_bit(Projection::gate) | projection_bit(Projection::up))) != 0;
   double mlp_moment = 0, mlp_comm = 0, shared_moment = 0;
   if (m.moe.enabled() && !dense_mlp) {
     // The routed experts' backward over the rank's E x C
@@ -331,10 +339,7 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     const double call = local == 1 ? rows : rows / m.moe.experts;
     double up = rows * (mlp_grads * fe + (p.ep > 1 ? 0 : h)) + call * h;
     const double down = rows * (h + fe);
-    // LoRA on the experts' input projections: one block's adapter input gradient and dz
-    // beside the base GEMM's (as the dense MLP's below).
-    const uint32_t lora = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
-    if (lora & (projection_bit(Projection::gate) | projection_bit(Projection::up))) up += call * (h + static_cast<double>(j.lora.rank));
+    if (lora_mlp_input) up += call * (h + static_cast<double>(j.lora.rank));
     // The down projection's moment holds no exchange buffer: its gradient's send buffer is
     // freed once received. The up projection's holds the expert inputs' gradient in one.
     const double up_comm = p.ep > 1 ? rows * h : 0;
@@ -353,11 +358,7 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     // under SP (column-parallel partial sums, reduce-scattered after the GEMMs).
     const double h = static_cast<double>(m.hidden);
     mlp_moment = (tokens * h / seq_div + tokens * h + mlp_grads * tokens * static_cast<double>(m.ffn_hidden) / p.tp) * act_bytes;
-    // LoRA on the MLP's input projections: their adapter's input gradient and dz beside
-    // the base GEMM's (on TP rank 0 under TP, which applies the replicated adapter).
-    const uint32_t lora = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
-    if (lora & (projection_bit(Projection::gate) | projection_bit(Projection::up)))
-      mlp_moment += tokens * (h + static_cast<double>(j.lora.rank)) * act_bytes;
+    if (lora_mlp_input) mlp_moment += tokens * (h + static_cast<double>(j.lora.rank)) * act_bytes;
   }
   // (Latent attention: q_width for the up-projected queries and keys; its values are
   // narrower, counted here as wide as the keys.)
@@ -940,10 +941,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // pass's own set appears at its backward's largest moment (memory_events.h), the others'
   // are held throughout: at the counts of the moment chosen above (for ZB-H1 both counts'
   // largest, which coincide: rank r's r-th deferred W; a forward meets one pending set fewer).
-  // DualPipeV's head chunk runs each W right after its B (warm-up) or a whole backward: its
-  // W set is held only at its own split pass, the moment with a W pending on stage 0.
-  const bool head_pending = is_last && (p.schedule != Schedule::dualpipev || pending > 0);
-  out.weight_grad_buffers = wgrad * pending + (head_pending ? head_pending_weight_grads(p, mb) * x.head_weight_grad : 0);
+  out.weight_grad_buffers = wgrad * pending + (is_last ? head_pending_weight_grads(p, mb, pending) * x.head_weight_grad : 0);
   // (A moment with nothing pending is a forward's or a whole backward's: no W set of its
   // own; in a V the pass is one chunk: half the stage's W set.)
   const bool split_pass = p.pp > 1 && splits_backward(p.schedule) && pending > 0;

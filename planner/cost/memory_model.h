@@ -228,7 +228,8 @@ double inflight_microbatches(const ParallelPlan& p, int64_t microbatches, int st
 // (ZB-H1 min(m, p), a V 1: under DualPipeV only at the head's own split pass, whose W
 // follows its B at once). 0 for other schedules.
 double pending_weight_grad_sets(const ParallelPlan& p, int64_t microbatches, int stage);
-double head_pending_weight_grads(const ParallelPlan& p, int64_t microbatches);
+// `pending`: pending_weight_grad_sets at the moment in question.
+double head_pending_weight_grads(const ParallelPlan& p, int64_t microbatches, double pending);
 // The two counts above peak at different moments in a V. The moments at which neither is
 // exceeded by another moment (the Pareto front of (in flight, pending) over the order,
 // stage sets, current micro-batch included), from PyTorch's orders walked op by op:
