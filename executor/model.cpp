@@ -75,7 +75,6 @@ Status check_model_config(const ModelConfig& c) {
   std::string planned_only;
   auto add = [&](const char* what) { planned_only += (planned_only.empty() ? "" : ", ") + std::string(what); };
   if (m.mla.enabled()) add("multi-head latent attention (mla)");
-  if (m.sliding_window > 0) add("sliding-window attention (sliding_window)");
   if (m.attention_sinks) add("attention sinks");
   if (m.post_norms) add("post-norms");
   if (m.mtp_layers > 0) add("multi-token prediction (mtp_layers)");

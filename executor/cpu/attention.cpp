@@ -17,6 +17,7 @@ using detail::gemm;
 using detail::group;
 using detail::HeadView;
 using detail::load;
+using detail::Mask;
 using detail::max_of;
 using detail::scatter;
 using detail::score_scale;
@@ -28,11 +29,6 @@ void zero(A* p, int64_t n) {
   std::fill(p, p + n, A(0));
 }
 
-// The causal + document mask of one sequence: docs is (s) or nullptr.
-struct Mask {
-  const int32_t* docs;
-  bool allowed(int64_t i, int64_t j) const { return j <= i && (docs == nullptr || docs[j] == docs[i]); }
-};
 
 // Scores row (cols) of query i against keys j0 .. j0 + cols - 1: -inf where not allowed,
 // so that e^(score - max) is 0 there.
@@ -66,13 +62,20 @@ int key_chunks(const AttentionDims& dm, KeyChunk (&out)[2]) {
 }
 
 // Calls f(row, position, cols) for every tile of at most B key rows that a query tile whose
-// last position is `last` may see (causal), chunk by chunk.
+// positions run from `first` to `last` may see (causal; from first_key(first) on under a
+// window: the tiles wholly before it are skipped, as FlashAttention-2's window_size does),
+// chunk by chunk.
 template <class F>
-void for_key_tiles(const KeyChunk* chunks, int n, int64_t last, int64_t B, F&& f) {
+void for_key_tiles(const KeyChunk* chunks, int n, int64_t first, int64_t last, int64_t B, const Mask& mask, F&& f) {
+  const int64_t lo = mask.first_key(first);
   for (int c = 0; c < n; ++c) {
     const KeyChunk& k = chunks[c];
     const int64_t visible = std::min(k.rows, last - k.position + 1);
-    for (int64_t j0 = 0; j0 < visible; j0 += B) f(k.row + j0, k.position + j0, std::min(B, visible - j0));
+    for (int64_t j0 = 0; j0 < visible; j0 += B) {
+      const int64_t cols = std::min(B, visible - j0);
+      if (k.position + j0 + cols <= lo) continue;  // every key of the tile is before the window
+      f(k.row + j0, k.position + j0, cols);
+    }
   }
 }
 
@@ -112,7 +115,7 @@ void attention_forward_materialized(const S* q, const S* k, const S* v, const in
   A* O = c.take<A>(sq * d);
   A* P = c.take<A>(sq * s);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
-    const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
+    const Mask mask{doc != nullptr ? doc + bi * s : nullptr, dm.window};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
       const HeadView kvv{bi, kh, dm.kv_heads, s, d};
       gather(k, K, kvv);
@@ -212,7 +215,7 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
   A* m = c.take<A>(sq);
   A* l = c.take<A>(sq);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
-    const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
+    const Mask mask{doc != nullptr ? doc + bi * s : nullptr, dm.window};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
       const HeadView kvv{bi, kh, dm.kv_heads, kr, d};
       gather(k, K, kvv);
@@ -224,8 +227,8 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
         std::fill(m, m + sq, neg_inf);
         zero(l, sq);
         for (int64_t i0 = 0; i0 < sq; i0 += B) {
-          const int64_t rows = std::min(B, sq - i0), last = query_position(dm, i0 + rows - 1);
-          for_key_tiles(chunks, nchunks, last, B, [&](int64_t j0, int64_t pos, int64_t cols) {  // causal: left of the diagonal
+          const int64_t rows = std::min(B, sq - i0), first = query_position(dm, i0), last = query_position(dm, i0 + rows - 1);
+          for_key_tiles(chunks, nchunks, first, last, B, mask, [&](int64_t j0, int64_t pos, int64_t cols) {  // causal: left of the diagonal
             gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), T, B);
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
@@ -284,7 +287,7 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
   A* dP = c.take<A>(B * B);  // tile, then dS
   A* D = c.take<A>(sq);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
-    const Mask mask{doc != nullptr ? doc + bi * s : nullptr};
+    const Mask mask{doc != nullptr ? doc + bi * s : nullptr, dm.window};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
       const HeadView kvv{bi, kh, dm.kv_heads, kr, d};
       gather(k, K, kvv);
@@ -303,8 +306,8 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
         zero(dQ, sq * d);
         const A* lse_h = lse + (bi * dm.heads + h) * sq;
         for (int64_t i0 = 0; i0 < sq; i0 += B) {
-          const int64_t rows = std::min(B, sq - i0), last = query_position(dm, i0 + rows - 1);
-          for_key_tiles(chunks, nchunks, last, B, [&](int64_t j0, int64_t pos, int64_t cols) {
+          const int64_t rows = std::min(B, sq - i0), first = query_position(dm, i0), last = query_position(dm, i0 + rows - 1);
+          for_key_tiles(chunks, nchunks, first, last, B, mask, [&](int64_t j0, int64_t pos, int64_t cols) {
             gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), P, B);
             gemm(false, true, rows, cols, d, A(1), dO + i0 * d, d, V + j0 * d, d, A(0), dP, B);
             for (int64_t r = 0; r < rows; ++r) {

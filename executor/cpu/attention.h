@@ -3,7 +3,10 @@
 //
 //   o[b, i, h] = sum_j P[b, h, i, j] v[b, j, h / g],  g = heads / kv_heads
 //   P[b, h, i, :] = softmax_j (scale * q[b, i, h] . k[b, j, h / g])  over allowed j
-//   allowed(i, j): j <= i, and doc[b, j] == doc[b, i] when doc ids are given
+//   allowed(i, j): j <= i, i - j < window when dims.window > 0 (sliding-window attention:
+//     the window most recent positions, the query's own included; Beltagy et al. 2020,
+//     Longformer, as transformers' sliding_window), and doc[b, j] == doc[b, i] when doc ids
+//     are given
 //
 // Queries may be a slice of the sequence, against all s keys (context parallel with gathered
 // keys and values, where each rank keeps its own queries): q_rows rows, row i at sequence
@@ -62,6 +65,7 @@ struct AttentionDims {
   int64_t k_offset = 0;   // sequence position of key row 0. Default: 0
   int64_t k_split = 0;    // rows of the first key chunk; 0: one chunk of k_rows rows. Default: 0
   int64_t k_offset_hi = 0;  // sequence position of key row k_split. Default: 0
+  int64_t window = 0;     // sliding window in positions (> 0), or 0: full causal. Default: 0
 };
 
 // sq: the query rows per sequence (dims.q_rows, or s when 0). Below, shapes with sq are

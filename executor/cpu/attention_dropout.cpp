@@ -51,7 +51,7 @@ void attention_forward_dropout(const S* q, const S* k, const S* v, const int32_t
   A* O = c.take<A>(sq * d);
   A* P = c.take<A>(sq * s);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
-    const int32_t* docs = doc != nullptr ? doc + bi * s : nullptr;
+    const detail::Mask allowed{doc != nullptr ? doc + bi * s : nullptr, dm.window};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
       gather(k, K, HeadView{bi, kh, dm.kv_heads, s, d});
       gather(v, V, HeadView{bi, kh, dm.kv_heads, s, d});
@@ -64,7 +64,7 @@ void attention_forward_dropout(const S* q, const S* k, const S* v, const int32_t
           const int64_t gi = query_position(dm, i);
           A* row = P + i * s;
           for (int64_t j = 0; j < s; ++j)
-            if (!(j <= gi && (docs == nullptr || docs[j] == docs[gi]))) row[j] = neg_inf;
+            if (!allowed.allowed(gi, j)) row[j] = neg_inf;
           const A sum = exp_shifted(row, s, max_of(row, gi + 1));
           const A inv = A(1) / sum;
           for (int64_t j = 0; j < s; ++j) {

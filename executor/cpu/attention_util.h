@@ -2,6 +2,7 @@
 // views of the (b, s, heads, d) q/k/v layout and the attention score scale.
 #pragma once
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstdint>
@@ -35,6 +36,18 @@ template <class A>
 A score_scale(const AttentionDims& dm) {
   return static_cast<A>(dm.scale != 0 ? dm.scale : 1.0 / std::sqrt(static_cast<double>(dm.head_dim)));
 }
+
+// The mask of one sequence (attention.h's allowed(i, j)), on sequence positions: docs is
+// that sequence's (s) doc ids or nullptr, window dims.window.
+struct Mask {
+  const int32_t* docs;
+  int64_t window;
+  bool allowed(int64_t i, int64_t j) const {
+    return j <= i && (window <= 0 || i - j < window) && (docs == nullptr || docs[j] == docs[i]);
+  }
+  // The first key position query position i may see.
+  int64_t first_key(int64_t i) const { return window > 0 ? std::max<int64_t>(0, i - window + 1) : 0; }
+};
 
 // Query heads per kv head (GQA).
 inline int64_t group(const AttentionDims& dm) {

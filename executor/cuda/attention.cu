@@ -36,6 +36,10 @@ Status check_dims(const AttentionDims& dm) {
   if (dm.b < 0 || dm.s < 0 || dm.heads <= 0 || dm.kv_heads <= 0 || dm.head_dim <= 0 || dm.heads % dm.kv_heads != 0) {
     return Status::bad_input("attention: heads must be a positive multiple of kv_heads, and every size >= 0");
   }
+  // The CUDA kernels mask causally only; a window would be silently ignored.
+  if (dm.window > 0)
+    return Status::bad_input("attention (cuda): sliding-window attention (window " + std::to_string(dm.window) +
+                             ") runs on the CPU backend only; the CUDA kernels mask causally");
   return Status::ok();
 }
 

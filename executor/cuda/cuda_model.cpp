@@ -300,6 +300,9 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
                              "plan.flash_attention true or use --backend cpu");
   if (c.spec.dropout && !c.plan.flash_attention)
     return materialized_dropout_is_cpu_only();
+  if (c.spec.sliding_window > 0)
+    return Status::bad_input("executor (cuda): model " + c.spec.name + " has sliding-window attention (sliding_window " +
+                             std::to_string(c.spec.sliding_window) + "); the CUDA attention kernels mask causally only: use --backend cpu");
   // Interleaved 1F1B: the stage's vpp chunks, each its own model (as on the CPU).
   return detail::build_stage(c, [&ctx](const ModelConfig& ck) -> Result<std::unique_ptr<Model>> {
     const DType s = ck.storage, g = ck.grad;

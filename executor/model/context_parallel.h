@@ -7,8 +7,8 @@
 namespace llmplan::exec::detail {
 
 template <class S, class G, class Ops>
-auto ModelImpl<S, G, Ops>::cp_dims() const -> cpu::AttentionDims {
-  cpu::AttentionDims dm = dims();  // dm.s = S_: every key
+auto ModelImpl<S, G, Ops>::cp_dims(const Layer& L) const -> cpu::AttentionDims {
+  cpu::AttentionDims dm = dims(L);  // dm.s = S_: every key
   dm.q_rows = sl_;
   dm.q_split = sl_ / 2;
   dm.q_offset = cp_position(0);
@@ -41,7 +41,7 @@ auto ModelImpl<S, G, Ops>::cp_gather(const S* local, Tensor& full, int64_t w, co
 template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::cp_attn_bwd(Layer& L, const S* dout, S* dq, S* dk, S* dv, uint64_t seed) -> Status {
   if (c_.plan.cp_exchange == CpExchange::ring) return ring_attn_bwd(L, dout, dq, dk, dv);
-  const cpu::AttentionDims dm = cp_dims();
+  const cpu::AttentionDims dm = cp_dims(L);
   Saved& sv = L.sv;
   CpKeys kv;
   LL_TRY(cp_gather_keys(L, kv));
@@ -61,8 +61,8 @@ auto ModelImpl<S, G, Ops>::cp_attn_bwd(Layer& L, const S* dout, S* dq, S* dk, S*
 }
 
 template <class S, class G, class Ops>
-auto ModelImpl<S, G, Ops>::ring_dims(int owner) const -> cpu::AttentionDims {
-  cpu::AttentionDims dm = cp_dims();
+auto ModelImpl<S, G, Ops>::ring_dims(const Layer& L, int owner) const -> cpu::AttentionDims {
+  cpu::AttentionDims dm = cp_dims(L);
   dm.k_rows = sl_;
   dm.k_split = sl_ / 2;
   dm.k_offset = cp_position(0, owner);
@@ -74,7 +74,7 @@ template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::ring_attn_fwd(Layer& L, Mode mode) -> Status {
   Saved& sv = L.sv;
   const int64_t w = n_ * kvw_;
-  const cpu::AttentionDims dm0 = ring_dims(cr_);
+  const cpu::AttentionDims dm0 = ring_dims(L, cr_);
   const int64_t rows = dm0.b * dm0.heads * cpu::query_rows(dm0);
   LL_TRY(lmake(L, sv.lse, "attn.lse", rows, kA, mode));
   Tensor cur, next, o_part, lse_part;
@@ -86,7 +86,7 @@ auto ModelImpl<S, G, Ops>::ring_attn_fwd(Layer& L, Mode mode) -> Status {
   LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm0, true, /*backward=*/false), "attention.workspace"));
   for (int step = 0; step < cp_; ++step) {
     if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 300 + step));
-    const cpu::AttentionDims dm = ring_dims((cr_ - step + cp_) % cp_);
+    const cpu::AttentionDims dm = ring_dims(L, (cr_ - step + cp_) % cp_);
     const bool first = step == 0;
     LL_TRY(ops_.template attention_forward_flash<S>(d(sv.q), d(cur), d(cur) + w, staged_.whole_doc, first ? d(sv.proj_input) : d(o_part),
                                                     first ? sv.lse.template data<A>() : lse_part.template data<A>(), dm, sc.span()));
@@ -112,10 +112,10 @@ auto ModelImpl<S, G, Ops>::ring_attn_bwd(Layer& L, const S* dout, S* dq, S* dk, 
   LL_TRY(ws(dkv_part, 2 * w, "attn.dkv.cp_ring_partial"));
   LL_TRY(ops_.zero(dq, bytes_q));
   Scratch sc;
-  LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, ring_dims(cr_), true), "attention.workspace"));
+  LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, ring_dims(L, cr_), true), "attention.workspace"));
   for (int step = 0; step < cp_; ++step) {
     if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 400 + step));
-    const cpu::AttentionDims dm = ring_dims((cr_ - step + cp_) % cp_);
+    const cpu::AttentionDims dm = ring_dims(L, (cr_ - step + cp_) % cp_);
     LL_TRY(ops_.template attention_backward_flash<S>(d(sv.q), d(cur), d(cur) + w, staged_.whole_doc, d(sv.proj_input), sv.lse.template data<A>(),
                                                      dout, d(dq_part), d(dkv_part), d(dkv_part) + w, dm, sc.span()));
     LL_TRY(ops_.template add_inplace<S>(dq, d(dq_part), n_ * qw_));

@@ -17,7 +17,7 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
   } else if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention && cp_ == 1) {  // CP: recomputed below
     Tensor o;
     LL_TRY(ws(o, n * qw, "attn.recompute_out"));
-    LL_TRY(attn_fwd_kernel(L, d(L.sv.q), d(L.sv.k), d(L.sv.v), staged_.doc, dims(), d(o), Mode::recompute, seed));
+    LL_TRY(attn_fwd_kernel(L, d(L.sv.q), d(L.sv.k), d(L.sv.v), staged_.doc, dims(L), d(o), Mode::recompute, seed));
   }
   Saved& sv = L.sv;
   // ---- MLP
@@ -88,7 +88,7 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
   LL_TRY(ws(dk, n * kvw, "attn.dk"));
   LL_TRY(ws(dv, n * kvw, "attn.dv"));
   {
-    const cpu::AttentionDims dm = dims();
+    const cpu::AttentionDims dm = dims(L);
     if (cp_ > 1) {
       LL_TRY(cp_attn_bwd(L, d(dproj), d(dq), d(dk), d(dv), seed));
     } else {

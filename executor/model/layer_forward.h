@@ -41,7 +41,7 @@ auto ModelImpl<S, G, Ops>::layer_fwd(Layer& L, const S* x, Tensor& out, Category
   if (cp_ > 1) {
     LL_TRY(cp_attn_fwd(L, mode, seed));
   } else {
-    LL_TRY(attn_fwd_kernel(L, d(sv.q), d(sv.k), d(sv.v), staged_.doc, dims(), d(sv.proj_input), mode, seed));
+    LL_TRY(attn_fwd_kernel(L, d(sv.q), d(sv.k), d(sv.v), staged_.doc, dims(L), d(sv.proj_input), mode, seed));
   }
   Tensor branch;
   LL_TRY(ws(branch, ns * h_, "attn.out"));

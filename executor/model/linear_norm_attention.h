@@ -182,8 +182,9 @@ auto ModelImpl<S, G, Ops>::head_norm_bwd(Norm& nm, const S* x, const S* dy, S* d
 }
 
 template <class S, class G, class Ops>
-auto ModelImpl<S, G, Ops>::dims() const -> cpu::AttentionDims {
+auto ModelImpl<S, G, Ops>::dims(const Layer& L) const -> cpu::AttentionDims {
   cpu::AttentionDims dm;
+  dm.window = c_.spec.attention_window(L.index);
   dm.b = c_.plan.micro_batch;
   dm.s = c_.job.seq_len;
   dm.heads = c_.spec.heads / t_;

@@ -282,7 +282,8 @@ class ModelImpl final : public Model {
   // of sequence-parallel parameters' gradients).
   Status norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, bool accumulate);
 
-  cpu::AttentionDims dims() const;
+  // Layer L's attention over one rank's whole sequences (its window: ModelSpec::attention_window).
+  cpu::AttentionDims dims(const Layer& L) const;
 
   // The attention forward the plan selects, for the queries `q` of `dm` (all of the
   // sequence, or a CP rank's) against keys and values k, v with key doc ids `doc`: output o,
@@ -317,7 +318,7 @@ class ModelImpl final : public Model {
     return t < c ? rank * c + t : (2 * cp_ - 1 - rank) * c + (t - c);
   }
   int64_t cp_position(int64_t t) const { return cp_position(t, cr_); }
-  cpu::AttentionDims cp_dims() const;
+  cpu::AttentionDims cp_dims(const Layer& L) const;
   // Copies between rank-major (cp, b, sl_, w) blocks -- a CP collective's layout, block q
   // holding rank q's rows -- and whole sequences (b, S_, w); to_whole picks the direction.
   Status cp_reorder(S* rank_major, S* whole, int64_t w, bool to_whole);
@@ -343,7 +344,7 @@ class ModelImpl final : public Model {
     if (c_.plan.cp_exchange == CpExchange::ring) return ring_attn_fwd(L, mode);
     CpKeys kv;
     LL_TRY(cp_gather_keys(L, kv));
-    return attn_fwd_kernel(L, d(L.sv.q), d(kv.k), d(kv.v), staged_.whole_doc, cp_dims(), d(L.sv.proj_input), mode, seed);
+    return attn_fwd_kernel(L, d(L.sv.q), d(kv.k), d(kv.v), staged_.whole_doc, cp_dims(L), d(L.sv.proj_input), mode, seed);
   }
   // Backward: dout (n_, qw) this rank's output gradient -> dq (n_, qw), dk, dv (n_, kvw) of
   // this rank's tokens. Under selective recompute without flash the scores of this rank's
@@ -358,7 +359,7 @@ class ModelImpl final : public Model {
   // held: the current and the next. Backward: the same ring with the merged o and lse; the
   // dk, dv of each visiting rank's keys accumulate in a buffer that travels with them and,
   // after a last shift, reaches its owner complete. Flash only (plan_check).
-  cpu::AttentionDims ring_dims(int owner) const;
+  cpu::AttentionDims ring_dims(const Layer& L, int owner) const;
   // (k | v) of this rank's tokens into one buffer of 2 n_ kvw (the unit the ring passes).
   Status ring_pack(Tensor& kv, const S* k, const S* v, const char* name) {
     const int64_t w = n_ * kvw_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "executor/cpu/attention.h"
@@ -21,7 +22,8 @@ using testing::Rng;
 using testing::test_seed;
 using Vec = std::vector<double>;
 
-// Straight from the definition: per (b, h, i) a softmax over allowed j of q.k * scale.
+// Straight from the definition: per (b, h, i) a softmax over allowed j of q.k * scale
+// (j <= i, i - j < window when dm.window > 0, same document).
 Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, const std::vector<int32_t>* doc,
                     const cpu::AttentionDims& dm) {
   const int64_t s = dm.s, d = dm.head_dim, a = dm.heads, akv = dm.kv_heads;
@@ -33,15 +35,19 @@ Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, const std::vector<
       for (int64_t i = 0; i < s; ++i) {
         std::vector<double> w(s, 0.0);
         double mx = -1e300, z = 0;
+        // Causal, within the window (dm.window > 0: the window most recent positions), same document.
+        auto allowed = [&](int64_t j) {
+          return (dm.window <= 0 || i - j < dm.window) && !(doc && (*doc)[b * s + j] != (*doc)[b * s + i]);
+        };
         for (int64_t j = 0; j <= i; ++j) {
-          if (doc && (*doc)[b * s + j] != (*doc)[b * s + i]) continue;
+          if (!allowed(j)) continue;
           double sc = 0;
           for (int64_t c = 0; c < d; ++c) sc += q[((b * s + i) * a + h) * d + c] * k[((b * s + j) * akv + kh) * d + c];
           w[j] = sc * scale;
           mx = std::max(mx, w[j]);
         }
         for (int64_t j = 0; j <= i; ++j) {
-          if (doc && (*doc)[b * s + j] != (*doc)[b * s + i]) { w[j] = 0; continue; }
+          if (!allowed(j)) { w[j] = 0; continue; }
           w[j] = std::exp(w[j] - mx);
           z += w[j];
         }
@@ -200,9 +206,10 @@ void add_rows_at(const Vec& x, int64_t w, const cpu::AttentionDims& dm, Vec& int
     for (int64_t i = 0; i < sq; ++i)
       for (int64_t e = 0; e < w; ++e) into[(bi * dm.s + cpu::query_position(dm, i)) * w + e] += x[(bi * sq + i) * w + e];
 }
-CpReference cp_reference(Rng& rng, int64_t b, int64_t s, int64_t a, int64_t akv, int64_t d) {
+CpReference cp_reference(Rng& rng, int64_t b, int64_t s, int64_t a, int64_t akv, int64_t d, int64_t window = 0) {
   CpReference r{make_case(rng, b, s, a, akv, d, /*block=*/3, /*with_docs=*/true), {}, {}, {}, {}};
   Case& w = r.whole;
+  w.dm.window = window;
   r.o = naive_attention(w.q, w.k, w.v, &w.doc, w.dm);
   auto loss = [&] { return dot(w.G, naive_attention(w.q, w.k, w.v, &w.doc, w.dm)); };
   r.dq = numeric_grad(w.q, loss);
@@ -217,10 +224,11 @@ CpReference cp_reference(Rng& rng, int64_t b, int64_t s, int64_t a, int64_t akv,
 // gradient of the whole sequence's loss, and the slices' dk, dv summed over the ranks equal
 // the whole dk, dv -- for flash and materialized. With dropout, each slice draws exactly
 // the whole run's mask rows, and the same sums hold against the whole-sequence kernel.
-TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) {
+void check_query_slices(int64_t window) {
+  SCOPED_TRACE("window " + std::to_string(window));
   Rng rng(test_seed());
   const int64_t b = 2, s = 12, a = 4, akv = 2, d = 3, cp = 3, c = s / (2 * cp), sq = 2 * c;
-  CpReference cr = cp_reference(rng, b, s, a, akv, d);
+  CpReference cr = cp_reference(rng, b, s, a, akv, d, window);
   Case& whole = cr.whole;
   const Vec &ref = cr.o, &nq = cr.dq, &nk = cr.dk, &nv = cr.dv;
   // Whole-sequence dropout run, the reference for the slices' draws.
@@ -297,10 +305,11 @@ TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) {
 // naive whole-sequence reference's rows; the backward of each step, run with the merged
 // o and lse, must give dq summed over the steps = the finite-difference dq rows, and dk,
 // dv of owner j's rows summed over every rank = the finite-difference dk, dv.
-TEST(Attention, RingStepsOverKeyChunksMergeToTheWholeSequence) {
+void check_ring(int64_t window) {
+  SCOPED_TRACE("window " + std::to_string(window));
   Rng rng(test_seed());
   const int64_t b = 2, s = 12, a = 4, akv = 2, d = 3, cp = 3, c = s / (2 * cp), sq = 2 * c;
-  CpReference cr = cp_reference(rng, b, s, a, akv, d);
+  CpReference cr = cp_reference(rng, b, s, a, akv, d, window);
   Case& whole = cr.whole;
   const Vec &ref = cr.o, &nq = cr.dq, &nk = cr.dk, &nv = cr.dv;
   const int64_t row = a * d, kvrow = akv * d;
@@ -342,6 +351,77 @@ TEST(Attention, RingStepsOverKeyChunksMergeToTheWholeSequence) {
   EXPECT_TRUE(grads_match("ring dq", dq_all, nq, 1e-6));
   EXPECT_TRUE(grads_match("ring dk", dk_all, nk, 1e-6));
   EXPECT_TRUE(grads_match("ring dv", dv_all, nv, 1e-6));
+}
+
+TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) { check_query_slices(0); }
+TEST(Attention, RingStepsOverKeyChunksMergeToTheWholeSequence) { check_ring(0); }
+// A window of 5 over s = 12 in chunks of 2: a rank's high chunk sees none of the keys of the
+// ranks whose chunks lie more than 4 positions back (whole ring steps with no allowed key,
+// lse -inf) and parts of others.
+TEST(Attention, QuerySlicesWithSlidingWindow) { check_query_slices(5); }
+TEST(Attention, RingStepsWithSlidingWindow) { check_ring(5); }
+
+// Sliding-window attention (Longformer; Mistral; Gemma 3's local layers): float64 against
+// the naive reference and finite differences. Windows 2 and 3 with flash tiles of 2 skip
+// whole tiles before the window; window 1 attends to the query itself only (o = v of its
+// own position); a window as long as the sequence is full causal attention.
+TEST(Attention, SlidingWindowBothVariants) {
+  for (const int64_t window : {2, 3, 7}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    Rng rng(test_seed());
+    Case c = make_case(rng, 2, 11, 4, 2, 6, /*block=*/2, /*with_docs=*/true);
+    c.dm.window = window;
+    check_case(c);
+  }
+  Rng rng(test_seed());
+  Case c = make_case(rng, 1, 9, 2, 1, 3, /*block=*/4, false);
+  c.dm.window = 1;  // softmax over one key: o = v, dv = the heads' G summed, dq = dk = 0
+  for (bool flash : {true, false}) {
+    const Grads g = run(c, flash);
+    for (int64_t i = 0; i < 9; ++i)
+      for (int64_t e = 0; e < 3; ++e) {
+        EXPECT_NEAR(g.dv[i * 3 + e], c.G[(i * 2) * 3 + e] + c.G[(i * 2 + 1) * 3 + e], 1e-14);
+        EXPECT_NEAR(g.dk[i * 3 + e], 0.0, 1e-14);
+        for (int64_t h = 0; h < 2; ++h) {
+          EXPECT_NEAR(g.o[(i * 2 + h) * 3 + e], c.v[i * 3 + e], 1e-15);
+          EXPECT_NEAR(g.dq[(i * 2 + h) * 3 + e], 0.0, 1e-14);
+        }
+      }
+  }
+  Case full = make_case(rng, 1, 9, 2, 1, 3, /*block=*/4, true), whole = full;
+  whole.dm.window = 9;
+  const Grads a = run(full, true), b = run(whole, true);
+  EXPECT_TRUE(grads_match("window = s vs full o", b.o, a.o, 0));
+  EXPECT_TRUE(grads_match("window = s vs full dk", b.dk, a.dk, 0));
+}
+
+// The dropout kernel masks by the same rule: with a window its probabilities are 0 outside
+// it and each row sums to 1, and with p = 0 its output is the naive windowed attention.
+TEST(Attention, DropoutKernelMasksTheWindow) {
+  Rng rng(test_seed());
+  Case c = make_case(rng, 2, 11, 4, 2, 6, 4, true);
+  c.dm.window = 4;
+  const cpu::AttentionDims& dm = c.dm;
+  testing::Workspace work(cpu::attention_dropout_workspace_bytes(DType::f64, dm));
+  const int64_t ss = dm.b * dm.heads * dm.s * dm.s;
+  Vec o(c.q.size()), probs(ss), dropped(ss);
+  std::vector<uint8_t> mask(ss);
+  cpu::attention_forward_dropout<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(), probs.data(), mask.data(),
+                                         dropped.data(), dm, 0.0, 7, work.span());
+  EXPECT_TRUE(grads_match("dropout p=0 windowed o", o, naive_attention(c.q, c.k, c.v, &c.doc, dm), 1e-13));
+  for (int64_t b = 0; b < dm.b; ++b)
+    for (int64_t h = 0; h < dm.heads; ++h)
+      for (int64_t i = 0; i < dm.s; ++i) {
+        double sum = 0;
+        for (int64_t j = 0; j < dm.s; ++j) {
+          const double p = probs[((b * dm.heads + h) * dm.s + i) * dm.s + j];
+          if (!(j <= i && i - j < dm.window && c.doc[b * dm.s + j] == c.doc[b * dm.s + i])) {
+            EXPECT_EQ(p, 0.0);
+          }
+          sum += p;
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-14);
+      }
 }
 
 }  // namespace

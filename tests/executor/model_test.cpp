@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "executor/model.h"
@@ -327,6 +328,43 @@ TEST(ModelGrad, QwenMoeQkNormFloat64) {
   check_gradients(config(m, Precision::fp32, Recompute::none, true, true), true);
 }
 
+// Sliding-window attention on alternating layers (gpt-oss's layer_types; Gemma 3 with n = 2):
+// layer 0 attends to the 3 most recent positions of its 8, layer 1 to all.
+ModelSpec tiny_windowed(ModelSpec m, int64_t window = 3) {
+  m.name += "-window" + std::to_string(window);
+  m.sliding_window = window;
+  m.global_attention_every = 2;
+  return m;
+}
+TEST(ModelGrad, SlidingWindowFlashPackedFloat64) {
+  check_gradients(config(tiny_windowed(tiny_llama()), Precision::fp32, Recompute::none, true, true), true);
+}
+TEST(ModelGrad, SlidingWindowMaterializedSelectiveFloat64) {
+  check_gradients(config(tiny_windowed(tiny_qwen(true, AttentionBias::qkv)), Precision::fp32, Recompute::selective, false, true), false);
+}
+TEST(ModelGrad, SlidingWindowGptMaterializedWithDropoutFloat64) {
+  check_gradients(config(tiny_windowed(tiny_gpt(true)), Precision::fp32, Recompute::none, false, true), true);
+}
+// The window is applied, and only where it cuts: a window of 3 changes the loss; a window
+// as long as the sequence (8) gives full attention's loss exactly.
+TEST(ModelWindow, TheWindowChangesTheLossOnlyWhenShorterThanTheSequence) {
+  auto loss = [](const ModelSpec& spec, bool flash) {
+    ModelConfig c = config(spec, Precision::fp32, Recompute::none, flash, true);
+    c.options.randomize_all = true;
+    CpuAllocator alloc;
+    auto model = build_model(alloc, c);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    if (!model.ok()) return 0.0;
+    const Data data = random_data(c, 11);
+    return *(*model)->forward_loss(data.batch(false), 0, 5);
+  };
+  for (bool flash : {true, false}) {
+    const double full = loss(tiny_llama(), flash);
+    EXPECT_EQ(loss(tiny_windowed(tiny_llama(), 8), flash), full);
+    EXPECT_GT(std::fabs(loss(tiny_windowed(tiny_llama(), 3), flash) - full), 1e-6 * std::fabs(full));
+  }
+}
+
 // The executor's parameters are the recipe's: every element count_params gives, with the
 // biases and QK-norm weights the options add (and nothing else).
 TEST(ModelParams, ExecutorParametersEqualTheRecipesCount) {
@@ -360,7 +398,6 @@ TEST(ModelParams, PlannedOnlyBlocksAreRefusedNamingThem) {
   };
   const Case cases[] = {
       {"multi-head latent attention", [](ModelSpec* m) { m->mla = {0, 8, 8, 4, 8}; }},
-      {"sliding-window attention", [](ModelSpec* m) { m->sliding_window = 4, m->global_attention_every = 2; }},
       {"attention sinks", [](ModelSpec* m) { m->attention_sinks = true; }},
       {"post-norms", [](ModelSpec* m) { m->post_norms = true; }},
       {"multi-token prediction", [](ModelSpec* m) { m->mtp_layers = 1; }},
@@ -422,6 +459,19 @@ TEST(ModelRecipe, MoeActivationBytesEqualRecipeForEveryPolicyAndPrecision) {
           ++checked;
         }
   EXPECT_EQ(checked, 48);
+}
+
+// A window changes nothing kept (recipe: flash keeps o and lse, materialised the whole
+// s x s probabilities with the window masked to 0): the executor's bytes equal the recipe's.
+TEST(ModelRecipe, SlidingWindowActivationBytesEqualRecipe) {
+  for (const ModelSpec& spec : {tiny_windowed(tiny_llama()), tiny_windowed(tiny_gpt(true))})
+    for (Precision prec : {Precision::fp32, Precision::bf16})
+      for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
+        for (bool flash : {false, true}) {
+          const ModelConfig c = config(spec, prec, rc, flash);
+          SCOPED_TRACE(spec.name + " " + to_string(prec) + " " + to_string(rc) + (flash ? " flash" : " materialized"));
+          EXPECT_EQ(measured_activation_bytes(c), planned_activation_bytes(c));
+        }
 }
 
 TEST(ModelRecipe, LoraAndFrozenLayersKeepWhatTheRecipeSays) {

@@ -73,8 +73,12 @@ struct Case {
   // > 0: the model's ffn_hidden, which a MoE model's shared expert has: wide enough that
   // its backward, not the routed experts', is the layer's widest moment.
   int64_t ffn_hidden = 0;
+  // > 0: sliding-window attention of this many positions on the even layers (0, 2, ...),
+  // full on the odd ones (global_attention_every 2, gpt-oss's alternation).
+  int64_t window = 0;
   void apply_model_options(ModelSpec& m) const {
     if (ffn_hidden > 0) m.ffn_hidden = ffn_hidden;
+    if (window > 0) m.sliding_window = window, m.global_attention_every = 2;
     if (!qwen) return;
     m.qk_norm = true;
     m.attention_bias = AttentionBias::all;
@@ -233,6 +237,13 @@ const Case kCases[] = {
     {.name = "moe_llama_cp2_ep2_all_gather", .family = Family::llama, .dp = 1, .zero = 0, .cp = 2, .moe = true, .ep = 2,
      .capacity_factor = 2, .cp_all_gather = true},
     {.name = "llama_cp4", .family = Family::llama, .dp = 1, .zero = 0, .cp = 4},
+    // Sliding-window attention (window 6 of 32 on layer 0): over a ring of four, rank r's
+    // queries see none of some owners' keys (chunks of 4); under the all-gather and TP+SP;
+    // under PP the windowed layer is stage 0's (the window follows the global layer index).
+    {.name = "llama_cp4_window6", .family = Family::llama, .dp = 1, .zero = 0, .cp = 4, .window = 6},
+    {.name = "gpt_tp2_sp_cp2_window6_all_gather", .family = Family::gpt, .dp = 1, .zero = 0, .tp = 2, .sp = true, .cp = 2,
+     .cp_all_gather = true, .window = 6},
+    {.name = "llama_dp2_pp2_window6_zero1", .family = Family::llama, .dp = 2, .zero = 1, .pp = 2, .window = 6},
     // A vocabulary that tp does not divide (251 over 2 and 4): padded to a multiple of tp,
     // the padded logits masked out of the loss; tied (GPT, with SP) and untied (Llama).
     {.name = "gpt_tp2_sp_vocab251", .family = Family::gpt, .dp = 1, .zero = 0, .tp = 2, .sp = true, .vocab = 251},
