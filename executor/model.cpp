@@ -48,6 +48,9 @@ Status check_model_config(const ModelConfig& c) {
     if (e.experts_per_token < 1 || e.experts_per_token > e.experts || e.expert_ffn_hidden <= 0 || !(e.capacity_factor > 0))
       return Status::bad_input("executor: model " + m.name + ": MoE needs 1 <= experts_per_token <= experts, expert_ffn_hidden > 0 "
                                "and capacity_factor > 0");
+    if (c.plan.tp > 1 && m.shared_ffn_width() % c.plan.tp != 0)
+      return Status::bad_input("executor: tp " + std::to_string(c.plan.tp) + " must divide the shared experts' width " +
+                               std::to_string(m.shared_ffn_width()) + " of " + m.name);
     if (c.plan.tp > 1 && !c.plan.sp)
       return Status::bad_input("executor: model " + m.name + " is a mixture of experts: plan.tp " + std::to_string(c.plan.tp) +
                                " needs plan.sp (each TP rank routes its own sequence shard), as the planner requires");
@@ -78,9 +81,6 @@ Status check_model_config(const ModelConfig& c) {
   if (m.attention_sinks) add("attention sinks");
   if (m.post_norms) add("post-norms");
   if (m.mtp_layers > 0) add("multi-token prediction (mtp_layers)");
-  if (m.moe.enabled() && (m.moe.first_dense_layers > 0 || m.moe.layer_freq > 1)) add("dense layers among the MoE ones (moe.first_dense_layers, moe.layer_freq)");
-  if (m.moe.enabled() && m.moe.shared_experts > 0 && m.moe.shared_expert_ffn_hidden > 0 && m.moe.shared_expert_ffn_hidden != m.ffn_hidden)
-    add("shared experts of their own width (moe.shared_expert_ffn_hidden)");
   if (m.moe.enabled() && m.moe.expert_bias) add("expert biases (moe.expert_bias)");
   if (m.moe.enabled() && m.moe.load_imbalance != 1.0) add("an imbalanced expert load (moe.load_imbalance; the executor routes with capacity_factor)");
   if (!planned_only.empty())
@@ -414,12 +414,15 @@ CpuOpScratch cpu_op_scratch_bytes(const ModelSpec& m, const TrainingJob& j, cons
     gemm(call, h, m.moe.expert_ffn_hidden);
     gemm(call, m.moe.expert_ffn_hidden, h);
     gemm(ns, h, m.moe.experts);
-    const int64_t fs = m.ffn_hidden * m.moe.shared_experts / t;
+    const int64_t fs = m.shared_ffn_width() / t;
     if (fs > 0) {
       gemm(n, h, fs);
       gemm(n, fs, h);
     }
-  } else {
+  }
+  bool dense_layer = !m.moe.enabled();  // a dense MLP on some layer (a MoE model's first or every n-th)
+  for (int i = 0; i < m.layers && !dense_layer; ++i) dense_layer = !m.moe_layer(i);
+  if (dense_layer) {
     gemm(n, h, m.ffn_hidden / t);
     gemm(n, m.ffn_hidden / t, h);
   }

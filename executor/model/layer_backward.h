@@ -28,11 +28,12 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
     LL_TRY(ops_.template dropout_backward<S>(dx, sv.mlp_mask.template data<uint8_t>(), d(dbranch), ns * h_, p_));
     dy = d(dbranch);
   }
-  if (sp_ && !moe_) {  // row-parallel backward needs the full-sequence output gradient
+  const bool moe = moe_layer(L);
+  if (sp_ && !moe) {  // row-parallel backward needs the full-sequence output gradient
     LL_TRY(sp_gather(gathered, dy, "mlp.d_out.gathered"));
     dy = d(gathered);
   }
-  if (moe_) {  // this rank's tokens in and out; moe_bwd gathers for the shared experts itself
+  if (moe) {  // this rank's tokens in and out; moe_bwd gathers for the shared experts itself
     LL_TRY(ws(dmid, ns * h_, "mlp.d_input"));
     LL_TRY(moe_bwd(L, dy, d(dmid)));
     dbranch.reset();
@@ -64,8 +65,8 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
     }
   }
   gathered.reset();
-  if (!moe_) LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "mlp.d_input_local"));  // column-parallel: partial sums
-  LL_TRY(norm_bwd(L.ln2, d(sv.ln2_input), sp_ && !moe_ ? d(dlocal) : d(dmid), dx, true));
+  if (!moe) LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "mlp.d_input_local"));  // column-parallel: partial sums
+  LL_TRY(norm_bwd(L.ln2, d(sv.ln2_input), sp_ && !moe ? d(dlocal) : d(dmid), dx, true));
   dmid.reset();
   dlocal.reset();
   // ---- attention

@@ -55,7 +55,7 @@ auto ModelImpl<S, G, Ops>::layer_fwd(Layer& L, const S* x, Tensor& out, Category
   // ---- MLP
   LL_TRY(lmake(L, sv.mlp_input, "mlp.input", ns * h_, c_.storage, mode));
   LL_TRY(norm_fwd(L.ln2, d(sv.ln2_input), d(sv.mlp_input)));
-  if (moe_) {
+  if (moe_layer(L)) {
     LL_TRY(moe_fwd(L, d(branch), mode));
   } else {
     if (sp_) LL_TRY(sp_gather(gathered, d(sv.mlp_input), "mlp.input.gathered"));

@@ -578,8 +578,12 @@ class ModelImpl final : public Model {
   bool sp_ = false;                          // sequence parallel (t_ > 1 and plan.sp)
   // MoE (see moe_fwd): E_ routed experts, top-k_, expert width fe_; ep_ ranks of Group::ep,
   // this one (er_) holding experts e0_ .. e0_ + El_ - 1; cap_ rows per expert and routing
-  // rank, rows_ = E_ * cap_; fs_: this rank's shared-expert width (0: none).
+  // rank, rows_ = E_ * cap_; fs_: this rank's shared-expert width (0: none). moe_: the
+  // model has experts; moe_layer(L): layer L's MLP is the routed one (ModelSpec::moe_layer:
+  // DeepSeek's first dense layers, Qwen-MoE's every n-th), the others the dense MLP of
+  // ffn_hidden.
   bool moe_ = false;
+  bool moe_layer(const Layer& L) const { return moe_ && c_.spec.moe_layer(L.index); }
   int E_ = 0, k_ = 0, ep_ = 1, er_ = 0;
   int64_t El_ = 0, e0_ = 0, fe_ = 0, cap_ = 0, rows_ = 0, fs_ = 0;
   int64_t ns_ = 0;                           // tokens in this rank's sequence slice: n_ / t_ with SP, else n_

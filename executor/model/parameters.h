@@ -44,7 +44,7 @@ auto ModelImpl<S, G, Ops>::init() -> Status {
     e0_ = er_ * El_;
     cap_ = static_cast<int64_t>(moe_expert_capacity(m, static_cast<double>(ns_)));
     rows_ = E_ * cap_;
-    fs_ = m.ffn_hidden * m.moe.shared_experts / t_;
+    fs_ = m.shared_ffn_width() / t_;
   }
   const bool lora = c_.job.mode == TrainMode::lora;
   const int frozen = c_.job.frozen_layer_count(m.layers);
@@ -189,7 +189,7 @@ auto ModelImpl<S, G, Ops>::init_layer(Layer& L, int local) -> Status {
     LL_TRY(param(L.kn.w, L.kn.gw, {-1, 1, m.head_width()}, pre + ".k_norm.weight", L.ctx.base_trainable, false, 0, 1.0));
   }
   LL_TRY(init_norm(L.ln2, pre + ".ln2", L.ctx.base_trainable));
-  if (moe_) return init_moe(L);
+  if (moe_layer(L)) return init_moe(L);
   if (!gpt_) LL_TRY(init_linear(L, L.gate, Projection::gate, Par::column, h_, m.ffn_hidden));
   LL_TRY(init_linear(L, L.up, Projection::up, Par::column, h_, m.ffn_hidden));
   LL_TRY(init_linear(L, L.down, Projection::down, Par::row, m.ffn_hidden, h_));
@@ -215,7 +215,7 @@ auto ModelImpl<S, G, Ops>::init_moe(Layer& L) -> Status {
     for (size_t k = at; k < params_.size(); ++k) params_[k].expert = true;
   }
   if (fs_ > 0) {
-    const int64_t fs = c_.spec.ffn_hidden * c_.spec.moe.shared_experts;
+    const int64_t fs = c_.spec.shared_ffn_width();
     // LoRA MLP targets adapt the routed experts only (the planner's count_params).
     if (!gpt_) LL_TRY(init_linear(L, mo.sgate, Projection::gate, Par::column, h_, fs, pre + "shared.gate", false));
     LL_TRY(init_linear(L, mo.sup, Projection::up, Par::column, h_, fs, pre + "shared.up", false));

@@ -365,6 +365,53 @@ TEST(ModelWindow, TheWindowChangesTheLossOnlyWhenShorterThanTheSequence) {
   }
 }
 
+// Dense and MoE layers mixed (DeepSeek-V3's first dense layers; Megatron's moe_layer_freq)
+// and shared experts of their own width (DeepSeek's n_shared_experts x moe_intermediate_size).
+ModelSpec tiny_mixed_moe(int first_dense, int every, int64_t shared_width) {
+  ModelSpec m = tiny_moe(Family::llama);
+  m.name += "-dense" + std::to_string(first_dense) + "-every" + std::to_string(every) + "-shared" + std::to_string(shared_width);
+  m.layers = 3;
+  m.moe.first_dense_layers = first_dense;
+  m.moe.layer_freq = every;
+  m.moe.shared_expert_ffn_hidden = shared_width;
+  return m;
+}
+TEST(ModelGrad, MoeFirstDenseLayerAndNarrowSharedExpertFloat64) {
+  check_gradients(config(tiny_mixed_moe(1, 0, 12), Precision::fp32, Recompute::none, true, true), true);
+}
+TEST(ModelGrad, MoeEveryOtherLayerSelectiveFloat64) {
+  check_gradients(config(tiny_mixed_moe(0, 2, 0), Precision::fp32, Recompute::selective, false, true), false);
+}
+TEST(ModelGrad, MoeGptFirstDenseFullRecomputeFloat64) {
+  ModelSpec m = tiny_moe(Family::gpt);
+  m.layers = 3;
+  m.moe.first_dense_layers = 2;
+  check_gradients(config(m, Precision::fp32, Recompute::full, true, true), true);
+}
+// The layer kinds are the recipe's: a dense layer holds the dense MLP's weights (no router,
+// no experts), a MoE layer the router, experts and shared experts of their own width.
+TEST(ModelParams, MixedLayersHoldTheirOwnKindsWeights) {
+  CpuAllocator alloc;
+  auto model = build_model(alloc, config(tiny_mixed_moe(1, 0, 12), Precision::fp32, Recompute::none, true));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  int64_t elements = 0;
+  bool dense_router = false, dense_mlp0 = false, moe_dense_mlp = false;
+  int64_t shared_up = 0;
+  for (const ParamRef& p : (*model)->params()) {
+    elements += p.weight->numel();
+    dense_router |= p.name.rfind("layer0.moe.", 0) == 0;
+    dense_mlp0 |= p.name == "layer0.up.weight";
+    moe_dense_mlp |= p.name == "layer1.up.weight";
+    if (p.name == "layer1.moe.shared.up.weight") shared_up = p.weight->numel();
+  }
+  EXPECT_FALSE(dense_router);
+  EXPECT_TRUE(dense_mlp0);
+  EXPECT_FALSE(moe_dense_mlp);
+  EXPECT_EQ(shared_up, 12 * 16);  // (shared width 12) x (hidden 16)
+  const ModelSpec spec = tiny_mixed_moe(1, 0, 12);
+  EXPECT_EQ(static_cast<double>(elements), count_params(spec, 1, 1, 1, 0, 0).total);
+}
+
 // The executor's parameters are the recipe's: every element count_params gives, with the
 // biases and QK-norm weights the options add (and nothing else).
 TEST(ModelParams, ExecutorParametersEqualTheRecipesCount) {
@@ -465,6 +512,17 @@ TEST(ModelRecipe, MoeActivationBytesEqualRecipeForEveryPolicyAndPrecision) {
 // s x s probabilities with the window masked to 0): the executor's bytes equal the recipe's.
 TEST(ModelRecipe, SlidingWindowActivationBytesEqualRecipe) {
   for (const ModelSpec& spec : {tiny_windowed(tiny_llama()), tiny_windowed(tiny_gpt(true))})
+    for (Precision prec : {Precision::fp32, Precision::bf16})
+      for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
+        for (bool flash : {false, true}) {
+          const ModelConfig c = config(spec, prec, rc, flash);
+          SCOPED_TRACE(spec.name + " " + to_string(prec) + " " + to_string(rc) + (flash ? " flash" : " materialized"));
+          EXPECT_EQ(measured_activation_bytes(c), planned_activation_bytes(c));
+        }
+}
+
+TEST(ModelRecipe, MixedMoeLayersActivationBytesEqualRecipe) {
+  for (const ModelSpec& spec : {tiny_mixed_moe(1, 0, 12), tiny_mixed_moe(0, 2, 0)})
     for (Precision prec : {Precision::fp32, Precision::bf16})
       for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
         for (bool flash : {false, true}) {

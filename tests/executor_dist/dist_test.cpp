@@ -76,8 +76,16 @@ struct Case {
   // > 0: sliding-window attention of this many positions on the even layers (0, 2, ...),
   // full on the odd ones (global_attention_every 2, gpt-oss's alternation).
   int64_t window = 0;
+  // MoE layer kinds: the first first_dense layers dense (DeepSeek-V3's first_k_dense_replace),
+  // or with moe_every > 1 only every moe_every-th layer MoE (Megatron's moe_layer_freq); and
+  // shared experts of their own width shared_width (0: ffn_hidden).
+  int first_dense = 0, moe_every = 0;
+  int64_t shared_width = 0;
   void apply_model_options(ModelSpec& m) const {
     if (ffn_hidden > 0) m.ffn_hidden = ffn_hidden;
+    if (first_dense > 0) m.moe.first_dense_layers = first_dense;
+    if (moe_every > 1) m.moe.layer_freq = moe_every;
+    if (shared_width > 0) m.moe.shared_expert_ffn_hidden = shared_width;
     if (window > 0) m.sliding_window = window, m.global_attention_every = 2;
     if (!qwen) return;
     m.qk_norm = true;
@@ -213,6 +221,15 @@ const Case kCases[] = {
      .ep = 2, .capacity_factor = 2},
     {.name = "moe_llama_dp2_tp2_sp_ep2_zero2", .family = Family::llama, .dp = 2, .zero = 2, .tp = 2, .sp = true, .moe = true,
      .ep = 2, .capacity_factor = 2},
+    // Dense and MoE layers mixed: layer 0 dense then MoE with a shared expert of width 96
+    // (ffn_hidden 176) over EP; every other layer MoE under TP+SP; under PP stage 0 dense,
+    // stage 1 MoE, with ZeRO-3's per-layer gathers of two kinds of layer.
+    {.name = "moe_llama_dp2_ep2_first_dense_shared96", .family = Family::llama, .dp = 2, .zero = 1, .moe = true, .ep = 2,
+     .first_dense = 1, .shared_width = 96},
+    {.name = "moe_llama_tp2_sp_every2", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true, .layers = 4, .moe = true,
+     .capacity_factor = 2, .moe_every = 2},
+    {.name = "moe_gpt_dp2_pp2_ep2_first_dense_zero3", .family = Family::gpt, .dp = 2, .zero = 3, .pp = 2, .moe = true, .ep = 2,
+     .first_dense = 1},
     {.name = "moe_llama_tp2_sp_full_recompute", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true,
      .recompute = Recompute::full, .moe = true, .capacity_factor = 2},
     {.name = "moe_llama_tp2_sp_pp2", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true, .pp = 2, .moe = true,
