@@ -21,11 +21,12 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
   }
   Saved& sv = L.sv;
   // ---- MLP
-  Tensor dbranch, dact, dmid, gathered, dlocal;
+  Tensor dbranch, dact, dmid, gathered, dlocal, dpost;
   const S* dy = dx;
+  if (m.post_norms) LL_TRY(post_norm_bwd(L.pn2, sv.mlp_post_in, dx, dpost, "mlp.d_post_norm_input", dy));
   if (drop_) {
     LL_TRY(ws(dbranch, ns * h_, "mlp.d_out"));
-    LL_TRY(ops_.template dropout_backward<S>(dx, sv.mlp_mask.template data<uint8_t>(), d(dbranch), ns * h_, p_));
+    LL_TRY(ops_.template dropout_backward<S>(dy, sv.mlp_mask.template data<uint8_t>(), d(dbranch), ns * h_, p_));
     dy = d(dbranch);
   }
   const bool moe = moe_layer(L);
@@ -37,10 +38,12 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
     LL_TRY(ws(dmid, ns * h_, "mlp.d_input"));
     LL_TRY(moe_bwd(L, dy, d(dmid)));
     dbranch.reset();
+    dpost.reset();
   } else {
     LL_TRY(ws(dact, n * f_, "mlp.d_act"));
     LL_TRY(lin_bwd(L, L.down, dy, dopt(sv.act_out), d(dact)));
     dbranch.reset();
+    dpost.reset();
     gathered.reset();
     const S* min = dopt(sv.mlp_input);
     if (sp_ && min != nullptr) {
@@ -71,9 +74,10 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
   dlocal.reset();
   // ---- attention
   dy = dx;
+  if (m.post_norms) LL_TRY(post_norm_bwd(L.pn1, sv.attn_post_in, dx, dpost, "attn.d_post_norm_input", dy));
   if (drop_) {
     LL_TRY(ws(dbranch, ns * h_, "attn.d_out"));
-    LL_TRY(ops_.template dropout_backward<S>(dx, sv.attn_mask.template data<uint8_t>(), d(dbranch), ns * h_, p_));
+    LL_TRY(ops_.template dropout_backward<S>(dy, sv.attn_mask.template data<uint8_t>(), d(dbranch), ns * h_, p_));
     dy = d(dbranch);
   }
   if (sp_) {
@@ -84,6 +88,7 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
   LL_TRY(ws(dproj, n * qw, "attn.d_proj_input"));
   LL_TRY(lin_bwd(L, L.o, dy, dopt(sv.proj_input), d(dproj)));
   dbranch.reset();
+  dpost.reset();
   gathered.reset();
   LL_TRY(ws(dq, n * qw, "attn.dq"));
   LL_TRY(ws(dk, n * kvw, "attn.dk"));

@@ -50,6 +50,7 @@ auto ModelImpl<S, G, Ops>::layer_fwd(Layer& L, const S* x, Tensor& out, Category
     LL_TRY(lmake(L, sv.attn_mask, "attn.resid_dropout_mask", ns * h_, DType::u8, mode));
     LL_TRY(ops_.template dropout_forward<S>(d(branch), d(branch), sv.attn_mask.template data<uint8_t>(), ns * h_, p_, site_seed(seed, L.index, 2)));
   }
+  if (m.post_norms) LL_TRY(post_norm_fwd(L, L.pn1, sv.attn_post_in, "attn.post_norm_input", d(branch), mode));
   LL_TRY(lmake(L, sv.ln2_input, "ln2.input", ns * h_, c_.storage, mode));
   LL_TRY(ops_.template add<S>(x, d(branch), d(sv.ln2_input), ns * h_));
   // ---- MLP
@@ -79,6 +80,7 @@ auto ModelImpl<S, G, Ops>::layer_fwd(Layer& L, const S* x, Tensor& out, Category
     LL_TRY(lmake(L, sv.mlp_mask, "mlp.resid_dropout_mask", ns * h_, DType::u8, mode));
     LL_TRY(ops_.template dropout_forward<S>(d(branch), d(branch), sv.mlp_mask.template data<uint8_t>(), ns * h_, p_, site_seed(seed, L.index, 3)));
   }
+  if (m.post_norms) LL_TRY(post_norm_fwd(L, L.pn2, sv.mlp_post_in, "mlp.post_norm_input", d(branch), mode));
   LL_TRY(make(a_, out, ns * h_, c_.storage, out_cat, &L != &layers_.back() ? "ln1.input" : last_ ? "final_norm.input" : "stage.output"));
   LL_TRY(ops_.template add<S>(d(sv.ln2_input), d(branch), d(out), ns * h_));
   if (mode != Mode::recompute) drop_transients(sv);
@@ -90,7 +92,8 @@ auto ModelImpl<S, G, Ops>::drop_transients(Saved& sv) -> void {
   for (Tensor* t : {&sv.qkv_input, &sv.q, &sv.k, &sv.v, &sv.lse, &sv.probs, &sv.probs_mask, &sv.probs_dropped,
                     &sv.proj_input, &sv.attn_mask, &sv.ln2_input, &sv.mlp_input, &sv.fc1_out, &sv.gate_out,
                     &sv.up_out, &sv.act_out, &sv.mlp_mask, &sv.router_probs, &sv.expert_input, &sv.expert_output,
-                    &sv.sh_fc1, &sv.sh_gate, &sv.sh_up, &sv.sh_act, &sv.q_norm_input, &sv.k_norm_input})
+                    &sv.sh_fc1, &sv.sh_gate, &sv.sh_up, &sv.sh_act, &sv.q_norm_input, &sv.k_norm_input, &sv.attn_post_in,
+                    &sv.mlp_post_in})
     if (t->defined() && t->category() != Category::activations) t->reset();
   for (Tensor& t : sv.lora_z)
     if (t.defined() && t.category() != Category::activations) t.reset();

@@ -121,6 +121,7 @@ class ModelImpl final : public Model {
     // MoE (fc1/gate/up/act_out above are then the routed experts' rows).
     Tensor router_probs, expert_input, expert_output, sh_fc1, sh_gate, sh_up, sh_act;
     Tensor q_norm_input, k_norm_input;  // QK-norm: the q and k projections' outputs
+    Tensor attn_post_in, mlp_post_in;   // post-norms: the branches' outputs, the norms' inputs
     Tensor lora_z[7];
     void clear() { *this = Saved{}; }
   };
@@ -131,6 +132,7 @@ class ModelImpl final : public Model {
     SavedTensorList recipe;
     Norm ln1, ln2;
     Norm qn, kn;  // QK-norm: RMSNorm weights of head_dim, shared by the rank's heads
+    Norm pn1, pn2;  // post-norms (Gemma 2/3): on the attention and MLP branches' outputs
     Linear q, k, v, o, gate, up, down;
     // MoE instead of gate/up/down: the router (E, h), this rank's routed experts
     // (e0_ .. e0_ + El_ - 1, each an MLP of width expert_ffn_hidden) and the shared experts
@@ -268,7 +270,21 @@ class ModelImpl final : public Model {
   Status norm_fwd(Norm& nm, const S* x, S* y) {
     if (gpt_) return ops_.template layernorm_forward<S>(x, d(nm.w), d(nm.b), y, ns_, h_, c_.options.norm_eps);
     return ops_.template rmsnorm_forward<S>(x, d(nm.w), y, ns_, h_, c_.options.norm_eps);
+  }  // Post-norms (Gemma 2/3: x + norm(branch)): branch (ns_, h) is kept as `keep` (the
+  // recipe's `name`) and normalised in place. Backward: dy the residual's gradient ->
+  // dbranch (a workspace of `name`) the branch output's, and dy points at it.
+  Status post_norm_fwd(Layer& L, Norm& nm, Tensor& keep, const char* name, S* branch, Mode mode) {
+    LL_TRY(lmake(L, keep, name, ns_ * h_, c_.storage, mode));
+    LL_TRY(ops_.copy(d(keep), branch, ns_ * h_ * static_cast<int64_t>(sizeof(S))));
+    return norm_fwd(nm, d(keep), branch);
   }
+  Status post_norm_bwd(Norm& nm, Tensor& kept, const S* dout, Tensor& dbranch, const char* name, const S*& dy) {
+    LL_TRY(ws(dbranch, ns_ * h_, name));
+    LL_TRY(norm_bwd(nm, d(kept), dout, d(dbranch), false));
+    dy = d(dbranch);
+    return Status::ok();
+  }
+
   // QK-norm: RMSNorm over each of `heads` heads of n_ rows (width head_dim), in place of
   // nothing the planner splits: the weight is replicated, its gradient summed over TP (each
   // rank normalises its own heads) into nm.gw.

@@ -189,6 +189,10 @@ auto ModelImpl<S, G, Ops>::init_layer(Layer& L, int local) -> Status {
     LL_TRY(param(L.kn.w, L.kn.gw, {-1, 1, m.head_width()}, pre + ".k_norm.weight", L.ctx.base_trainable, false, 0, 1.0));
   }
   LL_TRY(init_norm(L.ln2, pre + ".ln2", L.ctx.base_trainable));
+  if (m.post_norms) {  // Gemma's post_attention_layernorm and post_feedforward_layernorm
+    LL_TRY(init_norm(L.pn1, pre + ".post_attn_norm", L.ctx.base_trainable));
+    LL_TRY(init_norm(L.pn2, pre + ".post_mlp_norm", L.ctx.base_trainable));
+  }
   if (moe_layer(L)) return init_moe(L);
   if (!gpt_) LL_TRY(init_linear(L, L.gate, Projection::gate, Par::column, h_, m.ffn_hidden));
   LL_TRY(init_linear(L, L.up, Projection::up, Par::column, h_, m.ffn_hidden));

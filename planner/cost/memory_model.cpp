@@ -344,14 +344,18 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     // freed once received. The up projection's holds the expert inputs' gradient in one.
     const double up_comm = p.ep > 1 ? rows * h : 0;
     const bool up_wins = up + up_comm > down;
-    mlp_moment = (2 * tok * h + (up_wins ? up : down)) * act_bytes;
+    // Post-norms (Gemma): the branch output's gradient, out of the post-norm's backward, is
+    // the experts' dy and held through their backward and the shared experts'. (A dense MLP
+    // frees it after its down projection, before its widest moment.)
+    const double post = m.post_norms ? tok * h : 0;
+    mlp_moment = (2 * tok * h + post + (up_wins ? up : down)) * act_bytes;
     mlp_comm = up_wins ? up_comm * act_bytes : 0;
     // Then the shared experts' backward, TP-split like a dense MLP over the whole sequence:
     // their hidden gradients (1 or 2 x tokens x fs/t) and their input gradient's two
     // partials (2 tokens x h) beside the layer's output and input gradients; no EP buffer.
     if (m.moe.shared_experts > 0) {
       const double fs = static_cast<double>(m.shared_ffn_width()) / p.tp;
-      shared_moment = (2 * tok * h + mlp_grads * tokens * fs + 2 * tokens * h) * act_bytes;
+      shared_moment = (2 * tok * h + post + mlp_grads * tokens * fs + 2 * tokens * h) * act_bytes;
     }
   } else {
     // The output's gradient over the rank's tokens; the input's over the whole sequence

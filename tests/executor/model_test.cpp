@@ -412,11 +412,32 @@ TEST(ModelParams, MixedLayersHoldTheirOwnKindsWeights) {
   EXPECT_EQ(static_cast<double>(elements), count_params(spec, 1, 1, 1, 0, 0).total);
 }
 
+// Gemma 3's block on the tiny model: QK-norm, post-norms on both branches, sliding window
+// on layer 0 (every second layer global here; Gemma 3: every sixth).
+ModelSpec tiny_gemma() {
+  ModelSpec m = tiny_windowed(tiny_qwen(true, AttentionBias::none));
+  m.name = "tiny-gemma";
+  m.post_norms = true;
+  m.tied_embeddings = true;
+  return m;
+}
+TEST(ModelGrad, GemmaPostNormsFlashFloat64) {
+  check_gradients(config(tiny_gemma(), Precision::fp32, Recompute::none, true, true), true);
+}
+TEST(ModelGrad, GemmaPostNormsMaterializedFullRecomputeFloat64) {
+  check_gradients(config(tiny_gemma(), Precision::fp32, Recompute::full, false, true), false);
+}
+TEST(ModelGrad, MoePostNormsSelectiveFloat64) {
+  ModelSpec m = tiny_moe(Family::llama);
+  m.post_norms = true;
+  check_gradients(config(m, Precision::fp32, Recompute::selective, true, true), true);
+}
+
 // The executor's parameters are the recipe's: every element count_params gives, with the
 // biases and QK-norm weights the options add (and nothing else).
 TEST(ModelParams, ExecutorParametersEqualTheRecipesCount) {
   for (const ModelSpec& spec : {tiny_llama(), tiny_gpt(false), tiny_qwen(true, AttentionBias::all), tiny_qwen(false, AttentionBias::qkv),
-                                tiny_qwen(true, AttentionBias::none)}) {
+                                tiny_qwen(true, AttentionBias::none), tiny_gemma()}) {
     CpuAllocator alloc;
     auto model = build_model(alloc, config(spec, Precision::fp32, Recompute::none, true));
     ASSERT_TRUE(model.ok()) << model.status().message();
@@ -446,7 +467,6 @@ TEST(ModelParams, PlannedOnlyBlocksAreRefusedNamingThem) {
   const Case cases[] = {
       {"multi-head latent attention", [](ModelSpec* m) { m->mla = {0, 8, 8, 4, 8}; }},
       {"attention sinks", [](ModelSpec* m) { m->attention_sinks = true; }},
-      {"post-norms", [](ModelSpec* m) { m->post_norms = true; }},
       {"multi-token prediction", [](ModelSpec* m) { m->mtp_layers = 1; }},
   };
   for (const Case& k : cases) {
@@ -509,9 +529,10 @@ TEST(ModelRecipe, MoeActivationBytesEqualRecipeForEveryPolicyAndPrecision) {
 }
 
 // A window changes nothing kept (recipe: flash keeps o and lse, materialised the whole
-// s x s probabilities with the window masked to 0): the executor's bytes equal the recipe's.
+// s x s probabilities with the window masked to 0): the executor's bytes equal the recipe's;
+// Gemma's post-norms keep each branch's output (their inputs).
 TEST(ModelRecipe, SlidingWindowActivationBytesEqualRecipe) {
-  for (const ModelSpec& spec : {tiny_windowed(tiny_llama()), tiny_windowed(tiny_gpt(true))})
+  for (const ModelSpec& spec : {tiny_windowed(tiny_llama()), tiny_windowed(tiny_gpt(true)), tiny_gemma()})
     for (Precision prec : {Precision::fp32, Precision::bf16})
       for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
         for (bool flash : {false, true}) {

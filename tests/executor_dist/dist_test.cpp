@@ -81,7 +81,9 @@ struct Case {
   // shared experts of their own width shared_width (0: ffn_hidden).
   int first_dense = 0, moe_every = 0;
   int64_t shared_width = 0;
+  bool post_norms = false;  // Gemma 2/3's norms on the branches' outputs (Llama only)
   void apply_model_options(ModelSpec& m) const {
+    m.post_norms = post_norms;
     if (ffn_hidden > 0) m.ffn_hidden = ffn_hidden;
     if (first_dense > 0) m.moe.first_dense_layers = first_dense;
     if (moe_every > 1) m.moe.layer_freq = moe_every;
@@ -261,6 +263,13 @@ const Case kCases[] = {
     {.name = "gpt_tp2_sp_cp2_window6_all_gather", .family = Family::gpt, .dp = 1, .zero = 0, .tp = 2, .sp = true, .cp = 2,
      .cp_all_gather = true, .window = 6},
     {.name = "llama_dp2_pp2_window6_zero1", .family = Family::llama, .dp = 2, .zero = 1, .pp = 2, .window = 6},
+    // Gemma's post-norms: replicated norm weights under TP+SP (their gradients summed over
+    // TP), with QK-norm and a window as Gemma 3 has them; under PP with ZeRO-3; and on MoE
+    // layers over EP.
+    {.name = "gemma_tp2_sp_window6", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true, .qwen = true, .window = 6,
+     .post_norms = true},
+    {.name = "llama_dp2_pp2_post_norms_zero3", .family = Family::llama, .dp = 2, .zero = 3, .pp = 2, .post_norms = true},
+    {.name = "moe_llama_dp2_ep2_post_norms", .family = Family::llama, .dp = 2, .zero = 0, .moe = true, .ep = 2, .post_norms = true},
     // A vocabulary that tp does not divide (251 over 2 and 4): padded to a multiple of tp,
     // the padded logits masked out of the loss; tied (GPT, with SP) and untied (Llama).
     {.name = "gpt_tp2_sp_vocab251", .family = Family::gpt, .dp = 1, .zero = 0, .tp = 2, .sp = true, .vocab = 251},
