@@ -101,4 +101,19 @@ inline f16_t float_to_f16(float f) {
   return out(q);
 }
 
+
+// ---------------------------------------------------------------- one element, host side
+
+// A storage element as a double, and a double rounded into a storage type (16-bit: to
+// nearest even through float, as above).
+inline double to_double(float x) { return x; }
+inline double to_double(double x) { return x; }
+inline double to_double(bf16_t x) { return bf16_to_float(x); }
+inline double to_double(f16_t x) { return f16_to_float(x); }
+template <class T> T from_double(double x);
+template <> inline float from_double<float>(double x) { return static_cast<float>(x); }
+template <> inline double from_double<double>(double x) { return x; }
+template <> inline bf16_t from_double<bf16_t>(double x) { return float_to_bf16(static_cast<float>(x)); }
+template <> inline f16_t from_double<f16_t>(double x) { return float_to_f16(static_cast<float>(x)); }
+
 }  // namespace llmplan::exec

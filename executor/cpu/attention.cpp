@@ -125,11 +125,14 @@ void attention_forward_materialized(const S* q, const S* k, const S* v, const in
         gather(q, Q, qv);
         gemm(false, true, sq, kl, d, scale, Q, d, K, d, A(0), P, s);  // P (sq, kl) = scale Q K^T
         S* probs_h = probs + (bi * dm.heads + h) * sq * s;
-        for (int64_t i = 0; i < sq; ++i) {  // row softmax over the allowed keys
+        const bool sink = !dm.sinks.empty();
+        const A sink_h = sink ? static_cast<A>(dm.sinks[static_cast<size_t>(h)]) : A(0);
+        for (int64_t i = 0; i < sq; ++i) {  // row softmax over the allowed keys (and the sink)
           const int64_t gi = query_position(dm, i);
           A* row = P + i * s;
           mask_row(row, gi, 0, kl, mask);
-          const A sum = exp_shifted(row, kl, max_of(row, gi + 1));  // keys after gi are masked
+          const A mx = sink ? std::max(max_of(row, gi + 1), sink_h) : max_of(row, gi + 1);  // keys after gi are masked
+          const A sum = exp_shifted(row, kl, mx) + (sink ? exp_acc(sink_h - mx) : A(0));
           const A inv = A(1) / sum;
           for (int64_t j = 0; j < kl; ++j) {
             row[j] *= inv;
@@ -224,8 +227,13 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
         const HeadView qv{bi, h, dm.heads, sq, d};
         gather(q, Q, qv);
         zero(O, sq * d);
-        std::fill(m, m + sq, neg_inf);
-        zero(l, sq);
+        if (dm.sinks.empty()) {
+          std::fill(m, m + sq, neg_inf);
+          zero(l, sq);
+        } else {  // the sink as a first key of value 0: m = sink, l = e^0
+          std::fill(m, m + sq, static_cast<A>(dm.sinks[static_cast<size_t>(h)]));
+          std::fill(l, l + sq, A(1));
+        }
         for (int64_t i0 = 0; i0 < sq; i0 += B) {
           const int64_t rows = std::min(B, sq - i0), first = query_position(dm, i0), last = query_position(dm, i0 + rows - 1);
           for_key_tiles(chunks, nchunks, first, last, B, mask, [&](int64_t j0, int64_t pos, int64_t cols) {  // causal: left of the diagonal
@@ -334,6 +342,33 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
 }
 
 template <class S>
+void attention_sink_backward(const S* o, const S* dout, const acc_t<S>* lse, const S* probs, const AttentionDims& dm,
+                             double* dsinks) {
+  const int64_t sq = query_rows(dm), d = dm.head_dim, s = dm.s;
+  for (int64_t bi = 0; bi < dm.b; ++bi)
+    for (int64_t h = 0; h < dm.heads; ++h) {
+      const double sink = dm.sinks[static_cast<size_t>(h)];
+      double acc = 0;
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t at = ((bi * sq + i) * dm.heads + h) * d;
+        double D = 0;
+        for (int64_t c = 0; c < d; ++c) D += static_cast<double>(load(dout[at + c])) * static_cast<double>(load(o[at + c]));
+        double p_sink;
+        if (lse != nullptr) {
+          p_sink = std::exp(sink - static_cast<double>(lse[(bi * dm.heads + h) * sq + i]));
+        } else {
+          const S* row = probs + ((bi * dm.heads + h) * sq + i) * s;
+          double sum = 0;
+          for (int64_t j = 0; j < s; ++j) sum += static_cast<double>(load(row[j]));
+          p_sink = 1 - sum;
+        }
+        acc += p_sink * D;
+      }
+      dsinks[h] -= acc;
+    }
+}
+
+template <class S>
 void attention_merge_partial(S* o, acc_t<S>* lse, const S* o_part, const acc_t<S>* lse_part, const AttentionDims& dm) {
   using A = acc_t<S>;
   const int64_t sq = query_rows(dm), d = dm.head_dim;
@@ -364,7 +399,8 @@ void attention_merge_partial(S* o, acc_t<S>* lse, const S* o_part, const acc_t<S
   template void attention_backward_flash<S>(const S*, const S*, const S*, const int32_t*,       \
                                             const S*, const acc_t<S>*, const S*, S*, S*, S*,    \
                                             const AttentionDims&, std::span<std::byte>);         \
-  template void attention_merge_partial<S>(S*, acc_t<S>*, const S*, const acc_t<S>*, const AttentionDims&);
+  template void attention_merge_partial<S>(S*, acc_t<S>*, const S*, const acc_t<S>*, const AttentionDims&);          \
+  template void attention_sink_backward<S>(const S*, const S*, const acc_t<S>*, const S*, const AttentionDims&, double*);
 LLMPLAN_FOR_STORAGE(INST)
 #undef INST
 

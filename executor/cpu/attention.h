@@ -3,6 +3,11 @@
 //
 //   o[b, i, h] = sum_j P[b, h, i, j] v[b, j, h / g],  g = heads / kv_heads
 //   P[b, h, i, :] = softmax_j (scale * q[b, i, h] . k[b, j, h / g])  over allowed j
+//     and, with sinks (dims.sinks, attention sinks: gpt-oss model card, arXiv 2508.10925,
+//     sec. 2; transformers GptOssAttention), one more logit sink[h] per row whose value is
+//     zero: P[b, h, i, j] = e^score_ij / (e^sink_h + sum_allowed e^score), so a row sums to
+//     1 - p_sink. lse and probs include it; the backward of q, k, v is unchanged (the sink's
+//     value is 0), and attention_sink_backward gives the sinks' gradient.
 //   allowed(i, j): j <= i, i - j < window when dims.window > 0 (sliding-window attention:
 //     the window most recent positions, the query's own included; Beltagy et al. 2020,
 //     Longformer, as transformers' sliding_window), and doc[b, j] == doc[b, i] when doc ids
@@ -66,6 +71,9 @@ struct AttentionDims {
   int64_t k_split = 0;    // rows of the first key chunk; 0: one chunk of k_rows rows. Default: 0
   int64_t k_offset_hi = 0;  // sequence position of key row k_split. Default: 0
   int64_t window = 0;     // sliding window in positions (> 0), or 0: full causal. Default: 0
+  // The heads' sink logits (heads values), or empty: none. A flash call over part of the keys
+  // (a CP ring step) counts them only if given; give them to one step. Default: empty
+  std::span<const double> sinks{};
 };
 
 // sq: the query rows per sequence (dims.q_rows, or s when 0). Below, shapes with sq are
@@ -109,6 +117,14 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
 // stays o = 0, lse = -inf).
 template <class S>
 void attention_merge_partial(S* o, acc_t<S>* lse, const S* o_part, const acc_t<S>* lse_part, const AttentionDims& dims);
+
+// The sinks' gradient, added into dsinks (heads): dL/dsink_h = -sum over rows of p_sink D,
+// D = dout . o (the row's dP . P over its keys), p_sink = e^(sink_h - lse) from the flash
+// lse (b, heads, sq), or 1 - the row's sum of probs (b, heads, sq, s) when lse is null.
+// o, dout (b, sq, heads, d) as the forward's.
+template <class S>
+void attention_sink_backward(const S* o, const S* dout, const acc_t<S>* lse, const S* probs, const AttentionDims& dims,
+                             double* dsinks);
 
 // Workspace bytes for storage `s` (f32 or f64 math width follows it); the larger of the
 // variant's forward and backward needs.

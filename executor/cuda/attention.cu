@@ -37,6 +37,7 @@ Status check_dims(const AttentionDims& dm) {
     return Status::bad_input("attention: heads must be a positive multiple of kv_heads, and every size >= 0");
   }
   // The CUDA kernels mask causally only; a window would be silently ignored.
+  if (!dm.sinks.empty()) return Status::bad_input("attention (cuda): attention sinks run on the CPU backend only");
   if (dm.window > 0)
     return Status::bad_input("attention (cuda): sliding-window attention (window " + std::to_string(dm.window) +
                              ") runs on the CPU backend only; the CUDA kernels mask causally");

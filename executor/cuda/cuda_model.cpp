@@ -300,6 +300,9 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
                              "plan.flash_attention true or use --backend cpu");
   if (c.spec.dropout && !c.plan.flash_attention)
     return materialized_dropout_is_cpu_only();
+  if (c.spec.attention_sinks)
+    return Status::bad_input("executor (cuda): model " + c.spec.name + " has attention sinks, which the CUDA attention kernels do not "
+                             "take: use --backend cpu");
   if (c.spec.sliding_window > 0)
     return Status::bad_input("executor (cuda): model " + c.spec.name + " has sliding-window attention (sliding_window " +
                              std::to_string(c.spec.sliding_window) + "); the CUDA attention kernels mask causally only: use --backend cpu");

@@ -86,8 +86,9 @@ auto ModelImpl<S, G, Ops>::ring_attn_fwd(Layer& L, Mode mode) -> Status {
   LL_TRY(scratch(a_, sc, ops_.attention_workspace_bytes(c_.storage, dm0, true, /*backward=*/false), "attention.workspace"));
   for (int step = 0; step < cp_; ++step) {
     if (step + 1 < cp_) LL_TRY(c_.comm->ring_shift(d(cur), d(next), 2 * w, c_.storage, Group::cp, 300 + step));
-    const cpu::AttentionDims dm = ring_dims(L, (cr_ - step + cp_) % cp_);
+    cpu::AttentionDims dm = ring_dims(L, (cr_ - step + cp_) % cp_);
     const bool first = step == 0;
+    if (!first) dm.sinks = {};  // a sink counts once: in the first step's partial
     LL_TRY(ops_.template attention_forward_flash<S>(d(sv.q), d(cur), d(cur) + w, staged_.whole_doc, first ? d(sv.proj_input) : d(o_part),
                                                     first ? sv.lse.template data<A>() : lse_part.template data<A>(), dm, sc.span()));
     if (!first)

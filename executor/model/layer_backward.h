@@ -101,6 +101,7 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
       LL_TRY(attn_bwd_kernel({sv.q, sv.k, sv.v, staged_.doc, sv.proj_input, sv.lse, sv.probs, sv.probs_mask, sv.probs_dropped},
                              d(dproj), d(dq), d(dk), d(dv), dm));
     }
+    if (m.attention_sinks && L.gsinks.defined()) LL_TRY(sinks_bwd(L, cp_ > 1 ? cp_dims(L) : dm, d(dproj)));
   }
   dproj.reset();
   sv.probs.reset();

@@ -12,6 +12,7 @@ auto ModelImpl<S, G, Ops>::layer_fwd(Layer& L, const S* x, Tensor& out, Category
   Saved& sv = L.sv;
   const int64_t n = n_, ns = ns_, qw = qw_, kvw = kvw_;  // ns: tokens of this rank's sequence slice (SP)
   // ---- attention
+  if (m.attention_sinks) LL_TRY(load_sinks(L));
   LL_TRY(lmake(L, sv.qkv_input, "attn.qkv_input", ns * h_, c_.storage, mode));
   LL_TRY(norm_fwd(L.ln1, x, d(sv.qkv_input)));
   LL_TRY(lmake(L, sv.q, "attn.q", n * qw, c_.storage, mode));

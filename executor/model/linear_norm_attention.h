@@ -185,6 +185,7 @@ template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::dims(const Layer& L) const -> cpu::AttentionDims {
   cpu::AttentionDims dm;
   dm.window = c_.spec.attention_window(L.index);
+  dm.sinks = L.sink_logits;  // empty without sinks
   dm.b = c_.plan.micro_batch;
   dm.s = c_.job.seq_len;
   dm.heads = c_.spec.heads / t_;

@@ -133,6 +133,10 @@ class ModelImpl final : public Model {
     Norm ln1, ln2;
     Norm qn, kn;  // QK-norm: RMSNorm weights of head_dim, shared by the rank's heads
     Norm pn1, pn2;  // post-norms (Gemma 2/3): on the attention and MLP branches' outputs
+    // Attention sinks (gpt-oss): this rank's heads' logits (heads / t), and as doubles for
+    // the kernels (AttentionDims::sinks), read at each forward.
+    Tensor sinks, gsinks;
+    std::vector<double> sink_logits;
     Linear q, k, v, o, gate, up, down;
     // MoE instead of gate/up/down: the router (E, h), this rank's routed experts
     // (e0_ .. e0_ + El_ - 1, each an MLP of width expert_ffn_hidden) and the shared experts
@@ -270,7 +274,33 @@ class ModelImpl final : public Model {
   Status norm_fwd(Norm& nm, const S* x, S* y) {
     if (gpt_) return ops_.template layernorm_forward<S>(x, d(nm.w), d(nm.b), y, ns_, h_, c_.options.norm_eps);
     return ops_.template rmsnorm_forward<S>(x, d(nm.w), y, ns_, h_, c_.options.norm_eps);
-  }  // Post-norms (Gemma 2/3: x + norm(branch)): branch (ns_, h) is kept as `keep` (the
+  }  // Attention sinks live in host memory only (the CUDA kernels refuse them): the logits into
+  // L.sink_logits before a forward; after the backward, their gradient (cpu::
+  // attention_sink_backward over this rank's query rows `dm`) added into L.gsinks.
+  Status load_sinks(Layer& L) {
+    if constexpr (!Ops::kHostMemory) {
+      return Status::bad_input("executor: attention sinks run on the CPU backend only");
+    } else {
+      const S* w = L.sinks.template data<S>();
+      L.sink_logits.resize(static_cast<size_t>(L.sinks.numel()));
+      for (size_t h = 0; h < L.sink_logits.size(); ++h) L.sink_logits[h] = to_double(w[h]);
+      return Status::ok();
+    }
+  }
+  Status sinks_bwd(Layer& L, const cpu::AttentionDims& dm, const S* dout) {
+    if constexpr (!Ops::kHostMemory) {
+      return Status::bad_input("executor: attention sinks run on the CPU backend only");
+    } else {
+      if (!L.sv.proj_input.defined()) return Status::runtime("executor: attention sinks' gradient needs the attention output");
+      std::vector<double> dsinks(L.sink_logits.size(), 0.0);
+      cpu::attention_sink_backward<S>(d(L.sv.proj_input), dout, c_.plan.flash_attention ? L.sv.lse.template data<A>() : nullptr,
+                                      c_.plan.flash_attention ? nullptr : d(L.sv.probs), dm, dsinks.data());
+      G* gs = L.gsinks.template data<G>();
+      for (size_t h = 0; h < dsinks.size(); ++h) gs[h] = from_double<G>(to_double(gs[h]) + dsinks[h]);
+      return Status::ok();
+    }
+  }
+  // Post-norms (Gemma 2/3: x + norm(branch)): branch (ns_, h) is kept as `keep` (the
   // recipe's `name`) and normalised in place. Backward: dy the residual's gradient ->
   // dbranch (a workspace of `name`) the branch output's, and dy points at it.
   Status post_norm_fwd(Layer& L, Norm& nm, Tensor& keep, const char* name, S* branch, Mode mode) {

@@ -184,6 +184,8 @@ auto ModelImpl<S, G, Ops>::init_layer(Layer& L, int local) -> Status {
   LL_TRY(init_linear(L, L.k, Projection::k, Par::column, h_, m.kv_width()));
   LL_TRY(init_linear(L, L.v, Projection::v, Par::column, h_, m.kv_width()));
   LL_TRY(init_linear(L, L.o, Projection::o, Par::row, m.q_width(), h_));
+  if (m.attention_sinks)  // one logit per head, split by TP with the heads (transformers GptOssAttention.sinks)
+    LL_TRY(param(L.sinks, L.gsinks, {1, 1, m.heads}, pre + ".attn.sinks", L.ctx.base_trainable, false, 0, 0.0));
   if (m.qk_norm) {
     LL_TRY(param(L.qn.w, L.qn.gw, {-1, 1, m.head_width()}, pre + ".q_norm.weight", L.ctx.base_trainable, false, 0, 1.0));
     LL_TRY(param(L.kn.w, L.kn.gw, {-1, 1, m.head_width()}, pre + ".k_norm.weight", L.ctx.base_trainable, false, 0, 1.0));

@@ -23,7 +23,8 @@ using testing::test_seed;
 using Vec = std::vector<double>;
 
 // Straight from the definition: per (b, h, i) a softmax over allowed j of q.k * scale
-// (j <= i, i - j < window when dm.window > 0, same document).
+// (j <= i, i - j < window when dm.window > 0, same document), and the sink logit of head h
+// when dm.sinks is given.
 Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, const std::vector<int32_t>* doc,
                     const cpu::AttentionDims& dm) {
   const int64_t s = dm.s, d = dm.head_dim, a = dm.heads, akv = dm.kv_heads;
@@ -46,11 +47,15 @@ Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, const std::vector<
           w[j] = sc * scale;
           mx = std::max(mx, w[j]);
         }
+        // A sink: one more logit (of value 0) in the denominator.
+        const bool sink = !dm.sinks.empty();
+        if (sink) mx = std::max(mx, dm.sinks[static_cast<size_t>(h)]);
         for (int64_t j = 0; j <= i; ++j) {
           if (!allowed(j)) { w[j] = 0; continue; }
           w[j] = std::exp(w[j] - mx);
           z += w[j];
         }
+        if (sink) z += std::exp(dm.sinks[static_cast<size_t>(h)] - mx);
         for (int64_t j = 0; j <= i; ++j)
           for (int64_t c = 0; c < d; ++c)
             o[((b * s + i) * a + h) * d + c] += w[j] / z * v[((b * s + j) * akv + kh) * d + c];
@@ -179,6 +184,7 @@ TEST(Attention, MaterializedProbsAreZeroOutsideTheMaskAndRowsSumToOne) {
 struct CpReference {
   Case whole;
   Vec o, dq, dk, dv;
+  Vec sinks, dsinks;  // with sinks: the heads' logits and their finite-difference gradient
 };
 // CP rank r's queries of `whole`: chunks r and 2cp-1-r of the 2cp chunks of each sequence.
 cpu::AttentionDims cp_query_dims(const cpu::AttentionDims& whole, int64_t cp, int64_t r) {
@@ -206,15 +212,20 @@ void add_rows_at(const Vec& x, int64_t w, const cpu::AttentionDims& dm, Vec& int
     for (int64_t i = 0; i < sq; ++i)
       for (int64_t e = 0; e < w; ++e) into[(bi * dm.s + cpu::query_position(dm, i)) * w + e] += x[(bi * sq + i) * w + e];
 }
-CpReference cp_reference(Rng& rng, int64_t b, int64_t s, int64_t a, int64_t akv, int64_t d, int64_t window = 0) {
-  CpReference r{make_case(rng, b, s, a, akv, d, /*block=*/3, /*with_docs=*/true), {}, {}, {}, {}};
+CpReference cp_reference(Rng& rng, int64_t b, int64_t s, int64_t a, int64_t akv, int64_t d, int64_t window = 0, bool sinks = false) {
+  CpReference r{make_case(rng, b, s, a, akv, d, /*block=*/3, /*with_docs=*/true), {}, {}, {}, {}, {}, {}};
   Case& w = r.whole;
   w.dm.window = window;
+  if (sinks) {
+    r.sinks = rng.vec(a, -1.0, 1.0);
+    w.dm.sinks = r.sinks;
+  }
   r.o = naive_attention(w.q, w.k, w.v, &w.doc, w.dm);
   auto loss = [&] { return dot(w.G, naive_attention(w.q, w.k, w.v, &w.doc, w.dm)); };
   r.dq = numeric_grad(w.q, loss);
   r.dk = numeric_grad(w.k, loss);
   r.dv = numeric_grad(w.v, loss);
+  if (sinks) r.dsinks = numeric_grad(r.sinks, loss);
   return r;
 }
 
@@ -224,12 +235,13 @@ CpReference cp_reference(Rng& rng, int64_t b, int64_t s, int64_t a, int64_t akv,
 // gradient of the whole sequence's loss, and the slices' dk, dv summed over the ranks equal
 // the whole dk, dv -- for flash and materialized. With dropout, each slice draws exactly
 // the whole run's mask rows, and the same sums hold against the whole-sequence kernel.
-void check_query_slices(int64_t window) {
-  SCOPED_TRACE("window " + std::to_string(window));
+void check_query_slices(int64_t window, bool sinks = false) {
+  SCOPED_TRACE("window " + std::to_string(window) + (sinks ? " sinks" : ""));
   Rng rng(test_seed());
   const int64_t b = 2, s = 12, a = 4, akv = 2, d = 3, cp = 3, c = s / (2 * cp), sq = 2 * c;
-  CpReference cr = cp_reference(rng, b, s, a, akv, d, window);
+  CpReference cr = cp_reference(rng, b, s, a, akv, d, window, sinks);
   Case& whole = cr.whole;
+  whole.dm.sinks = cr.sinks;
   const Vec &ref = cr.o, &nq = cr.dq, &nk = cr.dk, &nv = cr.dv;
   // Whole-sequence dropout run, the reference for the slices' draws.
   const double p = 0.3;
@@ -245,6 +257,7 @@ void check_query_slices(int64_t window) {
   const int64_t row = a * d;  // elements of one token's q, o, G
   for (int variant = 0; variant < 3; ++variant) {  // flash, materialized, dropout
     Vec o_all(whole.q.size(), 0.0), dq_all(whole.q.size(), 0.0), dk_sum(whole.k.size(), 0.0), dv_sum(whole.v.size(), 0.0);
+    Vec dsinks(static_cast<size_t>(a), 0.0);
     for (int64_t r = 0; r < cp; ++r) {
       const cpu::AttentionDims dm = cp_query_dims(whole.dm, cp, r);
       const Vec q = rows_at(whole.q, row, dm), G = rows_at(whole.G, row, dm);
@@ -255,6 +268,7 @@ void check_query_slices(int64_t window) {
         cpu::attention_forward_flash<double>(q.data(), whole.k.data(), whole.v.data(), whole.docs(), o.data(), lse.data(), dm, w.span());
         cpu::attention_backward_flash<double>(q.data(), whole.k.data(), whole.v.data(), whole.docs(), o.data(), lse.data(), G.data(),
                                               dq.data(), dk.data(), dv.data(), dm, w.span());
+        if (sinks) cpu::attention_sink_backward<double>(o.data(), G.data(), lse.data(), nullptr, dm, dsinks.data());
       } else if (variant == 1) {
         testing::Workspace w(cpu::attention_workspace_bytes(DType::f64, dm, false));
         Vec probs(b * a * sq * s);
@@ -262,6 +276,7 @@ void check_query_slices(int64_t window) {
                                                     w.span());
         cpu::attention_backward_materialized<double>(q.data(), whole.k.data(), whole.v.data(), probs.data(), G.data(), dq.data(),
                                                      dk.data(), dv.data(), dm, w.span());
+        if (sinks) cpu::attention_sink_backward<double>(o.data(), G.data(), nullptr, probs.data(), dm, dsinks.data());
       } else {
         testing::Workspace w(cpu::attention_dropout_workspace_bytes(DType::f64, dm));
         Vec probs(b * a * sq * s), dropped(probs.size());
@@ -289,6 +304,9 @@ void check_query_slices(int64_t window) {
       EXPECT_TRUE(grads_match("slices' dq", dq_all, nq, 1e-6));
       EXPECT_TRUE(grads_match("slices' dk summed", dk_sum, nk, 1e-6));
       EXPECT_TRUE(grads_match("slices' dv summed", dv_sum, nv, 1e-6));
+      if (sinks) {
+        EXPECT_TRUE(grads_match("slices' dsinks summed", dsinks, cr.dsinks, 1e-6));
+      }
     } else {
       EXPECT_TRUE(grads_match("slices' o", o_all, wo, 1e-13));
       EXPECT_TRUE(grads_match("slices' dq", dq_all, wdq, 1e-13));
@@ -305,12 +323,14 @@ void check_query_slices(int64_t window) {
 // naive whole-sequence reference's rows; the backward of each step, run with the merged
 // o and lse, must give dq summed over the steps = the finite-difference dq rows, and dk,
 // dv of owner j's rows summed over every rank = the finite-difference dk, dv.
-void check_ring(int64_t window) {
-  SCOPED_TRACE("window " + std::to_string(window));
+void check_ring(int64_t window, bool sinks = false) {
+  SCOPED_TRACE("window " + std::to_string(window) + (sinks ? " sinks" : ""));
   Rng rng(test_seed());
   const int64_t b = 2, s = 12, a = 4, akv = 2, d = 3, cp = 3, c = s / (2 * cp), sq = 2 * c;
-  CpReference cr = cp_reference(rng, b, s, a, akv, d, window);
+  CpReference cr = cp_reference(rng, b, s, a, akv, d, window, sinks);
   Case& whole = cr.whole;
+  whole.dm.sinks = cr.sinks;
+  Vec dsinks(static_cast<size_t>(a), 0.0);
   const Vec &ref = cr.o, &nq = cr.dq, &nk = cr.dk, &nv = cr.dv;
   const int64_t row = a * d, kvrow = akv * d;
   Vec o_all(whole.q.size(), 0.0), dq_all(whole.q.size(), 0.0), dk_all(whole.k.size(), 0.0), dv_all(whole.v.size(), 0.0);
@@ -331,11 +351,14 @@ void check_ring(int64_t window) {
     for (int64_t step = 0; step < cp; ++step) {
       const cpu::AttentionDims kd = owner(step);
       const Vec k = rows_at(whole.k, kvrow, kd), v = rows_at(whole.v, kvrow, kd);
+      cpu::AttentionDims step_dm = dm;
+      if (step > 0) step_dm.sinks = {};  // the sink counts once, in the first step's partial
       cpu::attention_forward_flash<double>(q.data(), k.data(), v.data(), whole.docs(), step == 0 ? o.data() : op.data(),
-                                           step == 0 ? lse.data() : lp.data(), dm, w.span());
+                                           step == 0 ? lse.data() : lp.data(), step_dm, w.span());
       if (step > 0) cpu::attention_merge_partial<double>(o.data(), lse.data(), op.data(), lp.data(), dm);
     }
     add_rows_at(o, row, dm, o_all);
+    if (sinks) cpu::attention_sink_backward<double>(o.data(), G.data(), lse.data(), nullptr, dm, dsinks.data());
     for (int64_t step = 0; step < cp; ++step) {
       const cpu::AttentionDims kd = owner(step);
       const Vec k = rows_at(whole.k, kvrow, kd), v = rows_at(whole.v, kvrow, kd);
@@ -351,6 +374,9 @@ void check_ring(int64_t window) {
   EXPECT_TRUE(grads_match("ring dq", dq_all, nq, 1e-6));
   EXPECT_TRUE(grads_match("ring dk", dk_all, nk, 1e-6));
   EXPECT_TRUE(grads_match("ring dv", dv_all, nv, 1e-6));
+  if (sinks) {
+    EXPECT_TRUE(grads_match("ring dsinks", dsinks, cr.dsinks, 1e-6));
+  }
 }
 
 TEST(Attention, QuerySlicesOfTwoChunksSumToTheWholeSequence) { check_query_slices(0); }
@@ -423,6 +449,47 @@ TEST(Attention, DropoutKernelMasksTheWindow) {
         EXPECT_NEAR(sum, 1.0, 1e-14);
       }
 }
+
+// Attention sinks (gpt-oss): whole sequences with windows and documents against the naive
+// reference, and the sinks' gradient (from flash's lse and from materialised probs) against
+// finite differences; over CP query slices (all-gather) and ring steps, where only the
+// first step's partial counts the sink.
+TEST(Attention, SinksBothVariantsAndTheirGradient) {
+  for (const int64_t window : {0, 3}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    Rng rng(test_seed());
+    Case c = make_case(rng, 2, 11, 4, 2, 6, /*block=*/4, /*with_docs=*/true);
+    Vec sinks = rng.vec(4, -1.0, 2.0);
+    c.dm.window = window;
+    c.dm.sinks = sinks;
+    check_case(c);
+    auto loss = [&] { return dot(c.G, naive_attention(c.q, c.k, c.v, &c.doc, c.dm)); };
+    const Vec numeric = numeric_grad(sinks, loss);
+    for (bool flash : {true, false}) {
+      const cpu::AttentionDims& dm = c.dm;
+      testing::Workspace work(cpu::attention_workspace_bytes(DType::f64, dm, flash));
+      Vec o(c.q.size()), lse(dm.b * dm.heads * dm.s), probs(dm.b * dm.heads * dm.s * dm.s), dsinks(4, 0.0);
+      if (flash) {
+        cpu::attention_forward_flash<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(), lse.data(), dm, work.span());
+        cpu::attention_sink_backward<double>(o.data(), c.G.data(), lse.data(), nullptr, dm, dsinks.data());
+      } else {
+        cpu::attention_forward_materialized<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(), probs.data(), dm, work.span());
+        cpu::attention_sink_backward<double>(o.data(), c.G.data(), nullptr, probs.data(), dm, dsinks.data());
+      }
+      EXPECT_TRUE(grads_match(flash ? "flash dsinks" : "materialized dsinks", dsinks, numeric, 1e-6));
+    }
+    // The dropout kernel's softmax takes the sink too (p = 0: the naive output).
+    testing::Workspace wd(cpu::attention_dropout_workspace_bytes(DType::f64, c.dm));
+    const int64_t ss = c.dm.b * c.dm.heads * c.dm.s * c.dm.s;
+    Vec o(c.q.size()), probs(ss), dropped(ss);
+    std::vector<uint8_t> mask(ss);
+    cpu::attention_forward_dropout<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(), probs.data(), mask.data(),
+                                           dropped.data(), c.dm, 0.0, 7, wd.span());
+    EXPECT_TRUE(grads_match("dropout p=0 with sinks", o, naive_attention(c.q, c.k, c.v, &c.doc, c.dm), 1e-13));
+  }
+}
+TEST(Attention, QuerySlicesWithSinks) { check_query_slices(5, true); }
+TEST(Attention, RingStepsWithSinks) { check_ring(5, true); check_ring(0, true); }
 
 }  // namespace
 }  // namespace llmplan::exec

@@ -433,11 +433,45 @@ TEST(ModelGrad, MoePostNormsSelectiveFloat64) {
   check_gradients(config(m, Precision::fp32, Recompute::selective, true, true), true);
 }
 
+// gpt-oss's attention on the tiny models: a learned sink logit per head, sliding window on
+// every other layer, q/k/v/o biases; dense and MoE.
+ModelSpec tiny_sinks(ModelSpec m) {
+  m = tiny_windowed(m);
+  m.name += "-sinks";
+  m.attention_sinks = true;
+  m.attention_bias = AttentionBias::all;
+  return m;
+}
+TEST(ModelGrad, SinksFlashPackedFloat64) {
+  check_gradients(config(tiny_sinks(tiny_llama()), Precision::fp32, Recompute::none, true, true), true);
+}
+TEST(ModelGrad, SinksMaterializedSelectiveFloat64) {
+  check_gradients(config(tiny_sinks(tiny_llama()), Precision::fp32, Recompute::selective, false, true), false);
+}
+TEST(ModelGrad, SinksMoeFullRecomputeFloat64) {
+  check_gradients(config(tiny_sinks(tiny_moe(Family::llama)), Precision::fp32, Recompute::full, true, true), true);
+}
+// Sinks change the loss (a sink of 0 already takes e^0 of every row's mass).
+TEST(ModelWindow, SinksChangeTheLoss) {
+  auto loss = [](const ModelSpec& spec) {
+    ModelConfig c = config(spec, Precision::fp32, Recompute::none, true, true);
+    CpuAllocator alloc;
+    auto model = build_model(alloc, c);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    if (!model.ok()) return 0.0;
+    const Data data = random_data(c, 11);
+    return *(*model)->forward_loss(data.batch(false), 0, 5);
+  };
+  ModelSpec with = tiny_llama();
+  with.attention_sinks = true;
+  EXPECT_GT(std::fabs(loss(with) - loss(tiny_llama())), 1e-9);
+}
+
 // The executor's parameters are the recipe's: every element count_params gives, with the
 // biases and QK-norm weights the options add (and nothing else).
 TEST(ModelParams, ExecutorParametersEqualTheRecipesCount) {
   for (const ModelSpec& spec : {tiny_llama(), tiny_gpt(false), tiny_qwen(true, AttentionBias::all), tiny_qwen(false, AttentionBias::qkv),
-                                tiny_qwen(true, AttentionBias::none), tiny_gemma()}) {
+                                tiny_qwen(true, AttentionBias::none), tiny_gemma(), tiny_sinks(tiny_llama())}) {
     CpuAllocator alloc;
     auto model = build_model(alloc, config(spec, Precision::fp32, Recompute::none, true));
     ASSERT_TRUE(model.ok()) << model.status().message();
@@ -466,7 +500,6 @@ TEST(ModelParams, PlannedOnlyBlocksAreRefusedNamingThem) {
   };
   const Case cases[] = {
       {"multi-head latent attention", [](ModelSpec* m) { m->mla = {0, 8, 8, 4, 8}; }},
-      {"attention sinks", [](ModelSpec* m) { m->attention_sinks = true; }},
       {"multi-token prediction", [](ModelSpec* m) { m->mtp_layers = 1; }},
   };
   for (const Case& k : cases) {
@@ -532,7 +565,7 @@ TEST(ModelRecipe, MoeActivationBytesEqualRecipeForEveryPolicyAndPrecision) {
 // s x s probabilities with the window masked to 0): the executor's bytes equal the recipe's;
 // Gemma's post-norms keep each branch's output (their inputs).
 TEST(ModelRecipe, SlidingWindowActivationBytesEqualRecipe) {
-  for (const ModelSpec& spec : {tiny_windowed(tiny_llama()), tiny_windowed(tiny_gpt(true)), tiny_gemma()})
+  for (const ModelSpec& spec : {tiny_windowed(tiny_llama()), tiny_windowed(tiny_gpt(true)), tiny_gemma(), tiny_sinks(tiny_llama())})
     for (Precision prec : {Precision::fp32, Precision::bf16})
       for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
         for (bool flash : {false, true}) {

@@ -82,8 +82,10 @@ struct Case {
   int first_dense = 0, moe_every = 0;
   int64_t shared_width = 0;
   bool post_norms = false;  // Gemma 2/3's norms on the branches' outputs (Llama only)
+  bool sinks = false;       // gpt-oss's attention sinks (Llama only)
   void apply_model_options(ModelSpec& m) const {
     m.post_norms = post_norms;
+    m.attention_sinks = sinks;
     if (ffn_hidden > 0) m.ffn_hidden = ffn_hidden;
     if (first_dense > 0) m.moe.first_dense_layers = first_dense;
     if (moe_every > 1) m.moe.layer_freq = moe_every;
@@ -269,6 +271,14 @@ const Case kCases[] = {
     {.name = "gemma_tp2_sp_window6", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true, .qwen = true, .window = 6,
      .post_norms = true},
     {.name = "llama_dp2_pp2_post_norms_zero3", .family = Family::llama, .dp = 2, .zero = 3, .pp = 2, .post_norms = true},
+    // Attention sinks (one logit per head, split over TP with the heads): TP+SP with a CP ring
+    // (the sink in the first step's partial only, its gradient summed over CP) and a window;
+    // the all-gather with ZeRO-2; on a MoE model over EP and PP.
+    {.name = "llama_tp2_sp_cp2_sinks_window6", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true, .cp = 2,
+     .window = 6, .sinks = true},
+    {.name = "llama_dp2_cp2_sinks_all_gather_zero2", .family = Family::llama, .dp = 2, .zero = 2, .cp = 2, .cp_all_gather = true,
+     .sinks = true},
+    {.name = "moe_llama_dp2_pp2_ep2_sinks", .family = Family::llama, .dp = 2, .zero = 0, .pp = 2, .moe = true, .ep = 2, .sinks = true},
     {.name = "moe_llama_dp2_ep2_post_norms", .family = Family::llama, .dp = 2, .zero = 0, .moe = true, .ep = 2, .post_norms = true},
     // A vocabulary that tp does not divide (251 over 2 and 4): padded to a multiple of tp,
     // the padded logits masked out of the loss; tied (GPT, with SP) and untied (Llama).
