@@ -79,7 +79,6 @@ Status check_model_config(const ModelConfig& c) {
   auto add = [&](const char* what) { planned_only += (planned_only.empty() ? "" : ", ") + std::string(what); };
   if (m.mla.enabled()) add("multi-head latent attention (mla)");
   if (m.mtp_layers > 0) add("multi-token prediction (mtp_layers)");
-  if (m.moe.enabled() && m.moe.expert_bias) add("expert biases (moe.expert_bias)");
   if (m.moe.enabled() && m.moe.load_imbalance != 1.0) add("an imbalanced expert load (moe.load_imbalance; the executor routes with capacity_factor)");
   if (!planned_only.empty())
     return Status::bad_input("executor: model " + m.name + " has " + planned_only +

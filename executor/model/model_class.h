@@ -143,6 +143,7 @@ class ModelImpl final : public Model {
     // (one MLP of width ffn_hidden * shared_experts).
     struct Moe {
       Tensor router, grouter;
+      Tensor router_bias, grouter_bias;  // gpt-oss (moe.expert_bias): the router's bias (E)
       std::vector<Linear> gate, up, down;
       Linear sgate, sup, sdown;
     } moe;

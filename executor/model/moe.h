@@ -79,7 +79,7 @@ auto ModelImpl<S, G, Ops>::moe_fwd(Layer& L, S* y, Mode mode) -> Status {
   // ---- router
   Tensor logits;
   LL_TRY(ws(logits, T * E_, "moe.router_logits"));
-  LL_TRY(lin_base_fwd(x, d(L.moe.router), nullptr, d(logits), T, h_, E_));
+  LL_TRY(lin_base_fwd(x, d(L.moe.router), dopt(L.moe.router_bias), d(logits), T, h_, E_));
   LL_TRY(lmake(L, sv.router_probs, "moe.router_probs", T * E_, kA, mode));
   LL_TRY(ops_.template moe_router_softmax<S>(d(logits), sv.router_probs.template data<A>(), T, E_));
   logits.reset();
@@ -162,6 +162,7 @@ auto ModelImpl<S, G, Ops>::tp_partial_grads(Layer& L) -> std::vector<Tensor*> {
   std::vector<Tensor*> v;
   if (t_ == 1) return v;
   v.push_back(&L.moe.grouter);
+  v.push_back(&L.moe.grouter_bias);
   for (std::vector<Linear>* set : {&L.moe.gate, &L.moe.up, &L.moe.down})
     for (Linear& li : *set)
       for (Tensor* t : {&li.gw, &li.gb, &li.gla, &li.glb}) v.push_back(t);
@@ -294,7 +295,7 @@ auto ModelImpl<S, G, Ops>::moe_bwd(Layer& L, const S* dy, S* dx) -> Status {
   }
   LL_TRY(ops_.upload(dlogits.raw(), dlogits_host.data(), static_cast<int64_t>(dlogits_host.size() * sizeof(S))));
   LL_TRY(ws(tmp, T * h_, "moe.d_router_input"));
-  LL_TRY(lin_grads(d(dlogits), x, d(L.moe.router), d(tmp), g(L.moe.grouter), nullptr, T, h_, E_));  // split: W deferred
+  LL_TRY(lin_grads(d(dlogits), x, d(L.moe.router), d(tmp), g(L.moe.grouter), g(L.moe.grouter_bias), T, h_, E_));  // split: W deferred
   LL_TRY(ops_.template add_inplace<S>(dx, d(tmp), T * h_));
   dlogits.reset();
   tmp.reset();  // not beside the shared experts' gradients

@@ -208,6 +208,10 @@ auto ModelImpl<S, G, Ops>::init_moe(Layer& L) -> Status {
   const bool train = L.ctx.base_trainable;
   auto& mo = L.moe;
   LL_TRY(param(mo.router, mo.grouter, {-1, E_, h_}, pre + "router.weight", train, true, c_.options.init_std));
+  // gpt-oss (moe.expert_bias; transformers GptOssTopKRouter.bias, GptOssExperts
+  // gate_up_proj_bias and down_proj_bias): the router's bias and every routed expert's.
+  const bool expert_bias = !gpt_ && c_.spec.moe.expert_bias;  // a GPT expert has its biases already
+  if (expert_bias) LL_TRY(param(mo.router_bias, mo.grouter_bias, {-1, 1, E_}, pre + "router.bias", train, false, 0, 0.0));
   mo.gate.resize(static_cast<size_t>(El_));  // sized before param() keeps pointers into them
   mo.up.resize(static_cast<size_t>(El_));
   mo.down.resize(static_cast<size_t>(El_));
@@ -218,6 +222,11 @@ auto ModelImpl<S, G, Ops>::init_moe(Layer& L) -> Status {
     if (!gpt_) LL_TRY(init_linear(L, mo.gate[i], Projection::gate, Par::none, h_, fe_, ex + "gate"));
     LL_TRY(init_linear(L, mo.up[i], Projection::up, Par::none, h_, fe_, ex + "up"));
     LL_TRY(init_linear(L, mo.down[i], Projection::down, Par::none, fe_, h_, ex + "down"));
+    if (expert_bias) {
+      LL_TRY(param(mo.gate[i].b, mo.gate[i].gb, {-1, 1, fe_}, ex + "gate.bias", train, false, 0, 0.0));
+      LL_TRY(param(mo.up[i].b, mo.up[i].gb, {-1, 1, fe_}, ex + "up.bias", train, false, 0, 0.0));
+      LL_TRY(param(mo.down[i].b, mo.down[i].gb, {-1, 1, h_}, ex + "down.bias", train, false, 0, 0.0));
+    }
     for (size_t k = at; k < params_.size(); ++k) params_[k].expert = true;
   }
   if (fs_ > 0) {

@@ -451,6 +451,21 @@ TEST(ModelGrad, SinksMaterializedSelectiveFloat64) {
 TEST(ModelGrad, SinksMoeFullRecomputeFloat64) {
   check_gradients(config(tiny_sinks(tiny_moe(Family::llama)), Precision::fp32, Recompute::full, true, true), true);
 }
+// gpt-oss's MoE: biases on the router and on every routed expert's gate, up and down.
+ModelSpec tiny_gpt_oss() {
+  ModelSpec m = tiny_sinks(tiny_moe(Family::llama));
+  m.name = "tiny-gpt-oss";
+  m.moe.shared_experts = 0;
+  m.moe.expert_bias = true;
+  return m;
+}
+TEST(ModelGrad, GptOssExpertBiasesFloat64) {
+  check_gradients(config(tiny_gpt_oss(), Precision::fp32, Recompute::none, true, true), true);
+}
+TEST(ModelGrad, GptOssExpertBiasesMaterializedSelectiveFloat64) {
+  check_gradients(config(tiny_gpt_oss(), Precision::fp32, Recompute::selective, false, true), false);
+}
+
 // Sinks change the loss (a sink of 0 already takes e^0 of every row's mass).
 TEST(ModelWindow, SinksChangeTheLoss) {
   auto loss = [](const ModelSpec& spec) {
@@ -471,7 +486,8 @@ TEST(ModelWindow, SinksChangeTheLoss) {
 // biases and QK-norm weights the options add (and nothing else).
 TEST(ModelParams, ExecutorParametersEqualTheRecipesCount) {
   for (const ModelSpec& spec : {tiny_llama(), tiny_gpt(false), tiny_qwen(true, AttentionBias::all), tiny_qwen(false, AttentionBias::qkv),
-                                tiny_qwen(true, AttentionBias::none), tiny_gemma(), tiny_sinks(tiny_llama())}) {
+                                tiny_qwen(true, AttentionBias::none), tiny_gemma(), tiny_sinks(tiny_llama()), tiny_gpt_oss(),
+                                tiny_mixed_moe(1, 0, 12)}) {
     CpuAllocator alloc;
     auto model = build_model(alloc, config(spec, Precision::fp32, Recompute::none, true));
     ASSERT_TRUE(model.ok()) << model.status().message();
@@ -576,7 +592,7 @@ TEST(ModelRecipe, SlidingWindowActivationBytesEqualRecipe) {
 }
 
 TEST(ModelRecipe, MixedMoeLayersActivationBytesEqualRecipe) {
-  for (const ModelSpec& spec : {tiny_mixed_moe(1, 0, 12), tiny_mixed_moe(0, 2, 0)})
+  for (const ModelSpec& spec : {tiny_mixed_moe(1, 0, 12), tiny_mixed_moe(0, 2, 0), tiny_gpt_oss()})
     for (Precision prec : {Precision::fp32, Precision::bf16})
       for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
         for (bool flash : {false, true}) {

@@ -83,7 +83,9 @@ struct Case {
   int64_t shared_width = 0;
   bool post_norms = false;  // Gemma 2/3's norms on the branches' outputs (Llama only)
   bool sinks = false;       // gpt-oss's attention sinks (Llama only)
+  bool expert_bias = false;  // gpt-oss's router and routed-expert biases (Llama MoE)
   void apply_model_options(ModelSpec& m) const {
+    m.moe.expert_bias = expert_bias;
     m.post_norms = post_norms;
     m.attention_sinks = sinks;
     if (ffn_hidden > 0) m.ffn_hidden = ffn_hidden;
@@ -279,6 +281,12 @@ const Case kCases[] = {
     {.name = "llama_dp2_cp2_sinks_all_gather_zero2", .family = Family::llama, .dp = 2, .zero = 2, .cp = 2, .cp_all_gather = true,
      .sinks = true},
     {.name = "moe_llama_dp2_pp2_ep2_sinks", .family = Family::llama, .dp = 2, .zero = 0, .pp = 2, .moe = true, .ep = 2, .sinks = true},
+    // gpt-oss's block: sinks, window, biased router and experts; under TP+SP the router's
+    // bias gradient is summed over TP like its weight's.
+    {.name = "gpt_oss_dp2_ep2", .family = Family::llama, .dp = 2, .zero = 1, .moe = true, .ep = 2, .window = 6, .sinks = true,
+     .expert_bias = true},
+    {.name = "gpt_oss_dp2_tp2_sp_ep2", .family = Family::llama, .dp = 2, .zero = 0, .tp = 2, .sp = true, .moe = true, .ep = 2,
+     .capacity_factor = 2, .window = 6, .sinks = true, .expert_bias = true},
     {.name = "moe_llama_dp2_ep2_post_norms", .family = Family::llama, .dp = 2, .zero = 0, .moe = true, .ep = 2, .post_norms = true},
     // A vocabulary that tp does not divide (251 over 2 and 4): padded to a multiple of tp,
     // the padded logits masked out of the loss; tied (GPT, with SP) and untied (Llama).
