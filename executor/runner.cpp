@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <sstream>
+#include <string>
 
 #include "executor/backend.h"
 #include "executor/comm/data_parallel.h"
@@ -57,6 +59,15 @@ void scale_down(const PlanFile& f, const RunOptions& o, PlanFile* e, std::vector
   e->gpus = e->plan.world_size();
   e->cluster.nodes = 1;
   e->cluster.gpus_per_node = e->plan.world_size();
+  // The executor routes each batch by capacity_factor: its experts' load is the batch's
+  // own. A planned imbalance (the hottest expert's margin over balanced) is not something a
+  // run can be told to have, so the run and its prediction both go balanced, said here.
+  if (e->model.moe.enabled() && e->model.moe.load_imbalance != 1.0) {
+    std::ostringstream imbalance;
+    imbalance << e->model.moe.load_imbalance;
+    changes->push_back("moe.load_imbalance " + imbalance.str() + " -> 1 (routed by capacity_factor)");
+    e->model.moe.load_imbalance = 1.0;
+  }
   if (o.backend == "cuda") {
     // The CUDA attention ops have no probability dropout (the CPU's fused variant): the
     // run and its prediction both go without dropout rather than differ silently.

@@ -113,6 +113,27 @@ TEST(Runner, UnrunSplitBackwardSchedulesAreRefusedNamingTheField) {
   EXPECT_NE(r.status().message().find("plan.schedule: zb-h1"), std::string::npos) << r.status().message();
 }
 
+// A planned expert-load imbalance (gpt-oss's 1.72) cannot be imposed on a run that routes
+// each batch by capacity: the run and its prediction go balanced and the label says so;
+// the memory lines still match.
+TEST(Runner, PlannedExpertImbalanceRunsBalancedAndSaysSo) {
+  PlanFile f = tiny_plan(Family::llama, Precision::fp32, Recompute::none, true);
+  f.model = testing::tiny_moe_model(Family::llama, f.model.vocab);
+  f.model.moe.load_imbalance = 1.5;
+  RunOptions o;
+  o.steps = 1;
+  o.warmup = 0;
+  Result<RunReport> r = run_plan(f, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_NE(r->label.find("moe.load_imbalance 1.5 -> 1"), std::string::npos) << r->label;
+  EXPECT_EQ(r->executed.model.moe.load_imbalance, 1.0);
+  for (const CompareLine& l : r->memory_lines) {
+    if (l.name == "activations" || l.name == "weights") {
+      EXPECT_EQ(l.measured, l.predicted) << l.name;
+    }
+  }
+}
+
 TEST(Runner, LossFallsOnTheShippedCorpus) {
   PlanFile f = tiny_plan(Family::llama, Precision::fp32, Recompute::none, true);
   f.job.global_batch = 8;
