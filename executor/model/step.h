@@ -69,7 +69,11 @@ auto ModelImpl<S, G, Ops>::split_backward_unsupported() const -> std::string {
   // SP: the column-parallel GEMMs' inputs are all-gathered for the backward and freed; W
   // would need them gathered again.
   if (sp_) return "sequence parallel";
-  if (hooks_ != nullptr) return "ZeRO-2/3 partitioned gradients and parameters (plan.zero " + std::to_string(c_.plan.zero) + ")";
+  // ZeRO-2/3's hooks reduce-scatter (and gather) a unit's gradients as its backward ends;
+  // under a split backward its weight gradients exist only after W. ZeRO-1 has no hooks.
+  if (hooks_ != nullptr)
+    return "ZeRO-2/3 partitioned gradients and parameters (plan.zero " + std::to_string(c_.plan.zero) +
+           "; plan.zero 1, which shards the optimizer states only, keeps the schedule)";
   for (const Layer& L : layers_)
     if (L.ctx.grad_flows && L.policy == LayerRecompute::full) return "full recompute (its re-run forward would live until W)";
   if (c_.spec.mla.enabled() || c_.spec.mtp_layers > 0) return "latent attention and multi-token prediction";

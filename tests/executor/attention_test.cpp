@@ -154,6 +154,26 @@ TEST(Attention, MultiQueryManyTiles) {
   check_case(c);
 }
 
+// Whole-sequence probabilities (b, heads, s, s) of case c: 0 where the mask (causal, the
+// window when dm.window > 0, documents) disallows, and each row sums to 1 (no sinks).
+void expect_probs_masked(const Case& c, const Vec& probs) {
+  const cpu::AttentionDims& dm = c.dm;
+  for (int64_t b = 0; b < dm.b; ++b)
+    for (int64_t h = 0; h < dm.heads; ++h)
+      for (int64_t i = 0; i < dm.s; ++i) {
+        double sum = 0;
+        for (int64_t j = 0; j < dm.s; ++j) {
+          const double p = probs[((b * dm.heads + h) * dm.s + i) * dm.s + j];
+          const bool allowed = j <= i && (dm.window <= 0 || i - j < dm.window) && c.doc[b * dm.s + j] == c.doc[b * dm.s + i];
+          if (!allowed) {
+            EXPECT_EQ(p, 0.0);
+          }
+          sum += p;
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-14);
+      }
+}
+
 TEST(Attention, MaterializedProbsAreZeroOutsideTheMaskAndRowsSumToOne) {
   Rng rng(test_seed());
   Case c = make_case(rng, 2, 11, 4, 2, 6, 4, true);
@@ -162,20 +182,7 @@ TEST(Attention, MaterializedProbsAreZeroOutsideTheMaskAndRowsSumToOne) {
   Vec o(c.q.size()), probs(dm.b * dm.heads * dm.s * dm.s);
   cpu::attention_forward_materialized<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(),
                                               probs.data(), dm, work.span());
-  for (int64_t b = 0; b < dm.b; ++b)
-    for (int64_t h = 0; h < dm.heads; ++h)
-      for (int64_t i = 0; i < dm.s; ++i) {
-        double sum = 0;
-        for (int64_t j = 0; j < dm.s; ++j) {
-          const double p = probs[((b * dm.heads + h) * dm.s + i) * dm.s + j];
-          const bool allowed = j <= i && c.doc[b * dm.s + j] == c.doc[b * dm.s + i];
-          if (!allowed) {
-            EXPECT_EQ(p, 0.0);
-          }
-          sum += p;
-        }
-        EXPECT_NEAR(sum, 1.0, 1e-14);
-      }
+  expect_probs_masked(c, probs);
 }
 
 // The whole-sequence reference the context-parallel tests cut up: a random case (GQA,
@@ -435,19 +442,7 @@ TEST(Attention, DropoutKernelMasksTheWindow) {
   cpu::attention_forward_dropout<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(), probs.data(), mask.data(),
                                          dropped.data(), dm, 0.0, 7, work.span());
   EXPECT_TRUE(grads_match("dropout p=0 windowed o", o, naive_attention(c.q, c.k, c.v, &c.doc, dm), 1e-13));
-  for (int64_t b = 0; b < dm.b; ++b)
-    for (int64_t h = 0; h < dm.heads; ++h)
-      for (int64_t i = 0; i < dm.s; ++i) {
-        double sum = 0;
-        for (int64_t j = 0; j < dm.s; ++j) {
-          const double p = probs[((b * dm.heads + h) * dm.s + i) * dm.s + j];
-          if (!(j <= i && i - j < dm.window && c.doc[b * dm.s + j] == c.doc[b * dm.s + i])) {
-            EXPECT_EQ(p, 0.0);
-          }
-          sum += p;
-        }
-        EXPECT_NEAR(sum, 1.0, 1e-14);
-      }
+  expect_probs_masked(c, probs);
 }
 
 // Attention sinks (gpt-oss): whole sequences with windows and documents against the naive

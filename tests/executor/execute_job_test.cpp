@@ -87,6 +87,26 @@ TEST(ExecuteJob, ADivergingRunStopsAndIsRecordedAsFailed) {
   EXPECT_EQ((*runs)[0].status, RunStatus::failed);
 }
 
+// A zero-bubble schedule with ZeRO-2 (the 7B/8-GPU sweep's best zbv plan has it): the split
+// backward cannot run ZeRO-2's gradient hooks, and the message names both ways out.
+TEST(ExecuteJob, SplitScheduleWithZero2NamesZero1AndOneFOneB) {
+  PlanFile f = testing::tiny_plan(Family::llama, Precision::fp32, Recompute::none, true);
+  f.plan.dp = 2;
+  f.plan.pp = 2;
+  f.plan.zero = 2;
+  f.plan.grad_accum = 2;
+  f.plan.micro_batch = 4;
+  f.job.global_batch = 16;
+  f.plan.schedule = Schedule::zb_h1;
+  ExecuteRequest req = request(temp_db("zb_zero2"));
+  req.proxy_rank = 0;
+  Result<ExecuteResult> r = execute_job(f, req);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().exit_code(), 2);
+  EXPECT_NE(r.status().message().find("plan.zero 1"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("plan.schedule 1f1b"), std::string::npos) << r.status().message();
+}
+
 TEST(ExecuteJob, ImpossibleRequestsNameWhatToChange) {
   PlanFile two = testing::tiny_plan(Family::gpt, Precision::fp32, Recompute::none, true);
   two.plan.dp = 2;
