@@ -348,17 +348,19 @@ TEST(ModelGrad, SlidingWindowGptMaterializedWithDropoutFloat64) {
 }
 // The window is applied, and only where it cuts: a window of 3 changes the loss; a window
 // as long as the sequence (8) gives full attention's loss exactly.
+// The float64 loss of one forward of `spec` on fixed random data (weights all random).
+double fixed_loss(const ModelSpec& spec, bool flash = true) {
+  ModelConfig c = config(spec, Precision::fp32, Recompute::none, flash, true);
+  c.options.randomize_all = true;
+  CpuAllocator alloc;
+  auto model = build_model(alloc, c);
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  if (!model.ok()) return 0.0;
+  const Data data = random_data(c, 11);
+  return *(*model)->forward_loss(data.batch(false), 0, 5);
+}
 TEST(ModelWindow, TheWindowChangesTheLossOnlyWhenShorterThanTheSequence) {
-  auto loss = [](const ModelSpec& spec, bool flash) {
-    ModelConfig c = config(spec, Precision::fp32, Recompute::none, flash, true);
-    c.options.randomize_all = true;
-    CpuAllocator alloc;
-    auto model = build_model(alloc, c);
-    EXPECT_TRUE(model.ok()) << model.status().message();
-    if (!model.ok()) return 0.0;
-    const Data data = random_data(c, 11);
-    return *(*model)->forward_loss(data.batch(false), 0, 5);
-  };
+  const auto loss = fixed_loss;
   for (bool flash : {true, false}) {
     const double full = loss(tiny_llama(), flash);
     EXPECT_EQ(loss(tiny_windowed(tiny_llama(), 8), flash), full);
@@ -469,18 +471,9 @@ TEST(ModelGrad, GptOssExpertBiasesMaterializedSelectiveFloat64) {
 
 // Sinks change the loss (a sink of 0 already takes e^0 of every row's mass).
 TEST(ModelWindow, SinksChangeTheLoss) {
-  auto loss = [](const ModelSpec& spec) {
-    ModelConfig c = config(spec, Precision::fp32, Recompute::none, true, true);
-    CpuAllocator alloc;
-    auto model = build_model(alloc, c);
-    EXPECT_TRUE(model.ok()) << model.status().message();
-    if (!model.ok()) return 0.0;
-    const Data data = random_data(c, 11);
-    return *(*model)->forward_loss(data.batch(false), 0, 5);
-  };
   ModelSpec with = tiny_llama();
   with.attention_sinks = true;
-  EXPECT_GT(std::fabs(loss(with) - loss(tiny_llama())), 1e-9);
+  EXPECT_GT(std::fabs(fixed_loss(with) - fixed_loss(tiny_llama())), 1e-9);
 }
 
 // The executor's parameters are the recipe's: every element count_params gives, with the
