@@ -101,7 +101,6 @@ inline f16_t float_to_f16(float f) {
   return out(q);
 }
 
-
 // ---------------------------------------------------------------- one element, host side
 
 // A storage element as a double, and a double rounded into a storage type (16-bit: to

@@ -418,7 +418,8 @@ CpuOpScratch cpu_op_scratch_bytes(const ModelSpec& m, const TrainingJob& j, cons
     }
   }
   bool dense_layer = !m.moe.enabled();  // a dense MLP on some layer (a MoE model's first or every n-th)
-  for (int i = 0; i < m.layers && !dense_layer; ++i) dense_layer = !m.moe_layer(i);
+  const uint32_t kinds = layer_kinds_present(m);
+  for (int k = 0; k < kLayerKinds; ++k) dense_layer = dense_layer || (((kinds >> k) & 1u) != 0 && kind_dense_mlp(k));
   if (dense_layer) {
     gemm(n, h, m.ffn_hidden / t);
     gemm(n, m.ffn_hidden / t, h);

@@ -29,7 +29,6 @@ void zero(A* p, int64_t n) {
   std::fill(p, p + n, A(0));
 }
 
-
 // Scores row (cols) of query i against keys j0 .. j0 + cols - 1: -inf where not allowed,
 // so that e^(score - max) is 0 there.
 template <class A>
@@ -125,14 +124,11 @@ void attention_forward_materialized(const S* q, const S* k, const S* v, const in
         gather(q, Q, qv);
         gemm(false, true, sq, kl, d, scale, Q, d, K, d, A(0), P, s);  // P (sq, kl) = scale Q K^T
         S* probs_h = probs + (bi * dm.heads + h) * sq * s;
-        const bool sink = !dm.sinks.empty();
-        const A sink_h = sink ? static_cast<A>(dm.sinks[static_cast<size_t>(h)]) : A(0);
         for (int64_t i = 0; i < sq; ++i) {  // row softmax over the allowed keys (and the sink)
           const int64_t gi = query_position(dm, i);
           A* row = P + i * s;
           mask_row(row, gi, 0, kl, mask);
-          const A mx = sink ? std::max(max_of(row, gi + 1), sink_h) : max_of(row, gi + 1);  // keys after gi are masked
-          const A sum = exp_shifted(row, kl, mx) + (sink ? exp_acc(sink_h - mx) : A(0));
+          const A sum = detail::exp_row_with_sink(row, kl, gi + 1, dm, h);  // keys after gi are masked
           const A inv = A(1) / sum;
           for (int64_t j = 0; j < kl; ++j) {
             row[j] *= inv;

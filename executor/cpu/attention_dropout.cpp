@@ -10,14 +10,11 @@
 namespace llmplan::exec::cpu {
 using detail::Carver;
 using detail::carved_bytes;
-using detail::exp_acc;
-using detail::exp_shifted;
 using detail::gather;
 using detail::gemm;
 using detail::group;
 using detail::HeadView;
 using detail::load;
-using detail::max_of;
 using detail::scatter;
 using detail::score_scale;
 using detail::store;
@@ -61,15 +58,12 @@ void attention_forward_dropout(const S* q, const S* k, const S* v, const int32_t
         gemm(false, true, sq, s, d, scale, Q, d, K, d, A(0), P, s);
         const int64_t base = (bi * dm.heads + h) * sq * s;      // this slice's rows
         const int64_t whole = (bi * dm.heads + h) * s * s;      // the whole sequence's, for the draw
-        const bool sink = !dm.sinks.empty();
-        const A sink_h = sink ? static_cast<A>(dm.sinks[static_cast<size_t>(h)]) : A(0);
         for (int64_t i = 0; i < sq; ++i) {
           const int64_t gi = query_position(dm, i);
           A* row = P + i * s;
           for (int64_t j = 0; j < s; ++j)
             if (!allowed.allowed(gi, j)) row[j] = neg_inf;
-          const A mx = sink ? std::max(max_of(row, gi + 1), sink_h) : max_of(row, gi + 1);
-          const A sum = exp_shifted(row, s, mx) + (sink ? exp_acc(sink_h - mx) : A(0));
+          const A sum = detail::exp_row_with_sink(row, s, gi + 1, dm, h);
           const A inv = A(1) / sum;
           for (int64_t j = 0; j < s; ++j) {
             const int64_t e = base + i * s + j;

@@ -49,6 +49,18 @@ struct Mask {
   int64_t first_key(int64_t i) const { return window > 0 ? std::max<int64_t>(0, i - window + 1) : 0; }
 };
 
+// One score row's softmax denominator: row[0, n) (masked entries -inf, none allowed past
+// `visible`) becomes e^(score - max) and the sum is returned, with head h's sink logit
+// (dims.sinks) in the max and the sum when there are sinks.
+template <class A>
+A exp_row_with_sink(A* row, int64_t n, int64_t visible, const AttentionDims& dm, int64_t h) {
+  const A mx = max_of(row, visible);
+  if (dm.sinks.empty()) return exp_shifted(row, n, mx);
+  const A sink = static_cast<A>(dm.sinks[static_cast<size_t>(h)]);
+  const A m = std::max(mx, sink);
+  return exp_shifted(row, n, m) + exp_acc(sink - m);
+}
+
 // Query heads per kv head (GQA).
 inline int64_t group(const AttentionDims& dm) {
   assert(dm.kv_heads > 0 && dm.heads % dm.kv_heads == 0);

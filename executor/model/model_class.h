@@ -275,7 +275,8 @@ class ModelImpl final : public Model {
   Status norm_fwd(Norm& nm, const S* x, S* y) {
     if (gpt_) return ops_.template layernorm_forward<S>(x, d(nm.w), d(nm.b), y, ns_, h_, c_.options.norm_eps);
     return ops_.template rmsnorm_forward<S>(x, d(nm.w), y, ns_, h_, c_.options.norm_eps);
-  }  // Attention sinks live in host memory only (the CUDA kernels refuse them): the logits into
+  }
+  // Attention sinks live in host memory only (the CUDA kernels refuse them): the logits into
   // L.sink_logits before a forward; after the backward, their gradient (cpu::
   // attention_sink_backward over this rank's query rows `dm`) added into L.gsinks.
   Status load_sinks(Layer& L) {
