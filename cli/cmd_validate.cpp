@@ -329,9 +329,11 @@ int run_validate(const ValidateCommand& c) {
     const std::vector<FitReport> fits = fit_stacks(stack_set, *presets, opt, f.fitted);
     if (!json_only) print_stack_fits(fits);
     for (const StackProfile& st : presets->stacks()) {
+      // A stack that shares another's efficiency (the same kernels) takes that one's fit.
       const FitReport* own = nullptr;
+      const std::string from = st.efficiency_from.empty() ? st.name : st.efficiency_from;
       for (const FitReport& x : fits)
-        if (x.stack == st.name) own = &x;
+        if (x.stack == from) own = &x;
       const Efficiency e = own ? own->fitted : with_stack_kernel_facts(f.fitted, st);
       opt.stack_efficiency[st.name] = e;
       if (!c.write_stacks.empty()) {
@@ -340,6 +342,9 @@ int run_validate(const ValidateCommand& c) {
         out.fitted_on = own ? "validate --fit: its own records' fitting half (" + std::to_string(own->rows) + " rows), from the generic fit"
                             : "validate --fit: the generic constants (fewer than " + std::to_string(kMinStackFitRows) +
                                   " fitting rows of its own outside the generic fit's file)";
+        if (!st.efficiency_from.empty())
+          out.fitted_on = "validate --fit: the " + from + " stack's (efficiency_from: the same kernels), " +
+                          (own ? "its records' fitting half (" + std::to_string(own->rows) + " rows)" : "the generic constants");
         const std::string file = c.write_stacks + "/" + st.name + ".json";
         if (Status s = write_json_file(file, to_json(out)); !s) return report(s);
         if (!json_only) std::printf("wrote %s\n", file.c_str());

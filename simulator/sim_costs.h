@@ -76,7 +76,8 @@ struct StageCost {
   double optimizer = 0;           // s, optimizer step on the GPU, or host transfers + CPU step when offloaded
   bool optimizer_offloaded = false;
   // Activation offload: the stage's first k layers keep their activations in host memory
-  // but for a double buffer of two layers' worth on the GPU (the planner's memory model).
+  // but for one layer's worth on the GPU, and none at the head's moments (the planner's
+  // memory model, PassMemory::offload_resident).
   // Their host transfers are not simulated (the analytic model's `offload` term has them).
   int activation_offload_layers = 0;
 

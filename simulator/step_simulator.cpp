@@ -542,7 +542,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
   // largest forward transient and backward working set, and (last virtual stage) the
   // logits and the final-norm + head inputs; under a split backward, the output gradients
   // its W reads. Activation offload: the stage's first k layers keep theirs in host
-  // memory, the GPU a double buffer of two of them all step.
+  // memory, the GPU one of them (PassMemory::offload_resident: not at the head's moments).
   std::vector<PassMemory> chunk(vpp);
   double offload_buffer = 0;
   for (int c = 0; c < vpp; ++c) {
@@ -553,7 +553,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       const LayerCost& L = sc.layers[layer];
       pm.weight_grad_buffer += L.weight_grad_buffer_bytes;
       if (layer < sc.activation_offload_layers) {
-        if (layer < 2) offload_buffer += L.activation_bytes;
+        if (layer == 0) offload_buffer += L.activation_bytes;
       } else {
         pm.kept += L.activation_bytes;
       }
@@ -572,6 +572,9 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       pm.logits = sc.logits_bytes;
     }
     if (grads) pm.working += sc.activation_grad_bytes;
+  }
+  for (int c = 0; c < vpp; ++c) {
+    if (b.virtual_stage(s, c) == last_virtual) chunk[c].offload_resident = offload_buffer;
   }
   std::vector<PassMemoryEvents> events(vpp);
   std::vector<SplitBackwardMemoryEvents> split(vpp);

@@ -148,6 +148,11 @@ struct PassMemory {
   // pairs run a head forward beside a backward, whose head set then stays too); the
   // simulator, which plays the pairs, leaves it 0.
   double partner_logits = 0;
+  // Activation offload: the one offloaded layer's activations resident beside the kept ones
+  // (counted in the held activations) are gone at the head's moments: Transformer Engine
+  // frees the last offloaded layer's GPU copy when the stage's last layer forward commits
+  // and reloads it only at the top layer's backward (memory_model.cpp). 0 without offload.
+  double offload_resident = 0;
   bool head() const { return logits > 0; }
 };
 
@@ -189,7 +194,8 @@ template <class Visit>
     // The head GEMM's moment, then the loss's: the logits in the compute dtype grow into
     // the loss's logits + fp32 softmax, the head unit and the SP-gathered input give way
     // to what the loss keeps of them.
-    fwd(MemoryMoment::head_forward, {pass.head_input, st.head_forward_working, st.head_logits, st.head_gathered_forward, st.head_comm, 0});
+    fwd(MemoryMoment::head_forward,
+        {pass.head_input - pass.offload_resident, st.head_forward_working, st.head_logits, st.head_gathered_forward, st.head_comm, 0});
     fwd(MemoryMoment::loss, {0, -st.head_forward_working, pass.logits - st.head_logits, -st.head_gathered_forward,
                              st.loss_comm - st.head_comm, 0});
   } else if (pass.head_input != 0) {
@@ -203,8 +209,8 @@ template <class Visit>
   if (pass.head()) {
     const double hw = st.head_backward_working, hg = st.head_gathered_backward, hl = st.head_logits, hgr = st.head_grad_transient;
     bwd(MemoryMoment::head_backward, {0, hw, -(pass.logits - hl), hg, st.head_comm - st.loss_comm, hgr});
-    bwd(MemoryMoment::backward_start,
-        {pass.weight_grad_buffer - head_freed, pass.working - hw, pass.partner_logits - hl, lgb - hg, lcb - st.head_comm, g - hgr});
+    bwd(MemoryMoment::backward_start, {pass.weight_grad_buffer - head_freed + pass.offload_resident, pass.working - hw,
+                                       pass.partner_logits - hl, lgb - hg, lcb - st.head_comm, g - hgr});
   } else {
     bwd(MemoryMoment::backward_start,
         {pass.weight_grad_buffer - head_freed, pass.working, pass.partner_logits - pass.logits, lgb, lcb, g});

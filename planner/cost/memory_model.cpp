@@ -932,12 +932,18 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // to the head backward; the others (GPipe holds every micro-batch) all the time.
   const double other_logits = is_last ? (logit_sets - 1) * x.logits_set : 0;
   // Activation offload of this stage's first k layers: every in-flight micro-batch keeps their
-  // activations in host memory but for the double buffer of the one being computed (the
-  // layer offloading or reloading and the next: two layers' worth).
+  // activations in host memory but for one offloaded layer's: Transformer Engine's offload
+  // handler (transformer_engine/pytorch/cpu_offload.py, the layer window map of
+  // AsyncDoubleBufferGroupOffloadHandler in TE 1.x-2.8 and OffloadSynchronizer's
+  // finish_offload_map/start_reload_map after it) frees an offloaded layer's GPU copy only
+  // when a later layer's forward commits and reloads the next one a layer ahead in backward,
+  // so at most one offloaded layer is resident beside the L - k kept ones, and none at the
+  // head's moments (PassMemory::offload_resident).
+  double offload_resident = 0;
   if (const int k = std::min(p.activation_offload_layers, out.layers); k > 0 && out.layers > 0) {
-    const double per_layer = per_mb / out.layers;
-    out.host_activations = per_layer * k * out.inflight;
-    activations -= out.host_activations - per_layer * std::min(k, 2);
+    offload_resident = per_mb / out.layers;
+    out.host_activations = offload_resident * k * out.inflight;
+    activations -= out.host_activations - offload_resident;
   }
   // Split backward (ZB-H1, ZB-V, DualPipeV): the output gradients each B leaves for its W,
   // for the stage's pending sets (its layers' weight_grad_buffer_bytes; on the head's
@@ -971,6 +977,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // DualPipeV pairs a head forward with another micro-batch's backward (F&B): that
   // micro-batch's logits are held through a backward that is not theirs.
   pass.partner_logits = is_last && p.pp > 1 && p.schedule == Schedule::dualpipev ? x.logits_set : 0;
+  pass.offload_resident = offload_resident;
   pass.transient = transient;
   pass.working = out.remat_and_grads;
   pass.weight_grad_buffer = own_weight_grads;

@@ -158,10 +158,15 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
         s.frameworks.push_back(x.get<std::string>());
       }
   }
+  r.get("efficiency_from", &s.efficiency_from, false);
+  if (!s.efficiency_from.empty() && r.has("efficiency"))
+    r.fail("efficiency_from", "expected either efficiency or efficiency_from (another stack's), not both");
+  if (!r.status()) return r.status();
   FieldReader e = r.child("efficiency");
   // Every constant may be given; one left out keeps the planner's default (the "llmplan"
   // profile's value).
-  for (const EfficiencyField& f : efficiency_fields()) e.get(f.name, &(s.efficiency.*f.field), f.lo, f.hi, false);
+  if (s.efficiency_from.empty())
+    for (const EfficiencyField& f : efficiency_fields()) e.get(f.name, &(s.efficiency.*f.field), f.lo, f.hi, false);
   if (Status st = e.finish(); !st) return st;
   if (s.efficiency.gemm <= 0 || s.efficiency.memory <= 0 || s.efficiency.network <= 0 || s.efficiency.attention <= 0)
     return Status::bad_input(origin + ": field 'efficiency': gemm, attention, memory and network must be positive fractions");
@@ -197,6 +202,10 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
     *total = peaks.allocated;
     *cached = peaks.reserved - peaks.allocated;
   }
+  m.get("loss_option_bytes_per_logit", &s.loss_option_bytes_per_logit, 0, 1000, false);
+  m.get("loss_option", &s.loss_option, false);
+  if (m.status() && (s.loss_option_bytes_per_logit > 0) != !s.loss_option.empty())
+    m.fail("loss_option", "expected loss_option (its name) and loss_option_bytes_per_logit (> 0) together, or neither");
   m.get("zero3_root_gathered", &s.zero3_root_gathered, false);
   m.get("zero3_pp_unsharded", &s.zero3_pp_unsharded, false);
   s.efficiency.zero3_pp_gather_once = s.zero3_pp_unsharded ? 1 : 0;
@@ -231,10 +240,27 @@ json to_json(const StackProfile& s) {
             {"moe_tp_partial_gradients", s.moe_tp_partial_gradients},
             {"fp8_quantized_inputs", s.fp8_quantized_inputs},
             {"fp8_weight_copies", to_string(s.fp8_weight_copies)}}}};
+  if (!s.efficiency_from.empty()) out.erase("efficiency"), out["efficiency_from"] = s.efficiency_from;
   // The loss as ops when the file gave them (its byte counts are theirs: written once).
+  if (s.loss_option_bytes_per_logit > 0)
+    out["memory"]["loss_option"] = s.loss_option, out["memory"]["loss_option_bytes_per_logit"] = s.loss_option_bytes_per_logit;
   if (!s.loss_ops.empty()) out["memory"]["loss_ops"] = s.loss_ops, out["memory"].erase("loss_bytes_per_logit");
   if (!s.loss_ops_tp.empty()) out["memory"]["loss_ops_tp"] = s.loss_ops_tp, out["memory"].erase("loss_bytes_per_logit_tp");
   return out;
+}
+
+Status resolve_shared_efficiency(std::vector<StackProfile*> stacks) {
+  for (StackProfile* s : stacks) {
+    if (s->efficiency_from.empty()) continue;
+    const StackProfile* from = nullptr;
+    for (const StackProfile* o : stacks)
+      if (o->name == s->efficiency_from) from = o;
+    if (from == nullptr || !from->efficiency_from.empty())
+      return Status::bad_input("stack '" + s->name + "': field 'efficiency_from': expected a stack with its own efficiency, got '" +
+                               s->efficiency_from + "'");
+    s->efficiency = from->efficiency;
+  }
+  return Status::ok();
 }
 
 Result<StackProfile> load_stack_file(const std::string& path) {

@@ -33,6 +33,10 @@ struct StackProfile {
   std::vector<std::string> frameworks;  // reference-record framework ids it stands for
   std::string fitted_on;                // what produced `efficiency` ("validate --fit: 41 records", "calibrate: 3 runs")
   Efficiency efficiency;
+  // Another stack whose efficiency this one shares (the same kernels, another configuration:
+  // megatron-core takes megatron-bridge's fit); "" = its own. The file then has no
+  // "efficiency"; resolve_shared_efficiency fills it in.
+  std::string efficiency_from;
   // ---- memory conventions
   GradConvention grads = GradConvention::deepspeed;  // 16-bit grads (16 B/param) or fp32 main grads (18)
   SelectiveRecompute selective = SelectiveRecompute::attention_scores;
@@ -45,6 +49,12 @@ struct StackProfile {
   std::vector<std::string> loss_ops, loss_ops_tp;
   double loss_cached_bytes_per_logit = 0;     // MemoryOptions::loss_cached_bytes_per_logit
   double loss_cached_bytes_per_logit_tp = 0;  // MemoryOptions::loss_cached_bytes_per_logit_tp
+  // A lighter loss the stack offers as an option beside its default (Megatron-Core's
+  // cross_entropy_fusion_impl 'te': 2 B per logit), in bytes per logit with and without TP,
+  // and its name; 0: none. Not a convention: `llmplan validate` assumes it, and says so,
+  // only for a completed run that would not fit with the default, like a plan knob.
+  double loss_option_bytes_per_logit = 0;
+  std::string loss_option;
   bool zero3_root_gathered = false;     // MemoryOptions::zero3_root_gathered
   bool zero3_pp_unsharded = false;      // MemoryOptions::zero3_pp_unsharded (and Efficiency::zero3_pp_gather_once)
   bool sp_head_input_saved = false;     // MemoryOptions::sp_head_input_saved
@@ -90,6 +100,10 @@ struct MemoryConvention {
 // must also fit under when the stack is not known.
 std::vector<MemoryConvention> distinct_memory_conventions(const std::vector<StackProfile>& stacks, const MemoryOptions& own,
                                                           const TrainingJob& job);
+
+// Copies the efficiency of the stack named by each one's efficiency_from (one level: a stack
+// that shares cannot be shared from). bad_input naming the stack when it is not in `stacks`.
+Status resolve_shared_efficiency(std::vector<StackProfile*> stacks);
 
 // JSON in and out (data/stacks/README.md has the format). Every problem is bad_input
 // naming the file and field.

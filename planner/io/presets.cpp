@@ -127,6 +127,11 @@ Result<PresetRegistry> PresetRegistry::load(const std::string& root) {
     if (!st) return st.status();
     if (Status s = insert_unique(reg.stacks_, st->name, *st, f, "stack"); !s) return s;
   }
+  {
+    std::vector<StackProfile*> all;
+    for (auto& [id, entry] : reg.stacks_) all.push_back(&entry.first);
+    if (Status s = resolve_shared_efficiency(all); !s) return s.with_context((base / "data" / "stacks").string());
+  }
   // Frameworks: a file that extends another is read after the one it extends.
   std::vector<std::pair<std::string, json>> pending;
   for (const std::string& f : json_files(base / "data" / "frameworks")) {
@@ -245,6 +250,13 @@ Result<StackProfile> PresetRegistry::stack(const std::string& id_or_path, const 
   if (looks_like_path(id_or_path)) {
     Result<StackProfile> s = load_stack_file(id_or_path);
     if (!s) return s.status().with_context(what);
+    // A file that shares a shipped stack's efficiency takes it from the registry's.
+    if (!s->efficiency_from.empty()) {
+      std::vector<StackProfile*> pair{&*s};
+      StackProfile from;
+      if (auto it = stacks_.find(s->efficiency_from); it != stacks_.end()) from = it->second.first, pair.push_back(&from);
+      if (Status st = resolve_shared_efficiency(pair); !st) return st.with_context(what + ": " + id_or_path);
+    }
     return s;
   }
   auto it = stacks_.find(id_or_path);

@@ -126,7 +126,7 @@ void prepare_model(const ReferenceRecord& r, Prepared* p) {
   // (megatron/training/arguments.py) and Megatron-Core's TransformerConfig has
   // attention_dropout = hidden_dropout = 0.1, which NeMo's GPT-3 configs keep; its Llama
   // and Nemotron configs set 0. llm-foundry, torchtitan and llm.c train with none.
-  const bool megatron = r.framework == "megatron" || r.framework == "megatron-core";
+  const bool megatron = r.framework == "megatron" || r.framework == "megatron-core" || r.framework == "megatron-bridge";
   m.dropout = rm.family == "bert" || (megatron && rm.family == "gpt");
   if (rm.vocab) {
     m.vocab = *rm.vocab;
@@ -239,7 +239,7 @@ void prepare_plan(const ReferenceRecord& r, Prepared* p) {
   // Layers that pp*vpp does not divide: Megatron-Core runs them only with its
   // embedding/loss-accounting split (the Llama 3.1 405B recipes set both flags), the
   // first and last virtual stage one layer short.
-  if (r.framework == "megatron-core" && p->has_architecture) {
+  if ((r.framework == "megatron-core" || r.framework == "megatron-bridge") && p->has_architecture) {
     pl.pipeline_split = default_pipeline_split(p->model.layers, pl.pp, std::max(1, pl.vpp));
     if (pl.pipeline_split != PipelineSplit::even) p->notes.push_back("pipeline split account_embedding_loss (Megatron-Core: layers + embedding + loss over pp*vpp)");
   }
@@ -363,25 +363,42 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
   };
   const Prepared before = p;
   settle_plan(&p);
-  // The main gradients' dtype, when the record does not give it, is a knob like the plan's:
-  // the stack's default (Megatron's fp32 main gradients) unless a run that completed would
-  // not fit with it but fits with the 16-bit buffers the same stack offers
-  // (--grad-reduce-in-bf16, DistributedDataParallelConfig.grad_reduce_in_fp32 False, which
-  // Megatron-Bridge's performance recipes set). Then the record is predicted with those and
-  // says so, as for a plan knob the sweep fills.
+  // Memory options the stack offers beside its defaults are knobs like the plan's when the
+  // record does not give them: the stack's default unless a run that completed would not
+  // fit with it but fits with the option. The main gradients' dtype (Megatron's fp32 main
+  // gradients, or the 16-bit buffers of --grad-reduce-in-bf16 /
+  // DistributedDataParallelConfig.grad_reduce_in_fp32 False, which Megatron-Bridge's
+  // performance recipes set) and the stack's lighter loss (StackProfile::loss_option:
+  // Megatron-Core's cross_entropy_fusion_impl 'te', which they set too), one at a time, then
+  // both. Then the record is predicted with them and says so, as for a plan knob the sweep
+  // fills.
   const bool ran = r.measured.oom.has_value() && !*r.measured.oom;
   auto does_not_fit = [&](const Prepared& q) {
     if (q.skip == kNoPlanFits) return true;
     return q.skip.empty() && !estimate_memory(q.model, q.cluster, q.job, q.plan, q.memory).fits(0);
   };
-  if (!r.job.main_grads && ran && p.job.grads == GradConvention::megatron && p.job.precision != Precision::fp32 && does_not_fit(p)) {
-    Prepared alt = before;
-    alt.job.grads = GradConvention::deepspeed;
-    settle_plan(&alt);
-    if (alt.skip.empty() && !does_not_fit(alt)) {
+  const bool grads_option = !r.job.main_grads && p.job.grads == GradConvention::megatron && p.job.precision != Precision::fp32;
+  const bool loss_option = stack.loss_option_bytes_per_logit > 0;
+  if (ran && (grads_option || loss_option) && does_not_fit(p)) {
+    for (const auto& [bf16_grads, light_loss] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+      if ((bf16_grads && !grads_option) || (light_loss && !loss_option)) continue;
+      Prepared alt = before;
+      if (bf16_grads) alt.job.grads = GradConvention::deepspeed;
+      if (light_loss) {
+        alt.memory.loss_bytes_per_logit = stack.loss_option_bytes_per_logit;
+        alt.memory.loss_bytes_per_logit_tp = 0;
+        alt.memory.loss_cached_bytes_per_logit = alt.memory.loss_cached_bytes_per_logit_tp = 0;
+      }
+      settle_plan(&alt);
+      if (!alt.skip.empty() || does_not_fit(alt)) continue;
       p = std::move(alt);
-      p.assumptions.push_back("main_grads=bf16 (the stack's fp32 main gradients would not fit a run that completed; the stack offers "
-                              "16-bit gradient buffers)");
+      if (bf16_grads)
+        p.assumptions.push_back("main_grads=bf16 (the stack's fp32 main gradients would not fit a run that completed; the stack offers "
+                                "16-bit gradient buffers)");
+      if (light_loss)
+        p.assumptions.push_back("loss=" + stack.loss_option + " (" + str(stack.loss_option_bytes_per_logit) +
+                                " B per logit: the stack's default loss would not fit a run that completed; the stack offers it)");
+      break;
     }
   }
   return p;

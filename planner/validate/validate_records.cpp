@@ -188,7 +188,7 @@ Status read_record(const json& obj, const std::string& origin, const std::string
   r.req("notes", &rec->notes);
   r.req_enum("kind", &rec->kind, {"throughput", "memory", "throughput+memory", "memory_analytic"});
   r.req_enum("framework", &rec->framework,
-             {"megatron", "megatron-core", "deepspeed", "torchtitan", "llm-foundry", "llm.c", "picotron", "metaseq", "hf", "peft", "other"});
+             {"megatron", "megatron-core", "megatron-bridge", "deepspeed", "torchtitan", "llm-foundry", "llm.c", "picotron", "metaseq", "hf", "peft", "other"});
   // Children are read in order; the first error wins.
   if (Status s = read_model(r.child("model"), &rec->model); !s) return s;
   if (Status s = read_cluster(r.child("cluster"), &rec->cluster); !s) return s;

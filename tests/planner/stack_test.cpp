@@ -38,7 +38,7 @@ TEST(StackProfiles, ShippedProfilesLoadWithSourcesAndDistinctFrameworks) {
     EXPECT_GT(s.source.size(), 40u) << s.name << ": a profile states where its conventions come from";
     for (const std::string& f : s.frameworks) EXPECT_TRUE(frameworks.insert(f).second) << f << " claimed by two stacks";
   }
-  for (const char* f : {"megatron-core", "torchtitan", "llm-foundry", "deepspeed", "llm.c"})
+  for (const char* f : {"megatron-core", "megatron-bridge", "torchtitan", "llm-foundry", "deepspeed", "llm.c"})
     EXPECT_NE(registry().stack_for_framework(f).name, "llmplan") << f << " has a stack of its own";
   EXPECT_EQ(registry().stack_for_framework("picotron").name, "llmplan");  // unknown stacks take the default
 }
@@ -216,9 +216,10 @@ TEST(UnevenStages, EmbeddingLossSplitOfLlama405B) {
 
 // ---------------------------------------------------------------- activation offload
 
-// Offloading k layers keeps two layers' worth on the GPU (the double buffer) and the rest in
-// host memory: from k = 2 to k = 10 the activations line drops by exactly 8 layers' kept
-// tensors (the recipe's bytes per layer), and the host holds 10. Over a slow host link the
+// Offloading k layers keeps one offloaded layer's worth on the GPU (Transformer Engine frees
+// a layer's copy when a later layer commits and reloads one layer ahead) and the rest in host
+// memory: from k = 1 to k = 10 the activations line drops by exactly 9 layers' kept tensors
+// (the recipe's bytes per layer), and the host holds 10. Over a slow host link the
 // transfers show in the step time; over a fast one compute hides them.
 TEST(ActivationOffload, MovesLayersToTheHostAndCostsTheLink) {
   const ModelSpec m = *registry().model("llama2-7b");
@@ -234,9 +235,10 @@ TEST(ActivationOffload, MovesLayersToTheHostAndCostsTheLink) {
     q.activation_offload_layers = k;
     return estimate_memory(m, c, j, q, MemoryOptions{}).worst;
   };
-  const StageMemory two = act(2), ten = act(10);
+  const StageMemory one = act(1), ten = act(10), none = act(0);
   const int a = static_cast<int>(MemoryItem::activations);
-  EXPECT_NEAR(two.bytes[a] - ten.bytes[a], 8 * per_layer, 1e-6 * per_layer);
+  EXPECT_NEAR(one.bytes[a] - ten.bytes[a], 9 * per_layer, 1e-6 * per_layer);
+  EXPECT_NEAR(none.bytes[a], one.bytes[a], 1e-6 * per_layer);  // offloading one layer saves nothing at the peak
   EXPECT_NEAR(ten.host_activation_bytes, 10 * per_layer, 1e-6 * per_layer);
   EXPECT_EQ(act(0).host_activation_bytes, 0);
   ParallelPlan q = p;
@@ -397,13 +399,18 @@ TEST(Validate2024To2026, EveryRecordComparedOrSkippedWithAReason) {
   }
   EXPECT_EQ(rows_2024_2026().size(), 36u);  // one throughput row per record, none dropped
   EXPECT_EQ(compared, 36);
+  // Every record ran, and none is predicted not to fit: the three that were (Qwen3-30B-A3B at
+  // micro-batch 8 on GB300 and B300, Llama 3 70B FP8 with 40 offloaded layers on GB200) fit
+  // with the megatron-bridge stack's Transformer Engine cross-entropy (2 B per logit) and
+  // with the offloaded layer's reload timed as Transformer Engine times it.
+  for (const ValidationRow& r : rows_2024_2026()) EXPECT_FALSE(r.predicted_oom) << r.id << " ran";
 }
 
 // The main gradients' dtype when a record leaves it out: Llama 3.1 405B on 128 B200s ran
-// (Megatron-Bridge's performance recipe sets grad_reduce_in_fp32 False); with the
-// megatron-core stack's default fp32 main gradients it would not fit, with the 16-bit ones
-// the stack offers it does, so validate predicts it with those and marks the row assumed.
-// A record that says fp32 keeps fp32 and is a memory error.
+// (Megatron-Bridge's performance recipe sets grad_reduce_in_fp32 False); read as a plain
+// Megatron-Core run, with the megatron-core stack's default fp32 main gradients it would
+// not fit, with the 16-bit ones the stack offers it does, so validate predicts it with
+// those and marks the row assumed. A record that says fp32 keeps fp32 and is a memory error.
 TEST(Validate2024To2026, UnstatedMainGradientsTakeTheDtypeTheCompletedRunFitsIn) {
   Result<nlohmann::json> doc = read_json_file(default_data_root() + "/data/reference/published_runs_2024_2026.json");
   ASSERT_TRUE(doc.ok());
@@ -413,6 +420,7 @@ TEST(Validate2024To2026, UnstatedMainGradientsTakeTheDtypeTheCompletedRunFitsIn)
     if (r["id"] == "mbridge_perf_2509_llama31_405b_b200_128gpu_fp8") one["records"].push_back(r);
   ASSERT_EQ(one["records"].size(), 1u);
   ASSERT_EQ(one["records"][0]["job"]["main_grads"], "bf16");
+  one["records"][0]["framework"] = "megatron-core";
   auto row_with = [&](const nlohmann::json& main_grads) {
     nlohmann::json d = one;
     if (main_grads.is_null()) d["records"][0]["job"].erase("main_grads");
@@ -433,6 +441,51 @@ TEST(Validate2024To2026, UnstatedMainGradientsTakeTheDtypeTheCompletedRunFitsIn)
   EXPECT_NEAR(unstated.predicted, row_with("bf16").predicted, 1e-9 * unstated.predicted);
 }
 
+// The loss when a record does not say which: Qwen3-30B-A3B on 8 GB300s at micro-batch 8 ran
+// with Megatron-Bridge's performance scripts, which set Transformer Engine's cross-entropy
+// (2 B per logit). As the megatron-bridge stack it fits by its own convention; read as a
+// plain Megatron-Core run, the stack's default loss (the logits + their fp32 softmax, 6 B
+// per logit: 2.0 GiB more at 8 x 4096 x 151936 logits) would not fit, so validate takes the
+// lighter loss the stack offers, says so, and predicts the same memory as the bridge stack.
+TEST(Validate2024To2026, AStackLossOptionIsAssumedOnlyForACompletedRunThatNeedsIt) {
+  Result<nlohmann::json> doc = read_json_file(default_data_root() + "/data/reference/published_runs_2024_2026.json");
+  ASSERT_TRUE(doc.ok());
+  nlohmann::json one = *doc;
+  one["records"] = nlohmann::json::array();
+  for (const nlohmann::json& r : (*doc)["records"])
+    if (r["id"] == "mbridge_perf_moe_2602_qwen3_30b_a3b_gb300_8gpu_mxfp8") one["records"].push_back(r);
+  ASSERT_EQ(one["records"].size(), 1u);
+  auto row_with = [&](const char* framework, bool ran) {
+    nlohmann::json d = one;
+    d["records"][0]["framework"] = framework;
+    if (!ran) d["records"][0]["measured"]["oom"] = nullptr;  // not known to have run
+    Result<ReferenceSet> set = parse_reference_runs(d, "one.json");
+    EXPECT_TRUE(set.ok()) << set.status().message();
+    ValidationOptions opt;
+    const PreparedRecord prepared = prepare_record(set->records[0], registry(), opt);
+    return std::pair{validate_records(*set, registry(), opt).front(), prepared};
+  };
+  const auto [bridge, bridge_rec] = row_with("megatron-bridge", true);
+  EXPECT_FALSE(bridge.predicted_oom);
+  EXPECT_FALSE(bridge.assumed);
+  EXPECT_EQ(bridge.stack, "megatron-bridge");
+  EXPECT_EQ(bridge_rec.memory.loss_bytes_per_logit, 2.0);
+  const auto [core, core_rec] = row_with("megatron-core", true);
+  EXPECT_FALSE(core.predicted_oom);
+  EXPECT_TRUE(core.assumed);
+  bool said = false;
+  for (const std::string& a : core.assumptions) said |= a.find("loss=Transformer Engine's cross-entropy") == 0;
+  EXPECT_TRUE(said);
+  EXPECT_EQ(core_rec.memory.loss_bytes_per_logit, 2.0);
+  // Not known to have run: the stack's own default, which does not fit.
+  const auto [unknown, unknown_rec] = row_with("megatron-core", false);
+  EXPECT_EQ(unknown_rec.memory.loss_bytes_per_logit, 0.0);
+  EXPECT_FALSE(estimate_memory(unknown_rec.model, unknown_rec.cluster, unknown_rec.job, unknown_rec.plan, unknown_rec.memory).fits(0));
+  // The logits line by hand: 8 x 4096 tokens x 151936 vocabulary (TP 1) x 2 B.
+  const MemoryReport light = estimate_memory(core_rec.model, core_rec.cluster, core_rec.job, core_rec.plan, core_rec.memory);
+  EXPECT_NEAR(light.worst.bytes[static_cast<int>(MemoryItem::logits_loss)], 8.0 * 4096 * 151936 * 2, 1.0);
+}
+
 // The MoE records are read (model.moe, plan.ep) and costed with their experts.
 TEST(Validate2024To2026, MixtureOfExpertsRecordsAreCosted) {
   int moe = 0;
@@ -440,7 +493,7 @@ TEST(Validate2024To2026, MixtureOfExpertsRecordsAreCosted) {
     if (r.group == "mbridge_perf_moe" && !r.skipped) {
       ++moe;
       EXPECT_GT(r.predicted, 0) << r.id;
-      EXPECT_EQ(r.stack, "megatron-core");
+      EXPECT_EQ(r.stack, "megatron-bridge");
     }
   EXPECT_EQ(moe, 5);
 }
@@ -531,22 +584,52 @@ TEST(Validate2024To2026, SweepBestAgainstThePublishedTunedPlans) {
   EXPECT_EQ(compared, 18);  // the fully specified records (NeMo 24.07's leave recompute null)
 }
 
-// The shipped megatron-core profile is what `llmplan validate --fit-stacks` finds: re-fitting
+// The shipped megatron-bridge profile is what `llmplan validate --fit-stacks` finds: re-fitting
 // it from the generic constants on the 2024-26 records cannot do better (re-run the command
-// with --write-stacks data/stacks after a change to the model).
-TEST(StackFit, ShippedMegatronCoreProfileIsTheFitsOptimum) {
+// with --write-stacks data/stacks after a change to the model). megatron-core shares it
+// (efficiency_from: the same kernels; its own records leave plan knobs out).
+TEST(StackFit, ShippedMegatronBridgeProfileIsTheFitsOptimumAndMegatronCoreSharesIt) {
   Result<ReferenceSet> set = load_reference_runs(default_data_root() + "/data/reference/published_runs_2024_2026.json");
   ASSERT_TRUE(set.ok());
   const std::vector<FitReport> fits = fit_stacks(*set, registry(), ValidationOptions{}, Efficiency{});
-  const FitReport* mc = nullptr;
-  for (const FitReport& f : fits)
-    if (f.stack == "megatron-core") mc = &f;
-  ASSERT_NE(mc, nullptr);
-  EXPECT_GE(mc->rows, kMinStackFitRows);
-  EXPECT_LT(mc->objective_fitted, mc->objective_start);
+  const FitReport* mb = nullptr;
+  for (const FitReport& f : fits) {
+    if (f.stack == "megatron-bridge") mb = &f;
+    EXPECT_NE(f.stack, "megatron-core");  // too few fully specified rows of its own
+  }
+  ASSERT_NE(mb, nullptr);
+  EXPECT_GE(mb->rows, kMinStackFitRows);
+  EXPECT_LT(mb->objective_fitted, mb->objective_start);
   ValidationOptions shipped;
-  shipped.only_stack = "megatron-core";
-  EXPECT_LE(fit_objective(*set, registry(), shipped), mc->objective_fitted + 1e-3);
+  shipped.only_stack = "megatron-bridge";
+  EXPECT_LE(fit_objective(*set, registry(), shipped), mb->objective_fitted + 1e-3);
+  const StackProfile core = *registry().stack("megatron-core"), bridge = *registry().stack("megatron-bridge");
+  EXPECT_EQ(core.efficiency_from, "megatron-bridge");
+  for (const EfficiencyField& f : efficiency_fields()) EXPECT_EQ(core.efficiency.*f.field, bridge.efficiency.*f.field) << f.name;
+}
+
+// A stack file's efficiency_from names a stack with its own efficiency, and excludes its own
+// "efficiency"; a loss option gives its name and its bytes together.
+TEST(StackProfiles, SharedEfficiencyAndLossOptionAreCheckedFields) {
+  nlohmann::json j = to_json(*registry().stack("megatron-core"));
+  EXPECT_EQ(j["efficiency_from"], "megatron-bridge");
+  EXPECT_FALSE(j.contains("efficiency"));
+  ASSERT_TRUE(stack_from_json(j, "mc.json").ok());
+  nlohmann::json both = j;
+  both["efficiency"] = {{"gemm", 0.9}};
+  Result<StackProfile> b = stack_from_json(both, "both.json");
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("efficiency_from"), std::string::npos) << b.status().message();
+  nlohmann::json half = j;
+  half["memory"].erase("loss_option_bytes_per_logit");
+  Result<StackProfile> h = stack_from_json(half, "half.json");
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("loss_option"), std::string::npos) << h.status().message();
+  StackProfile lone = *stack_from_json(j, "mc.json");
+  lone.efficiency_from = "no-such-stack";
+  Status s = resolve_shared_efficiency({&lone});
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("no-such-stack"), std::string::npos) << s.message();
 }
 
 }  // namespace

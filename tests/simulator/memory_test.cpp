@@ -89,7 +89,8 @@ TEST(SimMemory, PeakEqualsAnalyticRecomputeAndZero) {
 }
 
 // Activation offload of a stage's first k layers: their activations leave the GPU but for
-// a two-layer double buffer, in the simulator's replay as in the planner's memory model.
+// the one layer being offloaded or reloaded (none at the LM head's moments), in the
+// simulator's replay as in the planner's memory model.
 TEST(SimMemory, PeakEqualsAnalyticWithActivationOffload) {
   ParallelPlan p = mk(8, 1, 1, 1, Schedule::one_f_one_b, Recompute::none, 1, 1, 64);
   p.activation_offload_layers = 20;
