@@ -20,6 +20,7 @@ const std::vector<EfficiencyField>& efficiency_fields() {
       {"attention_half_seq", &Efficiency::attention_half_seq, 0, 1e6},
       {"attention_traffic", &Efficiency::attention_traffic, 0, 1},
       {"attention_mma_sync", &Efficiency::attention_mma_sync, 0, 1},
+      {"attention_exp_serial", &Efficiency::attention_exp_serial, 0, 1},
       {"memory", &Efficiency::memory, 0, 1},
       {"network", &Efficiency::network, 0, 1},
       {"kernel_launch_s", &Efficiency::kernel_launch_s, 0, 1},
@@ -57,6 +58,7 @@ TrainingJob stack_job(const StackProfile& s, const TrainingJob& job) {
 Efficiency with_stack_kernel_facts(Efficiency fitted, const StackProfile& s) {
   fitted.loss_bytes_per_logit = s.efficiency.loss_bytes_per_logit;
   fitted.attention_mma_sync = s.efficiency.attention_mma_sync;
+  fitted.attention_exp_serial = s.efficiency.attention_exp_serial;
   fitted.zero3_pp_gather_once = s.efficiency.zero3_pp_gather_once;
   return fitted;
 }

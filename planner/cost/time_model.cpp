@@ -341,8 +341,14 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     // The kernels issue mma.sync, which reaches only part of Hopper's tensor peak.
     const double eff = e.attention * d / (d + e.gemm_half_dim) * keys / (keys + e.attention_half_seq);
     const double mma = 1 - e.attention_mma_sync * (1 - c.gpu.mma_sync_fraction);  // the attention kernel's share of the tensor peak
-    attn_fwd = causal * (1 / (peak * mma * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
-    attn_bwd = 2.5 * attn_fwd;
+    const double matmuls = causal * (1 / (peak * mma * eff) + e.attention_traffic / bw) + e.kernel_launch_s;
+    // The softmax's exponentials not hidden behind the MMAs, one per score in each pass (the
+    // backward recomputes P from the saved logsumexp): scores = causal FLOPs / (4d); for
+    // latent attention QK^T spans d_h + d_h^R and PV v.
+    const double scores = causal / (2 * (d + static_cast<double>(m.mla.enabled() ? m.v_width() / m.heads : m.head_width())));
+    const double softmax = e.attention_exp_serial * scores * c.gpu.tensor_flops_per_exp / (peak * eff);
+    attn_fwd = matmuls + softmax;
+    attn_bwd = 2.5 * matmuls + softmax;
   } else {
     const double head_dim = static_cast<double>(m.head_width());
     const double score_bytes = static_cast<double>(lc.b) * a_local * static_cast<double>(lc.s) * static_cast<double>(lc.s_kv) * eb;

@@ -48,6 +48,12 @@ struct Efficiency {
   // Engine calls, and FlashAttention-3 on Hopper; Shah et al. 2024 sec. 2.2). Stack data,
   // not fitted.
   double attention_mma_sync = 1;
+  // The fraction of the softmax's exponentials (one per score, forward and backward, on the
+  // SFUs: GpuSpec::tensor_flops_per_exp) that the stack's fused attention does not hide
+  // behind its MMAs, in the same kernel efficiency. 1: serialised, as NVIDIA describes
+  // cuDNN's attention loop on Blackwell (BMM2 waits for the softmax of BMM1's scores);
+  // 0: fully hidden (the default: no softmax term). Stack data, not fitted.
+  double attention_exp_serial = 0;
   double memory = 0.838628;          // fraction of HBM bandwidth reached by elementwise kernels
   // Not fitted: it trades off exactly against the overlaps on these records; nccl-tests
   // reach 0.8-0.95 of the link (and of the node's NICs across nodes).

@@ -562,6 +562,7 @@ Result<GpuSpec> gpu_from_json(const json& j, const std::string& origin) {
   g.fp4_flops = fp4 * 1e12;
   if (Status s = pr.finish(); !s) return s;
   r.get("mma_sync_fraction", &g.mma_sync_fraction, 0.01, 1.0, false);
+  r.get("tensor_flops_per_exp", &g.tensor_flops_per_exp, 0, 1e5, false);
   r.get("fp8_gemm_any_layout", &g.fp8_gemm_any_layout, false);
   r.get("mx_block_scaling", &g.mx_block_scaling, false);
   if (Status s = r.finish(); !s) return s;
@@ -583,6 +584,7 @@ json to_json(const GpuSpec& g) {
             {"fp8", g.peak_flops[4] / 1e12},
             {"fp4", g.fp4_flops / 1e12}}},
           {"mma_sync_fraction", g.mma_sync_fraction},
+          {"tensor_flops_per_exp", g.tensor_flops_per_exp},
           {"fp8_gemm_any_layout", g.fp8_gemm_any_layout},
           {"mx_block_scaling", g.mx_block_scaling}};
 }

@@ -168,6 +168,14 @@ struct GpuSpec {
   // 1 up to Ampere/Ada; 2/3 on Hopper, whose full rate needs warpgroup wgmma (Shah et al.
   // 2024, FlashAttention-3, sec. 2.2). Applied to fused attention only: cuBLAS GEMMs use wgmma.
   double mma_sync_fraction = 1.0;
+  // Dense 16-bit tensor FLOPs per softmax exponential at the same clock: the SM's tensor
+  // FLOP/clock over its SFU's exp2 (MUFU.EX2) results/clock, 16 from Volta to Blackwell
+  // (CUDA C++ Programming Guide, arithmetic instruction throughput) and 32 on Blackwell Ultra
+  // (NVIDIA, 'Making Softmax More Efficient with NVIDIA Blackwell Ultra': doubled SFU
+  // throughput). A100 128, H100 256, B200 512, B300 256. Fused attention needs one
+  // exponential per score and 4d tensor FLOPs per score forward (d: head width), so at
+  // d = 128 a B200's SFUs take as long as its tensor cores. 0: unknown (no softmax term).
+  double tensor_flops_per_exp = 0;
   // Dense FP4 FLOP/s where the GPU has it (Blackwell NVFP4/MXFP4, MI355X). Informational:
   // no FP4 training recipe is modelled, so the time model never reads it.
   double fp4_flops = 0;

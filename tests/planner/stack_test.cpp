@@ -214,6 +214,45 @@ TEST(UnevenStages, EmbeddingLossSplitOfLlama405B) {
   EXPECT_EQ(first.layers, 7);
 }
 
+// ---------------------------------------------------------------- the softmax's exponentials
+
+// A stack whose fused attention serialises the softmax behind its MMAs (megatron-bridge's
+// cuDNN attention: attention_exp_serial 1) pays one SFU exponential per score in each pass, at
+// the GPU's tensor FLOPs per exponential (B200 512, Blackwell Ultra 256: doubled SFU
+// throughput). By hand for Llama 3 8B at 8k, micro-batch 1, TP 1: scores = 32 heads x 8192 x
+// 8192 / 2 (causal), forward and backward each; the term costs scores x R / (peak x eff),
+// with eff the attention's efficiency at head width 128 and 8192 keys.
+TEST(AttentionSoftmax, SerialisedExponentialsCostTheSfuTimeAndBlackwellUltraHalvesIt) {
+  const ModelSpec m = *registry().model("llama3-8b");
+  TrainingJob j;
+  j.seq_len = 8192;
+  j.global_batch = 8;
+  ParallelPlan p;
+  p.dp = 8, p.micro_batch = 1, p.grad_accum = 1;
+  const LayerContext lc = layer_context(m, j, p, 0);
+  Efficiency e;
+  e.attention_mma_sync = 0;
+  Efficiency serial = e;
+  serial.attention_exp_serial = 1;
+  const double scores = 32.0 * 8192 * 8192 / 2;
+  const double d = 128, eff = e.attention * d / (d + e.gemm_half_dim) * 8192 / (8192 + e.attention_half_seq);
+  for (const char* gpu : {"b200", "gb300", "h100-sxm"}) {
+    const ClusterSpec c = *registry().cluster_for_gpu(gpu);
+    const double peak = c.gpu.peak(Dtype::bf16);
+    const double by_hand = scores * c.gpu.tensor_flops_per_exp / (peak * eff);
+    const LayerTimes hidden = layer_times(m, c, j, p, lc, LayerRecompute::none, e);
+    const LayerTimes shown = layer_times(m, c, j, p, lc, LayerRecompute::none, serial);
+    EXPECT_NEAR(shown.forward - hidden.forward, by_hand, 1e-9 * by_hand) << gpu;
+    EXPECT_NEAR(shown.backward - hidden.backward, by_hand, 1e-9 * by_hand) << gpu;
+  }
+  EXPECT_EQ(registry().gpu("b200")->tensor_flops_per_exp, 2 * registry().gpu("gb300")->tensor_flops_per_exp);
+  EXPECT_EQ(registry().gpu("h100-sxm")->tensor_flops_per_exp, 256);
+  EXPECT_EQ(registry().gpu("a100-80g")->tensor_flops_per_exp, 128);
+  // The default stacks hide it: no term.
+  EXPECT_EQ(Efficiency{}.attention_exp_serial, 0);
+  EXPECT_EQ(registry().stack("megatron-bridge")->efficiency.attention_exp_serial, 1);
+}
+
 // ---------------------------------------------------------------- activation offload
 
 // Offloading k layers keeps one offloaded layer's worth on the GPU (Transformer Engine frees
@@ -532,11 +571,11 @@ TEST(Validate2024To2026, UnknownGpuSkipsOneRecordAndStepTimeIsCompared) {
 // The 2024-26 records predicted with their stack profiles. Bounds are the ones reached,
 // with a little margin, so that a regression fails. Dense Megatron-Bridge rows (the four
 // Llama 3.1 405B ones on uneven stages and the two GB200 ones with activation offload
-// included): median 7.3%, max 35.0% (the GB200 MXFP8 405B row, published below the same
-// plan on B200); NeMo 24.07 (null recompute, filled by the sweep; bf16 gradient buckets as
-// NVIDIA's launcher scripts set them, Transformer Engine's FP8 weight cache): median 5.8%,
-// max 24.0%. The MoE rows are far off (median 27.9%, max 179%, with the token dispatch's
-// traffic; 37.3% / 196% without):
+// included; the softmax's exponentials serialised behind cuDNN's MMAs): median 5.5%, max
+// 34.4% (the GB200 MXFP8 405B row, published below the same plan on B200); NeMo 24.07 (null
+// recompute, filled by the sweep; bf16 gradient buckets as NVIDIA's launcher scripts set
+// them, Transformer Engine's FP8 weight cache; its Megatron-Core constants are the Bridge
+// fit's): median 6.7%, max 25.8%. The MoE rows are far off (median 26.4%, max 177%):
 // the target is NOT met there, and the bound only keeps them from getting worse.
 TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   const std::vector<SummaryLine> lines = summarize(rows_2024_2026());
@@ -548,12 +587,12 @@ TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   const SummaryLine* dense = find("mbridge_perf", false);
   ASSERT_NE(dense, nullptr);
   EXPECT_EQ(dense->all.n, 13);
-  EXPECT_LE(dense->all.median_abs, 0.08);
+  EXPECT_LE(dense->all.median_abs, 0.06);
   EXPECT_LE(dense->all.max_abs, 0.37) << dense->all.worst_id;
   const SummaryLine* nemo = find("nemo2407_perf", true);
   ASSERT_NE(nemo, nullptr);
   EXPECT_EQ(nemo->all.n, 18);
-  EXPECT_LE(nemo->all.median_abs, 0.065);
+  EXPECT_LE(nemo->all.median_abs, 0.07);
   EXPECT_LE(nemo->all.max_abs, 0.26) << nemo->all.worst_id;
   const SummaryLine* moe = find("mbridge_perf_moe", false);
   ASSERT_NE(moe, nullptr);
