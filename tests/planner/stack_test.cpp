@@ -445,18 +445,25 @@ TEST(Validate2024To2026, EveryRecordComparedOrSkippedWithAReason) {
   for (const ValidationRow& r : rows_2024_2026()) EXPECT_FALSE(r.predicted_oom) << r.id << " ran";
 }
 
+// The 2024-26 file with only the record `id` in it.
+nlohmann::json one_record_file(const std::string& id) {
+  Result<nlohmann::json> doc = read_json_file(default_data_root() + "/data/reference/published_runs_2024_2026.json");
+  EXPECT_TRUE(doc.ok());
+  nlohmann::json one = *doc;
+  one["records"] = nlohmann::json::array();
+  for (const nlohmann::json& r : (*doc)["records"])
+    if (r["id"] == id) one["records"].push_back(r);
+  EXPECT_EQ(one["records"].size(), 1u) << id;
+  return one;
+}
+
 // The main gradients' dtype when a record leaves it out: Llama 3.1 405B on 128 B200s ran
 // (Megatron-Bridge's performance recipe sets grad_reduce_in_fp32 False); read as a plain
 // Megatron-Core run, with the megatron-core stack's default fp32 main gradients it would
 // not fit, with the 16-bit ones the stack offers it does, so validate predicts it with
 // those and marks the row assumed. A record that says fp32 keeps fp32 and is a memory error.
 TEST(Validate2024To2026, UnstatedMainGradientsTakeTheDtypeTheCompletedRunFitsIn) {
-  Result<nlohmann::json> doc = read_json_file(default_data_root() + "/data/reference/published_runs_2024_2026.json");
-  ASSERT_TRUE(doc.ok());
-  nlohmann::json one = *doc;
-  one["records"] = nlohmann::json::array();
-  for (const nlohmann::json& r : (*doc)["records"])
-    if (r["id"] == "mbridge_perf_2509_llama31_405b_b200_128gpu_fp8") one["records"].push_back(r);
+  nlohmann::json one = one_record_file("mbridge_perf_2509_llama31_405b_b200_128gpu_fp8");
   ASSERT_EQ(one["records"].size(), 1u);
   ASSERT_EQ(one["records"][0]["job"]["main_grads"], "bf16");
   one["records"][0]["framework"] = "megatron-core";
@@ -484,15 +491,10 @@ TEST(Validate2024To2026, UnstatedMainGradientsTakeTheDtypeTheCompletedRunFitsIn)
 // with Megatron-Bridge's performance scripts, which set Transformer Engine's cross-entropy
 // (2 B per logit). As the megatron-bridge stack it fits by its own convention; read as a
 // plain Megatron-Core run, the stack's default loss (the logits + their fp32 softmax, 6 B
-// per logit: 2.0 GiB more at 8 x 4096 x 151936 logits) would not fit, so validate takes the
+// per logit: 18.5 GiB more at 8 x 4096 x 151936 logits) would not fit, so validate takes the
 // lighter loss the stack offers, says so, and predicts the same memory as the bridge stack.
 TEST(Validate2024To2026, AStackLossOptionIsAssumedOnlyForACompletedRunThatNeedsIt) {
-  Result<nlohmann::json> doc = read_json_file(default_data_root() + "/data/reference/published_runs_2024_2026.json");
-  ASSERT_TRUE(doc.ok());
-  nlohmann::json one = *doc;
-  one["records"] = nlohmann::json::array();
-  for (const nlohmann::json& r : (*doc)["records"])
-    if (r["id"] == "mbridge_perf_moe_2602_qwen3_30b_a3b_gb300_8gpu_mxfp8") one["records"].push_back(r);
+  const nlohmann::json one = one_record_file("mbridge_perf_moe_2602_qwen3_30b_a3b_gb300_8gpu_mxfp8");
   ASSERT_EQ(one["records"].size(), 1u);
   auto row_with = [&](const char* framework, bool ran) {
     nlohmann::json d = one;
