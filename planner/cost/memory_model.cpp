@@ -709,6 +709,7 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
       set_layer_kind(m, k, &lc);
       if (f == 1 && frozen == 0) lc.grad_flows = false;
       if (fp8 && opt.fp8_quantized_inputs) lc.fp8_input_bytes = fp8_saved_input_bytes(j.fp8, gpu);
+      lc.moe_probs_in_activation = opt.moe_probs_in_activation;
       if (fp8 && opt.fp8_weight_copies == Fp8WeightCopies::per_microbatch) lc.fp8_weight_bytes = fp8_recipe_facts(j.fp8, gpu).weight_bytes;
       // One walk over the recipe per kind of layer serves all three policies.
       const SavedTensorSums sums = sum_saved_tensors(m, lc);

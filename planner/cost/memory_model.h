@@ -128,6 +128,11 @@ struct MemoryOptions {
   // executor does), so one layer's worth of them is live through its MoE backward.
   // Frameworks that fold the TP sum into the gradient reduction hold none. Default: true.
   bool moe_tp_partial_gradients = true;
+  // MoE: the routing probabilities scale the experts' activation (Megatron-Core's
+  // TEGroupedMLP, activation_func_with_probs, core_v0.14 megatron/core/transformer/moe/
+  // experts.py), so the expert outputs are not kept for the combine's backward
+  // (LayerContext::moe_probs_in_activation). Default: false (the executor's combine).
+  bool moe_probs_in_activation = false;
   // Scratch a layer GEMM takes beside the backward's activation gradients. llmplan's CPU
   // backend widens 16-bit operands into fp32 tiles (exec::cpu_op_scratch_bytes; the
   // runner sets it); a GPU's cuBLAS workspace is gemm_workspace_bytes instead, held all

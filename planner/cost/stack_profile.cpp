@@ -44,6 +44,7 @@ MemoryOptions stack_memory_options(const StackProfile& s, const MemoryOptions& b
   o.zero3_pp_unsharded = s.zero3_pp_unsharded;
   o.sp_head_input_saved = s.sp_head_input_saved;
   o.moe_tp_partial_gradients = s.moe_tp_partial_gradients;
+  o.moe_probs_in_activation = s.moe_probs_in_activation;
   o.fp8_quantized_inputs = s.fp8_quantized_inputs;
   o.fp8_weight_copies = s.fp8_weight_copies;
   return o;
@@ -86,6 +87,7 @@ std::vector<std::string> memory_convention_names(const StackProfile& s, int tp, 
   if (s.zero3_root_gathered) out.push_back("ZeRO-3 root unit (embedding, head) gathered through backward");
   if (s.zero3_pp_unsharded) out.push_back("ZeRO-3 with pipeline parallelism: the stage's parameters gathered and fp32 gradients unsharded all step");
   if (s.sp_head_input_saved) out.push_back("SP: the head's gathered input saved for backward");
+  if (s.moe_probs_in_activation) out.push_back("MoE: routing probabilities applied in the experts' activation (their outputs not kept)");
   if (!fp8) return out;  // the FP8 conventions set no byte of a 16-bit job
   if (s.fp8_quantized_inputs) out.push_back("FP8: linear inputs saved quantized for the weight gradients");
   if (s.fp8_weight_copies == Fp8WeightCopies::cached) out.push_back("FP8: every layer's quantized weight copies cached all step");
@@ -109,6 +111,7 @@ bool bounded_by(const MemoryConvention& a, const MemoryConvention& b) {
          (!a.memory.zero3_root_gathered || b.memory.zero3_root_gathered) && (!a.memory.sp_head_input_saved || b.memory.sp_head_input_saved) &&
          (!a.memory.zero3_pp_unsharded || b.memory.zero3_pp_unsharded) &&
          (!a.memory.moe_tp_partial_gradients || b.memory.moe_tp_partial_gradients) &&
+         (a.memory.moe_probs_in_activation || !b.memory.moe_probs_in_activation) &&
          // Quantized saved inputs weigh less than 16-bit ones (the output projection's extra
          // FP8 copy is narrower than the three inputs it saves on); weight copies of two
          // kinds are not ordered.
@@ -213,6 +216,7 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
   s.efficiency.zero3_pp_gather_once = s.zero3_pp_unsharded ? 1 : 0;
   m.get("sp_head_input_saved", &s.sp_head_input_saved, false);
   m.get("moe_tp_partial_gradients", &s.moe_tp_partial_gradients, false);
+  m.get("moe_probs_in_activation", &s.moe_probs_in_activation, false);
   m.get("fp8_quantized_inputs", &s.fp8_quantized_inputs, false);
   m.get_enum("fp8_weight_copies", &s.fp8_weight_copies, "none, cached, per_microbatch", false);
   if (Status st = m.finish(); !st) return st;
@@ -240,6 +244,7 @@ json to_json(const StackProfile& s) {
             {"zero3_pp_unsharded", s.zero3_pp_unsharded},
             {"sp_head_input_saved", s.sp_head_input_saved},
             {"moe_tp_partial_gradients", s.moe_tp_partial_gradients},
+            {"moe_probs_in_activation", s.moe_probs_in_activation},
             {"fp8_quantized_inputs", s.fp8_quantized_inputs},
             {"fp8_weight_copies", to_string(s.fp8_weight_copies)}}}};
   if (!s.efficiency_from.empty()) out.erase("efficiency"), out["efficiency_from"] = s.efficiency_from;

@@ -59,6 +59,7 @@ struct StackProfile {
   bool zero3_pp_unsharded = false;      // MemoryOptions::zero3_pp_unsharded (and Efficiency::zero3_pp_gather_once)
   bool sp_head_input_saved = false;     // MemoryOptions::sp_head_input_saved
   bool moe_tp_partial_gradients = true; // MemoryOptions::moe_tp_partial_gradients
+  bool moe_probs_in_activation = false; // MemoryOptions::moe_probs_in_activation
   bool fp8_quantized_inputs = false;    // MemoryOptions::fp8_quantized_inputs
   Fp8WeightCopies fp8_weight_copies = Fp8WeightCopies::none;  // MemoryOptions::fp8_weight_copies
 };

@@ -201,8 +201,9 @@ SavedTensorList saved_tensors_per_layer(const ModelSpec& m, const LayerContext& 
     }
     if (needs_input(c, Projection::down)) out.add({"mlp.act_out", rows * fe, gemm_in, false});
     // The experts' outputs as they come back to the routing rank: the gate's gradient is
-    // dy . expert_output.
-    out.add({"moe.expert_output", rows * h, act, false});
+    // dy . expert_output (unless the probabilities scaled the activation inside the expert,
+    // whose saved fc1 output already gives their gradient).
+    if (!c.moe_probs_in_activation) out.add({"moe.expert_output", rows * h, act, false});
     if (m.moe.shared_experts > 0) {  // one dense MLP of the shared experts' width, split by TP
       const double fs = static_cast<double>(m.shared_ffn_width());
       if (gpt) {

@@ -95,6 +95,11 @@ struct LayerContext {
   // defaults are the model's MoE (or dense) MLP under full attention.
   bool dense_mlp = false;
   int64_t window = 0;
+  // MoE: the routing probabilities scale the experts' activation output (Megatron-Core's
+  // TEGroupedMLP activation_func_with_probs), so the combine sums the expert outputs
+  // unweighted and keeps none of them; false: the combine weights them (the executor,
+  // Hugging Face), keeping them for the probabilities' gradient. (MemoryOptions.)
+  bool moe_probs_in_activation = false;
 };
 
 // ---------------------------------------------------------------- layer kinds

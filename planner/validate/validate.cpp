@@ -85,6 +85,82 @@ int64_t vocab_from_params(const ModelSpec& m, double params) {
   return std::max<int64_t>(1, std::llround((params - rest) / per_row));
 }
 
+// The details a 2024-26 architecture has beyond the record schema's sizes: latent
+// attention, multi-token prediction, leading dense layers, shared-expert width, expert
+// biases, sliding windows, attention sinks, QK-norm, post-norms, attention biases.
+bool has_block_details(const ModelSpec& m) {
+  return m.mla.enabled() || m.mtp_layers > 0 || m.moe.first_dense_layers > 0 || m.moe.layer_freq != 1 ||
+         m.moe.shared_expert_ffn_hidden > 0 || m.moe.expert_bias || m.sliding_window > 0 || m.attention_sinks || m.qk_norm ||
+         m.post_norms || m.attention_bias != AttentionBias::none;
+}
+
+std::string block_detail_names(const ModelSpec& m) {
+  std::string out;
+  auto add = [&](const std::string& what) { out += (out.empty() ? "" : ", ") + what; };
+  if (m.mla.enabled()) add("latent attention");
+  if (m.mtp_layers > 0) add(std::to_string(m.mtp_layers) + " MTP module(s)");
+  if (m.moe.first_dense_layers > 0) add("first " + std::to_string(m.moe.first_dense_layers) + " layers dense");
+  if (m.moe.layer_freq != 1) add("MoE every " + std::to_string(m.moe.layer_freq) + " layers");
+  if (m.moe.shared_expert_ffn_hidden > 0) add("shared experts " + std::to_string(m.moe.shared_expert_ffn_hidden) + " wide");
+  if (m.moe.expert_bias) add("expert biases");
+  if (m.sliding_window > 0) add("sliding window " + std::to_string(m.sliding_window));
+  if (m.attention_sinks) add("attention sinks");
+  if (m.qk_norm) add("QK-norm");
+  if (m.post_norms) add("post-norms");
+  if (m.attention_bias != AttentionBias::none) add("attention biases");
+  return out;
+}
+
+// The record schema gives a model's sizes, not the block details of the 2024-26
+// architectures. A record whose sizes are exactly those of shipped presets (layers, hidden,
+// heads, and the KV heads, head width, vocabulary and experts it gives) is that model: it
+// takes those presets' details when they all agree, and says so. The expert-load
+// imbalance stays the record's (benchmarks route force-balanced).
+void adopt_preset_architecture(const ReferenceRecord& r, const PresetRegistry& presets, Prepared* p) {
+  const RefModel& rm = r.model;
+  std::optional<ModelSpec> match;
+  for (const std::string& id : presets.model_ids()) {
+    Result<ModelSpec> q = presets.model(id);
+    if (!q) continue;
+    const ModelSpec& m = *q;
+    if (m.layers != *rm.layers || m.hidden != *rm.hidden || m.heads != *rm.heads) continue;
+    if (rm.kv_heads && !m.mla.enabled() && m.kv_heads != *rm.kv_heads) continue;
+    if (rm.head_dim && !m.mla.enabled() && m.head_width() != *rm.head_dim) continue;
+    if (rm.vocab && m.vocab != *rm.vocab) continue;
+    if (rm.moe.has_value() != m.moe.enabled()) continue;
+    if (rm.moe && (m.moe.experts != rm.moe->experts || m.moe.experts_per_token != rm.moe->experts_per_token ||
+                   m.moe.expert_ffn_hidden != rm.moe->expert_ffn_hidden || m.moe.shared_experts != rm.moe->shared_experts))
+      continue;
+    if (!has_block_details(m)) return;  // a plain block: the record's own sizes say it all
+    if (match && block_detail_names(*match) != block_detail_names(m)) return;  // presets that disagree: none
+    match = m;
+  }
+  if (!match) return;
+  ModelSpec& m = p->model;
+  const ModelSpec& q = *match;
+  m.family = q.family;
+  m.mla = q.mla;
+  m.mtp_layers = q.mtp_layers;
+  m.moe.first_dense_layers = q.moe.first_dense_layers;
+  m.moe.layer_freq = q.moe.layer_freq;
+  m.moe.shared_expert_ffn_hidden = q.moe.shared_expert_ffn_hidden;
+  m.moe.expert_bias = q.moe.expert_bias;
+  m.sliding_window = q.sliding_window;
+  m.global_attention_every = q.global_attention_every;
+  m.attention_sinks = q.attention_sinks;
+  m.qk_norm = q.qk_norm;
+  m.post_norms = q.post_norms;
+  m.attention_bias = q.attention_bias;
+  if (!rm.head_dim) m.head_dim = q.head_dim;
+  // The leading dense layers' MLP width, which a MoE record leaves null.
+  if (!rm.ffn_hidden && (q.moe.first_dense_layers > 0 || q.moe.layer_freq != 1 || q.moe.shared_experts > 0)) {
+    m.ffn_hidden = q.ffn_hidden;
+    std::erase_if(p->assumptions, [](const std::string& a) { return a.rfind("ffn_hidden=", 0) == 0; });
+  }
+  std::erase_if(p->notes, [](const std::string& n) { return n.find("block approximated by the") != std::string::npos; });
+  p->notes.push_back("architecture of preset " + q.name + " (" + block_detail_names(q) + ")");
+}
+
 void prepare_model(const ReferenceRecord& r, Prepared* p) {
   const RefModel& rm = r.model;
   ModelSpec& m = p->model;
@@ -339,6 +415,7 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
     p.efficiency = stack.efficiency;
   }
   prepare_model(r, &p);
+  if (p.has_architecture) adopt_preset_architecture(r, presets, &p);
   if (p.skip.empty()) prepare_cluster(r, presets, &p);
   if (p.skip.empty()) prepare_degrees(r, &p);
   if (!p.skip.empty()) return p;
