@@ -216,6 +216,17 @@ TEST(UnevenStages, EmbeddingLossSplitOfLlama405B) {
 
 // ---------------------------------------------------------------- the softmax's exponentials
 
+// One sequence of `seq` tokens per rank on 8 data-parallel ranks, one micro-batch a step.
+std::pair<TrainingJob, ParallelPlan> dp8_one_sequence(int64_t seq) {
+  TrainingJob j;
+  j.seq_len = seq;
+  j.global_batch = 8;
+  ParallelPlan p;
+  p.dp = 8, p.micro_batch = 1, p.grad_accum = 1;
+  return {j, p};
+}
+
+
 // A stack whose fused attention serialises the softmax behind its MMAs (megatron-bridge's
 // cuDNN attention: attention_exp_serial 1) pays one SFU exponential per score in each pass, at
 // the GPU's tensor FLOPs per exponential (B200 512, Blackwell Ultra 256: doubled SFU
@@ -224,11 +235,7 @@ TEST(UnevenStages, EmbeddingLossSplitOfLlama405B) {
 // with eff the attention's efficiency at head width 128 and 8192 keys.
 TEST(AttentionSoftmax, SerialisedExponentialsCostTheSfuTimeAndBlackwellUltraHalvesIt) {
   const ModelSpec m = *registry().model("llama3-8b");
-  TrainingJob j;
-  j.seq_len = 8192;
-  j.global_batch = 8;
-  ParallelPlan p;
-  p.dp = 8, p.micro_batch = 1, p.grad_accum = 1;
+  const auto [j, p] = dp8_one_sequence(8192);
   const LayerContext lc = layer_context(m, j, p, 0);
   Efficiency e;
   e.attention_mma_sync = 0;
@@ -585,11 +592,7 @@ TEST(Validate2024To2026, ARecordWithAPresetsSizesTakesItsBlockDetails) {
 // Qwen3-30B-A3B, micro-batch 1 at 4096 tokens, EP 1: rows = 4096 x 8 routed copies.
 TEST(StackProfiles, MegatronMoeKeepsNoExpertOutputs) {
   const ModelSpec m = *registry().model("qwen3-30b-a3b");
-  TrainingJob j;
-  j.seq_len = 4096;
-  j.global_batch = 8;
-  ParallelPlan p;
-  p.dp = 8, p.micro_batch = 1, p.grad_accum = 1;
+  const auto [j, p] = dp8_one_sequence(4096);
   LayerContext lc = layer_context(m, j, p, 0);
   const double executor = activation_bytes_per_layer(m, lc, LayerRecompute::none);
   lc.moe_probs_in_activation = true;
