@@ -77,11 +77,14 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     const bool frozen = global_layer < frozen_layers;
     Kind& kd = kinds[layer_kind(m, global_layer)][frozen ? 1 : 0][static_cast<int>(policy)];
     if (!kd.done) {
-      const LayerContext lc = layer_context(m, j, p, global_layer);
+      LayerContext lc = layer_context(m, j, p, global_layer);
       kd.lt = layer_times(m, c, j, p, lc, policy, e);
-      kd.act = activation_bytes_per_layer(m, lc, policy);
-      kd.working = lc.grad_flows ? layer_rematerialised_bytes(m, lc, policy) : 0;
-      kd.transient = layer_forward_transient_bytes(m, lc, policy);
+      // The bytes under the stack's conventions, as the memory model counts them.
+      apply_memory_conventions(j, c.gpu, mem, &lc);
+      const LayerMemoryBytes bytes = layer_memory_bytes(m, lc, policy, mem);
+      kd.act = bytes.kept;
+      kd.working = bytes.rematerialised;
+      kd.transient = bytes.transient;
       kd.wgrad_buffer = weight_grad_buffer_bytes(m, lc);
       kd.grad_flows = lc.grad_flows;
       kd.base_trainable = lc.base_trainable;

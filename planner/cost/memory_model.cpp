@@ -304,6 +304,35 @@ double layer_rematerialised_bytes(const ModelSpec& m, const LayerContext& lc, La
   return layer_rematerialised_bytes(sum_saved_tensors(m, lc), policy);
 }
 
+void apply_memory_conventions(const TrainingJob& j, const GpuSpec& gpu, const MemoryOptions& opt, LayerContext* lc) {
+  const bool fp8 = j.fp8_linear();
+  if (fp8 && opt.fp8_quantized_inputs) lc->fp8_input_bytes = fp8_saved_input_bytes(j.fp8, gpu);
+  if (fp8 && opt.fp8_weight_copies == Fp8WeightCopies::per_microbatch) lc->fp8_weight_bytes = fp8_recipe_facts(j.fp8, gpu).weight_bytes;
+  lc->moe_probs_in_activation = opt.moe_probs_in_activation;
+}
+
+LayerMemoryBytes layer_memory_bytes(const SavedTensorSums& sums, const SavedTensorSums& as_trainable, bool grad_flows,
+                                    LayerRecompute policy, const MemoryOptions& opt) {
+  LayerMemoryBytes b;
+  if (policy == LayerRecompute::selective && opt.selective == SelectiveRecompute::torch_op_sac && grad_flows) {
+    // Per-op SAC keeps its save list; backward re-runs the layer's other operators, whose
+    // outputs are then live beside the kept ones; in forward they are transient.
+    b.kept = sums.op_sac;
+    b.rematerialised = std::max(0.0, sums.all - sums.op_sac);
+    b.transient = sums.input + b.rematerialised;
+    return b;
+  }
+  b.kept = activation_bytes_per_layer(sums, policy);
+  b.rematerialised = grad_flows ? layer_rematerialised_bytes(sums, policy) : 0;
+  b.transient = layer_forward_transient_bytes(sums, as_trainable, policy);
+  return b;
+}
+
+LayerMemoryBytes layer_memory_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy, const MemoryOptions& opt) {
+  const SavedTensorSums sums = sum_saved_tensors(m, lc);
+  return layer_memory_bytes(sums, lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc)), lc.grad_flows, policy, opt);
+}
+
 double layer_forward_transient_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy) {
   const SavedTensorSums sums = sum_saved_tensors(m, lc);
   return layer_forward_transient_bytes(sums, lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc)), policy);
@@ -708,25 +737,16 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
       LayerContext lc = layer_context(m, j, p, layer);
       set_layer_kind(m, k, &lc);
       if (f == 1 && frozen == 0) lc.grad_flows = false;
-      if (fp8 && opt.fp8_quantized_inputs) lc.fp8_input_bytes = fp8_saved_input_bytes(j.fp8, gpu);
-      lc.moe_probs_in_activation = opt.moe_probs_in_activation;
-      if (fp8 && opt.fp8_weight_copies == Fp8WeightCopies::per_microbatch) lc.fp8_weight_bytes = fp8_recipe_facts(j.fp8, gpu).weight_bytes;
+      apply_memory_conventions(j, gpu, opt, &lc);
       // One walk over the recipe per kind of layer serves all three policies.
       const SavedTensorSums sums = sum_saved_tensors(m, lc);
       const SavedTensorSums trainable = lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc));
       in.wgrad_bytes[k][f] = weight_grad_buffer_bytes(m, lc);
       for (int r = 0; r < 3; ++r) {
-        const LayerRecompute rc = static_cast<LayerRecompute>(r);
-        in.layer_bytes[k][f][r] = activation_bytes_per_layer(sums, rc);
-        in.remat_bytes[k][f][r] = lc.grad_flows ? layer_rematerialised_bytes(sums, rc) : 0;
-        in.transient_bytes[k][f][r] = layer_forward_transient_bytes(sums, trainable, rc);
-        if (rc == LayerRecompute::selective && opt.selective == SelectiveRecompute::torch_op_sac && lc.grad_flows) {
-          // Per-op SAC keeps its save list; backward re-runs the layer's other operators,
-          // whose outputs are then live beside the kept ones; in forward they are transient.
-          in.layer_bytes[k][f][r] = sums.op_sac;
-          in.remat_bytes[k][f][r] = std::max(0.0, sums.all - sums.op_sac);
-          in.transient_bytes[k][f][r] = sums.input + in.remat_bytes[k][f][r];
-        }
+        const LayerMemoryBytes b = layer_memory_bytes(sums, trainable, lc.grad_flows, static_cast<LayerRecompute>(r), opt);
+        in.layer_bytes[k][f][r] = b.kept;
+        in.remat_bytes[k][f][r] = b.rematerialised;
+        in.transient_bytes[k][f][r] = b.transient;
       }
     }
   }

@@ -261,6 +261,19 @@ double last_chunk_sets(const ParallelPlan& p, int64_t microbatches);
 // ---- Pieces of a stage's memory, public so that the simulator replays the same bytes
 // over time (one source of truth). Every value is bytes on one rank.
 
+// The stack's memory conventions (opt) on a layer's context from layer_context: its FP8
+// inputs saved quantized, its FP8 weight copies per micro-batch, the MoE combine.
+void apply_memory_conventions(const TrainingJob& j, const GpuSpec& gpu, const MemoryOptions& opt, LayerContext* lc);
+// A layer's kept, re-materialised (0 when no gradient flows) and forward-transient bytes
+// under `policy` and the stack's selective kind (torch_op_sac keeps its save list), from
+// its saved-tensor sums and, for a frozen layer, those of the layer as if it trained.
+struct LayerMemoryBytes {
+  double kept = 0, rematerialised = 0, transient = 0;
+};
+LayerMemoryBytes layer_memory_bytes(const SavedTensorSums& sums, const SavedTensorSums& as_trainable, bool grad_flows,
+                                    LayerRecompute policy, const MemoryOptions& opt);
+LayerMemoryBytes layer_memory_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy, const MemoryOptions& opt);
+
 // Transient bytes of one layer while its forward runs, beside what the layer keeps: every
 // intermediate it does not keep (under full recompute, or a frozen layer: all of its saved
 // set but the checkpointed input; selective: the attention scores) plus its h-wide output

@@ -41,19 +41,26 @@ ParallelPlan mk(int dp, int tp, int pp, int vpp, Schedule sched, Recompute rc, i
 
 // Simulates the case and hands each stage's result with the planner's memory of it to `check`.
 template <class Check>
-void for_each_stage(const MemCase& mc, Check&& check) {
+void for_each_stage(const MemCase& mc, const MemoryOptions& memory, Check&& check) {
   const ClusterSpec c = dgx_a100(mc.nodes);
   const TrainingJob j = testing::job(mc.seq, mc.global_batch);
   SimOptions opt;
   opt.record_events = false;
+  opt.memory = memory;
   auto r = simulate_step(mc.model, c, j, mc.plan, opt);
   ASSERT_TRUE(r.ok()) << r.status().message();
-  for (const StageResult& st : r->stages) check(st, estimate_stage_memory(mc.model, c, j, mc.plan, st.stage));
+  for (const StageResult& st : r->stages) check(st, estimate_stage_memory(mc.model, c, j, mc.plan, st.stage, memory));
+}
+template <class Check>
+void for_each_stage(const MemCase& mc, Check&& check) {
+  for_each_stage(mc, MemoryOptions{}, check);
 }
 
-void expect_peaks_equal(const MemCase& mc) {
+// `memory`: a stack's conventions (MemoryOptions), which the replay must apply as the
+// planner does.
+void expect_peaks_equal(const MemCase& mc, const MemoryOptions& memory = {}) {
   SCOPED_TRACE(mc.name);
-  for_each_stage(mc, [](const StageResult& st, const StageMemory& am) {
+  for_each_stage(mc, memory, [](const StageResult& st, const StageMemory& am) {
     EXPECT_NEAR(st.peak_bytes, am.total, 1.0)
         << "stage " << st.stage << ": simulated " << st.peak_bytes << " B (" << st.peak_inflight
         << " micro-batches in flight, phase " << to_string(st.peak_phase) << "), analytic " << am.total << " B ("
@@ -98,6 +105,21 @@ TEST(SimMemory, PeakEqualsAnalyticWithActivationOffload) {
   ParallelPlan q = mk(2, 2, 2, 1, Schedule::one_f_one_b, Recompute::selective, 0, 1, 64);
   q.activation_offload_layers = 8;
   expect_peaks_equal({"llama7b tp2 pp2 dp2 act-offload 8", kLlama, 1, 4096, 64, q});
+}
+
+// A stack's per-layer conventions in the replay: PyTorch op-SAC's save list under selective
+// recompute (torchtitan) and Megatron-Core's MoE combine that keeps no expert outputs.
+TEST(SimMemory, PeakEqualsAnalyticUnderAStacksLayerConventions) {
+  MemoryOptions sac;
+  sac.selective = SelectiveRecompute::torch_op_sac;
+  expect_peaks_equal({"llama7b pp2 dp4 op-SAC", kLlama, 1, 4096, 64, mk(4, 1, 2, 1, Schedule::one_f_one_b, Recompute::selective, 1, 1, 64)},
+                     sac);
+  ModelSpec moe = kLlama;
+  moe.moe.experts = 8, moe.moe.experts_per_token = 2, moe.moe.expert_ffn_hidden = 2048;
+  MemoryOptions megatron_moe;
+  megatron_moe.moe_probs_in_activation = true;
+  expect_peaks_equal({"moe pp2 dp4 probs in activation", moe, 1, 4096, 64, mk(4, 1, 2, 1, Schedule::one_f_one_b, Recompute::none, 1, 1, 64)},
+                     megatron_moe);
 }
 
 TEST(SimMemory, PeakEqualsAnalyticGPipe) {
