@@ -339,12 +339,13 @@ int run_validate(const ValidateCommand& c) {
       if (!c.write_stacks.empty()) {
         StackProfile out = st;
         out.efficiency = e;
-        out.fitted_on = own ? "validate --fit: its own records' fitting half (" + std::to_string(own->rows) + " rows), from the generic fit"
-                            : "validate --fit: the generic constants (fewer than " + std::to_string(kMinStackFitRows) +
-                                  " fitting rows of its own outside the generic fit's file)";
         if (!st.efficiency_from.empty())
           out.fitted_on = "validate --fit: the " + from + " stack's (efficiency_from: the same kernels), " +
                           (own ? "its records' fitting half (" + std::to_string(own->rows) + " rows)" : "the generic constants");
+        else
+          out.fitted_on = own ? "validate --fit: its own records' fitting half (" + std::to_string(own->rows) + " rows), from the generic fit"
+                              : "validate --fit: the generic constants (fewer than " + std::to_string(kMinStackFitRows) +
+                                    " fitting rows of its own outside the generic fit's file)";
         const std::string file = c.write_stacks + "/" + st.name + ".json";
         if (Status s = write_json_file(file, to_json(out)); !s) return report(s);
         if (!json_only) std::printf("wrote %s\n", file.c_str());

@@ -544,7 +544,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
   // its W reads. Activation offload: the stage's first k layers keep theirs in host
   // memory, the GPU one of them (PassMemory::offload_resident: not at the head's moments).
   std::vector<PassMemory> chunk(vpp);
-  double offload_buffer = 0;
+  const double offload_buffer = sc.activation_offload_layers > 0 ? sc.layers[0].activation_bytes : 0;
   for (int c = 0; c < vpp; ++c) {
     PassMemory& pm = chunk[c];
     bool grads = false;
@@ -552,11 +552,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       const int layer = c * per_chunk + jl;
       const LayerCost& L = sc.layers[layer];
       pm.weight_grad_buffer += L.weight_grad_buffer_bytes;
-      if (layer < sc.activation_offload_layers) {
-        if (layer == 0) offload_buffer += L.activation_bytes;
-      } else {
-        pm.kept += L.activation_bytes;
-      }
+      if (layer >= sc.activation_offload_layers) pm.kept += L.activation_bytes;
       pm.transient = std::max(pm.transient, L.forward_transient_bytes);
       if (L.grad_flows) {
         pm.working = std::max(pm.working, L.working_bytes);
@@ -570,11 +566,9 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       pm.head_set = sc.last_chunk_extra_bytes;
       pm.head_input = sc.head_input_bytes;
       pm.logits = sc.logits_bytes;
+      pm.offload_resident = offload_buffer;
     }
     if (grads) pm.working += sc.activation_grad_bytes;
-  }
-  for (int c = 0; c < vpp; ++c) {
-    if (b.virtual_stage(s, c) == last_virtual) chunk[c].offload_resident = offload_buffer;
   }
   std::vector<PassMemoryEvents> events(vpp);
   std::vector<SplitBackwardMemoryEvents> split(vpp);

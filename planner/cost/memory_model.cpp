@@ -300,10 +300,6 @@ const MemoryInputs::StageLayers* find_stage_layers(const MemoryInputs& in, const
 
 }  // namespace
 
-double layer_rematerialised_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy) {
-  return layer_rematerialised_bytes(sum_saved_tensors(m, lc), policy);
-}
-
 void apply_memory_conventions(const TrainingJob& j, const GpuSpec& gpu, const MemoryOptions& opt, LayerContext* lc) {
   const bool fp8 = j.fp8_linear();
   if (fp8 && opt.fp8_quantized_inputs) lc->fp8_input_bytes = fp8_saved_input_bytes(j.fp8, gpu);
@@ -331,11 +327,6 @@ LayerMemoryBytes layer_memory_bytes(const SavedTensorSums& sums, const SavedTens
 LayerMemoryBytes layer_memory_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy, const MemoryOptions& opt) {
   const SavedTensorSums sums = sum_saved_tensors(m, lc);
   return layer_memory_bytes(sums, lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc)), lc.grad_flows, policy, opt);
-}
-
-double layer_forward_transient_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy) {
-  const SavedTensorSums sums = sum_saved_tensors(m, lc);
-  return layer_forward_transient_bytes(sums, lc.grad_flows ? sums : sum_saved_tensors(m, as_trainable_context(lc)), policy);
 }
 
 double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {

@@ -278,13 +278,10 @@ LayerMemoryBytes layer_memory_bytes(const ModelSpec& m, const LayerContext& lc, 
 // intermediate it does not keep (under full recompute, or a frozen layer: all of its saved
 // set but the checkpointed input; selective: the attention scores) plus its h-wide output
 // branch (the residual branch before the add). The executor's layer forward allocates them
-// together at the layer's end, when its output is made.
-double layer_forward_transient_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy);
+// together at the layer's end, when its output is made. `as_trainable` are the sums of the
+// layer as if it trained (used when no gradient flows). layer_memory_bytes takes both.
 // Bytes a layer's backward re-materialises beside the kept activations: recompute_working_bytes
 // less the checkpointed input, which is kept (full) rather than made again.
-double layer_rematerialised_bytes(const ModelSpec& m, const LayerContext& lc, LayerRecompute policy);
-// The same two from precomputed sums; `as_trainable` are the sums of the layer as if it
-// trained (used when `sums.grad_flows` is false). Results equal the forms above.
 double layer_rematerialised_bytes(const SavedTensorSums& sums, LayerRecompute policy);
 double layer_forward_transient_bytes(const SavedTensorSums& sums, const SavedTensorSums& as_trainable, LayerRecompute policy);
 // Activation gradients live during one layer's backward, at its two widest moments (bytes):

@@ -85,15 +85,9 @@ int64_t vocab_from_params(const ModelSpec& m, double params) {
   return std::max<int64_t>(1, std::llround((params - rest) / per_row));
 }
 
-// The details a 2024-26 architecture has beyond the record schema's sizes: latent
+// The details a 2024-26 architecture has beyond the record schema's sizes, named: latent
 // attention, multi-token prediction, leading dense layers, shared-expert width, expert
-// biases, sliding windows, attention sinks, QK-norm, post-norms, attention biases.
-bool has_block_details(const ModelSpec& m) {
-  return m.mla.enabled() || m.mtp_layers > 0 || m.moe.first_dense_layers > 0 || m.moe.layer_freq != 1 ||
-         m.moe.shared_expert_ffn_hidden > 0 || m.moe.expert_bias || m.sliding_window > 0 || m.attention_sinks || m.qk_norm ||
-         m.post_norms || m.attention_bias != AttentionBias::none;
-}
-
+// biases, sliding windows, attention sinks, QK-norm, post-norms, attention biases ("": none).
 std::string block_detail_names(const ModelSpec& m) {
   std::string out;
   auto add = [&](const std::string& what) { out += (out.empty() ? "" : ", ") + what; };
@@ -131,8 +125,9 @@ void adopt_preset_architecture(const ReferenceRecord& r, const PresetRegistry& p
     if (rm.moe && (m.moe.experts != rm.moe->experts || m.moe.experts_per_token != rm.moe->experts_per_token ||
                    m.moe.expert_ffn_hidden != rm.moe->expert_ffn_hidden || m.moe.shared_experts != rm.moe->shared_experts))
       continue;
-    if (!has_block_details(m)) return;  // a plain block: the record's own sizes say it all
-    if (match && block_detail_names(*match) != block_detail_names(m)) return;  // presets that disagree: none
+    const std::string details = block_detail_names(m);
+    if (details.empty()) return;  // a plain block: the record's own sizes say it all
+    if (match && block_detail_names(*match) != details) return;  // presets that disagree: none
     match = m;
   }
   if (!match) return;

@@ -226,7 +226,6 @@ std::pair<TrainingJob, ParallelPlan> dp8_one_sequence(int64_t seq) {
   return {j, p};
 }
 
-
 // A stack whose fused attention serialises the softmax behind its MMAs (megatron-bridge's
 // cuDNN attention: attention_exp_serial 1) pays one SFU exponential per score in each pass, at
 // the GPU's tensor FLOPs per exponential (B200 512, Blackwell Ultra 256: doubled SFU
