@@ -80,16 +80,19 @@ void for_key_tiles(const KeyChunk* chunks, int n, int64_t first, int64_t last, i
 
 template <class A>
 int64_t workspace_bytes(const AttentionDims& dm, bool flash) {
-  const int64_t sq = query_rows(dm);
-  const int64_t kd = carved_bytes<A>((flash ? key_rows_held(dm) : dm.s) * dm.head_dim), qd = carved_bytes<A>(sq * dm.head_dim);
+  const int64_t sq = query_rows(dm), kr = flash ? key_rows_held(dm) : dm.s;
+  // Key-side and query-side panels of width d (K, Q and their gradients) and of width dv
+  // (V, O, dO and dV).
+  const int64_t kd = carved_bytes<A>(kr * dm.head_dim), qd = carved_bytes<A>(sq * dm.head_dim);
+  const int64_t kv = carved_bytes<A>(kr * value_dim(dm)), qv = carved_bytes<A>(sq * value_dim(dm));
   if (flash) {
     const int64_t t = carved_bytes<A>(tile(dm) * tile(dm));
-    const int64_t fwd = 2 * kd + 2 * qd + t + 2 * carved_bytes<A>(sq);  // K V, Q O, a tile, m and l
-    const int64_t bwd = 4 * kd + 3 * qd + 2 * t + carved_bytes<A>(sq);  // K V dK dV, Q dO dQ, P dP, D
+    const int64_t fwd = kd + kv + qd + qv + t + 2 * carved_bytes<A>(sq);               // K V, Q O, a tile, m and l
+    const int64_t bwd = 2 * kd + 2 * kv + 2 * qd + qv + 2 * t + carved_bytes<A>(sq);  // K V dK dV, Q dO dQ, P dP, D
     return std::max(fwd, bwd);
   }
   const int64_t ss = carved_bytes<A>(sq * dm.s);
-  return std::max(2 * kd + 2 * qd + ss, 4 * kd + 3 * qd + 2 * ss);  // K V Q O P; backward adds dK dV dO dQ dP
+  return std::max(kd + kv + qd + qv + ss, 2 * kd + 2 * kv + 2 * qd + qv + 2 * ss);  // K V Q O P; backward: K V dK dV Q dO dQ P dP
 }
 }  // namespace
 
@@ -105,22 +108,21 @@ template <class S>
 void attention_forward_materialized(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
                                     S* probs, const AttentionDims& dm, std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, sq = query_rows(dm), kl = key_rows(dm), d = dm.head_dim, g = group(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), kl = key_rows(dm), d = dm.head_dim, vd = value_dim(dm), g = group(dm);
   const A scale = score_scale<A>(dm);
   Carver c(ws);
   A* K = c.take<A>(s * d);
-  A* V = c.take<A>(s * d);
+  A* V = c.take<A>(s * vd);
   A* Q = c.take<A>(sq * d);
-  A* O = c.take<A>(sq * d);
+  A* O = c.take<A>(sq * vd);
   A* P = c.take<A>(sq * s);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     const Mask mask{doc != nullptr ? doc + bi * s : nullptr, dm.window};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
-      const HeadView kvv{bi, kh, dm.kv_heads, s, d};
-      gather(k, K, kvv);
-      gather(v, V, kvv);
+      gather(k, K, HeadView{bi, kh, dm.kv_heads, s, d});
+      gather(v, V, HeadView{bi, kh, dm.kv_heads, s, vd});
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
-        const HeadView qv{bi, h, dm.heads, sq, d};
+        const HeadView qv{bi, h, dm.heads, sq, d}, ov{bi, h, dm.heads, sq, vd};
         gather(q, Q, qv);
         gemm(false, true, sq, kl, d, scale, Q, d, K, d, A(0), P, s);  // P (sq, kl) = scale Q K^T
         S* probs_h = probs + (bi * dm.heads + h) * sq * s;
@@ -136,8 +138,8 @@ void attention_forward_materialized(const S* q, const S* k, const S* v, const in
           }
           for (int64_t j = kl; j < s; ++j) probs_h[i * s + j] = store<S>(A(0));
         }
-        gemm(false, false, sq, d, kl, A(1), P, s, V, d, A(0), O, d);  // O (sq, d) = P V
-        scatter(O, o, qv);
+        gemm(false, false, sq, vd, kl, A(1), P, s, V, vd, A(0), O, vd);  // O (sq, vd) = P V
+        scatter(O, o, ov);
       }
     }
   }
@@ -149,33 +151,33 @@ void attention_backward_materialized(const S* q, const S* k, const S* v, const S
                                      const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dm,
                                      std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, sq = query_rows(dm), kl = key_rows(dm), d = dm.head_dim, g = group(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), kl = key_rows(dm), d = dm.head_dim, vd = value_dim(dm), g = group(dm);
   const A scale = score_scale<A>(dm);
   Carver c(ws);
   A* K = c.take<A>(s * d);
-  A* V = c.take<A>(s * d);
+  A* V = c.take<A>(s * vd);
   A* dK = c.take<A>(s * d);
-  A* dV = c.take<A>(s * d);
+  A* dV = c.take<A>(s * vd);
   A* Q = c.take<A>(sq * d);
-  A* dO = c.take<A>(sq * d);
+  A* dO = c.take<A>(sq * vd);
   A* dQ = c.take<A>(sq * d);
   A* P = c.take<A>(sq * s);
   A* dP = c.take<A>(sq * s);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
-      const HeadView kvv{bi, kh, dm.kv_heads, s, d};
-      gather(k, K, kvv);
-      gather(v, V, kvv);
+      const HeadView kview{bi, kh, dm.kv_heads, s, d}, vview{bi, kh, dm.kv_heads, s, vd};
+      gather(k, K, kview);
+      gather(v, V, vview);
       zero(dK, s * d);
-      zero(dV, s * d);
+      zero(dV, s * vd);
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
         const HeadView qv{bi, h, dm.heads, sq, d};
         gather(q, Q, qv);
-        gather(dout, dO, qv);
+        gather(dout, dO, HeadView{bi, h, dm.heads, sq, vd});
         const S* probs_h = probs + (bi * dm.heads + h) * sq * s;
         for (int64_t i = 0; i < sq; ++i)
           for (int64_t j = 0; j < kl; ++j) P[i * s + j] = load(probs_h[i * s + j]);
-        gemm(false, true, sq, kl, d, A(1), dO, d, V, d, A(0), dP, s);  // dP (sq, kl) = dO V^T
+        gemm(false, true, sq, kl, vd, A(1), dO, vd, V, vd, A(0), dP, s);  // dP (sq, kl) = dO V^T
         for (int64_t i = 0; i < sq; ++i) {
           A D = 0;
           for (int64_t j = 0; j < kl; ++j) D += P[i * s + j] * dP[i * s + j];
@@ -183,11 +185,11 @@ void attention_backward_materialized(const S* q, const S* k, const S* v, const S
         }
         gemm(false, false, sq, d, kl, scale, dP, s, K, d, A(0), dQ, d);  // dQ = scale dS K
         gemm(true, false, kl, d, sq, scale, dP, s, Q, d, A(1), dK, d);   // dK += scale dS^T Q
-        gemm(true, false, kl, d, sq, A(1), P, s, dO, d, A(1), dV, d);    // dV += P^T dO
+        gemm(true, false, kl, vd, sq, A(1), P, s, dO, vd, A(1), dV, vd);  // dV += P^T dO
         scatter(dQ, dq, qv);
       }
-      scatter(dK, dk, kvv);
-      scatter(dV, dv, kvv);
+      scatter(dK, dk, kview);
+      scatter(dV, dv, vview);
     }
   }
 }
@@ -200,29 +202,27 @@ template <class S>
 void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
                              acc_t<S>* lse, const AttentionDims& dm, std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, sq = query_rows(dm), kr = key_rows_held(dm), d = dm.head_dim, g = group(dm), B = tile(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), kr = key_rows_held(dm), d = dm.head_dim, vd = value_dim(dm), g = group(dm), B = tile(dm);
   KeyChunk chunks[2];
   const int nchunks = key_chunks(dm, chunks);
   const A scale = score_scale<A>(dm);
   const A neg_inf = -std::numeric_limits<A>::infinity();
   Carver c(ws);
   A* K = c.take<A>(kr * d);
-  A* V = c.take<A>(kr * d);
+  A* V = c.take<A>(kr * vd);
   A* Q = c.take<A>(sq * d);
-  A* O = c.take<A>(sq * d);
+  A* O = c.take<A>(sq * vd);
   A* T = c.take<A>(B * B);  // scores, then probabilities, of one tile (rows, cols), ld B
   A* m = c.take<A>(sq);
   A* l = c.take<A>(sq);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     const Mask mask{doc != nullptr ? doc + bi * s : nullptr, dm.window};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
-      const HeadView kvv{bi, kh, dm.kv_heads, kr, d};
-      gather(k, K, kvv);
-      gather(v, V, kvv);
+      gather(k, K, HeadView{bi, kh, dm.kv_heads, kr, d});
+      gather(v, V, HeadView{bi, kh, dm.kv_heads, kr, vd});
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
-        const HeadView qv{bi, h, dm.heads, sq, d};
-        gather(q, Q, qv);
-        zero(O, sq * d);
+        gather(q, Q, HeadView{bi, h, dm.heads, sq, d});
+        zero(O, sq * vd);
         if (dm.sinks.empty()) {
           std::fill(m, m + sq, neg_inf);
           zero(l, sq);
@@ -247,9 +247,9 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
               const A corr = exp_acc(m[i] - m_new);  // 0 while m[i] is still -inf
               l[i] = l[i] * corr + exp_shifted(t, cols, m_new);
               m[i] = m_new;
-              for (int64_t cc = 0; cc < d; ++cc) O[i * d + cc] *= corr;
+              for (int64_t cc = 0; cc < vd; ++cc) O[i * vd + cc] *= corr;
             }
-            gemm(false, false, rows, d, cols, A(1), T, B, V + j0 * d, d, A(1), O + i0 * d, d);
+            gemm(false, false, rows, vd, cols, A(1), T, B, V + j0 * vd, vd, A(1), O + i0 * vd, vd);
           });
         }
         A* lse_h = lse + (bi * dm.heads + h) * sq;
@@ -258,10 +258,10 @@ void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* 
             lse_h[i] = neg_inf;
             continue;  // O's row is still 0
           }
-          for (int64_t cc = 0; cc < d; ++cc) O[i * d + cc] /= l[i];
+          for (int64_t cc = 0; cc < vd; ++cc) O[i * vd + cc] /= l[i];
           lse_h[i] = m[i] + std::log(l[i]);
         }
-        scatter(O, o, qv);
+        scatter(O, o, HeadView{bi, h, dm.heads, sq, vd});
       }
     }
   }
@@ -275,17 +275,17 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
                               const acc_t<S>* lse, const S* dout, S* dq, S* dk, S* dv,
                               const AttentionDims& dm, std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, sq = query_rows(dm), kr = key_rows_held(dm), d = dm.head_dim, g = group(dm), B = tile(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), kr = key_rows_held(dm), d = dm.head_dim, vd = value_dim(dm), g = group(dm), B = tile(dm);
   KeyChunk chunks[2];
   const int nchunks = key_chunks(dm, chunks);
   const A scale = score_scale<A>(dm);
   Carver c(ws);
   A* K = c.take<A>(kr * d);
-  A* V = c.take<A>(kr * d);
+  A* V = c.take<A>(kr * vd);
   A* dK = c.take<A>(kr * d);
-  A* dV = c.take<A>(kr * d);
+  A* dV = c.take<A>(kr * vd);
   A* Q = c.take<A>(sq * d);
-  A* dO = c.take<A>(sq * d);
+  A* dO = c.take<A>(sq * vd);
   A* dQ = c.take<A>(sq * d);
   A* P = c.take<A>(B * B);   // tile (rows, cols), ld B
   A* dP = c.take<A>(B * B);  // tile, then dS
@@ -293,18 +293,18 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     const Mask mask{doc != nullptr ? doc + bi * s : nullptr, dm.window};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
-      const HeadView kvv{bi, kh, dm.kv_heads, kr, d};
-      gather(k, K, kvv);
-      gather(v, V, kvv);
+      const HeadView kview{bi, kh, dm.kv_heads, kr, d}, vview{bi, kh, dm.kv_heads, kr, vd};
+      gather(k, K, kview);
+      gather(v, V, vview);
       zero(dK, kr * d);
-      zero(dV, kr * d);
+      zero(dV, kr * vd);
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
-        const HeadView qv{bi, h, dm.heads, sq, d};
+        const HeadView qv{bi, h, dm.heads, sq, d}, ov{bi, h, dm.heads, sq, vd};
         gather(q, Q, qv);
-        gather(dout, dO, qv);
+        gather(dout, dO, ov);
         for (int64_t i = 0; i < sq; ++i) {
           A acc = 0;
-          for (int64_t cc = 0; cc < d; ++cc) acc += dO[i * d + cc] * load(o[qv.at(i) + cc]);
+          for (int64_t cc = 0; cc < vd; ++cc) acc += dO[i * vd + cc] * load(o[ov.at(i) + cc]);
           D[i] = acc;
         }
         zero(dQ, sq * d);
@@ -313,7 +313,7 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
           const int64_t rows = std::min(B, sq - i0), first = query_position(dm, i0), last = query_position(dm, i0 + rows - 1);
           for_key_tiles(chunks, nchunks, first, last, B, mask, [&](int64_t j0, int64_t pos, int64_t cols) {
             gemm(false, true, rows, cols, d, scale, Q + i0 * d, d, K + j0 * d, d, A(0), P, B);
-            gemm(false, true, rows, cols, d, A(1), dO + i0 * d, d, V + j0 * d, d, A(0), dP, B);
+            gemm(false, true, rows, cols, vd, A(1), dO + i0 * vd, vd, V + j0 * vd, vd, A(0), dP, B);
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r;
               A* p = P + r * B;
@@ -326,13 +326,13 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
             }
             gemm(false, false, rows, d, cols, scale, dP, B, K + j0 * d, d, A(1), dQ + i0 * d, d);
             gemm(true, false, cols, d, rows, scale, dP, B, Q + i0 * d, d, A(1), dK + j0 * d, d);
-            gemm(true, false, cols, d, rows, A(1), P, B, dO + i0 * d, d, A(1), dV + j0 * d, d);
+            gemm(true, false, cols, vd, rows, A(1), P, B, dO + i0 * vd, vd, A(1), dV + j0 * vd, vd);
           });
         }
         scatter(dQ, dq, qv);
       }
-      scatter(dK, dk, kvv);
-      scatter(dV, dv, kvv);
+      scatter(dK, dk, kview);
+      scatter(dV, dv, vview);
     }
   }
 }
@@ -340,7 +340,7 @@ void attention_backward_flash(const S* q, const S* k, const S* v, const int32_t*
 template <class S>
 void attention_sink_backward(const S* o, const S* dout, const acc_t<S>* lse, const S* probs, const AttentionDims& dm,
                              double* dsinks) {
-  const int64_t sq = query_rows(dm), d = dm.head_dim, s = dm.s;
+  const int64_t sq = query_rows(dm), d = value_dim(dm), s = dm.s;
   for (int64_t bi = 0; bi < dm.b; ++bi)
     for (int64_t h = 0; h < dm.heads; ++h) {
       const double sink = dm.sinks[static_cast<size_t>(h)];
@@ -367,7 +367,7 @@ void attention_sink_backward(const S* o, const S* dout, const acc_t<S>* lse, con
 template <class S>
 void attention_merge_partial(S* o, acc_t<S>* lse, const S* o_part, const acc_t<S>* lse_part, const AttentionDims& dm) {
   using A = acc_t<S>;
-  const int64_t sq = query_rows(dm), d = dm.head_dim;
+  const int64_t sq = query_rows(dm), d = value_dim(dm);
   for (int64_t bi = 0; bi < dm.b; ++bi)
     for (int64_t h = 0; h < dm.heads; ++h)
       for (int64_t i = 0; i < sq; ++i) {

@@ -59,7 +59,7 @@ struct AttentionDims {
   int64_t s = 0;          // sequence length
   int64_t heads = 0;      // query heads a
   int64_t kv_heads = 0;   // key/value heads a_kv (== heads without GQA)
-  int64_t head_dim = 0;   // d
+  int64_t head_dim = 0;   // d: of queries and keys
   double scale = 0;       // score scale; 0 means 1 / sqrt(d). Default: 0
   int64_t block = 64;     // flash tile size (query and key rows). Default: 64
   int64_t q_rows = 0;     // query rows per sequence; 0 means s. Default: 0
@@ -74,7 +74,14 @@ struct AttentionDims {
   // The heads' sink logits (heads values), or empty: none. A flash call over part of the keys
   // (a CP ring step) counts them only if given; give them to one step. Default: empty
   std::span<const double> sinks{};
+  // Width of a value (and output) head; 0 means head_dim. Multi-head latent attention
+  // (DeepSeek-V2, arXiv 2405.04434) has 192-wide queries and keys and 128-wide values.
+  // Below, the v, o, dout and dv shapes' last dimension is this dv. Default: 0
+  int64_t v_dim = 0;
 };
+
+// dv: the width of a value head (dims.v_dim, or head_dim when 0).
+inline int64_t value_dim(const AttentionDims& dm) { return dm.v_dim > 0 ? dm.v_dim : dm.head_dim; }
 
 // sq: the query rows per sequence (dims.q_rows, or s when 0). Below, shapes with sq are
 // per query row, shapes with s per key.
@@ -84,14 +91,14 @@ inline int64_t query_position(const AttentionDims& dm, int64_t i) {
   return dm.q_split > 0 && i >= dm.q_split ? dm.q_offset_hi + (i - dm.q_split) : dm.q_offset + i;
 }
 
-// q (b, sq, heads, d), k, v (b, s, kv_heads, d), doc (b, s, of the keys) or nullptr ->
-// o (b, sq, heads, d), probs (b, heads, sq, s).
+// q (b, sq, heads, d), k (b, s, kv_heads, d), v (b, s, kv_heads, dv), doc (b, s, of the
+// keys) or nullptr -> o (b, sq, heads, dv), probs (b, heads, sq, s).
 template <class S>
 void attention_forward_materialized(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
                                     S* probs, const AttentionDims& dims, std::span<std::byte> ws);
 
-// q, k, v, probs as saved; dout (b, sq, heads, d) -> dq (b, sq, heads, d), dk, dv (b, s,
-// kv_heads, d): the gradient through these queries. (The mask is already in probs.)
+// q, k, v, probs as saved; dout (b, sq, heads, dv) -> dq (b, sq, heads, d), dk (b, s,
+// kv_heads, d), dv (b, s, kv_heads, dv): the gradient through these queries. (The mask is already in probs.)
 template <class S>
 void attention_backward_materialized(const S* q, const S* k, const S* v, const S* probs,
                                      const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dims,
@@ -100,7 +107,7 @@ void attention_backward_materialized(const S* q, const S* k, const S* v, const S
 // Key rows per sequence in k and v (dims.k_rows, or s when 0).
 inline int64_t key_rows_held(const AttentionDims& dm) { return dm.k_rows > 0 ? dm.k_rows : dm.s; }
 
-// q, k, v, doc as above -> o (b, sq, heads, d), lse (b, heads, sq).
+// q, k, v, doc as above -> o (b, sq, heads, dv), lse (b, heads, sq).
 template <class S>
 void attention_forward_flash(const S* q, const S* k, const S* v, const int32_t* doc, S* o,
                              acc_t<S>* lse, const AttentionDims& dims, std::span<std::byte> ws);
@@ -121,7 +128,7 @@ void attention_merge_partial(S* o, acc_t<S>* lse, const S* o_part, const acc_t<S
 // The sinks' gradient, added into dsinks (heads): dL/dsink_h = -sum over rows of p_sink D,
 // D = dout . o (the row's dP . P over its keys), p_sink = e^(sink_h - lse) from the flash
 // lse (b, heads, sq), or 1 - the row's sum of probs (b, heads, sq, s) when lse is null.
-// o, dout (b, sq, heads, d) as the forward's.
+// o, dout (b, sq, heads, dv) as the forward's.
 template <class S>
 void attention_sink_backward(const S* o, const S* dout, const acc_t<S>* lse, const S* probs, const AttentionDims& dims,
                              double* dsinks);

@@ -23,7 +23,9 @@ namespace {
 template <class A>
 int64_t ws_bytes(const AttentionDims& dm) {
   const int64_t sq = query_rows(dm);
-  return 4 * carved_bytes<A>(dm.s * dm.head_dim) + 3 * carved_bytes<A>(sq * dm.head_dim) + 3 * carved_bytes<A>(sq * dm.s);
+  const int64_t vd = value_dim(dm);  // K dK Q dQ of width d; V dV O|dO of width dv
+  return 2 * carved_bytes<A>(dm.s * dm.head_dim) + 2 * carved_bytes<A>(dm.s * vd) + 2 * carved_bytes<A>(sq * dm.head_dim) +
+         carved_bytes<A>(sq * vd) + 3 * carved_bytes<A>(sq * dm.s);
 }
 }  // namespace
 
@@ -38,21 +40,21 @@ void attention_forward_dropout(const S* q, const S* k, const S* v, const int32_t
                                uint8_t* mask, S* dropped, const AttentionDims& dm, double p, uint64_t seed,
                                std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, sq = query_rows(dm), d = dm.head_dim, g = group(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), d = dm.head_dim, vd = value_dim(dm), g = group(dm);
   const A scale = score_scale<A>(dm);
   const A keep_scale = static_cast<A>(1.0 / (1.0 - p));
   const A neg_inf = -std::numeric_limits<A>::infinity();
   Carver c(ws);
   A* K = c.take<A>(s * d);
-  A* V = c.take<A>(s * d);
+  A* V = c.take<A>(s * vd);
   A* Q = c.take<A>(sq * d);
-  A* O = c.take<A>(sq * d);
+  A* O = c.take<A>(sq * vd);
   A* P = c.take<A>(sq * s);
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     const detail::Mask allowed{doc != nullptr ? doc + bi * s : nullptr, dm.window};
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
       gather(k, K, HeadView{bi, kh, dm.kv_heads, s, d});
-      gather(v, V, HeadView{bi, kh, dm.kv_heads, s, d});
+      gather(v, V, HeadView{bi, kh, dm.kv_heads, s, vd});
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
         gather(q, Q, HeadView{bi, h, dm.heads, sq, d});
         gemm(false, true, sq, s, d, scale, Q, d, K, d, A(0), P, s);
@@ -75,8 +77,8 @@ void attention_forward_dropout(const S* q, const S* k, const S* v, const int32_t
             dropped[e] = store<S>(row[j]);
           }
         }
-        gemm(false, false, sq, d, s, A(1), P, s, V, d, A(0), O, d);  // O = D V
-        scatter(O, o, HeadView{bi, h, dm.heads, sq, d});
+        gemm(false, false, sq, vd, s, A(1), P, s, V, vd, A(0), O, vd);  // O = D V
+        scatter(O, o, HeadView{bi, h, dm.heads, sq, vd});
       }
     }
   }
@@ -87,16 +89,16 @@ void attention_backward_dropout(const S* q, const S* k, const S* v, const S* pro
                                 const S* dropped, const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dm,
                                 double p, std::span<std::byte> ws) {
   using A = acc_t<S>;
-  const int64_t s = dm.s, sq = query_rows(dm), d = dm.head_dim, g = group(dm);
+  const int64_t s = dm.s, sq = query_rows(dm), d = dm.head_dim, vd = value_dim(dm), g = group(dm);
   const A scale = score_scale<A>(dm);
   const A keep_scale = static_cast<A>(1.0 / (1.0 - p));
   Carver c(ws);
   A* K = c.take<A>(s * d);
-  A* V = c.take<A>(s * d);
+  A* V = c.take<A>(s * vd);
   A* dK = c.take<A>(s * d);
-  A* dV = c.take<A>(s * d);
+  A* dV = c.take<A>(s * vd);
   A* Q = c.take<A>(sq * d);
-  A* dO = c.take<A>(sq * d);
+  A* dO = c.take<A>(sq * vd);
   A* dQ = c.take<A>(sq * d);
   A* P = c.take<A>(sq * s);
   A* D = c.take<A>(sq * s);
@@ -104,19 +106,19 @@ void attention_backward_dropout(const S* q, const S* k, const S* v, const S* pro
   for (int64_t bi = 0; bi < dm.b; ++bi) {
     for (int64_t kh = 0; kh < dm.kv_heads; ++kh) {
       gather(k, K, HeadView{bi, kh, dm.kv_heads, s, d});
-      gather(v, V, HeadView{bi, kh, dm.kv_heads, s, d});
+      gather(v, V, HeadView{bi, kh, dm.kv_heads, s, vd});
       std::fill(dK, dK + s * d, A(0));
-      std::fill(dV, dV + s * d, A(0));
+      std::fill(dV, dV + s * vd, A(0));
       for (int64_t h = kh * g; h < (kh + 1) * g; ++h) {
         gather(q, Q, HeadView{bi, h, dm.heads, sq, d});
-        gather(dout, dO, HeadView{bi, h, dm.heads, sq, d});
+        gather(dout, dO, HeadView{bi, h, dm.heads, sq, vd});
         const int64_t base = (bi * dm.heads + h) * sq * s;
         for (int64_t i = 0; i < sq * s; ++i) {
           P[i] = load(probs[base + i]);
           D[i] = load(dropped[base + i]);
         }
-        gemm(true, false, s, d, sq, A(1), D, s, dO, d, A(1), dV, d);    // dV += D^T dO
-        gemm(false, true, sq, s, d, A(1), dO, d, V, d, A(0), dP, s);    // dD = dO V^T
+        gemm(true, false, s, vd, sq, A(1), D, s, dO, vd, A(1), dV, vd);  // dV += D^T dO
+        gemm(false, true, sq, s, vd, A(1), dO, vd, V, vd, A(0), dP, s);  // dD = dO V^T
         for (int64_t i = 0; i < sq; ++i) {
           A* row = dP + i * s;
           A sum = 0;
@@ -131,7 +133,7 @@ void attention_backward_dropout(const S* q, const S* k, const S* v, const S* pro
         scatter(dQ, dq, HeadView{bi, h, dm.heads, sq, d});
       }
       scatter(dK, dk, HeadView{bi, kh, dm.kv_heads, s, d});
-      scatter(dV, dv, HeadView{bi, kh, dm.kv_heads, s, d});
+      scatter(dV, dv, HeadView{bi, kh, dm.kv_heads, s, vd});
     }
   }
 }

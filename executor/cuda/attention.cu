@@ -41,6 +41,10 @@ Status check_dims(const AttentionDims& dm) {
   if (dm.window > 0)
     return Status::bad_input("attention (cuda): sliding-window attention (window " + std::to_string(dm.window) +
                              ") runs on the CPU backend only; the CUDA kernels mask causally");
+  // The CUDA kernels read one head width for q, k and v.
+  if (value_dim(dm) != dm.head_dim)
+    return Status::bad_input("attention (cuda): value heads of width " + std::to_string(value_dim(dm)) + " beside " +
+                             std::to_string(dm.head_dim) + "-wide queries and keys (latent attention) run on the CPU backend only");
   return Status::ok();
 }
 

@@ -306,6 +306,9 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
   if (c.spec.sliding_window > 0)
     return Status::bad_input("executor (cuda): model " + c.spec.name + " has sliding-window attention (sliding_window " +
                              std::to_string(c.spec.sliding_window) + "); the CUDA attention kernels mask causally only: use --backend cpu");
+  if (c.spec.mla.enabled())
+    return Status::bad_input("executor (cuda): model " + c.spec.name + " has multi-head latent attention: its value heads are narrower than "
+                             "its query and key heads, which the CUDA attention kernels do not take: use --backend cpu");
   // Interleaved 1F1B: the stage's vpp chunks, each its own model (as on the CPU).
   return detail::build_stage(c, [&ctx](const ModelConfig& ck) -> Result<std::unique_ptr<Model>> {
     const DType s = ck.storage, g = ck.grad;

@@ -27,9 +27,9 @@ using Vec = std::vector<double>;
 // when dm.sinks is given.
 Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, const std::vector<int32_t>* doc,
                     const cpu::AttentionDims& dm) {
-  const int64_t s = dm.s, d = dm.head_dim, a = dm.heads, akv = dm.kv_heads;
+  const int64_t s = dm.s, d = dm.head_dim, dv = dm.v_dim > 0 ? dm.v_dim : d, a = dm.heads, akv = dm.kv_heads;
   const double scale = dm.scale != 0 ? dm.scale : 1 / std::sqrt(static_cast<double>(d));
-  Vec o(q.size(), 0.0);
+  Vec o(static_cast<size_t>(dm.b * s * a * dv), 0.0);
   for (int64_t b = 0; b < dm.b; ++b)
     for (int64_t h = 0; h < a; ++h) {
       const int64_t kh = h / (a / akv);
@@ -57,8 +57,8 @@ Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, const std::vector<
         }
         if (sink) z += std::exp(dm.sinks[static_cast<size_t>(h)] - mx);
         for (int64_t j = 0; j <= i; ++j)
-          for (int64_t c = 0; c < d; ++c)
-            o[((b * s + i) * a + h) * d + c] += w[j] / z * v[((b * s + j) * akv + kh) * d + c];
+          for (int64_t c = 0; c < dv; ++c)
+            o[((b * s + i) * a + h) * dv + c] += w[j] / z * v[((b * s + j) * akv + kh) * dv + c];
       }
     }
   return o;
@@ -71,14 +71,17 @@ struct Case {
   const int32_t* docs() const { return doc.empty() ? nullptr : doc.data(); }
 };
 
+// dv: the value heads' width (AttentionDims::v_dim), 0 for d.
 Case make_case(Rng& rng, int64_t b, int64_t s, int64_t a, int64_t akv, int64_t d, int64_t block,
-               bool with_docs) {
+               bool with_docs, int64_t dv = 0) {
   Case c;
   c.dm = {b, s, a, akv, d, 0.0, block};
+  c.dm.v_dim = dv;
+  const int64_t vd = dv > 0 ? dv : d;
   c.q = rng.vec(b * s * a * d, -1.5, 1.5);
   c.k = rng.vec(b * s * akv * d, -1.5, 1.5);
-  c.v = rng.vec(b * s * akv * d);
-  c.G = rng.vec(b * s * a * d);
+  c.v = rng.vec(b * s * akv * vd);
+  c.G = rng.vec(b * s * a * vd);
   if (with_docs) {  // packed documents: first sequence 3 + 5 + rest, second one document
     for (int64_t bi = 0; bi < b; ++bi)
       for (int64_t t = 0; t < s; ++t)
@@ -95,7 +98,7 @@ Grads run(const Case& c, bool flash) {
   const cpu::AttentionDims& dm = c.dm;
   testing::Workspace work(cpu::attention_workspace_bytes(DType::f64, dm, flash));
   const std::span<std::byte> ws = work.span();
-  Grads g{Vec(c.q.size()), Vec(c.q.size()), Vec(c.k.size()), Vec(c.v.size())};
+  Grads g{Vec(c.G.size()), Vec(c.q.size()), Vec(c.k.size()), Vec(c.v.size())};
   if (flash) {
     Vec lse(dm.b * dm.heads * dm.s);
     cpu::attention_forward_flash<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), g.o.data(),
@@ -484,6 +487,39 @@ TEST(Attention, SinksBothVariantsAndTheirGradient) {
   }
 }
 TEST(Attention, QuerySlicesWithSinks) { check_query_slices(5, true); }
+
+// Latent attention's shapes (DeepSeek-V2, arXiv 2405.04434): values narrower than the
+// queries and keys (here 3 against 7; DeepSeek-V3 128 against 192), with and without GQA,
+// documents, a window and sinks: both variants against the naive reference and finite
+// differences, the sinks' gradient, and the dropout kernel at p = 0.
+TEST(Attention, ValueHeadsNarrowerThanQueryAndKeyHeads) {
+  for (const int64_t window : {0, 4}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    Rng rng(test_seed());
+    Case c = make_case(rng, 2, 11, 4, 2, 7, /*block=*/4, /*with_docs=*/true, /*dv=*/3);
+    c.dm.window = window;
+    check_case(c);
+    Case m = make_case(rng, 1, 9, 3, 3, 5, /*block=*/2, false, /*dv=*/8);  // wider values, many tiles
+    check_case(m);
+    Vec sinks = rng.vec(4, -1.0, 2.0);
+    c.dm.sinks = sinks;
+    check_case(c);
+    auto loss = [&] { return dot(c.G, naive_attention(c.q, c.k, c.v, &c.doc, c.dm)); };
+    const Vec numeric = numeric_grad(sinks, loss);
+    testing::Workspace work(cpu::attention_workspace_bytes(DType::f64, c.dm, true));
+    Vec o(c.G.size()), lse(c.dm.b * c.dm.heads * c.dm.s), dsinks(4, 0.0);
+    cpu::attention_forward_flash<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(), lse.data(), c.dm, work.span());
+    cpu::attention_sink_backward<double>(o.data(), c.G.data(), lse.data(), nullptr, c.dm, dsinks.data());
+    EXPECT_TRUE(grads_match("flash dsinks, narrow values", dsinks, numeric, 1e-6));
+    testing::Workspace wd(cpu::attention_dropout_workspace_bytes(DType::f64, c.dm));
+    const int64_t ss = c.dm.b * c.dm.heads * c.dm.s * c.dm.s;
+    Vec od(c.G.size()), probs(ss), dropped(ss);
+    std::vector<uint8_t> mask(ss);
+    cpu::attention_forward_dropout<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), od.data(), probs.data(), mask.data(),
+                                           dropped.data(), c.dm, 0.0, 7, wd.span());
+    EXPECT_TRUE(grads_match("dropout p=0, narrow values", od, naive_attention(c.q, c.k, c.v, &c.doc, c.dm), 1e-13));
+  }
+}
 TEST(Attention, RingStepsWithSinks) { check_ring(5, true); check_ring(0, true); }
 
 }  // namespace
