@@ -73,11 +73,26 @@ Status check_model_config(const ModelConfig& c) {
   if (c.job.qlora())
     return Status::bad_input("executor: job.mode qlora (4-bit NF4 base weights) is planned but not executed yet; "
                              "expected pretrain, finetune or lora (lora trains the same adapters on 16-bit base weights)");
+  if (const MlaSpec& a = m.mla; a.enabled()) {
+    // Latent attention runs as DeepSeek builds it: a Llama-family block (RMSNorm, rotary),
+    // its own latent norms instead of QK-norm, no biases, no adapters on its projections.
+    if (a.kv_lora_rank <= 0 || a.q_lora_rank < 0 || a.qk_nope_head_dim <= 0 || a.qk_rope_head_dim <= 0 || a.qk_rope_head_dim % 2 != 0 ||
+        a.v_head_dim <= 0)
+      return Status::bad_input("executor: model " + m.name + ": mla needs kv_lora_rank, qk_nope_head_dim, v_head_dim > 0, an even "
+                               "qk_rope_head_dim > 0 and q_lora_rank >= 0");
+    std::string clash;
+    if (m.family != Family::llama) clash = "family gpt (latent attention is a Llama-family block with rotary embeddings)";
+    else if (m.qk_norm) clash = "qk_norm (latent attention normalises its latents instead)";
+    else if (m.attention_bias != AttentionBias::none) clash = "attention_bias (latent attention's projections have none)";
+    else if (c.plan.cp > 1) clash = "plan.cp " + std::to_string(c.plan.cp) + " (context parallel gathers keys and values of one width)";
+    else if (c.job.mode == TrainMode::lora) clash = "job.mode lora (the executor puts no adapters on latent attention)";
+    if (!clash.empty())
+      return Status::bad_input("executor: model " + m.name + " has multi-head latent attention, which the executor does not run together with " + clash);
+  }
   // The 2024-26 blocks are planned (planner/spec/recipe.h) but the executor's layers are the
   // GPT and Llama blocks with one MLP kind and full attention: refuse what it cannot build.
   std::string planned_only;
   auto add = [&](const char* what) { planned_only += (planned_only.empty() ? "" : ", ") + std::string(what); };
-  if (m.mla.enabled()) add("multi-head latent attention (mla)");
   if (m.mtp_layers > 0) add("multi-token prediction (mtp_layers)");
   if (m.moe.enabled() && m.moe.load_imbalance != 1.0) add("an imbalanced expert load (moe.load_imbalance; the executor routes with capacity_factor)");
   if (!planned_only.empty())
@@ -151,6 +166,12 @@ struct CpuOps {
   }
   Status copy(void* dst, const void* src, int64_t bytes) const {
     if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return Status::ok();
+  }
+  // rows rows of `width` bytes, each at its own pitch (bytes) in dst and in src.
+  Status copy_2d(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width, int64_t rows) const {
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<std::byte*>(dst) + r * dst_pitch, static_cast<const std::byte*>(src) + r * src_pitch, static_cast<size_t>(width));
     return Status::ok();
   }
   // Host memory both ways (ModelImpl's host views read the CPU's tensors in place; these

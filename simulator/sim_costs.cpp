@@ -70,7 +70,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   struct Kind {
     bool done = false;
     LayerTimes lt;
-    double act = 0, working = 0, transient = 0, wgrad_buffer = 0;
+    double act = 0, working = 0, attention_working = 0, transient = 0, wgrad_buffer = 0;
     bool grad_flows = true, base_trainable = true;
   } kinds[kLayerKinds][2][3];
   auto kind = [&](int global_layer, LayerRecompute policy) -> const Kind& {
@@ -84,6 +84,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
       const LayerMemoryBytes bytes = layer_memory_bytes(m, lc, policy, mem);
       kd.act = bytes.kept;
       kd.working = bytes.rematerialised;
+      kd.attention_working = bytes.rematerialised_attention;
       kd.transient = bytes.transient;
       kd.wgrad_buffer = weight_grad_buffer_bytes(m, lc);
       kd.grad_flows = lc.grad_flows;
@@ -115,6 +116,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
       lc.trainable_weight_bytes = trainable_params * bpp.weights;
       lc.activation_bytes = kd.act;
       lc.working_bytes = kd.working;
+      lc.attention_working_bytes = kd.attention_working;
       lc.forward_transient_bytes = kd.transient;
       lc.weight_grad_buffer_bytes = kd.wgrad_buffer;
       lc.grad_flows = kd.grad_flows;
@@ -151,6 +153,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
     st.logits_bytes = x.logits_set;
     st.head_weight_grad_bytes = x.head_weight_grad;
     st.activation_grad_bytes = x.activation_grads;
+    st.backward_sides = x.backward_sides;
   }
   return sc;
 }

@@ -58,6 +58,7 @@ struct LayerCost {
   double trainable_weight_bytes = 0;  // of which trainable (ZeRO-1/2 parameter all-gather)
   double activation_bytes = 0;      // kept from its forward to its backward, one micro-batch
   double working_bytes = 0;         // re-materialised during its backward (layer_rematerialised_bytes)
+  double attention_working_bytes = 0;  // of which only at its attention's backward (LayerMemoryBytes::rematerialised_attention)
   double forward_transient_bytes = 0;  // transient while its forward runs (layer_forward_transient_bytes)
   double weight_grad_buffer_bytes = 0;  // split backward: output gradients its B leaves for its W (recipe.h)
   bool grad_flows = true;           // false: frozen below every trainable weight (no backward)
@@ -91,6 +92,7 @@ struct StageCost {
   double logits_bytes = 0;             // per micro-batch on the last stage, loss to head backward
   double head_weight_grad_bytes = 0;   // split backward: the logits' gradient the head's W reads (0: the head is frozen)
   double activation_grad_bytes = 0;    // during a backward: output gradient + widest intermediate gradient
+  BackwardSides backward_sides;        // the two moments activation_grad_bytes is the larger of (backward_moment)
 };
 
 struct SimCosts {

@@ -548,6 +548,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
   for (int c = 0; c < vpp; ++c) {
     PassMemory& pm = chunk[c];
     bool grads = false;
+    double remat_mlp = 0;  // the largest layer's re-materialised bytes that are live at its MLP's backward
     for (int jl = 0; jl < per_chunk; ++jl) {
       const int layer = c * per_chunk + jl;
       const LayerCost& L = sc.layers[layer];
@@ -556,6 +557,7 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       pm.transient = std::max(pm.transient, L.forward_transient_bytes);
       if (L.grad_flows) {
         pm.working = std::max(pm.working, L.working_bytes);
+        remat_mlp = std::max(remat_mlp, L.working_bytes - L.attention_working_bytes);
         grads = true;
       }
     }
@@ -568,7 +570,10 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
       pm.logits = sc.logits_bytes;
       pm.offload_resident = offload_buffer;
     }
-    if (grads) pm.working += sc.activation_grad_bytes;
+    if (grads) {  // the backward's larger moment, with what is re-materialised there
+      const BackwardMoment moment = backward_moment(sc.backward_sides, pm.working, remat_mlp);
+      pm.working = moment.remat + moment.grads;
+    }
   }
   std::vector<PassMemoryEvents> events(vpp);
   std::vector<SplitBackwardMemoryEvents> split(vpp);

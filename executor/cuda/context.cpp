@@ -129,6 +129,15 @@ Status copy_on_device(CudaContext& ctx, void* dst, const void* src, int64_t byte
                      "copy_on_device");
 }
 
+Status copy_2d_on_device(CudaContext& ctx, void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width,
+                         int64_t rows) {
+  if (width == 0 || rows == 0) return Status::ok();
+  return cuda_status(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_pitch), src, static_cast<size_t>(src_pitch),
+                                       static_cast<size_t>(width), static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
+                                       ctx.compute_stream()),
+                     "copy_2d_on_device");
+}
+
 Status fill_bytes(CudaContext& ctx, void* dst, int byte_value, int64_t bytes) {
   if (bytes == 0) return Status::ok();
   return cuda_status(cudaMemsetAsync(dst, byte_value, static_cast<size_t>(bytes), ctx.compute_stream()),

@@ -109,6 +109,9 @@ class CudaContext {
 Status copy_to_device(CudaContext& ctx, void* dst, const void* src, int64_t bytes);
 Status copy_to_host(CudaContext& ctx, void* dst, const void* src, int64_t bytes);
 Status copy_on_device(CudaContext& ctx, void* dst, const void* src, int64_t bytes);
+// rows rows of `width` bytes, each at its own pitch (bytes) in dst and src (cudaMemcpy2DAsync).
+Status copy_2d_on_device(CudaContext& ctx, void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width,
+                         int64_t rows);
 // Every byte of dst (bytes) set to `value` (0: zero in every float format; 0xFF: NaN in
 // f32, bf16 and f16 -- the tests' poison).
 Status fill_bytes(CudaContext& ctx, void* dst, int byte_value, int64_t bytes);

@@ -111,6 +111,9 @@ struct CudaOps {
   Status copy(void* dst, const void* src, int64_t bytes) const {
     return timed("copy", [&] { return copy_on_device(*ctx, dst, src, bytes); });
   }
+  Status copy_2d(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width, int64_t rows) const {
+    return timed("copy", [&] { return copy_2d_on_device(*ctx, dst, dst_pitch, src, src_pitch, width, rows); });
+  }
   Status scale(S* x, int64_t n, double s) const { return cuda::scale<S>(*ctx, x, n, s); }
   // Between device and host (MoE routing is decided on the host): the download waits for
   // the work before it; the upload's source may be reused on return.

@@ -14,10 +14,9 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
     Tensor out;
     L.sv.clear();
     LL_TRY(layer_fwd(L, x, out, Category::workspace, Mode::recompute, seed));
-  } else if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention && cp_ == 1) {  // CP: recomputed below
-    Tensor o;
-    LL_TRY(ws(o, n * qw, "attn.recompute_out"));
-    LL_TRY(attn_fwd_kernel(L, d(L.sv.q), d(L.sv.k), d(L.sv.v), staged_.doc, dims(L), d(o), Mode::recompute, seed));
+  } else if (L.policy == LayerRecompute::selective && !c_.plan.flash_attention && cp_ == 1 && !m.mla.enabled()) {
+    // (CP: recomputed below; latent attention: its q, k and v first, below)
+    LL_TRY(recompute_scores(L, seed));
   }
   Saved& sv = L.sv;
   // ---- MLP
@@ -85,14 +84,19 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
     dy = d(gathered);
   }
   Tensor dproj, dq, dk, dv;
-  LL_TRY(ws(dproj, n * qw, "attn.d_proj_input"));
+  LL_TRY(ws(dproj, n * ow_, "attn.d_proj_input"));
   LL_TRY(lin_bwd(L, L.o, dy, dopt(sv.proj_input), d(dproj)));
   dbranch.reset();
   dpost.reset();
   gathered.reset();
+  const bool mla = m.mla.enabled();
+  if (mla && L.policy == LayerRecompute::selective) {  // q, k, v from the kept latents (mla_up_proj)
+    LL_TRY(mla_up(L, nullptr, Mode::recompute));
+    if (!c_.plan.flash_attention) LL_TRY(recompute_scores(L, seed));
+  }
   LL_TRY(ws(dq, n * qw, "attn.dq"));
-  LL_TRY(ws(dk, n * kvw, "attn.dk"));
-  LL_TRY(ws(dv, n * kvw, "attn.dv"));
+  LL_TRY(ws(dk, n * (mla ? qw : kvw), "attn.dk"));
+  LL_TRY(ws(dv, n * (mla ? ow_ : kvw), "attn.dv"));
   {
     const cpu::AttentionDims dm = dims(L);
     if (cp_ > 1) {
@@ -107,6 +111,26 @@ auto ModelImpl<S, G, Ops>::layer_bwd(Layer& L, const S* x, S* dx, uint64_t seed)
   sv.probs.reset();
   sv.probs_mask.reset();
   sv.probs_dropped.reset();
+  if (mla) {
+    if (L.policy == LayerRecompute::selective) {  // re-made for the kernel only: not left for a split backward's W
+      sv.q.reset();
+      sv.k.reset();
+      sv.v.reset();
+    }
+    Tensor ddown;  // (ns, h): through the down projections, whole on this rank's tokens
+    if (m.mla.q_lora_rank == 0) LL_TRY(ws(dmid, n * h_, "attn.d_input"));
+    LL_TRY(mla_bwd(L, dq, dk, dv, ddown, dopt(dmid)));
+    const S* dln1 = d(ddown);
+    if (dmid.defined()) {  // the uncompressed q projection's TP-partial part, then the rest
+      LL_TRY(tp_reduce_input_grad(d(dmid), dlocal, "attn.d_input_local"));
+      S* whole = sp_ ? d(dlocal) : d(dmid);
+      LL_TRY(ops_.template add_inplace<S>(whole, d(ddown), ns * h_));
+      dln1 = whole;
+    }
+    LL_TRY(norm_bwd(L.ln1, x, dln1, dx, true));
+    if (!split_) sv.clear();
+    return Status::ok();
+  }
   if (!gpt_) {
     LL_TRY(ops_.template rope_backward<S>(d(dq), staged_.positions, d(dq), n, m.heads / t_, m.head_width(), c_.options.rope_theta));
     LL_TRY(ops_.template rope_backward<S>(d(dk), staged_.positions, d(dk), n, m.kv_heads / t_, m.head_width(), c_.options.rope_theta));

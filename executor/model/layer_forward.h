@@ -7,18 +7,14 @@
 namespace llmplan::exec::detail {
 
 template <class S, class G, class Ops>
-auto ModelImpl<S, G, Ops>::layer_fwd(Layer& L, const S* x, Tensor& out, Category out_cat, Mode mode, uint64_t seed) -> Status {
+auto ModelImpl<S, G, Ops>::qkv_fwd(Layer& L, Mode mode) -> Status {
   const ModelSpec& m = c_.spec;
   Saved& sv = L.sv;
-  const int64_t n = n_, ns = ns_, qw = qw_, kvw = kvw_;  // ns: tokens of this rank's sequence slice (SP)
-  // ---- attention
-  if (m.attention_sinks) LL_TRY(load_sinks(L));
-  LL_TRY(lmake(L, sv.qkv_input, "attn.qkv_input", ns * h_, c_.storage, mode));
-  LL_TRY(norm_fwd(L.ln1, x, d(sv.qkv_input)));
+  const int64_t n = n_, qw = qw_, kvw = kvw_;
+  Tensor gathered;  // SP: the full-sequence input of the column-parallel GEMMs
   LL_TRY(lmake(L, sv.q, "attn.q", n * qw, c_.storage, mode));
   LL_TRY(lmake(L, sv.k, "attn.k", n * kvw, c_.storage, mode));
   LL_TRY(lmake(L, sv.v, "attn.v", n * kvw, c_.storage, mode));
-  Tensor gathered;  // SP: the full-sequence input of the column-parallel GEMMs
   if (sp_) LL_TRY(sp_gather(gathered, d(sv.qkv_input), "attn.qkv_input.gathered"));
   const S* xin = sp_ ? d(gathered) : d(sv.qkv_input);
   if (m.qk_norm) {  // project, then normalise each head (Qwen3): attn.q/k hold the normalised heads
@@ -38,7 +34,21 @@ auto ModelImpl<S, G, Ops>::layer_fwd(Layer& L, const S* x, Tensor& out, Category
     LL_TRY(ops_.template rope_forward<S>(d(sv.q), staged_.positions, d(sv.q), n, m.heads / t_, m.head_width(), c_.options.rope_theta));
     LL_TRY(ops_.template rope_forward<S>(d(sv.k), staged_.positions, d(sv.k), n, m.kv_heads / t_, m.head_width(), c_.options.rope_theta));
   }
-  LL_TRY(lmake(L, sv.proj_input, "attn.proj_input", n * qw, c_.storage, mode));
+  return Status::ok();
+}
+
+template <class S, class G, class Ops>
+auto ModelImpl<S, G, Ops>::layer_fwd(Layer& L, const S* x, Tensor& out, Category out_cat, Mode mode, uint64_t seed) -> Status {
+  const ModelSpec& m = c_.spec;
+  Saved& sv = L.sv;
+  const int64_t n = n_, ns = ns_;  // ns: tokens of this rank's sequence slice (SP)
+  // ---- attention
+  if (m.attention_sinks) LL_TRY(load_sinks(L));
+  LL_TRY(lmake(L, sv.qkv_input, "attn.qkv_input", ns * h_, c_.storage, mode));
+  LL_TRY(norm_fwd(L.ln1, x, d(sv.qkv_input)));
+  LL_TRY(m.mla.enabled() ? mla_fwd(L, mode) : qkv_fwd(L, mode));
+  Tensor gathered;  // SP: the full-sequence input of the MLP's column-parallel GEMMs
+  LL_TRY(lmake(L, sv.proj_input, "attn.proj_input", n * ow_, c_.storage, mode));
   if (cp_ > 1) {
     LL_TRY(cp_attn_fwd(L, mode, seed));
   } else {
@@ -94,7 +104,7 @@ auto ModelImpl<S, G, Ops>::drop_transients(Saved& sv) -> void {
                     &sv.proj_input, &sv.attn_mask, &sv.ln2_input, &sv.mlp_input, &sv.fc1_out, &sv.gate_out,
                     &sv.up_out, &sv.act_out, &sv.mlp_mask, &sv.router_probs, &sv.expert_input, &sv.expert_output,
                     &sv.sh_fc1, &sv.sh_gate, &sv.sh_up, &sv.sh_act, &sv.q_norm_input, &sv.k_norm_input, &sv.attn_post_in,
-                    &sv.mlp_post_in})
+                    &sv.mlp_post_in, &sv.q_latent, &sv.q_latent_norm, &sv.kv_latent, &sv.kv_latent_norm})
     if (t->defined() && t->category() != Category::activations) t->reset();
   for (Tensor& t : sv.lora_z)
     if (t.defined() && t.category() != Category::activations) t.reset();

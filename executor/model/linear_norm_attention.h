@@ -191,6 +191,10 @@ auto ModelImpl<S, G, Ops>::dims(const Layer& L) const -> cpu::AttentionDims {
   dm.heads = c_.spec.heads / t_;
   dm.kv_heads = c_.spec.kv_heads / t_;
   dm.head_dim = c_.spec.head_width();
+  if (c_.spec.mla.enabled()) {  // a key per query head (the shared rotary part copied to each), narrower values
+    dm.kv_heads = dm.heads;
+    dm.v_dim = c_.spec.mla.v_head_dim;
+  }
   return dm;
 }
 

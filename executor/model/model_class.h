@@ -18,7 +18,7 @@
 // the MoE moves of cpu/moe.h (moe_router_softmax, moe_dispatch, moe_combine and its
 // backward); download / upload (between the backend's memory and the host's); the
 // scratch sizes linear/norm/attention/attention_dropout _workspace_bytes and chunk_rows;
-// and fill (host doubles into a tensor), zero, zeros, copy (within the backend's memory),
+// and fill (host doubles into a tensor), zero, zeros, copy (within the backend's memory) and copy_2d (rows at pitches),
 // scale, stage_batch (a host Batch, positions and, under CP, the whole sequences' doc ids
 // to where the ops read them); logits_row_stride(v) (>= v: the backend's padded row of the
 // logits) with the strided head ops linear_forward_ld, linear_backward_ld and cast_rows,
@@ -122,6 +122,8 @@ class ModelImpl final : public Model {
     Tensor router_probs, expert_input, expert_output, sh_fc1, sh_gate, sh_up, sh_act;
     Tensor q_norm_input, k_norm_input;  // QK-norm: the q and k projections' outputs
     Tensor attn_post_in, mlp_post_in;   // post-norms: the branches' outputs, the norms' inputs
+    // Latent attention: the down projections' outputs and their RMSNorms' outputs.
+    Tensor q_latent, q_latent_norm, kv_latent, kv_latent_norm;
     Tensor lora_z[7];
     void clear() { *this = Saved{}; }
   };
@@ -138,6 +140,12 @@ class ModelImpl final : public Model {
     Tensor sinks, gsinks;
     std::vector<double> sink_logits;
     Linear q, k, v, o, gate, up, down;
+    // Latent attention (mla_fwd) instead of k and v: q is the queries' up projection (q_b;
+    // from x when the queries are not compressed), qa their down projection, kva the keys'
+    // and values' down projection with the rotary key (kv_a_proj_with_mqa), kvb their up
+    // projection (kv_b); qan and kvan the latents' RMSNorms.
+    Linear qa, kva, kvb;
+    Norm qan, kvan;
     // MoE instead of gate/up/down: the router (E, h), this rank's routed experts
     // (e0_ .. e0_ + El_ - 1, each an MLP of width expert_ffn_hidden) and the shared experts
     // (one MLP of width ffn_hidden * shared_experts).
@@ -212,7 +220,7 @@ class ModelImpl final : public Model {
   bool kept(const Layer& L, const char* name) const {
     if (!L.ctx.grad_flows || L.policy == LayerRecompute::full) return false;
     const SavedTensor* it = recipe_item(L, name);
-    return it != nullptr && !(L.policy == LayerRecompute::selective && it->attention_scores);
+    return it != nullptr && !(L.policy == LayerRecompute::selective && (it->attention_scores || it->latent_derived));
   }
   // A tensor of layer L named as the recipe names it: in activations when kept.
   Status lmake(Layer& L, Tensor& t, const char* name, int64_t numel, DType dt, Mode mode);
@@ -325,6 +333,64 @@ class ModelImpl final : public Model {
     return ops_.template rmsnorm_forward<S>(x, d(nm.w), y, n_ * heads, hd, c_.options.norm_eps);
   }
   Status head_norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, int heads);
+
+  // ---------------------------------------------------------------- latent attention
+  //
+  // Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, sec. 2.1; transformers
+  // DeepseekV3Attention; Megatron-Core MLASelfAttention), as the recipe keeps it:
+  //   c_Q = RMSNorm(x W_qa^T)                  "mla.q_latent" (its input), "mla.q_latent_norm"
+  //   q   = c_Q W_qb^T (heads x (nope + rope)) "attn.q", rotary on each head's last rope columns
+  //   [c_KV | k_R] = x W_kva^T                  "mla.kv_latent" = c_KV; k_R the rotary key
+  //   c'_KV = RMSNorm(c_KV)                     "mla.kv_latent_norm"
+  //   [k_C | v] = c'_KV W_kvb^T (heads x (nope + v_head_dim))
+  //   k   = [k_C | rope(k_R)] per head          "attn.k" (k_R shared by every head), "attn.v"
+  // x is ln1's output on this rank's tokens (ns_ rows). The down projections and the latent
+  // norms are replicated under TP and run on the rank's own tokens (under SP its sequence
+  // shard, whose weight gradients are partial and summed over TP; without SP every rank
+  // computes the same); the up projections are column-parallel over the gathered latents.
+  // Without query compression (q_lora_rank 0) q = x W_q^T, column-parallel over the gathered x.
+  // Selective recompute keeps the latents and re-makes q, k and v (mla_up) in backward
+  // (Megatron-Core's recompute_modules "mla_up_proj"; SavedTensor::latent_derived).
+
+  // The other blocks' q, k, v from ln1's output (QK-norm, then rotary on the Llama family),
+  // kept as the recipe says.
+  Status qkv_fwd(Layer& L, Mode mode);
+  // The down half: the latents (kept as the recipe says), then mla_up.
+  Status mla_fwd(Layer& L, Mode mode);
+  // q, k, v into L.sv from the kept latents; kpe: the rotary key (ns_, rope) before its
+  // rotation, or nullptr to project it again from x (recompute).
+  Status mla_up(Layer& L, S* kpe, Mode mode);
+  // dq, dk, dv (n_ rows, this rank's heads; each freed once read, so that none outlives the
+  // attention kernel's moment) -> the gradient of x: dx_local (ns_, h) through the down
+  // projections, whole on this rank's tokens; with uncompressed queries also dx_partial
+  // (n_, h), the q projection's TP-partial part (as q/k/v's).
+  Status mla_bwd(Layer& L, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dx_local, S* dx_partial);
+  // The rotary embedding on columns [off, off + r) of every one of `heads` heads of width
+  // `width` in x (n_ rows), forward or backward.
+  Status rope_columns(S* x, int64_t heads, int64_t width, int64_t off, int64_t r, bool forward);
+  // (n_, w) from this rank's (ns_, w) rows under SP (a communication buffer), else nothing.
+  Status gather_rows(Tensor& full, const S* local, int64_t w, const char* name) {
+    LL_TRY(make(a_, full, n_ * w, c_.storage, Category::communication, name));
+    return c_.comm->all_gather(local, d(full), ns_ * w, c_.storage, Group::tp);
+  }
+  // In place over TP: x (n_, w) partial sums -> whole on every rank, or under SP this
+  // rank's (ns_, w) rows of the sum into `local` (x itself otherwise).
+  Status reduce_rows(S* x, Tensor& local, int64_t w, const char* name, const S*& out) {
+    if (!sp_) {
+      LL_TRY(tp_sum(x, n_ * w));
+      out = x;
+      return Status::ok();
+    }
+    LL_TRY(ws(local, ns_ * w, name));
+    out = d(local);
+    return c_.comm->reduce_scatter_sum(x, d(local), ns_ * w, c_.storage, Group::tp);
+  }
+  // A latent RMSNorm of `width` over this rank's ns_ tokens; its weight gradient summed over
+  // TP under SP (as norm_bwd's).
+  Status latent_norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, int64_t width);
+  // A replicated down projection over this rank's ns_ tokens: lin_bwd, with its weight
+  // gradient summed over TP under SP.
+  Status replicated_lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx);
   // Over this rank's ns_ tokens. With SP the weight gradients of those tokens are partial:
   // they are computed into zeroed buffers, summed over TP and added (Megatron's all-reduce
   // of sequence-parallel parameters' gradients).
@@ -338,6 +404,13 @@ class ModelImpl final : public Model {
   // and into L.sv what the backward reads -- lse (flash), or probs and with dropout the
   // mask and dropped probabilities -- kept or not as `mode` and the recipe say.
   Status attn_fwd_kernel(Layer& L, const S* q, const S* k, const S* v, const int32_t* doc, const cpu::AttentionDims& dm, S* o, Mode mode, uint64_t seed);
+  // Selective recompute without flash: L's scores (probabilities, and the dropout tensors)
+  // from its saved q, k, v again, as workspace; the re-made output is dropped.
+  Status recompute_scores(Layer& L, uint64_t seed) {
+    Tensor o;
+    LL_TRY(ws(o, n_ * ow_, "attn.recompute_out"));
+    return attn_fwd_kernel(L, d(L.sv.q), d(L.sv.k), d(L.sv.v), staged_.doc, dims(L), d(o), Mode::recompute, seed);
+  }
 
   // The attention forward's tensors the backward reads; lse is used only with flash attention,
   // probs only without it, mask and dropped only with attention dropout.
@@ -636,6 +709,7 @@ class ModelImpl final : public Model {
   int64_t El_ = 0, e0_ = 0, fe_ = 0, cap_ = 0, rows_ = 0, fs_ = 0;
   int64_t ns_ = 0;                           // tokens in this rank's sequence slice: n_ / t_ with SP, else n_
   int64_t qw_ = 0, kvw_ = 0, Vl_ = 0, v0_ = 0;  // local q / kv widths, vocab rows [v0_, v0_ + Vl_)
+  int64_t ow_ = 0;  // local width of the attention output (the o projection's input): qw_, or heads x v_head_dim under MLA
   int64_t Vr_ = 0;                              // of which real tokens (the rest pad the vocabulary to a multiple of tp)
   double p_ = 0, lora_scale_ = 0;
   Tensor wte_, gwte_, wpe_, gwpe_, whead_, gwhead_;

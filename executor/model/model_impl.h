@@ -7,6 +7,7 @@
 
 #include "executor/model/parameters.h"
 #include "executor/model/linear_norm_attention.h"
+#include "executor/model/latent_attention.h"
 #include "executor/model/context_parallel.h"
 #include "executor/model/moe.h"
 #include "executor/model/layer_forward.h"

@@ -24,6 +24,7 @@ auto ModelImpl<S, G, Ops>::init() -> Status {
   tr_ = t_ > 1 ? c_.comm->rank(Group::tp) : 0;
   qw_ = m.q_width() / t_;
   kvw_ = m.kv_width() / t_;
+  ow_ = m.v_width() / t_;
   f_ = m.ffn_hidden / t_;
   // Under TP the vocabulary is padded to a multiple of tp (as Megatron pads it): each rank
   // holds Vl_ rows, of which the first Vr_ are real tokens; the padded rows' logits are
@@ -180,10 +181,32 @@ auto ModelImpl<S, G, Ops>::init_layer(Layer& L, int local) -> Status {
   L.recipe = saved_tensors_per_layer(m, L.ctx);
   const std::string pre = "layer" + std::to_string(i);
   LL_TRY(init_norm(L.ln1, pre + ".ln1", L.ctx.base_trainable));
-  LL_TRY(init_linear(L, L.q, Projection::q, Par::column, h_, m.q_width()));
-  LL_TRY(init_linear(L, L.k, Projection::k, Par::column, h_, m.kv_width()));
-  LL_TRY(init_linear(L, L.v, Projection::v, Par::column, h_, m.kv_width()));
-  LL_TRY(init_linear(L, L.o, Projection::o, Par::row, m.q_width(), h_));
+  if (m.mla.enabled()) {
+    // transformers DeepseekV3Attention's q_a_proj, q_a_layernorm, q_b_proj (q_proj without
+    // query compression), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj; no biases, no
+    // adapters (check_model_config refuses LoRA on q, k and v here).
+    const MlaSpec& a = m.mla;
+    const bool train = L.ctx.base_trainable;
+    auto latent_norm = [&](Norm& nm, const std::string& name, int64_t width) {
+      return param(nm.w, nm.gw, {-1, 1, width}, name, train, false, 0, 1.0);
+    };
+    if (a.q_lora_rank > 0) {
+      LL_TRY(init_linear(L, L.qa, Projection::q, Par::none, h_, a.q_lora_rank, pre + ".q_a", false));
+      LL_TRY(latent_norm(L.qan, pre + ".q_a_norm.weight", a.q_lora_rank));
+      LL_TRY(init_linear(L, L.q, Projection::q, Par::column, a.q_lora_rank, m.q_width(), pre + ".q_b", false));
+    } else {
+      LL_TRY(init_linear(L, L.q, Projection::q, Par::column, h_, m.q_width(), pre + ".q", false));
+    }
+    LL_TRY(init_linear(L, L.kva, Projection::k, Par::none, h_, a.kv_lora_rank + a.qk_rope_head_dim, pre + ".kv_a", false));
+    LL_TRY(latent_norm(L.kvan, pre + ".kv_a_norm.weight", a.kv_lora_rank));
+    LL_TRY(init_linear(L, L.kvb, Projection::k, Par::column, a.kv_lora_rank, m.heads * (a.qk_nope_head_dim + a.v_head_dim),
+                       pre + ".kv_b", false));
+  } else {
+    LL_TRY(init_linear(L, L.q, Projection::q, Par::column, h_, m.q_width()));
+    LL_TRY(init_linear(L, L.k, Projection::k, Par::column, h_, m.kv_width()));
+    LL_TRY(init_linear(L, L.v, Projection::v, Par::column, h_, m.kv_width()));
+  }
+  LL_TRY(init_linear(L, L.o, Projection::o, Par::row, m.v_width(), h_));
   if (m.attention_sinks)  // one logit per head, split by TP with the heads (transformers GptOssAttention.sinks)
     LL_TRY(param(L.sinks, L.gsinks, {1, 1, m.heads}, pre + ".attn.sinks", L.ctx.base_trainable, false, 0, 0.0));
   if (m.qk_norm) {

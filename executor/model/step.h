@@ -76,7 +76,7 @@ auto ModelImpl<S, G, Ops>::split_backward_unsupported() const -> std::string {
            "; plan.zero 1, which shards the optimizer states only, keeps the schedule)";
   for (const Layer& L : layers_)
     if (L.ctx.grad_flows && L.policy == LayerRecompute::full) return "full recompute (its re-run forward would live until W)";
-  if (c_.spec.mla.enabled() || c_.spec.mtp_layers > 0) return "latent attention and multi-token prediction";
+  if (c_.spec.mtp_layers > 0) return "multi-token prediction";
   return {};
 }
 

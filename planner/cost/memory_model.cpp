@@ -321,6 +321,7 @@ LayerMemoryBytes layer_memory_bytes(const SavedTensorSums& sums, const SavedTens
   b.kept = activation_bytes_per_layer(sums, policy);
   b.rematerialised = grad_flows ? layer_rematerialised_bytes(sums, policy) : 0;
   b.transient = layer_forward_transient_bytes(sums, as_trainable, policy);
+  if (policy == LayerRecompute::selective && sums.latent > 0) b.rematerialised_attention = b.rematerialised;
   return b;
 }
 
@@ -384,18 +385,22 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     mlp_moment = (tokens * h / seq_div + tokens * h + mlp_grads * tokens * static_cast<double>(m.ffn_hidden) / p.tp) * act_bytes;
     if (lora_mlp_input) mlp_moment += tokens * (h + static_cast<double>(j.lora.rank)) * act_bytes;
   }
-  // (Latent attention: q_width for the up-projected queries and keys; its values are
-  // narrower, counted here as wide as the keys.)
-  const double qw = static_cast<double>(m.q_width()) / p.tp, kvw = static_cast<double>(m.kv_width()) / p.tp;
+  // Widths on the rank of the attention output (the output projection's input, ow), the
+  // queries (qw), keys (kw) and values (vw). Latent attention: a key per query head, values
+  // of v_head_dim (its later moments, through the up and down projections, are narrower
+  // than the kernel's: the executor frees dk and dv, then dq, as each is read).
+  const double qw = static_cast<double>(m.q_width()) / p.tp, ow = static_cast<double>(m.v_width()) / p.tp;
+  const double kw = m.mla.enabled() ? qw : static_cast<double>(m.kv_width()) / p.tp;
+  const double vw = m.mla.enabled() ? ow : kw;
   // The layer output's gradient (the residual's) is live through attention's backward too.
   const double output_grad = tokens * static_cast<double>(m.hidden) / seq_div;
   // Without CP: the kernel's moment holds the output projection's input gradient and dq,
   // dk, dv (FlashAttention-2's backward writes dq, dk, dv from dO: Dao 2023, Alg. 2).
-  if (p.cp <= 1) return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw)) * act_bytes, mlp_comm, shared_moment};
+  if (p.cp <= 1) return {mlp_moment, (output_grad + tokens * (ow + qw + kw + vw)) * act_bytes, mlp_comm, shared_moment};
   // Ring (Liu et al. 2023, Ring Attention): beside dout, dq, dk, dv, one step's partial dq and dk, dv.
   if (p.cp_exchange == CpExchange::ring)
-    return {mlp_moment, (output_grad + tokens * (3 * qw + 4 * kvw)) * act_bytes, mlp_comm, shared_moment};
-  return {mlp_moment, (output_grad + tokens * (2 * qw + 2 * kvw + 2 * p.cp * kvw)) * act_bytes, mlp_comm, shared_moment};
+    return {mlp_moment, (output_grad + tokens * (ow + 2 * qw + 2 * (kw + vw))) * act_bytes, mlp_comm, shared_moment};
+  return {mlp_moment, (output_grad + tokens * (ow + qw + kw + vw + p.cp * (kw + vw))) * act_bytes, mlp_comm, shared_moment};
 }
 
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage) {
@@ -679,15 +684,21 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   if (layers_train) {
     const double mlp_comm = (!m.moe.enabled() || m.moe.shared_experts > 0 ? sp_gather : 0) + routed_comm;
     const double attention_working = moments.attention + opt.attention_scratch_bytes;
-    const bool attention = attention_working + cp_backward > mlp_working + mlp_comm;
-    x.activation_grads = attention ? attention_working : mlp_working;
-    x.backward_layer_comm = attention ? cp_backward : mlp_comm;
+    x.backward_sides = {attention_working, cp_backward, mlp_working, mlp_comm};
+    const BackwardMoment moment = backward_moment(x.backward_sides, 0, 0);
+    x.activation_grads = moment.grads;
+    x.backward_layer_comm = moment.comm;
     x.cp_backward_buffers = cp_backward;
   }
   return x;
 }
 
 }  // namespace
+
+BackwardMoment backward_moment(const BackwardSides& s, double remat_max, double remat_mlp_max) {
+  if (remat_max + s.attention + s.attention_comm > remat_mlp_max + s.mlp + s.mlp_comm) return {remat_max, s.attention, s.attention_comm};
+  return {remat_mlp_max, s.mlp, s.mlp_comm};
+}
 
 StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage,
                                       const MemoryOptions& opt) {
@@ -737,6 +748,7 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
         const LayerMemoryBytes b = layer_memory_bytes(sums, trainable, lc.grad_flows, static_cast<LayerRecompute>(r), opt);
         in.layer_bytes[k][f][r] = b.kept;
         in.remat_bytes[k][f][r] = b.rematerialised;
+        in.remat_attention_bytes[k][f][r] = b.rematerialised_attention;
         in.transient_bytes[k][f][r] = b.transient;
       }
     }
@@ -765,17 +777,19 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
     for (int k = 0; k < kLayerKinds; ++k)  // the W buffers do not depend on the recompute policy
       for (int i = 0; i < kinds.layers[k]; ++i) sl.wgrad += in.wgrad_bytes[k][i < kinds.frozen[k] ? 1 : 0];
     for (int r = 0; r < 3; ++r) {
-      double per_mb = 0, remat = 0, transient = 0;
+      double per_mb = 0, remat = 0, remat_mlp = 0, transient = 0;
       // Kind by kind, its frozen layers first (the walk's order for a model of one kind).
       for (int k = 0; k < kLayerKinds; ++k)
         for (int i = 0; i < kinds.layers[k]; ++i) {
           const int f = i < kinds.frozen[k] ? 1 : 0;
           per_mb += in.layer_bytes[k][f][r];
           remat = std::max(remat, in.remat_bytes[k][f][r]);
+          remat_mlp = std::max(remat_mlp, in.remat_bytes[k][f][r] - in.remat_attention_bytes[k][f][r]);
           transient = std::max(transient, in.transient_bytes[k][f][r]);
         }
       sl.kept[r] = per_mb;
       sl.remat[r] = remat;
+      sl.remat_mlp[r] = remat_mlp;
       sl.transient[r] = transient;
     }
   }
@@ -888,19 +902,20 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
 
   // ---- parameters on this rank
   const int frozen_here = std::clamp(j.frozen_layer_count(m.layers) - first_layer, 0, out.layers);
-  const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments, in.dense_backward_moments, in.mtp_kept);
+  StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments, in.dense_backward_moments, in.mtp_kept);
   const StageBase sb = stage_base(m, j, p, stage, out.layers, opt, in, x);
   const std::array<double, kMemoryItems>& base = sb.items;
   out.host_states = sb.host_states;
 
   // ---- activations of one micro-batch through this stage
-  double per_mb = 0, remat = 0, transient = 0, wgrad = 0;
+  double per_mb = 0, remat = 0, remat_mlp = 0, transient = 0, wgrad = 0;
   const MemoryInputs::StageLayers* sl =
       p.recompute == Recompute::full_k ? nullptr : find_stage_layers(in, stage_layer_kinds(m, p, stage, frozen_here));
   if (sl) {
     const int r = static_cast<int>(p.recompute);  // none, selective, full: the same policy on every layer
     per_mb = sl->kept[r];
     remat = sl->remat[r];
+    remat_mlp = sl->remat_mlp[r];
     transient = sl->transient[r];
     wgrad = sl->wgrad;
   } else {
@@ -912,9 +927,16 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
       per_mb += in.layer_bytes[k][f][r];
       wgrad += in.wgrad_bytes[k][f];
       remat = std::max(remat, in.remat_bytes[k][f][r]);
+      remat_mlp = std::max(remat_mlp, in.remat_bytes[k][f][r] - in.remat_attention_bytes[k][f][r]);
       transient = std::max(transient, in.transient_bytes[k][f][r]);
     }
   }
+  // The backward's larger moment, with what is re-materialised there (none without a
+  // layer that trains).
+  const BackwardMoment moment =
+      x.activation_grads > 0 ? backward_moment(x.backward_sides, remat, remat_mlp) : BackwardMoment{remat, 0, x.backward_layer_comm};
+  x.activation_grads = moment.grads;
+  x.backward_layer_comm = moment.comm;
   // Split backward: the moment whose in-flight activations and pending W buffers weigh most
   // (in a V the two counts peak apart: split_backward_peak_counts).
   double pending = 0;
@@ -973,7 +995,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   out.activations_peak = activations + own_weight_grads;
   out.logits = logits;
   out.transient = transient;
-  out.remat_and_grads = remat + x.activation_grads;
+  out.remat_and_grads = moment.remat + moment.grads;
   out.head_working = std::max(x.head_forward_working, x.head_backward_working);
   out.gathered_peak = base[static_cast<int>(MemoryItem::gathered_params)];
 

@@ -269,6 +269,12 @@ void apply_memory_conventions(const TrainingJob& j, const GpuSpec& gpu, const Me
 // its saved-tensor sums and, for a frozen layer, those of the layer as if it trained.
 struct LayerMemoryBytes {
   double kept = 0, rematerialised = 0, transient = 0;
+  // Of rematerialised, what is made again only at the layer's attention backward and gone
+  // before its MLP's: latent attention's selective recompute (its q, k, v from the kept
+  // latents, and without flash the scores from them), as Megatron-Core re-runs "mla_up_proj"
+  // when the attention output's gradient arrives. 0 otherwise (the scores of other
+  // layers are recomputed as the backward starts).
+  double rematerialised_attention = 0;
 };
 LayerMemoryBytes layer_memory_bytes(const SavedTensorSums& sums, const SavedTensorSums& as_trainable, bool grad_flows,
                                     LayerRecompute policy, const MemoryOptions& opt);
@@ -334,6 +340,22 @@ struct StageParams {
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage);
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage);
 
+// A layer's backward peaks at its MLP or in its attention, never both at once: each side's
+// activation gradients (activation_gradient_bytes, with its scratch) and the layer-only
+// communication buffers live then (attention: the CP exchange's; MLP: the SP gather and
+// the EP all-to-all).
+struct BackwardSides {
+  double attention = 0, attention_comm = 0;
+  double mlp = 0, mlp_comm = 0;
+};
+struct BackwardMoment {
+  double remat = 0, grads = 0, comm = 0;  // re-materialised, activation gradients, layer communication
+};
+// The larger side with what is re-materialised there: remat_max (the stage's largest
+// layer's LayerMemoryBytes::rematerialised) at the attention, remat_mlp_max (the largest
+// less its rematerialised_attention) at the MLP. The MLP on a tie.
+BackwardMoment backward_moment(const BackwardSides& s, double remat_max, double remat_mlp_max);
+
 // Per-micro-batch and per-phase extras of a stage beside its layers' activations.
 struct StageMemoryExtras {
   double first_chunk_set = 0;   // per micro-batch with chunk 0 (stage 0: embedding dropout mask)
@@ -346,6 +368,9 @@ struct StageMemoryExtras {
   // the layer-only communication buffers live at that same moment.
   double activation_grads = 0;
   double backward_layer_comm = 0;
+  // The two moments those are the larger of (backward_moment chooses, given the layers'
+  // re-materialised bytes at each).
+  BackwardSides backward_sides;
   double gathered_pool = 0;     // ZeRO-3: current + prefetched unit gathered at TP-local size (see below)
   double gathered_pool_layer = 0;     // ZeRO-3: the same inside a layer's forward (see below)
   double gathered_pool_backward = 0;  // ZeRO-3: the same inside a layer's backward (see below)
@@ -423,6 +448,7 @@ struct MemoryInputs {
   // [kind][frozen][LayerRecompute], for the kinds present (recipe.h layer_kind):
   double layer_bytes[kLayerKinds][2][3] = {};      // kept from forward to backward
   double remat_bytes[kLayerKinds][2][3] = {};      // re-materialised in backward
+  double remat_attention_bytes[kLayerKinds][2][3] = {};  // of which at the attention's backward only
   double transient_bytes[kLayerKinds][2][3] = {};  // transient during forward
   double wgrad_bytes[kLayerKinds][2] = {};         // recipe.h weight_grad_buffer_bytes
   // A stage's layers under a policy applied to all of them (not full_k): bytes kept per
@@ -430,6 +456,7 @@ struct MemoryInputs {
   struct StageLayers {
     StageLayerKinds kinds;  // the shape: layers of each kind on the stage, of which frozen
     double kept[3] = {}, remat[3] = {}, transient[3] = {};  // [LayerRecompute], bytes
+    double remat_mlp[3] = {};  // the largest layer's remat less its remat_attention_bytes
     double wgrad = 0;  // the stage's weight_grad_buffer_bytes, summed
   };
   // Stages of a plan have at most ~5 shapes (two layer counts x frozen, partly frozen,

@@ -84,7 +84,15 @@ struct Case {
   bool post_norms = false;  // Gemma 2/3's norms on the branches' outputs (Llama only)
   bool sinks = false;       // gpt-oss's attention sinks (Llama only)
   bool expert_bias = false;  // gpt-oss's router and routed-expert biases (Llama MoE)
+  // DeepSeek's multi-head latent attention (Llama only): queries through a 24-wide latent,
+  // keys and values through a 16-wide one, heads of 12 + 4 (rotary) for queries and keys,
+  // 8 for values (DeepSeek-V3: 1536, 512, 128 + 64, 128).
+  bool mla = false;
   void apply_model_options(ModelSpec& m) const {
+    if (mla) {
+      m.kv_heads = m.heads;
+      m.mla = {24, 16, 12, 4, 8};
+    }
     m.moe.expert_bias = expert_bias;
     m.post_norms = post_norms;
     m.attention_sinks = sinks;
@@ -288,6 +296,22 @@ const Case kCases[] = {
     {.name = "gpt_oss_dp2_tp2_sp_ep2", .family = Family::llama, .dp = 2, .zero = 0, .tp = 2, .sp = true, .moe = true, .ep = 2,
      .capacity_factor = 2, .window = 6, .sinks = true, .expert_bias = true},
     {.name = "moe_llama_dp2_ep2_post_norms", .family = Family::llama, .dp = 2, .zero = 0, .moe = true, .ep = 2, .post_norms = true},
+    // Latent attention: DeepSeek-V3's layer kinds (a dense layer, then MoE with a shared
+    // expert) over EP; under TP+SP (replicated down projections and latent norms on each
+    // rank's sequence shard, their gradients summed over TP) with selective recompute (q, k,
+    // v re-made from the kept latents) and with EP; under TP without SP; on pipeline stages
+    // with a split backward (the latent projections' W deferred) and with ZeRO-3.
+    {.name = "mla_moe_dp2_ep2_first_dense", .family = Family::llama, .dp = 2, .zero = 1, .moe = true, .ep = 2, .first_dense = 1,
+     .mla = true},
+    {.name = "mla_tp2_sp_selective", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true,
+     .recompute = Recompute::selective, .mla = true},
+    {.name = "mla_moe_dp2_tp2_sp_ep2", .family = Family::llama, .dp = 2, .zero = 0, .tp = 2, .sp = true, .moe = true, .ep = 2,
+     .capacity_factor = 2, .first_dense = 1, .mla = true},
+    {.name = "mla_dp2_tp2_zero1_materialized", .family = Family::llama, .dp = 2, .zero = 1, .tp = 2, .flash = false, .mla = true},
+    {.name = "mla_moe_pp2_zbh1_selective", .family = Family::llama, .dp = 1, .zero = 0, .pp = 2, .schedule = Schedule::zb_h1,
+     .recompute = Recompute::selective, .moe = true, .first_dense = 1, .mla = true},
+    {.name = "mla_dp2_pp2_zero3_full_recompute", .family = Family::llama, .dp = 2, .zero = 3, .pp = 2, .recompute = Recompute::full,
+     .mla = true},
     // A vocabulary that tp does not divide (251 over 2 and 4): padded to a multiple of tp,
     // the padded logits masked out of the loss; tied (GPT, with SP) and untied (Llama).
     {.name = "gpt_tp2_sp_vocab251", .family = Family::gpt, .dp = 1, .zero = 0, .tp = 2, .sp = true, .vocab = 251},
