@@ -659,6 +659,12 @@ TEST(ModelRecipe, SlidingWindowActivationBytesEqualRecipe) {
 // recompute (re-made from the latents).
 TEST(ModelRecipe, LatentAttentionActivationBytesEqualRecipe) {
   expect_activation_bytes_equal_recipe({tiny_mla(), tiny_mla(0), tiny_mla_moe()});
+  // By hand: with flash, selective recompute keeps all but q, k and v, which are per token
+  // heads x (nope + rope) twice and heads x v once: 4 x 6 + 4 x 6 + 4 x 3 = 60 values, over
+  // 2 sequences x 8 tokens x 2 layers in fp32: 7,680 bytes fewer than no recompute.
+  const int64_t none = measured_activation_bytes(config(tiny_mla(), Precision::fp32, Recompute::none, true));
+  const int64_t selective = measured_activation_bytes(config(tiny_mla(), Precision::fp32, Recompute::selective, true));
+  EXPECT_EQ(none - selective, 60 * 2 * 8 * 2 * 4);
 }
 TEST(ModelRecipe, MixedMoeLayersActivationBytesEqualRecipe) {
   expect_activation_bytes_equal_recipe({tiny_mixed_moe(1, 0, 12), tiny_mixed_moe(0, 2, 0), tiny_gpt_oss()});
