@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "executor/cpu/attention_dropout.h"
+#include "executor/cpu/nf4.h"
 #include "executor/cpu/ops.h"
 #include "executor/model/model_impl.h"
 
@@ -70,9 +71,18 @@ Status check_model_config(const ModelConfig& c) {
                              std::to_string(m.max_positions));
   if (m.dropout && !(c.options.dropout_p >= 0 && c.options.dropout_p < 1))
     return Status::bad_input("executor: dropout_p must be in [0, 1)");
-  if (c.job.qlora())
-    return Status::bad_input("executor: job.mode qlora (4-bit NF4 base weights) is planned but not executed yet; "
-                             "expected pretrain, finetune or lora (lora trains the same adapters on 16-bit base weights)");
+  if (c.job.qlora()) {
+    // QLoRA's base weights are NF4 tensors each rank quantizes whole (tp 1), dequantized at
+    // each use by the dense layers' linears.
+    std::string clash;
+    if (c.plan.tp > 1) clash = "plan.tp " + std::to_string(c.plan.tp) + " (each rank would quantize its own slice: tp 1)";
+    else if (c.plan.zero >= 3) clash = "plan.zero 3 (ZeRO-3 gathers 16-bit parameters: 0, 1 or 2)";
+    else if (m.moe.enabled()) clash = "a mixture of experts (" + m.name + "; dense models)";
+    else if (c.storage != DType::bf16 && c.storage != DType::f16 && c.storage != DType::f32 && c.storage != DType::f64)
+      clash = std::string("storage ") + to_string(c.storage);
+    if (!clash.empty())
+      return Status::bad_input("executor: job.mode qlora (4-bit NF4 base weights) does not run with " + clash);
+  }
   if (const MlaSpec& a = m.mla; a.enabled()) {
     // Latent attention runs as DeepSeek builds it: a Llama-family block (RMSNorm, rotary),
     // its own latent norms instead of QK-norm, no biases, no adapters on its projections.
@@ -235,6 +245,7 @@ struct CpuOps {
   Status name(Args&&... args) const {                                                        \
     return timed(#name, 0, 0, 0, 0, [&] { cpu::name<T...>(std::forward<Args>(args)...); }); \
   }
+  LL_CPU_OP(nf4_dequantize)
   LL_CPU_OP(layernorm_forward)
   LL_CPU_OP(layernorm_backward)
   LL_CPU_OP(rmsnorm_forward)

@@ -165,9 +165,15 @@ void compare(RunReport& r) {
     // line at any moment (they need not coincide with the total's peak).
     l.predicted = pa.item_peak[static_cast<int>(item_of(cat))];
     l.measured = static_cast<double>(r.memory.peak[c]) - (cat == Category::workspace ? blas_ws : 0);
-    if (cat == Category::workspace)
+    if (cat == Category::workspace) {
       l.note = dev.measured ? "vs planner backward_working (forward transient or recompute + activation gradients) + op scratch; cuBLASLt workspace excluded"
                             : "vs planner backward_working (forward transient or recompute + activation gradients) + op scratch (CPU 16-bit GEMMs add fp32 copies)";
+      // QLoRA's dequantized weight is the executor's workspace too (the planner's workspace line).
+      if (const double dq = qlora_dequantized_weight_bytes(r.executed.model, r.executed.job, r.executed.plan); dq > 0) {
+        l.predicted += dq;
+        l.note += "; + QLoRA's dequantized weight";
+      }
+    }
     r.memory_lines.push_back(l);
   }
   for (MemoryItem it : {MemoryItem::workspace, MemoryItem::cuda_context, MemoryItem::fragmentation}) {

@@ -18,6 +18,10 @@ PrecisionScheme precision_scheme(const TrainingJob& j, bool f64) {
   const DType half = j.precision == Precision::bf16 ? DType::bf16 : DType::f16;
   p.storage = half;
   p.loss_scaling = j.precision == Precision::fp16;
+  if (j.qlora()) {  // QLoRA's trainer (bytes_per_param): 16-bit adapters and gradients, fp32 AdamW states, no master
+    p.grad = half;
+    return p;
+  }
   switch (j.amp) {
     case AmpLevel::O1:
       p.grad = DType::f32;

@@ -111,6 +111,12 @@ struct CudaOps {
   Status copy(void* dst, const void* src, int64_t bytes) const {
     return timed("copy", [&] { return copy_on_device(*ctx, dst, src, bytes); });
   }
+  // QLoRA's NF4 base weights (cpu/nf4.h) are dequantized on the CPU backend only
+  // (build_cuda_model refuses job.mode qlora).
+  template <class T>
+  Status nf4_dequantize(const uint8_t*, int64_t, T*) const {
+    return Status::bad_input("executor (cuda): NF4 dequantization (job.mode qlora) runs on the CPU backend only");
+  }
   Status copy_2d(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width, int64_t rows) const {
     return timed("copy", [&] { return copy_2d_on_device(*ctx, dst, dst_pitch, src, src_pitch, width, rows); });
   }
@@ -309,6 +315,9 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
   if (c.spec.sliding_window > 0)
     return Status::bad_input("executor (cuda): model " + c.spec.name + " has sliding-window attention (sliding_window " +
                              std::to_string(c.spec.sliding_window) + "); the CUDA attention kernels mask causally only: use --backend cpu");
+  if (c.job.qlora())
+    return Status::bad_input("executor (cuda): job.mode qlora: its NF4 base weights are dequantized by the CPU backend only: use "
+                             "--backend cpu");
   if (c.spec.mla.enabled())
     return Status::bad_input("executor (cuda): model " + c.spec.name + " has multi-head latent attention: its value heads are narrower than "
                              "its query and key heads, which the CUDA attention kernels do not take: use --backend cpu");

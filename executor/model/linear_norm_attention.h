@@ -67,15 +67,19 @@ template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::lin_fwd(Layer& L, Linear& li, const S* x, S* y, Mode mode, int64_t rows, int64_t row0) -> Status {
   const bool row = li.par == Par::row;
   const S* bias = !row || tr_ == 0 ? dopt(li.b) : nullptr;
+  Tensor wt;
+  const S* w = nullptr;
+  LL_TRY(weight_of(li, wt, w));
   if (row && sp_) {
     Tensor full;
     LL_TRY(ws(full, n_ * li.out, "row_parallel.partial"));
-    LL_TRY(lin_base_fwd(x, d(li.w), bias, d(full), n_, li.in, li.out));
+    LL_TRY(lin_base_fwd(x, w, bias, d(full), n_, li.in, li.out));
     LL_TRY(c_.comm->reduce_scatter_sum(d(full), y, ns_ * li.out, c_.storage, Group::tp));
   } else {
-    LL_TRY(lin_base_fwd(x, d(li.w), bias, y, rows > 0 ? rows : n_, li.in, li.out));
+    LL_TRY(lin_base_fwd(x, w, bias, y, rows > 0 ? rows : n_, li.in, li.out));
     if (row) LL_TRY(tp_sum(y, n_ * li.out));
   }
+  wt.reset();
   if (li.lora) LL_TRY(lora_fwd(L, li, x, y, mode, rows, row0));
   return Status::ok();
 }
@@ -111,7 +115,9 @@ auto ModelImpl<S, G, Ops>::tp_reduce_input_grad(S* partial, Tensor& local, const
 template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx, int64_t rows, int64_t row0) -> Status {
   const int64_t nr = rows > 0 ? rows : n_;
-  Tensor dxl;
+  Tensor dxl, wt;
+  const S* w = nullptr;
+  LL_TRY(weight_of(li, wt, w));  // QLoRA: dequantized for the whole backward of the projection
   if (li.lora) {  // an expert's block (rows > 0) reads its rows of z; experts have no TP
     const int64_t r = L.ctx.lora_rank;
     Tensor dz;
@@ -124,7 +130,8 @@ auto ModelImpl<S, G, Ops>::lin_bwd(Layer& L, Linear& li, const S* dy, const S* x
     if (lora_dx) LL_TRY(ws(dxl, nr * li.in, "lora.dx"));
     LL_TRY(lin_grads(d(dz), x, d(li.la), lora_dx ? d(dxl) : nullptr, g(li.gla), nullptr, nr, li.in, r));
   }
-  LL_TRY(lin_grads(dy, x, d(li.w), dx, g(li.gw), g(li.gb), nr, li.in, li.out));
+  LL_TRY(lin_grads(dy, x, w, dx, g(li.gw), g(li.gb), nr, li.in, li.out));
+  wt.reset();
   if (dx && dxl.defined()) LL_TRY(ops_.template add_inplace<S>(dx, d(dxl), nr * li.in));
   return Status::ok();
 }

@@ -39,6 +39,7 @@
 #include "executor/cpu/attention.h"
 #include "executor/cpu/cross_entropy.h"
 #include "executor/cpu/dropout.h"
+#include "executor/cpu/nf4.h"
 #include "executor/model.h"
 #include "planner/cost/memory_model.h"
 #include "planner/cost/plan_check.h"
@@ -108,6 +109,7 @@ class ModelImpl final : public Model {
     Par par = Par::none;
     int64_t in = 0, out = 0;  // this rank's (local) widths
     Tensor w, b, gw, gb;
+    bool nf4 = false;  // QLoRA: w holds the weight's NF4 bytes (cpu/nf4.h), dequantized at each use (weight_of)
     bool lora = false;
     Tensor la, lb, gla, glb;  // A (r, in), B (out, r)
   };
@@ -189,7 +191,10 @@ class ModelImpl final : public Model {
   // Values are a function of (seed, name, element index in the full tensor) only -- a
   // counter-based draw (splitmix64, Box-Muller) -- so every stage and TP slice computes its
   // own elements as a single-rank model would, without drawing the rest.
-  Status param(Tensor& w, Tensor& g, TpSplit split, const std::string& name, bool trainable, bool decay, double std, double constant = 0, bool shared_copy = false);
+  // nf4: QLoRA's frozen base weight, stored as its NF4 bytes (cpu/nf4.h; a u8 tensor of
+  // nf4_bytes(numel), no gradient) quantized from the same draw.
+  Status param(Tensor& w, Tensor& g, TpSplit split, const std::string& name, bool trainable, bool decay, double std, double constant = 0,
+               bool shared_copy = false, bool nf4 = false);
 
   Status init_norm(Norm& nm, const std::string& name, bool trainable) {
     LL_TRY(param(nm.w, nm.gw, {-1, 1, h_}, name + ".weight", trainable, false, 0, 1.0));
@@ -237,6 +242,20 @@ class ModelImpl final : public Model {
   }
 
   Status lin_base_fwd(const S* x, const S* w, const S* b, S* y, int64_t n, int64_t in, int64_t out);
+  // The linear's weight as its GEMMs read it: its tensor, or under QLoRA its NF4 bytes
+  // dequantized into `tmp` (workspace; one weight at a time, as bitsandbytes' MatMul4Bit
+  // dequantizes for each matmul, forward and backward).
+  Status weight_of(Linear& li, Tensor& tmp, const S*& w) {
+    if (!li.nf4) {
+      w = d(li.w);
+      return Status::ok();
+    }
+    const int64_t n = li.in * li.out;
+    LL_TRY(ws(tmp, n, "qlora.dequantized_weight"));
+    LL_TRY(ops_.template nf4_dequantize<S>(li.w.template data<uint8_t>(), n, d(tmp)));
+    w = d(tmp);
+    return Status::ok();
+  }
   Status lin_base_bwd(const S* dy, const S* x, const S* w, S* dx, G* dw, G* db, int64_t n, int64_t in, int64_t out);
 
 

@@ -91,14 +91,16 @@ auto ModelImpl<S, G, Ops>::init() -> Status {
 }
 
 template <class S, class G, class Ops>
-auto ModelImpl<S, G, Ops>::param(Tensor& w, Tensor& g, TpSplit split, const std::string& name, bool trainable, bool decay, double std, double constant, bool shared_copy) -> Status {
+auto ModelImpl<S, G, Ops>::param(Tensor& w, Tensor& g, TpSplit split, const std::string& name, bool trainable, bool decay, double std, double constant, bool shared_copy, bool nf4) -> Status {
   uint64_t key = 1469598103934665603ull;  // FNV-1a of the name
   for (char ch : name) key = (key ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
   key = cpu::splitmix64_at(c_.options.seed, key);
   const int64_t full = split.rows * split.cols;
   if (t_ == 1) split.dim = -1;
   const int64_t numel = split.dim < 0 ? full : full / t_;
-  LL_TRY(make(a_, w, numel, c_.storage, Category::weights, name));
+  if (nf4) LL_TRY(make(a_, w, cpu::nf4_bytes(numel), DType::u8, Category::weights, name + ".nf4"));
+  else LL_TRY(make(a_, w, numel, c_.storage, Category::weights, name));
+  std::vector<double> whole;  // nf4: the drawn values, quantized at the end
   const int64_t cl = split.dim == 1 ? split.cols / t_ : split.cols;
   auto global_index = [&](int64_t i) {  // local element -> element of the full tensor
     if (split.dim == 0) return tr_ * numel + i;
@@ -127,7 +129,13 @@ auto ModelImpl<S, G, Ops>::param(Tensor& w, Tensor& g, TpSplit split, const std:
     for (size_t lo = per; lo < v.size(); lo += per) pool.emplace_back(draw, lo, std::min(v.size(), lo + per));
     draw(0, std::min(v.size(), per));
     for (std::thread& t : pool) t.join();
-    LL_TRY(ops_.fill(w, v, at));
+    if (nf4) whole.insert(whole.end(), v.begin(), v.end());
+    else LL_TRY(ops_.fill(w, v, at));
+  }
+  if (nf4) {
+    std::vector<uint8_t> q(static_cast<size_t>(w.numel()));
+    cpu::nf4_quantize(whole.data(), numel, q.data());
+    LL_TRY(ops_.upload(w.raw(), q.data(), w.numel()));
   }
   if (trainable) {
     Result<Tensor> r = ops_.zeros(Shape{numel}, c_.grad, Category::gradients, name + ".grad");
@@ -146,8 +154,9 @@ auto ModelImpl<S, G, Ops>::init_linear(Layer& L, Linear& li, Projection p, Par p
   li.out = par == Par::column ? out / t_ : out;
   const std::string base = name.empty() ? "layer" + std::to_string(L.index) + "." + kProjName[static_cast<int>(p)] : name;
   const bool train = L.ctx.base_trainable;
+  li.nf4 = c_.job.qlora();  // QLoRA: every base linear of a layer in NF4 (bitsandbytes replaces nn.Linear)
   LL_TRY(param(li.w, li.gw, {par == Par::column ? 0 : par == Par::row ? 1 : -1, out, in}, base + ".weight", train, true,
-               c_.options.init_std));
+               c_.options.init_std, 0, false, li.nf4));
   // Biases: every projection of a GPT block; q/k/v (and o) of a Llama-family block with
   // attention_bias (Qwen2's qkv, HF attention_bias true); never on MoE experts otherwise.
   const bool attn = p == Projection::q || p == Projection::k || p == Projection::v;

@@ -384,6 +384,12 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
     const double h = static_cast<double>(m.hidden);
     mlp_moment = (tokens * h / seq_div + tokens * h + mlp_grads * tokens * static_cast<double>(m.ffn_hidden) / p.tp) * act_bytes;
     if (lora_mlp_input) mlp_moment += tokens * (h + static_cast<double>(j.lora.rank)) * act_bytes;
+    // LoRA on the down projection: its adapter's input gradient (f/t wide, with dz) beside the
+    // base GEMM's, the activation's gradient, before either up projection's moment -- wider
+    // than that one for GPT's single f-wide gradient.
+    if (j.mode == TrainMode::lora && (lora & projection_bit(Projection::down)) != 0)
+      mlp_moment = std::max(mlp_moment, (tokens * h / seq_div + tokens * (2 * static_cast<double>(m.ffn_hidden) / p.tp +
+                                                                              static_cast<double>(j.lora.rank))) * act_bytes);
   }
   // Widths on the rank of the attention output (the output projection's input, ow), the
   // queries (qw), keys (kw) and values (vw). Latent attention: a key per query head, values
@@ -695,6 +701,18 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
 
 }  // namespace
 
+double qlora_dequantized_weight_bytes(const TrainingJob& j, double largest_linear) {
+  return j.qlora() ? largest_linear * (j.precision == Precision::fp32 ? 4 : 2) : 0;
+}
+
+double qlora_dequantized_weight_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p) {
+  if (!j.qlora()) return 0;
+  double largest = 0;
+  for (int k = 0; k < kLayerKinds; ++k)
+    if (layer_kinds_present(m) & (1u << k)) largest = std::max(largest, linear_weights_per_layer_rank(m, p.tp, p.ep, kind_dense_mlp(k)).largest);
+  return qlora_dequantized_weight_bytes(j, largest);
+}
+
 BackwardMoment backward_moment(const BackwardSides& s, double remat_max, double remat_mlp_max) {
   if (remat_max + s.attention + s.attention_comm > remat_mlp_max + s.mlp + s.mlp_comm) return {remat_max, s.attention, s.attention_comm};
   return {remat_mlp_max, s.mlp, s.mlp_comm};
@@ -856,11 +874,8 @@ StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPla
   base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;
   base[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
   base[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers;
-  // QLoRA: bitsandbytes dequantizes a layer's weight into a 16-bit temporary for each
-  // matmul (functional.dequantize_4bit in MatMul4Bit), one at a time: the largest one.
   base[static_cast<int>(MemoryItem::workspace)] =
-      opt.gemm_workspace_bytes +
-      (j.qlora() && layers > 0 ? largest_linear * (j.precision == Precision::fp32 ? 4 : 2) : 0);
+      opt.gemm_workspace_bytes + (layers > 0 ? qlora_dequantized_weight_bytes(j, largest_linear) : 0);
   base[static_cast<int>(MemoryItem::cuda_context)] = opt.cuda_context_bytes;
   return sb;
 }

@@ -340,6 +340,13 @@ struct StageParams {
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, const ParamCounts& pc, int stage);
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage);
 
+// QLoRA: bitsandbytes dequantizes a base weight into a temporary of the compute dtype for
+// each matmul (functional.dequantize_4bit in MatMul4Bit), one at a time: the bytes of the
+// largest (largest_linear elements: LinearWeights::largest), held in MemoryItem::workspace;
+// 0 for any other job. The second form takes the model's largest over its layer kinds.
+double qlora_dequantized_weight_bytes(const TrainingJob& j, double largest_linear);
+double qlora_dequantized_weight_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
+
 // A layer's backward peaks at its MLP or in its attention, never both at once: each side's
 // activation gradients (activation_gradient_bytes, with its scratch) and the layer-only
 // communication buffers live then (attention: the CP exchange's; MLP: the SP gather and

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/cpu/nf4.h"
 #include "executor/model.h"
 #include "executor/trainer.h"
 #include "planner/cost/memory_model.h"
@@ -558,15 +559,73 @@ TEST(ModelParams, LatentAttentionClashesAreRefusedNamingThem) {
   }
 }
 
-// QLoRA is planned, not executed: the executor says so instead of training 16-bit weights.
-TEST(ModelParams, QloraIsRefusedNamingTheMode) {
-  ModelConfig c = config(tiny_llama(), Precision::bf16, Recompute::none, true);
+// QLoRA (Dettmers et al. 2023): LoRA adapters on a base model whose every linear weight is
+// NF4 (cpu/nf4.h), dequantized at each use; storage and gradients as precision_scheme says.
+ModelConfig qlora(ModelConfig c, std::vector<std::string> targets) {
+  c = moe_lora(c, std::move(targets));
   set_job_mode(JobMode::qlora, &c.job);
+  const PrecisionScheme ps = precision_scheme(c.job, c.storage == DType::f64);
+  c.storage = ps.storage;
+  c.grad = ps.grad;
+  return c;
+}
+TEST(ModelGrad, QloraAdaptersThroughNf4WeightsFloat64) {
+  check_gradients(qlora(config(tiny_llama(), Precision::fp32, Recompute::none, true, true), {"q", "v", "down"}), true);
+}
+TEST(ModelGrad, QloraGptMaterializedSelectiveFloat64) {
+  check_gradients(qlora(config(tiny_gpt(true), Precision::fp32, Recompute::selective, false, true), {"q", "k", "v", "o", "fc1", "fc2"}),
+                  false);
+}
+TEST(ModelGrad, QloraFullRecomputeFloat64) {
+  check_gradients(qlora(config(tiny_qwen(true, AttentionBias::qkv), Precision::fp32, Recompute::full, true, true), {"k", "o", "gate", "up"}),
+                  true);
+}
+
+// The QLoRA model is the LoRA model whose base weights are the dequantized NF4 values: with
+// those written into a 16-bit-free (float64) LoRA model, the two losses are the same number.
+TEST(ModelGrad, QloraComputesWithTheDequantizedWeights) {
+  const ModelConfig lc = moe_lora(config(tiny_llama(), Precision::fp32, Recompute::none, true, true), {"q", "v"});
+  const ModelConfig qc = qlora(lc, {"q", "v"});
   CpuAllocator alloc;
-  auto model = build_model(alloc, c);
-  ASSERT_FALSE(model.ok());
-  EXPECT_EQ(model.status().exit_code(), 2);
-  EXPECT_NE(model.status().message().find("job.mode qlora"), std::string::npos) << model.status().message();
+  auto lora = build_model(alloc, lc);
+  auto q = build_model(alloc, qc);
+  ASSERT_TRUE(lora.ok() && q.ok());
+  int quantized = 0;
+  for (ParamRef& qp : (*q)->params()) {
+    if (qp.weight->dtype() != DType::u8) continue;
+    for (ParamRef& lp : (*lora)->params())
+      if (lp.name == qp.name) {
+        ASSERT_EQ(qp.weight->numel(), cpu::nf4_bytes(lp.weight->numel())) << qp.name;
+        std::vector<double> fresh(static_cast<size_t>(lp.weight->numel()));
+        std::memcpy(fresh.data(), lp.weight->data<double>(), fresh.size() * sizeof(double));
+        cpu::nf4_dequantize<double>(qp.weight->data<uint8_t>(), lp.weight->numel(), lp.weight->data<double>());
+        // the same draw, quantized: within one level step of its block's scale
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < fresh.size(); ++i) {
+          worst = std::max(worst, std::fabs(fresh[i] - lp.weight->data<double>()[i]));
+          scale = std::max(scale, std::fabs(fresh[i]));
+        }
+        EXPECT_LT(worst, 0.2 * scale) << qp.name;
+        ++quantized;
+      }
+  }
+  EXPECT_EQ(quantized, 2 * 7);  // q k v o gate up down, two layers
+  Data data = random_data(lc, 9);
+  const double a = *(*lora)->forward_loss(data.batch(true), 0, 1), b = *(*q)->forward_loss(data.batch(true), 0, 1);
+  EXPECT_NEAR(a, b, 1e-12 * std::fabs(a));
+}
+
+// QLoRA with what the executor does not combine it with: refused, naming the mode.
+TEST(ModelParams, QloraClashesAreRefusedNamingTheMode) {
+  for (const ModelSpec& spec : {tiny_moe(Family::llama)}) {
+    const ModelConfig c = qlora(config(spec, Precision::bf16, Recompute::none, true), {"q"});
+    CpuAllocator alloc;
+    auto model = build_model(alloc, c);
+    ASSERT_FALSE(model.ok());
+    EXPECT_EQ(model.status().exit_code(), 2);
+    EXPECT_NE(model.status().message().find("job.mode qlora"), std::string::npos) << model.status().message();
+    EXPECT_NE(model.status().message().find("mixture of experts"), std::string::npos) << model.status().message();
+  }
 }
 
 // The 2024-26 blocks are planned, not executed: the executor names what it cannot build.
@@ -668,6 +727,42 @@ TEST(ModelRecipe, LatentAttentionActivationBytesEqualRecipe) {
 }
 TEST(ModelRecipe, MixedMoeLayersActivationBytesEqualRecipe) {
   expect_activation_bytes_equal_recipe({tiny_mixed_moe(1, 0, 12), tiny_mixed_moe(0, 2, 0), tiny_gpt_oss()});
+}
+
+// The weights the executor holds under QLoRA: NF4 bytes of every linear (nf4_bytes of its
+// size), 16-bit norms, embedding and head, the adapters; the planner's weights line
+// (kNf4BytesPerParam a linear weight) within the per-tensor rounding of the packed bytes,
+// the block codes and the group scales (under 6 bytes a tensor). Activations as LoRA's.
+TEST(ModelRecipe, QloraHoldsNf4WeightsAndTheRecipesActivations) {
+  for (const ModelSpec& spec : {tiny_llama(), tiny_gpt(false)}) {
+    for (Recompute rc : {Recompute::none, Recompute::selective}) {
+      const ModelConfig c = qlora(config(spec, Precision::bf16, rc, true), {"q", "v", "down"});
+      SCOPED_TRACE(spec.name + " " + to_string(rc));
+      EXPECT_EQ(measured_activation_bytes(c), planned_activation_bytes(c));
+      CpuAllocator alloc;
+      auto model = build_model(alloc, c);
+      ASSERT_TRUE(model.ok()) << model.status().message();
+      int64_t expected = 0, nf4_tensors = 0;
+      for (const ParamRef& p : (*model)->params()) {
+        const int64_t elements = p.split.rows * p.split.cols;
+        if (p.weight->dtype() == DType::u8) {
+          EXPECT_EQ(p.weight->numel(), cpu::nf4_bytes(elements)) << p.name;
+          EXPECT_EQ(p.grad, nullptr) << p.name;
+          expected += cpu::nf4_bytes(elements);
+          ++nf4_tensors;
+        } else {
+          EXPECT_EQ(p.weight->dtype(), DType::bf16) << p.name;
+          expected += 2 * elements;
+        }
+      }
+      EXPECT_EQ(nf4_tensors, 2 * (spec.family == Family::gpt ? 6 : 7));
+      const int64_t measured = alloc.stats().live[static_cast<int>(Category::weights)];
+      EXPECT_EQ(measured, expected);
+      const StageParams sp = stage_params(c.spec, c.job, c.plan, 0);
+      const double planned = model_state_bytes(sp.trainable, sp.frozen, c.job, 0, 1, false, sp.frozen_nf4).weights;
+      EXPECT_NEAR(static_cast<double>(measured), planned, 6.0 * nf4_tensors);
+    }
+  }
 }
 
 TEST(ModelRecipe, LoraAndFrozenLayersKeepWhatTheRecipeSays) {
