@@ -99,11 +99,27 @@ Status check_model_config(const ModelConfig& c) {
     if (!clash.empty())
       return Status::bad_input("executor: model " + m.name + " has multi-head latent attention, which the executor does not run together with " + clash);
   }
+  if (m.mtp_layers > 0) {
+    // Multi-token prediction runs on one stage of one rank's whole vocabulary: its modules
+    // read the shared embedding and head there, their gradients outside ZeRO-2/3's units.
+    std::string clash;
+    if (m.family != Family::llama) clash = "family gpt (DeepSeek's modules are Llama-family blocks)";
+    else if (c.plan.tp > 1 || c.plan.pp > 1 || c.plan.cp > 1)
+      clash = "tp, pp or cp > 1 (tp " + std::to_string(c.plan.tp) + ", pp " + std::to_string(c.plan.pp) + ", cp " +
+              std::to_string(c.plan.cp) + "; the modules run with the whole head on one stage)";
+    else if (c.plan.zero >= 2) clash = "plan.zero " + std::to_string(c.plan.zero) + " (0 or 1)";
+    else if (c.job.mode == TrainMode::lora) clash = "job.mode lora (its modules train with the head)";
+    else if (layer_kind(m, m.layers) != layer_kind(m, m.layers - 1) ||
+             (m.mtp_layers > 1 && layer_kind(m, m.layers + m.mtp_layers - 1) != layer_kind(m, m.layers - 1)))
+      clash = "module blocks of another layer kind than the last layer's";
+    if (!clash.empty())
+      return Status::bad_input("executor: model " + m.name + " has multi-token prediction (mtp_layers " + std::to_string(m.mtp_layers) +
+                               "), which the executor does not run together with " + clash);
+  }
   // The 2024-26 blocks are planned (planner/spec/recipe.h) but the executor's layers are the
   // GPT and Llama blocks with one MLP kind and full attention: refuse what it cannot build.
   std::string planned_only;
   auto add = [&](const char* what) { planned_only += (planned_only.empty() ? "" : ", ") + std::string(what); };
-  if (m.mtp_layers > 0) add("multi-token prediction (mtp_layers)");
   if (m.moe.enabled() && m.moe.load_imbalance != 1.0) add("an imbalanced expert load (moe.load_imbalance; the executor routes with capacity_factor)");
   if (!planned_only.empty())
     return Status::bad_input("executor: model " + m.name + " has " + planned_only +

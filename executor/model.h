@@ -90,6 +90,10 @@ struct ModelOptions {
   double init_std = 0.02;       // N(0, std) for matrices; norms 1, biases 0. Default: 0.02
   uint64_t seed = 1234;         // initialisation. Default: 1234
   bool randomize_all = false;   // tests: random norms, biases and LoRA B too. Default: false
+  // Multi-token prediction: the weight of the modules' mean loss beside the main one,
+  // lambda (DeepSeek-V3, arXiv 2412.19437, eq. 25: 0.3, then 0.1; Megatron-Core's
+  // mtp_loss_scaling_factor default). Default: 0.1
+  double mtp_loss_scale = 0.1;
 };
 
 // What one rank builds: the job and plan (micro_batch, recompute, flash_attention, tp, pp)

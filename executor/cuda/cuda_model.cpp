@@ -315,6 +315,9 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
   if (c.spec.sliding_window > 0)
     return Status::bad_input("executor (cuda): model " + c.spec.name + " has sliding-window attention (sliding_window " +
                              std::to_string(c.spec.sliding_window) + "); the CUDA attention kernels mask causally only: use --backend cpu");
+  if (c.spec.mtp_layers > 0)
+    return Status::bad_input("executor (cuda): model " + c.spec.name + " has multi-token prediction, whose shifted tokens and targets "
+                             "the CPU backend reads from the host: use --backend cpu");
   if (c.job.qlora())
     return Status::bad_input("executor (cuda): job.mode qlora: its NF4 base weights are dequantized by the CPU backend only: use "
                              "--backend cpu");

@@ -209,6 +209,8 @@ class ModelImpl final : public Model {
 
   // i: the stage-local index; L.index is the global one.
   Status init_layer(Layer& L, int local);
+  // L's parameters, from its index, context and policy (set by the caller).
+  Status init_layer_params(Layer& L);
 
   // Router, this rank's experts (named by their global index, so every EP rank's expert e
   // is initialised as a single-rank model's), shared experts.
@@ -658,6 +660,10 @@ class ModelImpl final : public Model {
     for (Layer& L : layers_) L.sv.clear();
     for (Tensor& t : inputs_) t.reset();
     for (Tensor* t : {&head_in_, &logits_, &sm_, &emb_mask_}) t->reset();
+    for (MtpDepth& md : mtp_) {
+      md.block.sv.clear();
+      for (Tensor* t : {&md.embed_out, &md.eh_in, &md.block_in, &md.fnorm_in, &md.head_in, &md.logits, &md.sm}) t->reset();
+    }
   }
 
   // Split backward: one linear's weight-gradient GEMM, deferred from B to W. dy: its output
@@ -733,6 +739,31 @@ class ModelImpl final : public Model {
   double p_ = 0, lora_scale_ = 0;
   Tensor wte_, gwte_, wpe_, gwpe_, whead_, gwhead_;
   Norm fnorm_;
+  // Multi-token prediction (ModelSpec::mtp_layers; DeepSeek-V3, arXiv 2412.19437, sec. 2.2),
+  // on the last stage after the main loss. Depth k (from 0) predicts the token k + 2 ahead:
+  //   e = Emb(t_{i+k+1})                          "mtp.embed_output" (enorm's input)
+  //   u = [RMSNorm_h(h^{k-1}_i) ; RMSNorm_e(e)]    "mtp.eh_input" (2h; h^{-1}: the main
+  //                                                 model's final-norm input)
+  //   h^k = Block(u W_eh^T)                        the block's own tensors; its output
+  //                                                 "mtp.final_norm.input"
+  //   logits = RMSNorm_f(h^k) W_head^T             "mtp.head.input"; the shared head and
+  //                                                 embedding, each depth's logits and fp32
+  //                                                 softmax kept until the backward
+  // and the objective is the main loss + mtp_loss_scale x the depths' mean loss (eq. 25).
+  struct MtpDepth {
+    Norm hnorm, enorm, fnorm;
+    Linear eh;
+    Layer block;
+    Tensor embed_out, eh_in, block_in, fnorm_in, head_in, logits, sm;
+    std::vector<int32_t> tokens, targets;  // t_{i+k+1} (0 past the end) and t_{i+k+2} (-1 past it)
+  };
+  std::vector<MtpDepth> mtp_;
+  // Depth k's forward from the previous hidden state (k = 0: the main final-norm input), its
+  // loss added to *loss; backward in reverse depth order: dprev += the gradient of the
+  // previous hidden state (dprev: ns_ x h).
+  // dout: the gradient of depth k's output hidden state from depth k + 1 (nullptr for the last).
+  Status mtp_fwd(int k, const S* prev, Mode mode, double* loss);
+  Status mtp_bwd(int k, const S* prev, S* dprev, const S* dout);
   std::vector<Layer> layers_;
   std::vector<Tensor> inputs_;  // inputs_[i]: local layer i's ln1.input; inputs_[L]: the stage output / final_norm.input
   Tensor head_in_, logits_, sm_, emb_mask_;  // the micro-batch in flight (see Slot)

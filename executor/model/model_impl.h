@@ -12,6 +12,7 @@
 #include "executor/model/moe.h"
 #include "executor/model/layer_forward.h"
 #include "executor/model/layer_backward.h"
+#include "executor/model/multi_token.h"
 #include "executor/model/vocab_parallel.h"
 #include "executor/model/step.h"
 

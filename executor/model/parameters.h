@@ -82,6 +82,24 @@ auto ModelImpl<S, G, Ops>::init() -> Status {
     const size_t at = params_.size();
     LL_TRY(init_norm(fnorm_, "final_norm", head_trainable_));
     if (!m.tied_embeddings) LL_TRY(param(whead_, gwhead_, {0, Vl_ * t_, h_}, "head.weight", head_trainable_, true, c_.options.init_std));
+    // Multi-token prediction's modules, with the head (their block of the last layer's kind,
+    // numbered after the main layers; trained with the head, frozen under LoRA).
+    mtp_.resize(static_cast<size_t>(std::max(0, m.mtp_layers)));
+    for (int k = 0; k < m.mtp_layers; ++k) {
+      MtpDepth& md = mtp_[static_cast<size_t>(k)];
+      const std::string pre = "mtp" + std::to_string(k) + ".";
+      LL_TRY(init_norm(md.hnorm, pre + "hnorm", head_trainable_));
+      LL_TRY(init_norm(md.enorm, pre + "enorm", head_trainable_));
+      md.block.index = m.layers + k;
+      md.block.ctx = model_layer_context(c_, m.layers - 1);
+      md.block.ctx.base_trainable = head_trainable_;
+      md.block.ctx.lora_targets = 0;
+      md.block.policy = mtp_recompute(c_.plan);
+      md.block.recipe = saved_tensors_per_layer(m, md.block.ctx);
+      LL_TRY(init_linear(md.block, md.eh, Projection::o, Par::none, 2 * h_, h_, pre + "eh_proj", false));
+      LL_TRY(init_layer_params(md.block));
+      LL_TRY(init_norm(md.fnorm, pre + "final_norm", head_trainable_));
+    }
     units_.push_back(since(at));
     if (m.tied_embeddings) units_.back().push_back(wte_index);
   }
@@ -188,6 +206,13 @@ auto ModelImpl<S, G, Ops>::init_layer(Layer& L, int local) -> Status {
   const int nl = static_cast<int>(layers_.size()), v = std::max(1, c_.plan.vpp);
   L.policy = layer_recompute(c_.plan, c_.chunk * nl + local, nl * v);
   L.recipe = saved_tensors_per_layer(m, L.ctx);
+  return init_layer_params(L);
+}
+
+template <class S, class G, class Ops>
+auto ModelImpl<S, G, Ops>::init_layer_params(Layer& L) -> Status {
+  const ModelSpec& m = c_.spec;
+  const int i = L.index;
   const std::string pre = "layer" + std::to_string(i);
   LL_TRY(init_norm(L.ln1, pre + ".ln1", L.ctx.base_trainable));
   if (m.mla.enabled()) {

@@ -204,7 +204,7 @@ auto ModelImpl<S, G, Ops>::fwd(const Batch& b, const S* input, S* output, double
   LL_TRY(norm_fwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), d(head_in_)));
   Tensor gathered;  // SP: the head's full-sequence input
   if (sp_) LL_TRY(sp_gather(gathered, d(head_in_), "head.input.gathered"));
-  if (!train) inputs_[static_cast<size_t>(nl)].reset();
+  if (!train && mtp_.empty()) inputs_[static_cast<size_t>(nl)].reset();
   set_where(Phase::forward, -1, "head");
   Tensor& W = m.tied_embeddings ? wte_ : whead_;
   // The backend may pad the logits' rows (ld >= Vl_: aligned rows for the GPU's GEMMs).
@@ -230,6 +230,8 @@ auto ModelImpl<S, G, Ops>::fwd(const Batch& b, const S* input, S* output, double
     if (!l) return l.status();
     loss = *l;
   }
+  for (int k = 0; k < static_cast<int>(mtp_.size()); ++k)
+    LL_TRY(mtp_fwd(k, k == 0 ? d(inputs_[static_cast<size_t>(nl)]) : d(mtp_[static_cast<size_t>(k - 1)].fnorm_in), mode, &loss));
   if (!train) release_all();
   return loss;
 }
@@ -279,6 +281,22 @@ auto ModelImpl<S, G, Ops>::bwd(const S* dout, S* dinput) -> Status {
     }
     set_where(Phase::backward, -1, "final_norm");
     LL_TRY(norm_bwd(fnorm_, d(inputs_[static_cast<size_t>(nl)]), sp_ ? d(dlocal) : d(dhead), d(dx), false));
+    dhead.reset();
+    dlocal.reset();
+    // Multi-token prediction, last depth first: each adds its previous hidden state's
+    // gradient (depth 0: into the main final-norm input's, dx).
+    Tensor carry;  // depth k's output gradient from depth k + 1
+    for (int k = static_cast<int>(mtp_.size()) - 1; k >= 0; --k) {
+      Tensor dprev;
+      if (k > 0) {
+        Result<Tensor> z = ops_.zeros(Shape{ns * h_}, c_.storage, Category::workspace, "mtp.d_previous");
+        if (!z) return z.status();
+        dprev = std::move(*z);
+      }
+      const S* prev = k == 0 ? d(inputs_[static_cast<size_t>(nl)]) : d(mtp_[static_cast<size_t>(k - 1)].fnorm_in);
+      LL_TRY(mtp_bwd(k, prev, k == 0 ? d(dx) : d(dprev), carry.defined() ? d(carry) : nullptr));
+      carry = std::move(dprev);
+    }
     release_weights(head_unit());
     if (head_trainable_) LL_TRY(end_grads(head_unit()));
   } else {

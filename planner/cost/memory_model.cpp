@@ -462,10 +462,6 @@ StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const Paralle
   return stage_params(m, j, p, count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank), stage);
 }
 
-namespace {
-
-// The recompute policy of the multi-token prediction modules' blocks: the plan's (full_k's
-// first layers of a chunk are the main model's).
 LayerRecompute mtp_recompute(const ParallelPlan& p) {
   return p.recompute == Recompute::full ? LayerRecompute::full : p.recompute == Recompute::selective ? LayerRecompute::selective : LayerRecompute::none;
 }
@@ -480,6 +476,8 @@ double mtp_kept_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPl
   const double head_input = static_cast<double>(p.micro_batch) * (j.seq_len / p.cp) * m.hidden / (p.sp ? p.tp : 1.0) * act_bytes;
   return m.mtp_layers * (activation_bytes_per_layer(m, layer_context(m, j, p, m.layers - 1), policy) + 5 * head_input);
 }
+
+namespace {
 
 // stage_memory_extras with the rank's parameter counts (read only under ZeRO-2/3 and for
 // MoE under TP) and its layers' backward moments given.

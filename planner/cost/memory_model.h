@@ -329,6 +329,14 @@ LayerBackwardMoments activation_gradient_bytes(const ModelSpec& m, const Trainin
 // attention, so stage_memory_extras counts the larger of them and the SP gather + EP
 // all-to-all buffers (MLP / GEMM-input side), never both.
 double cp_all_gather_buffer_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p);
+// The recompute policy of the multi-token prediction modules' blocks: the plan's (full_k's
+// first layers of a chunk are the main model's, so none).
+LayerRecompute mtp_recompute(const ParallelPlan& p);
+// What the multi-token prediction modules keep per micro-batch on the last stage (DeepSeek-V3
+// sec. 2.2): per module its block's kept tensors (a layer of the last layer's kind under
+// `policy`), the embedding's norm input, eh_proj's input (the two normed inputs
+// concatenated, 2h) and its own final-norm and head inputs: 5 tokens x h beside the block.
+double mtp_kept_bytes(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, LayerRecompute policy);
 
 // Parameters on a stage's rank: trainable and frozen (layers of each kind, embedding on the
 // first stage, LM head and multi-token prediction modules on the last), from count_params.

@@ -310,6 +310,7 @@ int64_t planned_activation_bytes(const ModelConfig& c) {
   sum += 2 * tokens * c.spec.hidden * act;
   const bool embed_trainable = c.job.mode != TrainMode::lora && c.job.frozen_layer_count(c.spec.layers) == 0;
   if (c.spec.dropout && embed_trainable) sum += tokens * c.spec.hidden;
+  sum += mtp_kept_bytes(c.spec, c.job, c.plan, mtp_recompute(c.plan));  // the modules' (none: 0)
   return static_cast<int64_t>(sum);
 }
 
@@ -509,6 +510,46 @@ TEST(ModelGrad, LatentAttentionWithDropoutWindowAndSinksFloat64) {
   check_gradients(config(m, Precision::fp32, Recompute::none, false, true), false);
 }
 
+// DeepSeek-V3's multi-token prediction on the tiny models: one module on the latent-attention
+// MoE model (its block a MoE layer like the last), two on the dense Llama (the second reads
+// the first's hidden state), the modules' loss weighted 0.3 here.
+ModelSpec with_mtp(ModelSpec m, int depths) {
+  m.name += "-mtp" + std::to_string(depths);
+  m.mtp_layers = depths;
+  return m;
+}
+ModelConfig mtp_config(ModelConfig c) {
+  c.options.mtp_loss_scale = 0.3;
+  return c;
+}
+TEST(ModelGrad, MultiTokenPredictionOnLatentMoeFloat64) {
+  check_gradients(mtp_config(config(with_mtp(tiny_mla_moe(), 1), Precision::fp32, Recompute::none, true, true)), true);
+}
+TEST(ModelGrad, MultiTokenPredictionTwoDepthsSelectiveFloat64) {
+  check_gradients(mtp_config(config(with_mtp(tiny_llama(), 2), Precision::fp32, Recompute::selective, false, true)), false);
+}
+TEST(ModelGrad, MultiTokenPredictionFullRecomputeFloat64) {
+  check_gradients(mtp_config(config(with_mtp(tiny_mla(), 1), Precision::fp32, Recompute::full, true, true)), true);
+}
+// The objective is the main loss plus the scale times the modules' mean loss: 0 scale gives
+// the main model's loss, and the modules change it otherwise.
+TEST(ModelWindow, MultiTokenPredictionAddsItsScaledLoss) {
+  auto loss_of = [](const ModelSpec& spec, double scale) {
+    ModelConfig c = config(spec, Precision::fp32, Recompute::none, true, true);
+    c.options.mtp_loss_scale = scale;
+    CpuAllocator alloc;
+    auto model = build_model(alloc, c);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    const Data data = random_data(c, 3);
+    return *(*model)->forward_loss(data.batch(true), 0, 1);
+  };
+  const double plain = loss_of(tiny_llama(), 0.1), zero = loss_of(with_mtp(tiny_llama(), 1), 0.0);
+  const double with = loss_of(with_mtp(tiny_llama(), 1), 0.3), with_half = loss_of(with_mtp(tiny_llama(), 1), 0.15);
+  EXPECT_EQ(plain, zero);
+  EXPECT_GT(std::fabs(with - plain), 1e-6);
+  EXPECT_NEAR(with - plain, 2 * (with_half - plain), 1e-12);  // linear in the scale
+}
+
 // Sinks change the loss (a sink of 0 already takes e^0 of every row's mass).
 TEST(ModelWindow, SinksChangeTheLoss) {
   ModelSpec with = tiny_llama();
@@ -521,13 +562,15 @@ TEST(ModelWindow, SinksChangeTheLoss) {
 TEST(ModelParams, ExecutorParametersEqualTheRecipesCount) {
   for (const ModelSpec& spec : {tiny_llama(), tiny_gpt(false), tiny_qwen(true, AttentionBias::all), tiny_qwen(false, AttentionBias::qkv),
                                 tiny_qwen(true, AttentionBias::none), tiny_gemma(), tiny_sinks(tiny_llama()), tiny_gpt_oss(),
-                                tiny_mixed_moe(1, 0, 12), tiny_mla(), tiny_mla(0), tiny_mla_moe()}) {
+                                tiny_mixed_moe(1, 0, 12), tiny_mla(), tiny_mla(0), tiny_mla_moe(), with_mtp(tiny_mla_moe(), 1),
+                                with_mtp(tiny_llama(), 2)}) {
     CpuAllocator alloc;
     auto model = build_model(alloc, config(spec, Precision::fp32, Recompute::none, true));
     ASSERT_TRUE(model.ok()) << model.status().message();
     int64_t elements = 0;
     for (const ParamRef& p : (*model)->params()) elements += p.weight->numel();
-    EXPECT_EQ(static_cast<double>(elements), count_params(spec, 1, 1, 1, 0, 0).total) << spec.name;
+    const ParamCounts pc = count_params(spec, 1, 1, 1, 0, 0);  // total: the main model's; mtp: the modules'
+    EXPECT_EQ(static_cast<double>(elements), pc.total + pc.mtp) << spec.name;
   }
 }
 
@@ -628,24 +671,33 @@ TEST(ModelParams, QloraClashesAreRefusedNamingTheMode) {
   }
 }
 
-// The 2024-26 blocks are planned, not executed: the executor names what it cannot build.
-TEST(ModelParams, PlannedOnlyBlocksAreRefusedNamingThem) {
+// Multi-token prediction with what the executor does not combine it with: refused, naming it.
+TEST(ModelParams, MultiTokenPredictionClashesAreRefusedNamingThem) {
   struct Case {
     const char* what;
-    void (*set)(ModelSpec*);
+    void (*set)(ModelConfig*);
   };
   const Case cases[] = {
-      {"multi-token prediction", [](ModelSpec* m) { m->mtp_layers = 1; }},
+      {"family gpt", [](ModelConfig* c) { c->spec.family = Family::gpt; }},
+      {"plan.zero 2", [](ModelConfig* c) { c->plan.zero = 2; }},
+      {"job.mode lora", [](ModelConfig* c) {
+         c->job.mode = TrainMode::lora;
+         c->job.lora.rank = 2;
+         c->job.lora.targets = {"q"};
+       }},
+      {"another layer kind", [](ModelConfig* c) { c->spec.sliding_window = 3, c->spec.global_attention_every = 2; }},
   };
   for (const Case& k : cases) {
     ModelSpec spec = tiny_llama();
-    k.set(&spec);
+    spec.mtp_layers = 1;
+    ModelConfig c = config(spec, Precision::fp32, Recompute::none, true);
+    k.set(&c);
     CpuAllocator alloc;
-    auto model = build_model(alloc, config(spec, Precision::fp32, Recompute::none, true));
+    auto model = build_model(alloc, c);
     ASSERT_FALSE(model.ok()) << k.what;
     EXPECT_EQ(model.status().exit_code(), 2);
+    EXPECT_NE(model.status().message().find("multi-token prediction"), std::string::npos) << model.status().message();
     EXPECT_NE(model.status().message().find(k.what), std::string::npos) << model.status().message();
-    EXPECT_NE(model.status().message().find("plans but does not execute yet"), std::string::npos) << model.status().message();
   }
 }
 
@@ -724,6 +776,10 @@ TEST(ModelRecipe, LatentAttentionActivationBytesEqualRecipe) {
   const int64_t none = measured_activation_bytes(config(tiny_mla(), Precision::fp32, Recompute::none, true));
   const int64_t selective = measured_activation_bytes(config(tiny_mla(), Precision::fp32, Recompute::selective, true));
   EXPECT_EQ(none - selective, 60 * 2 * 8 * 2 * 4);
+}
+// Multi-token prediction keeps each module's block set and 5 tokens x h beside it.
+TEST(ModelRecipe, MultiTokenPredictionActivationBytesEqualRecipe) {
+  expect_activation_bytes_equal_recipe({with_mtp(tiny_llama(), 2), with_mtp(tiny_mla_moe(), 1)});
 }
 TEST(ModelRecipe, MixedMoeLayersActivationBytesEqualRecipe) {
   expect_activation_bytes_equal_recipe({tiny_mixed_moe(1, 0, 12), tiny_mixed_moe(0, 2, 0), tiny_gpt_oss()});

@@ -89,10 +89,12 @@ struct Case {
   // 8 for values (DeepSeek-V3: 1536, 512, 128 + 64, 128).
   bool mla = false;
   bool qlora = false;  // LoRA (lora's targets) on NF4 base weights: set_job_mode qlora
+  int mtp = 0;         // DeepSeek's multi-token prediction modules (Llama only)
   void apply_job_options(TrainingJob& j) const {
     if (qlora) set_job_mode(JobMode::qlora, &j);
   }
   void apply_model_options(ModelSpec& m) const {
+    m.mtp_layers = mtp;
     if (mla) {
       m.kv_heads = m.heads;
       m.mla = {24, 16, 12, 4, 8};
@@ -337,6 +339,11 @@ const Case kCases[] = {
      .capacity_factor = 2},
     {.name = "moe_llama_tp2_sp_lora_all", .family = Family::llama, .dp = 1, .zero = 0, .tp = 2, .sp = true,
      .lora = "q,k,v,o,gate,up,down", .moe = true, .capacity_factor = 2},
+    // Multi-token prediction: DeepSeek-V3's shape (latent attention, a dense layer then MoE,
+    // one module whose block is MoE) over EP, and two modules under DP with ZeRO-1.
+    {.name = "mtp_mla_moe_dp2_ep2", .family = Family::llama, .dp = 2, .zero = 0, .moe = true, .ep = 2, .first_dense = 1, .mla = true,
+     .mtp = 1},
+    {.name = "mtp2_llama_dp2_zero1_selective", .family = Family::llama, .dp = 2, .zero = 1, .recompute = Recompute::selective, .mtp = 2},
     // QLoRA: adapters over NF4 base weights dequantized at each use, under DP with ZeRO-2
     // (the adapters' gradients reduce-scattered), on pipeline stages under ZB-H1 (the base
     // weights' input-gradient GEMMs in B, the adapters' W deferred) and in bf16.
