@@ -50,10 +50,7 @@ auto ModelImpl<S, G, Ops>::mla_fwd(Layer& L, Mode mode) -> Status {
 
 template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::mla_up(Layer& L, S* kpe_local, Mode mode) -> Status {
-  const ModelSpec& m = c_.spec;
-  const MlaSpec& a = m.mla;
-  const int64_t hl = m.heads / t_, ql = a.q_lora_rank, kl = a.kv_lora_rank, r = a.qk_rope_head_dim;
-  const int64_t nope = a.qk_nope_head_dim, vd = a.v_head_dim, qk = a.qk_head_dim();
+  const auto [hl, ql, kl, r, nope, vd, qk] = mla_widths();
   constexpr int64_t es = sizeof(S);
   Saved& sv = L.sv;
   LL_TRY(lmake(L, sv.q, "attn.q", n_ * hl * qk, c_.storage, mode));
@@ -99,26 +96,6 @@ auto ModelImpl<S, G, Ops>::mla_up(Layer& L, S* kpe_local, Mode mode) -> Status {
 }
 
 template <class S, class G, class Ops>
-auto ModelImpl<S, G, Ops>::latent_norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, int64_t width) -> Status {
-  Scratch sc;
-  LL_TRY(scratch(a_, sc, ops_.norm_workspace_bytes(c_.grad, ns_, width), "norm.workspace"));
-  G* gw = g(nm.gw);
-  Tensor part;
-  if (sp_ && gw != nullptr) {
-    Result<Tensor> z = ops_.zeros(Shape{width}, c_.grad, Category::workspace, "norm.grad_partial");
-    if (!z) return z.status();
-    part = std::move(*z);
-    gw = g(part);
-  }
-  LL_TRY(ops_.template rmsnorm_backward<S, G>(x, d(nm.w), dy, dx, gw, ns_, width, c_.options.norm_eps, false, sc.span()));
-  if (part.defined()) {
-    LL_TRY(c_.comm->all_reduce_sum(part.raw(), width, c_.grad, Group::tp));
-    LL_TRY(ops_.template add_inplace<G>(g(nm.gw), g(part), width));
-  }
-  return Status::ok();
-}
-
-template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::replicated_lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx) -> Status {
   if (!sp_ || !li.gw.defined() || x == nullptr) return lin_bwd(L, li, dy, x, dx, ns_);
   // Under SP each rank holds other tokens: its weight gradient is a partial sum. (A split
@@ -134,10 +111,7 @@ auto ModelImpl<S, G, Ops>::replicated_lin_bwd(Layer& L, Linear& li, const S* dy,
 
 template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::mla_bwd(Layer& L, Tensor& dq, Tensor& dk, Tensor& dv, Tensor& dx_local, S* dx_partial) -> Status {
-  const ModelSpec& m = c_.spec;
-  const MlaSpec& a = m.mla;
-  const int64_t hl = m.heads / t_, ql = a.q_lora_rank, kl = a.kv_lora_rank, r = a.qk_rope_head_dim;
-  const int64_t nope = a.qk_nope_head_dim, vd = a.v_head_dim, qk = a.qk_head_dim();
+  const auto [hl, ql, kl, r, nope, vd, qk] = mla_widths();
   constexpr int64_t es = sizeof(S);
   Saved& sv = L.sv;
   const S* x = dopt(sv.qkv_input);  // nullptr when no weight of the layer trains

@@ -168,22 +168,21 @@ auto ModelImpl<S, G, Ops>::norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, bo
 }
 
 template <class S, class G, class Ops>
-auto ModelImpl<S, G, Ops>::head_norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, int heads) -> Status {
-  const int64_t hd = c_.spec.head_width(), rows = n_ * heads;
+auto ModelImpl<S, G, Ops>::rmsnorm_bwd_tp(Norm& nm, const S* x, const S* dy, S* dx, int64_t rows, int64_t width, bool partial) -> Status {
   Scratch sc;
-  LL_TRY(scratch(a_, sc, ops_.norm_workspace_bytes(c_.grad, rows, hd), "norm.workspace"));
+  LL_TRY(scratch(a_, sc, ops_.norm_workspace_bytes(c_.grad, rows, width), "norm.workspace"));
   G* gw = g(nm.gw);
   Tensor part;
-  if (t_ > 1 && gw != nullptr) {  // this rank's heads' share of the weight gradient
-    Result<Tensor> r = ops_.zeros(Shape{hd}, c_.grad, Category::workspace, "norm.grad_partial");
+  if (partial && gw != nullptr) {  // this rank's share of the weight gradient
+    Result<Tensor> r = ops_.zeros(Shape{width}, c_.grad, Category::workspace, "norm.grad_partial");
     if (!r) return r.status();
     part = std::move(*r);
     gw = g(part);
   }
-  LL_TRY(ops_.template rmsnorm_backward<S, G>(x, d(nm.w), dy, dx, gw, rows, hd, c_.options.norm_eps, false, sc.span()));
+  LL_TRY(ops_.template rmsnorm_backward<S, G>(x, d(nm.w), dy, dx, gw, rows, width, c_.options.norm_eps, false, sc.span()));
   if (part.defined()) {
-    LL_TRY(c_.comm->all_reduce_sum(part.raw(), hd, c_.grad, Group::tp));
-    LL_TRY(ops_.template add_inplace<G>(g(nm.gw), g(part), hd));
+    LL_TRY(c_.comm->all_reduce_sum(part.raw(), width, c_.grad, Group::tp));
+    LL_TRY(ops_.template add_inplace<G>(g(nm.gw), g(part), width));
   }
   return Status::ok();
 }

@@ -353,7 +353,13 @@ class ModelImpl final : public Model {
     const int64_t hd = c_.spec.head_width();
     return ops_.template rmsnorm_forward<S>(x, d(nm.w), y, n_ * heads, hd, c_.options.norm_eps);
   }
-  Status head_norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, int heads);
+  Status head_norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, int heads) {
+    return rmsnorm_bwd_tp(nm, x, dy, dx, n_ * heads, c_.spec.head_width(), t_ > 1);
+  }
+  // An RMSNorm of `width` over `rows` rows whose weight is replicated under TP; partial: this
+  // rank's rows are its own (its heads, its sequence shard), so its weight gradient is
+  // computed into a zeroed buffer, summed over TP and added.
+  Status rmsnorm_bwd_tp(Norm& nm, const S* x, const S* dy, S* dx, int64_t rows, int64_t width, bool partial);
 
   // ---------------------------------------------------------------- latent attention
   //
@@ -376,6 +382,15 @@ class ModelImpl final : public Model {
   // The other blocks' q, k, v from ln1's output (QK-norm, then rotary on the Llama family),
   // kept as the recipe says.
   Status qkv_fwd(Layer& L, Mode mode);
+  // Latent attention's widths on this rank: its heads, the query and key/value latents, the
+  // rotary and content parts of a query/key head, a value head, and a whole query/key head.
+  struct MlaWidths {
+    int64_t heads, q_latent, kv_latent, rope, nope, value, qk;
+  };
+  MlaWidths mla_widths() const {
+    const MlaSpec& a = c_.spec.mla;
+    return {c_.spec.heads / t_, a.q_lora_rank, a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim, a.qk_head_dim()};
+  }
   // The down half: the latents (kept as the recipe says), then mla_up.
   Status mla_fwd(Layer& L, Mode mode);
   // q, k, v into L.sv from the kept latents; kpe: the rotary key (ns_, rope) before its
@@ -408,7 +423,9 @@ class ModelImpl final : public Model {
   }
   // A latent RMSNorm of `width` over this rank's ns_ tokens; its weight gradient summed over
   // TP under SP (as norm_bwd's).
-  Status latent_norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, int64_t width);
+  Status latent_norm_bwd(Norm& nm, const S* x, const S* dy, S* dx, int64_t width) {
+    return rmsnorm_bwd_tp(nm, x, dy, dx, ns_, width, sp_);
+  }
   // A replicated down projection over this rank's ns_ tokens: lin_bwd, with its weight
   // gradient summed over TP under SP.
   Status replicated_lin_bwd(Layer& L, Linear& li, const S* dy, const S* x, S* dx);
@@ -764,6 +781,10 @@ class ModelImpl final : public Model {
   // dout: the gradient of depth k's output hidden state from depth k + 1 (nullptr for the last).
   Status mtp_fwd(int k, const S* prev, Mode mode, double* loss);
   Status mtp_bwd(int k, const S* prev, S* dprev, const S* dout);
+  // Depth k's loss backward: its fp32 softmax into the logits' gradient (compute dtype), as
+  // the main loss's, before the main head's backward (the planner's head moment holds every
+  // depth's logits so).
+  Status mtp_loss_bwd(int k);
   std::vector<Layer> layers_;
   std::vector<Tensor> inputs_;  // inputs_[i]: local layer i's ln1.input; inputs_[L]: the stage output / final_norm.input
   Tensor head_in_, logits_, sm_, emb_mask_;  // the micro-batch in flight (see Slot)

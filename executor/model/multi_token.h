@@ -54,17 +54,23 @@ auto ModelImpl<S, G, Ops>::mtp_fwd(int k, const S* prev, Mode mode, double* loss
 }
 
 template <class S, class G, class Ops>
+auto ModelImpl<S, G, Ops>::mtp_loss_bwd(int k) -> Status {
+  MtpDepth& md = mtp_[static_cast<size_t>(k)];
+  const double w = c_.options.mtp_loss_scale / c_.spec.mtp_layers;
+  LL_TRY(ops_.template cross_entropy_backward<A>(md.sm.template data<A>(), md.targets.data(), md.sm.template data<A>(), n_, V_,
+                                                  loss_scale_ * w, denom_));
+  LL_TRY(ops_.template cast<A, S>(md.sm.template data<A>(), d(md.logits), n_ * Vl_));
+  md.sm.reset();
+  return Status::ok();
+}
+
+template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::mtp_bwd(int k, const S* prev, S* dprev, const S* dout) -> Status {
   const ModelSpec& m = c_.spec;
   MtpDepth& md = mtp_[static_cast<size_t>(k)];
   const int64_t n = n_;
   constexpr int64_t es = sizeof(S);
   set_where(Phase::backward, md.block.index, "mtp");
-  const double w = c_.options.mtp_loss_scale / m.mtp_layers;
-  LL_TRY(ops_.template cross_entropy_backward<A>(md.sm.template data<A>(), md.targets.data(), md.sm.template data<A>(), n, V_,
-                                                  loss_scale_ * w, denom_));
-  LL_TRY(ops_.template cast<A, S>(md.sm.template data<A>(), d(md.logits), n * Vl_));
-  md.sm.reset();
   Tensor& W = m.tied_embeddings ? wte_ : whead_;
   Tensor& gW = m.tied_embeddings ? gwte_ : gwhead_;
   Tensor dhead, dy;

@@ -252,6 +252,7 @@ auto ModelImpl<S, G, Ops>::bwd(const S* dout, S* dinput) -> Status {
     if (ld == Vl_) LL_TRY(ops_.template cast<A, S>(sm_.template data<A>(), d(logits_), n * Vl_));
     else LL_TRY(ops_.template cast_rows<A, S>(sm_.template data<A>(), Vl_, d(logits_), ld, n, Vl_));
     sm_.reset();
+    for (int k = 0; k < static_cast<int>(mtp_.size()); ++k) LL_TRY(mtp_loss_bwd(k));
     LL_TRY(ws(dx, ns * h_, "layer.d_output"));
     set_where(Phase::backward, -1, "head");
     Tensor& W = m.tied_embeddings ? wte_ : whead_;

@@ -1009,6 +1009,14 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   out.logits = logits;
   out.transient = transient;
   out.remat_and_grads = moment.remat + moment.grads;
+  // Multi-token prediction: each module's block backward comes after the head's, with every
+  // activation still held, the main and the block's output gradients and the earlier depths'
+  // logits (compute dtype) beside its working set -- the head's moment (all 1 + D depths'
+  // logits) less two depths' logits: the head moment covers it unless the block is wider.
+  if (is_last && m.mtp_layers > 0 && moment.grads > 0) {
+    const double depth_logits = x.head_logits / (1 + m.mtp_layers);
+    x.head_backward_working = std::max(x.head_backward_working, out.remat_and_grads + 2 * x.head_input - 2 * depth_logits);
+  }
   out.head_working = std::max(x.head_forward_working, x.head_backward_working);
   out.gathered_peak = base[static_cast<int>(MemoryItem::gathered_params)];
 

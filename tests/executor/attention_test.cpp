@@ -431,20 +431,28 @@ TEST(Attention, SlidingWindowBothVariants) {
   EXPECT_TRUE(grads_match("window = s vs full dk", b.dk, a.dk, 0));
 }
 
+// The dropout kernel's output for case c at p = 0 (the naive attention's), its probabilities
+// into *probs when given.
+Vec dropout_p0_output(const Case& c, Vec* probs_out = nullptr) {
+  testing::Workspace wd(cpu::attention_dropout_workspace_bytes(DType::f64, c.dm));
+  const int64_t ss = c.dm.b * c.dm.heads * c.dm.s * c.dm.s;
+  Vec o(c.G.size()), probs(ss), dropped(ss);
+  std::vector<uint8_t> mask(ss);
+  cpu::attention_forward_dropout<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(), probs.data(), mask.data(),
+                                         dropped.data(), c.dm, 0.0, 7, wd.span());
+  if (probs_out != nullptr) *probs_out = std::move(probs);
+  return o;
+}
+
 // The dropout kernel masks by the same rule: with a window its probabilities are 0 outside
 // it and each row sums to 1, and with p = 0 its output is the naive windowed attention.
 TEST(Attention, DropoutKernelMasksTheWindow) {
   Rng rng(test_seed());
   Case c = make_case(rng, 2, 11, 4, 2, 6, 4, true);
   c.dm.window = 4;
-  const cpu::AttentionDims& dm = c.dm;
-  testing::Workspace work(cpu::attention_dropout_workspace_bytes(DType::f64, dm));
-  const int64_t ss = dm.b * dm.heads * dm.s * dm.s;
-  Vec o(c.q.size()), probs(ss), dropped(ss);
-  std::vector<uint8_t> mask(ss);
-  cpu::attention_forward_dropout<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(), probs.data(), mask.data(),
-                                         dropped.data(), dm, 0.0, 7, work.span());
-  EXPECT_TRUE(grads_match("dropout p=0 windowed o", o, naive_attention(c.q, c.k, c.v, &c.doc, dm), 1e-13));
+  Vec probs;
+  const Vec o = dropout_p0_output(c, &probs);
+  EXPECT_TRUE(grads_match("dropout p=0 windowed o", o, naive_attention(c.q, c.k, c.v, &c.doc, c.dm), 1e-13));
   expect_probs_masked(c, probs);
 }
 
@@ -477,13 +485,7 @@ TEST(Attention, SinksBothVariantsAndTheirGradient) {
       EXPECT_TRUE(grads_match(flash ? "flash dsinks" : "materialized dsinks", dsinks, numeric, 1e-6));
     }
     // The dropout kernel's softmax takes the sink too (p = 0: the naive output).
-    testing::Workspace wd(cpu::attention_dropout_workspace_bytes(DType::f64, c.dm));
-    const int64_t ss = c.dm.b * c.dm.heads * c.dm.s * c.dm.s;
-    Vec o(c.q.size()), probs(ss), dropped(ss);
-    std::vector<uint8_t> mask(ss);
-    cpu::attention_forward_dropout<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(), probs.data(), mask.data(),
-                                           dropped.data(), c.dm, 0.0, 7, wd.span());
-    EXPECT_TRUE(grads_match("dropout p=0 with sinks", o, naive_attention(c.q, c.k, c.v, &c.doc, c.dm), 1e-13));
+    EXPECT_TRUE(grads_match("dropout p=0 with sinks", dropout_p0_output(c), naive_attention(c.q, c.k, c.v, &c.doc, c.dm), 1e-13));
   }
 }
 TEST(Attention, QuerySlicesWithSinks) { check_query_slices(5, true); }
@@ -511,13 +513,7 @@ TEST(Attention, ValueHeadsNarrowerThanQueryAndKeyHeads) {
     cpu::attention_forward_flash<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), o.data(), lse.data(), c.dm, work.span());
     cpu::attention_sink_backward<double>(o.data(), c.G.data(), lse.data(), nullptr, c.dm, dsinks.data());
     EXPECT_TRUE(grads_match("flash dsinks, narrow values", dsinks, numeric, 1e-6));
-    testing::Workspace wd(cpu::attention_dropout_workspace_bytes(DType::f64, c.dm));
-    const int64_t ss = c.dm.b * c.dm.heads * c.dm.s * c.dm.s;
-    Vec od(c.G.size()), probs(ss), dropped(ss);
-    std::vector<uint8_t> mask(ss);
-    cpu::attention_forward_dropout<double>(c.q.data(), c.k.data(), c.v.data(), c.docs(), od.data(), probs.data(), mask.data(),
-                                           dropped.data(), c.dm, 0.0, 7, wd.span());
-    EXPECT_TRUE(grads_match("dropout p=0, narrow values", od, naive_attention(c.q, c.k, c.v, &c.doc, c.dm), 1e-13));
+    EXPECT_TRUE(grads_match("dropout p=0, narrow values", dropout_p0_output(c), naive_attention(c.q, c.k, c.v, &c.doc, c.dm), 1e-13));
   }
 }
 TEST(Attention, RingStepsWithSinks) { check_ring(5, true); check_ring(0, true); }
