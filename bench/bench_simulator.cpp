@@ -3,7 +3,9 @@
 // global batch 512 (64 micro-batches per pipeline), selective recompute, SP. The issue's
 // target: well under a second per simulation. And a 64-stage DualPipeV step: GPT-3's
 // shape with 128 layers (two per chunk) on 1024 A100s, tp 8, pp 64, dp 2, 256
-// micro-batches per pipeline.
+// micro-batches per pipeline; and the same model as a 64-stage two-direction DualPipe (pp
+// 64 ranks, each holding two stages of two layers, dp 2, 128 micro-batches each way),
+// simulated as its rank-equivalent DualPipeV on 32 ranks.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -69,6 +71,15 @@ const Gpt3Case& dualpipev_case() {
   return c;
 }
 
+const Gpt3Case& dualpipe_case() {
+  static const Gpt3Case c = [] {
+    Gpt3Case g = dualpipev_case();
+    g.plan.schedule = Schedule::dualpipe;
+    return g;
+  }();
+  return c;
+}
+
 void run(benchmark::State& state, bool events, const Gpt3Case& g = gpt3_case()) {
   SimOptions opt;
   opt.record_events = events;
@@ -104,9 +115,12 @@ void BM_SimulateGpt3_175B_1024Gpus_WithTraceJson(benchmark::State& state) {
 
 // One step of the 64-stage DualPipeV plan, full result.
 void BM_SimulateDualPipeV_64Stages(benchmark::State& state) { run(state, true, dualpipev_case()); }
+// One step of the 64-stage two-direction DualPipe plan, full result.
+void BM_SimulateDualPipe_64Stages(benchmark::State& state) { run(state, true, dualpipe_case()); }
 
 BENCHMARK(BM_SimulateGpt3_175B_1024Gpus)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SimulateDualPipeV_64Stages)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SimulateDualPipe_64Stages)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SimulateGpt3_175B_1024Gpus_SummaryOnly)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SimulateGpt3_175B_1024Gpus_WithTraceJson)->Unit(benchmark::kMillisecond);
 

@@ -57,6 +57,10 @@ Runner register_simulate(CLI::App* sub) {
     std::printf("Simulated one step of %s on %d x %s: %s, %lld micro-batches per pipeline, %d ranks per simulated stage\n",
                 f->model.name.c_str(), f->gpus, f->cluster.gpu.name.c_str(), plan_summary(f->plan).c_str(),
                 static_cast<long long>(s.microbatches), s.ranks_per_stage);
+    if (s.dualpipe)
+      std::printf("DualPipe simulated as its rank-equivalent DualPipeV on %d ranks (the same per-rank order and stages): stage s below "
+                  "stands for ranks s and %d-s, %lld micro-batches per direction\n",
+                  s.pp, 2 * s.pp - 1, static_cast<long long>(s.microbatches));
     std::printf("\nStep time (s), critical stage %d      simulated     analytic\n", s.critical_stage);
     print_row("compute", b.compute, a.compute);
     print_row("recompute", b.recompute, a.recompute);

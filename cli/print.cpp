@@ -20,6 +20,9 @@ void print_setup(const PlanFile& f) {
               static_cast<long long>(f.job.global_batch), to_string(f.job.precision), to_string(f.job.amp),
               f.job.fp8_linear() ? ", fp8 linears " : "", f.job.fp8_linear() ? to_string(f.job.fp8) : "", to_string(f.job.optimizer));
   std::printf("plan     %s\n", plan_summary(f.plan).c_str());
+  if (f.plan.schedule == Schedule::dualpipe)
+    std::printf("         dualpipe costs as its rank-equivalent dualpipev plan (pp %d, dp %d): stage s below stands for ranks s and %d-s\n",
+                f.plan.pp / 2, f.plan.dp * 2, f.plan.pp - 1);
 }
 
 void print_memory(const MemoryReport& r, double headroom_bytes) {

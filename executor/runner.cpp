@@ -270,6 +270,10 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
     return Status::bad_input("--lr: expected a positive finite learning rate, got " + std::to_string(o.trainer.lr));
   if (o.seq_len < 0 || o.seq_len > (int64_t{1} << 24)) return Status::bad_input("--seq: expected 1..16777216 tokens");
   if (o.micro_batch < 0 || o.grad_accum < 0) return Status::bad_input("--micro-batch/--grad-accum: expected positive integers");
+  if (f.plan.schedule == Schedule::dualpipe)
+    return Status::bad_input("plan.schedule: dualpipe (two directions, two copies of each stage, mirror ranks' gradients summed) is "
+                             "planned and simulated, not executed; plan.schedule dualpipev on pp/2 ranks runs the same per-rank "
+                             "order and stages, and the executor runs it");
   if (f.plan.pp > 1 && splits_backward(f.plan.schedule)) {
     if (o.backend != "cpu")
       return Status::bad_input(std::string("plan.schedule: ") + to_string(f.plan.schedule) +

@@ -33,7 +33,7 @@ void add_options(QCommandLineParser& cli) {
       {"mode", "pretrain, finetune, lora or qlora"},
       {"objective", "tokens-per-s, memory or cost"},
       {"max-tp", "upper bound on tp"},
-      {"schedules", "pipeline schedules: all (with ZB-H1, ZB-V, DualPipeV); default 1F1B and interleaved"},
+      {"schedules", "pipeline schedules: all (with ZB-H1, ZB-V, DualPipeV, DualPipe); default 1F1B and interleaved"},
       {"headroom", "GiB to keep free per GPU"},
       {"db", "profile database (stored in the settings)"},
       {"llmplan", "the llmplan binary Execute runs"},

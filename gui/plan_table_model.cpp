@@ -35,7 +35,7 @@ const char* kHeaderTips[PlanTableModel::kColumnCount] = {
     "expert-parallel degree (MoE), inside dp x cp", "pipeline bubble: percent of the step a stage waits for the pipeline to fill and drain",
     "communication not hidden behind compute per step (TP + PP + DP + CP + EP), seconds",
     "training frameworks that can run the plan (data/frameworks): one letter each, '-' where it cannot",
-    "pipeline schedule (pp > 1): 1f1b, interleaved, gpipe, or zero-bubble zb-h1, zbv, dualpipev"};
+    "pipeline schedule (pp > 1): 1f1b, interleaved, gpipe, or zero-bubble zb-h1, zbv, dualpipev, dualpipe"};
 
 QString on_off(bool b) { return b ? QStringLiteral("on") : QStringLiteral("-"); }
 

@@ -118,7 +118,7 @@ SweepForm::SweepForm(const PresetRegistry& presets, QWidget* parent) : QWidget(p
   sf->addRow(tr("Max TP"), max_tp_);
   schedules_ = new QComboBox;
   schedules_->addItem(tr("1F1B and interleaved"), QString());
-  schedules_->addItem(tr("all, with zero-bubble (ZB-H1, ZB-V, DualPipeV)"), QStringLiteral("all"));
+  schedules_->addItem(tr("all, with zero-bubble (ZB-H1, ZB-V, DualPipeV, DualPipe)"), QStringLiteral("all"));
   schedules_->setToolTip(tr("Pipeline schedules the sweep tries where pp > 1. The zero-bubble ones split each backward "
                             "into input and weight gradients; they are simulated, not executed"));
   sf->addRow(tr("Pipeline schedules"), schedules_);

@@ -32,7 +32,7 @@ struct SweepInputs {
   std::string precision;            // --precision: "" (bf16 where the GPU has it), fp32, fp16, bf16
   std::string amp;                  // --amp: "" (O2, O0 for fp32), O1, O2, O3
   int max_tp = 0;                   // --max-tp, 0 = no bound
-  std::string schedules;            // --schedules: "" (1F1B and interleaved), "all" (with ZB-H1, ZB-V, DualPipeV)
+  std::string schedules;            // --schedules: "" (1F1B and interleaved), "all" (with ZB-H1, ZB-V, DualPipeV, DualPipe)
   double headroom_gib = 0;          // --headroom, GiB kept free on every GPU
   std::string framework;            // --framework: "" = any (data/frameworks); its stack's conventions
   std::string objective = "tokens-per-s";  // --objective: tokens-per-s, memory, cost

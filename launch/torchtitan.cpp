@@ -310,6 +310,9 @@ Result<TitanPlan> titan_plan(const PlanFile& f) {
   if (std::string(t.flavor->model) == "qwen3" && p.pp > 1)
     return Status::bad_input("plan.pp: " + num(p.pp) + ": torchtitan v0.2.2's qwen3 has no pipelining function "
                              "(torchtitan/models/qwen3/__init__.py get_train_spec: pipelining_fn=None; train.py L218-223)");
+  if (p.pp > 1 && p.schedule == Schedule::dualpipe)
+    return Status::bad_input("plan.schedule: dualpipe: torch.distributed.pipelining has DeepSeek's V-shaped DualPipeV, not the "
+                             "two-direction DualPipe (get_schedule_class); plan.schedule dualpipev on pp/2 ranks is the one torchtitan runs");
   if (p.pp > 1 && p.schedule == Schedule::zb_h1)
     return Status::bad_input("plan.schedule: zb-h1: torch.distributed.pipelining has no one-stage-per-rank zero-bubble schedule "
                              "(InterleavedZeroBubble is multi-stage; get_schedule_class, torchtitan/distributed/pipeline_parallel.py "

@@ -36,8 +36,9 @@ void split_layer_comm(const LayerTimes& lt, LayerRecompute policy, bool grad_flo
 
 }  // namespace
 
-SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e,
+SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan, const Efficiency& e,
                        const MemoryOptions& mem) {
+  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan's stages
   SimCosts sc;
   sc.efficiency = e;
   sc.zero = p.zero;

@@ -30,7 +30,9 @@ nlohmann::json sim_result_to_json(const SimResult& r) {
                       {"peak_items_bytes", items},
                       {"analytic_memory", memory_to_json(s.analytic)}});
   }
-  return {{"schedule", to_string(r.schedule)},
+  // DualPipe: the rank-equivalent DualPipeV plan that was simulated (SimResult::dualpipe).
+  return {{"schedule", r.dualpipe ? "dualpipe" : to_string(r.schedule)},
+          {"simulated_as", r.dualpipe ? "dualpipev on pp/2 ranks, stage s standing for ranks s and pp-1-s" : to_string(r.schedule)},
           {"pp", r.pp},
           {"vpp", r.vpp},
           {"microbatches", r.microbatches},

@@ -712,27 +712,30 @@ int SimResult::worst_memory_stage() const {
   return w;
 }
 
-Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan,
                                 const SimOptions& opt) {
-  const Status ok = check_plan_status(m, c, j, p, p.world_size(), "simulate_step");
+  const Status ok = check_plan_status(m, c, j, plan, plan.world_size(), "simulate_step");
   if (!ok) return ok;
+  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan
   // The schedule builder holds vpp equal chunks per stage; the embedding/loss split under
   // interleaving makes the first and last chunks a layer short.
   if (p.vpp > 1 && p.pipeline_split != PipelineSplit::even)
     return Status::bad_input("simulate_step: plan.pipeline_split account_embedding_loss with vpp > 1 (unequal virtual stages) is not "
                              "simulated yet; the analytic model costs it (llmplan explain)");
-  return simulate_step(m, c, j, p, default_costs(m, c, j, p, opt.efficiency, opt.memory), opt);
+  return simulate_step(m, c, j, plan, default_costs(m, c, j, p, opt.efficiency, opt.memory), opt);
 }
 
-Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan,
                                 const SimCosts& costs, const SimOptions& opt) {
-  Status ok = check_plan_status(m, c, j, p, p.world_size(), "simulate_step");
+  Status ok = check_plan_status(m, c, j, plan, plan.world_size(), "simulate_step");
   if (!ok) return ok;
+  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan
   ok = check_costs(m, p, costs);
   if (!ok) return ok;
 
   SimResult res;
   res.schedule = effective_schedule(p);
+  res.dualpipe = plan.schedule == Schedule::dualpipe;
   res.pp = p.pp;
   res.vpp = p.vpp;
   res.microbatches = microbatches_per_step(j, p);
@@ -761,7 +764,7 @@ Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const 
   }
   res.breakdown = res.stages[res.critical_stage].breakdown;
   res.bubble_fraction = res.total > 0 ? res.breakdown.bubble / res.total : 0;
-  res.analytic = estimate_time(m, c, j, p, opt.efficiency);
+  res.analytic = estimate_time(m, c, j, plan, opt.efficiency);
   const double tokens = static_cast<double>(j.global_batch) * static_cast<double>(j.seq_len);
   res.tokens_per_s = res.total > 0 ? tokens / res.total : 0;
   const double peak = c.gpu.peak(compute_dtype(j, c.gpu));

@@ -112,6 +112,10 @@ struct StageResult {
 
 struct SimResult {
   EffectiveSchedule schedule = EffectiveSchedule::one_f_one_b;
+  // DualPipe (two directions) is simulated as its rank-equivalent DualPipeV plan
+  // (plan_check.h cost_plan): schedule dualpipev, pp the plan's pp/2, and simulated stage s
+  // standing for the plan's ranks s and pp-1-s (ranks_per_stage counts both).
+  bool dualpipe = false;
   int pp = 1, vpp = 1;
   int64_t microbatches = 0;      // per pipeline per step
   int ranks_per_stage = 1;       // ranks each simulated stage stands for (dp * tp * cp)
@@ -127,13 +131,15 @@ struct SimResult {
   int worst_memory_stage() const;  // stage with the largest peak_bytes
 };
 
-// Simulates one step of plan p with the planner's costs (default_costs).
+// Simulates one step of plan p with the planner's costs (default_costs); a DualPipe plan as
+// its rank-equivalent DualPipeV plan (SimResult::dualpipe).
 // REQUIRES nothing: an invalid plan gives bad_input (check_plan's message); a schedule
 // that cannot complete gives runtime.
 Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                 const SimOptions& opt = {});
 // The same with given costs (tests inject durations to check closed forms). `costs` must
-// have p.pp stages whose layer counts are layers_in_stage(m.layers, p.pp, s).
+// have p.pp stages whose layer counts are layers_in_stage(m.layers, p.pp, s) (of
+// cost_plan(p) under DualPipe).
 Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                 const SimCosts& costs, const SimOptions& opt = {});
 

@@ -531,7 +531,9 @@ int fewest_offload_layers(int from, int to, Fits fits) {
   return hi;
 }
 
-// One stage only (the sweep and explain use the report; the simulator uses this).
+// One stage only (the sweep and explain use the report; the simulator uses this). Under
+// DualPipe (plan_check.h cost_plan) every entry point here costs the rank-equivalent
+// DualPipeV plan: stage s of pp/2 stands for ranks s and pp-1-s.
 StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                   int stage, const MemoryOptions& opt = {});
 

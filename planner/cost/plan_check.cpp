@@ -26,7 +26,8 @@ const char* describe(RejectReason r) {
     case RejectReason::interleave_microbatches: return "interleaved schedule needs micro-batches divisible by pp";
     case RejectReason::schedule_shape:
       return "schedule shape: zb-h1 runs one stage per rank (vpp 1); zbv and dualpipev two chunks per rank in a V (vpp 2, layers "
-             "divisible by 2*pp); dualpipev needs at least 2*pp micro-batches";
+             "divisible by 2*pp); dualpipev needs at least 2*pp micro-batches; dualpipe two stages per rank (vpp 2), pp even and at "
+             "least 4, layers divisible by pp, an even number of micro-batches, at least 2*pp";
     case RejectReason::zero_offload: return "optimizer offload needs ZeRO >= 1 and no pipeline";
     case RejectReason::recompute_layers: return "recompute_layers outside 1..layers per model chunk";
     case RejectReason::lora_zero3: return "ZeRO-3 with LoRA is not supported";
@@ -126,8 +127,42 @@ PipelineSplit default_pipeline_split(int layers, int pp, int vpp) {
   return pipeline_split_ok(layers, p) ? PipelineSplit::account_embedding_loss : PipelineSplit::even;
 }
 
+ParallelPlan cost_plan(const ParallelPlan& p) {
+  if (p.schedule != Schedule::dualpipe) return p;
+  ParallelPlan q = p;
+  q.schedule = Schedule::dualpipev;
+  q.pp = p.pp / 2;
+  q.dp = p.dp * 2;
+  q.grad_accum = p.grad_accum / 2;
+  return q;
+}
+
+namespace {
+
+// DualPipe's own shape (dualpipe.py step(): num_ranks % 2 == 0, num_chunks even and >= 2 *
+// num_ranks; two stages per rank): pp even, vpp 2, an even number of micro-batches; and pp
+// at least 4, since pp 2 would cost as a V on one rank, which the planner does not. The
+// rest is its rank-equivalent DualPipeV plan's (cost_plan), whose 2*dp holds every check
+// on dp but expert parallel's, which runs within the plan's own replicas.
+bool dualpipe_shape_ok(const TrainingJob& j, const ParallelPlan& p) {
+  if (p.pp < 4 || p.pp % 2 != 0 || p.vpp != 2 || p.micro_batch < 1) return false;
+  const int64_t per_replica = static_cast<int64_t>(p.micro_batch) * p.dp;
+  return j.global_batch % per_replica != 0 || (j.global_batch / per_replica) % 2 == 0;
+}
+
+}  // namespace
+
 RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int gpus,
                         bool tp_across_nodes) {
+  if (p.schedule == Schedule::dualpipe) {
+    if (static_cast<int64_t>(p.dp) * p.tp * p.pp * p.cp != gpus) return RejectReason::world_size_mismatch;
+    if (p.pp > m.layers) return RejectReason::pp_layers;
+    if (p.ep > 1 && m.moe.enabled() && (p.dp * p.cp) % p.ep != 0) return RejectReason::ep_experts;
+    if (p.micro_batch >= 1 && j.global_batch % (static_cast<int64_t>(p.micro_batch) * p.dp) != 0) return RejectReason::batch_divisibility;
+    if (!dualpipe_shape_ok(j, p)) return RejectReason::schedule_shape;
+    const RejectReason r = check_plan(m, c, j, cost_plan(p), gpus, tp_across_nodes);
+    return r == RejectReason::vpp_layers ? RejectReason::schedule_shape : r;
+  }
   if (static_cast<int64_t>(p.dp) * p.tp * p.pp * p.cp != gpus) return RejectReason::world_size_mismatch;
   if (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0) return RejectReason::tp_heads;
   if (!tp_across_nodes && p.tp > c.gpus_per_node) return RejectReason::tp_exceeds_node;
@@ -186,6 +221,22 @@ Status check_plan_status(const ModelSpec& m, const ClusterSpec& c, const Trainin
     case RejectReason::pp_layers:
       return Status::bad_input(o + "field 'plan.pp': expected at most layers (" + n(m.layers) + "), got " + n(p.pp));
     case RejectReason::schedule_shape:
+      if (p.schedule == Schedule::dualpipe) {
+        if (p.pp % 2 != 0 || p.pp < 4)
+          return Status::bad_input(o + "field 'plan.pp': dualpipe feeds micro-batches from both ends of an even number of ranks, expected "
+                                       "an even pp of at least 4, got " + n(p.pp));
+        if (p.vpp != 2)
+          return Status::bad_input(o + "field 'plan.vpp': dualpipe holds two stages per rank (r and pp-1-r), expected vpp 2, got " + n(p.vpp));
+        const int64_t micro_batches = j.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp);
+        if (micro_batches % 2 != 0)
+          return Status::bad_input(o + "field 'job.global_batch': dualpipe splits the micro-batches evenly between its two directions, "
+                                       "expected an even number per step, got " + n(micro_batches));
+        if (p.pipeline_split != PipelineSplit::even || m.layers % p.pp != 0)
+          return Status::bad_input(o + "field 'plan.pp': dualpipe needs layers (" + n(m.layers) + ") divisible by pp = " + n(p.pp) +
+                                   " with the even split");
+        return Status::bad_input(o + "field 'job.global_batch': dualpipe needs at least 2*pp = " + n(2 * p.pp) +
+                                 " micro-batches per step, got " + n(micro_batches));
+      }
       if (p.schedule == Schedule::zb_h1)
         return Status::bad_input(o + "field 'plan.schedule': zb-h1 runs one stage per rank, expected vpp 1, got vpp " + n(p.vpp));
       if (p.vpp != 2)

@@ -55,6 +55,20 @@ Status check_plan_status(const ModelSpec& m, const ClusterSpec& c, const Trainin
 // Sanity of the inputs themselves (absurd sizes) before any plan is looked at.
 Status check_inputs(const ModelSpec& m, const TrainingJob& j, const std::string& origin);
 
+// The plan whose every rank costs what the plan's ranks cost: the plan itself, except under
+// DeepSeek's two-direction DualPipe (specs.h Schedule::dualpipe). Its step() on pp ranks is
+// DualPipeV's step on pp/2 ranks with half the micro-batches, rank r playing rank
+// min(r, pp-1-r) (deepseek-ai/DualPipe dualpipe.py vs dualpipev.py: num_half_ranks,
+// half_rank, half_num_chunks in the same eight steps), and rank r holds the same two stages,
+// r and pp-1-r, as that DualPipeV rank. So it is costed as DualPipeV with pp/2 and dp*2: the
+// same world size and global batch, half the micro-batches per pipeline, and a data-parallel
+// group of 2*dp, because rank r and its mirror pp-1-r of every replica hold copies of the
+// same layers whose gradients are summed (dualpipe's example adds the mirror's gradients)
+// and over which ZeRO partitions. The middle ranks' hand-over (pp/2-1 to pp/2), a
+// point-to-point send where DualPipeV's V turns on one rank, is the one difference: see
+// time_model.cpp. REQUIRES for dualpipe: pp even (check_plan).
+ParallelPlan cost_plan(const ParallelPlan& p);
+
 // Layers held by pipeline stage `stage` of `pp`: as even as possible; when pp does not
 // divide the layers the remainder goes to the last stages, which hold fewer in-flight
 // micro-batches under 1F1B.

@@ -479,8 +479,9 @@ CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const La
 
 }  // namespace
 
-StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
+StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan,
                                 const Efficiency& e) {
+  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan
   StepTimeInputs in;
   in.microbatches = static_cast<double>(microbatches_per_step(j, p));
   in.frozen = j.frozen_layer_count(m.layers);
@@ -581,8 +582,9 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   return estimate_time(m, c, j, p, step_time_inputs(m, c, j, p, e), e);
 }
 
-StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const StepTimeInputs& in,
+StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan, const StepTimeInputs& in,
                        const Efficiency& e) {
+  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan
   StepTime st;
   const double md = in.microbatches;
   // full_k recomputes the first k layers of each model chunk: its stages depend on vpp.
@@ -606,6 +608,10 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   // ---- PP point-to-point: one send forward and one backward per micro-batch per chunk
   // hop on the critical path.
   if (p.pp > 1) st.pp_comm = 2 * (md * p.vpp + p.pp - 2) * in.pp_hop;
+  // DualPipe hands a micro-batch from rank pp/2-1 to rank pp/2 where DualPipeV's V turns on
+  // one rank (dualpipe.py is_middle_rank: _send_forward / _send_backward across the middle):
+  // one hop more each way on the fill and drain.
+  if (plan.schedule == Schedule::dualpipe) st.pp_comm += 2 * in.pp_hop;
 
   // ---- DP / ZeRO traffic on the worst stage's rank
   const DpStep dp = p.zero >= 0 && p.zero < 4 ? in.dp[p.zero] : dp_step(c, j, p, e, in.trainable, in.all_params_rank, in.layers0);

@@ -90,7 +90,8 @@ std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPl
     if (mb == 1) break;
   }
   // The pipeline schedule: a zero-bubble order trades the bubble for W-gradient buffers
-  // (ZB-H1 and ZB-V hold 1F1B's activations, DualPipeV one chunk more); back to 1F1B frees
+  // (ZB-H1 and ZB-V hold 1F1B's activations, DualPipeV one chunk more; DualPipe on the same
+  // ranks holds two stages' parameters for half the pipeline's bubble); back to 1F1B frees
   // those buffers. Each is costed like any change; explain prints what it costs.
   if (p.pp > 1) {
     ParallelPlan np = p;
@@ -99,7 +100,7 @@ std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPl
       np.vpp = 1;
       add(std::string("schedule ") + to_string(p.schedule) + " -> 1f1b", j, np);
     } else {
-      for (Schedule sc : {Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev}) {
+      for (Schedule sc : {Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev, Schedule::dualpipe}) {
         np = p;
         np.schedule = sc;
         np.vpp = sc == Schedule::zb_h1 ? 1 : 2;
@@ -143,7 +144,7 @@ Explanation explain_plan(const ModelSpec& m, const ClusterSpec& c, const Trainin
   // Activation offload of the fewest layers per stage that make the plan fit on the GPU
   // (bisection: memory falls with each layer offloaded, the host link's time grows), or of
   // every layer but the double buffer when none does.
-  const int stage_layers = pp_stage_layers(m.layers, p, 0);
+  const int stage_layers = pp_stage_layers(m.layers, cost_plan(p), 0);  // DualPipe: its two stages
   if (ex.shortfall_bytes > 0 && p.activation_offload_layers < stage_layers && stage_layers >= 3) {
     auto gpu_fits = [&](int k) {
       ParallelPlan q = p;

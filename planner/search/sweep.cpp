@@ -28,7 +28,7 @@ bool parse_enum(const std::string& s, Objective* out) {
 Status parse_sweep_schedules(const std::vector<std::string>& names, const std::string& field, std::vector<Schedule>* out) {
   for (const std::string& x : names) {
     if (x == "all") {
-      *out = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev};
+      *out = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1, Schedule::zbv, Schedule::dualpipev, Schedule::dualpipe};
       continue;
     }
     Schedule sc;
@@ -129,6 +129,7 @@ struct ShapeInputs {
   PipelineSplit split = PipelineSplit::even;  // the per-stage layers it was computed for
   int vpp = 0;                                // ... and the vpp, for a model of several layer kinds
   bool v_shape = false;                       // ... and the V placement (specs.h v_shape), likewise
+  bool dualpipe = false;                      // ... and DualPipe's rank-equivalent plan (pp/2, dp*2: plan_check.h cost_plan)
   StepTimeInputs time;
   MemoryInputs memory;
   std::vector<MemoryInputs> also;  // per SweepOptions::also_fit
@@ -232,7 +233,8 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
           vpp_splits.push_back({v, split, classic});
         if (it.pp == 1) continue;
         for (Schedule sc : space.schedule)
-          if (sc == Schedule::gpipe || (sc == Schedule::zb_h1 && v == 1) || (v_shape(sc) && v == 2 && split == PipelineSplit::even))
+          if (sc == Schedule::gpipe || (sc == Schedule::zb_h1 && v == 1) || (v_shape(sc) && v == 2 && split == PipelineSplit::even) ||
+              (sc == Schedule::dualpipe && v == 2 && split == PipelineSplit::even && it.pp % 2 == 0))
             vpp_splits.push_back({v, split, sc});
       }
       for (Precision prec : precs) {
@@ -313,11 +315,12 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             }
                           }
                           ++r.evaluated;
-                          if (!shape.ready || shape.split != p.pipeline_split ||
+                          if (!shape.ready || shape.split != p.pipeline_split || shape.dualpipe != (p.schedule == Schedule::dualpipe) ||
                               (mixed_layers && (shape.vpp != p.vpp || shape.v_shape != v_shape(p.schedule)))) {
                             shape.split = p.pipeline_split;
                             shape.vpp = p.vpp;
                             shape.v_shape = v_shape(p.schedule);
+                            shape.dualpipe = p.schedule == Schedule::dualpipe;
                             shape.also.clear();
                             shape.time = step_time_inputs(m, c, jj, p, opt.efficiency);
                             shape.memory = memory_inputs(m, c.gpu, jj, p, opt.memory);
@@ -357,7 +360,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             gpu_fits = mem.total + opt.headroom_bytes <= mem.capacity;
                             return mem.fits(opt.headroom_bytes);
                           };
-                          const int offload_max = space.activation_offload ? pp_stage_layers(m.layers, p, 0) : 0;
+                          const int offload_max = space.activation_offload ? pp_stage_layers(m.layers, cost_plan(p), 0) : 0;
                           bool fits = cost(p, &pr);
                           // Activation offload (SweepSpace::activation_offload): a plan that does
                           // not fit the GPU offloads the fewest layers that make it fit, found by

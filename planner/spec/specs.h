@@ -314,13 +314,21 @@ constexpr const char* kRecomputeNames = "none, selective, full, full_k";
 // 2pp-1-r), the order of ScheduleZBVZeroBubble. dualpipev: DeepSeek's DualPipeV
 // (deepseek-ai/DualPipe), the V placement with forward and backward chunks of two
 // micro-batches paired so that each one's communication overlaps the other's compute, the
-// order of ScheduleDualPipeV (pytorch/pytorch 00722e6, schedules.py).
-enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zbv, dualpipev };
-constexpr const char* kScheduleNames = "gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev";
+// order of ScheduleDualPipeV (pytorch/pytorch 00722e6, schedules.py). dualpipe: DeepSeek's
+// original two-direction DualPipe (DeepSeek-V3 Technical Report sec. 3.2.2; deepseek-ai/
+// DualPipe dualpipe.py): pp ranks (even), half the micro-batches fed at rank 0 and half at
+// rank pp-1; rank r holds stage r of the one direction and stage pp-1-r of the other (two
+// copies of the parameters, vpp 2 in the plan), and its step() is DualPipeV's with
+// num_ranks -> pp/2, rank -> min(r, pp-1-r) and num_chunks -> num_chunks/2, op for op.
+enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zbv, dualpipev, dualpipe };
+constexpr const char* kScheduleNames = "gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev, dualpipe";
 // Schedules that split the backward into B and W (the W-gradient buffers of memory_model.h).
-inline bool splits_backward(Schedule s) { return s == Schedule::zb_h1 || s == Schedule::zbv || s == Schedule::dualpipev; }
+inline bool splits_backward(Schedule s) {
+  return s == Schedule::zb_h1 || s == Schedule::zbv || s == Schedule::dualpipev || s == Schedule::dualpipe;
+}
 // Schedules that place a rank's two chunks in a V: the first and the last virtual stage (the
 // embedding and the LM head) both on rank 0.
+// (DualPipe is costed as its rank-equivalent DualPipeV plan, plan_check.h cost_plan.)
 inline bool v_shape(Schedule s) { return s == Schedule::zbv || s == Schedule::dualpipev; }
 // How context parallel exchanges K and V between the CP ranks. ring: Megatron's ring (two
 // K/V chunks in flight, overlapped with attention). all_gather: the executor's (Llama 3's)

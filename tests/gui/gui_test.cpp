@@ -657,7 +657,7 @@ class GuiTest : public QObject {
     in.schedules = "all";
     Result<SweepRequest> req = make_sweep_request(in, *presets_);
     QVERIFY(req.ok());
-    QCOMPARE(static_cast<int>(req->space.schedule.size()), 5);
+    QCOMPARE(static_cast<int>(req->space.schedule.size()), 6);  // 1f1b, interleaved, zb-h1, zbv, dualpipev, dualpipe
     const std::vector<std::string> args = cli_args(in);
     const std::vector<std::string> flag = {"--schedules", "all"};
     QVERIFY(std::search(args.begin(), args.end(), flag.begin(), flag.end()) != args.end());

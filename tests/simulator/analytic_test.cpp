@@ -94,6 +94,11 @@ TEST(SimVsAnalytic, PrintDifferences) {
     const std::string name = std::string("Llama-2 7B, 64 A100, tp2 pp4 dp8 ") + to_string(sched);
     print_comparison(name.c_str(), testing::llama2_7b(), testing::dgx_a100(8), testing::job(4096, 256), p);
   }
+  {
+    ParallelPlan p = testing::plan(4, 2, 8, 2, Schedule::dualpipe, 1, 256);
+    p.recompute = Recompute::selective;
+    print_comparison("Llama-2 7B, 64 A100, tp2 pp8 dp4 dualpipe", testing::llama2_7b(), testing::dgx_a100(8), testing::job(4096, 256), p);
+  }
   // MoE: DualPipeV's F&B pairs hide their EP all-to-alls (the simulator plays the overlap,
   // the planner credits its share).
   const PresetRegistry& reg = testing::shipped_presets();

@@ -153,6 +153,33 @@ TEST(ClosedForm, SplitBackwardEqualCostsIsWorkPlusThePapersBubble) {
   }
 }
 
+// Two-direction DualPipe on pp ranks (simulated as DualPipeV on pp/2 ranks with half the
+// micro-batches, which dualpipe.py's step() is op for op: planner dualpipe_test.cpp), F = 1,
+// B = 2 (whole), W = 1 per layer and chunks of 24/pp layers: each rank does m chunk passes,
+// and the bubble is (pp/2 - 1)(F + B - 2W) of a chunk. The DualPipe README states
+// (PP/2 - 1)(F&B + B - 3W), which equals it when the overlapped pair F&B takes F + W; with
+// no overlap gain (F&B = F + B, as here: no communication to overlap) the README's form is
+// (pp/2 - 1) B_input = (pp/2 - 1) chunk above what the order plays.
+TEST(ClosedForm, DualPipeEqualCostsIsWorkPlusHalfThePipelinesBubble) {
+  for (int pp : {4, 6, 8, 12}) {
+    for (int64_t m : {2 * pp, 2 * pp + 2, 48}) {
+      const Fixture s = setup(pp, 2, Schedule::dualpipe, m);
+      const SimResult r = run_uniform(s, 1.0, 2.0, 1.0);
+      const double chunk = 24.0 / pp;
+      SCOPED_TRACE("pp " + std::to_string(pp) + " m " + std::to_string(m));
+      EXPECT_TRUE(r.dualpipe);
+      ASSERT_EQ(r.stages.size(), static_cast<size_t>(pp / 2));
+      EXPECT_DOUBLE_EQ(r.total, m * 3 * chunk + (pp / 2 - 1) * chunk);
+      for (const StageResult& st : r.stages) {
+        EXPECT_DOUBLE_EQ(st.busy, m * 3 * chunk);
+        EXPECT_DOUBLE_EQ(st.breakdown.bubble, (pp / 2 - 1) * chunk);
+      }
+      const double f = chunk, b = 2 * chunk, w = chunk;
+      EXPECT_DOUBLE_EQ(r.breakdown.bubble, (pp / 2 - 1) * ((f + w) + b - 3 * w));  // the README's with F&B = F + W
+    }
+  }
+}
+
 // ZB-H1 with unequal F, B, W stays exact: (p - 1) max(F, F + B - W) per stage, the
 // planner's pipeline_bubble (a W larger than F + B cannot move before the first B).
 TEST(ClosedForm, ZbH1UnequalCostsBubbleIsTheMaxForm) {

@@ -196,6 +196,9 @@ TEST(SimMemory, PeakBoundedByAnalyticInAV) {
     expect_peak_bounded({"gpt1.3b pp4 dp2 zero1 " + name, kGpt, 1, 2048, 32, mk(2, 1, 4, 2, sched, Recompute::none, 1, 1, 32)}, 0.06);
     expect_peak_bounded({"llama7b pp8 zero3 full m=40 " + name, kLlama, 1, 4096, 40, mk(1, 1, 8, 2, sched, Recompute::full, 3, 1, 40)}, 0.06);
   }
+  // DualPipe: its rank-equivalent DualPipeV (pp/2 ranks, dp x 2), stage s for ranks s and pp-1-s.
+  expect_peak_bounded({"llama7b tp2 pp8 dualpipe", kLlama, 2, 4096, 16, mk(1, 2, 8, 2, Schedule::dualpipe, Recompute::selective, 0, 1, 16)}, 0.06);
+  expect_peak_bounded({"llama7b pp16 zero1 full m=40 dualpipe", kLlama, 2, 4096, 40, mk(1, 1, 16, 2, Schedule::dualpipe, Recompute::full, 1, 1, 40)}, 0.06);
 }
 
 }  // namespace
