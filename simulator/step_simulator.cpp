@@ -48,8 +48,10 @@ class Bucketizer {
 
 class StepBuilder {
  public:
-  StepBuilder(const SimCosts& costs, const ParallelPlan& p, int64_t m, const SimOptions& opt)
-      : costs_(costs), plan_(p), pp_(p.pp), vpp_(p.vpp), m_(m), opt_(opt), engine_(p.pp),
+  // `dualpipe`: p is a DualPipe plan's rank-equivalent DualPipeV plan (plan_check.h
+  // cost_plan), whose V turns on one rank where DualPipe hands over between two.
+  StepBuilder(const SimCosts& costs, const ParallelPlan& p, int64_t m, const SimOptions& opt, bool dualpipe = false)
+      : costs_(costs), plan_(p), pp_(p.pp), vpp_(p.vpp), m_(m), opt_(opt), dualpipe_(dualpipe), engine_(p.pp),
         programs_(pipeline_schedule(effective_schedule(p), p.pp, p.vpp, m)) {}
 
   Status build_and_run();
@@ -90,6 +92,7 @@ class StepBuilder {
   int pp_, vpp_;
   int64_t m_;
   const SimOptions& opt_;
+  bool dualpipe_;
   EventEngine engine_;
   std::vector<StageProgram> programs_;
   std::vector<std::array<std::vector<OpRef>, 3>> ops_;
@@ -266,10 +269,12 @@ void StepBuilder::build_stage(int s) {
       }
     };
     // A pipeline send to the stage holding virtual stage `to`; none when this stage holds
-    // it (a V's turn: the chunk hands its output to its own other chunk).
+    // it (a V's turn: the chunk hands its output to its own other chunk) -- but under
+    // DualPipe, where the turn is the middle ranks' hand-over (pp/2-1 to pp/2, dualpipe.py
+    // is_middle_rank), a send to the mirror this stage stands for.
     auto send_to = [&](int to, Stream stream) {
       const int peer = placement_[to].first;
-      if (peer == s) return -1;
+      if (peer == s && !dualpipe_) return -1;
       const int id = add_comm(s, stream, EventKind::pp_send, costs_.p2p, mb, c, -1, costs_.p2p_bytes, peer);
       engine_.depend(ref.last, id);
       return id;
@@ -741,7 +746,7 @@ Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const 
   res.microbatches = microbatches_per_step(j, p);
   res.ranks_per_stage = p.dp * p.tp * p.cp;
 
-  StepBuilder b(costs, p, res.microbatches, opt);
+  StepBuilder b(costs, p, res.microbatches, opt, res.dualpipe);
   ok = b.build_and_run();
   if (!ok) return ok;
 

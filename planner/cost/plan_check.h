@@ -66,7 +66,7 @@ Status check_inputs(const ModelSpec& m, const TrainingJob& j, const std::string&
 // same layers whose gradients are summed (dualpipe's example adds the mirror's gradients)
 // and over which ZeRO partitions. The middle ranks' hand-over (pp/2-1 to pp/2), a
 // point-to-point send where DualPipeV's V turns on one rank, is the one difference: see
-// time_model.cpp. REQUIRES for dualpipe: pp even (check_plan).
+// time_model.cpp and the simulator's StepBuilder. REQUIRES for dualpipe: pp even (check_plan).
 ParallelPlan cost_plan(const ParallelPlan& p);
 
 // Layers held by pipeline stage `stage` of `pp`: as even as possible; when pp does not

@@ -180,6 +180,25 @@ TEST(ClosedForm, DualPipeEqualCostsIsWorkPlusHalfThePipelinesBubble) {
   }
 }
 
+// DualPipe's middle ranks hand each micro-batch over (dualpipe.py is_middle_rank), where
+// DualPipeV's V turns on one rank: with the planner's costs the simulated stage pp/2 - 1
+// sends every micro-batch's activation and gradient to the mirror it stands for (peer
+// itself), once per micro-batch each way; DualPipeV's turn sends nothing.
+TEST(ClosedForm, DualPipeHandsOverAcrossTheMiddle) {
+  auto middle_sends = [](Schedule sched, int pp) {
+    const Fixture s = setup(pp, 2, sched, 16);
+    auto r = simulate_step(s.m, s.c, s.j, s.p);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    if (!r.ok()) return -1;
+    const int turn = static_cast<int>(r->stages.size()) - 1;
+    int n = 0;
+    for (const SimEvent& e : r->events) n += e.kind == EventKind::pp_send && e.stage == turn && e.peer == turn && e.bytes > 0;
+    return n;
+  };
+  EXPECT_EQ(middle_sends(Schedule::dualpipe, 8), 2 * 8);  // 16 micro-batches: 8 a direction through this rank pair's turn
+  EXPECT_EQ(middle_sends(Schedule::dualpipev, 4), 0);
+}
+
 // ZB-H1 with unequal F, B, W stays exact: (p - 1) max(F, F + B - W) per stage, the
 // planner's pipeline_bubble (a W larger than F + B cannot move before the first B).
 TEST(ClosedForm, ZbH1UnequalCostsBubbleIsTheMaxForm) {
