@@ -144,10 +144,9 @@ namespace {
 // at least 4, since pp 2 would cost as a V on one rank, which the planner does not. The
 // rest is its rank-equivalent DualPipeV plan's (cost_plan), whose 2*dp holds every check
 // on dp but expert parallel's, which runs within the plan's own replicas.
+// REQUIRES: micro_batch * dp divides the global batch.
 bool dualpipe_shape_ok(const TrainingJob& j, const ParallelPlan& p) {
-  if (p.pp < 4 || p.pp % 2 != 0 || p.vpp != 2 || p.micro_batch < 1) return false;
-  const int64_t per_replica = static_cast<int64_t>(p.micro_batch) * p.dp;
-  return j.global_batch % per_replica != 0 || (j.global_batch / per_replica) % 2 == 0;
+  return p.pp >= 4 && p.pp % 2 == 0 && p.vpp == 2 && (j.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp)) % 2 == 0;
 }
 
 }  // namespace
@@ -155,10 +154,10 @@ bool dualpipe_shape_ok(const TrainingJob& j, const ParallelPlan& p) {
 RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, int gpus,
                         bool tp_across_nodes) {
   if (p.schedule == Schedule::dualpipe) {
-    if (static_cast<int64_t>(p.dp) * p.tp * p.pp * p.cp != gpus) return RejectReason::world_size_mismatch;
+    // (cost_plan keeps the world size, so the recursive call checks it.)
     if (p.pp > m.layers) return RejectReason::pp_layers;
     if (p.ep > 1 && m.moe.enabled() && (p.dp * p.cp) % p.ep != 0) return RejectReason::ep_experts;
-    if (p.micro_batch >= 1 && j.global_batch % (static_cast<int64_t>(p.micro_batch) * p.dp) != 0) return RejectReason::batch_divisibility;
+    if (p.micro_batch < 1 || j.global_batch % (static_cast<int64_t>(p.micro_batch) * p.dp) != 0) return RejectReason::batch_divisibility;
     if (!dualpipe_shape_ok(j, p)) return RejectReason::schedule_shape;
     const RejectReason r = check_plan(m, c, j, cost_plan(p), gpus, tp_across_nodes);
     return r == RejectReason::vpp_layers ? RejectReason::schedule_shape : r;
