@@ -87,6 +87,10 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
       ->capture_default_str();
   app->add_flag("--no-flash", f->old_no_flash)->group("");  // the old spelling, refused with the new one
   app->add_option("--schedule", f->schedule, std::string("pipeline schedule: ") + kScheduleNames);
+  app->add_option("--stage-layers", f->stage_layers,
+                  "layers of each virtual stage, comma-separated (pp*vpp counts in the order chunk*pp + stage): a custom "
+                  "split, as Megatron's --decoder-first/last-pipeline-num-layers or layout give")
+      ->delimiter(',');
 }
 
 Status apply_stack_flag(const std::string& stack, Setup* s) {
@@ -302,6 +306,16 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   if (!pf.schedule.empty())
     if (Status st = parse_flag(pf.schedule, &p.schedule, "--schedule", kScheduleNames); !st) return st;
   if (v_shape(p.schedule) && p.vpp == 1) p.vpp = 2;  // a V is two chunks per rank
+  if (!pf.stage_layers.empty()) {
+    const int64_t stages = static_cast<int64_t>(p.pp) * p.vpp;
+    for (int n : pf.stage_layers)
+      if (n < 1) return Status::bad_input("--stage-layers: expected counts of at least 1, got " + std::to_string(n));
+    if (static_cast<int64_t>(pf.stage_layers.size()) != stages)
+      return Status::bad_input("--stage-layers: expected pp*vpp = " + std::to_string(stages) + " counts, got " +
+                               std::to_string(pf.stage_layers.size()));
+    p.pipeline_split = PipelineSplit::custom;
+    p.stage_layers = pf.stage_layers;
+  }
   const int64_t world = static_cast<int64_t>(p.dp) * mp;
   if (world != s->file.gpus)
     return Status::bad_input("--dp/--tp/--pp/--cp: the plan uses dp*tp*pp*cp = " + std::to_string(world) + " GPUs but --gpus is " +
@@ -370,7 +384,7 @@ std::string plan_summary(const ParallelPlan& p) {
   const std::string cp = p.cp > 1 ? " cp" + std::to_string(p.cp) + (p.cp_exchange == CpExchange::ring ? "" : " all_gather") : "";
   std::snprintf(buf, sizeof buf, "dp%d tp%d pp%d%s%s%s%s mb%d ga%d zero%d %s%s%s", p.dp, p.tp, p.pp,
                 p.vpp > 1 ? (" vpp" + std::to_string(p.vpp)).c_str() : "",
-                p.pipeline_split == PipelineSplit::even ? "" : " split-emb-loss", cp.c_str(),
+                p.pipeline_split == PipelineSplit::even ? "" : p.pipeline_split == PipelineSplit::custom ? " split-custom" : " split-emb-loss", cp.c_str(),
                 p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? " offload" : "",
                 p.flash_attention ? "" : " no-flash");
   std::string out = buf;

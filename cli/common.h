@@ -65,6 +65,7 @@ struct PlanFlags {
   std::string flash = "on";
   bool old_no_flash = false;  // --no-flash, refused naming --flash off
   std::string schedule;
+  std::vector<int> stage_layers;  // --stage-layers: a custom split, one count per virtual stage
 };
 
 // "on" / "off" for a flag such as --sp; empty (a bare flag) or anything else is bad input

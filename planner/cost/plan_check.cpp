@@ -15,7 +15,9 @@ const char* describe(RejectReason r) {
     case RejectReason::tp_heads: return "tp does not divide heads and kv_heads";
     case RejectReason::tp_exceeds_node: return "tp larger than GPUs per node";
     case RejectReason::pp_layers: return "pp larger than the layer count";
-    case RejectReason::vpp_layers: return "layers (+2 under the embedding/loss split) not divisible by pp*vpp (or vpp without pp)";
+    case RejectReason::vpp_layers:
+      return "layers (+2 under the embedding/loss split) not divisible by pp*vpp, a custom split that does not hold the layers, or "
+             "vpp without pp";
     case RejectReason::activation_offload: return "activation offload of more layers than the first pipeline stage holds";
     case RejectReason::cp_sequence: return "2*cp does not divide the sequence length";
     case RejectReason::cp_needs_flash: return "context parallel over a ring needs flash attention";
@@ -57,25 +59,52 @@ namespace {
 int slots_per_virtual_stage(int layers, const ParallelPlan& p) { return (layers + 2) / (p.pp * std::max(1, p.vpp)); }
 }  // namespace
 
+namespace {
+// Custom split: the plan's own count of virtual stage v (0 outside the list, which check_plan
+// refuses before any cost is asked), and the sum of those before it.
+int custom_layers(const ParallelPlan& p, int v) {
+  return v >= 0 && v < static_cast<int>(p.stage_layers.size()) ? p.stage_layers[static_cast<size_t>(v)] : 0;
+}
+int custom_layers_before(const ParallelPlan& p, int v) {
+  int sum = 0;
+  for (int u = 0; u < v && u < static_cast<int>(p.stage_layers.size()); ++u) sum += p.stage_layers[static_cast<size_t>(u)];
+  return sum;
+}
+int custom_pp_stage_layers(const ParallelPlan& p, int s) {
+  int sum = 0;
+  for (int c = 0; c < std::max(1, p.vpp); ++c) sum += custom_layers(p, chunk_virtual_stage(p, s, c));
+  return sum;
+}
+}  // namespace
+
 int virtual_stage_layers(int layers, const ParallelPlan& p, int v) {
   const int nv = p.pp * std::max(1, p.vpp);
+  if (p.pipeline_split == PipelineSplit::custom) return custom_layers(p, v);
   if (p.pipeline_split == PipelineSplit::even) return layers_in_stage(layers, nv, v);
   return slots_per_virtual_stage(layers, p) - (v == 0 ? 1 : 0) - (v == nv - 1 ? 1 : 0);
 }
 
 int first_layer_of_virtual_stage(int layers, const ParallelPlan& p, int v) {
   const int nv = p.pp * std::max(1, p.vpp);
+  if (p.pipeline_split == PipelineSplit::custom) return custom_layers_before(p, v);
   if (p.pipeline_split == PipelineSplit::even) return first_layer_of_stage(layers, nv, v);
   return v * slots_per_virtual_stage(layers, p) - (v > 0 ? 1 : 0);
 }
 
 int pp_stage_layers(int layers, const ParallelPlan& p, int s) {
+  if (p.pipeline_split == PipelineSplit::custom) return custom_pp_stage_layers(p, s);
   if (p.pipeline_split == PipelineSplit::even) return layers_in_stage(layers, p.pp, s);
   const int vpp = std::max(1, p.vpp);
   return vpp * slots_per_virtual_stage(layers, p) - (s == 0 ? 1 : 0) - (s == p.pp - 1 ? 1 : 0);
 }
 
 int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s) {
+  if (p.pipeline_split == PipelineSplit::custom) {
+    if (p.vpp <= 1) return custom_layers_before(p, s);
+    int sum = 0;
+    for (int t = 0; t < s; ++t) sum += custom_pp_stage_layers(p, t);
+    return sum;
+  }
   if (p.pipeline_split == PipelineSplit::even) return first_layer_of_stage(layers, p.pp, s);
   return s * std::max(1, p.vpp) * slots_per_virtual_stage(layers, p) - (s > 0 ? 1 : 0);
 }
@@ -116,6 +145,15 @@ StageLayerKinds stage_layer_kinds(const ModelSpec& m, const ParallelPlan& p, int
 bool pipeline_split_ok(int layers, const ParallelPlan& p) {
   const int nv = p.pp * std::max(1, p.vpp);
   if (p.pipeline_split == PipelineSplit::even) return p.vpp <= 1 || layers % nv == 0;
+  if (p.pipeline_split == PipelineSplit::custom) {
+    if (static_cast<int>(p.stage_layers.size()) != nv) return false;
+    int64_t sum = 0;
+    for (int n : p.stage_layers) {
+      if (n < 1) return false;
+      sum += n;
+    }
+    return sum == layers;
+  }
   return (layers + 2) % nv == 0 && (layers + 2) / nv >= (nv == 1 ? 3 : 2);
 }
 
@@ -125,6 +163,20 @@ PipelineSplit default_pipeline_split(int layers, int pp, int vpp) {
   if (pp == 1 || layers % (pp * vpp) == 0) return PipelineSplit::even;
   p.pipeline_split = PipelineSplit::account_embedding_loss;
   return pipeline_split_ok(layers, p) ? PipelineSplit::account_embedding_loss : PipelineSplit::even;
+}
+
+std::vector<int> balanced_stage_layers(int layers, int pp, int vpp) {
+  const int nv = pp * vpp;
+  if (pp < 2 || vpp < 2 || layers + 2 < 2 * nv) return {};
+  ParallelPlan p;
+  p.pp = pp, p.vpp = vpp;
+  p.pipeline_split = default_pipeline_split(layers, pp, vpp);
+  if (pipeline_split_ok(layers, p)) return {};
+  const int q = (layers + 2) / nv, r = (layers + 2) % nv;
+  std::vector<int> out(static_cast<size_t>(nv), q);
+  for (int v = 1; v <= r; ++v) ++out[static_cast<size_t>(v)];  // r <= nv - 1
+  --out.front(), --out.back();
+  return out;
 }
 
 ParallelPlan cost_plan(const ParallelPlan& p) {
@@ -219,6 +271,15 @@ Status check_plan_status(const ModelSpec& m, const ClusterSpec& c, const Trainin
                                n(static_cast<int64_t>(p.micro_batch) * p.dp) + ", got " + n(j.global_batch));
     case RejectReason::pp_layers:
       return Status::bad_input(o + "field 'plan.pp': expected at most layers (" + n(m.layers) + "), got " + n(p.pp));
+    case RejectReason::vpp_layers:
+      if (p.pipeline_split == PipelineSplit::custom && !(p.vpp > 1 && p.pp == 1)) {
+        int64_t sum = 0;
+        for (int l : p.stage_layers) sum += l;
+        return Status::bad_input(o + "field 'plan.stage_layers': expected pp*vpp = " + n(static_cast<int64_t>(p.pp) * p.vpp) +
+                                 " counts of at least 1 summing to the model's layers (" + n(m.layers) + "), got " +
+                                 n(static_cast<int64_t>(p.stage_layers.size())) + " counts summing to " + n(sum));
+      }
+      return Status::bad_input(o + "invalid plan: " + describe(r));
     case RejectReason::schedule_shape:
       if (p.schedule == Schedule::dualpipe) {
         if (p.pp % 2 != 0 || p.pp < 4)

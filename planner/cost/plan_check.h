@@ -69,6 +69,8 @@ Status check_inputs(const ModelSpec& m, const TrainingJob& j, const std::string&
 // time_model.cpp and the simulator's StepBuilder. REQUIRES for dualpipe: pp even (check_plan).
 ParallelPlan cost_plan(const ParallelPlan& p);
 
+// (Under PipelineSplit::custom the functions below read plan.stage_layers: O(pp*vpp) for
+// the first-layer ones, O(vpp) for the counts.)
 // Layers held by pipeline stage `stage` of `pp`: as even as possible; when pp does not
 // divide the layers the remainder goes to the last stages, which hold fewer in-flight
 // micro-batches under 1F1B.
@@ -112,10 +114,19 @@ inline bool has_moe_layer(const ModelSpec& m, const StageLayerKinds& k) {
 }
 // Whether the split is legal: even with vpp 1 always (pp <= layers); even with vpp > 1 when
 // pp*vpp divides the layers; account_embedding_loss when pp*vpp divides layers + 2 and every
-// virtual stage keeps a layer.
+// virtual stage keeps a layer; custom when plan.stage_layers has pp*vpp counts of at least
+// one that sum to the layers.
 bool pipeline_split_ok(int layers, const ParallelPlan& p);
 // The split the sweep and Megatron-Core records take: even when it is legal, else
 // account_embedding_loss when that is.
 PipelineSplit default_pipeline_split(int layers, int pp, int vpp);
+// The custom split the sweep proposes where neither of those is legal (vpp > 1): the embedding
+// and the loss counted as a layer each (as account_embedding_loss), the layers + 2 slots
+// spread as evenly as pp*vpp virtual stages allow, the remainder one each on virtual stages
+// 1, 2, ... (the first and last already carry the embedding and the head), so the first and
+// last virtual stage hold a layer fewer. Megatron-Core runs it as a
+// --pipeline-model-parallel-layout. Empty when a stage would be left without a layer
+// (layers + 2 < 2*pp*vpp) or when default_pipeline_split is legal.
+std::vector<int> balanced_stage_layers(int layers, int pp, int vpp);
 
 }  // namespace llmplan

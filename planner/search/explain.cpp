@@ -25,6 +25,9 @@ std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPl
   std::vector<PlanChange> out;
   auto add = [&](std::string d, TrainingJob nj, ParallelPlan np) {
     np.grad_accum = static_cast<int>(nj.global_batch / (static_cast<int64_t>(np.micro_batch) * np.dp));
+    // A custom split names one count per virtual stage: a change of stages splits evenly.
+    if (np.pp != p.pp || np.vpp != p.vpp || np.pipeline_split != PipelineSplit::custom) np.stage_layers.clear();
+    if (np.stage_layers.empty() && np.pipeline_split == PipelineSplit::custom) np.pipeline_split = PipelineSplit::even;
     // The schedule follows vpp unless the change is the schedule itself or keeps a
     // split-backward one (check_plan drops a change whose shape it no longer takes).
     if (np.schedule == p.schedule && !splits_backward(p.schedule))

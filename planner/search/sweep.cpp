@@ -54,8 +54,8 @@ std::vector<int> divisors_up_to(int n, int cap) {
   return out;
 }
 
-// Every vpp >= 1 whose pp*vpp chunks split the layers (even or embedding/loss split) with at
-// least one layer each; vpp 1 only without a pipeline.
+// Every vpp >= 1 whose pp*vpp chunks split the layers (even, embedding/loss or the balanced
+// custom split) with at least one layer each; vpp 1 only without a pipeline.
 std::vector<int> legal_vpps(int layers, int pp) {
   std::vector<int> out = {1};
   if (pp <= 1) return out;
@@ -63,7 +63,7 @@ std::vector<int> legal_vpps(int layers, int pp) {
     ParallelPlan p;
     p.pp = pp, p.vpp = v;
     p.pipeline_split = default_pipeline_split(layers, pp, v);
-    if (pipeline_split_ok(layers, p)) out.push_back(v);
+    if (pipeline_split_ok(layers, p) || !balanced_stage_layers(layers, pp, v).empty()) out.push_back(v);
   }
   return out;
 }
@@ -223,19 +223,21 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
         int vpp;
         PipelineSplit split;
         Schedule schedule;
+        std::vector<int> stage_layers;  // under the custom split
       };
       std::vector<VppSplit> vpp_splits;
       for (int v : space.vpp.empty() ? legal_vpps(m.layers, it.pp) : vpps) {
-        const PipelineSplit split = default_pipeline_split(m.layers, it.pp, v);
+        std::vector<int> balanced = balanced_stage_layers(m.layers, it.pp, v);
+        const PipelineSplit split = balanced.empty() ? default_pipeline_split(m.layers, it.pp, v) : PipelineSplit::custom;
         const Schedule classic = v > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
         // (Without a pipeline the schedule means nothing: the plan is kept whatever the list.)
         if (it.pp == 1 || space.schedule.empty() || std::find(space.schedule.begin(), space.schedule.end(), classic) != space.schedule.end())
-          vpp_splits.push_back({v, split, classic});
+          vpp_splits.push_back({v, split, classic, balanced});
         if (it.pp == 1) continue;
         for (Schedule sc : space.schedule)
           if (sc == Schedule::gpipe || (sc == Schedule::zb_h1 && v == 1) || (v_shape(sc) && v == 2 && split == PipelineSplit::even) ||
               (sc == Schedule::dualpipe && v == 2 && split == PipelineSplit::even && it.pp % 2 == 0))
-            vpp_splits.push_back({v, split, sc});
+            vpp_splits.push_back({v, split, sc, balanced});
       }
       for (Precision prec : precs) {
         // The job with this precision: built once here, not per plan (it holds a vector).
@@ -251,7 +253,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
         shapes.assign(eps.size() * sps.size() * flashes.size() * exchanges.size() * mbs.size(), ShapeInputs{});
         // The CP exchange means nothing without CP: one pass then.
         const size_t n_exchanges = it.cp > 1 ? exchanges.size() : 1;
-        for (const auto& [vpp, split, schedule] : vpp_splits)
+        for (const auto& [vpp, split, schedule, stage_layers] : vpp_splits)
           for (size_t i_ep = 0; i_ep < eps.size(); ++i_ep)
             for (size_t i_sp = 0; i_sp < sps.size(); ++i_sp)
               for (size_t i_flash = 0; i_flash < flashes.size(); ++i_flash)
@@ -272,6 +274,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           // Layers that pp*vpp does not divide: Megatron-Core's embedding/loss
                           // split when it is legal (plan_check.h).
                           p.pipeline_split = split;
+                          p.stage_layers = stage_layers;  // (reuses p's buffer: no allocation per plan)
                           p.ep = ep;
                           p.sp = sp != 0;
                           p.flash_attention = flash != 0;
@@ -316,7 +319,8 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           }
                           ++r.evaluated;
                           if (!shape.ready || shape.split != p.pipeline_split || shape.dualpipe != (p.schedule == Schedule::dualpipe) ||
-                              (mixed_layers && (shape.vpp != p.vpp || shape.v_shape != v_shape(p.schedule)))) {
+                              (mixed_layers && (shape.vpp != p.vpp || shape.v_shape != v_shape(p.schedule))) ||
+                              (p.pipeline_split == PipelineSplit::custom && shape.vpp != p.vpp)) {
                             shape.split = p.pipeline_split;
                             shape.vpp = p.vpp;
                             shape.v_shape = v_shape(p.schedule);

@@ -705,6 +705,36 @@ json to_json(const TrainingJob& t) {
   return j;
 }
 
+namespace {
+// plan.stage_layers: present exactly under pipeline_split custom, one positive count per
+// virtual stage (pp * vpp of them). That they sum to the model's layers is check_plan's.
+void read_stage_layers(FieldReader* r, ParallelPlan* p) {
+  const json* v = r->raw("stage_layers");
+  if (p->pipeline_split != PipelineSplit::custom) {
+    if (v) r->fail("stage_layers", "only with pipeline_split custom, got pipeline_split " + std::string(to_string(p->pipeline_split)));
+    return;
+  }
+  const int64_t stages = static_cast<int64_t>(p->pp) * p->vpp;
+  const std::string expected = "a list of pp*vpp = " + std::to_string(stages) + " layer counts, each in [1, " +
+                               std::to_string(kMaxLayers) + "] (pipeline_split custom)";
+  if (!v) {
+    r->fail("stage_layers", expected + ", got nothing");
+    return;
+  }
+  if (!v->is_array() || static_cast<int64_t>(v->size()) != stages) {
+    r->fail("stage_layers", expected + ", got " + json_value_text(*v));
+    return;
+  }
+  for (const json& e : *v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 1 || e.get<int64_t>() > kMaxLayers) {
+      r->fail("stage_layers", expected + ", got the entry " + json_value_text(e));
+      return;
+    }
+    p->stage_layers.push_back(e.get<int>());
+  }
+}
+}  // namespace
+
 Result<ParallelPlan> plan_from_json(const json& j, const std::string& origin) {
   ParallelPlan p;
   FieldReader r(j, origin, "plan");
@@ -725,8 +755,9 @@ Result<ParallelPlan> plan_from_json(const json& j, const std::string& origin) {
   p.schedule = p.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
   r.get_enum("schedule", &p.schedule, kScheduleNames, false);
   r.get_enum("cp_exchange", &p.cp_exchange, "ring, all_gather", false);
-  r.get_enum("pipeline_split", &p.pipeline_split, "even, account_embedding_loss", false);
+  r.get_enum("pipeline_split", &p.pipeline_split, kPipelineSplitNames, false);
   r.get("activation_offload_layers", &p.activation_offload_layers, 0, 100000, false);
+  read_stage_layers(&r, &p);
   if (Status s = r.finish(); !s) return s;
   return p;
 }
@@ -750,6 +781,7 @@ json to_json(const ParallelPlan& p) {
   // Written only when it is not the default, so ring plans' files stay as they were.
   if (p.cp_exchange != CpExchange::ring) j["cp_exchange"] = to_string(p.cp_exchange);
   if (p.pipeline_split != PipelineSplit::even) j["pipeline_split"] = to_string(p.pipeline_split);
+  if (p.pipeline_split == PipelineSplit::custom) j["stage_layers"] = p.stage_layers;
   if (p.activation_offload_layers > 0) j["activation_offload_layers"] = p.activation_offload_layers;
   return j;
 }

@@ -30,7 +30,7 @@ constexpr std::array<std::string_view, 5> kFp8Recipe = {"none", "tensorwise", "d
 constexpr std::array<std::string_view, 4> kRecompute = {"none", "selective", "full", "full_k"};
 constexpr std::array<std::string_view, 7> kSchedule = {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev", "dualpipe"};
 constexpr std::array<std::string_view, 2> kCpExchange = {"ring", "all_gather"};
-constexpr std::array<std::string_view, 2> kPipelineSplit = {"even", "account_embedding_loss"};
+constexpr std::array<std::string_view, 3> kPipelineSplit = {"even", "account_embedding_loss", "custom"};
 
 }  // namespace
 

@@ -344,8 +344,14 @@ constexpr const char* kCpExchangeNames = "ring, all_gather";
 // the embedding and the loss count as one layer each, so the L + 2 slots are split evenly
 // and the first and last virtual stage hold one transformer layer fewer (Llama 3.1 405B's
 // 126 layers on pp 8 x vpp 8: 128 slots of 2, chunks of 1, 2, ..., 2, 1 layers).
-enum class PipelineSplit { even, account_embedding_loss };
-constexpr const char* kPipelineSplitNames = "even, account_embedding_loss";
+// custom: the layers of each virtual stage given one by one (ParallelPlan::stage_layers), as
+// Megatron-Core's --decoder-first/last-pipeline-num-layers (transformer_config.py: the first
+// and last stage's counts, the rest split evenly, each stage's count divisible by vpp) and
+// --pipeline-model-parallel-layout (docs/api-guide/pipeline_parallel_layout.md: one entry per
+// virtual stage) and MindFormers' per-stage `offset` state it. The embedding stays on virtual
+// stage 0 and the head on the last; every virtual stage holds at least one layer.
+enum class PipelineSplit { even, account_embedding_loss, custom };
+constexpr const char* kPipelineSplitNames = "even, account_embedding_loss, custom";
 
 struct ParallelPlan {
   int dp = 1, tp = 1, pp = 1;
@@ -363,6 +369,10 @@ struct ParallelPlan {
   Schedule schedule = Schedule::one_f_one_b;
   CpExchange cp_exchange = CpExchange::ring;  // plan files without it are ring
   PipelineSplit pipeline_split = PipelineSplit::even;  // plan files without it are even
+  // Under PipelineSplit::custom, the layers of virtual stage v = 0 .. pp*vpp-1 in the model's
+  // order (v = chunk*pp + stage; a V places chunk_virtual_stage, plan_check.h), summing to the
+  // model's layers; empty under the other splits (so copying a plan allocates nothing).
+  std::vector<int> stage_layers;
   // Activation offload: the kept activations of the first k layers of each pipeline stage go
   // to host memory after their forward and come back before their backward (Megatron-Core's
   // cpu_offloading_num_layers over Transformer Engine's CPU offload context, double-buffered:

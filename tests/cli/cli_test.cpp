@@ -280,6 +280,25 @@ TEST(Cli, MemoryTakesOnOffFlagsAsTheSweepSpellsThem) {
   EXPECT_FALSE(set["flash_attention"].get<bool>());
 }
 
+// --stage-layers sets a custom split; a count below 1, too few counts or counts that miss the
+// model's layers are exit 2 naming the flag or the field.
+TEST(Cli, StageLayersSetACustomSplitAndBadCountsNameTheFlag) {
+  const CliRun r = run("memory --model llama2-7b --gpus 8 --pp 4 --stage-layers 6,9,9,8 --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json plan = nlohmann::json::parse(r.output)["plan"];
+  EXPECT_EQ(plan["pipeline_split"], "custom");
+  EXPECT_EQ(plan["stage_layers"], nlohmann::json({6, 9, 9, 8}));
+  const CliRun negative = run("memory --model llama2-7b --gpus 8 --pp 4 --stage-layers 6,9,9,-8");
+  EXPECT_EQ(negative.exit_code, 2);
+  EXPECT_NE(negative.output.find("--stage-layers"), std::string::npos) << negative.output;
+  const CliRun few = run("memory --model llama2-7b --gpus 8 --pp 4 --stage-layers 16,16");
+  EXPECT_EQ(few.exit_code, 2);
+  EXPECT_NE(few.output.find("pp*vpp = 4"), std::string::npos) << few.output;
+  const CliRun sum = run("memory --model llama2-7b --gpus 8 --pp 4 --stage-layers 6,9,9,7");
+  EXPECT_EQ(sum.exit_code, 2);
+  EXPECT_NE(sum.output.find("plan.stage_layers"), std::string::npos) << sum.output;
+}
+
 TEST(Cli, MalformedModelFileNamesFileAndPosition) {
   const std::string p = temp_path("bad.json");
   write(p, "{\"name\": \"x\", \"layers\": ");
