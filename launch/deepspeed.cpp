@@ -146,7 +146,7 @@ Status refusal(const PlanFile& f) {
     return Status::bad_input(std::string("plan.pipeline_split: ") + to_string(p.pipeline_split) +
                              ": Megatron-DeepSpeed partitions GPTModelPipe by counting transformer layers only "
                              "(partition_method='type:transformer', megatron/model/gpt_model.py L463), so the embedding and "
-                             "the loss never take a layer's place");
+                             "the loss never take a layer's place and no stage sizes can be given");
   if (p.pp > 1 && m.layers % p.pp != 0)
     return Status::bad_input("plan.pp: " + num(p.pp) + " does not divide the " + num(m.layers) +
                              " layers: DeepSpeed places the remaining layers by its own dynamic program "

@@ -185,15 +185,22 @@ Result<ExportResult> export_megatron(const PlanFile& f, const ExportOptions& opt
                {}};
   add(&par, "--tensor-model-parallel-size", {n(p.tp)}, "tensor parallel, plan.tp");
   add(&par, "--pipeline-model-parallel-size", {n(p.pp)}, "pipeline stages, plan.pp");
-  if (p.vpp > 1) add(&par, "--num-virtual-stages-per-pipeline-rank", {n(p.vpp)}, "virtual stages per rank: interleaved 1F1B, plan.vpp");
+  // The split: Megatron's embedding/loss accounting, else its first/last stage sizes when they
+  // say it, else a layout (which carries the virtual stages itself: arguments.py L496-507
+  // allows one of it and --num-virtual-stages-per-pipeline-rank).
+  int first = 0, last = 0;
+  const bool as_first_last = p.pp > 1 && p.pipeline_split != PipelineSplit::account_embedding_loss && split_as_first_last(m.layers, p, &first, &last);
+  const bool as_layout = p.pp > 1 && p.pipeline_split != PipelineSplit::account_embedding_loss && !as_first_last;
+  if (p.vpp > 1 && !as_layout) add(&par, "--num-virtual-stages-per-pipeline-rank", {n(p.vpp)}, "virtual stages per rank: interleaved 1F1B, plan.vpp");
   if (p.pp > 1 && p.pipeline_split == PipelineSplit::account_embedding_loss) {
     add(&par, "--account-for-embedding-in-pipeline-split", {}, "the embedding counts as a layer, plan.pipeline_split");
     add(&par, "--account-for-loss-in-pipeline-split", {}, "the loss counts as a layer, plan.pipeline_split");
-  } else if (p.pp > 1 && p.vpp <= 1) {
-    int first = 0, last = 0;
-    even_split_as_first_last(m.layers, p.pp, &first, &last);
-    if (first > 0) add(&par, "--decoder-first-pipeline-num-layers", {n(first)}, "a lighter first stage: llmplan's even split");
-    if (last > 0) add(&par, "--decoder-last-pipeline-num-layers", {n(last)}, "a heavier last stage: llmplan's even split");
+  } else if (as_first_last) {
+    if (first > 0) add(&par, "--decoder-first-pipeline-num-layers", {n(first)}, "the first stage's layers, plan.pipeline_split " + std::string(to_string(p.pipeline_split)));
+    if (last > 0) add(&par, "--decoder-last-pipeline-num-layers", {n(last)}, "the last stage's layers, plan.pipeline_split " + std::string(to_string(p.pipeline_split)));
+  } else if (as_layout) {
+    add(&par, "--pipeline-model-parallel-layout", {pipeline_layout_text(m, p)},
+        "each virtual stage's layers (pp " + n(p.pp) + " x vpp " + n(p.vpp) + "), plan.pipeline_split " + to_string(p.pipeline_split));
   }
   add(&par, "--context-parallel-size", {n(p.cp)}, "context parallel, plan.cp");
   if (p.cp > 1)
@@ -795,13 +802,14 @@ Result<ImportedConfig> import_megatron(const std::vector<LaunchFile>& files, con
   if ((vstages > 0) + (layers_per_vstage > 0) + !layout.empty() > 1)
     return Status::bad_input(origin + ": --num-virtual-stages-per-pipeline-rank, --num-layers-per-virtual-pipeline-stage and "
                              "--pipeline-model-parallel-layout: at most one (arguments.py L496-507)");
-  if (!layout.empty())
-    return Status::bad_input(origin + ": --pipeline-model-parallel-layout: a hand-written stage layout, which llmplan does not "
-                             "model (it splits layers evenly or by Megatron's embedding/loss accounting)");
   LLMPLAN_TRY(acc_embedding, fl.on("--account-for-embedding-in-pipeline-split"));
   LLMPLAN_TRY(acc_loss, fl.on("--account-for-loss-in-pipeline-split"));
   LLMPLAN_TRY(first_layers, fl.integer("--decoder-first-pipeline-num-layers", 0, 1, 10000));
   LLMPLAN_TRY(last_layers, fl.integer("--decoder-last-pipeline-num-layers", 0, 1, 10000));
+  if (!layout.empty() && (first_layers > 0 || last_layers > 0 || acc_embedding || acc_loss))
+    return Status::bad_input(origin + ": --pipeline-model-parallel-layout with --decoder-first/last-pipeline-num-layers or "
+                             "--account-for-*-in-pipeline-split: the layout says the whole split (transformer_config.py, "
+                             "core_v0.13.0, refuses the mix)");
   if ((first_layers > 0 || last_layers > 0) && (acc_embedding || acc_loss))
     return Status::bad_input(origin + ": --decoder-first/last-pipeline-num-layers with --account-for-*-in-pipeline-split: "
                              "Megatron-Core refuses the pair (transformer_config.py L861-871)");
@@ -809,7 +817,17 @@ Result<ImportedConfig> import_megatron(const std::vector<LaunchFile>& files, con
     return Status::bad_input(origin + ": " + (acc_embedding ? "--account-for-embedding-in-pipeline-split" : "--account-for-loss-in-pipeline-split") +
                              " alone: llmplan models the embedding and the loss counted together (plan.pipeline_split "
                              "account_embedding_loss); add the other flag or neither");
-  if (layers_per_vstage > 0) {
+  std::vector<int> custom;
+  if (!layout.empty()) {
+    LLMPLAN_TRY(counts, parse_pipeline_layout(layout, static_cast<int>(pp), m.mtp_layers, origin + ": --pipeline-model-parallel-layout"));
+    custom = counts;
+    int64_t sum = 0;
+    for (int c : custom) sum += c;
+    if (sum != layers)
+      return Status::bad_input(origin + ": --pipeline-model-parallel-layout '" + layout + "': " + n(sum) + " decoder layers, --num-layers is " +
+                               n(layers) + " (validate_layer_layout)");
+    p.vpp = static_cast<int>(custom.size() / pp);
+  } else if (layers_per_vstage > 0) {
     const int64_t slots = layers + (acc_embedding ? 2 : 0);
     if (slots % pp != 0 || (slots / pp) % layers_per_vstage != 0)
       return Status::bad_input(origin + ": --num-layers-per-virtual-pipeline-stage " + n(layers_per_vstage) + ": expected a divisor of "
@@ -821,11 +839,12 @@ Result<ImportedConfig> import_megatron(const std::vector<LaunchFile>& files, con
   if (p.vpp > 1 && pp == 1)
     return Status::bad_input(origin + ": virtual pipeline stages with --pipeline-model-parallel-size 1 (arguments.py L564-568)");
   p.pipeline_split = acc_embedding ? PipelineSplit::account_embedding_loss : PipelineSplit::even;
-  if (first_layers > 0 || last_layers > 0) {
-    if (p.vpp > 1 || !first_last_is_even_split(m.layers, p.pp, static_cast<int>(first_layers), static_cast<int>(last_layers)))
-      return Status::bad_input(origin + ": --decoder-first/last-pipeline-num-layers " + n(first_layers) + "/" + n(last_layers) +
-                               ": a stage split llmplan does not model (it puts " + n(m.layers % p.pp) +
-                               " extra layers one each on the last stages, or uses --account-for-*-in-pipeline-split)");
+  if (!custom.empty()) {
+    set_stage_layers(m.layers, custom, &p);
+  } else if (first_layers > 0 || last_layers > 0) {
+    LLMPLAN_TRY(counts, first_last_stage_layers(m.layers, p.pp, p.vpp, static_cast<int>(first_layers), static_cast<int>(last_layers),
+                                                origin + ": --decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"));
+    set_stage_layers(m.layers, counts, &p);
   } else if (pp > 1 && !acc_embedding && layers % pp != 0) {
     return Status::bad_input(origin + ": --num-layers " + n(layers) + " is not a multiple of --pipeline-model-parallel-size " + n(pp) +
                              " (Megatron asserts it without uneven-stage flags, arguments.py L561-562)");

@@ -1,5 +1,7 @@
 #include "launch/megatron_family.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -19,39 +21,155 @@ std::string number_text(double v) {
   return buf;
 }
 
-bool even_split_as_first_last(int layers, int pp, int* first, int* last) {
-  *first = 0, *last = 0;
-  if (pp <= 1) return true;
-  const int q = layers / pp, r = layers % pp;
-  if (r == 0) return true;
-  // llmplan's even split puts one more layer on each of the last r stages. Megatron spreads
-  // what the first and last stage do not hold evenly over the middle stages
-  // (transformer_config.py L924-991), so only a remainder of 1 (a heavier last stage) or
-  // pp - 1 (a lighter first stage) has that form.
-  if (r == 1) {
-    *last = q + 1;
-    return true;
-  }
-  if (r == pp - 1) {
-    *first = q;
-    return true;
-  }
-  return false;
-}
-
-bool first_last_is_even_split(int layers, int pp, int first, int last) {
-  if (pp <= 1) return first == 0 && last == 0;
+Result<std::vector<int>> first_last_stage_layers(int layers, int pp, int vpp, int first, int last, const std::string& flag_first,
+                                                 const std::string& flag_last) {
+  vpp = std::max(1, vpp);
+  if (pp < 2)
+    return Status::bad_input(flag_first + "/" + flag_last + ": uneven stages need pipeline parallelism (pp " + n(pp) + ")");
   int middle_layers = layers, middle_stages = pp;
   if (first > 0) middle_layers -= first, --middle_stages;
   if (last > 0) middle_layers -= last, --middle_stages;
-  if (middle_layers < 0 || (middle_stages > 0 && middle_layers % middle_stages != 0)) return false;
-  if (middle_stages == 0 && middle_layers != 0) return false;
+  // transformer_config.py: "Mismatch: N middle layers remaining but M middle stages".
+  if (middle_layers < 0 || (middle_stages == 0) != (middle_layers == 0) || (middle_stages > 0 && middle_layers % middle_stages != 0))
+    return Status::bad_input(flag_first + "/" + flag_last + " " + n(first) + "/" + n(last) + ": " + n(layers) + " layers leave " +
+                             n(middle_layers) + " for " + n(middle_stages) + " middle stages of pp " + n(pp) +
+                             "; Megatron-Core needs them to divide evenly (transformer_config.py, core_v0.13.0)");
   const int middle = middle_stages > 0 ? middle_layers / middle_stages : 0;
+  std::vector<int> per_stage(static_cast<size_t>(pp), middle);
+  if (first > 0) per_stage.front() = first;
+  if (last > 0) per_stage.back() = last;
   for (int s = 0; s < pp; ++s) {
-    const int megatron = (s == 0 && first > 0) ? first : (s == pp - 1 && last > 0) ? last : middle;
-    if (megatron != layers_in_stage(layers, pp, s)) return false;
+    const int l = per_stage[static_cast<size_t>(s)];
+    if (l % vpp != 0 || l < vpp) {
+      const std::string& flag = s == 0 && first > 0 ? flag_first : s == pp - 1 && last > 0 ? flag_last : flag_first + "/" + flag_last;
+      return Status::bad_input(flag + ": stage " + n(s) + " would hold " + n(l) + " layers, which Megatron-Core splits into vpp " +
+                               n(vpp) + " equal chunks of at least one layer (transformer_config.py: \"must be divisible by virtual "
+                               "pipeline parallel degree\", core_v0.13.0)");
+    }
   }
+  std::vector<int> out(static_cast<size_t>(pp * vpp));
+  for (int c = 0; c < vpp; ++c)
+    for (int s = 0; s < pp; ++s) out[static_cast<size_t>(c * pp + s)] = per_stage[static_cast<size_t>(s)] / vpp;
+  return out;
+}
+
+void set_stage_layers(int layers, const std::vector<int>& counts, ParallelPlan* p) {
+  ParallelPlan even = *p;
+  even.pipeline_split = PipelineSplit::even;
+  even.stage_layers.clear();
+  bool same = pipeline_split_ok(layers, even) && static_cast<int>(counts.size()) == p->pp * std::max(1, p->vpp);
+  for (int v = 0; same && v < p->pp * std::max(1, p->vpp); ++v) same = virtual_stage_layers(layers, even, v) == counts[static_cast<size_t>(v)];
+  p->pipeline_split = same ? PipelineSplit::even : PipelineSplit::custom;
+  p->stage_layers = same ? std::vector<int>{} : counts;
+}
+
+bool split_as_first_last(int layers, const ParallelPlan& p, int* first, int* last) {
+  *first = 0, *last = 0;
+  if (p.pp < 2) return false;
+  const int vpp = std::max(1, p.vpp);
+  std::vector<int> have(static_cast<size_t>(p.pp * vpp));
+  for (int v = 0; v < p.pp * vpp; ++v) have[static_cast<size_t>(v)] = virtual_stage_layers(layers, p, v);
+  const int a = pp_stage_layers(layers, p, 0), b = pp_stage_layers(layers, p, p.pp - 1);
+  const int middle = p.pp > 2 ? pp_stage_layers(layers, p, 1) : -1;
+  const int f = a == middle ? 0 : a, l = b == middle ? 0 : b;
+  const std::string none;
+  const Result<std::vector<int>> want = first_last_stage_layers(layers, p.pp, vpp, f, l, none, none);
+  if (!want.ok() || want.value() != have) return false;
+  *first = f, *last = l;
   return true;
+}
+
+Result<std::vector<int>> parse_pipeline_layout(const std::string& layout, int pp, int mtp_layers, const std::string& flag) {
+  auto bad = [&](const std::string& why) { return Status::bad_input(flag + " '" + layout + "': " + why); };
+  if (layout.size() > 100000) return bad("longer than 100000 characters");
+  // Unroll as parse_str_to_list does: drop commas, "(group)*n" (no nesting), then "x*n".
+  std::string s;
+  for (char ch : layout)
+    if (ch != ',' && ch != ' ') s += ch;
+  constexpr size_t kMaxUnrolled = 1000000;
+  auto repeat_count = [](const std::string& s, size_t at, size_t* end) -> int64_t {
+    size_t k = at;
+    int64_t count = 0;
+    while (k < s.size() && std::isdigit(static_cast<unsigned char>(s[k])) && count <= 1000000) count = count * 10 + (s[k++] - '0');
+    *end = k;
+    return k == at ? -1 : count;
+  };
+  std::string groups;
+  for (size_t i = 0; i < s.size();) {
+    if (s[i] == '(') {
+      const size_t close = s.find(')', i);
+      if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != '*') return bad("expected (...)*n");
+      const std::string body = s.substr(i + 1, close - i - 1);
+      if (body.empty() || body.find('(') != std::string::npos) return bad("expected a non-empty, unnested group in (...)*n");
+      size_t end = 0;
+      const int64_t count = repeat_count(s, close + 2, &end);
+      if (count < 0 || count > 1000000 || groups.size() + body.size() * static_cast<size_t>(count) > kMaxUnrolled)
+        return bad("expected a repeat count after (...)* that unrolls to at most 1000000 symbols");
+      for (int64_t r = 0; r < count; ++r) groups += body;
+      i = end;
+    } else {
+      groups += s[i++];
+    }
+  }
+  std::string flat;
+  for (size_t i = 0; i < groups.size();) {
+    if (i + 1 < groups.size() && groups[i + 1] == '*') {
+      size_t end = 0;
+      const int64_t count = repeat_count(groups, i + 2, &end);
+      if (count < 0 || flat.size() + static_cast<size_t>(count) > kMaxUnrolled) return bad("expected x*n unrolling to at most 1000000 symbols");
+      flat.append(static_cast<size_t>(count), groups[i]);
+      i = end;
+    } else {
+      flat += groups[i++];
+    }
+  }
+  std::vector<std::string> stages(1);
+  for (char ch : flat) {
+    if (ch == '|') {
+      stages.emplace_back();
+    } else if (ch == 'E' || ch == 't' || ch == 'm' || ch == 'L') {
+      stages.back() += ch;
+    } else {
+      return bad(std::string("unknown symbol '") + ch + "' (expected E, t, m, L, |, *, parentheses, commas)");
+    }
+  }
+  const int nv = static_cast<int>(stages.size());
+  if (pp < 1 || nv % pp != 0) return bad(n(nv) + " stages are not a multiple of the pipeline size " + n(pp));
+  std::vector<int> out;
+  int mtp_seen = 0;
+  for (int v = 0; v < nv; ++v) {
+    const std::string& st = stages[static_cast<size_t>(v)];
+    int t = 0;
+    for (size_t k = 0; k < st.size(); ++k) {
+      const char ch = st[k];
+      if (ch == 't') ++t;
+      if (ch == 'E' && (v != 0 || k != 0)) return bad("llmplan keeps the embedding at the start of virtual stage 0");
+      if (ch == 'L' && (v != nv - 1 || k + 1 != st.size())) return bad("llmplan keeps the loss at the end of the last virtual stage");
+      if (ch == 'm') {
+        if (v != nv - 1) return bad("llmplan keeps the MTP layers with the loss on the last virtual stage");
+        ++mtp_seen;
+      }
+    }
+    if (t == 0) return bad("virtual stage " + n(v) + " holds no decoder layer, which llmplan's stages need");
+    out.push_back(t);
+  }
+  if (stages.front().empty() || stages.front()[0] != 'E') return bad("expected the embedding 'E' at the start");
+  if (stages.back().empty() || stages.back().back() != 'L') return bad("expected the loss 'L' at the end");
+  if (mtp_seen != mtp_layers) return bad(n(mtp_seen) + " MTP layers, the model has " + n(mtp_layers));
+  return out;
+}
+
+std::string pipeline_layout_text(const ModelSpec& m, const ParallelPlan& p) {
+  const int nv = p.pp * std::max(1, p.vpp);
+  std::string out;
+  for (int v = 0; v < nv; ++v) {
+    if (v > 0) out += '|';
+    if (v == 0) out += 'E';
+    const int t = virtual_stage_layers(m.layers, p, v);
+    out += t == 1 ? std::string("t") : "t*" + n(t);
+    if (v == nv - 1) out += std::string(static_cast<size_t>(m.mtp_layers), 'm') + "L";
+  }
+  return out;
 }
 
 Status refuse_for_megatron_core(const PlanFile& f, const std::string& to) {
@@ -83,14 +201,6 @@ Status refuse_for_megatron_core(const PlanFile& f, const std::string& to) {
                              "optim_grads / optim_grads_params, megatron/training/arguments.py L646-657 at core_v0.13.0), which is "
                              "not documented as supported with pipeline parallelism at core_v0.13.0 (torch FSDP2 is refused with "
                              "it outright, L605-606); use ZeRO-1 (the distributed optimizer) with pp > 1, or pp 1");
-  if (p.pp > 1 && p.vpp <= 1 && p.pipeline_split == PipelineSplit::even) {
-    int first = 0, last = 0;
-    if (!even_split_as_first_last(m.layers, p.pp, &first, &last))
-      return Status::bad_input(o + "plan.pp: " + n(m.layers) + " layers on pp " + n(p.pp) +
-                               ": llmplan's even split puts one more layer on each of the last " + n(m.layers % p.pp) +
-                               " stages; Megatron-Core splits evenly or sets only the first and last stage's layers "
-                               "(transformer_config.py L924-991, core_v0.13.0), which cannot say that");
-  }
   if (m.family == Family::llama && m.attention_bias == AttentionBias::all)
     return Status::bad_input(o + "model.attention_bias: all: Megatron-Core gives q, k and v a bias alone (add_qkv_bias) but the "
                              "output projection's bias only with a bias on every linear layer, the MLP's included "

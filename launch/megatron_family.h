@@ -24,18 +24,34 @@ inline constexpr std::initializer_list<const char*> kMegatronFp8Recipes = {"tens
 // The refusals every Megatron-Core export shares; bad_input naming the plan field, `to`
 // ("--to megatron") prefixing the message. Checks: the cluster is whole nodes (torchrun and
 // NeMo start the same number of processes on every node), a pipeline schedule Megatron-Core
-// runs, ZeRO-2/3 (Megatron-FSDP) without pipeline parallelism, a pipeline split it can
-// express, attention biases it can express, the sequence within max_positions, context
+// runs, ZeRO-2/3 (Megatron-FSDP) without pipeline parallelism, attention biases it can express, the sequence within max_positions, context
 // parallel with fused attention, expert parallel without fp16.
 Status refuse_for_megatron_core(const PlanFile& f, const std::string& to);
 
-// Even split of `layers` over `pp` stages (vpp 1) as Megatron's uneven-stage arguments say
-// it: {first, last} stage layer counts (0 = not given), or false when llmplan's even split
-// (the remainder on the last stages, plan_check.h layers_in_stage) has no such form.
-bool even_split_as_first_last(int layers, int pp, int* first, int* last);
-// The reverse: the pipeline split Megatron builds from first/last (0 = not given), compared
-// with llmplan's even split; true when they are the same.
-bool first_last_is_even_split(int layers, int pp, int first, int last);
+// Megatron-Core's uneven stages (transformer_config.py, core_v0.13.0): stage 0 holds `first`
+// layers and the last stage `last` (0 = not given), the other stages the rest evenly, each
+// stage's layers in vpp equal chunks. The split as plan.stage_layers (virtual stage order), or
+// bad_input saying what Megatron-Core asserts (counts that do not divide, nothing left for a
+// middle stage). `flag_first` / `flag_last` name the fields in the message.
+Result<std::vector<int>> first_last_stage_layers(int layers, int pp, int vpp, int first, int last, const std::string& flag_first,
+                                                 const std::string& flag_last);
+// Gives p the split `counts` (virtual stage order): the even split when that is the same
+// (so plan files stay as before), else custom.
+void set_stage_layers(int layers, const std::vector<int>& counts, ParallelPlan* p);
+// The reverse for a plan's split (any kind): {first, last} (0 = equal to the middle stages)
+// when first_last_stage_layers gives the plan's split back, else false.
+bool split_as_first_last(int layers, const ParallelPlan& p, int* first, int* last);
+
+// Megatron-Core's --pipeline-model-parallel-layout (docs/api-guide/pipeline_parallel_layout.md;
+// PipelineParallelLayerLayout.parse_str_to_list): virtual stages split by '|' in the order
+// v = vpp_rank * pp + pp_rank, 'E' the embedding, 't' a decoder layer, 'm' an MTP layer, 'L'
+// the loss, "x*n" and "(...)*n" repeat, commas are cosmetic. Read as plan.stage_layers (its
+// length / pp is vpp) when llmplan's model can hold it: 'E' at the start of the first
+// stage, 'L' at the end of the last, the MTP layers (as many as the model's) on the last, and
+// no stage without a decoder layer; else bad_input naming `flag`.
+Result<std::vector<int>> parse_pipeline_layout(const std::string& layout, int pp, int mtp_layers, const std::string& flag);
+// The plan's split written as such a layout (t*n per stage, E first, m's and L last).
+std::string pipeline_layout_text(const ModelSpec& m, const ParallelPlan& p);
 
 // Names the imported model: --model's preset when given (a shape mismatch is bad_input
 // naming the field, launch/model_shape.h), else the first preset with the same shape, else

@@ -43,17 +43,19 @@ std::vector<std::vector<int>> offsets_for(int layers, int pp, int chunks, const 
   return out;
 }
 
-bool split_for(int layers, const std::vector<int>& per_stage, ParallelPlan* p) {
+void set_split(int layers, const std::vector<int>& per_stage, ParallelPlan* p) {
+  p->stage_layers.clear();
   for (PipelineSplit s : {PipelineSplit::even, PipelineSplit::account_embedding_loss}) {
     ParallelPlan q = *p;
     q.pipeline_split = s;
     if (!pipeline_split_ok(layers, q)) continue;
     if (stage_layers(layers, q) == per_stage) {
       p->pipeline_split = s;
-      return true;
+      return;
     }
   }
-  return false;
+  p->pipeline_split = PipelineSplit::custom;
+  p->stage_layers = per_stage;
 }
 
 int max_device_memory_gb(double memory_bytes) {

@@ -50,9 +50,10 @@ std::vector<int> stage_layers(int layers, const ParallelPlan& p);
 // L559-569). Row per chunk, one entry per stage.
 std::vector<std::vector<int>> offsets_for(int layers, int pp, int chunks, const std::vector<int>& per_stage);
 
-// The llmplan split whose layers per virtual stage are `per_stage`, or false when neither
-// llmplan split gives them (p.pp and p.vpp set; p.pipeline_split is written).
-bool split_for(int layers, const std::vector<int>& per_stage, ParallelPlan* p);
+// Gives p (pp and vpp set) the split whose layers per virtual stage are `per_stage`: even or
+// account_embedding_loss when one of them is that split, else custom with those counts.
+// REQUIRES: per_stage has pp * vpp counts of at least 1 that sum to `layers`.
+void set_split(int layers, const std::vector<int>& per_stage, ParallelPlan* p);
 
 // Gigabytes (GiB: MindSpore's "GB") of device memory to let MindSpore take on a device of
 // `memory_bytes`: the device less 6 GiB for the runtime, as the published Atlas 800T A2

@@ -799,11 +799,7 @@ Status Reader::read_parallel(const ModelSpec& m, const Launch& launch, ParallelP
                                          " stages and offset is absent (0): the offsets must sum to " + std::to_string(m.layers % nv) +
                                          " (models/utils.py L566-569)");
   }
-  if (!mf::split_for(m.layers, per_stage, &q)) {
-    q.pipeline_split = default_pipeline_split(m.layers, q.pp, q.vpp);
-    note("model_config.offset gives layers per stage [" + mf::join_ints(per_stage) + "]: llmplan models the " + to_string(q.pipeline_split) +
-         " split [" + mf::join_ints(mf::stage_layers(m.layers, q)) + "] instead");
-  }
+  mf::set_split(m.layers, per_stage, &q);
 
   // Context parallel: queries split by sequence; K/V all-gathered, or passed round a ring
   // with use_ring_attention (mindformers/modules/flash_attention.py L188-216).

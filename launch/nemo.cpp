@@ -273,6 +273,16 @@ Result<ExportResult> export_nemo(const PlanFile& f, const ExportOptions& opt) {
     lora_targets = *mods;
   }
   if (Status st = refuse_for_megatron_core(f, to); !st) return st;
+  // NeMo's MegatronStrategy sets a split by the embedding/loss accounting or the first and last
+  // stage's layers (megatron_strategy.py L240-252); no layout string.
+  int first = 0, last = 0;
+  const bool as_first_last = split_as_first_last(f.model.layers, f.plan, &first, &last);
+  if (f.plan.pp > 1 && f.plan.pipeline_split != PipelineSplit::account_embedding_loss && !as_first_last)
+    return Status::bad_input(to + ": plan.pipeline_split " + to_string(f.plan.pipeline_split) + ": " + n(f.model.layers) + " layers on pp " +
+                             n(f.plan.pp) + " x vpp " + n(f.plan.vpp) +
+                             " in a split NeMo's MegatronStrategy cannot say (it sets the first and last stage's layers and spreads "
+                             "the rest evenly, each stage in vpp equal chunks: megatron_strategy.py L240-241); Megatron-LM's "
+                             "--pipeline-model-parallel-layout can (llmplan export --to megatron)");
 
   std::vector<Override> o;
   auto add = [&](Key k, std::string nemo, std::string bridge, std::string comment) {
@@ -294,11 +304,9 @@ Result<ExportResult> export_nemo(const PlanFile& f, const ExportOptions& opt) {
   if (p.pp > 1 && p.pipeline_split == PipelineSplit::account_embedding_loss) {
     add_bool(Key::account_embedding, true, std::string("the embedding counts as a layer, plan.pipeline_split (") + strategy + " L251)");
     add_bool(Key::account_loss, true, std::string("the loss counts as a layer, plan.pipeline_split (") + strategy + " L252)");
-  } else if (p.pp > 1 && p.vpp <= 1) {
-    int first = 0, last = 0;
-    even_split_as_first_last(m.layers, p.pp, &first, &last);
-    if (first > 0) add_int(Key::first_stage_layers, first, std::string("a lighter first stage: llmplan's even split (") + strategy + " L240)");
-    if (last > 0) add_int(Key::last_stage_layers, last, std::string("a heavier last stage: llmplan's even split (") + strategy + " L241)");
+  } else if (p.pp > 1) {
+    if (first > 0) add_int(Key::first_stage_layers, first, std::string("the first stage's layers, plan.pipeline_split (") + strategy + " L240)");
+    if (last > 0) add_int(Key::last_stage_layers, last, std::string("the last stage's layers, plan.pipeline_split (") + strategy + " L241)");
   }
   add_int(Key::cp, p.cp, std::string("context parallel, plan.cp (") + strategy + " L244)");
   if (p.cp > 1)
@@ -990,11 +998,14 @@ Result<ImportedConfig> import_nemo(const std::vector<LaunchFile>& files, const I
                              " alone: llmplan models the embedding and the loss counted together");
   p.pipeline_split = s.account_embedding.value_or(false) ? PipelineSplit::account_embedding_loss : PipelineSplit::even;
   if (s.first_stage || s.last_stage) {
-    if (p.vpp > 1 || p.pipeline_split != PipelineSplit::even ||
-        !first_last_is_even_split(m.layers, p.pp, s.first_stage.value_or(0), s.last_stage.value_or(0)))
+    if (p.pipeline_split != PipelineSplit::even)
       return Status::bad_input(origin + ": " + key_name(s.first_stage ? Key::first_stage_layers : Key::last_stage_layers, !nemo_file) +
-                               ": a stage split llmplan does not model (it puts the remainder of layers / pp one each on the last "
-                               "stages, or uses account_for_embedding/loss_in_pipeline_split)");
+                               " with account_for_embedding/loss_in_pipeline_split: Megatron-Core refuses the pair "
+                               "(transformer_config.py, core_v0.13.0)");
+    auto counts = first_last_stage_layers(m.layers, p.pp, p.vpp, s.first_stage.value_or(0), s.last_stage.value_or(0),
+                                          origin + ": " + key_name(Key::first_stage_layers, !nemo_file), key_name(Key::last_stage_layers, !nemo_file));
+    if (!counts) return counts.status();
+    set_stage_layers(m.layers, *counts, &p);
   } else if (p.pp > 1 && p.pipeline_split == PipelineSplit::even && m.layers % p.pp != 0) {
     return Status::bad_input(origin + ": " + key_name(Key::pp, !nemo_file) + "=" + n(p.pp) + ": " + n(m.layers) +
                              " layers are not a multiple, and no first/last stage sizes are set (transformer_config.py, core_v0.13.0)");

@@ -1049,11 +1049,16 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
         matched = true;
       }
     }
-    if (!matched) {
+    const bool none_empty = std::all_of(stage_layers.begin(), stage_layers.end(), [](int n) { return n >= 1; });
+    // Its own counts, stage by stage; the V schedules are costed with equal chunks (check_plan).
+    if (!matched && none_empty && !v_shape(p.schedule)) {
+      p.pipeline_split = PipelineSplit::custom;
+      p.stage_layers = stage_layers;
+    } else if (!matched) {
       p.pipeline_split = default_pipeline_split(m.layers, p.pp, p.vpp);
       std::string counts;
       for (int n : stage_layers) counts += (counts.empty() ? "" : ",") + num(n);
-      notes.push_back("torchtitan's stage split (" + counts + " layers) is neither of llmplan's: costed as its " +
+      notes.push_back("torchtitan's stage split (" + counts + " layers) leaves a stage without layers: costed as llmplan's " +
                       to_string(p.pipeline_split) + " split");
     }
   }

@@ -145,6 +145,7 @@ const std::map<std::string, std::string> kRefusedMatrixPlans = {
     {"qwen3-30b-a3b dp8 ep8 fp8", "job.fp8"},
     {"llama3-8b lora dp8", "job.mode"},
     {"llama3-8b pp2 zbv zero3", "plan.schedule"},  // TrainSchedule runs whole backward passes
+    {"llama3-8b pp4 custom split", "plan.pipeline_split"},  // partitions by counting transformer layers
 };
 
 // More plans for what the matrix leaves out: pipeline under the pipeline engine, fp16, fp32,

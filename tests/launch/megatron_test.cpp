@@ -165,11 +165,15 @@ TEST(MegatronFormat, RefusesWhatMegatronCannotRunNamingThePlanField) {
   p.dp = 4, p.pp = 2, p.micro_batch = 1, p.schedule = Schedule::gpipe;
   msg = refusal(testing::make_plan_file("llama3-8b", "h100-sxm", 8, job, p));
   EXPECT_NE(msg.find("plan.schedule"), std::string::npos) << msg;
-  // 32 layers on pp 6: the even split 5,5,5,5,6,6 has no first/last form.
+  // 32 layers on pp 6: the even split 5,5,5,5,6,6 has no first/last form, so it goes out as a
+  // layout (one entry per stage) and comes back the same.
   p = {};
   p.pp = 6, p.micro_batch = 1;
-  msg = refusal(testing::make_plan_file("llama3-8b", "h100-sxm", 6, job, p));
-  EXPECT_NE(msg.find("plan.pp"), std::string::npos) << msg;
+  const PlanFile six = testing::make_plan_file("llama3-8b", "h100-sxm", 6, job, p);
+  Result<ExportResult> layout = export_plan(six, LaunchFormat::megatron);
+  ASSERT_TRUE(layout) << layout.status().message();
+  EXPECT_NE(layout->files[0].text.find("--pipeline-model-parallel-layout 'Et*5|t*5|t*5|t*5|t*6|t*6L'"), std::string::npos);
+  testing::expect_round_trip(six, layout->files, LaunchFormat::megatron, import_options(), "pp6", "llama3-8b pp6");
   // Frozen layers: pretrain_gpt.py trains every layer.
   TrainingJob frozen = job;
   frozen.mode = TrainMode::finetune;
@@ -458,6 +462,82 @@ TEST(MegatronFormat, ContradictoryFlagsAreBadInputNamingThem) {
                           {"--optimizer-cpu-offload", "--use-precision-aware-optimizer"});
   expect_bad_input(import_error(std::string(kMinimal) + " --account-for-embedding-in-pipeline-split"),
                           {"--account-for-embedding-in-pipeline-split"});
+}
+
+// Uneven stages beyond llmplan's even split: Megatron-Core's first/last stage sizes with
+// virtual stages (each stage's layers in vpp equal chunks, transformer_config.py) and a
+// --pipeline-model-parallel-layout (docs/api-guide/pipeline_parallel_layout.md) come in as
+// plan.stage_layers, virtual stage by virtual stage.
+TEST(MegatronFormat, FirstLastStageSizesAndLayoutsReadAsCustomSplits) {
+  // 32 layers on pp 8 = 1 process per stage, vpp 2: first 2, last 2, the middle six 28 / 6 no;
+  // first 4 and last 4: 24 / 6 = 4 each, chunks of 2.
+  const std::string pp8 = std::string(kMinimal) + " --pipeline-model-parallel-size 8 --num-virtual-stages-per-pipeline-rank 2";
+  Result<ImportedConfig> r = import_text("run.sh", pp8 + " --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 6");
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->file.plan.pipeline_split, PipelineSplit::custom);
+  // Stage 0: 2 = 1 + 1, stage 7: 6 = 3 + 3, the six middle stages 24 / 6 = 4 = 2 + 2.
+  const std::vector<int> want = {1, 2, 2, 2, 2, 2, 2, 3, 1, 2, 2, 2, 2, 2, 2, 3};
+  EXPECT_EQ(r->file.plan.stage_layers, want);
+  // An odd count on a stage cannot be split into 2 equal chunks: Megatron asserts it.
+  expect_bad_input(import_error(pp8 + " --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 5"),
+                   {"--decoder-first-pipeline-num-layers", "vpp 2"});
+  // 25 layers left for 6 middle stages do not divide.
+  expect_bad_input(import_error(pp8 + " --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 5"),
+                   {"--decoder-first", "middle stages"});
+
+  // The layout of the same: E and 1 layer | 2 x 6 | 3 | 1 | 2 x 6 | 3 and the loss.
+  const std::string layout = "Et|(tt|)*6,ttt|t|(tt|)*6,tttL";
+  r = import_text("run.sh", std::string(kMinimal) + " --pipeline-model-parallel-size 8 --pipeline-model-parallel-layout '" + layout + "'");
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_EQ(r->file.plan.vpp, 2);
+  EXPECT_EQ(r->file.plan.pipeline_split, PipelineSplit::custom);
+  EXPECT_EQ(r->file.plan.stage_layers, want);
+  EXPECT_EQ(r->file.plan.schedule, Schedule::interleaved);
+  const std::string base = std::string(kMinimal) + " --pipeline-model-parallel-size 8 --pipeline-model-parallel-layout ";
+  expect_bad_input(import_error(base + "'Et*3|(t*4|)*6t*2L'"), {"--pipeline-model-parallel-layout", "29 decoder layers"});
+  expect_bad_input(import_error(base + "'Et*4||(t*4|)*5t*4L'"), {"virtual stage 1 holds no decoder layer"});
+  expect_bad_input(import_error(base + "'t*4|Et*4|(t*4|)*5t*4L'"), {"embedding"});
+  expect_bad_input(import_error(base + "'Et*4|t*4|(t*4|)*5t*4|t*4Lx'"), {"unknown symbol 'x'"});
+  expect_bad_input(import_error(base + "'Et*4|(t*4|)*5t*4L'"), {"7 stages are not a multiple"});
+  expect_bad_input(import_error(base + "'Et*4|t*4|(t*4|*5t*4|t*4L'"), {"(...)*n"});
+  expect_bad_input(import_error(base + "'(t)*99999999999'"), {"repeat count"});
+  expect_bad_input(import_error(base + "'Et*4|t*4|(t*4|)*6L' --decoder-first-pipeline-num-layers 4"), {"refuses the mix"});
+}
+
+// A custom split goes out as first/last stage sizes when it has that form, else as a layout
+// (without --num-virtual-stages-per-pipeline-rank, which Megatron refuses beside it), and
+// both come back as the same split. NeMo's strategy has no layout: it refuses the second.
+TEST(MegatronFormat, CustomSplitsExportAsFirstLastSizesOrALayout) {
+  TrainingJob job;
+  job.seq_len = 2048;
+  job.global_batch = 64;
+  ParallelPlan p;
+  p.pp = 4, p.vpp = 2, p.micro_batch = 1, p.schedule = Schedule::interleaved;
+  p.pipeline_split = PipelineSplit::custom;
+  p.stage_layers = {3, 4, 4, 5, 3, 4, 4, 5};  // 32 layers: stages 6, 8, 8, 10
+  const PlanFile f = testing::make_plan_file("llama3-8b", "h100-sxm", 4, job, p);
+  Result<ExportResult> r = export_plan(f, LaunchFormat::megatron);
+  ASSERT_TRUE(r) << r.status().message();
+  const std::string& text = r->files[0].text;
+  EXPECT_NE(text.find("--decoder-first-pipeline-num-layers 6"), std::string::npos) << text;
+  EXPECT_NE(text.find("--decoder-last-pipeline-num-layers 10"), std::string::npos) << text;
+  EXPECT_NE(text.find("--num-virtual-stages-per-pipeline-rank 2"), std::string::npos);
+  EXPECT_TRUE(option_problems(text).empty());
+  testing::expect_round_trip(f, r->files, LaunchFormat::megatron, import_options(), "first-last", "llama3-8b pp4 vpp2 custom");
+
+  PlanFile g = f;
+  g.plan.stage_layers = {2, 4, 4, 5, 4, 4, 4, 5};  // chunks of one stage unequal: only a layout says it
+  r = export_plan(g, LaunchFormat::megatron);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_NE(r->files[0].text.find("--pipeline-model-parallel-layout 'Et*2|t*4|t*4|t*5|t*4|t*4|t*4|t*5L'"), std::string::npos)
+      << r->files[0].text;
+  EXPECT_EQ(r->files[0].text.find("--num-virtual-stages-per-pipeline-rank"), std::string::npos);
+  EXPECT_TRUE(option_problems(r->files[0].text).empty());
+  testing::expect_round_trip(g, r->files, LaunchFormat::megatron, import_options(), "layout", "llama3-8b pp4 vpp2 layout");
+  const Result<ExportResult> nemo = export_plan(g, LaunchFormat::nemo);
+  ASSERT_FALSE(nemo);
+  EXPECT_NE(nemo.status().message().find("--pipeline-model-parallel-layout"), std::string::npos) << nemo.status().message();
+  EXPECT_TRUE(export_plan(f, LaunchFormat::nemo)) << "first/last sizes are NeMo's too";
 }
 
 TEST(MegatronFormat, AbsurdOrNegativeValuesAreBadInputNamingTheFlag) {

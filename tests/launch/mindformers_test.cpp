@@ -486,6 +486,22 @@ TEST(MindFormers, ReadsASmallConfigWithMindFormersDefaults) {
   EXPECT_TRUE(vocab_note);
 }
 
+// An offset that is neither llmplan's even nor its embedding/loss split is the plan's own
+// (plan.stage_layers): 32 layers on 2 stages with offset [-4, 4] are 12 + 20
+// (layers = 32 // 2 + offset, models/utils.py L169-170), and the export writes it back.
+TEST(MindFormers, AnyOffsetIsReadAsTheStagesOwnLayers) {
+  Result<ImportedConfig> im = import_text(with(kSmall, "    offset: 0", "    offset: [-4, 4]"));
+  ASSERT_TRUE(im) << im.status().message();
+  EXPECT_EQ(im->file.plan.pipeline_split, PipelineSplit::custom);
+  EXPECT_EQ(im->file.plan.stage_layers, (std::vector<int>{12, 20}));
+  Result<ExportResult> ex = export_plan(im->file, LaunchFormat::mindformers);
+  ASSERT_TRUE(ex) << ex.status().message();
+  const YAML::Node off = YAML::Load(find_file(*ex, ".yaml")->text)["model"]["model_config"]["offset"];
+  ASSERT_TRUE(off.IsSequence());
+  EXPECT_EQ(off[0].as<int>(), -4);
+  EXPECT_EQ(off[1].as<int>(), 4);
+}
+
 TEST(MindFormers, MalformedYamlIsBadInputNamingTheFileAndLine) {
   Result<ImportedConfig> im = import_text("parallel_config:\n  data_parallel: [1, 2\n");
   ASSERT_FALSE(im);

@@ -89,6 +89,13 @@ inline std::vector<NamedPlan> round_trip_plans() {
   p.pipeline_split = PipelineSplit::account_embedding_loss;
   add("llama3.1-405b tp8 pp8 vpp8 cp2 uneven", "llama3.1-405b", "h100-sxm", 256, job, p);
 
+  // Stage sizes of the plan's own (plan.stage_layers): Megatron-Core's first 6 / last 8 of 32.
+  p = {};
+  p.dp = 2, p.pp = 4, p.micro_batch = 1, p.zero = 1;
+  p.pipeline_split = PipelineSplit::custom;
+  p.stage_layers = {6, 9, 9, 8};
+  add("llama3-8b pp4 custom split", "llama3-8b", "h100-sxm", 8, job, p);
+
   // MoE: Mixtral 8x7B with expert parallel, and Qwen3-30B-A3B with ep8.
   p = {};
   p.dp = 8, p.tp = 2, p.ep = 8, p.sp = true, p.micro_batch = 1, p.zero = 1, p.recompute = Recompute::selective;
@@ -176,6 +183,7 @@ inline void expect_same_run(const PlanFile& want, const PlanFile& got, const std
   }
   if (p.pp > 1) {
     EXPECT_EQ(p.pipeline_split, q.pipeline_split);
+    EXPECT_EQ(p.stage_layers, q.stage_layers);
   }
   EXPECT_EQ(p.activation_offload_layers, q.activation_offload_layers);
 }

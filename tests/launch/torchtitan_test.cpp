@@ -146,6 +146,7 @@ const std::map<std::string, std::string> kRefusedMatrixPlans = {
     {"mixtral-8x7b dp8 tp2 ep8", "model"},             // no torchtitan flavor has Mixtral's shape
     {"qwen3-30b-a3b dp8 ep8 fp8", "job.fp8"},          // tensorwise FP8 for experts: torchtitan's is rowwise
     {"llama3-8b lora dp8", "job.mode"},
+    {"llama3-8b pp4 custom split", "plan.zero"},
 };
 
 struct TitanCase {
@@ -269,6 +270,15 @@ TEST(TorchtitanFormat, SplitsAreWrittenAsTorchtitansOwnKeysWhereItsGeneratorRepr
   ASSERT_EQ(parts->size(), 4u);
   EXPECT_EQ(parts->at(0).as_array()->size(), 1u + 31);  // tok_embeddings + 31 layers
   EXPECT_EQ(parts->at(3).as_array()->size(), 32u + 2);  // 32 layers + norm, output
+  // The plan's own stage sizes 6, 9, 9, 8, which no first/last weights of the generator give:
+  // listed module by module.
+  const toml::table own_table = toml::parse(texts.at("llama3-8b pp4 custom split as zero3"));
+  const toml::array* own = own_table.at_path("parallelism.module_fqns_per_model_part").as_array();
+  ASSERT_NE(own, nullptr);
+  ASSERT_EQ(own->size(), 4u);
+  EXPECT_EQ(own->at(0).as_array()->size(), 1u + 6);
+  EXPECT_EQ(own->at(1).as_array()->size(), 9u);
+  EXPECT_EQ(own->at(3).as_array()->size(), 8u + 2);
   // full_k 10 on 40-layer stages: layer SAC every 4th block.
   const toml::table fk = toml::parse(texts.at("llama3-70b tp8 pp2 full_k10 as zero3"));
   EXPECT_EQ(fk.at_path("activation_checkpoint.selective_ac_option").value<std::string>(), "4");
