@@ -37,11 +37,42 @@ namespace {
 // the CPU backend, puts it on the cpu-host device; on a GPU the plan's own GPU stays (the
 // prediction is for the device the plan names). The prediction follows `e`. The
 // data-parallel degree of `e.plan` is kept (1 for single-rank runs).
+// A custom split's counts scaled to `layers` in proportion (largest remainders first, each
+// virtual stage keeping at least one layer), so the scaled run keeps the plan's shape: which
+// stages are lighter and which heavier. REQUIRES: layers >= counts.size() >= 1.
+std::vector<int> scaled_stage_layers(const std::vector<int>& counts, int layers) {
+  const size_t n = counts.size();
+  int64_t total = 0;
+  for (int c : counts) total += c;
+  std::vector<int> out(n, 1);
+  std::vector<std::pair<double, size_t>> remainders;
+  int64_t left = layers - static_cast<int64_t>(n);  // beyond each stage's one layer
+  const int64_t share_total = total - static_cast<int64_t>(n);
+  for (size_t v = 0; v < n && share_total > 0; ++v) {
+    const double share = static_cast<double>(counts[v] - 1) * static_cast<double>(layers - static_cast<int64_t>(n)) / static_cast<double>(share_total);
+    const int whole = static_cast<int>(share);
+    out[v] += whole;
+    left -= whole;
+    remainders.push_back({share - whole, v});
+  }
+  if (remainders.empty())
+    for (size_t v = 0; v < n; ++v) remainders.push_back({0.0, v});
+  std::stable_sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; left > 0; i = (i + 1) % remainders.size(), --left) ++out[remainders[i].second];
+  return out;
+}
+
 void scale_down(const PlanFile& f, const RunOptions& o, PlanFile* e, std::vector<std::string>* changes) {
   if (o.layers > 0 && o.layers != f.model.layers) {
     changes->push_back("layers " + std::to_string(f.model.layers) + " -> " + std::to_string(o.layers));
     e->model.layers = o.layers;
     e->plan.recompute_layers = std::min(e->plan.recompute_layers, o.layers);
+    if (e->plan.pipeline_split == PipelineSplit::custom) {
+      e->plan.stage_layers = scaled_stage_layers(e->plan.stage_layers, o.layers);
+      std::string counts;
+      for (int c : e->plan.stage_layers) counts += (counts.empty() ? "" : ",") + std::to_string(c);
+      changes->push_back("stage layers " + counts);
+    }
   }
   if (o.seq_len > 0 && o.seq_len != e->job.seq_len) {
     changes->push_back("seq " + std::to_string(e->job.seq_len) + " -> " + std::to_string(o.seq_len));
@@ -119,6 +150,8 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   if (p.zero > 0) changes.push_back("ZeRO-" + std::to_string(p.zero) + " dropped (no data-parallel group)");
   if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
   e.plan.dp = e.plan.tp = e.plan.pp = e.plan.cp = e.plan.ep = e.plan.vpp = 1;
+  e.plan.pipeline_split = PipelineSplit::even;  // one stage: every split is the whole model
+  e.plan.stage_layers.clear();
   e.plan.sp = false;
   e.plan.zero = 0;
   e.plan.offload_optimizer = false;
@@ -290,10 +323,16 @@ Result<RunReport> predict_run(const PlanFile& f, const RunOptions& o) {
                                " runs interleaved 1F1B; set schedule 1f1b (GPipe has no interleaved variant here)");
     // Interleaved stages hold equal model chunks (or, under the embedding/loss split, chunks
     // of layers + 2 slots); plain stages may be uneven but not empty.
-    if (const int chunks = fp.pp * std::max(1, fp.vpp); o.layers > 0 && chunks > 1 && (!pipeline_split_ok(o.layers, fp) || o.layers < fp.pp)) {
+    // (A custom split is scaled to --layers in proportion: scale_down.)
+    const int chunks = fp.pp * std::max(1, fp.vpp);
+    const bool split_holds = fp.pipeline_split == PipelineSplit::custom ? o.layers >= chunks : pipeline_split_ok(o.layers, fp);
+    if (o.layers > 0 && chunks > 1 && (!split_holds || o.layers < fp.pp)) {
       std::string need;
       int example = chunks;
-      if (fp.pipeline_split == PipelineSplit::account_embedding_loss) {
+      if (fp.pipeline_split == PipelineSplit::custom) {
+        need = std::to_string(chunks) + " model chunks of at least one layer (pipeline_split custom, scaled in proportion): use at "
+               "least " + std::to_string(chunks);
+      } else if (fp.pipeline_split == PipelineSplit::account_embedding_loss) {
         example = 2 * chunks - 2;
         need = std::to_string(chunks) + " model chunks of layers + 2 slots (pipeline_split account_embedding_loss): use a count that "
                "plus 2 is a multiple of " + std::to_string(chunks) + ", at least " + std::to_string(example);

@@ -68,6 +68,11 @@ class StepBuilder {
   int last_task(int stage) const { return last_[stage]; }
   int barrier() const { return barrier_; }
   int vpp() const { return vpp_; }
+  // Stage s's chunk c is its layers chunk_first(s, c) .. + chunk_layers(s, c) (the stage's
+  // costs list its chunks' layers in chunk order): vpp equal runs, or the plan's own counts
+  // (the embedding/loss and custom splits, plan_check.h virtual_stage_layers).
+  int chunk_first(int s, int c) const { return chunk_first_[static_cast<size_t>(s)][static_cast<size_t>(c)]; }
+  int chunk_layers(int s, int c) const { return chunk_first(s, c + 1) - chunk_first(s, c); }
 
  private:
   bool dp_active() const { return costs_.dp_group > 1; }
@@ -100,6 +105,7 @@ class StepBuilder {
   std::vector<int> last_;    // per stage: the last task of its last pass
   std::vector<int> visits_;  // ZeRO-3: compute task of each layer visit of the current stage
   std::vector<std::pair<int, int>> placement_;  // virtual stage -> (stage, chunk)
+  std::vector<std::vector<int>> chunk_first_;  // per stage, vpp + 1 offsets into its layers
   int barrier_ = -1;
 };
 
@@ -181,7 +187,6 @@ int StepBuilder::zero3_gather(int stage, double bytes, int mb, int chunk, int la
 void StepBuilder::build_stage(int s) {
   const StageCost& sc = costs_.stages[s];
   const int n = static_cast<int>(sc.layers.size());
-  const int per_chunk = n / vpp_;
   const int last_virtual = pp_ * vpp_ - 1;
   const StageProgram& prog = programs_[s];
   const bool zero3 = dp_active() && costs_.zero == 3;
@@ -213,11 +218,11 @@ void StepBuilder::build_stage(int s) {
         for (int li : waiting) param_gather[li] = id;
         waiting.clear();
       };
-      for (int jl = 0; jl < per_chunk; ++jl) {
-        const int li = c * per_chunk + jl;
+      for (int jl = 0; jl < chunk_layers(s, c); ++jl) {
+        const int li = chunk_first(s, c) + jl;
         double bytes = sc.layers[li].trainable_weight_bytes;
         if (s == 0 && c == 0 && jl == 0) bytes += sc.embedding_trainable_weight_bytes;
-        if (virtual_stage(s, c) == last_virtual && jl == per_chunk - 1) bytes += sc.head_trainable_weight_bytes;
+        if (virtual_stage(s, c) == last_virtual && jl == chunk_layers(s, c) - 1) bytes += sc.head_trainable_weight_bytes;
         if (bytes <= 0) continue;
         waiting.push_back(li);
         bk.add(bytes, emit);  // emit() hands the waiting layers the bucket and clears them
@@ -232,10 +237,10 @@ void StepBuilder::build_stage(int s) {
   // rides with the pipeline's first layer, the head with its last); -1 without ZeRO-3.
   auto zero3_layer_gather = [&](int c, int jl, int mb) {
     if (!zero3) return -1;
-    const LayerCost& L = sc.layers[c * per_chunk + jl];
+    const LayerCost& L = sc.layers[chunk_first(s, c) + jl];
     double bytes = L.weight_bytes;
     if (s == 0 && c == 0 && jl == 0) bytes += sc.embedding_weight_bytes;
-    if (virtual_stage(s, c) == last_virtual && jl == per_chunk - 1) bytes += sc.head_weight_bytes;
+    if (virtual_stage(s, c) == last_virtual && jl == chunk_layers(s, c) - 1) bytes += sc.head_weight_bytes;
     return zero3_gather(s, bytes, mb, c, L.global_layer);
   };
   // DualPipeV's F&B pairs (a forward followed by a whole backward: steps 4 and 5 of its
@@ -280,8 +285,8 @@ void StepBuilder::build_stage(int s) {
       return id;
     };
     if (o.forward()) {
-      for (int jl = 0; jl < per_chunk; ++jl) {
-        const int li = c * per_chunk + jl;
+      for (int jl = 0; jl < chunk_layers(s, c); ++jl) {
+        const int li = chunk_first(s, c) + jl;
         const LayerCost& L = sc.layers[li];
         const int gather = zero3_layer_gather(c, jl, mb);
         const int t = add_compute(s, EventKind::forward, L.compute[0], mb, c, L.global_layer);
@@ -356,14 +361,14 @@ void StepBuilder::build_stage(int s) {
         if (weights_only) producing_pass(EventKind::weight_grad, 0, head_grads, -1);  // the head's gradients, made by its B
         else producing_pass(EventKind::head_backward, sc.head_backward, head_grads, -1);
       }
-      for (int jl = per_chunk - 1; jl >= 0; --jl) {
-        const int li = c * per_chunk + jl;
+      for (int jl = chunk_layers(s, c) - 1; jl >= 0; --jl) {
+        const int li = chunk_first(s, c) + jl;
         const LayerCost& L = sc.layers[li];
         auto reduce_scatter = [&](int after) {  // ZeRO-3: after the pass that makes the layer's gradients
           if (!zero3) return;
           double grads = L.grad_bytes;
           if (s == 0 && c == 0 && jl == 0) grads += sc.embedding_grad_bytes;
-          if (k == last_virtual && jl == per_chunk - 1) grads += sc.head_grad_bytes;
+          if (k == last_virtual && jl == chunk_layers(s, c) - 1) grads += sc.head_grad_bytes;
           if (grads > 0) {
             const int rs = add_dp(s, Stream::dp_reduce, EventKind::dp_grad_sync, grads, false, mb, c, L.global_layer);
             engine_.depend(after, rs);
@@ -430,6 +435,11 @@ Status StepBuilder::build_and_run() {
     for (int c = 0; c < vpp_; ++c) placement_[virtual_stage(s, c)] = {s, c};
   size_t layers = 0;
   for (const StageCost& sc : costs_.stages) layers += sc.layers.size();
+  chunk_first_.assign(static_cast<size_t>(pp_), std::vector<int>(static_cast<size_t>(vpp_) + 1, 0));
+  for (int s = 0; s < pp_; ++s)
+    for (int c = 0; c < vpp_; ++c)
+      chunk_first_[s][c + 1] = chunk_first_[s][c] + (vpp_ == 1 ? static_cast<int>(costs_.stages[s].layers.size())
+                                                                : virtual_stage_layers(static_cast<int>(layers), plan_, virtual_stage(s, c)));
   engine_.reserve(static_cast<size_t>(m_) * layers * 7 + static_cast<size_t>(pp_) * m_ * vpp_ * 4 + 1024);
   for (int s = 0; s < pp_; ++s)
     for (auto& slot : ops_[s]) slot.assign(static_cast<size_t>(m_) * vpp_, OpRef{});
@@ -539,8 +549,6 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
   const int pp = static_cast<int>(costs.stages.size());
   const StageProgram& prog = b.programs()[s];
   const int vpp = b.vpp();
-  const int n = static_cast<int>(sc.layers.size());
-  const int per_chunk = n / vpp;
   const int last_virtual = pp * vpp - 1;
 
   // Per chunk, what one micro-batch's pass keeps and needs: its layers' activations, the
@@ -554,8 +562,8 @@ void account_memory(const StepBuilder& b, const SimCosts& costs, int s, bool rec
     PassMemory& pm = chunk[c];
     bool grads = false;
     double remat_mlp = 0;  // the largest layer's re-materialised bytes that are live at its MLP's backward
-    for (int jl = 0; jl < per_chunk; ++jl) {
-      const int layer = c * per_chunk + jl;
+    for (int jl = 0; jl < b.chunk_layers(s, c); ++jl) {
+      const int layer = b.chunk_first(s, c) + jl;
       const LayerCost& L = sc.layers[layer];
       pm.weight_grad_buffer += L.weight_grad_buffer_bytes;
       if (layer >= sc.activation_offload_layers) pm.kept += L.activation_bytes;
@@ -699,10 +707,9 @@ Status check_costs(const ModelSpec& m, const ParallelPlan& p, const SimCosts& co
   }
   for (int s = 0; s < p.pp; ++s) {
     const int n = static_cast<int>(costs.stages[s].layers.size());
-    if (n != pp_stage_layers(m.layers, p, s) || n % p.vpp != 0 || n == 0) {
+    if (n != pp_stage_layers(m.layers, p, s) || n == 0) {
       return Status::bad_input("simulate_step: stage " + std::to_string(s) + " costs have " + std::to_string(n) +
-                               " layers, expected " + std::to_string(pp_stage_layers(m.layers, p, s)) +
-                               " (a multiple of vpp " + std::to_string(p.vpp) + ")");
+                               " layers, expected " + std::to_string(pp_stage_layers(m.layers, p, s)));
     }
   }
   return Status::ok();
@@ -722,11 +729,6 @@ Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const 
   const Status ok = check_plan_status(m, c, j, plan, plan.world_size(), "simulate_step");
   if (!ok) return ok;
   const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan
-  // The schedule builder holds vpp equal chunks per stage; the embedding/loss split under
-  // interleaving makes the first and last chunks a layer short.
-  if (p.vpp > 1 && p.pipeline_split != PipelineSplit::even)
-    return Status::bad_input("simulate_step: plan.pipeline_split account_embedding_loss with vpp > 1 (unequal virtual stages) is not "
-                             "simulated yet; the analytic model costs it (llmplan explain)");
   return simulate_step(m, c, j, plan, default_costs(m, c, j, p, opt.efficiency, opt.memory), opt);
 }
 

@@ -65,6 +65,7 @@ struct Case {
   bool cp_all_gather = false;  // CP exchange: the ring (the plan default, flash only) or the all-gather
   int64_t vocab = 256;         // not a multiple of tp: the executor pads it (Megatron's padding)
   bool split_emb_loss = false;  // plan.pipeline_split account_embedding_loss: first and last virtual stage a layer short
+  std::vector<int> stage_layers = {};  // non-empty: plan.pipeline_split custom with these counts per virtual stage
   // Qwen-style attention on the Llama model: QK-norm, biases on q/k/v/o, head_dim 32 (queries
   // 128 wide on width 64). Under TP each rank normalises its own heads with the replicated
   // norm weights, whose gradients are summed over TP.
@@ -358,6 +359,10 @@ const Case kCases[] = {
     {.name = "llama_pp2_vpp2_split_emb_loss", .family = Family::llama, .dp = 1, .zero = 0, .pp = 2, .vpp = 2, .layers = 6,
      .split_emb_loss = true},
     {.name = "gpt_pp4_split_emb_loss", .family = Family::gpt, .dp = 1, .zero = 0, .pp = 4, .layers = 6, .split_emb_loss = true},
+    // Stage sizes of the plan's own (plan.stage_layers): 7 layers in chunks of 3, 1 | 1, 2, so
+    // rank 0 holds a heavy first chunk and rank 1 a light one and a heavier last.
+    {.name = "llama_pp2_vpp2_custom_split", .family = Family::llama, .dp = 1, .zero = 0, .pp = 2, .vpp = 2, .layers = 7,
+     .stage_layers = {3, 1, 1, 2}},
     {.name = "moe_gpt_pp2_vpp2_ep1", .family = Family::gpt, .dp = 1, .zero = 0, .pp = 2, .vpp = 2, .layers = 4, .moe = true},
     {.name = "moe_llama_dp2_pp2_vpp2_ep2_zero1", .family = Family::llama, .dp = 2, .zero = 1, .pp = 2, .vpp = 2, .layers = 4,
      .moe = true, .ep = 2},
@@ -483,6 +488,7 @@ int child_main(const std::string& case_name, const std::string& out) {
     f.plan.micro_batch = c.micro_batch;
     f.plan.grad_accum = 16 / (c.micro_batch * c.dp);
     if (c.split_emb_loss) f.plan.pipeline_split = PipelineSplit::account_embedding_loss;
+    if (!c.stage_layers.empty()) f.plan.pipeline_split = PipelineSplit::custom, f.plan.stage_layers = c.stage_layers;
     f.plan.ep = c.ep;
     f.plan.flash_attention = c.flash;
     if (c.cp > 1 && (!c.flash || c.cp_all_gather)) f.plan.cp_exchange = CpExchange::all_gather;  // a ring needs flash (plan_check)
@@ -889,6 +895,28 @@ TEST(RankProxy, TooFewLayersForThePipelineNameTheFlag) {
   EXPECT_NE(r.status().message().find("multiple of 4"), std::string::npos) << r.status().message();
   o.layers = 4;
   EXPECT_TRUE(predict_run(f, o)) << "4 layers fill pp 2 x vpp 2";
+}
+
+// A custom split scaled down by --layers keeps its shape in proportion: 3 + 13 of 16 layers
+// on 4 layers are 1 + 3 (each stage keeps one; the 2 left go by share, 12/14 of them to the
+// heavy stage: 1.71, then the largest remainder). Too few layers for a layer a stage name it.
+TEST(RankProxy, CustomSplitScalesToLayersInProportion) {
+  PlanFile f = tiny_plan(Family::llama, 1, 0, 1, false, 2);  // pp 2
+  f.model.layers = 16;
+  f.plan.pipeline_split = PipelineSplit::custom;
+  f.plan.stage_layers = {3, 13};
+  LocalCommunicator comm(f.plan, 1);
+  RunOptions o = options();
+  o.comm = &comm;
+  o.layers = 4;
+  Result<RunReport> r = predict_run(f, o);
+  ASSERT_TRUE(r) << r.status().message();
+  EXPECT_NE(r->label.find("stage layers 1,3"), std::string::npos) << r->label;
+  o.layers = 1;
+  r = predict_run(f, o);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.status().message().find("--layers 1"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("pipeline_split custom"), std::string::npos) << r.status().message();
 }
 
 // Rank proxy: one process builds exactly rank R's shard of llama2-7b on 8 GPUs (tp2 pp2
