@@ -54,8 +54,11 @@ std::vector<int> divisors_up_to(int n, int cap) {
   return out;
 }
 
-// Every vpp >= 1 whose pp*vpp chunks split the layers (even, embedding/loss or the balanced
-// custom split) with at least one layer each; vpp 1 only without a pipeline.
+// Every vpp >= 1 whose pp*vpp chunks split the layers (even or embedding/loss split) with at
+// least one layer each; vpp 1 only without a pipeline. Where neither split interleaves on
+// this pp at all (DeepSeek-V3's 61 layers), the vpps of the balanced custom split instead: a
+// custom split is one of countless on its vpp, so it is proposed where it opens interleaving,
+// not beside the standard splits (which keeps the sweep's plan count where it was).
 std::vector<int> legal_vpps(int layers, int pp) {
   std::vector<int> out = {1};
   if (pp <= 1) return out;
@@ -63,8 +66,11 @@ std::vector<int> legal_vpps(int layers, int pp) {
     ParallelPlan p;
     p.pp = pp, p.vpp = v;
     p.pipeline_split = default_pipeline_split(layers, pp, v);
-    if (pipeline_split_ok(layers, p) || !balanced_stage_layers(layers, pp, v).empty()) out.push_back(v);
+    if (pipeline_split_ok(layers, p)) out.push_back(v);
   }
+  if (out.size() > 1) return out;
+  for (int v = 2; 2 * pp * v <= layers + 2; ++v)
+    if (!balanced_stage_layers(layers, pp, v).empty()) out.push_back(v);
   return out;
 }
 
@@ -253,7 +259,8 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
         shapes.assign(eps.size() * sps.size() * flashes.size() * exchanges.size() * mbs.size(), ShapeInputs{});
         // The CP exchange means nothing without CP: one pass then.
         const size_t n_exchanges = it.cp > 1 ? exchanges.size() : 1;
-        for (const auto& [vpp, split, schedule, stage_layers] : vpp_splits)
+        for (const auto& [vpp, split, schedule, stage_layers] : vpp_splits) {
+          p.stage_layers = stage_layers;  // once per split: the loops below leave it
           for (size_t i_ep = 0; i_ep < eps.size(); ++i_ep)
             for (size_t i_sp = 0; i_sp < sps.size(); ++i_sp)
               for (size_t i_flash = 0; i_flash < flashes.size(); ++i_flash)
@@ -274,7 +281,6 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           // Layers that pp*vpp does not divide: Megatron-Core's embedding/loss
                           // split when it is legal (plan_check.h).
                           p.pipeline_split = split;
-                          p.stage_layers = stage_layers;  // (reuses p's buffer: no allocation per plan)
                           p.ep = ep;
                           p.sp = sp != 0;
                           p.flash_attention = flash != 0;
@@ -405,6 +411,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           if (opt.keep_all) r.all.push_back(pr);
                         }
                   }
+        }
       }
     }
   };
