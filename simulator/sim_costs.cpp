@@ -38,7 +38,8 @@ void split_layer_comm(const LayerTimes& lt, LayerRecompute policy, bool grad_flo
 
 SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan, const Efficiency& e,
                        const MemoryOptions& mem) {
-  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan's stages
+  ParallelPlan dual;
+  const ParallelPlan& p = cost_plan(plan, &dual);  // DualPipe: its rank-equivalent DualPipeV plan's stages
   SimCosts sc;
   sc.efficiency = e;
   sc.zero = p.zero;

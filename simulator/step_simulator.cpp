@@ -728,7 +728,8 @@ Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const 
                                 const SimOptions& opt) {
   const Status ok = check_plan_status(m, c, j, plan, plan.world_size(), "simulate_step");
   if (!ok) return ok;
-  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan
+  ParallelPlan dual;
+  const ParallelPlan& p = cost_plan(plan, &dual);  // DualPipe: its rank-equivalent DualPipeV plan
   return simulate_step(m, c, j, plan, default_costs(m, c, j, p, opt.efficiency, opt.memory), opt);
 }
 
@@ -736,7 +737,8 @@ Result<SimResult> simulate_step(const ModelSpec& m, const ClusterSpec& c, const 
                                 const SimCosts& costs, const SimOptions& opt) {
   Status ok = check_plan_status(m, c, j, plan, plan.world_size(), "simulate_step");
   if (!ok) return ok;
-  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan
+  ParallelPlan dual;
+  const ParallelPlan& p = cost_plan(plan, &dual);  // DualPipe: its rank-equivalent DualPipeV plan
   ok = check_costs(m, p, costs);
   if (!ok) return ok;
 

@@ -729,7 +729,8 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
 
 MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const TrainingJob& j, const ParallelPlan& plan,
                            const MemoryOptions& opt) {
-  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan
+  ParallelPlan dual;
+  const ParallelPlan& p = cost_plan(plan, &dual);  // DualPipe: its rank-equivalent DualPipeV plan
   MemoryInputs in;
   const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
   in.pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
@@ -1142,13 +1143,15 @@ StageMemory stage_memory(const ModelSpec& m, const TrainingJob& j, const Paralle
 
 StageMemory estimate_stage_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan, int stage,
                                   const MemoryOptions& opt) {
-  const ParallelPlan p = cost_plan(plan);  // DualPipe: stage of its rank-equivalent DualPipeV plan
+  ParallelPlan dual;
+  const ParallelPlan& p = cost_plan(plan, &dual);  // DualPipe: stage of its rank-equivalent DualPipeV plan
   return stage_memory(m, j, p, stage, opt, memory_inputs(m, c.gpu, j, p, opt));
 }
 
 StageMemoryProgram stage_memory_program(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan,
                                         int stage, const MemoryOptions& opt) {
-  const ParallelPlan p = cost_plan(plan);
+  ParallelPlan dual;
+  const ParallelPlan& p = cost_plan(plan, &dual);
   const MemoryInputs in = memory_inputs(m, c.gpu, j, p, opt);
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments, in.dense_backward_moments);
   return stage_memory_program(stage_base(m, j, p, stage, pp_stage_layers(m.layers, p, stage), opt, in, x).items, x, opt);
@@ -1210,7 +1213,8 @@ void for_candidate_stages(const ModelSpec& m, const TrainingJob& j, const Parall
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan,
                              const MemoryInputs& in, const MemoryOptions& opt) {
   // DualPipe: its rank-equivalent DualPipeV plan; stage s stands for ranks s and pp-1-s.
-  const ParallelPlan p = cost_plan(plan);
+  ParallelPlan dual;
+  const ParallelPlan& p = cost_plan(plan, &dual);
   MemoryReport r;
   r.capacity = c.gpu.memory_bytes;
   r.host_capacity = c.host_memory_bytes;
@@ -1230,7 +1234,8 @@ MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const Tra
 
 MemoryPeak estimate_memory_peak(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan,
                                 const MemoryInputs& in, const MemoryOptions& opt) {
-  const ParallelPlan p = cost_plan(plan);  // DualPipe: as estimate_memory
+  ParallelPlan dual;
+  const ParallelPlan& p = cost_plan(plan, &dual);  // DualPipe: as estimate_memory
   MemoryPeak r;
   r.capacity = c.gpu.memory_bytes;
   r.host_capacity = c.host_memory_bytes;

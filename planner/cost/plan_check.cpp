@@ -42,19 +42,6 @@ const char* describe(RejectReason r) {
   return "?";
 }
 
-int layers_in_stage(int layers, int pp, int stage) {
-  const int base = layers / pp, extra = layers % pp;
-  return base + (stage >= pp - extra ? 1 : 0);
-}
-
-int first_layer_of_stage(int layers, int pp, int stage) {
-  // Closed form of the sum of layers_in_stage over the stages before `stage`: each has
-  // `base` layers, and those from pp - extra on have one more. O(1) because the memory
-  // and time models ask for it per stage of every plan of a sweep (pp up to ~100).
-  const int base = layers / pp, extra = layers % pp;
-  return stage * base + std::max(0, stage - (pp - extra));
-}
-
 namespace {
 int slots_per_virtual_stage(int layers, const ParallelPlan& p) { return (layers + 2) / (p.pp * std::max(1, p.vpp)); }
 }  // namespace
@@ -79,33 +66,35 @@ int custom_pp_stage_layers(const ParallelPlan& p, int s) {
 
 int virtual_stage_layers(int layers, const ParallelPlan& p, int v) {
   const int nv = p.pp * std::max(1, p.vpp);
-  if (p.pipeline_split == PipelineSplit::custom) return custom_layers(p, v);
   if (p.pipeline_split == PipelineSplit::even) return layers_in_stage(layers, nv, v);
+  if (p.pipeline_split == PipelineSplit::custom) return custom_layers(p, v);
   return slots_per_virtual_stage(layers, p) - (v == 0 ? 1 : 0) - (v == nv - 1 ? 1 : 0);
 }
 
 int first_layer_of_virtual_stage(int layers, const ParallelPlan& p, int v) {
   const int nv = p.pp * std::max(1, p.vpp);
-  if (p.pipeline_split == PipelineSplit::custom) return custom_layers_before(p, v);
   if (p.pipeline_split == PipelineSplit::even) return first_layer_of_stage(layers, nv, v);
+  if (p.pipeline_split == PipelineSplit::custom) return custom_layers_before(p, v);
   return v * slots_per_virtual_stage(layers, p) - (v > 0 ? 1 : 0);
 }
 
-int pp_stage_layers(int layers, const ParallelPlan& p, int s) {
+int split_detail::pp_stage_layers(int layers, const ParallelPlan& p, int s) {
   if (p.pipeline_split == PipelineSplit::custom) return custom_pp_stage_layers(p, s);
-  if (p.pipeline_split == PipelineSplit::even) return layers_in_stage(layers, p.pp, s);
   const int vpp = std::max(1, p.vpp);
   return vpp * slots_per_virtual_stage(layers, p) - (s == 0 ? 1 : 0) - (s == p.pp - 1 ? 1 : 0);
 }
 
-int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s) {
-  if (p.pipeline_split == PipelineSplit::custom) {
-    if (p.vpp <= 1) return custom_layers_before(p, s);
-    int sum = 0;
-    for (int t = 0; t < s; ++t) sum += custom_pp_stage_layers(p, t);
-    return sum;
-  }
-  if (p.pipeline_split == PipelineSplit::even) return first_layer_of_stage(layers, p.pp, s);
+namespace {
+int custom_first_layer_of_pp_stage(const ParallelPlan& p, int s) {
+  if (p.vpp <= 1) return custom_layers_before(p, s);
+  int sum = 0;
+  for (int t = 0; t < s; ++t) sum += custom_pp_stage_layers(p, t);
+  return sum;
+}
+}  // namespace
+
+int split_detail::first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s) {
+  if (p.pipeline_split == PipelineSplit::custom) return custom_first_layer_of_pp_stage(p, s);
   return s * std::max(1, p.vpp) * slots_per_virtual_stage(layers, p) - (s > 0 ? 1 : 0);
 }
 

@@ -68,14 +68,31 @@ Status check_inputs(const ModelSpec& m, const TrainingJob& j, const std::string&
 // point-to-point send where DualPipeV's V turns on one rank, is the one difference: see
 // time_model.cpp and the simulator's StepBuilder. REQUIRES for dualpipe: pp even (check_plan).
 ParallelPlan cost_plan(const ParallelPlan& p);
+// The same without a copy where it is the plan itself (every schedule but DualPipe, whose
+// plan is written into *storage): the cost entry points run millions of times a second in
+// the sweep, and a plan holds a vector (stage_layers).
+inline const ParallelPlan& cost_plan(const ParallelPlan& p, ParallelPlan* storage) {
+  if (p.schedule != Schedule::dualpipe) return p;
+  *storage = cost_plan(p);
+  return *storage;
+}
 
 // (Under PipelineSplit::custom the functions below read plan.stage_layers: O(pp*vpp) for
 // the first-layer ones, O(vpp) for the counts.)
 // Layers held by pipeline stage `stage` of `pp`: as even as possible; when pp does not
 // divide the layers the remainder goes to the last stages, which hold fewer in-flight
 // micro-batches under 1F1B.
-int layers_in_stage(int layers, int pp, int stage);
-int first_layer_of_stage(int layers, int pp, int stage);
+inline int layers_in_stage(int layers, int pp, int stage) {
+  const int base = layers / pp, extra = layers % pp;
+  return base + (stage >= pp - extra ? 1 : 0);
+}
+// Closed form of the sum of layers_in_stage over the stages before `stage`: each has `base`
+// layers, and those from pp - extra on have one more. O(1) (and inline, as the two below)
+// because the memory and time models ask for it per stage of every plan of a sweep.
+inline int first_layer_of_stage(int layers, int pp, int stage) {
+  const int base = layers / pp, extra = layers % pp;
+  return stage * base + (stage > pp - extra ? stage - (pp - extra) : 0);
+}
 
 // The same under the plan's PipelineSplit. Virtual stage v of pp*vpp (the executor builds
 // one; v = chunk*pp + stage), and pipeline stage s of pp (all its vpp chunks: the memory and
@@ -91,8 +108,17 @@ inline int chunk_virtual_stage(const ParallelPlan& p, int s, int c) { return pla
 inline int head_stage(const ParallelPlan& p) { return placed_in_v(p) ? 0 : p.pp - 1; }
 int virtual_stage_layers(int layers, const ParallelPlan& p, int v);
 int first_layer_of_virtual_stage(int layers, const ParallelPlan& p, int v);
+namespace split_detail {  // the splits other than even
 int pp_stage_layers(int layers, const ParallelPlan& p, int s);
 int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s);
+}  // namespace split_detail
+inline int pp_stage_layers(int layers, const ParallelPlan& p, int s) {
+  return p.pipeline_split == PipelineSplit::even ? layers_in_stage(layers, p.pp, s) : split_detail::pp_stage_layers(layers, p, s);
+}
+inline int first_layer_of_pp_stage(int layers, const ParallelPlan& p, int s) {
+  return p.pipeline_split == PipelineSplit::even ? first_layer_of_stage(layers, p.pp, s)
+                                                 : split_detail::first_layer_of_pp_stage(layers, p, s);
+}
 // The model's index of stage-local layer i of pipeline stage s (0 <= i < pp_stage_layers):
 // the stage's chunks, virtual stages chunk_virtual_stage(p, s, c) for c = 0 .. vpp-1, in order.
 int stage_layer_global_index(int layers, const ParallelPlan& p, int s, int i);

@@ -174,8 +174,11 @@ double pp_boundary_bytes(const ModelSpec& m, const TrainingJob& j, const Paralle
 }
 
 Link dp_group_link(const ClusterSpec& c, const ParallelPlan& p) {
-  ParallelPlan reduce_group = p;
+  // The degrees group_link reads, not a copy of the plan (whose stage_layers would be copied
+  // on every costed plan).
+  ParallelPlan reduce_group;
   reduce_group.dp = p.dp * p.cp;
+  reduce_group.tp = p.tp, reduce_group.pp = p.pp, reduce_group.ep = p.ep;
   reduce_group.cp = 1;
   return group_link(c, reduce_group, Group::dp);
 }
@@ -481,7 +484,8 @@ CriticalStage critical_stage(const ModelSpec& m, const ParallelPlan& p, const La
 
 StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan,
                                 const Efficiency& e) {
-  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan
+  ParallelPlan dual;
+  const ParallelPlan& p = cost_plan(plan, &dual);  // DualPipe: its rank-equivalent DualPipeV plan
   StepTimeInputs in;
   in.microbatches = static_cast<double>(microbatches_per_step(j, p));
   in.frozen = j.frozen_layer_count(m.layers);
@@ -584,7 +588,8 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
 
 StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& plan, const StepTimeInputs& in,
                        const Efficiency& e) {
-  const ParallelPlan p = cost_plan(plan);  // DualPipe: its rank-equivalent DualPipeV plan
+  ParallelPlan dual;
+  const ParallelPlan& p = cost_plan(plan, &dual);  // DualPipe: its rank-equivalent DualPipeV plan
   StepTime st;
   const double md = in.microbatches;
   // full_k recomputes the first k layers of each model chunk: its stages depend on vpp.
