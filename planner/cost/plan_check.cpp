@@ -154,17 +154,20 @@ PipelineSplit default_pipeline_split(int layers, int pp, int vpp) {
   return pipeline_split_ok(layers, p) ? PipelineSplit::account_embedding_loss : PipelineSplit::even;
 }
 
-std::vector<int> balanced_stage_layers(int layers, int pp, int vpp) {
+std::vector<int> balanced_stage_layers(int layers, int mtp_layers, int pp, int vpp) {
   const int nv = pp * vpp;
-  if (pp < 2 || vpp < 2 || layers + 2 < 2 * nv) return {};
+  if (pp < 2 || vpp < 2 || mtp_layers < 0) return {};
   ParallelPlan p;
   p.pp = pp, p.vpp = vpp;
   p.pipeline_split = default_pipeline_split(layers, pp, vpp);
   if (pipeline_split_ok(layers, p)) return {};
-  const int q = (layers + 2) / nv, r = (layers + 2) % nv;
+  const int last_extra = 1 + mtp_layers;  // the loss, and the MTP blocks beside it
+  const int slots = layers + 1 + last_extra, q = slots / nv, r = slots % nv;
   std::vector<int> out(static_cast<size_t>(nv), q);
   for (int v = 1; v <= r; ++v) ++out[static_cast<size_t>(v)];  // r <= nv - 1
-  --out.front(), --out.back();
+  out.front() -= 1, out.back() -= last_extra;
+  for (int n : out)
+    if (n < 1) return {};
   return out;
 }
 

@@ -147,12 +147,13 @@ bool pipeline_split_ok(int layers, const ParallelPlan& p);
 // account_embedding_loss when that is.
 PipelineSplit default_pipeline_split(int layers, int pp, int vpp);
 // The custom split the sweep proposes where neither of those is legal (vpp > 1): the embedding
-// and the loss counted as a layer each (as account_embedding_loss), the layers + 2 slots
-// spread as evenly as pp*vpp virtual stages allow, the remainder one each on virtual stages
-// 1, 2, ... (the first and last already carry the embedding and the head), so the first and
-// last virtual stage hold a layer fewer. Megatron-Core runs it as a
-// --pipeline-model-parallel-layout. Empty when a stage would be left without a layer
-// (layers + 2 < 2*pp*vpp) or when default_pipeline_split is legal.
-std::vector<int> balanced_stage_layers(int layers, int pp, int vpp);
+// and the loss counted as a layer each (as account_embedding_loss) and each of the model's
+// `mtp_layers` multi-token-prediction blocks as one more on the last virtual stage (which
+// holds them: recipe.h; Megatron-Core's layout guide gives DeepSeek-V3's MTP a virtual stage
+// of its own), the slots spread as evenly as pp*vpp virtual stages allow, the remainder one
+// each on virtual stages 1, 2, ..., so the first and last virtual stage hold fewer layers.
+// Megatron-Core runs it as a --pipeline-model-parallel-layout. Empty when a stage would be
+// left without a layer or when default_pipeline_split is legal.
+std::vector<int> balanced_stage_layers(int layers, int mtp_layers, int pp, int vpp);
 
 }  // namespace llmplan

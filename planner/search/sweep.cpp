@@ -59,7 +59,7 @@ std::vector<int> divisors_up_to(int n, int cap) {
 // this pp at all (DeepSeek-V3's 61 layers), the vpps of the balanced custom split instead: a
 // custom split is one of countless on its vpp, so it is proposed where it opens interleaving,
 // not beside the standard splits (which keeps the sweep's plan count where it was).
-std::vector<int> legal_vpps(int layers, int pp) {
+std::vector<int> legal_vpps(int layers, int mtp_layers, int pp) {
   std::vector<int> out = {1};
   if (pp <= 1) return out;
   for (int v = 2; pp * v <= layers + 2; ++v) {
@@ -70,7 +70,7 @@ std::vector<int> legal_vpps(int layers, int pp) {
   }
   if (out.size() > 1) return out;
   for (int v = 2; 2 * pp * v <= layers + 2; ++v)
-    if (!balanced_stage_layers(layers, pp, v).empty()) out.push_back(v);
+    if (!balanced_stage_layers(layers, mtp_layers, pp, v).empty()) out.push_back(v);
   return out;
 }
 
@@ -232,8 +232,8 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
         std::vector<int> stage_layers;  // under the custom split
       };
       std::vector<VppSplit> vpp_splits;
-      for (int v : space.vpp.empty() ? legal_vpps(m.layers, it.pp) : vpps) {
-        std::vector<int> balanced = balanced_stage_layers(m.layers, it.pp, v);
+      for (int v : space.vpp.empty() ? legal_vpps(m.layers, m.mtp_layers, it.pp) : vpps) {
+        std::vector<int> balanced = balanced_stage_layers(m.layers, m.mtp_layers, it.pp, v);
         const PipelineSplit split = balanced.empty() ? default_pipeline_split(m.layers, it.pp, v) : PipelineSplit::custom;
         const Schedule classic = v > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
         // (Without a pipeline the schedule means nothing: the plan is kept whatever the list.)

@@ -170,12 +170,17 @@ TEST(CustomSplit, TheSlowestStageSetsThePace) {
 TEST(CustomSplit, BalancedSplitWhereNeitherOtherIsLegal) {
   std::vector<int> want(16, 4);
   want.front() = 2, want.back() = 3;
-  EXPECT_EQ(balanced_stage_layers(61, 8, 2), want);
+  EXPECT_EQ(balanced_stage_layers(61, 0, 8, 2), want);
   EXPECT_EQ(std::accumulate(want.begin(), want.end(), 0), 61);
-  EXPECT_TRUE(balanced_stage_layers(64, 8, 2).empty());   // even is legal
-  EXPECT_TRUE(balanced_stage_layers(62, 8, 2).empty());   // 64 slots: the embedding/loss split is
-  EXPECT_TRUE(balanced_stage_layers(126, 16, 1).empty());  // vpp 1: even always is
-  EXPECT_TRUE(balanced_stage_layers(29, 8, 2).empty());   // 31 slots < 32: a stage would be empty
+  // With DeepSeek-V3's one MTP block counted beside the loss: 64 slots of 4, the first
+  // virtual stage 4 - 1 = 3 layers, the last 4 - 2 = 2.
+  std::vector<int> mtp(16, 4);
+  mtp.front() = 3, mtp.back() = 2;
+  EXPECT_EQ(balanced_stage_layers(61, 1, 8, 2), mtp);
+  EXPECT_TRUE(balanced_stage_layers(64, 0, 8, 2).empty());   // even is legal
+  EXPECT_TRUE(balanced_stage_layers(62, 0, 8, 2).empty());   // 64 slots: the embedding/loss split is
+  EXPECT_TRUE(balanced_stage_layers(126, 0, 16, 1).empty());  // vpp 1: even always is
+  EXPECT_TRUE(balanced_stage_layers(29, 0, 8, 2).empty());   // 31 slots < 32: a stage would be empty
 
   // The sweep offers it: every pp 8 x vpp 2 plan of a 61-layer model is custom with those counts.
   const PresetRegistry& reg = shipped_presets();
