@@ -44,9 +44,7 @@ const char* describe(RejectReason r) {
 
 namespace {
 int slots_per_virtual_stage(int layers, const ParallelPlan& p) { return (layers + 2) / (p.pp * std::max(1, p.vpp)); }
-}  // namespace
 
-namespace {
 // Custom split: the plan's own count of virtual stage v (0 outside the list, which check_plan
 // refuses before any cost is asked), and the sum of those before it.
 int custom_layers(const ParallelPlan& p, int v) {
