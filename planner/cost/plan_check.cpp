@@ -114,12 +114,19 @@ StageLayerKinds stage_layer_kinds(const ModelSpec& m, const ParallelPlan& p, int
     k.frozen[0] = frozen_here;
     return k;
   }
-  // The stage's chunks in order (one for vpp 1), each a run of consecutive layers.
-  int i = 0;
+  // The stage's chunks in order (one for vpp 1), each a run of consecutive layers. A custom
+  // split's interleaved chunks (v = c*pp + s) start where the previous one's pp virtual
+  // stages end: summed as it goes, not from virtual stage 0 for each chunk.
+  const bool custom_interleaved = p.pipeline_split == PipelineSplit::custom && p.vpp > 1 && !placed_in_v(p);
+  int i = 0, custom_first = custom_interleaved ? first_layer_of_virtual_stage(m.layers, p, s) : 0;
   for (int c = 0; c < std::max(1, p.vpp); ++c) {
     const int v = chunk_virtual_stage(p, s, c);
-    const int first = p.vpp > 1 ? first_layer_of_virtual_stage(m.layers, p, v) : first_layer_of_pp_stage(m.layers, p, s);
+    const int first = custom_interleaved ? custom_first
+                      : p.vpp > 1        ? first_layer_of_virtual_stage(m.layers, p, v)
+                                         : first_layer_of_pp_stage(m.layers, p, s);
     const int chunk = p.vpp > 1 ? virtual_stage_layers(m.layers, p, v) : n;
+    if (custom_interleaved)
+      for (int u = v; u < v + p.pp; ++u) custom_first += custom_layers(p, u);
     for (int l = first; l < first + chunk; ++l, ++i) {
       const int kind = layer_kind(m, l);
       ++k.layers[kind];
