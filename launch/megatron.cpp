@@ -840,11 +840,11 @@ Result<ImportedConfig> import_megatron(const std::vector<LaunchFile>& files, con
     return Status::bad_input(origin + ": virtual pipeline stages with --pipeline-model-parallel-size 1 (arguments.py L564-568)");
   p.pipeline_split = acc_embedding ? PipelineSplit::account_embedding_loss : PipelineSplit::even;
   if (!custom.empty()) {
-    set_stage_layers(m.layers, custom, &p);
+    set_split_from_counts(m.layers, custom, {PipelineSplit::even}, &p);
   } else if (first_layers > 0 || last_layers > 0) {
     LLMPLAN_TRY(counts, first_last_stage_layers(m.layers, p.pp, p.vpp, static_cast<int>(first_layers), static_cast<int>(last_layers),
                                                 origin + ": --decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"));
-    set_stage_layers(m.layers, counts, &p);
+    set_split_from_counts(m.layers, counts, {PipelineSplit::even}, &p);
   } else if (pp > 1 && !acc_embedding && layers % pp != 0) {
     return Status::bad_input(origin + ": --num-layers " + n(layers) + " is not a multiple of --pipeline-model-parallel-size " + n(pp) +
                              " (Megatron asserts it without uneven-stage flags, arguments.py L561-562)");

@@ -53,22 +53,11 @@ Result<std::vector<int>> first_last_stage_layers(int layers, int pp, int vpp, in
   return out;
 }
 
-void set_stage_layers(int layers, const std::vector<int>& counts, ParallelPlan* p) {
-  ParallelPlan even = *p;
-  even.pipeline_split = PipelineSplit::even;
-  even.stage_layers.clear();
-  bool same = pipeline_split_ok(layers, even) && static_cast<int>(counts.size()) == p->pp * std::max(1, p->vpp);
-  for (int v = 0; same && v < p->pp * std::max(1, p->vpp); ++v) same = virtual_stage_layers(layers, even, v) == counts[static_cast<size_t>(v)];
-  p->pipeline_split = same ? PipelineSplit::even : PipelineSplit::custom;
-  p->stage_layers = same ? std::vector<int>{} : counts;
-}
-
 bool split_as_first_last(int layers, const ParallelPlan& p, int* first, int* last) {
   *first = 0, *last = 0;
   if (p.pp < 2) return false;
   const int vpp = std::max(1, p.vpp);
-  std::vector<int> have(static_cast<size_t>(p.pp * vpp));
-  for (int v = 0; v < p.pp * vpp; ++v) have[static_cast<size_t>(v)] = virtual_stage_layers(layers, p, v);
+  const std::vector<int> have = virtual_stage_counts(layers, p);
   const int a = pp_stage_layers(layers, p, 0), b = pp_stage_layers(layers, p, p.pp - 1);
   const int middle = p.pp > 2 ? pp_stage_layers(layers, p, 1) : -1;
   const int f = a == middle ? 0 : a, l = b == middle ? 0 : b;

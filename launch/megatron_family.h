@@ -35,9 +35,6 @@ Status refuse_for_megatron_core(const PlanFile& f, const std::string& to);
 // middle stage). `flag_first` / `flag_last` name the fields in the message.
 Result<std::vector<int>> first_last_stage_layers(int layers, int pp, int vpp, int first, int last, const std::string& flag_first,
                                                  const std::string& flag_last);
-// Gives p the split `counts` (virtual stage order): the even split when that is the same
-// (so plan files stay as before), else custom.
-void set_stage_layers(int layers, const std::vector<int>& counts, ParallelPlan* p);
 // The reverse for a plan's split (any kind): {first, last} (0 = equal to the middle stages)
 // when first_last_stage_layers gives the plan's split back, else false.
 bool split_as_first_last(int layers, const ParallelPlan& p, int* first, int* last);

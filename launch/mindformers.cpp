@@ -510,7 +510,7 @@ Result<ExportResult> export_mindformers(const PlanFile& f, const ExportOptions& 
   d.pp_micro_batches = p.pp > 1 ? p.grad_accum : 1;
   d.accumulation = p.pp > 1 ? 1 : p.grad_accum;
   d.master_fp32 = j.precision == Precision::fp32 || j.amp != AmpLevel::O3;
-  d.stage_layers = mf::stage_layers(f.model.layers, p);
+  d.stage_layers = virtual_stage_counts(f.model.layers, p);
 
   const std::string yaml_name = file_stem(f.model.name) + "_llmplan.yaml";
   ExportResult r;

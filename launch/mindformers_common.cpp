@@ -28,34 +28,12 @@ const char* dtype_name(Precision p) {
   return "float32";
 }
 
-std::vector<int> stage_layers(int layers, const ParallelPlan& p) {
-  const int nv = p.pp * std::max(1, p.vpp);
-  std::vector<int> out(static_cast<size_t>(nv));
-  for (int v = 0; v < nv; ++v) out[static_cast<size_t>(v)] = virtual_stage_layers(layers, p, v);
-  return out;
-}
-
 std::vector<std::vector<int>> offsets_for(int layers, int pp, int chunks, const std::vector<int>& per_stage) {
   const int avg = layers / (pp * chunks);
   std::vector<std::vector<int>> out(static_cast<size_t>(chunks), std::vector<int>(static_cast<size_t>(pp)));
   for (int c = 0; c < chunks; ++c)
     for (int s = 0; s < pp; ++s) out[static_cast<size_t>(c)][static_cast<size_t>(s)] = per_stage[static_cast<size_t>(c * pp + s)] - avg;
   return out;
-}
-
-void set_split(int layers, const std::vector<int>& per_stage, ParallelPlan* p) {
-  p->stage_layers.clear();
-  for (PipelineSplit s : {PipelineSplit::even, PipelineSplit::account_embedding_loss}) {
-    ParallelPlan q = *p;
-    q.pipeline_split = s;
-    if (!pipeline_split_ok(layers, q)) continue;
-    if (stage_layers(layers, q) == per_stage) {
-      p->pipeline_split = s;
-      return;
-    }
-  }
-  p->pipeline_split = PipelineSplit::custom;
-  p->stage_layers = per_stage;
 }
 
 int max_device_memory_gb(double memory_bytes) {

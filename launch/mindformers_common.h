@@ -41,19 +41,11 @@ std::string lora_target(const std::string& cell);
 // dtype names MindFormers' convert_mstype reads (mindformers/models/utils.py L43-57).
 const char* dtype_name(Precision p);  // "bfloat16", "float16", "float32"
 
-// Layers of each virtual stage of the plan, v = chunk * pp + stage: llmplan's split
-// (virtual_stage_layers).
-std::vector<int> stage_layers(int layers, const ParallelPlan& p);
-
 // MindFormers' `offset` for those layers: layers of (chunk, stage) = layers // (pp * chunks)
 // + offset[chunk][stage], and sum(offset) == layers % (pp * chunks) (models/utils.py L165-170,
 // L559-569). Row per chunk, one entry per stage.
 std::vector<std::vector<int>> offsets_for(int layers, int pp, int chunks, const std::vector<int>& per_stage);
 
-// Gives p (pp and vpp set) the split whose layers per virtual stage are `per_stage`: even or
-// account_embedding_loss when one of them is that split, else custom with those counts.
-// REQUIRES: per_stage has pp * vpp counts of at least 1 that sum to `layers`.
-void set_split(int layers, const std::vector<int>& per_stage, ParallelPlan* p);
 
 // Gigabytes (GiB: MindSpore's "GB") of device memory to let MindSpore take on a device of
 // `memory_bytes`: the device less 6 GiB for the runtime, as the published Atlas 800T A2

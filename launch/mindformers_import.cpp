@@ -799,7 +799,7 @@ Status Reader::read_parallel(const ModelSpec& m, const Launch& launch, ParallelP
                                          " stages and offset is absent (0): the offsets must sum to " + std::to_string(m.layers % nv) +
                                          " (models/utils.py L566-569)");
   }
-  mf::set_split(m.layers, per_stage, &q);
+  set_split_from_counts(m.layers, per_stage, {PipelineSplit::even, PipelineSplit::account_embedding_loss}, &q);
 
   // Context parallel: queries split by sequence; K/V all-gathered, or passed round a ring
   // with use_ring_attention (mindformers/modules/flash_attention.py L188-216).
@@ -869,7 +869,7 @@ Status Reader::read_parallel(const ModelSpec& m, const Launch& launch, ParallelP
   }
 
   std::vector<std::vector<int>> layer_list(static_cast<size_t>(q.vpp), std::vector<int>(static_cast<size_t>(q.pp)));
-  const std::vector<int> split = mf::stage_layers(m.layers, q);
+  const std::vector<int> split = virtual_stage_counts(m.layers, q);
   for (int c = 0; c < q.vpp; ++c)
     for (int s = 0; s < q.pp; ++s) layer_list[static_cast<size_t>(c)][static_cast<size_t>(s)] = split[static_cast<size_t>(c * q.pp + s)];
   RecomputeRead rr;

@@ -1005,7 +1005,7 @@ Result<ImportedConfig> import_nemo(const std::vector<LaunchFile>& files, const I
     auto counts = first_last_stage_layers(m.layers, p.pp, p.vpp, s.first_stage.value_or(0), s.last_stage.value_or(0),
                                           origin + ": " + key_name(Key::first_stage_layers, !nemo_file), key_name(Key::last_stage_layers, !nemo_file));
     if (!counts) return counts.status();
-    set_stage_layers(m.layers, *counts, &p);
+    set_split_from_counts(m.layers, *counts, {PipelineSplit::even}, &p);
   } else if (p.pp > 1 && p.pipeline_split == PipelineSplit::even && m.layers % p.pp != 0) {
     return Status::bad_input(origin + ": " + key_name(Key::pp, !nemo_file) + "=" + n(p.pp) + ": " + n(m.layers) +
                              " layers are not a multiple, and no first/last stage sizes are set (transformer_config.py, core_v0.13.0)");

@@ -210,12 +210,6 @@ std::vector<int> torchtitan_stage_layers(int stages, int layers, int in, int out
   return out_layers;
 }
 
-std::vector<int> llmplan_stage_layers(int layers, const ParallelPlan& p) {
-  std::vector<int> v;
-  for (int s = 0; s < p.pp * p.vpp; ++s) v.push_back(virtual_stage_layers(layers, p, s));
-  return v;
-}
-
 // ---------------------------------------------------------------- export
 
 // How the plan is written in torchtitan's terms (after the refusals).
@@ -344,7 +338,7 @@ Result<TitanPlan> titan_plan(const PlanFile& f) {
                                " layers of every stage");
   }
   if (p.pp > 1) {
-    const std::vector<int> want = llmplan_stage_layers(m.layers, p);
+    const std::vector<int> want = virtual_stage_counts(m.layers, p);
     const int stages = p.pp * p.vpp;
     bool found = false;
     // torchtitan's default weights (1, 1) first, then none, then the others.
@@ -1038,28 +1032,20 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
     if (known->multi_stage != (p.vpp > 1))
       return c.bad("parallelism.pipeline_parallel_schedule", std::string(known->name) + (known->multi_stage ? " needs two or more " : " needs one ") +
                                                                  "stage per rank, got " + num(p.vpp) + " (pipeline_parallel.py L96-109)");
-    // The split llmplan models that has these layer counts.
-    p.pipeline_split = PipelineSplit::even;
-    bool matched = false;
-    for (PipelineSplit split : {PipelineSplit::even, PipelineSplit::account_embedding_loss}) {
-      ParallelPlan q = p;
-      q.pipeline_split = split;
-      if (!matched && pipeline_split_ok(m.layers, q) && llmplan_stage_layers(m.layers, q) == stage_layers) {
-        p.pipeline_split = split;
-        matched = true;
-      }
-    }
+    // The split llmplan models that has these layer counts: its own, stage by stage, unless a
+    // stage is empty or the schedule is a V (costed with equal chunks: check_plan).
+    ParallelPlan q = p;
+    set_split_from_counts(m.layers, stage_layers, {PipelineSplit::even, PipelineSplit::account_embedding_loss}, &q);
     const bool none_empty = std::all_of(stage_layers.begin(), stage_layers.end(), [](int n) { return n >= 1; });
-    // Its own counts, stage by stage; the V schedules are costed with equal chunks (check_plan).
-    if (!matched && none_empty && !v_shape(p.schedule)) {
-      p.pipeline_split = PipelineSplit::custom;
-      p.stage_layers = stage_layers;
-    } else if (!matched) {
+    if (q.pipeline_split != PipelineSplit::custom || (none_empty && !v_shape(p.schedule))) {
+      p = q;
+    } else {
       p.pipeline_split = default_pipeline_split(m.layers, p.pp, p.vpp);
       std::string counts;
       for (int n : stage_layers) counts += (counts.empty() ? "" : ",") + num(n);
-      notes.push_back("torchtitan's stage split (" + counts + " layers) leaves a stage without layers: costed as llmplan's " +
-                      to_string(p.pipeline_split) + " split");
+      notes.push_back("torchtitan's stage split (" + counts + " layers) " +
+                      (none_empty ? std::string("is not one a V schedule runs (two equal chunks a rank)") : std::string("leaves a stage without layers")) +
+                      ": costed as llmplan's " + to_string(p.pipeline_split) + " split");
     }
   }
 

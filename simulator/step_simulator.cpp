@@ -438,8 +438,7 @@ Status StepBuilder::build_and_run() {
   chunk_first_.assign(static_cast<size_t>(pp_), std::vector<int>(static_cast<size_t>(vpp_) + 1, 0));
   for (int s = 0; s < pp_; ++s)
     for (int c = 0; c < vpp_; ++c)
-      chunk_first_[s][c + 1] = chunk_first_[s][c] + (vpp_ == 1 ? static_cast<int>(costs_.stages[s].layers.size())
-                                                                : virtual_stage_layers(static_cast<int>(layers), plan_, virtual_stage(s, c)));
+      chunk_first_[s][c + 1] = chunk_first_[s][c] + virtual_stage_layers(static_cast<int>(layers), plan_, virtual_stage(s, c));
   engine_.reserve(static_cast<size_t>(m_) * layers * 7 + static_cast<size_t>(pp_) * m_ * vpp_ * 4 + 1024);
   for (int s = 0; s < pp_; ++s)
     for (auto& slot : ops_[s]) slot.assign(static_cast<size_t>(m_) * vpp_, OpRef{});

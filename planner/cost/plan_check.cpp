@@ -159,6 +159,23 @@ PipelineSplit default_pipeline_split(int layers, int pp, int vpp) {
   return pipeline_split_ok(layers, p) ? PipelineSplit::account_embedding_loss : PipelineSplit::even;
 }
 
+std::vector<int> virtual_stage_counts(int layers, const ParallelPlan& p) {
+  const int nv = p.pp * std::max(1, p.vpp);
+  std::vector<int> out(static_cast<size_t>(nv));
+  for (int v = 0; v < nv; ++v) out[static_cast<size_t>(v)] = virtual_stage_layers(layers, p, v);
+  return out;
+}
+
+void set_split_from_counts(int layers, const std::vector<int>& counts, std::initializer_list<PipelineSplit> standard, ParallelPlan* p) {
+  p->stage_layers.clear();
+  for (PipelineSplit split : standard) {
+    p->pipeline_split = split;
+    if (pipeline_split_ok(layers, *p) && virtual_stage_counts(layers, *p) == counts) return;
+  }
+  p->pipeline_split = PipelineSplit::custom;
+  p->stage_layers = counts;
+}
+
 std::vector<int> balanced_stage_layers(int layers, int mtp_layers, int pp, int vpp) {
   const int nv = pp * vpp;
   if (pp < 2 || vpp < 2 || mtp_layers < 0) return {};

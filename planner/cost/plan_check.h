@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <initializer_list>
 #include <string>
 
 #include "planner/spec/recipe.h"
@@ -138,6 +139,12 @@ inline bool has_moe_layer(const ModelSpec& m, const StageLayerKinds& k) {
     if (!kind_dense_mlp(kind) && k.layers[kind] > 0) return true;
   return false;
 }
+// The layers of each virtual stage v = 0 .. pp*vpp-1 under the plan's split.
+std::vector<int> virtual_stage_counts(int layers, const ParallelPlan& p);
+// Gives p (pp, vpp set) the split whose layers per virtual stage are `counts`: the first of
+// `standard` that is legal and gives them (plan files keep naming the split they had), else
+// custom with those counts. REQUIRES: counts has pp*vpp entries.
+void set_split_from_counts(int layers, const std::vector<int>& counts, std::initializer_list<PipelineSplit> standard, ParallelPlan* p);
 // Whether the split is legal: even with vpp 1 always (pp <= layers); even with vpp > 1 when
 // pp*vpp divides the layers; account_embedding_loss when pp*vpp divides layers + 2 and every
 // virtual stage keeps a layer; custom when plan.stage_layers has pp*vpp counts of at least
