@@ -60,8 +60,13 @@ Efficiency with_stack_kernel_facts(Efficiency fitted, const StackProfile& s) {
   fitted.loss_bytes_per_logit = s.efficiency.loss_bytes_per_logit;
   fitted.attention_mma_sync = s.efficiency.attention_mma_sync;
   fitted.attention_exp_serial = s.efficiency.attention_exp_serial;
-  fitted.zero3_pp_gather_once = s.efficiency.zero3_pp_gather_once;
+  apply_stack_code_facts(s, &fitted);
   return fitted;
+}
+
+void apply_stack_code_facts(const StackProfile& s, Efficiency* e) {
+  e->zero3_pp_gather_once = s.zero3_pp_unsharded ? 1 : 0;
+  e->grad_reduce_fp32 = s.grad_reduce_fp32 ? 1 : 0;
 }
 
 std::vector<StackMemory> memory_under_stacks(const std::vector<StackProfile>& stacks, const ModelSpec& m, const ClusterSpec& c,
@@ -213,7 +218,8 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
     m.fail("loss_option", "expected loss_option (its name) and loss_option_bytes_per_logit (> 0) together, or neither");
   m.get("zero3_root_gathered", &s.zero3_root_gathered, false);
   m.get("zero3_pp_unsharded", &s.zero3_pp_unsharded, false);
-  s.efficiency.zero3_pp_gather_once = s.zero3_pp_unsharded ? 1 : 0;
+  m.get("grad_reduce_fp32", &s.grad_reduce_fp32, false);
+  apply_stack_code_facts(s, &s.efficiency);
   m.get("sp_head_input_saved", &s.sp_head_input_saved, false);
   m.get("moe_tp_partial_gradients", &s.moe_tp_partial_gradients, false);
   m.get("moe_probs_in_activation", &s.moe_probs_in_activation, false);
@@ -242,6 +248,7 @@ json to_json(const StackProfile& s) {
             {"loss_bytes_per_logit_tp", s.loss_bytes_per_logit_tp},
             {"zero3_root_gathered", s.zero3_root_gathered},
             {"zero3_pp_unsharded", s.zero3_pp_unsharded},
+            {"grad_reduce_fp32", s.grad_reduce_fp32},
             {"sp_head_input_saved", s.sp_head_input_saved},
             {"moe_tp_partial_gradients", s.moe_tp_partial_gradients},
             {"moe_probs_in_activation", s.moe_probs_in_activation},
@@ -266,6 +273,7 @@ Status resolve_shared_efficiency(std::vector<StackProfile*> stacks) {
       return Status::bad_input("stack '" + s->name + "': field 'efficiency_from': expected a stack with its own efficiency, got '" +
                                s->efficiency_from + "'");
     s->efficiency = from->efficiency;
+    apply_stack_code_facts(*s, &s->efficiency);  // its own code's facts, not the other's
   }
   return Status::ok();
 }

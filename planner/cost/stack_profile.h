@@ -57,6 +57,7 @@ struct StackProfile {
   std::string loss_option;
   bool zero3_root_gathered = false;     // MemoryOptions::zero3_root_gathered
   bool zero3_pp_unsharded = false;      // MemoryOptions::zero3_pp_unsharded (and Efficiency::zero3_pp_gather_once)
+  bool grad_reduce_fp32 = false;        // Efficiency::grad_reduce_fp32: DP reduction in fp32 whatever the gradients' dtype
   bool sp_head_input_saved = false;     // MemoryOptions::sp_head_input_saved
   bool moe_tp_partial_gradients = true; // MemoryOptions::moe_tp_partial_gradients
   bool moe_probs_in_activation = false; // MemoryOptions::moe_probs_in_activation
@@ -73,6 +74,9 @@ TrainingJob stack_job(const StackProfile& s, const TrainingJob& job);
 // own kernel facts, which are counted or read from its code and never fitted: the loss's
 // HBM bytes per logit and whether its attention runs on mma.sync.
 Efficiency with_stack_kernel_facts(Efficiency fitted, const StackProfile& s);
+// The time model's facts that a stack file gives in its memory section (ZeRO-3 under PP
+// gathering once, the gradient reduction's dtype), written into `e`.
+void apply_stack_code_facts(const StackProfile& s, Efficiency* e);
 
 // The plan's memory under each stack's conventions, in `stacks` order: the range a plan
 // must fit in when the stack is not known.

@@ -28,7 +28,9 @@ Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g) {
   const int64_t nodes = (size + k - 1) / k;
   const bool channels = g == Group::tp || g == Group::dp || g == Group::ep;
   Link l;
-  l.bandwidth = c.inter_node_bandwidth * static_cast<double>(channels ? k : 1);
+  // Each channel's ring still runs through the domain's own fabric, so k NICs never give
+  // a rank more than its NVLink bandwidth (k reaches 36 on an NVL72 rack, not 8 as in a node).
+  l.bandwidth = std::min(c.intra_node_bandwidth, c.inter_node_bandwidth * static_cast<double>(channels ? k : 1));
   l.latency = ((k - 1) * c.intra_node_latency + (nodes - 1) * c.inter_node_latency) / static_cast<double>(size - 1);
   l.tier = LinkTier::inter_node;
   return l;
@@ -191,9 +193,10 @@ DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p
   d.group = p.dp * p.cp;
   d.link = dp_group_link(c, p);
   const BytesPerParam bpp = bytes_per_param(j);
-  // Mixed precision reduces gradients in fp32 (Megatron's main grads, PyTorch FSDP's
-  // reduce_dtype in torchtitan and llm-foundry); pure 16-bit or fp32 jobs in their own.
-  d.grad_bytes_per_param = bpp.master > 0 ? 4.0 : bpp.gradients;
+  // The reduction moves the gradient buffer's dtype (fp32 main grads under Megatron's
+  // convention, 16-bit ones under DeepSpeed's), or fp32 when the stack upcasts for it
+  // (FSDP's reduce_dtype: Efficiency::grad_reduce_fp32).
+  d.grad_bytes_per_param = e.grad_reduce_fp32 > 0 ? std::max(4.0, bpp.gradients) : bpp.gradients;
   d.weight_bytes_per_param = bpp.weights;
   d.per_microbatch = p.zero == 3 && !(p.pp > 1 && e.zero3_pp_gather_once > 0);
   if (p.zero == 0) d.grad_bucket_bytes = kDdpBucketBytes;

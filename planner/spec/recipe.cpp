@@ -603,9 +603,13 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
                                        : 2 * tokens * c.lora_rank * (ps.in / t + ps.out / (c.sp ? t : 1));
   }
   // Bandwidth-bound work: each of ~12 (GPT) or ~10 (Llama) elementwise passes reads and
-  // writes a (tokens x h) or (tokens x f) tensor.
+  // writes a (tokens x h) or (tokens x f) tensor. The h-wide ones (norms, residual adds,
+  // dropout) run on every token on each TP rank, or on the rank's 1/t of the sequence under
+  // sequence parallelism, which exists to split exactly them (Korthikanti et al. 2022,
+  // sec. 4.2.2); the f-wide ones are split by t with the MLP's columns.
   const double f_local = static_cast<double>(moe ? m.moe.expert_ffn_hidden * m.moe.experts_per_token : m.ffn_hidden) / t;
-  fl.elementwise_bytes = c.act_bytes * tokens * (8 * h + (gpt ? 3 : 4) * f_local);
+  const double h_tokens = tokens / (c.sp ? t : 1);
+  fl.elementwise_bytes = c.act_bytes * (h_tokens * 8 * h + tokens * (gpt ? 3 : 4) * f_local);
   // QLoRA: every base weight is dequantized before its forward GEMM.
   if (c.dequant_bytes_per_param > 0) fl.dequant_bytes = c.dequant_bytes_per_param * linear_weights_per_layer_rank(m, c.t, c.ep, c.dense_mlp).total;
   // QK-norm reads and writes this rank's queries and keys once more.
@@ -613,7 +617,7 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
   // Latent attention's two RMSNorms read and write the latents.
   if (m.mla.enabled()) fl.elementwise_bytes += c.act_bytes * tokens / (c.sp ? t : 1) * 2 * static_cast<double>(m.mla.q_lora_rank + m.mla.kv_lora_rank);
   // Post-norms (Gemma): two more RMSNorms over the branches' outputs.
-  if (m.post_norms) fl.elementwise_bytes += c.act_bytes * tokens * 4 * h;
+  if (m.post_norms) fl.elementwise_bytes += c.act_bytes * h_tokens * 4 * h;
   if (moe) {
     // Token dispatch, outside the GEMMs: each of the rank's tokens is copied into the rows of
     // its k experts (capacity-padded: read and write k*h per token), and the experts'

@@ -362,10 +362,55 @@ TEST(HostMemory, OffloadIsCountedPerNodeAndChecked) {
   EXPECT_EQ(estimate_memory(m, c, j, p, MemoryOptions{}).host_bytes_per_node, 0);
 }
 
+// The DP gradient reduction moves what the stack's code reduces: PyTorch FSDP upcasts to its
+// reduce_dtype fp32 (torchtitan, Composer's DEFAULT policy), Megatron-Core reduces its
+// main_grad buffer in place (fp32 main grads: 4 B; grad_reduce_in_fp32 False, as
+// Megatron-Bridge's scripts set it: 2 B), DeepSpeed and llm.c their 16-bit gradients.
+// Bytes per step over trainable parameters, against those dtypes' sizes.
+TEST(StackProfiles, GradientReductionMovesTheStacksDtype) {
+  const ClusterSpec c = *registry().cluster_for_gpu("h100-sxm");
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.global_batch = 64;
+  ParallelPlan p;
+  p.dp = 8, p.micro_batch = 1, p.grad_accum = 8, p.zero = 1;
+  const double trainable = 8e9;
+  auto bytes_per_param = [&](const std::string& stack, GradConvention grads) {
+    const StackProfile s = *registry().stack(stack);
+    TrainingJob sj = stack_job(s, j);
+    sj.grads = grads;
+    const DpStep d = dp_step(c, sj, p, s.efficiency, trainable, trainable, 32);
+    return d.grads.bytes * d.grads.count / trainable;
+  };
+  EXPECT_NEAR(bytes_per_param("torchtitan", GradConvention::deepspeed), 4, 1e-9);
+  EXPECT_NEAR(bytes_per_param("llm-foundry", GradConvention::deepspeed), 4, 1e-9);
+  EXPECT_NEAR(bytes_per_param("megatron-bridge", GradConvention::deepspeed), 2, 1e-9);
+  EXPECT_NEAR(bytes_per_param("megatron-core", GradConvention::megatron), 4, 1e-9);
+  EXPECT_NEAR(bytes_per_param("megatron-core", GradConvention::deepspeed), 2, 1e-9);  // NeMo's grad_sync_dtype bf16
+  EXPECT_NEAR(bytes_per_param("deepspeed", GradConvention::deepspeed), 2, 1e-9);
+  EXPECT_NEAR(bytes_per_param("llm.c", GradConvention::deepspeed), 2, 1e-9);
+  // A stack that shares another's efficiency keeps its own code's facts.
+  StackProfile own = *registry().stack("megatron-core"), from = *registry().stack("torchtitan");
+  own.efficiency_from = "torchtitan";
+  ASSERT_TRUE(resolve_shared_efficiency({&own, &from}).is_ok());
+  EXPECT_EQ(own.efficiency.gemm, from.efficiency.gemm);
+  EXPECT_EQ(own.efficiency.grad_reduce_fp32, 0);
+  EXPECT_EQ(from.efficiency.grad_reduce_fp32, 1);
+  nlohmann::json f = to_json(from);
+  f["memory"]["grad_reduce_fp32"] = "yes";
+  Result<StackProfile> bad = stack_from_json(f, "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("memory.grad_reduce_fp32"), std::string::npos) << bad.status().message();
+}
+
 // ---------------------------------------------------------------- the NVLink domain
 
 // A GB200 NVL72 rack: trays of 4 GPUs in one 72-GPU NVLink domain. dp 8 over two trays
-// all-reduces over NVLink; dp 144 (two racks) leaves the domain through 72 NICs per rack.
+// all-reduces over NVLink; dp 144 (two racks) leaves the domain through 72 NICs per rack,
+// 72 x 50 GB/s, but no rank moves data faster than its own NVLink port (900 GB/s): a
+// hierarchical all-reduce (reduce-scatter in the rack, 1/72 of the data across, all-gather
+// back) reaches 2 (n-1)/n B / (2 B/900 + B/3600) = 800 GB/s of bus bandwidth, so 3600 would
+// be impossible. Without the switches the 4-GPU trays give 4 NICs to a ring.
 TEST(NvlinkDomain, GroupsInsideTheRackStayOnNvlink) {
   ClusterPreset rack = *registry().cluster("gb200-nvl72");
   ClusterSpec c = rack.cluster;
@@ -375,7 +420,11 @@ TEST(NvlinkDomain, GroupsInsideTheRackStayOnNvlink) {
   p.dp = 8;
   EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, c.intra_node_bandwidth);
   p.dp = 144;
-  EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, 72 * c.inter_node_bandwidth);
+  ASSERT_LT(c.intra_node_bandwidth, 72 * c.inter_node_bandwidth);
+  EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, c.intra_node_bandwidth);
+  p.dp = 16, p.pp = 9;  // 144 ranks again, dp inside a rack: 16 of 72
+  EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, c.intra_node_bandwidth);
+  p.dp = 144, p.pp = 1;
   c.nvlink_domain = 0;  // the same trays without the rack's NVLink switches
   p.dp = 8;
   EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, 4 * c.inter_node_bandwidth);
@@ -649,12 +698,14 @@ TEST(Validate2024To2026, UnknownGpuSkipsOneRecordAndStepTimeIsCompared) {
 // The 2024-26 records predicted with their stack profiles. Bounds are the ones reached,
 // with a little margin, so that a regression fails. Dense Megatron-Bridge rows (the four
 // Llama 3.1 405B ones on uneven stages and the two GB200 ones with activation offload
-// included; the softmax's exponentials serialised behind cuDNN's MMAs): median 5.5%, max
-// 34.4% (the GB200 MXFP8 405B row, published below the same plan on B200); NeMo 24.07 (null
-// recompute, filled by the sweep; bf16 gradient buckets as NVIDIA's launcher scripts set
-// them, Transformer Engine's FP8 weight cache; its Megatron-Core constants are the Bridge
-// fit's): median 6.7%, max 25.8%. The MoE rows are far off (median 24.8%, max 174%):
-// the target is NOT met there, and the bound only keeps them from getting worse.
+// included; the softmax's exponentials serialised behind cuDNN's MMAs; 16-bit gradient
+// reduction, as grad_reduce_in_fp32 False makes it; sequence parallelism splitting the
+// h-wide elementwise work): median 4.9%, max 29.5% (the GB200 MXFP8 405B row, published
+// below the same plan on B200); NeMo 24.07 (null recompute, filled by the sweep; bf16
+// gradient buckets and reduction as NVIDIA's launcher scripts set them, Transformer
+// Engine's FP8 weight cache; its Megatron-Core constants are the Bridge fit's): median
+// 7.5%, max 26.1%. The MoE rows are far off (median 28.0%, max 180.5%): the target is NOT
+// met there, and the bound only keeps them from getting worse.
 TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   const std::vector<SummaryLine> lines = summarize(rows_2024_2026());
   auto find = [&](const std::string& g, bool assumed) -> const SummaryLine* {
@@ -665,13 +716,13 @@ TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
   const SummaryLine* dense = find("mbridge_perf", false);
   ASSERT_NE(dense, nullptr);
   EXPECT_EQ(dense->all.n, 13);
-  EXPECT_LE(dense->all.median_abs, 0.06);
-  EXPECT_LE(dense->all.max_abs, 0.37) << dense->all.worst_id;
+  EXPECT_LE(dense->all.median_abs, 0.05);
+  EXPECT_LE(dense->all.max_abs, 0.31) << dense->all.worst_id;
   const SummaryLine* nemo = find("nemo2407_perf", true);
   ASSERT_NE(nemo, nullptr);
   EXPECT_EQ(nemo->all.n, 18);
-  EXPECT_LE(nemo->all.median_abs, 0.07);
-  EXPECT_LE(nemo->all.max_abs, 0.26) << nemo->all.worst_id;
+  EXPECT_LE(nemo->all.median_abs, 0.08);
+  EXPECT_LE(nemo->all.max_abs, 0.27) << nemo->all.worst_id;
   const SummaryLine* moe = find("mbridge_perf_moe", false);
   ASSERT_NE(moe, nullptr);
   EXPECT_LE(moe->all.median_abs, 0.30);
@@ -682,9 +733,10 @@ TEST(Validate2024To2026, ThroughputWithTheStackProfiles) {
 // at most a few percent faster than the published plan"). Every published plan lies inside
 // the sweep's space (activation offload included), so the sweep's best is never slower
 // than it: a speed-up below 1 would mean the sweep missed a legal plan. Measured: median
-// 1.071x; dense records up to 1.112x (Llama 3 70B on 64 H100s and on 64 GB200s), MoE up
-// to 1.217x (Qwen3-30B-A3B on B200). The "few percent" target is NOT met; the bounds keep
-// it from getting worse.
+// 1.070x; dense records up to 1.147x (Llama 3 70B on 64 H100s: the recipe's pp8 puts the
+// LM head beside 10 layers, which the sweep avoids with pp4 cp4), MoE up to 1.238x
+// (Qwen3-30B-A3B on 16 H100s). The "few percent" target is NOT met; the bounds keep it
+// from getting worse.
 TEST(Validate2024To2026, SweepBestAgainstThePublishedTunedPlans) {
   Result<ReferenceSet> set = load_reference_runs(default_data_root() + "/data/reference/published_runs_2024_2026.json");
   ASSERT_TRUE(set.ok());

@@ -39,6 +39,26 @@ TEST(Flops, RecipeReproducesNarayananEquation3) {
   EXPECT_NEAR(hardware / eq3, 1.0, 1e-12);
 }
 
+// Sequence parallelism splits the h-wide elementwise work (norms, residual adds, dropout)
+// over the TP ranks by the sequence (Korthikanti et al. 2022, sec. 4.2.2), while the
+// f-wide activation work is split by t either way: under tp 4 the h part of a rank's
+// traffic drops to a quarter and nothing else moves. 16-bit activations, GPT (3 f-wide
+// passes): bytes = 2 (tokens 8h / (sp ? t : 1) + tokens 3 f/t).
+TEST(Flops, SequenceParallelSplitsTheHiddenWideElementwiseWork) {
+  const ModelSpec m = gpt(24, 2048, 16, 50257);
+  LayerContext c;
+  c.b = 2;
+  c.s = 4096;
+  c.s_kv = 4096;
+  c.t = 4;
+  c.act_bytes = 2;
+  const double tokens = 2 * 4096, h = 2048, f = static_cast<double>(m.ffn_hidden);
+  c.sp = false;
+  EXPECT_NEAR(forward_flops_per_layer(m, c, 1.0).elementwise_bytes, 2 * (tokens * 8 * h + tokens * 3 * f / 4), 1e-6);
+  c.sp = true;
+  EXPECT_NEAR(forward_flops_per_layer(m, c, 1.0).elementwise_bytes, 2 * (tokens / 4 * 8 * h + tokens * 3 * f / 4), 1e-6);
+}
+
 // PaLM / Chowdhery et al.: 6N + 12*L*s*h model FLOPs per token (N non-embedding + head).
 TEST(Flops, ModelFlopsPerTokenIsSixNPlusAttention) {
   const ModelSpec m = gpt(24, 2048, 16, 50257);

@@ -179,29 +179,36 @@ TEST(DpOverlap, Zero3PrefetchExposesFirstGatherAndLastReduceScatter) {
 }
 
 // default_costs takes the DP/ZeRO collectives from the planner's dp_step: the DP x CP
-// group's link, fp32 gradient bytes under mixed precision, DDP's 25 MiB buckets, ZeRO-1
-// buckets of max(40M, 1M x dp) parameters, and one collective per layer for ZeRO-2.
+// group's link, the gradient bytes the stack reduces (the gradient buffer's 16 bits by
+// default; fp32 under a stack that upcasts for the reduction, Efficiency::grad_reduce_fp32),
+// DDP's 25 MiB buckets, ZeRO-1 buckets of max(40M, 1M x dp) parameters, and one collective
+// per layer for ZeRO-2.
 TEST(DpOverlap, DefaultCostsUseThePlannersCollectives) {
   const ModelSpec m = testing::llama2_7b();
   const ClusterSpec cl = testing::dgx_a100(2);
   const TrainingJob j = testing::job(4096, 16);
-  ASSERT_GT(bytes_per_param(j).master, 0);  // mixed precision: gradients reduced in fp32
+  ASSERT_GT(bytes_per_param(j).master, 0);  // mixed precision
+  ASSERT_EQ(bytes_per_param(j).gradients, 2);  // 16-bit gradients (the DeepSpeed convention)
+  for (int fp32 : {0, 1})
   for (int zero : {0, 1, 2}) {
+    Efficiency e;
+    e.grad_reduce_fp32 = fp32;
     ParallelPlan p = testing::plan(8, 1, 1, 1, Schedule::one_f_one_b, 1, 16);
     p.cp = 2;
     p.zero = zero;
-    SCOPED_TRACE("zero " + std::to_string(zero));
+    SCOPED_TRACE("zero " + std::to_string(zero) + " fp32 reduction " + std::to_string(fp32));
     ASSERT_EQ(check_plan(m, cl, j, p, p.world_size(), true), RejectReason::none);
-    const SimCosts sc = default_costs(m, cl, j, p);
+    const SimCosts sc = default_costs(m, cl, j, p, e);
     EXPECT_EQ(sc.dp_group, 16);
     EXPECT_EQ(sc.dp_link.bandwidth, dp_group_link(cl, p).bandwidth);
     EXPECT_EQ(sc.dp_link.bandwidth, 8 * cl.inter_node_bandwidth);  // 8 ranks of the 16 per node: 8 NICs
     EXPECT_EQ(sc.dp_tier, LinkTier::inter_node);
-    const double bucket = zero == 0 ? 25.0 * 1024 * 1024 : zero == 1 ? 40e6 * 4 : 0;
+    const double grad_bytes = fp32 ? 4 : 2;
+    const double bucket = zero == 0 ? 25.0 * 1024 * 1024 : zero == 1 ? 40e6 * grad_bytes : 0;
     EXPECT_EQ(sc.bucket_bytes, bucket);
     EXPECT_EQ(sc.gather_bucket_bytes, zero == 1 ? 40e6 * 2 : 0);
     const LayerCost& l = sc.stages[0].layers[0];
-    EXPECT_DOUBLE_EQ(l.grad_bytes, 2 * l.trainable_weight_bytes);  // fp32 against bf16 weights
+    EXPECT_DOUBLE_EQ(l.grad_bytes, grad_bytes / 2 * l.trainable_weight_bytes);  // against bf16 weights
   }
 }
 
