@@ -222,7 +222,7 @@ struct CpuOps {
   Status cast_rows(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
   Status stage_batch(const Batch& b, const int32_t* positions, int64_t, const int32_t* whole_doc, int64_t,
                      detail::StagedBatch& out) const {
-    out = {b.tokens, b.targets, b.doc_ids, positions, whole_doc, {}};
+    out = {b.tokens, b.targets, b.doc_ids, positions, whole_doc, b.targets, {}};
     return Status::ok();
   }
 
@@ -260,6 +260,15 @@ struct CpuOps {
   template <class... T, class... Args>                                                       \
   Status name(Args&&... args) const {                                                        \
     return timed(#name, 0, 0, 0, 0, [&] { cpu::name<T...>(std::forward<Args>(args)...); }); \
+  }
+  // The sinks' gradient (cpu::attention_sink_backward, in doubles) added into gs (heads).
+  template <class T, class GT>
+  Status attention_sink_grad(const T* o, const T* dout, const acc_t<T>* lse, const T* probs, const cpu::AttentionDims& dm,
+                             GT* gs) const {
+    std::vector<double> ds(static_cast<size_t>(dm.heads), 0.0);
+    cpu::attention_sink_backward<T>(o, dout, lse, probs, dm, ds.data());
+    for (size_t h = 0; h < ds.size(); ++h) gs[h] = from_double<GT>(to_double(gs[h]) + ds[h]);
+    return Status::ok();
   }
   LL_CPU_OP(nf4_dequantize)
   LL_CPU_OP(layernorm_forward)

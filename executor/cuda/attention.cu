@@ -27,6 +27,13 @@ float score_scale(const AttentionDims& dm) {
   return static_cast<float>(dm.scale != 0 ? dm.scale : 1.0 / std::sqrt(static_cast<double>(dm.head_dim)));
 }
 
+// A forward with dims.sinks reads their logits on the device (`sinks`, heads floats).
+Status check_sinks(const AttentionDims& dm, const float* sinks) {
+  if (!dm.sinks.empty() && sinks == nullptr)
+    return Status::bad_input("attention (cuda): dims.sinks given without their device copy (the sinks argument)");
+  return Status::ok();
+}
+
 Status materialized_takes_whole_sequences() {
   return Status::bad_input("attention (cuda): the materialized kernels take whole sequences; context parallel's query "
                            "and key slices need flash attention on the GPU");
@@ -36,15 +43,8 @@ Status check_dims(const AttentionDims& dm) {
   if (dm.b < 0 || dm.s < 0 || dm.heads <= 0 || dm.kv_heads <= 0 || dm.head_dim <= 0 || dm.heads % dm.kv_heads != 0) {
     return Status::bad_input("attention: heads must be a positive multiple of kv_heads, and every size >= 0");
   }
-  // The CUDA kernels mask causally only; a window would be silently ignored.
-  if (!dm.sinks.empty()) return Status::bad_input("attention (cuda): attention sinks run on the CPU backend only");
-  if (dm.window > 0)
-    return Status::bad_input("attention (cuda): sliding-window attention (window " + std::to_string(dm.window) +
-                             ") runs on the CPU backend only; the CUDA kernels mask causally");
-  // The CUDA kernels read one head width for q, k and v.
-  if (value_dim(dm) != dm.head_dim)
-    return Status::bad_input("attention (cuda): value heads of width " + std::to_string(value_dim(dm)) + " beside " +
-                             std::to_string(dm.head_dim) + "-wide queries and keys (latent attention) run on the CPU backend only");
+  if (dm.window < 0) return Status::bad_input("attention: window must be >= 0 (0: full causal)");
+  if (dm.v_dim < 0) return Status::bad_input("attention: v_dim must be >= 0 (0: the head width)");
   return Status::ok();
 }
 
@@ -66,22 +66,31 @@ Status from_head_major(CudaContext& ctx, const S* src, S* dst, int64_t b, int64_
   }, "from_head_major");
 }
 
-// One block per score row r = (bi, h, i): probs = softmax over allowed keys, 0 elsewhere.
+// One block per score row r = (bi, h, i): probs = softmax over allowed keys, 0 elsewhere:
+// j <= i, within the window's last `window` positions when window > 0 (cpu/attention.h
+// allowed(i, j)), in the same document.
+// sinks (heads) or nullptr: one more logit per row, of value 0, in the denominator only
+// (cpu/attention.h sinks): the row's probabilities then sum to 1 - p_sink.
 template <class S>
-__global__ void softmax_forward_kernel(const float* scores, S* probs, const int32_t* doc, int64_t s, int64_t heads) {
+__global__ void softmax_forward_kernel(const float* scores, S* probs, const int32_t* doc, int64_t s, int64_t heads,
+                                       int64_t window, const float* sinks) {
   const int64_t r = blockIdx.x, i = r % s, bi = r / (heads * s);
   const float* x = scores + r * s;
   S* p = probs + r * s;
   const int32_t* docs = doc != nullptr ? doc + bi * s : nullptr;
-  auto allowed = [&](int64_t j) { return j <= i && (docs == nullptr || docs[j] == docs[i]); };
+  auto allowed = [&](int64_t j) {
+    return j <= i && (window <= 0 || i - j < window) && (docs == nullptr || docs[j] == docs[i]);
+  };
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
     if (allowed(j)) m = fmaxf(m, x[j]);
   m = block_max(m);  // finite: key i is always allowed
+  const float sink = sinks != nullptr ? sinks[(r / s) % heads] : -INFINITY;
+  m = fmaxf(m, sink);
   float sum = 0;
   for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
     if (allowed(j)) sum += expf(x[j] - m);
-  const float inv = 1.0f / block_sum(sum);
+  const float inv = 1.0f / (block_sum(sum) + (sinks != nullptr ? expf(sink - m) : 0.0f));
   for (int64_t j = threadIdx.x; j < s; j += blockDim.x) p[j] = store<S>(allowed(j) ? expf(x[j] - m) * inv : 0.0f);
 }
 
@@ -125,13 +134,16 @@ Status group_gemm(CudaContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int6
   return gemm(ctx, g);
 }
 
+// q, k at width d; v, o, dout at width dv (value_dim).
 template <class S>
 int64_t materialized_bytes(const AttentionDims& dm) {
-  const int64_t q = carved(dm.b * dm.heads * dm.s * dm.head_dim * static_cast<int64_t>(sizeof(S)));
-  const int64_t kv = carved(dm.b * dm.kv_heads * dm.s * dm.head_dim * static_cast<int64_t>(sizeof(S)));
+  const int64_t es = static_cast<int64_t>(sizeof(S)), dv = value_dim(dm);
+  const int64_t q = carved(dm.b * dm.heads * dm.s * dm.head_dim * es), o = carved(dm.b * dm.heads * dm.s * dv * es);
+  const int64_t k = carved(dm.b * dm.kv_heads * dm.s * dm.head_dim * es), v = carved(dm.b * dm.kv_heads * dm.s * dv * es);
   const int64_t scores = carved(dm.b * dm.heads * dm.s * dm.s * 4);
-  const int64_t ds = carved(dm.b * dm.heads * dm.s * dm.s * static_cast<int64_t>(sizeof(S)));
-  return std::max(2 * q + 2 * kv + scores, 3 * q + 4 * kv + scores + ds);
+  const int64_t ds = carved(dm.b * dm.heads * dm.s * dm.s * es);
+  // forward: Qh Kh Vh Oh + scores; backward: Qh dOh dQh Kh Vh dKh dVh + dP + dS
+  return std::max(q + k + v + o + scores, 2 * q + o + 2 * k + 2 * v + scores + ds);
 }
 
 // ---------------------------------------------------------------- flash
@@ -147,12 +159,24 @@ constexpr int kPer = kMaxD / 32;  // head-dim elements per lane: lane l holds l,
 // rows at k_off / k_split / k_hi likewise. Positions increase with the row, so the keys a
 // query may see (causal) are a prefix of the key rows and the queries that may see a key
 // a suffix of the query rows. Whole sequences: sq = sk = s, offsets and splits 0.
+// d: the width of a query and key head; dv: of a value (and output) head (latent
+// attention's are narrower). window: the sliding window in positions (a key at p_k is seen
+// from p_q when p_q - p_k < window), or 0: full causal.
 struct FlashDims {
   int64_t s, heads, kv_heads, d, group;
   float scale;
   int64_t sq, q_off, q_split, q_hi;
   int64_t sk, k_off, k_split, k_hi;
+  int64_t window;
+  int64_t dv;
+  const float* sinks;  // (heads) on the device, or nullptr: none
 };
+
+// Whether the query at position qp may see the key at position kp: causal, and inside the
+// window when there is one (cpu/attention.h allowed(i, j), without the document ids).
+__device__ __forceinline__ bool sees(const FlashDims& D, int64_t qp, int64_t kp) {
+  return kp <= qp && (D.window <= 0 || qp - kp < D.window);
+}
 
 __device__ __forceinline__ int64_t clamp_rows(int64_t x, int64_t hi) { return x < 0 ? 0 : x > hi ? hi : x; }
 __device__ __forceinline__ int64_t q_pos(const FlashDims& D, int64_t i) {
@@ -172,35 +196,36 @@ __device__ __forceinline__ int64_t queries_below(const FlashDims& D, int64_t p) 
   return clamp_rows(p - D.q_off, D.q_split) + clamp_rows(p - D.q_hi, D.sq - D.q_split);
 }
 
-// Tile rows [r0, r0 + kTile) of head `head` of x (b, rows, nh, d) into smem (kTile, kMaxD)
-// as fp32, zeros beyond rows and d. Called by the whole block.
+// Tile rows [r0, r0 + kTile) of head `head` of x (b, rows, nh, w) into smem (kTile, kMaxD)
+// as fp32, zeros beyond rows and the width w (D.d for q and k, D.dv for v, o and dout).
+// Called by the whole block.
 template <class S>
 __device__ void load_tile(float (*dst)[kMaxD], const S* x, int64_t bi, int64_t r0, int64_t head, int64_t nh,
-                          int64_t rows, const FlashDims& D) {
+                          int64_t rows, int64_t w) {
   for (int e = threadIdx.x; e < kTile * kMaxD; e += blockDim.x) {
     const int t = e / kMaxD, c = e % kMaxD;
     const int64_t r = r0 + t;
-    dst[t][c] = r < rows && c < D.d ? load(x[((bi * rows + r) * nh + head) * D.d + c]) : 0.0f;
+    dst[t][c] = r < rows && c < w ? load(x[((bi * rows + r) * nh + head) * w + c]) : 0.0f;
   }
 }
 
-// This lane's kPer elements of row r of head `head` of x (b, rows, nh, d).
+// This lane's kPer elements of row r of head `head` of x (b, rows, nh, w), zeros beyond w.
 template <class S>
 __device__ void load_row(float (&out)[kPer], const S* x, int64_t bi, int64_t r, int64_t head, int64_t nh, int64_t rows,
-                         const FlashDims& D) {
+                         int64_t w) {
   const int lane = threadIdx.x & 31;
   for (int c = 0; c < kPer; ++c) {
     const int dim = lane + 32 * c;
-    out[c] = dim < D.d ? load(x[((bi * rows + r) * nh + head) * D.d + dim]) : 0.0f;
+    out[c] = dim < w ? load(x[((bi * rows + r) * nh + head) * w + dim]) : 0.0f;
   }
 }
 template <class S>
 __device__ void store_row(S* x, const float (&v)[kPer], float mul, int64_t bi, int64_t r, int64_t head, int64_t nh,
-                          int64_t rows, const FlashDims& D) {
+                          int64_t rows, int64_t w) {
   const int lane = threadIdx.x & 31;
   for (int c = 0; c < kPer; ++c) {
     const int dim = lane + 32 * c;
-    if (dim < D.d) x[((bi * rows + r) * nh + head) * D.d + dim] = store<S>(v[c] * mul);
+    if (dim < w) x[((bi * rows + r) * nh + head) * w + dim] = store<S>(v[c] * mul);
   }
 }
 
@@ -229,14 +254,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int c = 0; c < kPer; ++c) acc[c] = 0.0f;
   int32_t my_doc = 0;
   if (active) {
-    load_row(qr, q, bi, i, h, D.heads, D.sq, D);
+    load_row(qr, q, bi, i, h, D.heads, D.sq, D.d);
     if (doc != nullptr) my_doc = doc[bi * D.s + my_pos];
   }
   float m = -INFINITY, l = 0.0f;
   for (int64_t j0 = 0; j0 < kend; j0 += kTile) {
     __syncthreads();  // the previous tile is no longer read
-    load_tile(Ks, k, bi, j0, kh, D.kv_heads, D.sk, D);
-    load_tile(Vs, v, bi, j0, kh, D.kv_heads, D.sk, D);
+    load_tile(Ks, k, bi, j0, kh, D.kv_heads, D.sk, D.d);
+    load_tile(Vs, v, bi, j0, kh, D.kv_heads, D.sk, D.dv);
     if (threadIdx.x < kTile)
       docs[threadIdx.x] = doc != nullptr && j0 + threadIdx.x < D.sk ? doc[bi * D.s + k_pos(D, j0 + threadIdx.x)] : 0;
     __syncthreads();
@@ -246,7 +271,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int t = 0; t < cols; ++t) {
       const float sc = dot_row(qr, Ks[t]) * D.scale;
       const int64_t j = j0 + t;
-      const bool ok = k_pos(D, j) <= my_pos && (doc == nullptr || docs[t] == my_doc);
+      const bool ok = sees(D, my_pos, k_pos(D, j)) && (doc == nullptr || docs[t] == my_doc);
       if (lane == t) my_score = ok ? sc : -INFINITY;
     }
     const float tile_max = warp_max(my_score);
@@ -263,8 +288,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     m = m_new;
   }
   if (!active) return;
+  if (D.sinks != nullptr) {  // the sink: one more logit of value 0 (cpu/attention.h sinks)
+    const float sk = D.sinks[h], m_new = fmaxf(m, sk), corr = expf(m - m_new);
+    l = l * corr + expf(sk - m_new);
+    for (int c = 0; c < kPer; ++c) acc[c] *= corr;
+    m = m_new;
+  }
   // A row with no allowed key among those held (a ring step's partial): o = 0, lse = -inf.
-  store_row(o, acc, l > 0.0f ? 1.0f / l : 0.0f, bi, i, h, D.heads, D.sq, D);
+  store_row(o, acc, l > 0.0f ? 1.0f / l : 0.0f, bi, i, h, D.heads, D.sq, D.dv);
   if (lane == 0) lse[(bi * D.heads + h) * D.sq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
@@ -288,10 +319,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   int32_t my_doc = 0;
   float Di = 0, lse_i = 0;
   if (active) {
-    load_row(qr, q, bi, i, h, D.heads, D.sq, D);
-    load_row(dor, dout, bi, i, h, D.heads, D.sq, D);
+    load_row(qr, q, bi, i, h, D.heads, D.sq, D.d);
+    load_row(dor, dout, bi, i, h, D.heads, D.sq, D.dv);
     float orow[kPer];
-    load_row(orow, o, bi, i, h, D.heads, D.sq, D);
+    load_row(orow, o, bi, i, h, D.heads, D.sq, D.dv);
     float part = 0;
     for (int c = 0; c < kPer; ++c) part += dor[c] * orow[c];
     Di = warp_sum(part);
@@ -303,8 +334,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const bool seen = lse_i != -INFINITY;  // a row that saw no key has no gradient
   for (int64_t j0 = 0; j0 < kend; j0 += kTile) {
     __syncthreads();
-    load_tile(Ks, k, bi, j0, kh, D.kv_heads, D.sk, D);
-    load_tile(Vs, v, bi, j0, kh, D.kv_heads, D.sk, D);
+    load_tile(Ks, k, bi, j0, kh, D.kv_heads, D.sk, D.d);
+    load_tile(Vs, v, bi, j0, kh, D.kv_heads, D.sk, D.dv);
     if (threadIdx.x < kTile)
       docs[threadIdx.x] = doc != nullptr && j0 + threadIdx.x < D.sk ? doc[bi * D.s + k_pos(D, j0 + threadIdx.x)] : 0;
     __syncthreads();
@@ -314,13 +345,13 @@ __global__ void __launch_bounds__(kWarps * 32)
       const float sc = dot_row(qr, Ks[t]) * D.scale;
       const float dp = dot_row(dor, Vs[t]);
       const int64_t j = j0 + t;
-      const bool ok = seen && k_pos(D, j) <= my_pos && (doc == nullptr || docs[t] == my_doc);
+      const bool ok = seen && sees(D, my_pos, k_pos(D, j)) && (doc == nullptr || docs[t] == my_doc);
       const float p = ok ? expf(sc - lse_i) : 0.0f;
       const float ds = p * (dp - Di);
       for (int c = 0; c < kPer; ++c) acc[c] += ds * Ks[t][lane + 32 * c];
     }
   }
-  if (active) store_row(dq, acc, D.scale, bi, i, h, D.heads, D.sq, D);
+  if (active) store_row(dq, acc, D.scale, bi, i, h, D.heads, D.sq, D.d);
 }
 
 // dk_j = scale sum_{h in group, i >= j} dS_ij q_i;  dv_j = sum P_ij dO_i.
@@ -342,8 +373,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int c = 0; c < kPer; ++c) dka[c] = dva[c] = 0.0f;
   int32_t my_doc = 0;
   if (active) {
-    load_row(kr, k, bi, j, kh, D.kv_heads, D.sk, D);
-    load_row(vr, v, bi, j, kh, D.kv_heads, D.sk, D);
+    load_row(kr, k, bi, j, kh, D.kv_heads, D.sk, D.d);
+    load_row(vr, v, bi, j, kh, D.kv_heads, D.sk, D.dv);
     if (doc != nullptr) my_doc = doc[bi * D.s + my_pos];
   }
   // causal: queries at positions >= the block's first key's only
@@ -351,8 +382,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int64_t h = kh * D.group; h < (kh + 1) * D.group; ++h) {
     for (int64_t i0 = first_query; i0 < D.sq; i0 += kTile) {
       __syncthreads();
-      load_tile(Qs, q, bi, i0, h, D.heads, D.sq, D);
-      load_tile(dOs, dout, bi, i0, h, D.heads, D.sq, D);
+      load_tile(Qs, q, bi, i0, h, D.heads, D.sq, D.d);
+      load_tile(dOs, dout, bi, i0, h, D.heads, D.sq, D.dv);
       if (threadIdx.x < kTile) {
         const int64_t i = i0 + threadIdx.x;
         const bool in = i < D.sq;
@@ -368,7 +399,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         const float sc = dot_row(kr, Qs[t]) * D.scale;
         const float dp = dot_row(vr, dOs[t]);
         const int64_t i = i0 + t;
-        const bool ok = lse_s[t] != -INFINITY && my_pos <= q_pos(D, i) && (doc == nullptr || docs[t] == my_doc);
+        const bool ok = lse_s[t] != -INFINITY && sees(D, q_pos(D, i), my_pos) && (doc == nullptr || docs[t] == my_doc);
         const float p = ok ? expf(sc - lse_s[t]) : 0.0f;
         const float ds = p * (dp - D_s[t]);
         for (int c = 0; c < kPer; ++c) {
@@ -379,8 +410,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   if (!active) return;
-  store_row(dk, dka, D.scale, bi, j, kh, D.kv_heads, D.sk, D);
-  store_row(dv, dva, 1.0f, bi, j, kh, D.kv_heads, D.sk, D);
+  store_row(dk, dka, D.scale, bi, j, kh, D.kv_heads, D.sk, D.d);
+  store_row(dv, dva, 1.0f, bi, j, kh, D.kv_heads, D.sk, D.dv);
 }
 
 FlashDims flash_dims(const AttentionDims& dm) {
@@ -389,7 +420,8 @@ FlashDims flash_dims(const AttentionDims& dm) {
   auto split = [](int64_t at, int64_t rows) { return at > 0 && at < rows ? at : int64_t{0}; };
   FlashDims D{dm.s, dm.heads, dm.kv_heads, dm.head_dim, dm.heads / dm.kv_heads, score_scale(dm),
               sq, dm.q_offset, split(dm.q_split, sq), dm.q_offset_hi,
-              sk, dm.k_rows > 0 ? dm.k_offset : 0, dm.k_rows > 0 ? split(dm.k_split, sk) : 0, dm.k_offset_hi};
+              sk, dm.k_rows > 0 ? dm.k_offset : 0, dm.k_rows > 0 ? split(dm.k_split, sk) : 0, dm.k_offset_hi,
+              dm.window, value_dim(dm), nullptr};
   return D;
 }
 
@@ -400,9 +432,10 @@ bool whole_sequences(const AttentionDims& dm) {
 
 Status check_flash(const AttentionDims& dm) {
   if (Status s = check_dims(dm); !s) return s;
-  if (dm.head_dim > kFlashMaxHeadDim) {
-    return Status::bad_input("flash attention on CUDA: head_dim " + std::to_string(dm.head_dim) + " > " +
-                             std::to_string(kFlashMaxHeadDim) + " (use the materialized path)");
+  if (dm.head_dim > kFlashMaxHeadDim || value_dim(dm) > kFlashMaxHeadDim) {
+    return Status::bad_input("flash attention on CUDA: head_dim " + std::to_string(dm.head_dim) + " (values " +
+                             std::to_string(value_dim(dm)) + ") > " + std::to_string(kFlashMaxHeadDim) +
+                             " (use the materialized path)");
   }
   if (dm.b > 65535) return Status::bad_input("flash attention on CUDA: more than 65535 sequences per call");
   return Status::ok();
@@ -723,10 +756,11 @@ bool smem_fits(size_t bytes) {
   return bytes <= static_cast<size_t>(max_optin);
 }
 
-// Whole sequences only: context parallel's slices run the SIMT kernels.
+// Whole sequences only: context parallel's slices run the SIMT kernels, and so do sliding
+// windows (these kernels mask causally).
 bool applies(DType st, const AttentionDims& dm) {
   return (st == DType::bf16 || st == DType::f16) && dm.head_dim % 16 == 0 && dm.head_dim <= kFlashMaxHeadDim &&
-         whole_sequences(dm);
+         whole_sequences(dm) && dm.window <= 0 && value_dim(dm) == dm.head_dim && dm.sinks.empty();
 }
 
 template <class T, int DP>
@@ -809,63 +843,65 @@ int64_t attention_workspace_bytes(DType st, const AttentionDims& dm, bool flash)
 
 template <class S>
 Status attention_forward_materialized(CudaContext& ctx, const S* q, const S* k, const S* v, const int32_t* doc,
-                                      S* o, S* probs, const AttentionDims& dm, std::span<std::byte> ws) {
+                                      S* o, S* probs, const AttentionDims& dm, std::span<std::byte> ws, const float* sinks) {
   if (Status st = check_dims(dm); !st) return st;
+  if (Status st = check_sinks(dm, sinks); !st) return st;
+  if (dm.sinks.empty()) sinks = nullptr;
   if (!whole_sequences(dm)) return materialized_takes_whole_sequences();
-  const int64_t b = dm.b, s = dm.s, H = dm.heads, KV = dm.kv_heads, d = dm.head_dim, g = H / KV;
+  const int64_t b = dm.b, s = dm.s, H = dm.heads, KV = dm.kv_heads, d = dm.head_dim, dv = value_dim(dm), g = H / KV;
   if (b * s == 0) return Status::ok();
   DeviceCarver c(ws);
   S* Qh = c.take<S>(b * H * s * d);
   S* Kh = c.take<S>(b * KV * s * d);
-  S* Vh = c.take<S>(b * KV * s * d);
-  S* Oh = c.take<S>(b * H * s * d);
+  S* Vh = c.take<S>(b * KV * s * dv);
+  S* Oh = c.take<S>(b * H * s * dv);
   float* scores = c.take<float>(b * H * s * s);
   if (!c.ok()) return Status::bad_input("attention: workspace smaller than attention_workspace_bytes()");
   if (Status st = to_head_major(ctx, q, Qh, b, s, H, d); !st) return st;
   if (Status st = to_head_major(ctx, k, Kh, b, s, KV, d); !st) return st;
-  if (Status st = to_head_major(ctx, v, Vh, b, s, KV, d); !st) return st;
+  if (Status st = to_head_major(ctx, v, Vh, b, s, KV, dv); !st) return st;
   // scores (g s, s) = scale Q_group K^T, per (sequence, kv head)
   if (Status st = group_gemm(ctx, false, true, g * s, s, d, score_scale(dm), Qh, d, g * s * d, Kh, d, s * d, scores,
                              DType::f32, s, g * s * s, b * KV);
       !st)
     return st;
   softmax_forward_kernel<<<static_cast<unsigned>(b * H * s), kSoftmaxThreads, 0, ctx.compute_stream()>>>(
-      scores, probs, doc, s, H);
+      scores, probs, doc, s, H, dm.window, sinks);
   if (Status st = launch_status("softmax_forward_kernel"); !st) return st;
-  // O_group (g s, d) = P_group (g s, s) V (s, d)
-  if (Status st = group_gemm(ctx, false, false, g * s, d, s, 1.0f, probs, s, g * s * s, Vh, d, s * d, Oh,
-                             dtype_of<S>, d, g * s * d, b * KV);
+  // O_group (g s, dv) = P_group (g s, s) V (s, dv)
+  if (Status st = group_gemm(ctx, false, false, g * s, dv, s, 1.0f, probs, s, g * s * s, Vh, dv, s * dv, Oh,
+                             dtype_of<S>, dv, g * s * dv, b * KV);
       !st)
     return st;
-  return from_head_major(ctx, Oh, o, b, s, H, d);
+  return from_head_major(ctx, Oh, o, b, s, H, dv);
 }
 
 template <class S>
 Status attention_backward_materialized(CudaContext& ctx, const S* q, const S* k, const S* v, const S* probs,
-                                       const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dm,
+                                       const S* dout, S* dq, S* dk, S* dv_out, const AttentionDims& dm,
                                        std::span<std::byte> ws) {
   if (Status st = check_dims(dm); !st) return st;
   if (!whole_sequences(dm)) return materialized_takes_whole_sequences();
-  const int64_t b = dm.b, s = dm.s, H = dm.heads, KV = dm.kv_heads, d = dm.head_dim, g = H / KV;
+  const int64_t b = dm.b, s = dm.s, H = dm.heads, KV = dm.kv_heads, d = dm.head_dim, dv = value_dim(dm), g = H / KV;
   if (b * s == 0) return Status::ok();
   const float scale = score_scale(dm);
   DeviceCarver c(ws);
   S* Qh = c.take<S>(b * H * s * d);
-  S* dOh = c.take<S>(b * H * s * d);
+  S* dOh = c.take<S>(b * H * s * dv);
   S* dQh = c.take<S>(b * H * s * d);
   S* Kh = c.take<S>(b * KV * s * d);
-  S* Vh = c.take<S>(b * KV * s * d);
+  S* Vh = c.take<S>(b * KV * s * dv);
   S* dKh = c.take<S>(b * KV * s * d);
-  S* dVh = c.take<S>(b * KV * s * d);
+  S* dVh = c.take<S>(b * KV * s * dv);
   float* dP = c.take<float>(b * H * s * s);
   S* dS = c.take<S>(b * H * s * s);
   if (!c.ok()) return Status::bad_input("attention: workspace smaller than attention_workspace_bytes()");
   if (Status st = to_head_major(ctx, q, Qh, b, s, H, d); !st) return st;
-  if (Status st = to_head_major(ctx, dout, dOh, b, s, H, d); !st) return st;
+  if (Status st = to_head_major(ctx, dout, dOh, b, s, H, dv); !st) return st;
   if (Status st = to_head_major(ctx, k, Kh, b, s, KV, d); !st) return st;
-  if (Status st = to_head_major(ctx, v, Vh, b, s, KV, d); !st) return st;
+  if (Status st = to_head_major(ctx, v, Vh, b, s, KV, dv); !st) return st;
   // dP (g s, s) = dO_group V^T
-  if (Status st = group_gemm(ctx, false, true, g * s, s, d, 1.0f, dOh, d, g * s * d, Vh, d, s * d, dP, DType::f32,
+  if (Status st = group_gemm(ctx, false, true, g * s, s, dv, 1.0f, dOh, dv, g * s * dv, Vh, dv, s * dv, dP, DType::f32,
                              s, g * s * s, b * KV);
       !st)
     return st;
@@ -883,19 +919,20 @@ Status attention_backward_materialized(CudaContext& ctx, const S* q, const S* k,
                              s * d, b * KV);
       !st)
     return st;
-  if (Status st = group_gemm(ctx, true, false, s, d, g * s, 1.0f, probs, s, g * s * s, dOh, d, g * s * d, dVh, t, d,
-                             s * d, b * KV);
+  if (Status st = group_gemm(ctx, true, false, s, dv, g * s, 1.0f, probs, s, g * s * s, dOh, dv, g * s * dv, dVh, t, dv,
+                             s * dv, b * KV);
       !st)
     return st;
   if (Status st = from_head_major(ctx, dQh, dq, b, s, H, d); !st) return st;
   if (Status st = from_head_major(ctx, dKh, dk, b, s, KV, d); !st) return st;
-  return from_head_major(ctx, dVh, dv, b, s, KV, d);
+  return from_head_major(ctx, dVh, dv_out, b, s, KV, dv);
 }
 
 template <class S>
 Status attention_forward_flash(CudaContext& ctx, const S* q, const S* k, const S* v, const int32_t* doc, S* o,
-                               float* lse, const AttentionDims& dm, std::span<std::byte> /*ws*/) {
+                               float* lse, const AttentionDims& dm, std::span<std::byte> /*ws*/, const float* sinks) {
   if (Status st = check_flash(dm); !st) return st;
+  if (Status st = check_sinks(dm, sinks); !st) return st;
   if (dm.b * dm.s == 0) return Status::ok();
   if constexpr (tc::kHalf<S>) {
     if (tc::applies(dtype_of<S>, dm) && tc::smem_fits(tc::fwd_smem(static_cast<int>(dm.head_dim)))) {
@@ -904,8 +941,10 @@ Status attention_forward_flash(CudaContext& ctx, const S* q, const S* k, const S
                             reinterpret_cast<const T*>(v), doc, reinterpret_cast<T*>(o), lse, dm);
     }
   }
+  FlashDims D = flash_dims(dm);
+  D.sinks = dm.sinks.empty() ? nullptr : sinks;
   flash_forward_kernel<<<flash_grid(dm, query_rows(dm), dm.heads), kWarps * 32, 0, ctx.compute_stream()>>>(
-      q, k, v, doc, o, lse, flash_dims(dm));
+      q, k, v, doc, o, lse, D);
   return launch_status("flash_forward_kernel");
 }
 
@@ -942,7 +981,7 @@ template <class S>
 Status attention_merge_partial(CudaContext& ctx, S* o, float* lse, const S* o_part, const float* lse_part,
                                const AttentionDims& dm) {
   if (Status st = check_dims(dm); !st) return st;
-  const int64_t sq = query_rows(dm), d = dm.head_dim, H = dm.heads;
+  const int64_t sq = query_rows(dm), d = value_dim(dm), H = dm.heads;
   return for_each_index(ctx, dm.b * H * sq, [=] __device__(int64_t r) {  // r: (b, heads, sq) as lse
     const float lp = lse_part[r];
     if (lp == -INFINITY) return;  // the partial saw no key of this row
@@ -955,14 +994,55 @@ Status attention_merge_partial(CudaContext& ctx, S* o, float* lse, const S* o_pa
   }, "attention_merge_partial");
 }
 
+// One block per head: -sum over the (b, sq) rows of p_sink D (cpu::attention_sink_backward),
+// added into gs[h] by thread 0 once the block's sum is made (a fixed order: deterministic).
+template <class S, class G>
+__global__ void sink_backward_kernel(const S* o, const S* dout, const float* lse, const S* probs, const float* sinks, G* gs,
+                                     int64_t b, int64_t sq, int64_t heads, int64_t dv, int64_t keys) {
+  const int64_t h = blockIdx.x;
+  float acc = 0;
+  for (int64_t r = threadIdx.x; r < b * sq; r += blockDim.x) {
+    const int64_t bi = r / sq, i = r % sq;
+    const int64_t at = ((bi * sq + i) * heads + h) * dv, row = (bi * heads + h) * sq + i;
+    float D = 0;
+    for (int64_t c = 0; c < dv; ++c) D += load(dout[at + c]) * load(o[at + c]);
+    float p;
+    if (lse != nullptr) {
+      p = lse[row] == -INFINITY ? 0.0f : expf(sinks[h] - lse[row]);
+    } else {
+      float kept = 0;
+      for (int64_t j = 0; j < keys; ++j) kept += load(probs[row * keys + j]);
+      p = 1.0f - kept;
+    }
+    acc -= p * D;
+  }
+  const float total = block_sum(acc);
+  if (threadIdx.x == 0) gs[h] = store<G>(load(gs[h]) + total);
+}
+
+template <class S, class G>
+Status attention_sink_backward(CudaContext& ctx, const S* o, const S* dout, const float* lse, const S* probs,
+                               const AttentionDims& dm, const float* sinks, G* gsinks) {
+  if (Status st = check_dims(dm); !st) return st;
+  if ((lse == nullptr) == (probs == nullptr))
+    return Status::bad_input("attention (cuda): the sinks' gradient reads the flash lse or the probabilities, one of them");
+  if (lse != nullptr && sinks == nullptr) return Status::bad_input("attention (cuda): the sinks' gradient from lse needs their logits");
+  if (dm.b * query_rows(dm) == 0) return Status::ok();
+  sink_backward_kernel<S, G><<<static_cast<unsigned>(dm.heads), kSoftmaxThreads, 0, ctx.compute_stream()>>>(
+      o, dout, lse, probs, sinks, gsinks, dm.b, query_rows(dm), dm.heads, value_dim(dm), dm.s);
+  return launch_status("sink_backward_kernel");
+}
+
 #define INST(S)                                                                                              \
   template Status attention_forward_materialized<S>(CudaContext&, const S*, const S*, const S*, const int32_t*, \
-                                                    S*, S*, const AttentionDims&, std::span<std::byte>);     \
+                                                    S*, S*, const AttentionDims&, std::span<std::byte>,      \
+                                                    const float*);                                           \
   template Status attention_backward_materialized<S>(CudaContext&, const S*, const S*, const S*, const S*,    \
                                                      const S*, S*, S*, S*, const AttentionDims&,             \
                                                      std::span<std::byte>);                                  \
   template Status attention_forward_flash<S>(CudaContext&, const S*, const S*, const S*, const int32_t*, S*, \
-                                             float*, const AttentionDims&, std::span<std::byte>);            \
+                                             float*, const AttentionDims&, std::span<std::byte>,             \
+                                             const float*);                                                  \
   template Status attention_backward_flash<S>(CudaContext&, const S*, const S*, const S*, const int32_t*,    \
                                               const S*, const float*, const S*, S*, S*, S*,                  \
                                               const AttentionDims&, std::span<std::byte>);                   \
@@ -970,5 +1050,10 @@ Status attention_merge_partial(CudaContext& ctx, S* o, float* lse, const S* o_pa
                                              const AttentionDims&);
 LLMPLAN_CUDA_FOR_STORAGE(INST)
 #undef INST
+#define INSTG(S, G)                                                                                                \
+  template Status attention_sink_backward<S, G>(CudaContext&, const S*, const S*, const float*, const S*,         \
+                                                const AttentionDims&, const float*, G*);
+LLMPLAN_CUDA_FOR_STORAGE_GRAD(INSTG)
+#undef INSTG
 
 }  // namespace llmplan::exec::cuda

@@ -19,6 +19,17 @@
 //     head_dim a multiple of 16 runs the tensor-core kernels instead (attention.cu), for
 //     whole sequences.
 //     REQUIRES: head_dim <= kFlashMaxHeadDim. dims.block is not used (the tile is fixed).
+//   Sliding windows (dims.window > 0, cpu/attention.h allowed(i, j)): the materialized
+//     softmax and the SIMT flash kernels mask keys outside the window; a windowed flash call
+//     runs the SIMT kernels (the tensor-core ones mask causally only).
+//   Value heads of another width (dims.v_dim, latent attention): v, o, dout and dv at that
+//     width in both variants; such a flash call runs the SIMT kernels (both widths <=
+//     kFlashMaxHeadDim).
+//   Attention sinks (dims.sinks, host doubles, cpu/attention.h): the forwards read their
+//     logits from `sinks`, a device copy of heads floats (bad_input without it), and count
+//     one more logit of value 0 per row (the SIMT flash kernels, the materialized softmax;
+//     never the tensor-core kernels); the backwards of q, k, v are unchanged (lse and probs
+//     include the sink), and attention_sink_backward adds the sinks' gradient.
 //   Context parallel (cpu/attention.h's slices: q_rows / q_offset / q_split / q_offset_hi,
 //     and for flash k_rows / k_offset / k_split / k_offset_hi): the SIMT flash kernels
 //     read positions as the CPU's do (doc ids then (b, s) of the whole sequence); a query
@@ -46,7 +57,8 @@ inline constexpr int64_t kFlashMaxHeadDim = 128;
 
 template <class S>
 Status attention_forward_materialized(CudaContext& ctx, const S* q, const S* k, const S* v, const int32_t* doc,
-                                      S* o, S* probs, const AttentionDims& dims, std::span<std::byte> ws);
+                                      S* o, S* probs, const AttentionDims& dims, std::span<std::byte> ws,
+                                      const float* sinks = nullptr);
 template <class S>
 Status attention_backward_materialized(CudaContext& ctx, const S* q, const S* k, const S* v, const S* probs,
                                        const S* dout, S* dq, S* dk, S* dv, const AttentionDims& dims,
@@ -54,7 +66,15 @@ Status attention_backward_materialized(CudaContext& ctx, const S* q, const S* k,
 
 template <class S>
 Status attention_forward_flash(CudaContext& ctx, const S* q, const S* k, const S* v, const int32_t* doc, S* o,
-                               float* lse, const AttentionDims& dims, std::span<std::byte> ws);
+                               float* lse, const AttentionDims& dims, std::span<std::byte> ws, const float* sinks = nullptr);
+
+// The sinks' gradient added into gsinks (heads, the gradient type G): -sum over rows of
+// p_sink D, D = dout . o, p_sink = e^(sink_h - lse) from the flash lse (b, heads, sq) with
+// the device sinks, or 1 - the row's sum of probs (b, heads, sq, s) when lse is null
+// (cpu::attention_sink_backward, which returns doubles instead).
+template <class S, class G>
+Status attention_sink_backward(CudaContext& ctx, const S* o, const S* dout, const float* lse, const S* probs,
+                               const AttentionDims& dims, const float* sinks, G* gsinks);
 template <class S>
 Status attention_backward_flash(CudaContext& ctx, const S* q, const S* k, const S* v, const int32_t* doc,
                                 const S* o, const float* lse, const S* dout, S* dq, S* dk, S* dv,

@@ -111,11 +111,10 @@ struct CudaOps {
   Status copy(void* dst, const void* src, int64_t bytes) const {
     return timed("copy", [&] { return copy_on_device(*ctx, dst, src, bytes); });
   }
-  // QLoRA's NF4 base weights (cpu/nf4.h) are dequantized on the CPU backend only
-  // (build_cuda_model refuses job.mode qlora).
+  // QLoRA's NF4 base weights (cpu/nf4.h), dequantized before each use as on the CPU.
   template <class T>
-  Status nf4_dequantize(const uint8_t*, int64_t, T*) const {
-    return Status::bad_input("executor (cuda): NF4 dequantization (job.mode qlora) runs on the CPU backend only");
+  Status nf4_dequantize(const uint8_t* q, int64_t n, T* w) const {
+    return timed("nf4_dequantize", [&] { return cuda::nf4_dequantize<T>(*ctx, q, n, w); });
   }
   Status copy_2d(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width, int64_t rows) const {
     return timed("copy", [&] { return copy_2d_on_device(*ctx, dst, dst_pitch, src, src_pitch, width, rows); });
@@ -158,6 +157,49 @@ struct CudaOps {
     return Status::ok();
   }
 
+  // Attention sinks: dims.sinks (host doubles) as a device copy of heads floats in *out, which
+  // the caller drops after the op it feeds (later work on the compute stream reuses the
+  // block only after that op). Nothing when the dims have none.
+  Status device_sinks(const cpu::AttentionDims& dm, Tensor* out) const {
+    if (dm.sinks.empty()) return Status::ok();
+    const std::vector<float> f(dm.sinks.begin(), dm.sinks.end());
+    Result<Tensor> t = Tensor::empty(ctx->allocator(), Shape{static_cast<int64_t>(f.size())}, DType::f32, Category::workspace,
+                                     "attention.sinks");
+    if (!t) return t.status();
+    *out = std::move(*t);
+    return copy_to_device(*ctx, out->raw(), f.data(), static_cast<int64_t>(f.size()) * 4);
+  }
+  // f(sinks) with dims.sinks as a device copy (nullptr when none), timed as `name`.
+  template <class F>
+  Status with_device_sinks(const char* name, const cpu::AttentionDims& dm, F&& f) const {
+    return timed(name, [&]() -> Status {
+      Tensor sk;
+      if (Status st = device_sinks(dm, &sk); !st) return st;
+      return f(sk.defined() ? sk.data<float>() : nullptr);
+    });
+  }
+  template <class T>
+  Status attention_forward_materialized(const T* q, const T* k, const T* v, const int32_t* doc, T* o, T* probs,
+                                        const cpu::AttentionDims& dm, std::span<std::byte> ws) const {
+    return with_device_sinks("attention_forward_materialized", dm, [&](const float* sk) {
+      return cuda::attention_forward_materialized<T>(*ctx, q, k, v, doc, o, probs, dm, ws, sk);
+    });
+  }
+  template <class T>
+  Status attention_forward_flash(const T* q, const T* k, const T* v, const int32_t* doc, T* o, float* lse,
+                                 const cpu::AttentionDims& dm, std::span<std::byte> ws) const {
+    return with_device_sinks("attention_forward_flash", dm, [&](const float* sk) {
+      return cuda::attention_forward_flash<T>(*ctx, q, k, v, doc, o, lse, dm, ws, sk);
+    });
+  }
+  template <class T, class GT>
+  Status attention_sink_grad(const T* o, const T* dout, const float* lse, const T* probs, const cpu::AttentionDims& dm,
+                             GT* gs) const {
+    return with_device_sinks("attention_sink_backward", dm, [&](const float* sk) {
+      return cuda::attention_sink_backward<T, GT>(*ctx, o, dout, lse, probs, dm, sk, gs);
+    });
+  }
+
   // The ops whose CUDA twin takes the CPU op's arguments after the context.
 #define LL_CUDA_OP(name)                                                                      \
   template <class... T, class... Args>                                                        \
@@ -168,9 +210,7 @@ struct CudaOps {
   LL_CUDA_OP(layernorm_backward)
   LL_CUDA_OP(rmsnorm_forward)
   LL_CUDA_OP(rmsnorm_backward)
-  LL_CUDA_OP(attention_forward_materialized)
   LL_CUDA_OP(attention_backward_materialized)
-  LL_CUDA_OP(attention_forward_flash)
   LL_CUDA_OP(attention_backward_flash)
   LL_CUDA_OP(attention_merge_partial)
   LL_CUDA_OP(dropout_forward)
@@ -309,21 +349,13 @@ Result<std::unique_ptr<Model>> build_cuda_model(CudaContext& ctx, const ModelCon
                              "plan.flash_attention true or use --backend cpu");
   if (c.spec.dropout && !c.plan.flash_attention)
     return materialized_dropout_is_cpu_only();
-  if (c.spec.attention_sinks)
-    return Status::bad_input("executor (cuda): model " + c.spec.name + " has attention sinks, which the CUDA attention kernels do not "
-                             "take: use --backend cpu");
-  if (c.spec.sliding_window > 0)
-    return Status::bad_input("executor (cuda): model " + c.spec.name + " has sliding-window attention (sliding_window " +
-                             std::to_string(c.spec.sliding_window) + "); the CUDA attention kernels mask causally only: use --backend cpu");
-  if (c.spec.mtp_layers > 0)
-    return Status::bad_input("executor (cuda): model " + c.spec.name + " has multi-token prediction, whose shifted tokens and targets "
-                             "the CPU backend reads from the host: use --backend cpu");
-  if (c.job.qlora())
-    return Status::bad_input("executor (cuda): job.mode qlora: its NF4 base weights are dequantized by the CPU backend only: use "
-                             "--backend cpu");
-  if (c.spec.mla.enabled())
-    return Status::bad_input("executor (cuda): model " + c.spec.name + " has multi-head latent attention: its value heads are narrower than "
-                             "its query and key heads, which the CUDA attention kernels do not take: use --backend cpu");
+  // Latent attention's query and key heads are wider than its value heads; the flash kernels
+  // take both up to kFlashMaxHeadDim, the materialized ones any width.
+  if (c.spec.mla.enabled() && c.plan.flash_attention &&
+      (c.spec.head_width() > kFlashMaxHeadDim || c.spec.mla.v_head_dim > kFlashMaxHeadDim))
+    return Status::bad_input("executor (cuda): model " + c.spec.name + " has latent attention with " +
+                             std::to_string(c.spec.head_width()) + "-wide query heads, wider than the CUDA flash kernels' " +
+                             std::to_string(kFlashMaxHeadDim) + ": set plan.flash_attention false (materialized) or use --backend cpu");
   // Interleaved 1F1B: the stage's vpp chunks, each its own model (as on the CPU).
   return detail::build_stage(c, [&ctx](const ModelConfig& ck) -> Result<std::unique_ptr<Model>> {
     const DType s = ck.storage, g = ck.grad;

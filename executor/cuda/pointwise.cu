@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "executor/cpu/nf4.h"
 #include "executor/cuda/check.h"
 #include "executor/cuda/device_util.cuh"
 
@@ -65,6 +66,32 @@ template <class S>
 Status scale(CudaContext& ctx, S* x, int64_t n, double s) {
   const float f = static_cast<float>(s);
   return for_each_index(ctx, n, [=] __device__(int64_t i) { x[i] = store<S>(load(x[i]) * f); }, "scale");
+}
+
+namespace {
+// cpu::kNf4Levels in constant memory (the one table; copied at compile time).
+__constant__ float kNf4LevelsDevice[16] = {
+    cpu::kNf4Levels[0],  cpu::kNf4Levels[1],  cpu::kNf4Levels[2],  cpu::kNf4Levels[3],
+    cpu::kNf4Levels[4],  cpu::kNf4Levels[5],  cpu::kNf4Levels[6],  cpu::kNf4Levels[7],
+    cpu::kNf4Levels[8],  cpu::kNf4Levels[9],  cpu::kNf4Levels[10], cpu::kNf4Levels[11],
+    cpu::kNf4Levels[12], cpu::kNf4Levels[13], cpu::kNf4Levels[14], cpu::kNf4Levels[15]};
+}  // namespace
+
+template <class S>
+Status nf4_dequantize(CudaContext& ctx, const uint8_t* q, int64_t n, S* w) {
+  const int64_t blocks = cpu::nf4_blocks(n);
+  const uint8_t* packed = q;
+  const uint8_t* codes = q + (n + 1) / 2;
+  const uint8_t* scales = codes + blocks;  // fp32, little-endian, unaligned
+  return for_each_index(ctx, n, [=] __device__(int64_t i) {
+    const int64_t b = i / cpu::kNf4Block, g = b / cpu::kNf4Group;
+    const uint8_t* sb = scales + 4 * g;
+    const float scale = __uint_as_float(static_cast<unsigned>(sb[0]) | static_cast<unsigned>(sb[1]) << 8 |
+                                        static_cast<unsigned>(sb[2]) << 16 | static_cast<unsigned>(sb[3]) << 24);
+    const double absmax = codes[b] * static_cast<double>(scale) / 255.0;
+    const int level = i % 2 == 0 ? packed[i / 2] & 0xF : packed[i / 2] >> 4;
+    w[i] = store<S>(static_cast<float>(static_cast<double>(kNf4LevelsDevice[level]) * absmax));
+  }, "nf4_dequantize");
 }
 
 template <class Src, class Dst>
@@ -347,6 +374,9 @@ Status rope_backward(CudaContext& ctx, const S* dy, const int32_t* positions, S*
                                    int64_t, double);
 LLMPLAN_CUDA_FOR_STORAGE(INST)
 #undef INST
+#define INST_NF4(S) template Status nf4_dequantize<S>(CudaContext&, const uint8_t*, int64_t, S*);
+LLMPLAN_CUDA_FOR_STORAGE(INST_NF4)
+#undef INST_NF4
 #define INSTG(S, G) \
   template Status embedding_backward<S, G>(CudaContext&, const int32_t*, const S*, G*, int64_t, int64_t); \
   template Status embedding_backward_shard<S, G>(CudaContext&, const int32_t*, const S*, G*, int64_t, int64_t, \

@@ -41,6 +41,12 @@ Status cast_rows(CudaContext& ctx, const Src* x, int64_t ld_x, Dst* y, int64_t l
 // reads the flag once).  (cpu::has_nonfinite, with the answer kept on the device)
 template <class S> Status has_nonfinite(CudaContext& ctx, const S* x, int64_t n, int32_t* flag);
 
+// QLoRA's frozen NF4 base weight q (cpu::nf4_bytes(n) bytes, cpu/nf4.h's layout) -> w (n
+// values), each value NF4[index] x the block's absmax read back from its 8-bit code and the
+// group's fp32 scale, in double and rounded once into S as the CPU op does, so the bits
+// agree.  (cpu::nf4_dequantize)
+template <class S> Status nf4_dequantize(CudaContext& ctx, const uint8_t* q, int64_t n, S* w);
+
 // GELU, tanh approximation, and its backward from the saved input.  (cpu::gelu_*)
 template <class S> Status gelu_forward(CudaContext& ctx, const S* x, S* y, int64_t n);
 template <class S> Status gelu_backward(CudaContext& ctx, const S* x, const S* dy, S* dx, int64_t n);

@@ -62,6 +62,7 @@ struct StagedBatch {
   const int32_t* doc = nullptr;        // nullptr: no document mask
   const int32_t* positions = nullptr;  // (b * s): restart per sequence and document
   const int32_t* whole_doc = nullptr;  // CP: the whole sequences' doc ids (attention reads keys' positions)
+  const int32_t* host_targets = nullptr;  // the same targets in host memory (MTP shifts them there)
   std::vector<Tensor> buffers;         // the backend's copies (a GPU's), empty on the CPU
 };
 
@@ -305,31 +306,24 @@ class ModelImpl final : public Model {
     if (gpt_) return ops_.template layernorm_forward<S>(x, d(nm.w), d(nm.b), y, ns_, h_, c_.options.norm_eps);
     return ops_.template rmsnorm_forward<S>(x, d(nm.w), y, ns_, h_, c_.options.norm_eps);
   }
-  // Attention sinks live in host memory only (the CUDA kernels refuse them): the logits into
-  // L.sink_logits before a forward; after the backward, their gradient (cpu::
-  // attention_sink_backward over this rank's query rows `dm`) added into L.gsinks.
+  // Attention sinks: the layer's logits (this rank's heads) read into L.sink_logits before a
+  // forward (through the backend's download: a copy on the CPU, a device read on a GPU),
+  // which the attention ops take as AttentionDims::sinks; after the backward, their gradient
+  // over this rank's query rows `dm` added into L.gsinks by the backend
+  // (attention_sink_grad: cpu::attention_sink_backward, or its CUDA twin).
   Status load_sinks(Layer& L) {
-    if constexpr (!Ops::kHostMemory) {
-      return Status::bad_input("executor: attention sinks run on the CPU backend only");
-    } else {
-      const S* w = L.sinks.template data<S>();
-      L.sink_logits.resize(static_cast<size_t>(L.sinks.numel()));
-      for (size_t h = 0; h < L.sink_logits.size(); ++h) L.sink_logits[h] = to_double(w[h]);
-      return Status::ok();
-    }
+    const int64_t n = L.sinks.numel();
+    std::vector<S> w(static_cast<size_t>(n));
+    LL_TRY(ops_.download(w.data(), d(L.sinks), n * static_cast<int64_t>(sizeof(S))));
+    L.sink_logits.resize(static_cast<size_t>(n));
+    for (size_t h = 0; h < L.sink_logits.size(); ++h) L.sink_logits[h] = to_double(w[h]);
+    return Status::ok();
   }
   Status sinks_bwd(Layer& L, const cpu::AttentionDims& dm, const S* dout) {
-    if constexpr (!Ops::kHostMemory) {
-      return Status::bad_input("executor: attention sinks run on the CPU backend only");
-    } else {
-      if (!L.sv.proj_input.defined()) return Status::runtime("executor: attention sinks' gradient needs the attention output");
-      std::vector<double> dsinks(L.sink_logits.size(), 0.0);
-      cpu::attention_sink_backward<S>(d(L.sv.proj_input), dout, c_.plan.flash_attention ? L.sv.lse.template data<A>() : nullptr,
-                                      c_.plan.flash_attention ? nullptr : d(L.sv.probs), dm, dsinks.data());
-      G* gs = L.gsinks.template data<G>();
-      for (size_t h = 0; h < dsinks.size(); ++h) gs[h] = from_double<G>(to_double(gs[h]) + dsinks[h]);
-      return Status::ok();
-    }
+    if (!L.sv.proj_input.defined()) return Status::runtime("executor: attention sinks' gradient needs the attention output");
+    const bool flash = c_.plan.flash_attention;
+    return ops_.template attention_sink_grad<S, G>(d(L.sv.proj_input), dout, flash ? L.sv.lse.template data<A>() : nullptr,
+                                                   flash ? nullptr : d(L.sv.probs), dm, L.gsinks.template data<G>());
   }
   // Post-norms (Gemma 2/3: x + norm(branch)): branch (ns_, h) is kept as `keep` (the
   // recipe's `name`) and normalised in place. Backward: dy the residual's gradient ->
@@ -773,6 +767,11 @@ class ModelImpl final : public Model {
     Layer block;
     Tensor embed_out, eh_in, block_in, fnorm_in, head_in, logits, sm;
     std::vector<int32_t> tokens, targets;  // t_{i+k+1} (0 past the end) and t_{i+k+2} (-1 past it)
+    // Their device copies on a GPU (staged as the micro-batch is: StagedBatch::buffers
+    // non-empty); undefined on the CPU, whose ops read the vectors.
+    Tensor tokens_dev, targets_dev;
+    const int32_t* op_tokens() const { return tokens_dev.defined() ? tokens_dev.template data<int32_t>() : tokens.data(); }
+    const int32_t* op_targets() const { return targets_dev.defined() ? targets_dev.template data<int32_t>() : targets.data(); }
   };
   std::vector<MtpDepth> mtp_;
   // Depth k's forward from the previous hidden state (k = 0: the main final-norm input), its

@@ -19,14 +19,21 @@ auto ModelImpl<S, G, Ops>::mtp_fwd(int k, const S* prev, Mode mode, double* loss
   // within each sequence.
   md.tokens.resize(static_cast<size_t>(n));
   md.targets.resize(static_cast<size_t>(n));
-  const int32_t* tg = staged_.targets;
+  const int32_t* tg = staged_.host_targets;
+  if (tg == nullptr) return Status::runtime("executor: multi-token prediction needs the micro-batch's targets");
   for (int64_t i = 0; i < n; ++i) {
     const int64_t pos = i % s;
     md.tokens[static_cast<size_t>(i)] = pos + k < s && tg[i + k] >= 0 ? tg[i + k] : 0;
     md.targets[static_cast<size_t>(i)] = pos + k + 1 < s ? tg[i + k + 1] : -1;
   }
+  if (!staged_.buffers.empty()) {  // a GPU: the shifted ids where its kernels read them
+    LL_TRY(make(a_, md.tokens_dev, n, DType::i32, Category::workspace, "mtp.tokens"));
+    LL_TRY(make(a_, md.targets_dev, n, DType::i32, Category::workspace, "mtp.targets"));
+    LL_TRY(ops_.upload(md.tokens_dev.raw(), md.tokens.data(), n * 4));
+    LL_TRY(ops_.upload(md.targets_dev.raw(), md.targets.data(), n * 4));
+  }
   LL_TRY(make(a_, md.embed_out, n * h_, c_.storage, cat, "mtp.embed_output"));
-  LL_TRY(embed_fwd(md.tokens.data(), d(md.embed_out)));
+  LL_TRY(embed_fwd(md.op_tokens(), d(md.embed_out)));
   LL_TRY(make(a_, md.eh_in, n * 2 * h_, c_.storage, cat, "mtp.eh_input"));
   {
     Tensor normed;
@@ -47,7 +54,7 @@ auto ModelImpl<S, G, Ops>::mtp_fwd(int k, const S* prev, Mode mode, double* loss
   LL_TRY(lin_base_fwd(d(md.head_in), d(W), nullptr, d(md.logits), n, h_, Vl_));
   LL_TRY(make(a_, md.sm, n * Vl_, kA, Category::logits_loss, "mtp.loss.softmax_fp32"));
   LL_TRY(ops_.template cast<S, A>(d(md.logits), md.sm.template data<A>(), n * Vl_));
-  Result<double> l = ops_.template cross_entropy_forward<A>(md.sm.template data<A>(), md.targets.data(), n, V_, denom_);
+  Result<double> l = ops_.template cross_entropy_forward<A>(md.sm.template data<A>(), md.op_targets(), n, V_, denom_);
   if (!l) return l.status();
   *loss += c_.options.mtp_loss_scale / m.mtp_layers * *l;
   return Status::ok();
@@ -57,7 +64,7 @@ template <class S, class G, class Ops>
 auto ModelImpl<S, G, Ops>::mtp_loss_bwd(int k) -> Status {
   MtpDepth& md = mtp_[static_cast<size_t>(k)];
   const double w = c_.options.mtp_loss_scale / c_.spec.mtp_layers;
-  LL_TRY(ops_.template cross_entropy_backward<A>(md.sm.template data<A>(), md.targets.data(), md.sm.template data<A>(), n_, V_,
+  LL_TRY(ops_.template cross_entropy_backward<A>(md.sm.template data<A>(), md.op_targets(), md.sm.template data<A>(), n_, V_,
                                                   loss_scale_ * w, denom_));
   LL_TRY(ops_.template cast<A, S>(md.sm.template data<A>(), d(md.logits), n_ * Vl_));
   md.sm.reset();
@@ -103,7 +110,9 @@ auto ModelImpl<S, G, Ops>::mtp_bwd(int k, const S* prev, S* dprev, const S* dout
   LL_TRY(norm_bwd(md.enorm, d(md.embed_out), d(half), d(dn), false));
   half.reset();
   md.embed_out.reset();
-  if (embed_trainable_) LL_TRY(embed_bwd(md.tokens.data(), d(dn)));
+  if (embed_trainable_) LL_TRY(embed_bwd(md.op_tokens(), d(dn)));
+  md.tokens_dev.reset();
+  md.targets_dev.reset();
   return Status::ok();
 }
 

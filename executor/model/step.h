@@ -160,6 +160,7 @@ auto ModelImpl<S, G, Ops>::fwd(const Batch& b, const S* input, S* output, double
     lb = Batch{cp_tok_.data(), cp_tgt_.data(), doc_ ? cp_doc_.data() : nullptr};
   }
   LL_TRY(ops_.stage_batch(lb, positions_.data(), n, cp_ > 1 ? doc_ : nullptr, nf, staged_));
+  staged_.host_targets = lb.targets;
   const int nl = static_cast<int>(layers_.size());
   auto input_cat = [&](int i) {  // layer i's input (i == nl: the final norm's) kept?
     const bool keep = train && (i == nl ? last_ : layers_[static_cast<size_t>(i)].ctx.grad_flows);

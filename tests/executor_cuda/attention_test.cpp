@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -35,18 +36,24 @@ template <class S>
 void check_attention(const AttentionDims& dm, bool use_doc, bool flash) {
   SCOPED_TRACE(std::string(flash ? "flash" : "materialized") + " b=" + std::to_string(dm.b) + " s=" +
                std::to_string(dm.s) + " heads=" + std::to_string(dm.heads) + "/" + std::to_string(dm.kv_heads) +
-               " d=" + std::to_string(dm.head_dim) + (use_doc ? " doc" : ""));
+               " d=" + std::to_string(dm.head_dim) + (use_doc ? " doc" : "") +
+               (dm.window > 0 ? " window " + std::to_string(dm.window) : std::string()) +
+               (dm.v_dim > 0 ? " v_dim " + std::to_string(dm.v_dim) : std::string()) +
+               (dm.sinks.empty() ? std::string() : " sinks"));
   Rng rng(test_seed() ^ static_cast<uint64_t>(dm.s * 131 + dm.head_dim + flash));
+  // q, k (and dq, dk) at the head width; v, o, dout (and dv) at the value width.
+  const int64_t dvw = cpu::value_dim(dm);
   const int64_t nq = dm.b * dm.s * dm.heads * dm.head_dim, nkv = dm.b * dm.s * dm.kv_heads * dm.head_dim;
+  const int64_t no = dm.b * dm.s * dm.heads * dvw, nv = dm.b * dm.s * dm.kv_heads * dvw;
   const int64_t rows = dm.b * dm.heads * dm.s;
   const std::vector<S> q = random_vec<S>(rng, nq, -2, 2), k = random_vec<S>(rng, nkv, -2, 2);
-  const std::vector<S> v = random_vec<S>(rng, nkv), dout = random_vec<S>(rng, nq);
+  const std::vector<S> v = random_vec<S>(rng, nv), dout = random_vec<S>(rng, no);
   const std::vector<int32_t> doc = random_docs(rng, dm.b, dm.s);
   const int32_t* doc_cpu = use_doc ? doc.data() : nullptr;
 
   // CPU reference.
   Workspace cws(cpu::attention_workspace_bytes(dtype_of<S>, dm, flash));
-  std::vector<S> o(nq), dq(nq), dk(nkv), dv(nkv), probs(flash ? 0 : rows * dm.s);
+  std::vector<S> o(no), dq(nq), dk(nkv), dv(nv), probs(flash ? 0 : rows * dm.s);
   std::vector<float> lse(flash ? rows : 0);
   if (flash) {
     cpu::attention_forward_flash(q.data(), k.data(), v.data(), doc_cpu, o.data(), lse.data(), dm, cws.span());
@@ -59,21 +66,25 @@ void check_attention(const AttentionDims& dm, bool use_doc, bool flash) {
   }
 
   // GPU, every output poisoned.
-  Dev<S> d_q(q), d_k(k), d_v(v), d_dout(dout), d_o(nq), d_dq(nq), d_dk(nkv), d_dv(nkv);
+  Dev<S> d_q(q), d_k(k), d_v(v), d_dout(dout), d_o(no), d_dq(nq), d_dk(nkv), d_dv(nv);
   Dev<S> d_probs(flash ? 1 : rows * dm.s);
   Dev<float> d_lse(flash ? rows : 1);
   Dev<int32_t> d_doc(doc);
   const int32_t* doc_gpu = use_doc ? d_doc.p() : nullptr;
+  std::vector<float> sinks_f(dm.sinks.begin(), dm.sinks.end());
+  if (sinks_f.empty()) sinks_f.push_back(0.0f);
+  Dev<float> d_sinks(sinks_f);
+  const float* sinks_gpu = dm.sinks.empty() ? nullptr : d_sinks.p();
   for (Dev<S>* t : {&d_o, &d_dq, &d_dk, &d_dv, &d_probs}) t->poison();
   d_lse.poison();
   DevWorkspace ws(cuda::attention_workspace_bytes(dtype_of<S>, dm, flash));
   if (flash) {
-    check(attention_forward_flash(ctx(), d_q.p(), d_k.p(), d_v.p(), doc_gpu, d_o.p(), d_lse.p(), dm, ws.span()));
+    check(attention_forward_flash(ctx(), d_q.p(), d_k.p(), d_v.p(), doc_gpu, d_o.p(), d_lse.p(), dm, ws.span(), sinks_gpu));
     check(attention_backward_flash(ctx(), d_q.p(), d_k.p(), d_v.p(), doc_gpu, d_o.p(), d_lse.p(), d_dout.p(),
                                    d_dq.p(), d_dk.p(), d_dv.p(), dm, ws.span()));
   } else {
     check(attention_forward_materialized(ctx(), d_q.p(), d_k.p(), d_v.p(), doc_gpu, d_o.p(), d_probs.p(), dm,
-                                         ws.span()));
+                                         ws.span(), sinks_gpu));
     check(attention_backward_materialized(ctx(), d_q.p(), d_k.p(), d_v.p(), d_probs.p(), d_dout.p(), d_dq.p(),
                                           d_dk.p(), d_dv.p(), dm, ws.span()));
   }
@@ -87,6 +98,15 @@ void check_attention(const AttentionDims& dm, bool use_doc, bool flash) {
   EXPECT_TRUE(close("dq", d_dq.download(), dq, kTol<S>));
   EXPECT_TRUE(close("dk", d_dk.download(), dk, kTol<S>));
   EXPECT_TRUE(close("dv", d_dv.download(), dv, kTol<S>));
+  if (!dm.sinks.empty()) {  // the sinks' gradient, from lse or the probabilities
+    std::vector<double> ds(static_cast<size_t>(dm.heads), 0.0);
+    cpu::attention_sink_backward<S>(o.data(), dout.data(), flash ? lse.data() : nullptr, flash ? nullptr : probs.data(), dm,
+                                    ds.data());
+    Dev<float> d_gs(std::vector<float>(static_cast<size_t>(dm.heads), 0.0f));
+    check(attention_sink_backward<S, float>(ctx(), d_o.p(), d_dout.p(), flash ? d_lse.p() : nullptr,
+                                            flash ? nullptr : d_probs.p(), dm, sinks_gpu, d_gs.p()));
+    EXPECT_TRUE(close("dsinks", d_gs.download(), ds, std::is_same_v<S, float> ? 1e-4 : 3 * kTol<S>));
+  }
 }
 
 AttentionDims dims(int64_t b, int64_t s, int64_t heads, int64_t kv, int64_t d, double scale = 0) {
@@ -243,6 +263,74 @@ TYPED_TEST(CudaAttention, ContextParallelSlicesMatchCpu) {
   for (int r = 0; r < 2; ++r) check_cp_slices<S>(dims(2, 96, 4, 2, 64), 2, r, true);  // 4 chunks of 24
   check_cp_slices<S>(dims(1, 192, 4, 4, 80), 3, 1, true);                             // 6 chunks of 32, d 80
   check_cp_slices<S>(dims(2, 128, 8, 2, 128), 2, 0, false);                           // widest head, no documents
+}
+
+// Sliding-window attention (cpu/attention.h allowed(i, j): i - j < window, Gemma 3's and
+// gpt-oss's local layers): the materialized softmax and the SIMT flash kernels against the
+// CPU, with a window shorter than a key tile, one spanning several tiles, and one on
+// 16-bit storage that would otherwise take the tensor-core kernels (which mask causally
+// only, so a windowed call must not reach them); under context parallelism, a window that
+// reaches across the chunks of the load-balanced layout.
+TYPED_TEST(CudaAttention, SlidingWindowMatchesCpu) {
+  using S = TypeParam;
+  for (bool flash : {false, true}) {
+    AttentionDims a = dims(2, 67, 4, 2, 64);
+    a.window = 5;
+    check_attention<S>(a, true, flash);
+    AttentionDims b = dims(1, 300, 2, 1, 64);
+    b.window = 100;
+    check_attention<S>(b, false, flash);
+    AttentionDims c = dims(1, 520, 4, 2, 64);
+    c.window = 128;
+    check_attention<S>(c, true, flash);
+  }
+  AttentionDims d = dims(2, 96, 4, 2, 64);
+  d.window = 30;  // chunks of 24: a query sees into the chunk before its own
+  for (int r = 0; r < 2; ++r) check_cp_slices<S>(d, 2, r, true);
+}
+
+// Latent attention's value heads, narrower than its query and key heads (DeepSeek-V2/V3:
+// 192 against 128; here scaled down): both variants against the CPU, GQA and packed
+// documents included, with a 16-bit case that would otherwise take the tensor-core kernels;
+// and the materialized path with DeepSeek-V3's own widths, beyond the flash tile.
+TYPED_TEST(CudaAttention, NarrowValueHeadsMatchCpu) {
+  using S = TypeParam;
+  for (bool flash : {false, true}) {
+    AttentionDims a = dims(2, 67, 4, 4, 96);
+    a.v_dim = 64;
+    check_attention<S>(a, true, flash);
+    AttentionDims b = dims(1, 130, 4, 2, 48);
+    b.v_dim = 32;
+    b.window = 40;
+    check_attention<S>(b, false, flash);
+  }
+  AttentionDims c = dims(1, 64, 2, 2, 192);
+  c.v_dim = 128;
+  check_attention<S>(c, true, false);
+}
+
+// Attention sinks (gpt-oss: one learned logit per head in every row's softmax, value 0):
+// both variants against the CPU, the output, lse or probabilities, the input gradients and
+// the sinks' own gradient; with GQA, documents, a window (gpt-oss's local layers), and
+// 16-bit storage that would otherwise take the tensor-core kernels. Without their device
+// copy a forward with sinks is a clear bad_input, never a silently different result.
+TYPED_TEST(CudaAttention, SinksMatchCpu) {
+  using S = TypeParam;
+  const std::vector<double> four = {0.7, -1.2, 2.5, 0.0}, eight = {0.3, -0.4, 1.1, 3.0, -2.0, 0.0, 0.9, -0.1};
+  for (bool flash : {false, true}) {
+    AttentionDims a = dims(2, 67, 4, 2, 64);
+    a.sinks = four;
+    check_attention<S>(a, true, flash);
+    AttentionDims b = dims(1, 140, 8, 2, 64);
+    b.sinks = eight;
+    b.window = 32;
+    check_attention<S>(b, false, flash);
+  }
+  AttentionDims dm = dims(1, 8, 4, 2, 64);
+  dm.sinks = four;
+  const Status s = attention_forward_flash<S>(ctx(), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dm, {});
+  EXPECT_EQ(s.kind(), ErrorKind::bad_input);
+  EXPECT_NE(s.message().find("sinks"), std::string::npos) << s.message();
 }
 
 // The two GPU variants agree with each other on the same inputs (outputs and gradients).

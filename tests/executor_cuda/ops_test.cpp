@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "executor/cpu/nf4.h"
 #include "executor/cpu/ops.h"
 #include "executor/cuda/ops.h"
 
@@ -124,6 +125,27 @@ TYPED_TEST(CudaOps, SwigluForwardBackward) {
   EXPECT_TRUE(close("y", d_y.download(), y, kTol<S>));
   EXPECT_TRUE(close("dgate", d_dg.download(), dg, kTol<S>));
   EXPECT_TRUE(close("dup", d_du.download(), du, kTol<S>));
+}
+
+// QLoRA's NF4 weights (cpu/nf4.h): the GPU reads the same bytes into the same values, bit
+// for bit. n leaves a partial last block and spans two double-quantization groups (301
+// blocks of 64; groups of 256).
+TYPED_TEST(CudaOps, Nf4DequantizeEqualsTheCpuBitForBit) {
+  using S = TypeParam;
+  Rng rng(test_seed());
+  const int64_t n = 64 * 300 + 17;
+  std::vector<double> w(static_cast<size_t>(n));
+  for (double& x : w) x = rng.uniform(-0.08, 0.08);
+  for (int64_t i = 0; i < 64; ++i) w[static_cast<size_t>(64 * 7 + i)] = 0;  // an all-zero block
+  std::vector<uint8_t> q(static_cast<size_t>(cpu::nf4_bytes(n)));
+  cpu::nf4_quantize(w.data(), n, q.data());
+  std::vector<S> want(static_cast<size_t>(n));
+  cpu::nf4_dequantize(q.data(), n, want.data());
+  Dev<uint8_t> d_q(q);
+  Dev<S> d_w(n);
+  d_w.poison();
+  check(nf4_dequantize(ctx(), d_q.p(), n, d_w.p()));
+  EXPECT_TRUE(same("nf4", d_w.download(), want));
 }
 
 TYPED_TEST(CudaOps, DropoutMaskBitsEqualTheCpus) {

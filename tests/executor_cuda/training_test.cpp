@@ -126,6 +126,51 @@ TEST(CudaTraining, LoraAndDropoutFollowTheCpuRun) {
   expect_same_run(g, run_both(g, 4), 1e-4, "tiny-gpt fp32 dropout (flash)");
 }
 
+// The 2026 model kinds the CUDA kernels take: sliding-window attention on every other layer
+// (Gemma 3 / gpt-oss local layers, flash and materialized), latent attention, multi-token
+// prediction, attention sinks, and QLoRA, whose NF4 base weights the GPU dequantizes before
+// each use as the CPU does.
+TEST(CudaTraining, The2026BlocksFollowTheCpuRun) {
+  for (bool flash : {true, false}) {
+    PlanFile f = tiny_plan(Family::llama, Precision::fp32, Recompute::selective, flash);
+    f.model.sliding_window = 16;  // of 64 positions
+    f.model.global_attention_every = 2;
+    expect_same_run(f, run_both(f, 4), 1e-4, std::string("tiny-llama fp32 window 16 every other layer") + (flash ? " flash" : " materialized"));
+  }
+  // Latent attention (a scaled-down DeepSeek-V3 block: q and kv low-rank projections, the
+  // decoupled rotary part, value heads narrower than the query heads), both variants.
+  for (bool flash : {true, false}) {
+    PlanFile m = tiny_plan(Family::llama, Precision::fp32, Recompute::selective, flash);
+    m.model.kv_heads = m.model.heads;
+    m.model.mla.q_lora_rank = 32;
+    m.model.mla.kv_lora_rank = 16;
+    m.model.mla.qk_nope_head_dim = 16;
+    m.model.mla.qk_rope_head_dim = 8;
+    m.model.mla.v_head_dim = 16;
+    expect_same_run(m, run_both(m, 4), 1e-4, std::string("tiny-llama fp32 latent attention") + (flash ? " flash" : " materialized"));
+  }
+  // DeepSeek's multi-token prediction: one MTP depth on the latent-attention model, its
+  // shifted tokens and targets staged on the device as the micro-batch is.
+  PlanFile t = tiny_plan(Family::llama, Precision::fp32, Recompute::none, true);
+  t.model.kv_heads = t.model.heads;
+  t.model.mla = {32, 16, 16, 8, 16};
+  t.model.mtp_layers = 1;
+  expect_same_run(t, run_both(t, 4), 1e-4, "tiny-llama fp32 latent attention + MTP 1");
+  // gpt-oss's attention sinks beside its alternating windows, both attention variants.
+  for (bool flash : {true, false}) {
+    PlanFile g = tiny_plan(Family::llama, Precision::fp32, Recompute::none, flash);
+    g.model.attention_sinks = true;
+    g.model.sliding_window = 16;
+    g.model.global_attention_every = 2;
+    expect_same_run(g, run_both(g, 4), 1e-4, std::string("tiny-llama fp32 sinks + window") + (flash ? " flash" : " materialized"));
+  }
+  PlanFile q = tiny_plan(Family::llama, Precision::bf16, Recompute::none, true);
+  set_job_mode(JobMode::qlora, &q.job);
+  q.job.lora.rank = 8;
+  q.job.lora.alpha = 16;
+  expect_same_run(q, run_both(q, 4), 3e-2, "tiny-llama QLoRA (NF4 base, bf16 compute)");
+}
+
 // Rank proxies on the GPU (one device, the traffic modelled) against the CPU's proxies of
 // the same rank: tensor parallel with SP (the vocabulary-parallel embedding and loss, the
 // byte vocabulary padded to 2 x 129 rows), both stages of a pipeline with the tied
