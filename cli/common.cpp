@@ -382,10 +382,10 @@ std::string plan_summary(const ParallelPlan& p) {
   char buf[160];
   // The CP exchange is named only when it is not the default ring (the sweep's plans).
   const std::string cp = p.cp > 1 ? " cp" + std::to_string(p.cp) + (p.cp_exchange == CpExchange::ring ? "" : " all_gather") : "";
-  std::snprintf(buf, sizeof buf, "dp%d tp%d pp%d%s%s%s%s mb%d ga%d zero%d %s%s%s", p.dp, p.tp, p.pp,
+  std::snprintf(buf, sizeof buf, "dp%d tp%d pp%d%s%s%s%s%s mb%d ga%d zero%d %s%s%s", p.dp, p.tp, p.pp,
                 p.vpp > 1 ? (" vpp" + std::to_string(p.vpp)).c_str() : "",
                 p.pipeline_split == PipelineSplit::even ? "" : p.pipeline_split == PipelineSplit::custom ? " split-custom" : " split-emb-loss", cp.c_str(),
-                p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? " offload" : "",
+                p.ep > 1 ? (" ep" + std::to_string(p.ep)).c_str() : "", p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? " offload" : "",
                 p.flash_attention ? "" : " no-flash");
   std::string out = buf;
   // A schedule other than the one vpp implies (1F1B, interleaved) is named.

@@ -478,8 +478,11 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
 
 std::string plan_text(const ParallelPlan& p) {
   char b[160];
-  std::snprintf(b, sizeof b, "dp%d tp%d pp%d%s cp%d%s mb%d ga%d zero%d %s%s", p.dp, p.tp, p.pp, p.vpp > 1 ? ("v" + str(p.vpp)).c_str() : "",
-                p.cp, p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? " offload" : "");
+  // EP is named when it splits the experts: a MoE plan at ep 1 holds every expert (ZeRO may
+  // shard them), which is the difference to read between two MoE plans.
+  std::snprintf(b, sizeof b, "dp%d tp%d pp%d%s cp%d%s%s mb%d ga%d zero%d %s%s", p.dp, p.tp, p.pp, p.vpp > 1 ? ("v" + str(p.vpp)).c_str() : "",
+                p.cp, p.ep > 1 ? (" ep" + str(p.ep)).c_str() : "", p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero,
+                to_string(p.recompute), p.offload_optimizer ? " offload" : "");
   if (p.activation_offload_layers > 0) return std::string(b) + " act-offload " + str(p.activation_offload_layers);
   return b;
 }

@@ -412,5 +412,16 @@ TEST(ValidateReader, AnyFileOfTheFormat) {
   EXPECT_EQ(rows[1].skip_reason, "missing seq_len");
 }
 
+// Two MoE plans differ most in how they split the experts, so the plan's text names EP when
+// it splits them (the tuned-gap table printed ep8 and ep1 plans alike before).
+TEST(PlanText, NamesExpertParallelismWhenItSplitsTheExperts) {
+  ParallelPlan p;
+  p.dp = 8;
+  p.ep = 8;
+  EXPECT_NE(plan_text(p).find(" ep8 "), std::string::npos) << plan_text(p);
+  p.ep = 1;
+  EXPECT_EQ(plan_text(p).find(" ep"), std::string::npos) << plan_text(p);
+}
+
 }  // namespace
 }  // namespace llmplan
