@@ -222,7 +222,7 @@ struct CpuOps {
   Status cast_rows(Args&&...) const { return Status::runtime("CpuOps: strided logits are not used on the CPU"); }
   Status stage_batch(const Batch& b, const int32_t* positions, int64_t, const int32_t* whole_doc, int64_t,
                      detail::StagedBatch& out) const {
-    out = {b.tokens, b.targets, b.doc_ids, positions, whole_doc, b.targets, {}};
+    out = {b.tokens, b.targets, b.doc_ids, positions, whole_doc, nullptr, {}};  // host_targets: set by the model
     return Status::ok();
   }
 

@@ -767,8 +767,8 @@ class ModelImpl final : public Model {
     Layer block;
     Tensor embed_out, eh_in, block_in, fnorm_in, head_in, logits, sm;
     std::vector<int32_t> tokens, targets;  // t_{i+k+1} (0 past the end) and t_{i+k+2} (-1 past it)
-    // Their device copies on a GPU (staged as the micro-batch is: StagedBatch::buffers
-    // non-empty); undefined on the CPU, whose ops read the vectors.
+    // Their device copies on a GPU (Ops::kHostMemory false); undefined on the CPU, whose
+    // ops read the vectors.
     Tensor tokens_dev, targets_dev;
     const int32_t* op_tokens() const { return tokens_dev.defined() ? tokens_dev.template data<int32_t>() : tokens.data(); }
     const int32_t* op_targets() const { return targets_dev.defined() ? targets_dev.template data<int32_t>() : targets.data(); }

@@ -26,7 +26,7 @@ auto ModelImpl<S, G, Ops>::mtp_fwd(int k, const S* prev, Mode mode, double* loss
     md.tokens[static_cast<size_t>(i)] = pos + k < s && tg[i + k] >= 0 ? tg[i + k] : 0;
     md.targets[static_cast<size_t>(i)] = pos + k + 1 < s ? tg[i + k + 1] : -1;
   }
-  if (!staged_.buffers.empty()) {  // a GPU: the shifted ids where its kernels read them
+  if constexpr (!Ops::kHostMemory) {  // a GPU: the shifted ids where its kernels read them
     LL_TRY(make(a_, md.tokens_dev, n, DType::i32, Category::workspace, "mtp.tokens"));
     LL_TRY(make(a_, md.targets_dev, n, DType::i32, Category::workspace, "mtp.targets"));
     LL_TRY(ops_.upload(md.tokens_dev.raw(), md.tokens.data(), n * 4));

@@ -424,9 +424,8 @@ TEST(NvlinkDomain, GroupsInsideTheRackStayOnNvlink) {
   EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, c.intra_node_bandwidth);
   p.dp = 16, p.pp = 9;  // 144 ranks again, dp inside a rack: 16 of 72
   EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, c.intra_node_bandwidth);
-  p.dp = 144, p.pp = 1;
   c.nvlink_domain = 0;  // the same trays without the rack's NVLink switches
-  p.dp = 8;
+  p.dp = 8, p.pp = 1;
   EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, 4 * c.inter_node_bandwidth);
 }
 

@@ -189,26 +189,27 @@ TEST(DpOverlap, DefaultCostsUseThePlannersCollectives) {
   const TrainingJob j = testing::job(4096, 16);
   ASSERT_GT(bytes_per_param(j).master, 0);  // mixed precision
   ASSERT_EQ(bytes_per_param(j).gradients, 2);  // 16-bit gradients (the DeepSpeed convention)
-  for (int fp32 : {0, 1})
-  for (int zero : {0, 1, 2}) {
-    Efficiency e;
-    e.grad_reduce_fp32 = fp32;
-    ParallelPlan p = testing::plan(8, 1, 1, 1, Schedule::one_f_one_b, 1, 16);
-    p.cp = 2;
-    p.zero = zero;
-    SCOPED_TRACE("zero " + std::to_string(zero) + " fp32 reduction " + std::to_string(fp32));
-    ASSERT_EQ(check_plan(m, cl, j, p, p.world_size(), true), RejectReason::none);
-    const SimCosts sc = default_costs(m, cl, j, p, e);
-    EXPECT_EQ(sc.dp_group, 16);
-    EXPECT_EQ(sc.dp_link.bandwidth, dp_group_link(cl, p).bandwidth);
-    EXPECT_EQ(sc.dp_link.bandwidth, 8 * cl.inter_node_bandwidth);  // 8 ranks of the 16 per node: 8 NICs
-    EXPECT_EQ(sc.dp_tier, LinkTier::inter_node);
-    const double grad_bytes = fp32 ? 4 : 2;
-    const double bucket = zero == 0 ? 25.0 * 1024 * 1024 : zero == 1 ? 40e6 * grad_bytes : 0;
-    EXPECT_EQ(sc.bucket_bytes, bucket);
-    EXPECT_EQ(sc.gather_bucket_bytes, zero == 1 ? 40e6 * 2 : 0);
-    const LayerCost& l = sc.stages[0].layers[0];
-    EXPECT_DOUBLE_EQ(l.grad_bytes, grad_bytes / 2 * l.trainable_weight_bytes);  // against bf16 weights
+  for (int fp32 : {0, 1}) {
+    for (int zero : {0, 1, 2}) {
+      Efficiency e;
+      e.grad_reduce_fp32 = fp32;
+      ParallelPlan p = testing::plan(8, 1, 1, 1, Schedule::one_f_one_b, 1, 16);
+      p.cp = 2;
+      p.zero = zero;
+      SCOPED_TRACE("zero " + std::to_string(zero) + " fp32 reduction " + std::to_string(fp32));
+      ASSERT_EQ(check_plan(m, cl, j, p, p.world_size(), true), RejectReason::none);
+      const SimCosts sc = default_costs(m, cl, j, p, e);
+      EXPECT_EQ(sc.dp_group, 16);
+      EXPECT_EQ(sc.dp_link.bandwidth, dp_group_link(cl, p).bandwidth);
+      EXPECT_EQ(sc.dp_link.bandwidth, 8 * cl.inter_node_bandwidth);  // 8 ranks of the 16 per node: 8 NICs
+      EXPECT_EQ(sc.dp_tier, LinkTier::inter_node);
+      const double grad_bytes = fp32 ? 4 : 2;
+      const double bucket = zero == 0 ? 25.0 * 1024 * 1024 : zero == 1 ? 40e6 * grad_bytes : 0;
+      EXPECT_EQ(sc.bucket_bytes, bucket);
+      EXPECT_EQ(sc.gather_bucket_bytes, zero == 1 ? 40e6 * 2 : 0);
+      const LayerCost& l = sc.stages[0].layers[0];
+      EXPECT_DOUBLE_EQ(l.grad_bytes, grad_bytes / 2 * l.trainable_weight_bytes);  // against bf16 weights
+    }
   }
 }
 
