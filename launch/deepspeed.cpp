@@ -156,11 +156,12 @@ Status refusal(const PlanFile& f) {
     return Status::bad_input("plan.recompute: full_k with pp > 1: DeepSpeed's pipeline engine checkpoints every n-th layer "
                              "only (Megatron-DeepSpeed megatron/model/gpt_model.py L446-451: \"deepspeed's pipeline doesn't "
                              "support the block recompute method\"); use full, or pp 1");
-  if (p.activation_offload_layers > 0)
+  if (p.activation_offload_layers > 0 && (p.recompute != Recompute::full || p.activation_offload_layers < pp_stage_layers(m.layers, p, 0)))
     return Status::bad_input("plan.activation_offload_layers: " + num(p.activation_offload_layers) +
                              ": DeepSpeed's cpu_checkpointing (deepspeed/runtime/activation_checkpointing/config.py L42-43) "
                              "moves the checkpoint of every checkpointed layer to the host, not the kept activations of the "
-                             "first k layers of each stage");
+                             "first k layers of each stage: offload every layer of the stage (" + num(pp_stage_layers(m.layers, p, 0)) +
+                             ") under full recompute, or none");
   if (p.zero == 0 && j.precision == Precision::bf16)
     return Status::bad_input("plan.zero: 0 with bf16: DeepSpeed v0.16.4 runs a bf16 model without ZeRO through its "
                              "BF16_Optimizer (deepspeed/runtime/engine.py L1017-1019, L1331-1348), which accumulates "
@@ -204,7 +205,7 @@ ordered_json ds_config(const PlanFile& f) {
                  {"min_loss_scale", 1}};
   if (p.recompute == Recompute::full || p.recompute == Recompute::full_k)
     c["activation_checkpointing"] = {{"partition_activations", false}, {"contiguous_memory_optimization", false},
-                                     {"number_checkpoints", checkpointed_layers(f)}, {"cpu_checkpointing", false},
+                                     {"number_checkpoints", checkpointed_layers(f)}, {"cpu_checkpointing", p.activation_offload_layers > 0},
                                      {"synchronize_checkpoint_boundary", false}, {"profile", false}};
   return c;
 }
@@ -239,7 +240,7 @@ std::vector<std::string> ds_config_comments(const ordered_json& c) {
                                                          "(activation_checkpointing/config.py L27-28)"},
       {"activation_checkpointing.contiguous_memory_optimization", "checkpoints in one preallocated buffer: off (config.py L33-34)"},
       {"activation_checkpointing.number_checkpoints", "checkpointed layers per stage, sizes that buffer (config.py L30-31)"},
-      {"activation_checkpointing.cpu_checkpointing", "checkpoints to host memory: off (config.py L42-43)"},
+      {"activation_checkpointing.cpu_checkpointing", "checkpoints to host memory: the plan's activation offload of every layer (config.py L42-43)"},
       {"activation_checkpointing.synchronize_checkpoint_boundary", "CUDA sync at each checkpoint: off (config.py L36-37)"},
       {"activation_checkpointing.profile", "time each checkpoint: off (config.py L39-40)"},
   };
@@ -411,6 +412,7 @@ struct DsConfig {
   bool offload_optimizer = false;
   std::optional<Precision> precision;  // unset: "auto"
   bool activation_checkpointing = false;
+  bool cpu_checkpointing = false;  // activation_checkpointing.cpu_checkpointing true
   std::optional<Optimizer> optimizer;
 };
 
@@ -452,7 +454,9 @@ class DsConfigReader {
                                                   "synchronize_checkpoint_boundary", "profile", "cpu_checkpointing"};
       for (auto it = a->begin(); it != a->end(); ++it) {
         if (!kKeys.count(it.key())) unknown_->push_back("activation_checkpointing." + it.key());
-        else if ((it.key() == "partition_activations" || it.key() == "cpu_checkpointing") && it->is_boolean() && it->get<bool>())
+        else if (it.key() == "cpu_checkpointing" && it->is_boolean() && it->get<bool>())
+          d.cpu_checkpointing = true;
+        else if (it.key() == "partition_activations" && it->is_boolean() && it->get<bool>())
           notes_->push_back("activation_checkpointing." + it.key() +
                             " is on: llmplan does not model it (the estimate keeps the checkpoints whole on the GPU)");
       }
@@ -1165,6 +1169,16 @@ Result<ImportedConfig> import_deepspeed(const std::vector<LaunchFile>& files, co
     notes.push_back("activation_checkpointing section: full recompute assumed (which layers are checkpointed is the model code's)");
   } else {
     notes.push_back("no recompute assumed (activation checkpointing is the training script's choice)");
+  }
+  // cpu_checkpointing moves every checkpoint to host memory: activation offload of every
+  // layer, which the plan has only under full recompute.
+  if (ds->cpu_checkpointing) {
+    if (p.recompute == Recompute::full) {
+      p.activation_offload_layers = pp_stage_layers(pf.model.layers, p, 0);
+    } else {
+      notes.push_back("activation_checkpointing.cpu_checkpointing is on with " + std::string(to_string(p.recompute)) +
+                      " recompute: llmplan offloads checkpoints of full recompute only (the estimate keeps them on the GPU)");
+    }
   }
 
   // The cluster.

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <set>
 
+#include "planner/cost/plan_check.h"
 #include "planner/spec/json_fields.h"
 
 namespace llmplan {
@@ -45,6 +46,7 @@ const std::vector<FieldDef>& field_defs() {
       {{"recompute_layers", ""}, ValueKind::number, nullptr},
       {{"offload_optimizer", ""}, ValueKind::boolean, nullptr},
       {{"activation_offload_layers", ""}, ValueKind::number, nullptr},
+      {{"activation_kept_layers", ""}, ValueKind::number, nullptr},
       {{"flash_attention", ""}, ValueKind::boolean, nullptr},
       {{"schedule", kScheduleNames}, ValueKind::enumeration, enum_value<Schedule>},
       {{"cp_exchange", kCpExchangeNames}, ValueKind::enumeration, enum_value<CpExchange>},
@@ -179,6 +181,13 @@ int64_t framework_field_value(FrameworkField f, const ModelSpec& m, const Traini
     case FrameworkField::recompute_layers: return p.recompute_layers;
     case FrameworkField::offload_optimizer: return p.offload_optimizer ? 1 : 0;
     case FrameworkField::activation_offload_layers: return p.activation_offload_layers;
+    case FrameworkField::activation_kept_layers: {
+      // The layers of the largest pipeline stage whose activations stay on the GPU (0 when
+      // activation offload covers every layer of every stage).
+      int most = 0;
+      for (int s = 0; s < p.pp; ++s) most = std::max(most, pp_stage_layers(m.layers, p, s));
+      return std::max(0, most - p.activation_offload_layers);
+    }
     case FrameworkField::flash_attention: return p.flash_attention ? 1 : 0;
     case FrameworkField::schedule: return static_cast<int64_t>(p.schedule);
     case FrameworkField::cp_exchange: return static_cast<int64_t>(p.cp_exchange);

@@ -31,7 +31,7 @@ namespace llmplan {
 // 0/1, enums by their declaration order in specs.h).
 enum class FrameworkField : uint8_t {
   dp, tp, pp, vpp, cp, ep, sp, micro_batch, grad_accum, zero, recompute, recompute_layers, offload_optimizer,
-  activation_offload_layers, flash_attention, schedule, cp_exchange, pipeline_split,  // plan
+  activation_offload_layers, activation_kept_layers, flash_attention, schedule, cp_exchange, pipeline_split,  // plan
   mode, frozen_layers, precision, fp8, optimizer,                                      // job
   family, experts, qk_norm, attention_bias,                                            // model
   kCount

@@ -593,7 +593,31 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
       double pool_layer = pool_backward;
       if (is_last) pool_layer = std::max(pool_layer, head_unit + (layers > 0 ? layer : 0));
       bool root = opt.zero3_root_gathered;
-      if (opt.zero3_pp_unsharded && p.pp > 1) {
+      if (opt.zero3_module_fetch) {
+        // DeepSpeed (MemoryOptions::zero3_module_fetch): the largest module it must hold
+        // whole, beside the reuse window and the prefetch bucket, capped by the stage's
+        // parameters; held through the step (its window follows the trace, not the layers).
+        double largest = 0, largest_grad = 0;
+        for (int k = 0; k < kLayerKinds; ++k) {
+          if (kinds.layers[k] == 0) continue;
+          const double linear = linear_weights_per_layer_rank(m, p.tp, p.ep, kind_dense_mlp(k)).largest;
+          largest = std::max(largest, linear);
+          if (layers_train && !lora) largest_grad = std::max(largest_grad, linear);
+        }
+        if (is_first) largest = std::max(largest, emb_unit);
+        if (is_last) largest = std::max(largest, tok);
+        if (is_first && embedding_trainable) largest_grad = std::max(largest_grad, emb_unit);
+        if (head_grad > 0) largest_grad = std::max(largest_grad, tok);
+        // A tied head on the embedding's own stage is the same table: only its norm is new.
+        const double stage_params = all_layers + (is_first ? emb_unit : 0) + (is_last ? head_unit - (is_first && m.tied_embeddings ? tok : 0) : 0);
+        x.gathered_pool = std::min(stage_params, opt.zero3_reuse_params + opt.zero3_prefetch_params + largest) * act_bytes;
+        // LoRA's trainable units are small; their gradient stays the unit's.
+        if (!lora) {
+          x.unit_grad_transient = largest_grad * bytes_per_param(j).gradients;
+          x.head_grad_transient = head_grad > 0 ? std::min(head_grad, tok) * bytes_per_param(j).gradients : 0;
+        }
+        root = true;
+      } else if (opt.zero3_pp_unsharded && p.pp > 1) {
         // Under PP the stage's whole parameters stay gathered all step (MemoryOptions), and
         // its gradients accumulate unsharded in fp32 until the last micro-batch: held, not a
         // unit's transient.
@@ -619,6 +643,8 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
   double sp_gather = 0;                    // the SP gather of a layer's input
   if (p.dp * p.cp > 1) {
     x.comm_buffers += 2 * opt.dp_bucket_bytes;
+    // DeepSpeed ZeRO-3's contiguous gradient bucket, allocated once (zero3_module_fetch).
+    if (p.zero == 3 && opt.zero3_module_fetch) x.comm_buffers += opt.zero3_reduce_bucket_params * bytes_per_param(j).gradients;
     ++groups;
   }
   if (p.tp > 1) {

@@ -117,6 +117,24 @@ struct MemoryOptions {
   // beside the current and the prefetched layer. Default: false (the executor gathers the
   // embedding and the head as units in order of use, like the layers).
   bool zero3_root_gathered = false;
+  // ZeRO-3 as DeepSpeed runs it: parameters are gathered per submodule, not per layer
+  // (PartitionedParameterCoordinator.fetch_sub_module gathers the module's own parameters,
+  // then prefetches at most stage3_prefetch_bucket_size elements ahead while fewer than
+  // stage3_max_live_parameters are resident), and a released parameter stays gathered when
+  // it is used again within stage3_max_reuse_distance elements (deepspeed/runtime/zero/
+  // partitioned_param_coordinator.py, config.py v0.16.4). Resident at once: at most the
+  // reuse window and the prefetch bucket beside the largest module, and never more than the
+  // stage's parameters. Gradients leave autograd one parameter at a time into the
+  // persistent contiguous IPG bucket of reduce_bucket_size elements (stage3.py
+  // __ipg_bucket_flat_buffer, contiguous_gradients true by default), so the transient is
+  // the largest parameter's gradient, not a layer's. Default: false (layer units, FSDP's).
+  bool zero3_module_fetch = false;
+  // DeepSpeed's defaults for the above, in parameters (elements): stage3_max_reuse_distance
+  // and stage3_max_live_parameters 1e9, stage3_prefetch_bucket_size 5e7, reduce_bucket_size
+  // 5e8 (deepspeed/runtime/zero/config.py v0.16.4).
+  double zero3_reuse_params = 1e9;
+  double zero3_prefetch_params = 5e7;
+  double zero3_reduce_bucket_params = 5e8;
   // Sequence parallel by autograd (DTensor, torchtitan): the LM head's all-gathered input
   // is saved for its weight gradient, so it is live from the head forward to the head
   // backward, the loss included. Megatron and the executor free it after the GEMM and

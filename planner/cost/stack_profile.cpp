@@ -42,6 +42,7 @@ MemoryOptions stack_memory_options(const StackProfile& s, const MemoryOptions& b
   o.loss_cached_bytes_per_logit_tp = s.loss_cached_bytes_per_logit_tp;
   o.zero3_root_gathered = s.zero3_root_gathered;
   o.zero3_pp_unsharded = s.zero3_pp_unsharded;
+  o.zero3_module_fetch = s.zero3_module_fetch;
   o.sp_head_input_saved = s.sp_head_input_saved;
   o.moe_tp_partial_gradients = s.moe_tp_partial_gradients;
   o.moe_probs_in_activation = s.moe_probs_in_activation;
@@ -90,6 +91,7 @@ std::vector<std::string> memory_convention_names(const StackProfile& s, int tp, 
   else std::snprintf(b, sizeof b, "loss holds the 16-bit logits and their fp32 softmax");
   out.push_back(b);
   if (s.zero3_root_gathered) out.push_back("ZeRO-3 root unit (embedding, head) gathered through backward");
+  if (s.zero3_module_fetch) out.push_back("ZeRO-3 gathers per module within DeepSpeed's live/reuse window; gradients through its reduce bucket");
   if (s.zero3_pp_unsharded) out.push_back("ZeRO-3 with pipeline parallelism: the stage's parameters gathered and fp32 gradients unsharded all step");
   if (s.sp_head_input_saved) out.push_back("SP: the head's gathered input saved for backward");
   if (s.moe_probs_in_activation) out.push_back("MoE: routing probabilities applied in the experts' activation (their outputs not kept)");
@@ -115,6 +117,8 @@ bool bounded_by(const MemoryConvention& a, const MemoryConvention& b) {
          bytes(a.memory, false) <= bytes(b.memory, false) && bytes(a.memory, true) <= bytes(b.memory, true) &&
          (!a.memory.zero3_root_gathered || b.memory.zero3_root_gathered) && (!a.memory.sp_head_input_saved || b.memory.sp_head_input_saved) &&
          (!a.memory.zero3_pp_unsharded || b.memory.zero3_pp_unsharded) &&
+         // Module fetch holds more than layer units on small layers and less on large ones.
+         a.memory.zero3_module_fetch == b.memory.zero3_module_fetch &&
          (!a.memory.moe_tp_partial_gradients || b.memory.moe_tp_partial_gradients) &&
          (a.memory.moe_probs_in_activation || !b.memory.moe_probs_in_activation) &&
          // Quantized saved inputs weigh less than 16-bit ones (the output projection's extra
@@ -218,6 +222,7 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
     m.fail("loss_option", "expected loss_option (its name) and loss_option_bytes_per_logit (> 0) together, or neither");
   m.get("zero3_root_gathered", &s.zero3_root_gathered, false);
   m.get("zero3_pp_unsharded", &s.zero3_pp_unsharded, false);
+  m.get("zero3_module_fetch", &s.zero3_module_fetch, false);
   m.get("grad_reduce_fp32", &s.grad_reduce_fp32, false);
   apply_stack_code_facts(s, &s.efficiency);
   m.get("sp_head_input_saved", &s.sp_head_input_saved, false);
@@ -248,6 +253,7 @@ json to_json(const StackProfile& s) {
             {"loss_bytes_per_logit_tp", s.loss_bytes_per_logit_tp},
             {"zero3_root_gathered", s.zero3_root_gathered},
             {"zero3_pp_unsharded", s.zero3_pp_unsharded},
+            {"zero3_module_fetch", s.zero3_module_fetch},
             {"grad_reduce_fp32", s.grad_reduce_fp32},
             {"sp_head_input_saved", s.sp_head_input_saved},
             {"moe_tp_partial_gradients", s.moe_tp_partial_gradients},

@@ -57,6 +57,7 @@ struct StackProfile {
   std::string loss_option;
   bool zero3_root_gathered = false;     // MemoryOptions::zero3_root_gathered
   bool zero3_pp_unsharded = false;      // MemoryOptions::zero3_pp_unsharded (and Efficiency::zero3_pp_gather_once)
+  bool zero3_module_fetch = false;      // MemoryOptions::zero3_module_fetch (DeepSpeed)
   bool grad_reduce_fp32 = false;        // Efficiency::grad_reduce_fp32: DP reduction in fp32 whatever the gradients' dtype
   bool sp_head_input_saved = false;     // MemoryOptions::sp_head_input_saved
   bool moe_tp_partial_gradients = true; // MemoryOptions::moe_tp_partial_gradients

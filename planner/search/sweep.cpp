@@ -394,7 +394,10 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                               return gpu_fits;
                             });
                             q.activation_offload_layers = k;
-                            if (k > 0 && cost(q, &trial)) pr = trial, fits = true;
+                            // A framework that offloads every layer or none (DeepSpeed's
+                            // cpu_checkpointing) runs the stage's whole count instead.
+                            if (k > 0 && opt.framework && framework_refusal(*opt.framework, m, jj, q) >= 0) q.activation_offload_layers = offload_max;
+                            if (k > 0 && (!opt.framework || framework_refusal(*opt.framework, m, jj, q) < 0) && cost(q, &trial)) pr = trial, fits = true;
                           }
                           if (!fits) {
                             pr.reason = RejectReason::does_not_fit;

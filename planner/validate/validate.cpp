@@ -352,7 +352,9 @@ void prepare_global_batch(const ReferenceRecord& r, Prepared* p) {
 }
 
 // Fills the null plan knobs with the fastest plan that fits, every given field pinned.
-void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
+// A record silent on offload (`offload` null) may also have offloaded activations where its
+// framework can (`framework`, when known): the sweep then runs only that framework's plans.
+void sweep_missing_knobs(const ValidationOptions& opt, const FrameworkSpec* framework, Prepared* p) {
   const ParallelPlan& pl = p->plan;
   auto has = [&](const char* k) { return std::find(p->sweep_knobs.begin(), p->sweep_knobs.end(), k) != p->sweep_knobs.end(); };
   SweepSpace space;
@@ -370,6 +372,7 @@ void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
   if (!has("zero")) space.zero = {pl.zero};
   if (!has("offload")) space.offload = {pl.offload_optimizer ? 1 : 0};
   SweepOptions so;
+  if (has("offload") && framework) space.activation_offload = true, so.framework = framework;
   so.threads = opt.sweep_threads;
   so.top_k = 1;
   so.memory = p->memory;
@@ -387,7 +390,9 @@ void sweep_missing_knobs(const ValidationOptions& opt, Prepared* p) {
     else if (k == "micro_batch") v = str(best.micro_batch);
     else if (k == "recompute") v = to_string(best.recompute);
     else if (k == "zero") v = str(best.zero);
-    else if (k == "offload") v = best.offload_optimizer ? "true" : "false";
+    else if (k == "offload")
+      v = std::string(best.offload_optimizer ? "true" : "false") +
+          (best.activation_offload_layers > 0 ? ", activation offload of " + str(best.activation_offload_layers) + " layers" : "");
     p->assumptions.push_back(k + "=" + v + " (sweep: fastest plan that fits)");
   }
   p->plan = best;
@@ -424,11 +429,12 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
     p.skip = s.message();
     return p;
   }
+  const Result<FrameworkSpec> framework = presets.framework(r.framework);
   auto settle_plan = [&](Prepared* q) {
     if (!q->sweep_knobs.empty() && opt.fully_specified_throughput_only) {
       q->skip = "plan knobs missing (left out of the fit)";
     } else if (!q->sweep_knobs.empty()) {
-      sweep_missing_knobs(opt, q);
+      sweep_missing_knobs(opt, framework ? &*framework : nullptr, q);
     } else if (Status s = check_plan_status(q->model, q->cluster, q->job, q->plan, q->gpus, r.id); !s) {
       q->skip = s.message();
     }

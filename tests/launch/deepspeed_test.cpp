@@ -191,6 +191,11 @@ std::vector<std::pair<NamedPlan, std::string>> extra_plans() {
   p = {};
   p.dp = 8, p.zero = 1, p.activation_offload_layers = 4, p.recompute = Recompute::none;
   add("llama3-8b dp8 activation offload", "llama3-8b", 8, j, p, "plan.activation_offload_layers");
+  // cpu_checkpointing: every layer's checkpoint to the host (all 32 under full recompute).
+  p.activation_offload_layers = 32, p.recompute = Recompute::full;
+  add("llama3-8b dp8 cpu_checkpointing", "llama3-8b", 8, j, p, "");
+  p.activation_offload_layers = 31;
+  add("llama3-8b dp8 activation offload of 31 layers", "llama3-8b", 8, j, p, "plan.activation_offload_layers");
   p = {};
   p.dp = 8, p.ep = 8, p.zero = 3;
   add("mixtral-8x7b dp8 ep8 zero3", "mixtral-8x7b", 8, j, p, "plan.zero");  // engine.py L1675

@@ -9,6 +9,7 @@
 
 #include "planner/search/explain.h"
 #include "planner/search/sweep.h"
+#include "tests/model_fixtures.h"
 #include "tests/shipped_presets.h"
 
 namespace llmplan {
@@ -216,6 +217,34 @@ TEST(Framework, ExplainNamesTheRuleAndOffersOnlyRunnableChanges) {
   for (const PlanChange& ch : any.changes) dropped |= framework_refusal(ds, m, ch.job, ch.plan) >= 0;
   EXPECT_TRUE(dropped);  // the unrestricted explanation offers a change DeepSpeed refuses (ZeRO-3)
   for (const PlanChange& ch : e.changes) EXPECT_EQ(framework_refusal(ds, m, ch.job, ch.plan), -1) << ch.description;
+}
+
+// DeepSpeed's activation_checkpointing.cpu_checkpointing moves every checkpoint to the host
+// or none (deepspeed/runtime/activation_checkpointing/checkpointing.py v0.16.4): the plan's
+// activation offload of every layer of each stage under full recompute, nothing less.
+TEST(Framework, DeepSpeedOffloadsEveryCheckpointOrNone) {
+  const FrameworkSpec ds = *shipped_presets().framework("deepspeed");
+  const ModelSpec m = testing::gpt3_1_3b();  // 24 layers
+  TrainingJob j;
+  j.seq_len = 2048;
+  j.global_batch = 64;
+  ParallelPlan p;
+  p.dp = 8, p.zero = 3, p.recompute = Recompute::full;
+  auto refusal = [&](const ParallelPlan& q) {
+    const int r = framework_refusal(ds, m, j, q);
+    return r < 0 ? std::string() : ds.rules[static_cast<size_t>(r)].id;
+  };
+  p.activation_offload_layers = 24;
+  EXPECT_EQ(refusal(p), "");
+  p.activation_offload_layers = 23;
+  EXPECT_EQ(refusal(p), "no_first_k_activation_offload");
+  p.activation_offload_layers = 24, p.recompute = Recompute::selective;
+  EXPECT_EQ(refusal(p), "activation_offload_needs_full_recompute");
+  // Under PP every stage's layers: 12 on each of two stages.
+  p.dp = 4, p.pp = 2, p.zero = 1, p.recompute = Recompute::full, p.activation_offload_layers = 12;
+  EXPECT_EQ(refusal(p), "");
+  p.activation_offload_layers = 11;
+  EXPECT_EQ(refusal(p), "no_first_k_activation_offload");
 }
 
 }  // namespace

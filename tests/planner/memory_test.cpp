@@ -180,6 +180,39 @@ TEST(ZeroThree, Fsdp2RootUnitStaysGathered) {
   EXPECT_DOUBLE_EQ(estimate_memory(m, cl, j, p, fsdp2).worst.item_peak[gathered], (vh + vh + h + 2 * pc.per_layer) * 2);
 }
 
+// DeepSpeed's ZeRO-3 gathers per module: resident are at most its reuse window (1e9
+// elements) and prefetch bucket (5e7) beside the largest module, never more than the
+// model; gradients leave one parameter at a time through a persistent reduce bucket of 5e8
+// elements (deepspeed/runtime/zero/config.py, partitioned_param_coordinator.py, stage3.py
+// v0.16.4). GPT-3 175B: its largest module is the token + position embedding.
+TEST(ZeroThree, DeepSpeedGathersModulesWithinItsWindow) {
+  const ClusterSpec cl = testing::dgx_a100(1);
+  TrainingJob j;
+  j.seq_len = 2048;
+  j.global_batch = 8;
+  ParallelPlan p;
+  p.dp = 8;
+  p.zero = 3;
+  p.recompute = Recompute::full;
+  MemoryOptions ds;
+  ds.zero3_module_fetch = true;
+  const int gathered = static_cast<int>(MemoryItem::gathered_params), grads = static_cast<int>(MemoryItem::gradients),
+            comm = static_cast<int>(MemoryItem::comm_buffers);
+  const ModelSpec big = testing::gpt3_175b();
+  const double embedding = (50257.0 + 2048.0) * 12288.0;  // wte + wpe
+  const double total = 96 * (12 * 12288.0 * 12288 + 13 * 12288.0) + embedding + 2 * 12288.0;  // Kaplan's 12h^2 + biases and norms
+  const auto layer_units = estimate_memory(big, cl, j, p);
+  const auto modules = estimate_memory(big, cl, j, p, ds);
+  EXPECT_DOUBLE_EQ(modules.worst.item_peak[gathered], (1e9 + 5e7 + embedding) * 2);
+  EXPECT_NEAR(modules.worst.item_peak[grads], total * 2 / 8 + embedding * 2, 1e-6 * total);
+  EXPECT_DOUBLE_EQ(modules.worst.item_peak[comm] - layer_units.worst.item_peak[comm], 5e8 * 2);
+  // A model smaller than the window stays gathered whole: 12 layers of GPT-3 1.3B.
+  ModelSpec small = testing::gpt3_1_3b();
+  small.layers = 12;
+  const double small_total = 12 * (12 * 2048.0 * 2048 + 13 * 2048.0) + (50257.0 + 2048.0) * 2048 + 2 * 2048.0;
+  EXPECT_NEAR(estimate_memory(small, cl, j, p, ds).worst.item_peak[gathered], small_total * 2, 1e-9 * small_total);
+}
+
 TEST(LoraParallelLinear, AdapterShardsAndLowRankActivationsPerRank) {
   const ModelSpec m = testing::llama2_7b();
   const uint32_t qo = projection_bit(Projection::q) | projection_bit(Projection::o);
