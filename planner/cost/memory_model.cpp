@@ -666,6 +666,17 @@ StageMemoryExtras stage_memory_extras(const ModelSpec& m, const TrainingJob& j, 
     // sends chunk 0's activations and chunk 1's gradients, every other stage all four.
     const double outputs = placed_in_v(p) ? (stage == 0 ? 3 : 5) : p.vpp > 1 ? 3 : 2;
     x.comm_buffers += outputs * tokens * h / seq_div * act_bytes;
+    if (opt.pp_buffers_per_microbatch) {
+      // torch.distributed.pipelining (MemoryOptions::pp_buffers_per_microbatch): every
+      // micro-batch of every chunk has its own receive buffers, activation (not on the first
+      // stage) and gradient (not on the last), the input gradient stays on the former, and
+      // the schedule keeps each chunk output to the end of the step: the last stage's its
+      // logits (the one at the loss is already counted there), the others' their hidden.
+      const double unit = tokens * h / seq_div * act_bytes, chunks = p.grad_accum * static_cast<double>(p.vpp);
+      const double units = (is_first ? 0 : 2) + (is_last ? 0 : 2);
+      x.comm_buffers += chunks * units * unit;
+      if (is_last) x.comm_buffers += (p.grad_accum - 1.0) * tokens * vocab_rank * act_bytes * (1 + m.mtp_layers);
+    }
     ++groups;
   }
   if (p.cp > 1) {

@@ -129,6 +129,15 @@ struct MemoryOptions {
   // __ipg_bucket_flat_buffer, contiguous_gradients true by default), so the transient is
   // the largest parameter's gradient, not a layer's. Default: false (layer units, FSDP's).
   bool zero3_module_fetch = false;
+  // Pipeline parallelism as torch.distributed.pipelining ran it in 2024-25 (torchtitan's
+  // pipeline): a stage allocates receive buffers for each micro-batch of each chunk and
+  // keeps them (PipelineStage's per-micro-batch activation and gradient receive buffers),
+  // the input gradient stays on the activation buffer's .grad to the next step, and the
+  // schedule appends every micro-batch's output to output_chunks, cleared at the next
+  // step() (the last stage's outputs are its logits, detached but kept). PyTorch changed the
+  // last two in 2025 (pull requests 153383 and 164329); kept as the upper end. Default:
+  // false (one micro-batch's send and receive buffers, Megatron's and the executor's).
+  bool pp_buffers_per_microbatch = false;
   // DeepSpeed's defaults for the above, in parameters (elements): stage3_max_reuse_distance
   // and stage3_max_live_parameters 1e9, stage3_prefetch_bucket_size 5e7, reduce_bucket_size
   // 5e8 (deepspeed/runtime/zero/config.py v0.16.4).

@@ -43,6 +43,7 @@ MemoryOptions stack_memory_options(const StackProfile& s, const MemoryOptions& b
   o.zero3_root_gathered = s.zero3_root_gathered;
   o.zero3_pp_unsharded = s.zero3_pp_unsharded;
   o.zero3_module_fetch = s.zero3_module_fetch;
+  o.pp_buffers_per_microbatch = s.pp_buffers_per_microbatch;
   o.sp_head_input_saved = s.sp_head_input_saved;
   o.moe_tp_partial_gradients = s.moe_tp_partial_gradients;
   o.moe_probs_in_activation = s.moe_probs_in_activation;
@@ -91,6 +92,7 @@ std::vector<std::string> memory_convention_names(const StackProfile& s, int tp, 
   else std::snprintf(b, sizeof b, "loss holds the 16-bit logits and their fp32 softmax");
   out.push_back(b);
   if (s.zero3_root_gathered) out.push_back("ZeRO-3 root unit (embedding, head) gathered through backward");
+  if (s.pp_buffers_per_microbatch) out.push_back("PP: receive buffers and outputs of every micro-batch kept to the end of the step");
   if (s.zero3_module_fetch) out.push_back("ZeRO-3 gathers per module within DeepSpeed's live/reuse window; gradients through its reduce bucket");
   if (s.zero3_pp_unsharded) out.push_back("ZeRO-3 with pipeline parallelism: the stage's parameters gathered and fp32 gradients unsharded all step");
   if (s.sp_head_input_saved) out.push_back("SP: the head's gathered input saved for backward");
@@ -106,7 +108,7 @@ namespace {
 
 // a <= b in every convention that sets bytes (both with the same selective policy, whose
 // two kinds keep different tensors and so are not ordered).
-bool bounded_by(const MemoryConvention& a, const MemoryConvention& b) {
+bool bounded_by(const MemoryConvention& a, const MemoryConvention& b, bool outside_zero3 = false) {
   auto loss = [](const MemoryOptions& o, bool tp) { return tp && o.loss_bytes_per_logit_tp > 0 ? o.loss_bytes_per_logit_tp : o.loss_bytes_per_logit; };
   // 0 means the executor's loss, 6 bytes per 16-bit logit: compare in bytes.
   auto bytes = [&](const MemoryOptions& o, bool tp) {
@@ -118,7 +120,8 @@ bool bounded_by(const MemoryConvention& a, const MemoryConvention& b) {
          (!a.memory.zero3_root_gathered || b.memory.zero3_root_gathered) && (!a.memory.sp_head_input_saved || b.memory.sp_head_input_saved) &&
          (!a.memory.zero3_pp_unsharded || b.memory.zero3_pp_unsharded) &&
          // Module fetch holds more than layer units on small layers and less on large ones.
-         a.memory.zero3_module_fetch == b.memory.zero3_module_fetch &&
+         (outside_zero3 || a.memory.zero3_module_fetch == b.memory.zero3_module_fetch) &&
+         (!a.memory.pp_buffers_per_microbatch || b.memory.pp_buffers_per_microbatch) &&
          (!a.memory.moe_tp_partial_gradients || b.memory.moe_tp_partial_gradients) &&
          (a.memory.moe_probs_in_activation || !b.memory.moe_probs_in_activation) &&
          // Quantized saved inputs weigh less than 16-bit ones (the output projection's extra
@@ -149,7 +152,13 @@ std::vector<MemoryConvention> distinct_memory_conventions(const std::vector<Stac
       // Bounded by another one (ties: the one that comes first in stack order stays).
       dominated = bounded_by(all[i], all[k]) && (!bounded_by(all[k], all[i]) || k < i);
     }
-    if (!dominated) out.push_back(all[i]);
+    if (dominated) continue;
+    // Module-fetch ZeRO-3 (DeepSpeed's) sets no byte of a plan without ZeRO-3: there it is
+    // bounded as the rest of its conventions are.
+    bool outside = bounded_by(all[i], self, true);
+    for (size_t k = 0; k < all.size() && !outside; ++k) outside = k != i && bounded_by(all[i], all[k], true);
+    all[i].zero3_only = outside;
+    out.push_back(all[i]);
   }
   return out;
 }
@@ -223,6 +232,7 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
   m.get("zero3_root_gathered", &s.zero3_root_gathered, false);
   m.get("zero3_pp_unsharded", &s.zero3_pp_unsharded, false);
   m.get("zero3_module_fetch", &s.zero3_module_fetch, false);
+  m.get("pp_buffers_per_microbatch", &s.pp_buffers_per_microbatch, false);
   m.get("grad_reduce_fp32", &s.grad_reduce_fp32, false);
   apply_stack_code_facts(s, &s.efficiency);
   m.get("sp_head_input_saved", &s.sp_head_input_saved, false);
@@ -254,6 +264,7 @@ json to_json(const StackProfile& s) {
             {"zero3_root_gathered", s.zero3_root_gathered},
             {"zero3_pp_unsharded", s.zero3_pp_unsharded},
             {"zero3_module_fetch", s.zero3_module_fetch},
+            {"pp_buffers_per_microbatch", s.pp_buffers_per_microbatch},
             {"grad_reduce_fp32", s.grad_reduce_fp32},
             {"sp_head_input_saved", s.sp_head_input_saved},
             {"moe_tp_partial_gradients", s.moe_tp_partial_gradients},

@@ -58,6 +58,7 @@ struct StackProfile {
   bool zero3_root_gathered = false;     // MemoryOptions::zero3_root_gathered
   bool zero3_pp_unsharded = false;      // MemoryOptions::zero3_pp_unsharded (and Efficiency::zero3_pp_gather_once)
   bool zero3_module_fetch = false;      // MemoryOptions::zero3_module_fetch (DeepSpeed)
+  bool pp_buffers_per_microbatch = false;  // MemoryOptions::pp_buffers_per_microbatch (torch.distributed.pipelining)
   bool grad_reduce_fp32 = false;        // Efficiency::grad_reduce_fp32: DP reduction in fp32 whatever the gradients' dtype
   bool sp_head_input_saved = false;     // MemoryOptions::sp_head_input_saved
   bool moe_tp_partial_gradients = true; // MemoryOptions::moe_tp_partial_gradients
@@ -98,6 +99,9 @@ struct MemoryConvention {
   std::string stack;
   MemoryOptions memory;
   GradConvention grads = GradConvention::deepspeed;
+  // Bounded by another convention (or the own one) on every plan without ZeRO-3: only its
+  // ZeRO-3 conventions (MemoryOptions::zero3_module_fetch) can set a higher peak.
+  bool zero3_only = false;
 };
 // The conventions of `stacks` that can set a different peak than `own` for `job` (with its
 // gradient convention; FP8 conventions count only when it has FP8 linears): duplicates and the own one dropped, and any that another one bounds from

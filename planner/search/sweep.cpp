@@ -352,6 +352,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                                 for (size_t k = 0; k < opt.also_fit.size(); ++k) shape.also.push_back(memory_inputs(m, c.gpu, jobs_also[k], q, opt.also_fit[k].memory));
                               }
                               for (size_t k = 0; k < opt.also_fit.size(); ++k) {
+                                if (opt.also_fit[k].zero3_only && q.zero != 3) continue;
                                 const MemoryPeak other = estimate_memory_peak(m, c, jobs_also[k], q, shape.also[k], opt.also_fit[k].memory);
                                 out->peak_low_bytes = std::min(out->peak_low_bytes, other.total);
                                 if (other.total > mem.total) mem = other, out->peak_convention = static_cast<int>(k);

@@ -213,6 +213,28 @@ TEST(ZeroThree, DeepSpeedGathersModulesWithinItsWindow) {
   EXPECT_NEAR(estimate_memory(small, cl, j, p, ds).worst.item_peak[gathered], small_total * 2, 1e-9 * small_total);
 }
 
+// torch.distributed.pipelining as torchtitan's 2024-12 benchmarks ran it: each micro-batch
+// has its own receive buffers (activation after the first stage, gradient before the last),
+// the input gradient stays on the activation buffer, and the schedule keeps every output to
+// the end of the step (the last stage's logits; the one at the loss counted with the loss).
+// Llama 2 7B on pp 4, 8 micro-batches of one 4096-token sequence.
+TEST(PipelineBuffers, TorchPipeliningKeepsEveryMicroBatchsBuffers) {
+  const ModelSpec m = testing::llama2_7b();
+  const ClusterSpec cl = testing::dgx_a100(1);
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.global_batch = 16;
+  ParallelPlan p;
+  p.dp = 2, p.pp = 4, p.micro_batch = 1, p.grad_accum = 8;
+  MemoryOptions torch;
+  torch.pp_buffers_per_microbatch = true;
+  const int comm = static_cast<int>(MemoryItem::comm_buffers);
+  const auto own = estimate_memory(m, cl, j, p), pipelining = estimate_memory(m, cl, j, p, torch);
+  const double hidden = 4096.0 * 4096 * 2, logits = 4096.0 * 32000 * 2;
+  EXPECT_DOUBLE_EQ(pipelining.first.bytes[comm] - own.first.bytes[comm], 8 * 2 * hidden);  // gradient buffers, outputs
+  EXPECT_DOUBLE_EQ(pipelining.last.bytes[comm] - own.last.bytes[comm], 8 * 2 * hidden + 7 * logits);
+}
+
 TEST(LoraParallelLinear, AdapterShardsAndLowRankActivationsPerRank) {
   const ModelSpec m = testing::llama2_7b();
   const uint32_t qo = projection_bit(Projection::q) | projection_bit(Projection::o);

@@ -210,9 +210,10 @@ TEST(ValidateShipped, MeasuredPeaksAgainstTheStacksUpperEnd) {
     above += r.published > r.predicted_upper;
   }
   EXPECT_EQ(rows, 15);
-  // 7: the 70B 2D and the four 405B torchtitan runs (8.6-19.5% above), BERT-large on a V100,
-  // the ZeRO paper's checkpointed activations. Was 10 before the loss's reserved blocks and
-  // torchtitan's pipelined FSDP conventions (caching_allocator.h, zero3_pp_unsharded).
+  // 7: the 70B 2D and the four 405B torchtitan runs (3.8-14.6% above: torchtitan logs the
+  // caching allocator's reserved peak), BERT-large on a V100, the ZeRO paper's checkpointed
+  // activations. Was 10 before the loss's reserved blocks and torchtitan's pipelined FSDP
+  // conventions (caching_allocator.h, zero3_pp_unsharded, pp_buffers_per_microbatch).
   EXPECT_LE(above, 7);
 }
 
