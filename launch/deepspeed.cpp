@@ -156,11 +156,12 @@ Status refusal(const PlanFile& f) {
     return Status::bad_input("plan.recompute: full_k with pp > 1: DeepSpeed's pipeline engine checkpoints every n-th layer "
                              "only (Megatron-DeepSpeed megatron/model/gpt_model.py L446-451: \"deepspeed's pipeline doesn't "
                              "support the block recompute method\"); use full, or pp 1");
-  if (p.activation_offload_layers > 0 && (p.recompute != Recompute::full || p.activation_offload_layers < pp_stage_layers(m.layers, p, 0)))
+  if (const int stage_layers = pp_stage_layers(m.layers, p, 0);
+      p.activation_offload_layers > 0 && (p.recompute != Recompute::full || p.activation_offload_layers < stage_layers))
     return Status::bad_input("plan.activation_offload_layers: " + num(p.activation_offload_layers) +
                              ": DeepSpeed's cpu_checkpointing (deepspeed/runtime/activation_checkpointing/config.py L42-43) "
                              "moves the checkpoint of every checkpointed layer to the host, not the kept activations of the "
-                             "first k layers of each stage: offload every layer of the stage (" + num(pp_stage_layers(m.layers, p, 0)) +
+                             "first k layers of each stage: offload every layer of the stage (" + num(stage_layers) +
                              ") under full recompute, or none");
   if (p.zero == 0 && j.precision == Precision::bf16)
     return Status::bad_input("plan.zero: 0 with bf16: DeepSpeed v0.16.4 runs a bf16 model without ZeRO through its "

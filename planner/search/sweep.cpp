@@ -396,9 +396,10 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             });
                             q.activation_offload_layers = k;
                             // A framework that offloads every layer or none (DeepSpeed's
-                            // cpu_checkpointing) runs the stage's whole count instead.
+                            // cpu_checkpointing) runs the stage's whole count instead, which
+                            // framework_offloads() has already let through.
                             if (k > 0 && opt.framework && framework_refusal(*opt.framework, m, jj, q) >= 0) q.activation_offload_layers = offload_max;
-                            if (k > 0 && (!opt.framework || framework_refusal(*opt.framework, m, jj, q) < 0) && cost(q, &trial)) pr = trial, fits = true;
+                            if (k > 0 && cost(q, &trial)) pr = trial, fits = true;
                           }
                           if (!fits) {
                             pr.reason = RejectReason::does_not_fit;
