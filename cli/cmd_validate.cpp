@@ -100,6 +100,15 @@ void print_summary(const std::vector<SummaryLine>& lines, const char* title) {
 // Per group: how many records were compared, skipped (by reason) and predicted not to
 // fit although they ran. The last is the planner's costliest error, so it is counted here
 // and not left to the rows' oom? column.
+void print_bias(const std::vector<ValidationRow>& rows) {
+  std::printf("\nSigned throughput error (predicted/published - 1; + = predicted faster than it ran), every compared row:\n");
+  std::printf("%-6s %-24s %4s %9s %9s %9s %s\n", "by", "key", "n", "median", "min", "max", "predicted faster");
+  for (BiasKey key : {BiasKey::gpu, BiasKey::stack})
+    for (const BiasLine& b : summarize_bias(rows, key))
+      std::printf("%-6s %-24s %4d %+8.1f%% %+8.1f%% %+8.1f%% %d of %d\n", key == BiasKey::gpu ? "gpu" : "stack", b.key.c_str(), b.n,
+                  100 * b.median, 100 * b.min, 100 * b.max, b.faster, b.n);
+}
+
 void print_coverage(const std::vector<ValidationRow>& rows) {
   struct Count {
     int compared = 0, skipped = 0, ran_but_oom = 0, above_upper = 0, memory_rows = 0;
@@ -156,7 +165,7 @@ nlohmann::json to_json(const std::vector<ValidationRow>& rows, const std::vector
                         {"throughput", r.throughput}, {"metric", to_string(r.metric)}, {"unit", r.unit},   {"skipped", r.skipped},
                         {"assumed", r.assumed}, {"assumptions", r.assumptions}, {"notes", r.notes}, {"fitting_subset", r.fitting_subset},
                         {"predicted_oom", r.predicted_oom}, {"plan", r.plan}, {"peak_fraction", r.peak_fraction},
-                        {"stack", r.stack}, {"predicted_upper_gib", r.predicted_upper}};
+                        {"stack", r.stack}, {"gpu", r.gpu}, {"predicted_upper_gib", r.predicted_upper}};
     if (r.skipped) x["skip_reason"] = r.skip_reason;
     else x.update({{"published", r.published}, {"predicted", r.predicted}, {"error", r.error}});
     j["rows"].push_back(x);
@@ -165,6 +174,10 @@ nlohmann::json to_json(const std::vector<ValidationRow>& rows, const std::vector
     j["summary"].push_back({{"group", l.group}, {"throughput", l.throughput}, {"assumed", l.assumed}, {"all", stats_json(l.all)},
                             {"fitted", stats_json(l.fitted)}, {"held_out", stats_json(l.held_out)}, {"skipped", l.skipped},
                             {"predicted_oom", l.predicted_oom}});
+  for (BiasKey key : {BiasKey::gpu, BiasKey::stack})
+    for (const BiasLine& b : summarize_bias(rows, key))
+      j["bias"].push_back({{"by", key == BiasKey::gpu ? "gpu" : "stack"}, {"key", b.key}, {"n", b.n}, {"median", b.median},
+                           {"min", b.min}, {"max", b.max}, {"predicted_faster", b.faster}});
   return j;
 }
 
@@ -365,6 +378,7 @@ int run_validate(const ValidateCommand& c) {
   print_coverage(rows);
   print_summary(lines, "Error |predicted/published - 1| per group (fitted/held-out: the fit's deterministic halves):");
   print_summary(summarize_by_confidence(rows), "Per confidence level:");
+  print_bias(rows);
   if (!c.json_out.empty()) {
     nlohmann::json j = to_json(rows, lines, path);
     if (c.fit) j["fitted_efficiency"] = efficiency_json(opt.efficiency);

@@ -502,6 +502,7 @@ ValidationRow base_row(const ReferenceRecord& r, const Prepared& p, bool through
   row.id = r.id;
   row.group = r.group;
   row.confidence = r.confidence;
+  row.gpu = r.cluster.gpu;
   row.kind = r.kind;
   row.throughput = throughput;
   row.assumptions = p.assumptions;
@@ -778,6 +779,25 @@ std::vector<SummaryLine> summarize_by(const std::vector<ValidationRow>& rows, bo
 
 std::vector<SummaryLine> summarize(const std::vector<ValidationRow>& rows) { return summarize_by(rows, false); }
 std::vector<SummaryLine> summarize_by_confidence(const std::vector<ValidationRow>& rows) { return summarize_by(rows, true); }
+
+std::vector<BiasLine> summarize_bias(const std::vector<ValidationRow>& rows, BiasKey key) {
+  std::map<std::string, std::vector<double>> errors;
+  for (const ValidationRow& r : rows)
+    if (r.throughput && !r.skipped) errors[key == BiasKey::gpu ? r.gpu : r.stack].push_back(r.error);
+  std::vector<BiasLine> out;
+  for (auto& [k, e] : errors) {
+    std::sort(e.begin(), e.end());
+    BiasLine b;
+    b.key = k;
+    b.n = static_cast<int>(e.size());
+    const size_t mid = e.size() / 2;
+    b.median = e.size() % 2 ? e[mid] : 0.5 * (e[mid - 1] + e[mid]);
+    b.min = e.front(), b.max = e.back();
+    b.faster = static_cast<int>(std::count_if(e.begin(), e.end(), [](double x) { return x > 0; }));
+    out.push_back(b);
+  }
+  return out;
+}
 
 // ---------------------------------------------------------------- the fit
 

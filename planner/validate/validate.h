@@ -177,6 +177,7 @@ const char* to_string(Metric m);
 
 struct ValidationRow {
   std::string id, group, confidence, kind;
+  std::string gpu;             // the record's cluster.gpu id
   int index_in_group = 0;      // position of the record in its group (file order)
   bool throughput = true;      // a throughput row (else memory)
   Metric metric = Metric::tokens_per_s;
@@ -243,6 +244,19 @@ struct SummaryLine {
 std::vector<SummaryLine> summarize(const std::vector<ValidationRow>& rows);
 // Per confidence level (high/medium/low), same split; `group` holds the level.
 std::vector<SummaryLine> summarize_by_confidence(const std::vector<ValidationRow>& rows);
+
+// Signed throughput error (predicted / published - 1; + = predicted faster than it ran)
+// per GPU id or per training stack, over every compared throughput row, fully specified
+// and assumed together: a systematic bias of the model on one kind of hardware or one
+// stack shows here, where the per-group |error| hides its sign.
+enum class BiasKey { gpu, stack };
+struct BiasLine {
+  std::string key;
+  int n = 0;
+  double median = 0, min = 0, max = 0;  // signed errors
+  int faster = 0;                       // rows predicted faster than published
+};
+std::vector<BiasLine> summarize_bias(const std::vector<ValidationRow>& rows, BiasKey key);
 
 // ---------------------------------------------------------------- the fit
 

@@ -425,5 +425,33 @@ TEST(PlanText, NamesExpertParallelismWhenItSplitsTheExperts) {
   EXPECT_EQ(plan_text(p).find(" ep"), std::string::npos) << plan_text(p);
 }
 
+// The signed bias per GPU: a median of the signed errors (not of |error|), skipped and
+// memory rows left out, counted against hand-sorted lists.
+TEST(ValidateBias, SignedMedianPerGpuAndStack) {
+  auto r = [](const std::string& gpu, const std::string& stack, double error, bool throughput = true, bool skipped = false) {
+    ValidationRow x;
+    x.gpu = gpu, x.stack = stack, x.error = error, x.throughput = throughput, x.skipped = skipped;
+    return x;
+  };
+  const std::vector<ValidationRow> rows = {r("b200", "megatron-bridge", 0.10), r("b200", "megatron-bridge", -0.30),
+                                           r("b200", "torchtitan", 0.04),      r("h100-sxm", "torchtitan", -0.2),
+                                           r("h100-sxm", "torchtitan", 0.9, false), r("h100-sxm", "torchtitan", 0.5, true, true)};
+  const std::vector<BiasLine> gpu = summarize_bias(rows, BiasKey::gpu);
+  ASSERT_EQ(gpu.size(), 2u);
+  EXPECT_EQ(gpu[0].key, "b200");
+  EXPECT_EQ(gpu[0].n, 3);
+  EXPECT_DOUBLE_EQ(gpu[0].median, 0.04);  // sorted -0.30, 0.04, 0.10: a |error| median would be 0.10
+  EXPECT_DOUBLE_EQ(gpu[0].min, -0.30);
+  EXPECT_DOUBLE_EQ(gpu[0].max, 0.10);
+  EXPECT_EQ(gpu[0].faster, 2);
+  EXPECT_EQ(gpu[1].n, 1);  // the memory and the skipped rows are not counted
+  EXPECT_DOUBLE_EQ(gpu[1].median, -0.2);
+  const std::vector<BiasLine> stack = summarize_bias(rows, BiasKey::stack);
+  ASSERT_EQ(stack.size(), 2u);
+  EXPECT_EQ(stack[1].key, "torchtitan");
+  EXPECT_EQ(stack[1].n, 2);
+  EXPECT_DOUBLE_EQ(stack[1].median, 0.5 * (-0.2 + 0.04));  // an even count: the mean of the middle two
+}
+
 }  // namespace
 }  // namespace llmplan
