@@ -69,6 +69,8 @@ Efficiency with_stack_kernel_facts(Efficiency fitted, const StackProfile& s) {
 void apply_stack_code_facts(const StackProfile& s, Efficiency* e) {
   e->zero3_pp_gather_once = s.zero3_pp_unsharded ? 1 : 0;
   e->grad_reduce_fp32 = s.grad_reduce_fp32 ? 1 : 0;
+  if (s.overlaps_grad_reduce) e->overlap = 1;
+  if (s.overlaps_param_gather) e->gather_overlap = 1;
 }
 
 std::vector<StackMemory> memory_under_stacks(const std::vector<StackProfile>& stacks, const ModelSpec& m, const ClusterSpec& c,
@@ -185,6 +187,12 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
   if (!s.efficiency_from.empty() && r.has("efficiency"))
     r.fail("efficiency_from", "expected either efficiency or efficiency_from (another stack's), not both");
   if (!r.status()) return r.status();
+  {
+    FieldReader o = r.child("overlap");
+    o.get("grad_reduce", &s.overlaps_grad_reduce, false);
+    o.get("param_gather", &s.overlaps_param_gather, false);
+    if (Status st = o.finish(); !st) return st;
+  }
   FieldReader e = r.child("efficiency");
   // Every constant may be given; one left out keeps the planner's default (the "llmplan"
   // profile's value).
@@ -272,6 +280,8 @@ json to_json(const StackProfile& s) {
             {"fp8_quantized_inputs", s.fp8_quantized_inputs},
             {"fp8_weight_copies", to_string(s.fp8_weight_copies)}}}};
   if (!s.efficiency_from.empty()) out.erase("efficiency"), out["efficiency_from"] = s.efficiency_from;
+  if (s.overlaps_grad_reduce || s.overlaps_param_gather)
+    out["overlap"] = {{"grad_reduce", s.overlaps_grad_reduce}, {"param_gather", s.overlaps_param_gather}};
   // The loss as ops when the file gave them (its byte counts are theirs: written once).
   if (s.loss_option_bytes_per_logit > 0)
     out["memory"]["loss_option"] = s.loss_option, out["memory"]["loss_option_bytes_per_logit"] = s.loss_option_bytes_per_logit;

@@ -37,6 +37,15 @@ struct StackProfile {
   // megatron-core takes megatron-bridge's fit); "" = its own. The file then has no
   // "efficiency"; resolve_shared_efficiency fills it in.
   std::string efficiency_from;
+  // ---- communication the stack's code overlaps with compute (facts of its code, not
+  // fitted: Efficiency::overlap and gather_overlap are 1 when set, and its fit leaves them)
+  // The data-parallel gradient reduction is launched bucket by bucket during the backward,
+  // as soon as a bucket's gradients are complete (Megatron-Core's overlap_grad_reduce):
+  // only the last bucket waits for the end of the backward.
+  bool overlaps_grad_reduce = false;
+  // The parameter all-gather of the distributed optimizer (or FSDP) is launched bucket by
+  // bucket ahead of the forward layers that need it (overlap_param_gather).
+  bool overlaps_param_gather = false;
   // ---- memory conventions
   GradConvention grads = GradConvention::deepspeed;  // 16-bit grads (16 B/param) or fp32 main grads (18)
   SelectiveRecompute selective = SelectiveRecompute::attention_scores;

@@ -86,10 +86,6 @@ Dtype compute_dtype(const TrainingJob& j, const GpuSpec& g) {
 
 namespace {
 
-// Time a collective of duration `comm` adds to a step when `hide` seconds of compute run
-// beside it (prefetch and bucketed overlap): what does not fit behind the compute.
-double exposed(double comm, double hide) { return std::max(0.0, comm - hide); }
-
 struct Gemm {
   double m, n, k;
   bool base;   // base weight (vs LoRA adapter)
@@ -199,6 +195,7 @@ DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p
   d.grad_bytes_per_param = e.grad_reduce_fp32 > 0 ? std::max(4.0, bpp.gradients) : bpp.gradients;
   d.weight_bytes_per_param = bpp.weights;
   d.per_microbatch = p.zero == 3 && !(p.pp > 1 && e.zero3_pp_gather_once > 0);
+  d.hbm_bandwidth = c.gpu.memory_bandwidth;
   if (p.zero == 0) d.grad_bucket_bytes = kDdpBucketBytes;
   if (p.zero == 1) {
     d.grad_bucket_bytes = zero1_bucket_params(d.group) * d.grad_bytes_per_param;
@@ -228,21 +225,36 @@ DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p
   return d;
 }
 
+double collective_hbm_traffic(DpKind kind) {
+  switch (kind) {
+    case DpKind::allgather: return 2;
+    case DpKind::reduce_scatter: return 3;
+    case DpKind::allreduce: return 2.5;
+  }
+  return 3;
+}
+
 double dp_exposed_time(const DpStep& d, double microbatches, double fwd, double bwd, const Efficiency& e) {
-  // Time a collective of duration `comm` adds to a step when `hide` seconds of compute
-  // run beside it (prefetch and bucketed overlap): what does not fit behind the compute.
   if (d.grads.count <= 0) return 0;
+  // The received bytes per second of a collective running at the link's rate, as HBM
+  // seconds per second of it hidden.
+  const double hbm_share = d.hbm_bandwidth > 0 ? d.link.bandwidth * e.network / (d.hbm_bandwidth * e.memory) : 0;
+  // Time a collective of duration `comm` adds to a step when `hide` seconds of compute run
+  // beside it (prefetch and bucketed overlap): what does not fit behind the compute, and
+  // the HBM traffic of what does.
+  auto cost = [&](const DpCollective& x, double hide) {
+    const double hidden = std::min(x.duration, std::max(0.0, hide));
+    return x.duration - hidden + hidden * collective_hbm_traffic(x.kind) * hbm_share;
+  };
   const double hide_bwd = e.overlap * bwd, gather_fwd = e.gather_overlap * fwd, gather_bwd = e.gather_overlap * bwd;
   if (d.per_microbatch) {
     // FSDP: gather weights before forward and again before backward, reduce-scatter
     // gradients, every micro-batch; prefetch hides them behind compute.
-    return microbatches * (exposed(d.params.duration, gather_fwd) + exposed(d.params.duration, gather_bwd) +
-                           exposed(d.grads.duration, hide_bwd)) +
-           d.last_bucket;
+    return microbatches * (cost(d.params, gather_fwd) + cost(d.params, gather_bwd) + cost(d.grads, hide_bwd)) + d.last_bucket;
   }
   // Gradients are synchronised once per step, overlapped with the last micro-batch's
   // backward; ZeRO-1/2 then all-gather updated parameters behind the next forward.
-  return exposed(d.grads.duration, hide_bwd) + exposed(d.params.duration, gather_fwd) + d.last_bucket;
+  return cost(d.grads, hide_bwd) + cost(d.params, gather_fwd) + d.last_bucket;
 }
 
 LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const LayerContext& lc,

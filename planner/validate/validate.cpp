@@ -969,8 +969,13 @@ std::vector<FitReport> fit_stacks(const ReferenceSet& set, const PresetRegistry&
     rep.start = start;
     rep.objective_start = objective_and_rows(set, presets, opt, &rep.rows);
     if (rep.rows < kMinStackFitRows) continue;
-    // Every field once the stack has 4 rows per field (llm-foundry's 69), else the subset.
-    const std::vector<int>& idx = rep.rows >= 4 * kFitDim ? every : subset;
+    // Every field once the stack has 4 rows per field (llm-foundry's 69), else the subset;
+    // never an overlap that the stack's code fixes (StackProfile::overlaps_grad_reduce).
+    std::vector<int> idx = rep.rows >= 4 * kFitDim ? every : subset;
+    std::erase_if(idx, [&](int i) {
+      return (kFitFields[i].field == &Efficiency::overlap && stack.overlaps_grad_reduce) ||
+             (kFitFields[i].field == &Efficiency::gather_overlap && stack.overlaps_param_gather);
+    });
     const int dim = static_cast<int>(idx.size());
     auto eval = [&](const std::vector<double>& x) {
       Efficiency e = start;
