@@ -68,6 +68,9 @@ class StepBuilder {
   int last_task(int stage) const { return last_[stage]; }
   int barrier() const { return barrier_; }
   int vpp() const { return vpp_; }
+  // Sends block the compute stream unless the stack overlaps an interleaved schedule's
+  // sends (Efficiency::pp_p2p_overlap, the planner's fact of the stack's code).
+  bool blocking_p2p() const { return opt_.blocking_p2p && !(opt_.efficiency.pp_p2p_overlap > 0 && vpp_ > 1); }
   // Stage s's chunk c is its layers chunk_first(s, c) .. + chunk_layers(s, c) (the stage's
   // costs list its chunks' layers in chunk order): vpp equal runs, or the plan's own counts
   // (the embedding/loss and custom splits, plan_check.h virtual_stage_layers).
@@ -270,7 +273,7 @@ void StepBuilder::build_stage(int s) {
         ref.first = id;
         engine_.depend(prev_last, id);  // the previous pass's trailing blocking collective
         // (A pair's backward runs beside its forward's send.)
-        if (opt_.blocking_p2p && !(paired && o.kind == PassKind::backward)) engine_.depend(prev_send, id);
+        if (blocking_p2p() && !(paired && o.kind == PassKind::backward)) engine_.depend(prev_send, id);
       }
     };
     // A pipeline send to the stage holding virtual stage `to`; none when this stage holds

@@ -58,7 +58,8 @@ struct SimOptions {
   Efficiency efficiency;      // the time model's constants. Default: planner defaults.
   MemoryOptions memory;       // the memory model's constants. Default: planner defaults.
   // The compute stream waits until its previous operation's pipeline sends are done
-  // (Megatron without --overlap-p2p-communication). Default: true.
+  // (Megatron without --overlap-p2p-communication). Default: true; an interleaved plan
+  // under a stack with efficiency.pp_p2p_overlap never blocks.
   bool blocking_p2p = true;
   // Transfers crossing the same tier of a rank at the same time share its bandwidth;
   // false gives each transfer the full link. Default: true.

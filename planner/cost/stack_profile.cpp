@@ -71,6 +71,7 @@ void apply_stack_code_facts(const StackProfile& s, Efficiency* e) {
   e->grad_reduce_fp32 = s.grad_reduce_fp32 ? 1 : 0;
   if (s.overlaps_grad_reduce) e->overlap = 1;
   if (s.overlaps_param_gather) e->gather_overlap = 1;
+  e->pp_p2p_overlap = s.overlaps_pp_p2p ? 1 : 0;
 }
 
 std::vector<StackMemory> memory_under_stacks(const std::vector<StackProfile>& stacks, const ModelSpec& m, const ClusterSpec& c,
@@ -191,6 +192,7 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
     FieldReader o = r.child("overlap");
     o.get("grad_reduce", &s.overlaps_grad_reduce, false);
     o.get("param_gather", &s.overlaps_param_gather, false);
+    o.get("pp_p2p", &s.overlaps_pp_p2p, false);
     if (Status st = o.finish(); !st) return st;
   }
   FieldReader e = r.child("efficiency");
@@ -280,8 +282,8 @@ json to_json(const StackProfile& s) {
             {"fp8_quantized_inputs", s.fp8_quantized_inputs},
             {"fp8_weight_copies", to_string(s.fp8_weight_copies)}}}};
   if (!s.efficiency_from.empty()) out.erase("efficiency"), out["efficiency_from"] = s.efficiency_from;
-  if (s.overlaps_grad_reduce || s.overlaps_param_gather)
-    out["overlap"] = {{"grad_reduce", s.overlaps_grad_reduce}, {"param_gather", s.overlaps_param_gather}};
+  if (s.overlaps_grad_reduce || s.overlaps_param_gather || s.overlaps_pp_p2p)
+    out["overlap"] = {{"grad_reduce", s.overlaps_grad_reduce}, {"param_gather", s.overlaps_param_gather}, {"pp_p2p", s.overlaps_pp_p2p}};
   // The loss as ops when the file gave them (its byte counts are theirs: written once).
   if (s.loss_option_bytes_per_logit > 0)
     out["memory"]["loss_option"] = s.loss_option, out["memory"]["loss_option_bytes_per_logit"] = s.loss_option_bytes_per_logit;

@@ -46,6 +46,9 @@ struct StackProfile {
   // The parameter all-gather of the distributed optimizer (or FSDP) is launched bucket by
   // bucket ahead of the forward layers that need it (overlap_param_gather).
   bool overlaps_param_gather = false;
+  // The interleaved pipeline's sends and receives run under the next chunk's compute
+  // (Megatron-Core's overlap_p2p_comm: Efficiency::pp_p2p_overlap 1).
+  bool overlaps_pp_p2p = false;
   // ---- memory conventions
   GradConvention grads = GradConvention::deepspeed;  // 16-bit grads (16 B/param) or fp32 main grads (18)
   SelectiveRecompute selective = SelectiveRecompute::attention_scores;

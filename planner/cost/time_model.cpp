@@ -576,6 +576,19 @@ StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const 
   return in;
 }
 
+double pp_exposed_time(const ParallelPlan& p, double microbatches, double hop, const CriticalStage& w, const Efficiency& e) {
+  if (p.pp <= 1) return 0;
+  // The fill and drain: the first micro-batch's activations and the last one's gradients
+  // cross the stages with nothing else to run beside them.
+  const double fill = 2.0 * (p.pp - 2) * hop;
+  const double steady = microbatches * p.vpp;  // sends each way per stage per step
+  if (e.pp_p2p_overlap <= 0 || p.vpp <= 1) return fill + 2 * steady * hop;
+  // Overlapped (Efficiency::pp_p2p_overlap): a forward send runs under the next forward
+  // chunk, a backward one under the next backward chunk; only what outlasts them waits.
+  const double fwd_chunk = w.fwd / p.vpp, bwd_chunk = w.bwd / p.vpp;
+  return fill + steady * (std::max(0.0, hop - fwd_chunk) + std::max(0.0, hop - bwd_chunk));
+}
+
 double pipeline_bubble(const ParallelPlan& p, const CriticalStage& w) {
   if (p.pp <= 1) return 0;
   // Fill and drain: every other stage's work once (equal stages: (p-1) * T), divided by
@@ -627,7 +640,7 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
 
   // ---- PP point-to-point: one send forward and one backward per micro-batch per chunk
   // hop on the critical path.
-  if (p.pp > 1) st.pp_comm = 2 * (md * p.vpp + p.pp - 2) * in.pp_hop;
+  st.pp_comm = pp_exposed_time(p, md, in.pp_hop, w, e);
   // DualPipe hands a micro-batch from rank pp/2-1 to rank pp/2 where DualPipeV's V turns on
   // one rank (dualpipe.py is_middle_rank: _send_forward / _send_backward across the middle):
   // one hop more each way on the fill and drain.

@@ -111,6 +111,15 @@ struct Efficiency {
   // project's executor its gradient storage). The stack's memory.grad_reduce_fp32, a fact
   // of its code and not fitted. Default: 0.
   double grad_reduce_fp32 = 0;
+  // The interleaved pipeline's point-to-point sends run asynchronously under the next
+  // chunk's compute (1) or block the stage (0). Megatron-Core's interleaved schedule with
+  // overlap_p2p_comm posts each send and receive without waiting and waits only before the
+  // chunk that reads the tensor (megatron/core/pipeline_parallel/schedules.py,
+  // forward_backward_pipelining_with_interleaving); Megatron-Bridge and NeMo 2.0 turn it on
+  // whenever vpp > 1 (CommOverlapConfig._get_model_comm_overlap_cfgs: overlap_p2p_comm
+  // True, batch_p2p_comm False) and use blocking batched sends otherwise. The stack's
+  // overlap.pp_p2p, a fact of its code and not fitted. Default: 0.
+  double pp_p2p_overlap = 0;
 };
 
 // Which link a collective crosses, from the rank layout (TP innermost, then CP, DP, PP).
@@ -311,6 +320,13 @@ struct CriticalStage {
 // and B the rest of the critical stage's work (see the definition for the sources). 0
 // without a pipeline.
 double pipeline_bubble(const ParallelPlan& p, const CriticalStage& w);
+
+// Exposed pipeline point-to-point time per step, s, for one send of `hop` s per stage
+// boundary: 2 (pp - 2) hops of the fill and drain, plus one send each way per micro-batch
+// per chunk -- blocking, or, with Efficiency::pp_p2p_overlap and an interleaved schedule,
+// only the part of each that outlasts the next chunk's forward (w.fwd / vpp) or backward
+// (w.bwd / vpp). 0 without a pipeline.
+double pp_exposed_time(const ParallelPlan& p, double microbatches, double hop, const CriticalStage& w, const Efficiency& e);
 
 // What estimate_time needs that depends only on the model, cluster, job, efficiency and
 // the plan's dp, tp, pp, cp, cp_exchange, ep, sp, micro_batch and flash_attention.

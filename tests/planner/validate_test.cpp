@@ -209,6 +209,29 @@ TEST(DpExposed, HiddenCollectivesCostTheirHbmTraffic) {
   EXPECT_NEAR(dp_exposed_time(d, 4, 10, 10, e), 4 * (0.5 * 3 * share + 2 * 0.25 * 2 * share), 1e-12);
 }
 
+// Interleaved sends that overlap the next chunk (Megatron-Core's overlap_p2p_comm) cost
+// only the fill and drain and what outlasts a chunk; blocking sends cost every hop.
+TEST(PpExposed, OverlappedSendsCostOnlyWhatOutlastsAChunk) {
+  ParallelPlan p;
+  p.pp = 4, p.vpp = 2;
+  CriticalStage w;
+  w.fwd = 0.010, w.bwd = 0.020;  // per micro-batch on the stage: chunks of 5 and 10 ms
+  Efficiency e;
+  const double hop = 0.002, md = 8;
+  // Blocking: 2 (pp - 2) fill/drain hops + one each way per micro-batch per chunk.
+  EXPECT_NEAR(pp_exposed_time(p, md, hop, w, e), (2 * 2 + 2 * 8 * 2) * hop, 1e-15);
+  e.pp_p2p_overlap = 1;
+  // Overlapped: each send shorter than its chunk is hidden; the fill and drain are not.
+  EXPECT_NEAR(pp_exposed_time(p, md, hop, w, e), 2 * 2 * hop, 1e-15);
+  // A 7 ms send outlasts the 5 ms forward chunk by 2 ms, not the 10 ms backward one.
+  EXPECT_NEAR(pp_exposed_time(p, md, 0.007, w, e), 2 * 2 * 0.007 + 8 * 2 * 0.002, 1e-15);
+  // Without interleaving Megatron sends blocking (batch_p2p_comm) whatever the stack says.
+  p.vpp = 1;
+  EXPECT_NEAR(pp_exposed_time(p, md, hop, w, e), (2 * 2 + 2 * 8) * hop, 1e-15);
+  p.pp = 1;
+  EXPECT_EQ(pp_exposed_time(p, md, hop, w, e), 0);
+}
+
 // Only records whose null fields cannot be filled by a stated rule are skipped.
 TEST(ValidateShipped, SkipsOnlyWithAReason) {
   std::map<std::string, int> reasons;
