@@ -75,11 +75,11 @@ struct Efficiency {
   // TP is vanilla DTensor, not overlapped; the objective is flat in it between 0.2 and 0.7).
   // It was 0.70 while sequence parallelism's h-wide elementwise work was charged unsplit:
   // that overcharge stood in for the TP traffic. Megatron-Bridge's own fit, with its
-  // tp_comm_overlap, is 0.78.
+  // tp_comm_overlap, is 0.90.
   double tp_overlap = 0.237458;      // fraction of TP traffic hidden behind GEMMs
   // FP8 linear GEMMs versus 16-bit at equal efficiency, for every FP8 recipe: an effective
   // figure with the recipe's casts in it. Fitted at its bound, the peak ratio 2 (2.0;
-  // Megatron-Bridge's own fit 1.96): the FP8 records run faster than the model has them
+  // Megatron-Bridge's own fit 1.69): the FP8 records run faster than the model has them
   // even so, and charging the casts'
   // traffic explicitly (fused into the producing kernels: the FP8 writes of each
   // orientation, current scaling's amax read) only widened that gap. Recipes are not told

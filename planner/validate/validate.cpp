@@ -970,11 +970,14 @@ std::vector<FitReport> fit_stacks(const ReferenceSet& set, const PresetRegistry&
     rep.objective_start = objective_and_rows(set, presets, opt, &rep.rows);
     if (rep.rows < kMinStackFitRows) continue;
     // Every field once the stack has 4 rows per field (llm-foundry's 69), else the subset;
-    // never an overlap that the stack's code fixes (StackProfile::overlaps_grad_reduce).
+    // never one that the stack's code facts set (apply_stack_code_facts overwrites it:
+    // Megatron-Core's overlapped DP reduction and gather).
     std::vector<int> idx = rep.rows >= 4 * kFitDim ? every : subset;
     std::erase_if(idx, [&](int i) {
-      return (kFitFields[i].field == &Efficiency::overlap && stack.overlaps_grad_reduce) ||
-             (kFitFields[i].field == &Efficiency::gather_overlap && stack.overlaps_param_gather);
+      Efficiency probe;
+      probe.*kFitFields[i].field = -1;  // no fact sets a negative value
+      apply_stack_code_facts(stack, &probe);
+      return probe.*kFitFields[i].field != -1;
     });
     const int dim = static_cast<int>(idx.size());
     auto eval = [&](const std::vector<double>& x) {
