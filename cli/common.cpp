@@ -36,6 +36,10 @@ void add_job_flags(CLI::App* app, JobFlags* f) {
   app->add_option("--precision", f->precision, "fp32, fp16 or bf16");
   app->add_option("--amp", f->amp, "AMP level O1, O2 or O3 (MindSpore names)");
   app->add_option("--optimizer", f->optimizer, "adamw or sgd")->capture_default_str();
+  app->add_option("--moments", f->moments,
+                  "dtype of the optimizer's moments: fp32, or bf16 (Megatron-Core's precision-aware optimizer, "
+                  "--exp-avg-dtype/--exp-avg-sq-dtype bf16)")
+      ->capture_default_str();
   app->add_option("--grads", f->grads, "gradient convention: deepspeed (16 B/param) or megatron (18 B/param)")->capture_default_str();
   app->add_option("--fp8", f->fp8,
                   "float8 linear layers (16-bit elsewhere) by scaling recipe: tensorwise, delayed, blockwise or mxfp8 "
@@ -250,6 +254,7 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
       return Status::bad_input("--amp: AMP levels need --precision fp16 or bf16, got fp32");
   }
   if (Status st = parse_flag(f.optimizer, &j.optimizer, "--optimizer", "adamw, sgd"); !st) return st;
+  if (Status st = parse_flag(f.moments, &j.moments, "--moments", kMomentsDtypeNames); !st) return st;
   if (Status st = parse_flag(f.grads, &j.grads, "--grads", "deepspeed, megatron"); !st) return st;
   if (Status st = apply_stack_flag(f.stack, &s); !st) return st;  // after --grads: the stack's convention wins
   if (Status st = apply_framework_flag(f.framework, &s); !st) return st;

@@ -43,6 +43,7 @@ struct JobFlags {
   std::string precision;        // "" = bf16 (or the sweep's choice)
   std::string amp;
   std::string optimizer = "adamw";
+  std::string moments = "fp32";
   std::string grads = "deepspeed";
   std::string fp8;  // FP8 recipe name; empty: none
   std::string headroom = "0";

@@ -128,6 +128,10 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   // its linears in 16 bits, and is predicted so, rather than compared with an FP8 prediction.
   if (f.job.fp8_linear()) changes.push_back(std::string("FP8 recipe ") + to_string(f.job.fp8) + " run in 16 bits (no FP8 GEMMs in the executor)");
   e.job.fp8 = Fp8Recipe::none;
+  // The executor's Adam keeps fp32 moments: a plan with bf16 moments (Megatron-Core's
+  // precision-aware optimizer) runs and is predicted with fp32 ones.
+  if (f.job.moments != MomentsDtype::fp32) changes.push_back("optimizer moments in fp32 (the plan's bf16 moments are Transformer Engine's FusedAdam's)");
+  e.job.moments = MomentsDtype::fp32;
   const int64_t micro_per_step = microbatches_per_step(f.job, p);
   if (comm) {  // distributed data parallel: the plan's dp and ZeRO stay
     changes.push_back(std::string(comm->modelled() ? "rank proxy of" : "rank") + " " + std::to_string(comm->rank(Group::world)) +

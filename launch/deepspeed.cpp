@@ -91,6 +91,9 @@ Status refusal(const PlanFile& f) {
                              ": ds_config.json has no LoRA keys and Megatron-DeepSpeed's pretrain_gpt.py no LoRA arguments "
                              "(megatron/arguments.py @4efb479d); LoRA under DeepSpeed lives in the user's PEFT script, which "
                              "llmplan cannot write faithfully (use --to megatron or nemo)");
+  if (j.moments == MomentsDtype::bf16)
+    return Status::bad_input("job.moments: bf16: DeepSpeed v0.16.4's optimizers keep fp32 moments (ds_config.json has no "
+                             "moment dtype; deepspeed/runtime/constants.py); use --to megatron");
   if (j.frozen_layer_count(m.layers) > 0)
     return Status::bad_input("job.frozen_layers: Megatron-DeepSpeed's pretrain_gpt.py has no argument that freezes layers "
                              "(megatron/arguments.py @4efb479d), and ds_config.json none either");

@@ -59,7 +59,8 @@ constexpr FlagLine kArgumentLines[] = {
     {"--expert-tensor-parallel-size", 2702}, {"--num-experts", 2704}, {"--moe-ffn-hidden-size", 2714},
     {"--moe-shared-expert-intermediate-size", 2717}, {"--moe-grouped-gemm", 2725}, {"--moe-router-topk", 2753},
     {"--moe-token-dispatcher-type", 2790}, {"--moe-expert-capacity-factor", 2801},
-    {"--moe-pad-expert-input-to-capacity", 2803}, {"--use-precision-aware-optimizer", 2932}, {"--fp8-format", 1179},
+    {"--moe-pad-expert-input-to-capacity", 2803}, {"--use-precision-aware-optimizer", 2932},
+    {"--exp-avg-dtype", 2940}, {"--exp-avg-sq-dtype", 2945}, {"--fp8-format", 1179},
     {"--fp8-recipe", 1184},
 };
 
@@ -95,7 +96,8 @@ std::string render_group(const ArgGroup& g) {
     }
     if (line.size() < 56) line.resize(56, ' ');
     const int at = argument_line(a.flag);
-    line += "  # " + a.meaning + " (arguments.py L" + n(at) + ")";
+    // (Every flag this format writes is in the table; 0 would mean a missing entry.)
+    line += "  # " + a.meaning + (at > 0 ? " (arguments.py L" + n(at) + ")" : "");
     s += line + "\n";
   }
   for (const std::string& c : g.comments) s += "    # " + c + "\n";
@@ -236,6 +238,12 @@ Result<ExportResult> export_megatron(const PlanFile& f, const ExportOptions& opt
     add(&dp, "--optimizer-cpu-offload", {}, "optimizer state and master weights in host memory, plan.offload_optimizer");
     add(&dp, "--use-precision-aware-optimizer", {}, "required by --optimizer-cpu-offload, L1049-1053");
     add(&dp, "--optimizer-offload-fraction", {"1.0"}, "all of it offloaded, as llmplan costs it");
+  }
+  if (j.moments == MomentsDtype::bf16) {
+    if (!p.offload_optimizer)
+      add(&dp, "--use-precision-aware-optimizer", {}, "Transformer Engine's FusedAdam with its own state dtypes (job.moments bf16)");
+    add(&dp, "--exp-avg-dtype", {"bf16"}, "first moment in bf16, job.moments");
+    add(&dp, "--exp-avg-sq-dtype", {"bf16"}, "second moment in bf16, job.moments");
   }
   add(&dp, "--optimizer", {j.optimizer == Optimizer::adamw ? "adam" : "sgd"},
       j.optimizer == Optimizer::adamw ? "AdamW: Megatron's adam decouples weight decay, job.optimizer adamw"
@@ -963,6 +971,20 @@ Result<ImportedConfig> import_megatron(const std::vector<LaunchFile>& files, con
   if (cpu_offload && !precision_aware)
     return Status::bad_input(origin + ": --optimizer-cpu-offload without --use-precision-aware-optimizer (arguments.py L1049-1053)");
   p.offload_optimizer = cpu_offload && offload_fraction > 0;
+  // Moment dtypes of the precision-aware optimizer (--exp-avg-dtype, --exp-avg-sq-dtype,
+  // arguments.py L2940/L2945; fp32 by default, anything else only with
+  // --use-precision-aware-optimizer): bf16 when both are.
+  LLMPLAN_TRY(exp_avg, fl.choice("--exp-avg-dtype", "fp32", {"fp32", "fp16", "bf16", "fp8"}));
+  LLMPLAN_TRY(exp_avg_sq, fl.choice("--exp-avg-sq-dtype", "fp32", {"fp32", "fp16", "bf16", "fp8"}));
+  if ((exp_avg != "fp32" || exp_avg_sq != "fp32") && !precision_aware)
+    return Status::bad_input(origin + ": --exp-avg-dtype " + exp_avg + " --exp-avg-sq-dtype " + exp_avg_sq +
+                             " without --use-precision-aware-optimizer (only Transformer Engine's FusedAdam keeps other moment dtypes)");
+  if ((exp_avg != "fp32" || exp_avg_sq != "fp32") && p.zero == 0)
+    return Status::bad_input(origin + ": --exp-avg-dtype " + exp_avg + " --exp-avg-sq-dtype " + exp_avg_sq +
+                             " without --use-distributed-optimizer (Megatron-Core runs the precision-aware optimizer only distributed)");
+  if (exp_avg == "bf16" && exp_avg_sq == "bf16") j.moments = MomentsDtype::bf16;
+  else if (exp_avg != "fp32" || exp_avg_sq != "fp32")
+    notes.push_back("--exp-avg-dtype " + exp_avg + " --exp-avg-sq-dtype " + exp_avg_sq + ": modelled with fp32 moments (llmplan has fp32 and bf16 pairs)");
   if (p.offload_optimizer && offload_fraction < 1)
     notes.push_back("--optimizer-offload-fraction " + number_text(offload_fraction) + ": llmplan costs the whole optimizer offloaded");
   // Recompute (L446-448, L842-845; transformer_config.py L774-800).

@@ -58,6 +58,9 @@ Status check_expressible(const PlanFile& f) {
   const TrainingJob& j = f.job;
   const ParallelPlan& p = f.plan;
   auto refuse = [](const std::string& what) { return Status::bad_input(what); };
+  if (j.moments == MomentsDtype::bf16)
+    return refuse("job.moments: bf16: this export writes AdamW with float32 moments (FP32StateAdamWeightDecay) or SGD; "
+                  "it does not write bf16 moment states");
   // Model.
   if (m.family != Family::llama)
     return refuse("model.family: " + std::string(to_string(m.family)) + ": " + mf::kVersion +

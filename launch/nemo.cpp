@@ -230,6 +230,10 @@ Result<ExportResult> export_nemo(const PlanFile& f, const ExportOptions& opt) {
   const TrainingJob& j = f.job;
   const ParallelPlan& p = f.plan;
   const std::string to = "--to nemo";
+  if (j.moments == MomentsDtype::bf16)
+    return Status::bad_input(to + ": job.moments: bf16: llmplan writes NeMo's overrides as text, and the precision-aware "
+                             "optimizer's exp_avg_dtype / exp_avg_sq_dtype are torch dtypes the overrides cannot spell; "
+                             "use --to megatron (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)");
   const Recipe* recipe = recipe_for_preset(m.name);
   if (recipe == nullptr)
     return Status::bad_input(to + ": model: '" + m.name + "' has no NeMo v2.4.0 recipe llmplan writes for (nemo/collections/llm/"

@@ -232,6 +232,9 @@ Result<TitanPlan> titan_plan(const PlanFile& f) {
     return Status::bad_input(std::string("job.mode: ") + to_string(job_mode(j)) +
                              ": torchtitan v0.2.2 has no LoRA (no adapter option in torchtitan/config/job_config.py, no "
                              "adapter module under torchtitan/models)");
+  if (j.moments == MomentsDtype::bf16)
+    return Status::bad_input("job.moments: bf16: torchtitan v0.2.2 builds torch.optim's Adam/AdamW, whose moments take the "
+                             "parameters' dtype (fp32 under FSDP's mixed precision; torchtitan/components/optimizer.py)");
   if (j.frozen_layer_count(m.layers) > 0)
     return Status::bad_input("job.frozen_layers: torchtitan v0.2.2's job config has no option that freezes layers "
                              "(torchtitan/config/job_config.py)");

@@ -56,6 +56,7 @@ const std::vector<FieldDef>& field_defs() {
       {{"precision", kPrecisionNames}, ValueKind::enumeration, enum_value<Precision>},
       {{"fp8", kFp8RecipeNames}, ValueKind::enumeration, enum_value<Fp8Recipe>},
       {{"optimizer", kOptimizerNames}, ValueKind::enumeration, enum_value<Optimizer>},
+      {{"moments", kMomentsDtypeNames}, ValueKind::enumeration, enum_value<MomentsDtype>},
       {{"family", kFamilyNames}, ValueKind::enumeration, enum_value<Family>},
       {{"experts", ""}, ValueKind::number, nullptr},
       {{"qk_norm", ""}, ValueKind::boolean, nullptr},
@@ -197,6 +198,7 @@ int64_t framework_field_value(FrameworkField f, const ModelSpec& m, const Traini
     case FrameworkField::precision: return static_cast<int64_t>(j.precision);
     case FrameworkField::fp8: return static_cast<int64_t>(j.fp8);
     case FrameworkField::optimizer: return static_cast<int64_t>(j.optimizer);
+    case FrameworkField::moments: return static_cast<int64_t>(j.moments);
     case FrameworkField::family: return static_cast<int64_t>(m.family);
     case FrameworkField::experts: return m.moe.experts;
     case FrameworkField::qk_norm: return m.qk_norm ? 1 : 0;

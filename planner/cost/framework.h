@@ -32,7 +32,7 @@ namespace llmplan {
 enum class FrameworkField : uint8_t {
   dp, tp, pp, vpp, cp, ep, sp, micro_batch, grad_accum, zero, recompute, recompute_layers, offload_optimizer,
   activation_offload_layers, activation_kept_layers, flash_attention, schedule, cp_exchange, pipeline_split,  // plan
-  mode, frozen_layers, precision, fp8, optimizer,                                      // job
+  mode, frozen_layers, precision, fp8, optimizer, moments,                             // job
   family, experts, qk_norm, attention_bias,                                            // model
   kCount
 };

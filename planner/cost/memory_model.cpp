@@ -54,7 +54,9 @@ double StageMemory::model_states() const {
 
 BytesPerParam bytes_per_param(const TrainingJob& j) {
   BytesPerParam b{};
-  const double adam = j.optimizer == Optimizer::adamw ? 8 : 4;  // m and v, or momentum, fp32
+  // m and v, or momentum: fp32, or bf16 under a precision-aware optimizer (MomentsDtype).
+  const double moment_bytes = j.moments == MomentsDtype::bf16 ? 2 : 4;
+  const double adam = (j.optimizer == Optimizer::adamw ? 2 : 1) * moment_bytes;
   if (j.precision == Precision::fp32) {
     b = {4, 4, adam, 0, 4};
     return b;

@@ -345,6 +345,15 @@ Status check_inputs(const ModelSpec& m, const TrainingJob& j, const std::string&
       (lora_target_mask(j.lora, m.family) & (projection_bit(Projection::q) | projection_bit(Projection::k) | projection_bit(Projection::v))))
     return Status::bad_input(origin + ": field 'job.lora.targets': q, k and v are not LoRA targets on model '" + m.name +
                              "', whose multi-head latent attention projects through latents (expected o and the MLP's gate, up, down)");
+  // bf16 moments are Megatron-Core's precision-aware optimizer: Transformer Engine's FusedAdam
+  // beside fp32 master weights (O2); O3 and fp32 training already set the moments' dtype.
+  if (j.moments == MomentsDtype::bf16 && j.optimizer != Optimizer::adamw)
+    return Status::bad_input(origin + ": field 'job.moments': bf16 is the precision-aware optimizer's, which is Adam only "
+                             "(Megatron-Core OptimizerConfig); expected fp32 with optimizer sgd");
+  if (j.moments == MomentsDtype::bf16 && (j.precision == Precision::fp32 || j.amp != AmpLevel::O2))
+    return Status::bad_input(origin + ": field 'job.moments': bf16 moments keep fp32 master weights beside 16-bit ones "
+                             "(O2 mixed precision); expected fp32 with precision " + std::string(to_string(j.precision)) +
+                             " amp " + to_string(j.amp));
   if (j.mode == TrainMode::lora && j.lora.rank > m.hidden)
     return Status::bad_input(origin + ": field 'job.lora.rank': expected at most hidden (" + std::to_string(m.hidden) + "), got " +
                              std::to_string(j.lora.rank));

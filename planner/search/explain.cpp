@@ -86,6 +86,16 @@ std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPl
     if (np.zero == 0) np.zero = 1;
     add("optimizer offload to host", j, np);
   }
+  // AdamW's moments in bf16 beside the fp32 master weights (Megatron-Core's precision-aware
+  // optimizer, --exp-avg-dtype/--exp-avg-sq-dtype bf16): 4 B/param less before sharding,
+  // with the distributed optimizer it needs.
+  if (j.optimizer == Optimizer::adamw && j.moments == MomentsDtype::fp32 && j.precision != Precision::fp32 && j.amp == AmpLevel::O2) {
+    TrainingJob nj = j;
+    nj.moments = MomentsDtype::bf16;
+    ParallelPlan np = p;
+    if (np.zero == 0) np.zero = 1;
+    add("AdamW moments fp32 -> bf16 (precision-aware optimizer)", nj, np);
+  }
   for (int mb = p.micro_batch / 2; mb >= 1; mb /= 2) {
     ParallelPlan np = p;
     np.micro_batch = mb;

@@ -674,6 +674,7 @@ Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
   t.amp = t.precision == Precision::fp32 ? AmpLevel::O0 : AmpLevel::O2;
   r.get_enum("amp", &t.amp, "O0, O1, O2, O3", false);
   r.get_enum("optimizer", &t.optimizer, "adamw, sgd", false);
+  r.get_enum("moments", &t.moments, kMomentsDtypeNames, false);
   r.get_enum("grads", &t.grads, "deepspeed, megatron", false);
   r.get_enum("fp8", &t.fp8, kFp8RecipeNames, false);
   // Plan files written before the FP8 recipes had one flag for per-tensor FP8 linears.
@@ -698,11 +699,24 @@ json to_json(const TrainingJob& t) {
             {"precision", to_string(t.precision)},
             {"amp", to_string(t.amp)},
             {"optimizer", to_string(t.optimizer)},
+            {"moments", to_string(t.moments)},
             {"grads", to_string(t.grads)},
             {"fp8", to_string(t.fp8)},
             {"lora", nullptr}};
   if (t.mode == TrainMode::lora) j["lora"] = {{"rank", t.lora.rank}, {"alpha", t.lora.alpha}, {"targets", t.lora.targets}};
   return j;
+}
+
+bool layer_counts_from_json(const json& v, std::vector<int>* out, std::string* bad_entry) {
+  if (!v.is_array()) return false;
+  for (const json& e : v)
+    if (!e.is_number_integer() || e.get<int64_t>() < 1 || e.get<int64_t>() > kMaxLayers) {
+      if (bad_entry) *bad_entry = json_value_text(e);
+      return false;
+    }
+  out->clear();
+  for (const json& e : v) out->push_back(e.get<int>());
+  return true;
 }
 
 namespace {
@@ -721,17 +735,11 @@ void read_stage_layers(FieldReader* r, ParallelPlan* p) {
     r->fail("stage_layers", expected + ", got nothing");
     return;
   }
-  if (!v->is_array() || static_cast<int64_t>(v->size()) != stages) {
+  std::string bad;
+  if (!v->is_array() || static_cast<int64_t>(v->size()) != stages)
     r->fail("stage_layers", expected + ", got " + json_value_text(*v));
-    return;
-  }
-  for (const json& e : *v) {
-    if (!e.is_number_integer() || e.get<int64_t>() < 1 || e.get<int64_t>() > kMaxLayers) {
-      r->fail("stage_layers", expected + ", got the entry " + json_value_text(e));
-      return;
-    }
-    p->stage_layers.push_back(e.get<int>());
-  }
+  else if (!layer_counts_from_json(*v, &p->stage_layers, &bad))
+    r->fail("stage_layers", expected + ", got the entry " + bad);
 }
 }  // namespace
 

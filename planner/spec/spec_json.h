@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +34,11 @@ Result<TrainingJob> job_from_json(const nlohmann::json& j, const std::string& or
 nlohmann::json to_json(const TrainingJob& t);
 
 Result<ParallelPlan> plan_from_json(const nlohmann::json& j, const std::string& origin);
+// A pipeline layout's layer counts (plan.stage_layers, and the reference records' own): a
+// JSON array of integers each in [1, 10000]. False, `out` untouched and `bad_entry` (when
+// given) the first entry out of range, otherwise; its length against pp*vpp and its sum
+// against the model are the caller's and check_plan's.
+bool layer_counts_from_json(const nlohmann::json& v, std::vector<int>* out, std::string* bad_entry = nullptr);
 nlohmann::json to_json(const ParallelPlan& p);
 
 // Reads and parses a JSON file; a missing file or a syntax error names the file (and

@@ -26,6 +26,7 @@ constexpr std::array<std::string_view, 3> kPrecision = {"fp32", "fp16", "bf16"};
 constexpr std::array<std::string_view, 4> kAmp = {"O0", "O1", "O2", "O3"};
 constexpr std::array<std::string_view, 2> kOptimizer = {"adamw", "sgd"};
 constexpr std::array<std::string_view, 2> kGrads = {"deepspeed", "megatron"};
+constexpr std::array<std::string_view, 2> kMoments = {"fp32", "bf16"};
 constexpr std::array<std::string_view, 5> kFp8Recipe = {"none", "tensorwise", "delayed", "blockwise", "mxfp8"};
 constexpr std::array<std::string_view, 4> kRecompute = {"none", "selective", "full", "full_k"};
 constexpr std::array<std::string_view, 7> kSchedule = {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev", "dualpipe"};
@@ -43,6 +44,7 @@ const char* to_string(Precision v) { return kPrecision[static_cast<int>(v)].data
 const char* to_string(AmpLevel v) { return kAmp[static_cast<int>(v)].data(); }
 const char* to_string(Optimizer v) { return kOptimizer[static_cast<int>(v)].data(); }
 const char* to_string(GradConvention v) { return kGrads[static_cast<int>(v)].data(); }
+const char* to_string(MomentsDtype v) { return kMoments[static_cast<int>(v)].data(); }
 const char* to_string(Fp8Recipe v) { return kFp8Recipe[static_cast<int>(v)].data(); }
 const char* to_string(Recompute v) { return kRecompute[static_cast<int>(v)].data(); }
 const char* to_string(Schedule v) { return kSchedule[static_cast<int>(v)].data(); }
@@ -58,6 +60,7 @@ bool parse_enum(const std::string& s, Precision* out) { return parse_from(kPreci
 bool parse_enum(const std::string& s, AmpLevel* out) { return parse_from(kAmp, s, out); }
 bool parse_enum(const std::string& s, Optimizer* out) { return parse_from(kOptimizer, s, out); }
 bool parse_enum(const std::string& s, GradConvention* out) { return parse_from(kGrads, s, out); }
+bool parse_enum(const std::string& s, MomentsDtype* out) { return parse_from(kMoments, s, out); }
 bool parse_enum(const std::string& s, Fp8Recipe* out) { return parse_from(kFp8Recipe, s, out); }
 bool parse_enum(const std::string& s, Recompute* out) { return parse_from(kRecompute, s, out); }
 bool parse_enum(const std::string& s, Schedule* out) { return parse_from(kSchedule, s, out); }

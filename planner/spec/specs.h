@@ -245,6 +245,13 @@ constexpr const char* kPrecisionNames = "fp32, fp16, bf16";
 enum class AmpLevel { O0, O1, O2, O3 };  // MindSpore names; O0 = no AMP (fp32 only)
 enum class Optimizer { adamw, sgd_momentum };
 constexpr const char* kOptimizerNames = "adamw, sgd";
+// The dtype of the optimizer's moment buffers (AdamW's m and v, SGD's momentum): fp32, or
+// bf16 as Megatron-Core's precision-aware optimizer keeps them (--use-precision-aware-
+// optimizer with --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, Transformer Engine's
+// FusedAdam; Megatron-Bridge's DeepSeek-V3 recipe sets both): 4 B/param less with AdamW.
+// The fp32 master weights stay fp32.
+enum class MomentsDtype { fp32, bf16 };
+constexpr const char* kMomentsDtypeNames = "fp32, bf16";
 // Bytes of gradients in mixed precision: DeepSpeed keeps 16-bit grads (16 B/param with
 // AdamW), Megatron accumulates fp32 main grads (18 B/param).
 enum class GradConvention { deepspeed, megatron };
@@ -280,6 +287,7 @@ struct TrainingJob {
   Precision precision = Precision::bf16;
   AmpLevel amp = AmpLevel::O2;       // ignored (O0) for fp32
   Optimizer optimizer = Optimizer::adamw;
+  MomentsDtype moments = MomentsDtype::fp32;  // the optimizer's moment buffers
   GradConvention grads = GradConvention::deepspeed;
   Fp8Recipe fp8 = Fp8Recipe::none;   // float8 GEMMs in linear layers by this scaling recipe, 16-bit elsewhere
   bool fp8_linear() const { return fp8 != Fp8Recipe::none; }
@@ -395,6 +403,7 @@ const char* to_string(Precision v);
 const char* to_string(AmpLevel v);
 const char* to_string(Optimizer v);
 const char* to_string(GradConvention v);
+const char* to_string(MomentsDtype v);
 const char* to_string(Fp8Recipe v);
 const char* to_string(Recompute v);
 const char* to_string(Schedule v);
@@ -411,6 +420,7 @@ bool parse_enum(const std::string& s, Precision* out);
 bool parse_enum(const std::string& s, AmpLevel* out);
 bool parse_enum(const std::string& s, Optimizer* out);
 bool parse_enum(const std::string& s, GradConvention* out);
+bool parse_enum(const std::string& s, MomentsDtype* out);
 bool parse_enum(const std::string& s, Fp8Recipe* out);
 bool parse_enum(const std::string& s, Recompute* out);
 bool parse_enum(const std::string& s, Schedule* out);

@@ -146,6 +146,7 @@ const std::map<std::string, std::string> kRefusedMatrixPlans = {
     {"llama3-8b lora dp8", "job.mode"},
     {"llama3-8b pp2 zbv zero3", "plan.schedule"},  // TrainSchedule runs whole backward passes
     {"llama3-8b pp4 custom split", "plan.pipeline_split"},  // partitions by counting transformer layers
+    {"llama3-8b dp8 zero1 bf16 moments", "job.moments"},  // fp32 moments only
 };
 
 // More plans for what the matrix leaves out: pipeline under the pipeline engine, fp16, fp32,

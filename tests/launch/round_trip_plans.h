@@ -118,6 +118,13 @@ inline std::vector<NamedPlan> round_trip_plans() {
   p = {};
   p.dp = 8, p.micro_batch = 1, p.zero = 1, p.recompute = Recompute::selective;
   add("llama3-8b lora dp8", "llama3-8b", "h100-sxm", 8, lora, p);
+
+  // Megatron-Core's precision-aware optimizer: bf16 moments (--exp-avg-dtype bf16).
+  TrainingJob bf16_moments = job;
+  bf16_moments.moments = MomentsDtype::bf16;
+  p = {};
+  p.dp = 8, p.micro_batch = 2, p.zero = 1, p.recompute = Recompute::selective;
+  add("llama3-8b dp8 zero1 bf16 moments", "llama3-8b", "h100-sxm", 8, bf16_moments, p);
   return out;
 }
 
@@ -157,6 +164,7 @@ inline void expect_same_run(const PlanFile& want, const PlanFile& got, const std
   EXPECT_EQ(j.global_batch, k.global_batch);
   EXPECT_EQ(j.precision, k.precision);
   EXPECT_EQ(j.optimizer, k.optimizer);
+  EXPECT_EQ(j.moments, k.moments);
   EXPECT_EQ(j.fp8, k.fp8);
   const ParallelPlan &p = want.plan, &q = got.plan;
   EXPECT_EQ(p.dp, q.dp);

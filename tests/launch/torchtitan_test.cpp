@@ -147,6 +147,7 @@ const std::map<std::string, std::string> kRefusedMatrixPlans = {
     {"qwen3-30b-a3b dp8 ep8 fp8", "job.fp8"},          // tensorwise FP8 for experts: torchtitan's is rowwise
     {"llama3-8b lora dp8", "job.mode"},
     {"llama3-8b pp4 custom split", "plan.zero"},
+    {"llama3-8b dp8 zero1 bf16 moments", "job.moments"},  // torch.optim's moments take the parameters' dtype
 };
 
 struct TitanCase {
@@ -168,6 +169,7 @@ std::vector<TitanCase> all_cases() {
     if (np.file.plan.zero != 1 || np.file.model.name == "mixtral-8x7b" || np.file.job.mode == TrainMode::lora) continue;
     np.file.plan.zero = 3;
     if (np.file.job.fp8_linear()) np.file.job.fp8 = Fp8Recipe::none;
+    if (np.file.job.moments != MomentsDtype::fp32) continue;  // the zero1 case already names job.moments
     np.name += " as zero3";
     out.push_back({np, "h100-sxm", ""});
   }

@@ -118,6 +118,17 @@ TEST(Framework, ShippedFilesLoadWithSourcesAndResolve) {
   EXPECT_EQ(framework_refusal(nemo, m, lora, p), -1);
   set_job_mode(JobMode::qlora, &lora);
   EXPECT_GE(framework_refusal(nemo, m, lora, p), 0);
+  // bf16 moments (the precision-aware optimizer): Megatron runs them with the distributed
+  // optimizer only; the other frameworks' files (and exports) keep fp32 moments.
+  TrainingJob bf16_moments;
+  bf16_moments.moments = MomentsDtype::bf16;
+  p.dp = 8, p.zero = 1;
+  EXPECT_EQ(framework_refusal(meg, m, bf16_moments, p), -1);
+  for (const char* other : {"nemo", "deepspeed", "torchtitan", "mindformers"})
+    EXPECT_GE(framework_refusal(*reg.framework(other), m, bf16_moments, p), 0) << other;
+  p.zero = 0;
+  EXPECT_GE(framework_refusal(meg, m, bf16_moments, p), 0);
+  EXPECT_EQ(framework_refusal(meg, m, TrainingJob{}, p), -1);
 }
 
 // Llama 2 70B at 4k on 64 H100s, global batch 512: the job the sweep tests run.

@@ -7,6 +7,7 @@
 
 #include "planner/cost/memory_model.h"
 #include "planner/cost/plan_check.h"
+#include "planner/search/explain.h"
 #include "planner/spec/recipe.h"
 #include "planner/spec/units.h"
 #include "tests/model_fixtures.h"
@@ -95,6 +96,61 @@ TEST(MegatronConvention, EighteenBytesPerParam) {
   j.grads = GradConvention::megatron;
   EXPECT_DOUBLE_EQ(model_state_bytes(1.0, 0, j, 0, 8, false).total(), 18.0);
   EXPECT_DOUBLE_EQ(model_state_bytes(1.0, 0, j, 1, 8, false).total(), 6.0 + 12.0 / 8);
+}
+
+// Megatron-Core's precision-aware optimizer with --exp-avg-dtype bf16 --exp-avg-sq-dtype
+// bf16 (Transformer Engine's FusedAdam): the fp32 master weights stay, the two moments take
+// 2 bytes each: the distributed optimizer's 12 B/param becomes 4 + 2 + 2 = 8, so bf16
+// params with fp32 main grads need 6 + 8/d, and with 16-bit grads 4 + 8/d.
+TEST(MegatronConvention, Bf16MomentsTakeFourBytesPerParamLess) {
+  TrainingJob j;
+  j.precision = Precision::bf16;
+  j.amp = AmpLevel::O2;
+  j.grads = GradConvention::megatron;
+  j.moments = MomentsDtype::bf16;
+  EXPECT_DOUBLE_EQ(model_state_bytes(1.0, 0, j, 0, 8, false).total(), 14.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes(1.0, 0, j, 1, 8, false).total(), 6.0 + 8.0 / 8);
+  j.grads = GradConvention::deepspeed;
+  EXPECT_DOUBLE_EQ(model_state_bytes(1.0, 0, j, 1, 8, false).total(), 4.0 + 8.0 / 8);
+  // The precision-aware optimizer is Adam's, under O2: SGD, O3 and fp32 jobs are refused.
+  const ModelSpec m = testing::llama2_7b();
+  EXPECT_TRUE(check_inputs(m, j, "t").ok());
+  TrainingJob sgd = j;
+  sgd.optimizer = Optimizer::sgd_momentum;
+  EXPECT_NE(check_inputs(m, sgd, "t").message().find("job.moments"), std::string::npos);
+  TrainingJob o3 = j;
+  o3.amp = AmpLevel::O3;
+  EXPECT_NE(check_inputs(m, o3, "t").message().find("job.moments"), std::string::npos);
+}
+
+// explain offers bf16 moments to an AdamW O2 job: Llama 2 7B unsharded (ZeRO-0, dp 1) with
+// fp32 main grads holds 18 B/param; the change keeps ZeRO-1 over dp 1 (the distributed
+// optimizer it needs) and takes 4 B per parameter off the peak.
+TEST(MegatronConvention, ExplainOffersBf16Moments) {
+  const ModelSpec m = testing::llama2_7b();
+  ClusterSpec c;
+  c.gpu.memory_bytes = 80e9;
+  c.gpu.memory_bandwidth = 2e12;
+  c.gpu.peak_flops[static_cast<int>(Dtype::bf16)] = 312e12;
+  c.intra_node_bandwidth = 300e9;
+  c.inter_node_bandwidth = 25e9;
+  TrainingJob j;
+  j.grads = GradConvention::megatron;
+  j.seq_len = 1024;
+  j.global_batch = 1;
+  ParallelPlan p;
+  const Explanation e = explain_plan(m, c, j, p, 1, 0, MemoryOptions{}, Efficiency{});
+  const PlanChange* moments = nullptr;
+  for (const PlanChange& ch : e.changes)
+    if (ch.description == "AdamW moments fp32 -> bf16 (precision-aware optimizer)") moments = &ch;
+  ASSERT_NE(moments, nullptr);
+  EXPECT_EQ(moments->job.moments, MomentsDtype::bf16);
+  EXPECT_EQ(moments->plan.zero, 1);
+  const double params = count_params(m, 1, 1, 1, 0, 0).total;
+  EXPECT_NEAR(moments->delta_bytes, -4 * params, 0.02 * 4 * params);
+  j.optimizer = Optimizer::sgd_momentum;  // the precision-aware optimizer is Adam's
+  for (const PlanChange& ch : explain_plan(m, c, j, p, 1, 0, MemoryOptions{}, Efficiency{}).changes)
+    EXPECT_NE(ch.description, moments->description);
 }
 
 // DeepSpeed's estimator (stage_1_and_2.py): ZeRO-2 with CPU offload keeps 2 bytes per
