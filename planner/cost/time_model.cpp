@@ -26,11 +26,22 @@ Link group_link(const ClusterSpec& c, const ParallelPlan& p, Group g) {
   // (collectives only: PP sends and the CP ring are point-to-point, one NIC).
   const int64_t k = stride >= domain ? 1 : std::min<int64_t>(size, domain / stride);
   const int64_t nodes = (size + k - 1) / k;
-  const bool channels = g == Group::tp || g == Group::dp || g == Group::ep;
+  const bool channels = g == Group::tp || g == Group::dp;
   Link l;
   // Each channel's ring still runs through the domain's own fabric, so k NICs never give
   // a rank more than its NVLink bandwidth (k reaches 36 on an NVL72 rack, not 8 as in a node).
   l.bandwidth = std::min(c.intra_node_bandwidth, c.inter_node_bandwidth * static_cast<double>(channels ? k : 1));
+  if (g == Group::ep) {
+    // All-to-all is no ring: each rank sends its own share to every other rank, (k-1)/n of
+    // its bytes inside the domain over NVLink and (n-k)/n out through its own NIC (the
+    // NICs are per GPU, rail-optimized; NCCL's PXN forwards off-rail traffic over NVLink
+    // first but each NIC still carries one GPU's share; DeepEP's internode kernels reach
+    // about one 400 Gb/s NIC, 50 GB/s, per GPU). The two run at once: the slower sets the
+    // time, written as the bandwidth that alltoall_time's (n-1)/n * bytes / bw gives it.
+    const double in_domain = static_cast<double>(k - 1) / c.intra_node_bandwidth;
+    const double off_domain = static_cast<double>(size - k) / c.inter_node_bandwidth;
+    l.bandwidth = static_cast<double>(size - 1) / std::max(in_domain, off_domain);
+  }
   l.latency = ((k - 1) * c.intra_node_latency + (nodes - 1) * c.inter_node_latency) / static_cast<double>(size - 1);
   l.tier = LinkTier::inter_node;
   return l;

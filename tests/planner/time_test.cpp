@@ -82,11 +82,39 @@ TEST(Collectives, RingAllReduceVolume) {
   EXPECT_EQ(allreduce_time(1e9, 1, l, e), 0);
 }
 
-TEST(Layout, GroupsCrossNodesByRankLayout) {
+// Nodes of 8 GPUs: 300 GB/s NVLink inside, 25 GB/s per GPU's NIC between them.
+ClusterSpec eight_gpu_nodes() {
   ClusterSpec c;
   c.gpus_per_node = 8;
   c.intra_node_bandwidth = 300e9;
   c.inter_node_bandwidth = 25e9;
+  return c;
+}
+
+// All-to-all is no ring: with ep 64 over 8-GPU nodes each rank sends 7/64 of its bytes over
+// NVLink and 56/64 through its own NIC, at once, so the NIC's share sets the time:
+// 56/64 B / 25 GB/s, which alltoall_time's 63/64 B / bw states as bw = 63 / (56 / 25e9).
+// A ring collective of the same group goes through 8 NICs (8 x 25 GB/s, capped by NVLink).
+TEST(Layout, AllToAllAcrossNodesGoesThroughEachRanksOwnNic) {
+  const ClusterSpec c = eight_gpu_nodes();
+  ParallelPlan p;
+  p.dp = 64;
+  p.ep = 64;
+  EXPECT_NEAR(group_link(c, p, Group::ep).bandwidth, 63.0 / (56.0 / 25e9), 1);
+  EXPECT_EQ(group_link(c, p, Group::dp).bandwidth, 200e9);
+  Efficiency e;
+  e.network = 1;
+  const double bytes = 1e9;
+  EXPECT_NEAR(alltoall_time(bytes, 64, group_link(c, p, Group::ep), e), bytes * 56.0 / 64 / 25e9 + 63 * group_link(c, p, Group::ep).latency,
+              1e-12);
+  p.ep = 8;  // inside one node: NVLink, as before
+  EXPECT_EQ(group_link(c, p, Group::ep).bandwidth, 300e9);
+  p.ep = 16;  // two nodes: 7/16 over NVLink (7/300e9) against 8/16 over the NIC (8/25e9)
+  EXPECT_NEAR(group_link(c, p, Group::ep).bandwidth, 15.0 / (8.0 / 25e9), 1);
+}
+
+TEST(Layout, GroupsCrossNodesByRankLayout) {
+  const ClusterSpec c = eight_gpu_nodes();
   ParallelPlan p;
   p.tp = 8;
   p.pp = 16;
