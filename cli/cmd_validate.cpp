@@ -7,6 +7,7 @@
 #include <map>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "cli/commands.h"
@@ -290,6 +291,13 @@ int run_tuned_gap(const ReferenceSet& set, const PresetRegistry& presets, const 
 }
 
 int run_validate(const ValidateCommand& c) {
+  // Checked before any fitting (minutes): a folder that is not there is a bad flag value.
+  if (!c.write_stacks.empty()) {
+    if (!c.fit && !c.fit_stacks_only) return report(Status::bad_input("--write-stacks: needs --fit or --fit-stacks (it writes the fitted profiles)"));
+    std::error_code ec;
+    if (!std::filesystem::is_directory(c.write_stacks, ec))
+      return report(Status::bad_input("--write-stacks: expected an existing folder, got '" + c.write_stacks + "'"));
+  }
   const std::vector<std::string> paths = c.data.empty() ? default_reference_paths() : c.data;
   std::string path;
   for (const std::string& p : paths) path += (path.empty() ? "" : " + ") + p;
@@ -396,8 +404,8 @@ int run_validate(const ValidateCommand& c) {
 Runner register_validate(CLI::App* sub) {
   auto c = std::make_shared<ValidateCommand>();
   sub->add_option("--data", c->data,
-                  "reference runs file(s) (schema llmplan-reference-runs/1; repeatable; default: data/reference/published_runs.json and "
-                  "published_runs_2024_2026.json)");
+                  "reference runs file(s) (schema llmplan-reference-runs/1; repeatable; default: data/reference/published_runs.json, "
+                  "published_runs_2024_2026.json and published_runs_mbridge_2602_moe.json)");
   sub->add_option("--write-stacks", c->write_stacks, "with --fit: write the fitted stack profiles (data/stacks format) into this folder");
   sub->add_option("--data-root", c->data_root, "folder with models/ and data/ for the GPU presets");
   sub->add_option("--json", c->json_out, "write rows and summaries as JSON to this file ('-' = stdout, JSON only)");

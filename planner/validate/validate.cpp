@@ -288,6 +288,7 @@ void prepare_job(const ReferenceRecord& r, Prepared* p) {
   }
   j.precision = prec == "fp32" ? Precision::fp32 : (prec == "fp16" ? Precision::fp16 : Precision::bf16);
   j.amp = j.precision == Precision::fp32 ? AmpLevel::O0 : AmpLevel::O2;
+  if (r.job.optimizer_moments) parse_enum(*r.job.optimizer_moments, &j.moments);
 }
 
 void prepare_plan(const ReferenceRecord& r, Prepared* p) {
@@ -310,7 +311,17 @@ void prepare_plan(const ReferenceRecord& r, Prepared* p) {
   // Layers that pp*vpp does not divide: Megatron-Core runs them only with its
   // embedding/loss-accounting split (the Llama 3.1 405B recipes set both flags), the
   // first and last virtual stage one layer short.
-  if ((r.framework == "megatron-core" || r.framework == "megatron-bridge") && p->has_architecture) {
+  // A layout the record states (plan.stage_layers) replaces the framework's default; the
+  // plan check then holds it to the model's layers and pp*vpp.
+  if (!rp.stage_layers.empty()) {
+    if (!rp.vpp && pl.pp > 1) {
+      p->skip = "plan.stage_layers with vpp null: the layout's virtual stages need the record's vpp";
+      return;
+    }
+    pl.pipeline_split = PipelineSplit::custom;
+    pl.stage_layers = rp.stage_layers;
+    p->notes.push_back("pipeline layout as the record gives it (stage_layers)");
+  } else if ((r.framework == "megatron-core" || r.framework == "megatron-bridge") && p->has_architecture) {
     pl.pipeline_split = default_pipeline_split(p->model.layers, pl.pp, std::max(1, pl.vpp));
     if (pl.pipeline_split != PipelineSplit::even) p->notes.push_back("pipeline split account_embedding_loss (Megatron-Core: layers + embedding + loss over pp*vpp)");
   }
@@ -356,7 +367,7 @@ void prepare_global_batch(const ReferenceRecord& r, Prepared* p) {
 // framework can (`framework`, when known): the sweep then runs only that framework's plans.
 void sweep_missing_knobs(const ValidationOptions& opt, const FrameworkSpec* framework, Prepared* p) {
   const ParallelPlan& pl = p->plan;
-  auto has = [&](const char* k) { return std::find(p->sweep_knobs.begin(), p->sweep_knobs.end(), k) != p->sweep_knobs.end(); };
+  auto has = [&](const char* k) { return p->swept(k); };
   SweepSpace space;
   space.tp = {pl.tp};
   space.pp = {pl.pp};
@@ -395,7 +406,14 @@ void sweep_missing_knobs(const ValidationOptions& opt, const FrameworkSpec* fram
           (best.activation_offload_layers > 0 ? ", activation offload of " + str(best.activation_offload_layers) + " layers" : "");
     p->assumptions.push_back(k + "=" + v + " (sweep: fastest plan that fits)");
   }
+  // A layout the record states stays: its pp and vpp are pinned (prepare_plan refuses a
+  // layout without vpp), and the sweep ranked the knobs on its own split of those stages.
+  std::vector<int> stated_layout = pl.pipeline_split == PipelineSplit::custom ? pl.stage_layers : std::vector<int>{};
   p->plan = best;
+  if (!stated_layout.empty()) {
+    p->plan.pipeline_split = PipelineSplit::custom;
+    p->plan.stage_layers = std::move(stated_layout);
+  }
 }
 
 }  // namespace
@@ -442,22 +460,36 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
   const Prepared before = p;
   settle_plan(&p);
   // Memory options the stack offers beside its defaults are knobs like the plan's when the
-  // record does not give them: the stack's default unless a run that completed would not
-  // fit with it but fits with the option. The main gradients' dtype (Megatron's fp32 main
-  // gradients, or the 16-bit buffers of --grad-reduce-in-bf16 /
-  // DistributedDataParallelConfig.grad_reduce_in_fp32 False, which Megatron-Bridge's
-  // performance recipes set) and the stack's lighter loss (StackProfile::loss_option:
-  // Megatron-Core's cross_entropy_fusion_impl 'te', which they set too), one at a time, then
-  // both. Then the record is predicted with them and says so, as for a plan knob the sweep
-  // fills.
+  // record does not give them: the main gradients' dtype (Megatron's fp32 main gradients,
+  // or the 16-bit buffers of --grad-reduce-in-bf16 / DistributedDataParallelConfig.
+  // grad_reduce_in_fp32 False, which Megatron-Bridge's performance recipes set, and NeMo
+  // 24.07's distributed_fused_adam with grad_sync_dtype bf16) and the stack's lighter loss
+  // (StackProfile::loss_option: Megatron-Core's cross_entropy_fusion_impl 'te', which the
+  // Bridge recipes set too). The stack's default stays unless, for a run that completed,
+  // (a) the record's plan would not fit with it but fits with an option, or (b) the sweep
+  // that fills the record's null knobs needs a memory saver the record does not state
+  // (recompute, offload) with the default, and an option gives a faster plan that fits: a
+  // record silent on both is filled by the fastest plan that fits, the options included,
+  // as any null knob is. The options go one at a time, then both; the record says which.
   const bool ran = r.measured.oom.has_value() && !*r.measured.oom;
   auto does_not_fit = [&](const Prepared& q) {
     if (q.skip == kNoPlanFits) return true;
     return q.skip.empty() && !estimate_memory(q.model, q.cluster, q.job, q.plan, q.memory).fits(0);
   };
+  auto uses_swept_saver = [&](const Prepared& q) {
+    if (!q.skip.empty()) return false;
+    return (q.swept("recompute") && q.plan.recompute != Recompute::none) ||
+           (q.swept("offload") && (q.plan.offload_optimizer || q.plan.activation_offload_layers > 0));
+  };
+  auto step_s = [](const Prepared& q) { return estimate_time(q.model, q.cluster, q.job, q.plan, q.efficiency).total; };
   const bool grads_option = !r.job.main_grads && p.job.grads == GradConvention::megatron && p.job.precision != Precision::fp32;
   const bool loss_option = stack.loss_option_bytes_per_logit > 0;
-  if (ran && (grads_option || loss_option) && does_not_fit(p)) {
+  const bool default_fails = does_not_fit(p);
+  if (ran && (grads_option || loss_option) && (default_fails || uses_swept_saver(p))) {
+    // (a) takes the first option that fits, one at a time before both; (b) the fastest.
+    double best_s = default_fails ? 0 : step_s(p);
+    std::optional<Prepared> chosen;
+    bool chosen_grads = false, chosen_loss = false;
     for (const auto& [bf16_grads, light_loss] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
       if ((bf16_grads && !grads_option) || (light_loss && !loss_option)) continue;
       Prepared alt = before;
@@ -469,14 +501,24 @@ PreparedRecord prepare_record(const ReferenceRecord& r, const PresetRegistry& pr
       }
       settle_plan(&alt);
       if (!alt.skip.empty() || does_not_fit(alt)) continue;
-      p = std::move(alt);
-      if (bf16_grads)
-        p.assumptions.push_back("main_grads=bf16 (the stack's fp32 main gradients would not fit a run that completed; the stack offers "
-                                "16-bit gradient buffers)");
-      if (light_loss)
-        p.assumptions.push_back("loss=" + stack.loss_option + " (" + str(stack.loss_option_bytes_per_logit) +
-                                " B per logit: the stack's default loss would not fit a run that completed; the stack offers it)");
-      break;
+      if (default_fails) {
+        chosen = std::move(alt), chosen_grads = bf16_grads, chosen_loss = light_loss;
+        break;
+      }
+      const double s = step_s(alt);
+      if (s >= best_s) continue;
+      best_s = s;
+      chosen = std::move(alt), chosen_grads = bf16_grads, chosen_loss = light_loss;
+    }
+    if (chosen) {
+      const char* why = default_fails ? "would not fit a run that completed" : "would need a memory saver the record does not state";
+      p = std::move(*chosen);
+      if (chosen_grads)
+        p.assumptions.push_back(std::string("main_grads=bf16 (the stack's fp32 main gradients ") + why +
+                                "; the stack offers 16-bit gradient buffers)");
+      if (chosen_loss)
+        p.assumptions.push_back("loss=" + stack.loss_option + " (" + str(stack.loss_option_bytes_per_logit) + " B per logit: the stack's default loss " +
+                                why + "; the stack offers it)");
     }
   }
   return p;
@@ -533,7 +575,7 @@ double formula_flops(const std::string& f, const ReferenceRecord& r, const Prepa
                                m.family == Family::llama, V);
   if (f == "megatron_bridge") {
     const double mlp_width = m.moe.enabled() ? static_cast<double>(m.moe.expert_ffn_hidden) * m.moe.experts_per_token +
-                                                   static_cast<double>(m.ffn_hidden) * m.moe.shared_experts
+                                                   static_cast<double>(m.shared_ffn_width())
                                              : static_cast<double>(m.ffn_hidden);
     return megatron_bridge_flops(B, s, L, h, m.heads, m.kv_heads, static_cast<double>(m.head_width()), mlp_width, m.family == Family::llama,
                                  V, p.plan.tp);
@@ -580,14 +622,32 @@ ValidationRow throughput_row(const ReferenceRecord& r, const Prepared& p) {
   const RefMeasured& me = r.measured;
   const double n = p.gpus;
   const bool hardware_conv = me.flops_convention && *me.flops_convention == "hardware";
-  if (me.tflops_per_gpu && me.flops_formula) {
+  // A record that publishes its tokens/s beside a TFLOP/s its named formula does not
+  // reproduce (their ratio more than 3% from the formula's FLOPs per token: the source
+  // counted an architecture the schema cannot state, e.g. Megatron-Bridge's gated-MLP
+  // count for GPT-OSS's clamped quick_gelu) is compared on its tokens/s: the throughput it
+  // measured, not a count this planner cannot repeat.
+  const std::string formula = me.flops_formula ? source_formula(r, p) : std::string();
+  bool flops_reproduced = true;
+  if (me.tflops_per_gpu && me.flops_formula && me.tokens_per_s_per_gpu && *me.tokens_per_s_per_gpu > 0 && !hardware_conv) {
+    const double implied = *me.tflops_per_gpu * 1e12 / *me.tokens_per_s_per_gpu;
+    const double counted = formula_flops(formula, r, p, false) / (static_cast<double>(p.job.global_batch) * static_cast<double>(p.job.seq_len));
+    if (counted > 0 && std::fabs(counted / implied - 1) > 0.03) {
+      flops_reproduced = false;
+      char b[200];
+      std::snprintf(b, sizeof b, "tokens/s compared: its TFLOP/s imply %.1f GFLOP per token, formula %s counts %.1f", implied / 1e9,
+                    formula.c_str(), counted / 1e9);
+      row.notes.push_back(b);
+    }
+  }
+  if (me.tflops_per_gpu && me.flops_formula && flops_reproduced) {
     row.metric = Metric::tflops_per_gpu;
     row.unit = "TFLOP/s";
     row.published = *me.tflops_per_gpu;
-    row.predicted = source_flops(r, p, hardware_conv) / (st.total * n) / 1e12;
-    if (source_formula(r, p) != *me.flops_formula)
-      row.notes.push_back("FLOPs counted " + source_formula(r, p) + " (its TFLOP/s / tokens/s ratio; the record names " + *me.flops_formula + ")");
-  } else if ((me.mfu || me.hfu) && r.cluster.peak_tflops) {
+    row.predicted = formula_flops(formula, r, p, hardware_conv) / (st.total * n) / 1e12;
+    if (formula != *me.flops_formula)
+      row.notes.push_back("FLOPs counted " + formula + " (its TFLOP/s / tokens/s ratio; the record names " + *me.flops_formula + ")");
+  } else if ((me.mfu || me.hfu) && r.cluster.peak_tflops && flops_reproduced) {
     const bool hfu = !me.mfu;
     row.metric = hfu ? Metric::hfu : Metric::mfu;
     row.unit = hfu ? "HFU" : "MFU";

@@ -16,6 +16,7 @@
 // Thread-safety: pure functions over values; safe to call from several threads.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -67,6 +68,7 @@ struct RefJob {
   std::string mode;                      // pretrain finetune lora
   std::optional<std::string> main_grads; // bf16 fp32 (2024-26 schema; absent or null: the stack's convention)
   std::optional<std::string> fp8_recipe; // tensorwise delayed blockwise mxfp8 (precision fp8; absent or null: tensorwise)
+  std::optional<std::string> optimizer_moments;  // fp32 bf16 (2024-26 schema; absent or null: fp32)
 };
 
 struct RefPlan {
@@ -75,6 +77,10 @@ struct RefPlan {
   std::optional<bool> sp, offload;
   std::optional<std::string> recompute;  // none selective full
   std::optional<int> activation_offload_layers;  // layers whose activations go to host memory; absent = 0
+  // The transformer layers of each virtual stage v = chunk * pp + stage, as a framework's
+  // explicit pipeline layout gives them (Megatron-Core's pipeline_model_parallel_layout);
+  // empty = the framework's default split.
+  std::vector<int> stage_layers;
 };
 
 struct RefMeasured {
@@ -113,8 +119,9 @@ Result<ReferenceSet> parse_reference_runs(const nlohmann::json& doc, const std::
 Result<ReferenceSet> load_reference_runs(const std::string& path);
 // <default_data_root()>/data/reference/published_runs.json
 std::string default_reference_path();
-// The shipped files `llmplan validate` reads by default: published_runs.json and
-// published_runs_2024_2026.json (each reported as its own groups).
+// The shipped files `llmplan validate` reads by default: published_runs.json,
+// published_runs_2024_2026.json and published_runs_mbridge_2602_moe.json (each reported
+// as its own groups).
 std::vector<std::string> default_reference_paths();
 // Several files read as one set; a record id or group in two files is bad_input naming both.
 Result<ReferenceSet> load_reference_files(const std::vector<std::string>& paths);
@@ -161,6 +168,7 @@ struct PreparedRecord {
   MemoryOptions memory;                  // with the stack's memory conventions (stack_memory_options)
   Efficiency efficiency;                 // the stack's constants (or the options' shared ones; see ValidationOptions)
   std::vector<std::string> sweep_knobs;  // null plan knobs the sweep filled
+  bool swept(const std::string& knob) const { return std::find(sweep_knobs.begin(), sweep_knobs.end(), knob) != sweep_knobs.end(); }
   std::vector<std::string> assumptions, notes;
   std::string skip;                      // non-empty: no prediction ("missing seq_len")
 };

@@ -65,6 +65,12 @@ class RecordReader {
     if (!obj_.at(key).is_object()) r_.fail(key, "expected a JSON object, got " + json_value_text(obj_.at(key)));
     return RecordReader(obj_.at(key).is_object() ? obj_.at(key) : kEmpty, origin_, r_.field_name(key));
   }
+  // An optional key's raw value (absent: nullptr), marked as read.
+  const json* raw(const char* key) {
+    if (!has(key)) return nullptr;
+    r_.allow(key);
+    return &obj_.at(key);
+  }
   Status finish() const { return r_.finish(/*reject_unknown=*/true); }
   bool ok() const { return r_.status().is_ok(); }
 
@@ -145,6 +151,7 @@ Status read_job(RecordReader r, RefJob* j) {
   r.req_enum("mode", &j->mode, {"pretrain", "finetune", "lora"});
   if (r.has("main_grads")) r.opt_enum("main_grads", &j->main_grads, {"bf16", "fp32"});
   if (r.has("fp8_recipe")) r.opt_enum("fp8_recipe", &j->fp8_recipe, {"tensorwise", "delayed", "blockwise", "mxfp8"});
+  if (r.has("optimizer_moments")) r.opt_enum("optimizer_moments", &j->optimizer_moments, {"fp32", "bf16"});
   return r.finish();
 }
 
@@ -160,6 +167,10 @@ Status read_plan(RecordReader r, RefPlan* p) {
   // Layers whose activations go to host memory (2024-26 schema; absent in older files = 0).
   if (r.has("activation_offload_layers")) r.opt("activation_offload_layers", &p->activation_offload_layers, 0, 100000);
   else p->activation_offload_layers = 0;
+  // An explicit pipeline layout (2024-26 schema, optional): one layer count per virtual stage.
+  if (const json* raw = r.raw("stage_layers"); raw && !raw->is_null() && (raw->empty() || !layer_counts_from_json(*raw, &p->stage_layers)))
+    r.fail("stage_layers", "expected a non-empty list of layer counts (integers in [1, 10000]), one per virtual stage, got " +
+                               json_value_text(*raw));
   return r.finish();
 }
 
@@ -260,7 +271,8 @@ Result<ReferenceSet> load_reference_runs(const std::string& path) {
 std::string default_reference_path() { return default_data_root() + "/data/reference/published_runs.json"; }
 
 std::vector<std::string> default_reference_paths() {
-  return {default_reference_path(), default_data_root() + "/data/reference/published_runs_2024_2026.json"};
+  return {default_reference_path(), default_data_root() + "/data/reference/published_runs_2024_2026.json",
+          default_data_root() + "/data/reference/published_runs_mbridge_2602_moe.json"};
 }
 
 Result<ReferenceSet> load_reference_files(const std::vector<std::string>& paths) {

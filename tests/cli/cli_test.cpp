@@ -525,6 +525,18 @@ TEST(Cli, ValidateCoversThe2024To2026Records) {
   EXPECT_NE(r.output.find("mbridge_perf           compared  13, skipped   0"), std::string::npos) << r.output;
 }
 
+// --write-stacks is checked before the fit runs: a folder that is not there, or the flag
+// without a fit to write, is a bad flag value (exit 2, the flag named), not an I/O failure
+// after minutes of fitting.
+TEST(Cli, ValidateWriteStacksNeedsAnExistingFolderAndAFit) {
+  const CliRun missing = run("validate --fit-stacks --summary-only --write-stacks /nonexistent-llmplan-folder");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("--write-stacks"), std::string::npos) << missing.output;
+  const CliRun no_fit = run("validate --summary-only --write-stacks .");
+  EXPECT_EQ(no_fit.exit_code, 2) << no_fit.output;
+  EXPECT_NE(no_fit.output.find("needs --fit"), std::string::npos) << no_fit.output;
+}
+
 TEST(Cli, ValidateSimulateComparesEveryCostedRecord) {
   const CliRun r = run("validate --simulate");
   ASSERT_EQ(r.exit_code, 0) << r.output;

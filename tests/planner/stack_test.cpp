@@ -543,6 +543,45 @@ TEST(Validate2024To2026, UnstatedMainGradientsTakeTheDtypeTheCompletedRunFitsIn)
   EXPECT_NEAR(unstated.predicted, row_with("bf16").predicted, 1e-9 * unstated.predicted);
 }
 
+// The main gradients' dtype when a record leaves out both it and the recompute: NeMo 24.07
+// trained Llama 3 8B at sequence 8192 on 8 H100s (cp 2) at 711 TFLOP/s per GPU in FP8, too
+// fast for full recompute. With the megatron-core stack's fp32 main gradients (30 GiB) the
+// fastest plan that fits recomputes every layer; with the 16-bit buffers the stack offers
+// (NeMo 24.07's distributed_fused_adam with grad_sync_dtype bf16) no recompute fits. The
+// null knobs are filled by the fastest plan that fits, the option included, and the row
+// says so; a record that states fp32, or states its recompute, keeps the stack's default.
+TEST(Validate2024To2026, UnstatedMainGradientsAndRecomputeTakeTheFastestPlanThatFits) {
+  nlohmann::json one = one_record_file("nemo2407_perf_llama3_8b_8gpu");
+  ASSERT_EQ(one["records"].size(), 1u);
+  one["records"][0]["framework"] = "megatron-core";
+  one["records"][0]["plan"]["recompute"] = nullptr;
+  auto row_with = [&](const nlohmann::json& main_grads, const nlohmann::json& recompute) {
+    nlohmann::json d = one;
+    d["records"][0]["job"]["main_grads"] = main_grads;
+    d["records"][0]["plan"]["recompute"] = recompute;
+    Result<ReferenceSet> set = parse_reference_runs(d, "one.json");
+    EXPECT_TRUE(set.ok()) << set.status().message();
+    return validate_records(*set, registry(), ValidationOptions{}).front();
+  };
+  auto said = [](const ValidationRow& r, const std::string& prefix) {
+    for (const std::string& a : r.assumptions)
+      if (a.rfind(prefix, 0) == 0) return true;
+    return false;
+  };
+  const ValidationRow stated_fp32 = row_with("fp32", nullptr);
+  ASSERT_FALSE(stated_fp32.skipped) << stated_fp32.skip_reason;
+  EXPECT_TRUE(said(stated_fp32, "recompute=full"));
+  EXPECT_FALSE(said(stated_fp32, "main_grads="));
+  const ValidationRow unstated = row_with(nullptr, nullptr);
+  ASSERT_FALSE(unstated.skipped) << unstated.skip_reason;
+  EXPECT_TRUE(said(unstated, "recompute=none"));
+  EXPECT_TRUE(said(unstated, "main_grads=bf16"));
+  EXPECT_GT(unstated.predicted, 1.15 * stated_fp32.predicted);  // a third of the forward FLOPs not recomputed
+  EXPECT_NEAR(unstated.predicted, row_with("bf16", "none").predicted, 1e-9 * unstated.predicted);
+  const ValidationRow stated_recompute = row_with(nullptr, "full");  // fits with fp32: the default stays
+  EXPECT_FALSE(said(stated_recompute, "main_grads="));
+}
+
 // The loss when a record does not say which: Qwen3-30B-A3B on 8 GB200s, here at micro-batch
 // 32 with full recompute, where the loss's logits outweigh the activations. Megatron-Bridge's
 // performance scripts set Transformer Engine's cross-entropy (2 B per logit): as the
@@ -662,6 +701,96 @@ TEST(Validate2024To2026, MixtureOfExpertsRecordsAreCosted) {
       EXPECT_EQ(r.stack, "megatron-bridge");
     }
   EXPECT_EQ(moe, 5);
+}
+
+// ---------------------------------------------------------------- Megatron-Bridge 26.02 MoE
+
+nlohmann::json mbridge2602_moe_file() {
+  Result<nlohmann::json> doc = read_json_file(default_data_root() + "/data/reference/published_runs_mbridge_2602_moe.json");
+  EXPECT_TRUE(doc.ok());
+  return *doc;
+}
+
+std::vector<ValidationRow> validate_doc(const nlohmann::json& doc) {
+  Result<ReferenceSet> set = parse_reference_runs(doc, "mbridge2602.json");
+  EXPECT_TRUE(set.ok()) << set.status().message();
+  return set.ok() ? validate_records(*set, registry(), ValidationOptions{}) : std::vector<ValidationRow>{};
+}
+
+bool has_note(const ValidationRow& r, const std::string& prefix) {
+  for (const std::string& n : r.notes)
+    if (n.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// Every record of the 26.02 MoE file is compared or skipped with its reason, and none that
+// ran is predicted not to fit. DeepSeek-V3 on GB300 fits only with the bf16 moments its
+// recipe's precision-aware optimizer keeps (4 B/param less of optimizer state): with fp32
+// moments it would not. GPT-OSS's TFLOP/s count its gated experts as 2 GEMMs (Megatron-
+// Bridge's non-SiLU count), 26% under the formula's 3, so its tokens/s are compared.
+// DeepSeek-V3's explicit layout (61 layers in 16 virtual stages, 4 each but the last's 1)
+// is the record's stage_layers.
+TEST(ValidateMbridge2602Moe, EveryRecordComparedOrSkippedWithItsReason) {
+  const nlohmann::json doc = mbridge2602_moe_file();
+  const std::vector<ValidationRow> rows = validate_doc(doc);
+  ASSERT_EQ(rows.size(), 14u);
+  int compared = 0;
+  for (const ValidationRow& r : rows) {
+    EXPECT_FALSE(r.predicted_oom) << r.id << " ran";
+    if (r.skipped) {
+      EXPECT_EQ(r.id, "mbridge2602_perf_moe_qwen3_235b_a22b_h100_256gpu_fp8");  // EP32 folded over TP2 x DP16
+      EXPECT_NE(r.skip_reason.find("ep does not divide"), std::string::npos) << r.skip_reason;
+      continue;
+    }
+    ++compared;
+    EXPECT_GT(r.predicted, 0) << r.id;
+    if (r.id.find("gpt_oss") != std::string::npos) {
+      EXPECT_EQ(r.metric, Metric::tokens_per_s) << r.id;
+      EXPECT_TRUE(has_note(r, "tokens/s compared")) << r.id;
+    }
+    if (r.id.find("deepseek_v3") != std::string::npos) {
+      EXPECT_TRUE(has_note(r, "pipeline layout as the record gives it")) << r.id;
+    }
+    if (r.id.find("qwen3_235b") != std::string::npos) {
+      EXPECT_EQ(r.metric, Metric::tflops_per_gpu) << r.id;  // Bridge's count reproduced
+    }
+  }
+  EXPECT_EQ(compared, 13);
+
+  nlohmann::json fp32 = doc;
+  fp32["records"] = nlohmann::json::array();
+  for (const nlohmann::json& r : doc["records"])
+    if (r["id"] == "mbridge2602_perf_moe_deepseek_v3_gb300_256gpu_mxfp8") fp32["records"].push_back(r);
+  ASSERT_EQ(fp32["records"].size(), 1u);
+  ASSERT_EQ(fp32["records"][0]["job"]["optimizer_moments"], "bf16");
+  fp32["records"][0]["job"]["optimizer_moments"] = "fp32";
+  const std::vector<ValidationRow> with_fp32 = validate_doc(fp32);
+  ASSERT_EQ(with_fp32.size(), 1u);
+  EXPECT_TRUE(with_fp32[0].predicted_oom);
+}
+
+// plan.stage_layers: a malformed list is a parse error naming the field; a well-formed one
+// that does not hold the model's layers (or not pp*vpp entries) skips the record, saying why.
+TEST(ValidateMbridge2602Moe, StageLayersAreCheckedAgainstTheModel) {
+  nlohmann::json one = mbridge2602_moe_file();
+  nlohmann::json rec;
+  for (const nlohmann::json& r : one["records"])
+    if (r["id"] == "mbridge2602_perf_moe_deepseek_v3_gb200_256gpu_mxfp8") rec = r;
+  ASSERT_FALSE(rec.is_null());
+  one["records"] = nlohmann::json::array({rec});
+  nlohmann::json bad = one;
+  bad["records"][0]["plan"]["stage_layers"] = nlohmann::json::array({4, -1});
+  Result<ReferenceSet> set = parse_reference_runs(bad, "bad.json");
+  ASSERT_FALSE(set.ok());
+  EXPECT_NE(set.status().message().find("records[0].plan.stage_layers"), std::string::npos) << set.status().message();
+  bad["records"][0]["plan"]["stage_layers"] = "4,4";
+  EXPECT_FALSE(parse_reference_runs(bad, "bad.json").ok());
+  nlohmann::json short_by_one = one;
+  short_by_one["records"][0]["plan"]["stage_layers"][0] = 3;  // 60 of 61 layers
+  const std::vector<ValidationRow> rows = validate_doc(short_by_one);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0].skipped);
+  EXPECT_NE(rows[0].skip_reason.find("summing to 60"), std::string::npos) << rows[0].skip_reason;
 }
 
 // A GPU id without a preset is a skipped row naming it; the rest of the file still runs.
