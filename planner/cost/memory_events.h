@@ -122,6 +122,7 @@ struct StageMemoryProgram {
   double layer_gathered = 0, layer_gathered_backward = 0;  // ZeRO-3: a layer's forward, its backward
   double layer_comm = 0, layer_comm_backward = 0;          // layer-only buffers in a forward, at a backward's largest moment
   double grad_transient = 0;                               // ZeRO >= 2: a trainable unit's full-size gradient in backward
+  double step_grad_copy = 0;                               // the optimizer step's fp32 gradients (memory_model.h step_grad_copy_bytes)
   // The LM head (last stage; see StageMemoryExtras).
   double head_logits = 0, head_forward_working = 0, head_backward_working = 0;
   double head_gathered_forward = 0, head_gathered_backward = 0, head_grad_transient = 0;
@@ -223,10 +224,14 @@ inline std::array<MemoryEvent, 2> optimizer_memory_events(const StageMemoryProgr
   // ZeRO-3's units gathered at the loss are released for the step; ZeRO 1-2 all-gather the
   // updated parameters through the persistent DP buckets straight into the weights (as
   // Megatron's distributed optimizer and DeepSpeed do), which takes no memory of its own.
+  // A stack that steps on fp32 copies of its 16-bit gradients holds them beside the
+  // gradients for the step (the gradients item) and frees them at its end.
   const double gathered = st.held[static_cast<int>(MemoryItem::gathered_params)];
   MemoryChange release{}, regather{};
   release.gathered_params = -gathered;
   regather.gathered_params = gathered;
+  release.gradients = st.step_grad_copy;
+  regather.gradients = -st.step_grad_copy;
   return {MemoryEvent{MemoryMoment::optimizer_start, release}, MemoryEvent{MemoryMoment::optimizer_end, regather}};
 }
 

@@ -109,6 +109,12 @@ ModelStateBytes model_state_bytes(double trainable, double frozen, const Trainin
   return s;
 }
 
+double step_grad_copy_bytes(const TrainingJob& j, double master_weight_bytes, int zero, const MemoryOptions& opt) {
+  if (!opt.step_fp32_grad_copy || j.moments != MomentsDtype::fp32 || bytes_per_param(j).gradients >= 4) return 0;
+  if (zero >= 3 && opt.step_grad_copy_group_elements > 0) return std::min(master_weight_bytes, 4 * opt.step_grad_copy_group_elements);
+  return master_weight_bytes;  // fp32, one per master weight
+}
+
 int64_t microbatches_per_step(const TrainingJob& j, const ParallelPlan& p) {
   return j.global_batch / (static_cast<int64_t>(p.micro_batch) * p.dp);
 }
@@ -878,6 +884,7 @@ struct StagePhases {
 struct StageBase {
   std::array<double, kMemoryItems> items{};
   double host_states = 0;
+  double step_grad_copy = 0;  // the optimizer step's fp32 gradients (step_grad_copy_bytes)
 };
 
 StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage, int layers, const MemoryOptions& opt,
@@ -911,6 +918,7 @@ StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPla
   base[static_cast<int>(MemoryItem::gradients)] = states.gradients + x.unsharded_gradients;
   base[static_cast<int>(MemoryItem::optimizer_states)] = states.optimizer_states;
   base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;
+  sb.step_grad_copy = step_grad_copy_bytes(j, states.master_weights, p.zero, opt);
   base[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_pool;
   base[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers;
   base[static_cast<int>(MemoryItem::workspace)] =
@@ -922,10 +930,10 @@ StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPla
 // The stage's memory events (memory_events.h) from its base and extras: held all step are
 // the model states, ZeRO-3's units gathered at the loss and the buffers outside layers;
 // every layer-only and head buffer is an event's.
-StageMemoryProgram stage_memory_program(const std::array<double, kMemoryItems>& base, const StageMemoryExtras& x,
-                                        const MemoryOptions& opt) {
+StageMemoryProgram stage_memory_program(const StageBase& sb, const StageMemoryExtras& x, const MemoryOptions& opt) {
   StageMemoryProgram st;
-  st.held = base;
+  st.held = sb.items;
+  st.step_grad_copy = sb.step_grad_copy;
   st.held[static_cast<int>(MemoryItem::gathered_params)] = x.gathered_at_loss;
   st.held[static_cast<int>(MemoryItem::comm_buffers)] = x.comm_buffers - x.layer_comm_buffers;
   st.fragmentation_fraction = opt.fragmentation_fraction;
@@ -1064,7 +1072,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   // The phases' peaks: a scan of one micro-batch's pass through the stage
   // (memory_events.h) with every other in-flight micro-batch's activations and logits held,
   // the largest total of each phase's moments (the first of equals).
-  const StageMemoryProgram prog = stage_memory_program(base, x, opt);
+  const StageMemoryProgram prog = stage_memory_program(sb, x, opt);
   PassMemory pass;
   pass.kept = per_mb + x.first_chunk_set + (is_last ? x.last_chunk_set : 0);
   pass.head_set = is_last ? x.last_chunk_set : 0;
@@ -1128,7 +1136,7 @@ StagePhases stage_phases(const ModelSpec& m, const TrainingJob& j, const Paralle
   visit(optimizer_memory_events(prog)[0], static_cast<int>(Phase::optimizer));
   out.comm_peak = std::max(base[static_cast<int>(MemoryItem::comm_buffers)],
                            base[static_cast<int>(MemoryItem::comm_buffers)] - x.layer_comm_buffers + x.cp_backward_buffers);
-  out.gradients_peak = base[static_cast<int>(MemoryItem::gradients)] + std::max(x.unit_grad_transient, x.head_grad_transient);
+  out.gradients_peak = base[static_cast<int>(MemoryItem::gradients)] + std::max({x.unit_grad_transient, x.head_grad_transient, sb.step_grad_copy});
   return out;
 }
 
@@ -1193,7 +1201,7 @@ StageMemoryProgram stage_memory_program(const ModelSpec& m, const ClusterSpec& c
   const ParallelPlan& p = cost_plan(plan, &dual);
   const MemoryInputs in = memory_inputs(m, c.gpu, j, p, opt);
   const StageMemoryExtras x = stage_memory_extras(m, j, p, stage, opt, in.pc, in.backward_moments, in.dense_backward_moments);
-  return stage_memory_program(stage_base(m, j, p, stage, pp_stage_layers(m.layers, p, stage), opt, in, x).items, x, opt);
+  return stage_memory_program(stage_base(m, j, p, stage, pp_stage_layers(m.layers, p, stage), opt, in, x), x, opt);
 }
 
 MemoryReport estimate_memory(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,

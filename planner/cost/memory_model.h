@@ -129,6 +129,22 @@ struct MemoryOptions {
   // __ipg_bucket_flat_buffer, contiguous_gradients true by default), so the transient is
   // the largest parameter's gradient, not a layer's. Default: false (layer units, FSDP's).
   bool zero3_module_fetch = false;
+  // The optimizer step's fp32 gradients (step_grad_copy_bytes): a stack that keeps 16-bit
+  // gradients beside fp32 master weights casts the rank's gradient shard to fp32 for the
+  // step, a new buffer beside the 16-bit one. DeepSpeed ZeRO 1-2 (stage_1_and_2.py step():
+  // single_grad_partition = flatten(averaged_gradients).to(fp32), set as the fp32
+  // partition's .grad before the 16-bit gradients are freed; its estimator
+  // estimate_zero2_model_states_mem_needs counts "18 = 2_grads_16bit + 4_grads_32bit +
+  // 4_params_32bit + 8_optimizer_states_32bit"), ZeRO-3 one sub-group at a time (stage3.py
+  // _prepare_fp32_grad_for_sub_group, freed by _release_sub_group), and Megatron-Core's
+  // distributed optimizer with 16-bit gradient buffers (_copy_model_grads_to_main_grads:
+  // shard_main_param.grad = shard_model_grad.float(), a no-op view on fp32 main grads; the
+  // precision-aware optimizer reads the 16-bit ones as decoupled_grad instead). Default:
+  // false (the executor's Adam reads its gradients where they are).
+  bool step_fp32_grad_copy = false;
+  // ZeRO-3 steps sub-group by sub-group, each fp32 copy freed before the next: at most this
+  // many elements at once (DeepSpeed's sub_group_size, default 1e9); 0 = the whole shard.
+  double step_grad_copy_group_elements = 0;
   // Pipeline parallelism as torch.distributed.pipelining ran it in 2024-25 (torchtitan's
   // pipeline): a stage allocates receive buffers for each micro-batch of each chunk and
   // keeps them (PipelineStage's per-micro-batch activation and gradient receive buffers),
@@ -239,6 +255,13 @@ struct ModelStateBytes {
 // frozen_nf4: of `frozen`, the parameters stored in NF4 (QLoRA, kNf4BytesPerParam each).
 ModelStateBytes model_state_bytes(double trainable, double frozen, const TrainingJob& j, int zero, int shard_group, bool offload,
                                   double frozen_nf4 = 0);
+
+// The fp32 gradients the optimizer step makes from 16-bit ones (MemoryOptions::
+// step_fp32_grad_copy), bytes: one per fp32 master weight on the GPU (`master_weight_bytes`,
+// the shard the rank steps; 0 under offload, O3 or fp32 training), none when the gradients
+// are already fp32 or the moments are bf16 (the precision-aware optimizer reads 16-bit
+// gradients), ZeRO-3 at most one sub-group's.
+double step_grad_copy_bytes(const TrainingJob& j, double master_weight_bytes, int zero, const MemoryOptions& opt);
 
 // The model states one rank of pipeline stage `stage` holds (`pc` = count_params of the
 // plan's split): trainable and frozen parameters ZeRO-sharded over dp*cp, a routed expert's

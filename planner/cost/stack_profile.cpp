@@ -49,6 +49,8 @@ MemoryOptions stack_memory_options(const StackProfile& s, const MemoryOptions& b
   o.moe_probs_in_activation = s.moe_probs_in_activation;
   o.fp8_quantized_inputs = s.fp8_quantized_inputs;
   o.fp8_weight_copies = s.fp8_weight_copies;
+  o.step_fp32_grad_copy = s.step_fp32_grad_copy;
+  o.step_grad_copy_group_elements = s.step_grad_copy_group_elements;
   return o;
 }
 
@@ -100,6 +102,7 @@ std::vector<std::string> memory_convention_names(const StackProfile& s, int tp, 
   if (s.zero3_pp_unsharded) out.push_back("ZeRO-3 with pipeline parallelism: the stage's parameters gathered and fp32 gradients unsharded all step");
   if (s.sp_head_input_saved) out.push_back("SP: the head's gathered input saved for backward");
   if (s.moe_probs_in_activation) out.push_back("MoE: routing probabilities applied in the experts' activation (their outputs not kept)");
+  if (s.step_fp32_grad_copy) out.push_back("optimizer step on fp32 copies of 16-bit gradients (4 B per stepped param)");
   if (!fp8) return out;  // the FP8 conventions set no byte of a 16-bit job
   if (s.fp8_quantized_inputs) out.push_back("FP8: linear inputs saved quantized for the weight gradients");
   if (s.fp8_weight_copies == Fp8WeightCopies::cached) out.push_back("FP8: every layer's quantized weight copies cached all step");
@@ -127,6 +130,11 @@ bool bounded_by(const MemoryConvention& a, const MemoryConvention& b, bool outsi
          (!a.memory.pp_buffers_per_microbatch || b.memory.pp_buffers_per_microbatch) &&
          (!a.memory.moe_tp_partial_gradients || b.memory.moe_tp_partial_gradients) &&
          (a.memory.moe_probs_in_activation || !b.memory.moe_probs_in_activation) &&
+         // The step's fp32 gradient copy: none, or a sub-group's, is at most the whole shard's.
+         (!a.memory.step_fp32_grad_copy ||
+          (b.memory.step_fp32_grad_copy &&
+           (b.memory.step_grad_copy_group_elements == 0 ||
+            (a.memory.step_grad_copy_group_elements > 0 && a.memory.step_grad_copy_group_elements <= b.memory.step_grad_copy_group_elements)))) &&
          // Quantized saved inputs weigh less than 16-bit ones (the output projection's extra
          // FP8 copy is narrower than the three inputs it saves on); weight copies of two
          // kinds are not ordered.
@@ -250,6 +258,8 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
   m.get("moe_probs_in_activation", &s.moe_probs_in_activation, false);
   m.get("fp8_quantized_inputs", &s.fp8_quantized_inputs, false);
   m.get_enum("fp8_weight_copies", &s.fp8_weight_copies, "none, cached, per_microbatch", false);
+  m.get("step_fp32_grad_copy", &s.step_fp32_grad_copy, false);
+  m.get("step_grad_copy_group_elements", &s.step_grad_copy_group_elements, 0, 1e15, false);
   if (Status st = m.finish(); !st) return st;
   r.allow("notes");
   if (Status st = r.finish(); !st) return st;
@@ -280,7 +290,9 @@ json to_json(const StackProfile& s) {
             {"moe_tp_partial_gradients", s.moe_tp_partial_gradients},
             {"moe_probs_in_activation", s.moe_probs_in_activation},
             {"fp8_quantized_inputs", s.fp8_quantized_inputs},
-            {"fp8_weight_copies", to_string(s.fp8_weight_copies)}}}};
+            {"fp8_weight_copies", to_string(s.fp8_weight_copies)},
+            {"step_fp32_grad_copy", s.step_fp32_grad_copy},
+            {"step_grad_copy_group_elements", s.step_grad_copy_group_elements}}}};
   if (!s.efficiency_from.empty()) out.erase("efficiency"), out["efficiency_from"] = s.efficiency_from;
   if (s.overlaps_grad_reduce || s.overlaps_param_gather || s.overlaps_pp_p2p)
     out["overlap"] = {{"grad_reduce", s.overlaps_grad_reduce}, {"param_gather", s.overlaps_param_gather}, {"pp_p2p", s.overlaps_pp_p2p}};

@@ -76,6 +76,8 @@ struct StackProfile {
   bool moe_tp_partial_gradients = true; // MemoryOptions::moe_tp_partial_gradients
   bool moe_probs_in_activation = false; // MemoryOptions::moe_probs_in_activation
   bool fp8_quantized_inputs = false;    // MemoryOptions::fp8_quantized_inputs
+  bool step_fp32_grad_copy = false;     // MemoryOptions::step_fp32_grad_copy
+  double step_grad_copy_group_elements = 0;  // MemoryOptions::step_grad_copy_group_elements
   Fp8WeightCopies fp8_weight_copies = Fp8WeightCopies::none;  // MemoryOptions::fp8_weight_copies
 };
 

@@ -705,6 +705,9 @@ ValidationRow memory_row(const ReferenceRecord& r, const Prepared& p, const Pres
       return row;
     }
     const int zero = p.plan.zero;
+    // The states the published formulas count (the ZeRO paper's, DeepSpeed's estimators),
+    // held all step; the optimizer step's transient fp32 gradient copy is estimate_memory's
+    // (MemoryOptions::step_fp32_grad_copy), which these records cannot be run through.
     bytes = model_state_bytes(*r.model.params, 0, p.job, zero, p.plan.dp * p.plan.cp, p.plan.offload_optimizer).total();
   } else {
     const MemoryReport mem = estimate_memory(p.model, p.cluster, p.job, p.plan, p.memory);

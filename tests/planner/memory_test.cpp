@@ -123,6 +123,75 @@ TEST(MegatronConvention, Bf16MomentsTakeFourBytesPerParamLess) {
   EXPECT_NE(check_inputs(m, o3, "t").message().find("job.moments"), std::string::npos);
 }
 
+// DeepSpeed ZeRO-2's model states at its optimizer step, against DeepSpeed's own count:
+// 2 psi + 18 psi / N (deepspeed/runtime/zero/stage_1_and_2.py,
+// estimate_zero2_model_states_mem_needs without offload: "18 = 2_grads_16bit +
+// 4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit").
+TEST(StepGradCopy, DeepSpeedZero2StatesAtTheStepAreTwoPlusEighteenOverN) {
+  TrainingJob j;
+  j.precision = Precision::bf16;
+  j.amp = AmpLevel::O2;
+  j.grads = GradConvention::deepspeed;
+  MemoryOptions o;
+  o.step_fp32_grad_copy = true;
+  const double psi = 2.85e9;
+  const int n = 8;
+  const ModelStateBytes s = model_state_bytes(psi, 0, j, 2, n, false);
+  EXPECT_DOUBLE_EQ(s.total() + step_grad_copy_bytes(j, s.master_weights, 2, o), 2 * psi + 18 * psi / n);
+  // No copy where the optimizer reads its gradients where they are: without the stack's
+  // convention, with fp32 main gradients (Megatron's .float() is a view), with bf16 moments
+  // (the precision-aware optimizer's decoupled_grad), under optimizer offload (the fp32
+  // gradients go to host memory) and without fp32 master weights (O3).
+  EXPECT_EQ(step_grad_copy_bytes(j, s.master_weights, 2, MemoryOptions{}), 0);
+  TrainingJob fp32_grads = j;
+  fp32_grads.grads = GradConvention::megatron;
+  EXPECT_EQ(step_grad_copy_bytes(fp32_grads, model_state_bytes(psi, 0, fp32_grads, 2, n, false).master_weights, 2, o), 0);
+  TrainingJob bf16_moments = j;
+  bf16_moments.moments = MomentsDtype::bf16;
+  EXPECT_EQ(step_grad_copy_bytes(bf16_moments, model_state_bytes(psi, 0, bf16_moments, 2, n, false).master_weights, 2, o), 0);
+  EXPECT_EQ(step_grad_copy_bytes(j, model_state_bytes(psi, 0, j, 2, n, true).master_weights, 2, o), 0);
+  TrainingJob o3 = j;
+  o3.amp = AmpLevel::O3;
+  EXPECT_EQ(step_grad_copy_bytes(o3, model_state_bytes(psi, 0, o3, 2, n, false).master_weights, 2, o), 0);
+  // ZeRO-3 steps one sub-group at a time: at most sub_group_size fp32 elements.
+  o.step_grad_copy_group_elements = 1e8;
+  EXPECT_DOUBLE_EQ(step_grad_copy_bytes(j, model_state_bytes(psi, 0, j, 3, n, false).master_weights, 3, o), 4e8);
+  EXPECT_DOUBLE_EQ(step_grad_copy_bytes(j, s.master_weights, 2, o), 4 * psi / n);  // ZeRO 1-2: the whole partition
+}
+
+// The copy is the optimizer phase's: Llama 2 7B on dp 8 with ZeRO-1 holds 4 B more per
+// parameter it steps (7B / 8) at the step, and nothing more in forward or backward.
+TEST(StepGradCopy, RaisesOnlyTheOptimizerPhase) {
+  const ModelSpec m = testing::llama2_7b();
+  ClusterSpec c;
+  c.gpu.memory_bytes = 80e9;
+  c.gpu.memory_bandwidth = 2e12;
+  c.gpu.peak_flops[static_cast<int>(Dtype::bf16)] = 312e12;
+  c.intra_node_bandwidth = 300e9;
+  c.inter_node_bandwidth = 25e9;
+  TrainingJob j;
+  j.grads = GradConvention::deepspeed;
+  j.seq_len = 256;
+  j.global_batch = 8;
+  ParallelPlan p;
+  p.dp = 8;
+  p.zero = 1;
+  MemoryOptions on;
+  on.step_fp32_grad_copy = true;
+  const MemoryReport off_r = estimate_memory(m, c, j, p, MemoryOptions{});
+  const MemoryReport on_r = estimate_memory(m, c, j, p, on);
+  const int opt = static_cast<int>(Phase::optimizer);
+  // One fp32 gradient per fp32 master weight the rank steps (ZeRO-1: 7B / 8 of them).
+  const double stepped = off_r.worst.phase_bytes[opt][static_cast<int>(MemoryItem::master_weights)] / 4;
+  EXPECT_NEAR(stepped, count_params(m, 1, 1, 1, 0, 0).total / 8, 1.0);
+  EXPECT_NEAR(on_r.worst.phase_total[opt] - off_r.worst.phase_total[opt], 4 * stepped, 1.0);
+  for (Phase ph : {Phase::forward, Phase::backward})
+    EXPECT_DOUBLE_EQ(on_r.worst.phase_total[static_cast<int>(ph)], off_r.worst.phase_total[static_cast<int>(ph)]);
+  // With short sequences the step is this plan's peak.
+  EXPECT_EQ(on_r.worst.peak_phase, Phase::optimizer);
+  EXPECT_DOUBLE_EQ(on_r.worst.total, on_r.worst.phase_total[opt]);
+}
+
 // explain offers bf16 moments to an AdamW O2 job: Llama 2 7B unsharded (ZeRO-0, dp 1) with
 // fp32 main grads holds 18 B/param; the change keeps ZeRO-1 over dp 1 (the distributed
 // optimizer it needs) and takes 4 B per parameter off the peak.
