@@ -123,6 +123,18 @@ TEST(MegatronConvention, Bf16MomentsTakeFourBytesPerParamLess) {
   EXPECT_NE(check_inputs(m, o3, "t").message().find("job.moments"), std::string::npos);
 }
 
+// An 80 GB GPU with A100's bf16 peak on NVLink-class and 200 Gb/s links: the cluster the
+// tests below plan on (only memory decides them).
+ClusterSpec a100_like_80gb() {
+  ClusterSpec c;
+  c.gpu.memory_bytes = 80e9;
+  c.gpu.memory_bandwidth = 2e12;
+  c.gpu.peak_flops[static_cast<int>(Dtype::bf16)] = 312e12;
+  c.intra_node_bandwidth = 300e9;
+  c.inter_node_bandwidth = 25e9;
+  return c;
+}
+
 // DeepSpeed ZeRO-2's model states at its optimizer step, against DeepSpeed's own count:
 // 2 psi + 18 psi / N (deepspeed/runtime/zero/stage_1_and_2.py,
 // estimate_zero2_model_states_mem_needs without offload: "18 = 2_grads_16bit +
@@ -163,12 +175,7 @@ TEST(StepGradCopy, DeepSpeedZero2StatesAtTheStepAreTwoPlusEighteenOverN) {
 // parameter it steps (7B / 8) at the step, and nothing more in forward or backward.
 TEST(StepGradCopy, RaisesOnlyTheOptimizerPhase) {
   const ModelSpec m = testing::llama2_7b();
-  ClusterSpec c;
-  c.gpu.memory_bytes = 80e9;
-  c.gpu.memory_bandwidth = 2e12;
-  c.gpu.peak_flops[static_cast<int>(Dtype::bf16)] = 312e12;
-  c.intra_node_bandwidth = 300e9;
-  c.inter_node_bandwidth = 25e9;
+  const ClusterSpec c = a100_like_80gb();
   TrainingJob j;
   j.grads = GradConvention::deepspeed;
   j.seq_len = 256;
@@ -197,12 +204,7 @@ TEST(StepGradCopy, RaisesOnlyTheOptimizerPhase) {
 // optimizer it needs) and takes 4 B per parameter off the peak.
 TEST(MegatronConvention, ExplainOffersBf16Moments) {
   const ModelSpec m = testing::llama2_7b();
-  ClusterSpec c;
-  c.gpu.memory_bytes = 80e9;
-  c.gpu.memory_bandwidth = 2e12;
-  c.gpu.peak_flops[static_cast<int>(Dtype::bf16)] = 312e12;
-  c.intra_node_bandwidth = 300e9;
-  c.inter_node_bandwidth = 25e9;
+  const ClusterSpec c = a100_like_80gb();
   TrainingJob j;
   j.grads = GradConvention::megatron;
   j.seq_len = 1024;
