@@ -44,7 +44,7 @@ struct SweepCommand {
 // micro-batch; the schedule from vpp): how many differ between a and b.
 int fields_differing(const ParallelPlan& a, const ParallelPlan& b) {
   return (a.dp != b.dp) + (a.tp != b.tp) + (a.pp != b.pp) + (a.vpp != b.vpp) + (a.cp != b.cp) + (a.ep != b.ep) + (a.sp != b.sp) +
-         (a.micro_batch != b.micro_batch) + (a.zero != b.zero) + (a.recompute != b.recompute) + (a.offload_optimizer != b.offload_optimizer) +
+         (a.micro_batch != b.micro_batch) + (a.zero != b.zero) + (a.recompute != b.recompute) + (a.offload_optimizer != b.offload_optimizer) + (a.offload_params != b.offload_params) +
          (a.flash_attention != b.flash_attention) + (a.cp > 1 && a.cp_exchange != b.cp_exchange) +
          (a.activation_offload_layers != b.activation_offload_layers);
 }
@@ -66,6 +66,7 @@ std::string change_text(const ParallelPlan& a, const ParallelPlan& b) {
   add("ZeRO", std::to_string(a.zero), std::to_string(b.zero));
   add("recompute", to_string(a.recompute), to_string(b.recompute));
   add("optimizer offload", a.offload_optimizer ? "on" : "off", b.offload_optimizer ? "on" : "off");
+  add("parameter offload", a.offload_params ? "on" : "off", b.offload_params ? "on" : "off");
   add("flash attention", a.flash_attention ? "on" : "off", b.flash_attention ? "on" : "off");
   if (a.cp > 1) add("cp exchange", to_string(a.cp_exchange), to_string(b.cp_exchange));
   add("activation offload layers", std::to_string(a.activation_offload_layers), std::to_string(b.activation_offload_layers));
@@ -113,6 +114,10 @@ constexpr const char* kBothValues = "both";
 
 Status on_off(const std::string& v, const char* flag, std::vector<int>* out) {
   if (v == kBothValues) return Status::ok();
+  if (std::string(flag) == "--offload" && v == "params") {  // optimizer and parameters (ZeRO-3)
+    *out = {2};
+    return Status::ok();
+  }
   Result<bool> on = parse_on_off(v, flag);
   if (!on) return on.status();
   *out = {*on ? 1 : 0};
@@ -139,7 +144,7 @@ void print_row(int rank, const PlanResult& r, const BudgetColumns& bc, const std
   // CP with its exchange: r = ring, ag = all-gather.
   const std::string cp = std::to_string(p.cp) + (p.cp == 1 ? "" : p.cp_exchange == CpExchange::ring ? "r" : "ag");
   // Offload: "on" for the optimizer's, "a<k>" for k layers' activations.
-  const std::string off = p.activation_offload_layers > 0 ? "a" + std::to_string(p.activation_offload_layers) : p.offload_optimizer ? "on" : "-";
+  const std::string off = p.activation_offload_layers > 0 ? "a" + std::to_string(p.activation_offload_layers) : p.offload_params ? "prm" : p.offload_optimizer ? "on" : "-";
   std::printf("%4d  %3d %3d %3d %3d %4s %3s %4d %5d %4d %-9s %3s %5s  %s %5s %9.2f %12.0f %6.1f%% %8.3f", rank, p.dp, p.tp, p.pp, p.vpp, cp.c_str(),
               p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), off.c_str(),
               p.flash_attention ? "on" : "off", to_string(r.precision), to_string(r.amp), r.peak_bytes / kGiB, r.tokens_per_s, 100 * r.mfu,
@@ -208,7 +213,7 @@ Runner register_sweep(CLI::App* sub) {
   sub->add_option("--zero", c->zero, "pin ZeRO stage(s)")->delimiter(',');
   sub->add_option("--recompute", c->recompute, "pin recompute policy (none, selective, full)")->delimiter(',');
   sub->add_option("--sp", c->sp, "pin sequence parallel: on, off or both")->capture_default_str();
-  sub->add_option("--offload", c->offload, "pin optimizer offload: on, off or both")->capture_default_str();
+  sub->add_option("--offload", c->offload, "pin offload: on (optimizer states), params (optimizer states and ZeRO-3 parameters), off, or both (every choice)")->capture_default_str();
   sub->add_option("--flash", c->flash, "pin flash attention: on, off or both")->capture_default_str();
   sub->add_option("--activation-offload", c->activation_offload,
                   "on: a plan that does not fit offloads the activations of the fewest layers per stage that make it fit")

@@ -84,7 +84,7 @@ void add_plan_flags(CLI::App* app, PlanFlags* f) {
   app->add_option("--zero", f->zero, "ZeRO stage 0-3");
   app->add_option("--recompute", f->recompute, "none, selective, full or full_k");
   app->add_option("--recompute-layers", f->recompute_layers, "k for --recompute full_k");
-  app->add_option("--offload", f->offload, "offload optimizer states to host memory: on or off (default off)")->expected(0, 1);
+  app->add_option("--offload", f->offload, "offload to host memory: on (optimizer states), params (optimizer states and ZeRO-3's parameter shard) or off (default off)")->expected(0, 1);
   app->add_option("--activation-offload-layers", f->activation_offload_layers,
                   "offload the activations of the first N layers of each pipeline stage to host memory (Megatron cpu_offloading_num_layers)");
   app->add_option("--flash", f->flash, "fused (flash) attention: on, or off to materialise the attention scores")
@@ -289,7 +289,10 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
       return Status::bad_input("--gpus: " + std::to_string(s->file.gpus) + " GPUs cannot be split by tp*pp*cp = " + std::to_string(mp));
     p.dp = static_cast<int>(s->file.gpus / mp);
   }
-  Result<bool> sp = parse_on_off(pf.sp, "--sp"), offload = parse_on_off(pf.offload, "--offload"), flash = parse_on_off(pf.flash, "--flash");
+  // --offload params: the optimizer states and ZeRO-3's parameter shard.
+  const bool offload_params = pf.offload == "params";
+  Result<bool> sp = parse_on_off(pf.sp, "--sp"), offload = offload_params ? Result<bool>(true) : parse_on_off(pf.offload, "--offload"),
+               flash = parse_on_off(pf.flash, "--flash");
   if (pf.old_no_flash) return Status::bad_input("--no-flash: this flag is now spelled --flash off");
   if (!sp) return sp.status();
   if (!offload) return offload.status();
@@ -306,6 +309,7 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
     return Status::bad_input("--activation-offload-layers: expected a count >= 0, got " + std::to_string(pf.activation_offload_layers));
   p.activation_offload_layers = pf.activation_offload_layers;
   p.offload_optimizer = *offload;
+  p.offload_params = offload_params;
   p.flash_attention = *flash;
   p.schedule = p.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
   if (!pf.schedule.empty())
@@ -390,7 +394,7 @@ std::string plan_summary(const ParallelPlan& p) {
   std::snprintf(buf, sizeof buf, "dp%d tp%d pp%d%s%s%s%s%s mb%d ga%d zero%d %s%s%s", p.dp, p.tp, p.pp,
                 p.vpp > 1 ? (" vpp" + std::to_string(p.vpp)).c_str() : "",
                 p.pipeline_split == PipelineSplit::even ? "" : p.pipeline_split == PipelineSplit::custom ? " split-custom" : " split-emb-loss", cp.c_str(),
-                p.ep > 1 ? (" ep" + std::to_string(p.ep)).c_str() : "", p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_optimizer ? " offload" : "",
+                p.ep > 1 ? (" ep" + std::to_string(p.ep)).c_str() : "", p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_params ? " offload-params" : p.offload_optimizer ? " offload" : "",
                 p.flash_attention ? "" : " no-flash");
   std::string out = buf;
   // A schedule other than the one vpp implies (1F1B, interleaved) is named.

@@ -43,8 +43,8 @@ void print_memory(const MemoryReport& r, double headroom_bytes) {
     std::printf("  %-24s %12s\n", "peak phase", to_string(r.first.peak_phase));
   }
   if (r.host_bytes_per_node > 0) {
-    std::printf("  host memory by offload: %.2f GiB per node (activations %.2f + optimizer %.2f GiB per GPU on stage %d)", r.host_bytes_per_node / kGiB,
-                r.worst.host_activation_bytes / kGiB, r.worst.host_state_bytes / kGiB, r.worst.stage);
+    std::printf("  host memory by offload: %.2f GiB per node (activations %.2f + model states %.2f GiB per GPU on stage %d)",
+                r.host_bytes_per_node / kGiB, r.worst.host_activation_bytes / kGiB, r.worst.host_state_bytes / kGiB, r.worst.stage);
     if (r.host_capacity > 0)
       std::printf(" of %.0f GiB: %s\n", r.host_capacity / kGiB, r.host_fits() ? "fits" : "DOES NOT FIT in the node's host memory");
     else

@@ -51,6 +51,7 @@ SimCosts default_costs(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   sc.dp_tier = dp.link.tier;
   sc.bucket_bytes = dp.grad_bucket_bytes;
   sc.gather_bucket_bytes = dp.gather_bucket_bytes;
+  if (p.zero == 3 && p.offload_params) sc.param_fetch_bandwidth = c.host_bandwidth;
 
   const LinkTier tp_tier = group_tier(c, p, Group::tp), cp_tier = group_tier(c, p, Group::cp), ep_tier = group_tier(c, p, Group::ep);
 

@@ -110,6 +110,9 @@ struct SimCosts {
   // for the head), as ZeRO-2 issues them.
   double bucket_bytes = 25.0 * 1024 * 1024;
   double gather_bucket_bytes = 0;
+  // ZeRO-3 parameter offload: the host link each gather's shard first crosses (planner
+  // param_fetch_time), bytes/s; 0: parameters on the GPU.
+  double param_fetch_bandwidth = 0;
   Efficiency efficiency;          // for the per-bucket collectives
 };
 

@@ -180,7 +180,11 @@ int StepBuilder::add_layer_comm(int stage, const LayerCost& L, Pass pass, int pr
 }
 
 int StepBuilder::zero3_gather(int stage, double bytes, int mb, int chunk, int layer) {
-  const int id = add_dp(stage, Stream::dp_gather, EventKind::dp_param_gather, bytes, false, mb, chunk, layer);
+  // With parameter offload the shard is first copied from the host, in series with the gather.
+  CommCost cc = dp_cost(bytes, false);
+  cc.transfer += param_fetch_time(bytes, costs_.dp_group, costs_.param_fetch_bandwidth, costs_.efficiency);
+  const int id = add_comm(stage, Stream::dp_gather, EventKind::dp_param_gather, cc, mb, chunk, layer, bytes);
+  dp_[stage].push_back(id);
   // Two buffers: this gather may start once the visit two before it has computed.
   const size_t n = visits_.size();
   if (n >= 2) engine_.depend(visits_[n - 2], id);

@@ -45,6 +45,7 @@ const std::vector<FieldDef>& field_defs() {
       {{"recompute", kRecomputeNames}, ValueKind::enumeration, enum_value<Recompute>},
       {{"recompute_layers", ""}, ValueKind::number, nullptr},
       {{"offload_optimizer", ""}, ValueKind::boolean, nullptr},
+      {{"offload_params", ""}, ValueKind::boolean, nullptr},
       {{"activation_offload_layers", ""}, ValueKind::number, nullptr},
       {{"activation_kept_layers", ""}, ValueKind::number, nullptr},
       {{"flash_attention", ""}, ValueKind::boolean, nullptr},
@@ -181,6 +182,7 @@ int64_t framework_field_value(FrameworkField f, const ModelSpec& m, const Traini
     case FrameworkField::recompute: return static_cast<int64_t>(p.recompute);
     case FrameworkField::recompute_layers: return p.recompute_layers;
     case FrameworkField::offload_optimizer: return p.offload_optimizer ? 1 : 0;
+    case FrameworkField::offload_params: return p.offload_params ? 1 : 0;
     case FrameworkField::activation_offload_layers: return p.activation_offload_layers;
     case FrameworkField::activation_kept_layers: {
       // The layers of the largest pipeline stage whose activations stay on the GPU (0 when

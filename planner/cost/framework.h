@@ -30,7 +30,7 @@ namespace llmplan {
 // The plan, job and model fields a rule may test, with their values as integers (booleans
 // 0/1, enums by their declaration order in specs.h).
 enum class FrameworkField : uint8_t {
-  dp, tp, pp, vpp, cp, ep, sp, micro_batch, grad_accum, zero, recompute, recompute_layers, offload_optimizer,
+  dp, tp, pp, vpp, cp, ep, sp, micro_batch, grad_accum, zero, recompute, recompute_layers, offload_optimizer, offload_params,
   activation_offload_layers, activation_kept_layers, flash_attention, schedule, cp_exchange, pipeline_split,  // plan
   mode, frozen_layers, precision, fp8, optimizer, moments,                             // job
   family, experts, qk_norm, attention_bias,                                            // model

@@ -90,7 +90,7 @@ BytesPerParam bytes_per_param(const TrainingJob& j) {
 }
 
 ModelStateBytes model_state_bytes(double trainable, double frozen, const TrainingJob& j, int zero, int shard_group,
-                                  bool offload, double frozen_nf4) {
+                                  bool offload, double frozen_nf4, bool offload_params) {
   const BytesPerParam b = bytes_per_param(j);
   const double n = std::max(1, shard_group);
   ModelStateBytes s;
@@ -105,6 +105,12 @@ ModelStateBytes model_state_bytes(double trainable, double frozen, const Trainin
     s.optimizer_states = 0;
     s.master_weights = 0;
     s.gradients = 0;
+  }
+  if (offload_params) {
+    // ZeRO-Infinity / FSDP CPU offload: the parameter shard too; the GPU holds only the
+    // units gathered for compute (MemoryItem::gathered_params).
+    s.host += s.weights;
+    s.weights = 0;
   }
   return s;
 }
@@ -460,9 +466,10 @@ ModelStateBytes stage_state_bytes(const ModelSpec& m, const TrainingJob& j, cons
   // rest over dp*cp.
   if (p.ep > 1 && params.expert > 0)
     return model_state_bytes(params.trainable - params.expert, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer,
-                             params.frozen_nf4) +
-           model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer);
-  return model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer, params.frozen_nf4);
+                             params.frozen_nf4, p.offload_params) +
+           model_state_bytes(params.expert, 0, j, p.zero, p.dp * p.cp / p.ep, p.offload_optimizer, 0, p.offload_params);
+  return model_state_bytes(params.trainable, params.frozen, j, p.zero, p.dp * p.cp, p.offload_optimizer, params.frozen_nf4,
+                           p.offload_params);
 }
 
 StageParams stage_params(const ModelSpec& m, const TrainingJob& j, const ParallelPlan& p, int stage) {

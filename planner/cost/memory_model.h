@@ -253,8 +253,9 @@ struct ModelStateBytes {
 // optimizer states, master weights and gradients to the host. The ZeRO paper's formulas
 // (Rajbhandari et al. 2020, Sec. 5) for the DeepSpeed convention.
 // frozen_nf4: of `frozen`, the parameters stored in NF4 (QLoRA, kNf4BytesPerParam each).
+// offload_params (ZeRO-3) moves the 16-bit parameter shard to the host as well.
 ModelStateBytes model_state_bytes(double trainable, double frozen, const TrainingJob& j, int zero, int shard_group, bool offload,
-                                  double frozen_nf4 = 0);
+                                  double frozen_nf4 = 0, bool offload_params = false);
 
 // The fp32 gradients the optimizer step makes from 16-bit ones (MemoryOptions::
 // step_fp32_grad_copy), bytes: one per fp32 master weight on the GPU (`master_weight_bytes`,

@@ -30,7 +30,7 @@ const char* describe(RejectReason r) {
       return "schedule shape: zb-h1 runs one stage per rank (vpp 1); zbv and dualpipev two chunks per rank in a V (vpp 2, layers "
              "divisible by 2*pp); dualpipev needs at least 2*pp micro-batches; dualpipe two stages per rank (vpp 2), pp even and at "
              "least 4, layers divisible by pp, an even number of micro-batches, at least 2*pp";
-    case RejectReason::zero_offload: return "optimizer offload needs ZeRO >= 1 and no pipeline";
+    case RejectReason::zero_offload: return "optimizer offload needs ZeRO >= 1 and no pipeline; parameter offload ZeRO-3 with it";
     case RejectReason::recompute_layers: return "recompute_layers outside 1..layers per model chunk";
     case RejectReason::lora_zero3: return "ZeRO-3 with LoRA is not supported";
     case RejectReason::precision_unsupported: return "GPU has no peak for this precision (or no tensor cores for its FP8 recipe)";
@@ -256,6 +256,12 @@ RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const Training
   }
   if (p.vpp > 1 && !v_shape(p.schedule) && micro_batches % p.pp != 0) return RejectReason::interleave_microbatches;
   if (p.offload_optimizer && (p.zero == 0 || p.pp > 1)) return RejectReason::zero_offload;
+  // Parameter offload fetches each gathered unit's shard from the host (ZeRO-3) and leaves
+  // the update on the host beside the optimizer (DeepSpeed offload_param needs stage 3;
+  // FSDP's CPUOffloadPolicy steps the optimizer on the CPU).
+  // (llmplan costs the host copies with the ZeRO-3 gathers, so it needs a group to shard
+  // over: dp * cp >= 2.)
+  if (p.offload_params && (p.zero != 3 || !p.offload_optimizer || p.dp * p.cp < 2)) return RejectReason::zero_offload;
   if (p.recompute == Recompute::full_k &&
       (p.recompute_layers < 1 || p.recompute_layers > pp_stage_layers(m.layers, p, 0) / p.vpp))
     return RejectReason::recompute_layers;

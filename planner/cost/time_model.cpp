@@ -147,7 +147,9 @@ OptimizerTime optimizer_time(const ClusterSpec& c, const TrainingJob& j, const P
   const double opt_bytes = (2 * bpp.weights + bpp.gradients + 2 * bpp.master + 2 * bpp.optimizer);
   OptimizerTime t;
   if (p.offload_optimizer) {
-    const double host = trainable / shard * (bpp.gradients + bpp.weights) / c.host_bandwidth;
+    // Gradients down to the host, updated 16-bit parameters back up (none with parameter
+    // offload: they stay in host memory, fetched by the next step's gathers).
+    const double host = trainable / shard * (bpp.gradients + (p.offload_params ? 0 : bpp.weights)) / c.host_bandwidth;
     const double cpu_adam = trainable / shard / (1.5e9 / c.gpus_per_node);  // DeepSpeed CPU-Adam ~1.5 G params/s per host
     t.offload = host + cpu_adam;
   } else {
@@ -194,6 +196,19 @@ Link dp_group_link(const ClusterSpec& c, const ParallelPlan& p) {
 
 double zero1_bucket_params(int dp_group) { return std::max(40e6, 1e6 * dp_group); }
 
+double param_fetch_time(double unit_bytes, int shard_group, double host_bandwidth, const Efficiency& e) {
+  if (unit_bytes <= 0 || host_bandwidth <= 0) return 0;
+  return unit_bytes / std::max(1, shard_group) / (host_bandwidth * e.network);
+}
+
+static void with_param_fetch(DpStep* d, const ClusterSpec& c, const Efficiency& e) {
+  // Parameter offload: each unit's shard comes from host memory first, then is gathered
+  // (DeepSpeed's PartitionedParameterCoordinator fetches the offloaded partition to the GPU
+  // before its all-gather; FSDP2's CPUOffloadPolicy copies the sharded parameter to the
+  // device in its pre-all-gather). In series with the gather, hidden by the same prefetch.
+  d->params.duration += d->params.count * param_fetch_time(d->params.bytes, d->group, c.host_bandwidth, e);
+}
+
 DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable,
                double all_params, int layers) {
   DpStep d;
@@ -232,6 +247,7 @@ DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p
   };
   d.grads = collective(p.zero == 0 ? DpKind::allreduce : DpKind::reduce_scatter, grad_bytes);
   if (p.zero >= 1) d.params = collective(DpKind::allgather, weight_bytes);
+  if (p.zero == 3 && p.offload_params) with_param_fetch(&d, c, e);
   d.last_bucket = p2p_time(std::min(grad_bytes, kDdpBucketBytes), l, e);
   return d;
 }
@@ -574,6 +590,7 @@ StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const 
   for (int z = 0; z < 4; ++z) {
     ParallelPlan q = p;
     q.zero = z;
+    q.offload_params = false;  // estimate_time adds the host copies (it is costed for plans that differ in it)
     in.dp[z] = dp_step(c, j, q, e, in.trainable, in.all_params_rank, in.layers0);
   }
 
@@ -658,7 +675,13 @@ StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
   if (plan.schedule == Schedule::dualpipe) st.pp_comm += 2 * in.pp_hop;
 
   // ---- DP / ZeRO traffic on the worst stage's rank
-  const DpStep dp = p.zero >= 0 && p.zero < 4 ? in.dp[p.zero] : dp_step(c, j, p, e, in.trainable, in.all_params_rank, in.layers0);
+  DpStep dp;
+  if (p.zero >= 0 && p.zero < 4) {
+    dp = in.dp[p.zero];  // cached without parameter offload (step_time_inputs), which adds to the gathers only
+    if (p.zero == 3 && p.offload_params) with_param_fetch(&dp, c, e);
+  } else {
+    dp = dp_step(c, j, p, e, in.trainable, in.all_params_rank, in.layers0);
+  }
   st.dp_comm = dp_exposed_time(dp, md, w.fwd, w.bwd, e);
 
   // ---- optimizer step on the first stage's rank

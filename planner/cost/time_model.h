@@ -277,6 +277,11 @@ struct DpStep {
 // `layers` layers. group == 1 or trainable == 0: no collectives.
 DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable,
                double all_params, int layers);
+// ZeRO-3 with parameter offload (ParallelPlan::offload_params): the time to copy the rank's
+// shard of a gathered unit of `unit_bytes` (whole, 16-bit) from host memory before its
+// all-gather, over the GPU's host link (ClusterSpec::host_bandwidth: PCIe, or NVLink-C2C on
+// Grace parts) at the collectives' efficiency.
+double param_fetch_time(double unit_bytes, int shard_group, double host_bandwidth, const Efficiency& e);
 // Exposed DP time of the analytic model: `overlap` x backward hides gradient reductions,
 // `gather_overlap` x forward (and backward) hides parameter gathers; fwd/bwd are one
 // micro-batch's compute on the stage (bwd with recompute). A hidden collective is not
@@ -351,7 +356,7 @@ struct StepTimeInputs {
 StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                 const Efficiency& e = {});
 // REQUIRES: `in` = step_time_inputs(m, c, j, q, e) for a plan q that differs from p at most
-// in zero, offload_optimizer, recompute, recompute_layers, vpp and schedule (and not in vpp
+// in zero, offload_optimizer, offload_params, recompute, recompute_layers, vpp and schedule (and not in vpp
 // for a model of several layer kinds, whose stages' kinds interleaving changes).
 StepTime estimate_time(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                        const StepTimeInputs& in, const Efficiency& e = {});

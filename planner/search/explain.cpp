@@ -86,6 +86,14 @@ std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPl
     if (np.zero == 0) np.zero = 1;
     add("optimizer offload to host", j, np);
   }
+  // ZeRO-Infinity / FSDP CPU offload: the parameter shard to host memory as well (ZeRO-3
+  // with optimizer offload, no pipeline).
+  if (!p.offload_params && p.pp == 1 && p.dp * p.cp >= 2) {
+    ParallelPlan np = p;
+    np.zero = 3;
+    np.offload_optimizer = np.offload_params = true;
+    add("parameter and optimizer offload to host (ZeRO-3)", j, np);
+  }
   // AdamW's moments in bf16 beside the fp32 master weights (Megatron-Core's precision-aware
   // optimizer, --exp-avg-dtype/--exp-avg-sq-dtype bf16): 4 B/param less before sharding,
   // with the distributed optimizer it needs.

@@ -92,7 +92,8 @@ auto plan_key(const PlanResult& r) {
   // Every knob the sweep varies, so that no two plans tie (--csv's order is then the same
   // every run, whatever order the threads finish in).
   return std::make_tuple(static_cast<int>(r.precision), p.tp, p.pp, p.cp, p.vpp, p.ep, p.sp, !p.flash_attention, -p.micro_batch,
-                         static_cast<int>(p.recompute), p.zero, p.offload_optimizer, static_cast<int>(p.cp_exchange));
+                         static_cast<int>(p.recompute), p.zero, p.offload_optimizer, p.offload_params,
+                         static_cast<int>(p.cp_exchange));
 }
 
 // Better-first order for the objective: tokens/s (throughput), peak memory, or cost
@@ -178,7 +179,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
   const std::vector<int> zeros = or_default(space.zero, {0, 1, 2, 3});
   const std::vector<Recompute> recs = or_default(space.recompute, {Recompute::none, Recompute::selective, Recompute::full});
   const std::vector<int> sps = or_default(space.sp, {0, 1});
-  const std::vector<int> offs = or_default(space.offload, {0, 1});
+  const std::vector<int> offs = or_default(space.offload, {0, 1, 2});
   const std::vector<int> flashes = or_default(space.flash, {1, 0});
   const std::vector<CpExchange> exchanges = or_default(space.cp_exchange, {CpExchange::ring, CpExchange::all_gather});
   const std::vector<Precision> precs = or_default(space.precision, {j.precision});
@@ -275,6 +276,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) return;
                           if (vpp > 1 && it.pp == 1) continue;  // vpp is meaningless without pp: not a plan
                           if (sp && it.tp == 1) continue;       // likewise: sp == tp1 plan
+                          if (off == 2 && zero != 3) continue;  // parameter offload is ZeRO-3's
                           // Fused attention keeps no scores, so selective recompute equals none.
                           if (flash && rc == Recompute::selective) continue;
                           p.vpp = vpp;
@@ -289,6 +291,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           p.recompute = rc;
                           p.zero = zero;
                           p.offload_optimizer = off != 0;
+                          p.offload_params = off == 2;
                           p.schedule = schedule;
                           p.grad_accum = per_dp > 0 ? static_cast<int>(per_dp / mb) : 0;
                           ++r.enumerated;

@@ -36,7 +36,7 @@ struct SweepSpace {
   std::vector<int> tp, pp, vpp, cp, ep, micro_batch, zero;
   std::vector<Recompute> recompute;
   std::vector<int> sp;               // 0/1
-  std::vector<int> offload;          // 0/1
+  std::vector<int> offload;          // 0 none, 1 optimizer, 2 optimizer and parameters (ZeRO-3)
   std::vector<int> flash;            // 0/1
   std::vector<CpExchange> cp_exchange;  // for cp > 1; default: ring and all_gather
   std::vector<Precision> precision;  // default: the job's precision

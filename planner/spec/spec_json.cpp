@@ -759,6 +759,7 @@ Result<ParallelPlan> plan_from_json(const json& j, const std::string& origin) {
   r.get_enum("recompute", &p.recompute, "none, selective, full, full_k", false);
   r.get("recompute_layers", &p.recompute_layers, 0, kMaxLayers, false);
   r.get("offload_optimizer", &p.offload_optimizer, false);
+  r.get("offload_params", &p.offload_params, false);
   r.get("flash_attention", &p.flash_attention, false);
   p.schedule = p.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
   r.get_enum("schedule", &p.schedule, kScheduleNames, false);
@@ -791,6 +792,7 @@ json to_json(const ParallelPlan& p) {
   if (p.pipeline_split != PipelineSplit::even) j["pipeline_split"] = to_string(p.pipeline_split);
   if (p.pipeline_split == PipelineSplit::custom) j["stage_layers"] = p.stage_layers;
   if (p.activation_offload_layers > 0) j["activation_offload_layers"] = p.activation_offload_layers;
+  if (p.offload_params) j["offload_params"] = true;
   return j;
 }
 

@@ -373,6 +373,10 @@ struct ParallelPlan {
   Recompute recompute = Recompute::none;
   int recompute_layers = 0;          // k for Recompute::full_k (per pipeline stage)
   bool offload_optimizer = false;    // optimizer states and master weights in host memory
+  // ZeRO-3 with optimizer offload: the 16-bit parameter shard in host memory too, copied to
+  // the GPU for each gather (DeepSpeed ZeRO-Infinity's offload_param device cpu; PyTorch
+  // FSDP2's CPUOffloadPolicy, torchtitan's training.enable_cpu_offload).
+  bool offload_params = false;
   bool flash_attention = true;       // fused attention: no s*s scores kept
   Schedule schedule = Schedule::one_f_one_b;
   CpExchange cp_exchange = CpExchange::ring;  // plan files without it are ring

@@ -278,6 +278,20 @@ TEST(Cli, MemoryTakesOnOffFlagsAsTheSweepSpellsThem) {
   EXPECT_TRUE(set["sp"].get<bool>());
   EXPECT_TRUE(set["offload_optimizer"].get<bool>());
   EXPECT_FALSE(set["flash_attention"].get<bool>());
+  EXPECT_FALSE(set.contains("offload_params"));  // written only when on
+}
+
+// --offload params: ZeRO-3's parameter shard offloaded beside the optimizer; without ZeRO-3
+// the plan is invalid, exit 2 naming the rule.
+TEST(Cli, OffloadParamsIsZero3sParameterOffload) {
+  const CliRun r = run("memory --model llama2-7b --gpus 8 --zero 3 --offload params --json -");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json plan = nlohmann::json::parse(r.output)["plan"];
+  EXPECT_TRUE(plan["offload_optimizer"].get<bool>());
+  EXPECT_TRUE(plan["offload_params"].get<bool>());
+  const CliRun zero2 = run("memory --model llama2-7b --gpus 8 --zero 2 --offload params");
+  EXPECT_EQ(zero2.exit_code, 2);
+  EXPECT_NE(zero2.output.find("parameter offload"), std::string::npos) << zero2.output;
 }
 
 // --stage-layers sets a custom split; a count below 1, too few counts or counts that miss the
