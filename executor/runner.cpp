@@ -140,8 +140,8 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
                       (p.ep > 1 ? " ep" + std::to_string(p.ep) : std::string()) + (p.tp > 1 ? " tp" + std::to_string(p.tp) + (p.sp ? " sp" : "") : std::string()) +
                       (p.pp > 1 ? " pp" + std::to_string(p.pp) + (p.vpp > 1 ? " vpp" + std::to_string(p.vpp) : std::string()) + (p.schedule == Schedule::gpipe ? " gpipe" : splits_backward(p.schedule) ? std::string(" ") + to_string(p.schedule) : " 1f1b") : std::string()) + (p.zero ? " ZeRO-" + std::to_string(p.zero) : std::string()) + " over " +
                       comm->name() + (comm->modelled() ? " (communication modelled, not run)" : ""));
-    if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
-    e.plan.offload_optimizer = false;
+    if (p.offload_optimizer) changes.push_back(p.offload_params ? "optimizer and parameter offload dropped" : "optimizer offload dropped");
+    e.plan.offload_optimizer = e.plan.offload_params = false;
     e.plan.grad_accum = static_cast<int>(micro_per_step);  // per DP rank already
     scale_down(f, o, &e, &changes);
     *label = join_changes(changes);
@@ -152,13 +152,13 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
                       " pp" + std::to_string(p.pp) + " cp" + std::to_string(p.cp) + " (rank 0's share needs the distributed executor)");
   }
   if (p.zero > 0) changes.push_back("ZeRO-" + std::to_string(p.zero) + " dropped (no data-parallel group)");
-  if (p.offload_optimizer) changes.push_back("optimizer offload dropped");
+  if (p.offload_optimizer) changes.push_back(p.offload_params ? "optimizer and parameter offload dropped" : "optimizer offload dropped");
   e.plan.dp = e.plan.tp = e.plan.pp = e.plan.cp = e.plan.ep = e.plan.vpp = 1;
   e.plan.pipeline_split = PipelineSplit::even;  // one stage: every split is the whole model
   e.plan.stage_layers.clear();
   e.plan.sp = false;
   e.plan.zero = 0;
-  e.plan.offload_optimizer = false;
+  e.plan.offload_optimizer = e.plan.offload_params = false;
   e.plan.schedule = Schedule::one_f_one_b;
   e.plan.grad_accum = static_cast<int>(micro_per_step);
   e.job.global_batch = micro_per_step * p.micro_batch;

@@ -51,7 +51,7 @@ std::string plan_summary(const ParallelPlan& p) {
   if (p.sp) s += " sp";
   s += " mb" + std::to_string(p.micro_batch) + " ga" + std::to_string(p.grad_accum) + " zero" + std::to_string(p.zero) + " " +
        to_string(p.recompute);
-  if (p.offload_optimizer) s += " offload";
+  if (p.offload_optimizer) s += p.offload_params ? " offload (optimizer, parameters)" : " offload";
   if (!p.flash_attention) s += " no-flash";
   return s;
 }

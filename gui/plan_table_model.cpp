@@ -132,7 +132,9 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
     case kAccum: return p.grad_accum;
     case kZero: return p.zero;
     case kRecompute: return QString(to_string(p.recompute));
-    case kOffload: return sort ? QVariant(int(p.offload_optimizer)) : QVariant(on_off(p.offload_optimizer));
+    case kOffload:
+      return sort ? QVariant(int(p.offload_optimizer) + int(p.offload_params))
+                  : QVariant(p.offload_params ? QStringLiteral("params") : on_off(p.offload_optimizer));
     case kFlash: return sort ? QVariant(int(p.flash_attention)) : QVariant(p.flash_attention ? QStringLiteral("on") : QStringLiteral("off"));
     case kPrecision: return QStringLiteral("%1 %2").arg(to_string(r.precision), to_string(r.amp));
     case kPeakGib: return sort ? QVariant(r.peak_bytes / kGiB) : QVariant(QString::number(r.peak_bytes / kGiB, 'f', 2));

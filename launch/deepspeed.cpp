@@ -201,6 +201,7 @@ ordered_json ds_config(const PlanFile& f) {
     z["reduce_bucket_size"] = 500000000;
     if (p.zero <= 2) z["allgather_bucket_size"] = 500000000;
     if (p.offload_optimizer) z["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+    if (p.offload_params) z["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
   }
   c["zero_optimization"] = z;
   if (j.precision == Precision::bf16) c["bf16"] = {{"enabled", true}};
@@ -233,6 +234,8 @@ std::vector<std::string> ds_config_comments(const ordered_json& c) {
       {"zero_optimization.offload_optimizer", "optimizer states and fp32 master weights in host memory, stepped by "
                                               "DeepSpeedCPUAdam (zero/config.py L160; offload_config.py L55 device cpu|nvme|none, "
                                               "L72 pin_memory)"},
+      {"zero_optimization.offload_param", "stage 3: the 16-bit parameter partitions in host memory, fetched before each "
+                                          "gather (zero/config.py L153; offload_config.py L21-45 device cpu|nvme|none)"},
       {"bf16.enabled", "bf16 mixed precision (constants.py L123-126); no loss scaling"},
       {"fp16.enabled", "fp16 mixed precision (constants.py L151-153)"},
       {"fp16.loss_scale", "0 = dynamic loss scaling (constants.py L157)"},
@@ -414,6 +417,7 @@ struct DsConfig {
   bool batch_auto = false;  // some batch key is "auto" (HF Trainer fills it)
   int zero = 0;
   bool offload_optimizer = false;
+  bool offload_params = false;  // zero_optimization.offload_param device cpu
   std::optional<Precision> precision;  // unset: "auto"
   bool activation_checkpointing = false;
   bool cpu_checkpointing = false;  // activation_checkpointing.cpu_checkpointing true
@@ -524,13 +528,7 @@ class DsConfigReader {
           return Status::bad_input(file_ + ": field 'zero_optimization.offload_optimizer." + k.key() +
                                    "': not a DeepSpeed v0.16.4 offload key (deepspeed/runtime/zero/offload_config.py L52-93 "
                                    "forbids unknown keys)");
-      const std::string device = o->value("device", std::string("none"));
-      if (device == "cpu") d->offload_optimizer = true;
-      else if (device == "nvme")
-        return bad("zero_optimization.offload_optimizer.device", "cpu or none (llmplan models host-memory offload; nvme is "
-                                                                 "ZeRO-Infinity)", (*o)["device"]);
-      else if (device != "none")
-        return bad("zero_optimization.offload_optimizer.device", "cpu, nvme or none (offload_config.py L14-18)", (*o)["device"]);
+      if (Status st = offload_device(*o, "zero_optimization.offload_optimizer.device", &d->offload_optimizer); !st) return st;
       if (auto r = o->find("ratio"); r != o->end() && r->is_number() && r->get<double>() < 1.0)
         notes_->push_back("zero_optimization.offload_optimizer.ratio " + r->dump() +
                           ": partial offload is not modelled; the plan offloads all optimizer states");
@@ -544,12 +542,28 @@ class DsConfigReader {
         if (!in(deepspeed_offload_param_keys(), k.key()))
           return Status::bad_input(file_ + ": field 'zero_optimization.offload_param." + k.key() +
                                    "': not a DeepSpeed v0.16.4 offload key (offload_config.py L21-45 forbids unknown keys)");
-      if (o->value("device", std::string("none")) != "none") {
-        unknown_->push_back("zero_optimization.offload_param");
-        notes_->push_back("zero_optimization.offload_param moves the ZeRO-3 weight shards to host memory: llmplan does not model "
-                          "parameter offload, so its estimate keeps them on the GPU");
-      }
+      if (Status st = offload_device(*o, "zero_optimization.offload_param.device", &d->offload_params); !st) return st;
+      // DeepSpeed honours offload_param at stage 3 only (zero/config.py: "valid only for stage 3").
+      if (d->offload_params && d->zero != 3)
+        return Status::bad_input(file_ + ": field 'zero_optimization.offload_param': expected ZeRO stage 3 with parameter "
+                                 "offload, got stage " + std::to_string(d->zero));
+      if (d->offload_params && !d->offload_optimizer)
+        return Status::bad_input(file_ + ": field 'zero_optimization.offload_param': llmplan plans parameter offload with "
+                                 "the optimizer offloaded too (offload_optimizer device cpu), as ZeRO-Infinity's CPU "
+                                 "recipes run it; got the optimizer on the GPU");
     }
+    return Status::ok();
+  }
+
+  // An offload section's device (offload_config.py L14-18): cpu sets *offloaded; none
+  // leaves it; nvme (ZeRO-Infinity's disk tier) is not modelled.
+  Status offload_device(const json& section, const std::string& field, bool* offloaded) {
+    const std::string device = section.value("device", std::string("none"));
+    if (device == "cpu") *offloaded = true;
+    else if (device == "nvme")
+      return bad(field, "cpu or none (llmplan models host-memory offload; nvme is ZeRO-Infinity's disk tier)", section["device"]);
+    else if (device != "none")
+      return bad(field, "cpu, nvme or none (offload_config.py L14-18)", section["device"]);
     return Status::ok();
   }
 
@@ -1094,6 +1108,7 @@ Result<ImportedConfig> import_deepspeed(const std::vector<LaunchFile>& files, co
   if (sf && sf->zero && *sf->zero != p.zero)
     return script_bad("--zero-stage", "expected " + num(p.zero) + " as " + config_file + "'s zero_optimization.stage says, got " + num(*sf->zero));
   p.offload_optimizer = ds->offload_optimizer;
+  p.offload_params = ds->offload_params;
   if (ds->precision) {
     j.precision = *ds->precision;
   } else {

@@ -170,6 +170,11 @@ Status refuse_for_megatron_core(const PlanFile& f, const std::string& to) {
     return Status::bad_input(o + "gpus: " + n(f.gpus) + " GPUs do not fill " + n(f.cluster.nodes) + " nodes of " +
                              n(f.cluster.gpus_per_node) + " (cluster.gpus_per_node); torchrun and NeMo start the same number of "
                              "processes on every node, so the plan must use whole nodes");
+  if (p.offload_params)
+    return Status::bad_input(o + "plan.offload_params: true: Megatron-Core offloads the optimizer (--optimizer-cpu-offload, "
+                             "HybridDeviceOptimizer) and activations, not ZeRO-3's parameter shard (its FSDP keeps parameters "
+                             "on the GPU, core_v0.13.0 arguments.py); DeepSpeed (offload_param) or torchtitan "
+                             "(training.enable_cpu_offload) run it");
   if (p.pp > 1 && splits_backward(p.schedule))
     return Status::bad_input(o + "plan.schedule: " + to_string(p.schedule) +
                              ": Megatron-Core's pipeline schedules are 1F1B and interleaved 1F1B (megatron/core/pipeline_parallel/"

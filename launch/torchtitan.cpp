@@ -285,10 +285,10 @@ Result<TitanPlan> titan_plan(const PlanFile& f) {
     return Status::bad_input("plan.zero: 3 over one data-parallel rank: torchtitan applies FSDP only when "
                              "data_parallel_shard_degree or context_parallel_degree is above 1 (parallel_dims.py L334-335); "
                              "plan zero 0");
-  if (p.offload_optimizer)
+  if (p.offload_optimizer && !p.offload_params)
     return Status::bad_input("plan.offload_optimizer: torchtitan has no optimizer-only offload: training.enable_cpu_offload puts "
                              "FSDP's CPUOffloadPolicy on the parameters, gradients and optimizer states together "
-                             "(job_config.py L270, models/llama3/infra/parallelize.py L316-317)");
+                             "(job_config.py L270, models/llama3/infra/parallelize.py L316-317); plan offload_params too");
   if (p.activation_offload_layers > 0)
     return Status::bad_input("plan.activation_offload_layers: " + num(p.activation_offload_layers) +
                              ": torchtitan v0.2.2 has no activation offload (job_config.py)");
@@ -439,6 +439,10 @@ std::string train_toml(const PlanFile& f, const TitanPlan& t, const ExportOption
                     : "autocast dtype under DDP (L282; distributed/utils.py maybe_enable_amp L243-263)",
         "mixed_precision_param", j.precision == Precision::bf16 ? "bfloat16" : "float32");
   w.key("gradient reduction dtype (L290)", "mixed_precision_reduce", "float32");
+  if (p.offload_params)
+    w.key("FSDP's CPUOffloadPolicy: parameter shards, gradients and optimizer states in host memory, the step on the CPU "
+          "(L270; models/llama3/infra/parallelize.py L316-317)",
+          "enable_cpu_offload", true);
   w.key("dataset name (L244; c4 reads the C4 layout)", "dataset", "c4");
   w.key("where it is (L247; placeholder unless given)", "dataset_path", opt.data_path);
 
@@ -948,10 +952,12 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
   }
   Result<std::optional<bool>> cpu_offload = c.boolean("training.enable_cpu_offload");
   if (!cpu_offload) return cpu_offload.status();
-  if (cpu_offload->value_or(false))
-    return c.bad("training.enable_cpu_offload", "expected false: FSDP's CPUOffloadPolicy moves parameters and gradients as well as "
-                                                "optimizer states to the host, which llmplan does not model (it offloads optimizer "
-                                                "states only)");
+  // FSDP's CPUOffloadPolicy: parameters, gradients and optimizer states on the host (the
+  // plan's optimizer and parameter offload), under FSDP only.
+  const bool cpu_offloaded = cpu_offload->value_or(false);
+  if (cpu_offloaded && p.zero != 3)
+    return c.bad("training.enable_cpu_offload", "expected false without FSDP (data_parallel_shard_degree or "
+                                                "context_parallel_degree above 1): CPUOffloadPolicy is FSDP's");
   if (moe) {
     p.ep = static_cast<int>(*ep);
     if (p.tp > 1)
@@ -1209,7 +1215,7 @@ Result<ImportedConfig> import_torchtitan(const std::vector<LaunchFile>& files, c
     return c.bad("activation_checkpoint.mode", "expected none, selective, full or memory_budget (job_config.py L652), got " + mode);
   }
   p.flash_attention = true;  // SDPA, flex or varlen: no s x s scores kept
-  p.offload_optimizer = false;
+  p.offload_optimizer = p.offload_params = cpu_offloaded;
   p.activation_offload_layers = 0;
 
   // ---- job

@@ -171,6 +171,9 @@ std::vector<std::pair<NamedPlan, std::string>> extra_plans() {
   p = {};
   p.dp = 8, p.zero = 2, p.offload_optimizer = true, p.recompute = Recompute::full;
   add("llama3-8b dp8 zero2 offload", "llama3-8b", 8, j, p, "");
+  p = {};  // ZeRO-Infinity on the host: offload_param and offload_optimizer device cpu
+  p.dp = 8, p.zero = 3, p.offload_optimizer = p.offload_params = true, p.recompute = Recompute::full;
+  add("llama3-70b dp8 zero3 offload params", "llama3-70b", 8, j, p, "");
   TrainingJob ft = j;
   ft.mode = TrainMode::finetune;
   p = {};
@@ -412,20 +415,21 @@ TEST(DeepSpeedFormat, PublishedHuggingFaceZero3ConfigImportsToItsPlan) {
   const PlanFile& f = im->file;
   EXPECT_EQ(f.plan.zero, 3);
   EXPECT_TRUE(f.plan.offload_optimizer);
+  EXPECT_TRUE(f.plan.offload_params);  // offload_param device cpu
   EXPECT_EQ(f.job.precision, Precision::fp16);
   EXPECT_EQ(f.plan.micro_batch, 8);  // TrainingArguments' per_device_train_batch_size default, noted
   EXPECT_EQ(f.plan.grad_accum, 1);
   EXPECT_EQ(f.plan.dp, 8);
   EXPECT_EQ(f.job.global_batch, 64);
   const std::vector<std::string>& u = im->unknown_keys;
-  for (const char* k : {"zero_optimization.offload_param", "scheduler", "optimizer.params", "zero_optimization.sub_group_size",
+  for (const char* k : {"scheduler", "optimizer.params", "zero_optimization.sub_group_size",
                         "zero_optimization.stage3_gather_fp16_weights_on_model_save"})
     EXPECT_NE(std::find(u.begin(), u.end(), k), u.end()) << k;
-  bool offload_param_noted = false;
-  for (const std::string& n : im->notes) offload_param_noted |= n.find("offload_param") != std::string::npos;
-  EXPECT_TRUE(offload_param_noted);
+  EXPECT_EQ(std::find(u.begin(), u.end(), "zero_optimization.offload_param"), u.end());  // read: the plan's parameter offload
   const Explanation e = explain_plan(f.model, f.cluster, f.job, f.plan, f.gpus, 0);
   EXPECT_GT(e.memory.worst.total, 0);
+  // The 16-bit parameter shard is in host memory: no weights on the GPU but the gathered units.
+  EXPECT_EQ(e.memory.worst.bytes[static_cast<int>(MemoryItem::weights)], 0);
 }
 
 TEST(DeepSpeedFormat, PublishedMegatronDeepSpeedLaunchScriptImportsToItsPlan) {

@@ -160,6 +160,12 @@ TEST(MegatronFormat, RefusesWhatMegatronCannotRunNamingThePlanField) {
   p.dp = 8, p.micro_batch = 1, p.zero = 1, p.activation_offload_layers = 2;
   msg = refusal(testing::make_plan_file("llama3-8b", "h100-sxm", 8, job, p));
   EXPECT_NE(msg.find("plan.activation_offload_layers"), std::string::npos) << msg;
+  // Parameter offload: Megatron offloads the optimizer (--optimizer-cpu-offload), not ZeRO-3's
+  // parameter shard.
+  p = {};
+  p.dp = 8, p.micro_batch = 1, p.zero = 3, p.offload_optimizer = p.offload_params = true;
+  msg = refusal(testing::make_plan_file("llama3-8b", "h100-sxm", 8, job, p));
+  EXPECT_NE(msg.find("plan.offload_params"), std::string::npos) << msg;
   // GPipe: Megatron-Core schedules 1F1B or interleaved 1F1B.
   p = {};
   p.dp = 4, p.pp = 2, p.micro_batch = 1, p.schedule = Schedule::gpipe;

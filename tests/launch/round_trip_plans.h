@@ -182,6 +182,7 @@ inline void expect_same_run(const PlanFile& want, const PlanFile& got, const std
     EXPECT_EQ(p.recompute_layers, q.recompute_layers);
   }
   EXPECT_EQ(p.offload_optimizer, q.offload_optimizer);
+  EXPECT_EQ(p.offload_params, q.offload_params);
   EXPECT_EQ(p.flash_attention, q.flash_attention);
   if (p.pp > 1) {
     EXPECT_EQ(p.schedule, q.schedule);

@@ -208,6 +208,8 @@ std::vector<TitanCase> all_cases() {
   p = {};
   p.dp = 8, p.zero = 3, p.offload_optimizer = true;
   add("llama3-8b dp8 zero3 offload", "llama3-8b", "h100-sxm", 8, j, p, "plan.offload_optimizer");
+  p.offload_params = true;  // FSDP's CPUOffloadPolicy: training.enable_cpu_offload
+  add("llama3-8b dp8 zero3 cpu offload", "llama3-8b", "h100-sxm", 8, j, p, "");
   TrainingJob fp16 = j;
   fp16.precision = Precision::fp16;
   p = {};
