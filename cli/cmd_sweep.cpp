@@ -114,10 +114,6 @@ constexpr const char* kBothValues = "both";
 
 Status on_off(const std::string& v, const char* flag, std::vector<int>* out) {
   if (v == kBothValues) return Status::ok();
-  if (std::string(flag) == "--offload" && v == "params") {  // optimizer and parameters (ZeRO-3)
-    *out = {2};
-    return Status::ok();
-  }
   Result<bool> on = parse_on_off(v, flag);
   if (!on) return on.status();
   *out = {*on ? 1 : 0};
@@ -277,7 +273,8 @@ Runner register_sweep(CLI::App* sub) {
       space.recompute.push_back(rc);
     }
     if (Status st = on_off(c->sp, "--sp", &space.sp); !st) return report(st);
-    if (Status st = on_off(c->offload, "--offload", &space.offload); !st) return report(st);
+    if (c->offload == "params") space.offload = {2};  // optimizer and ZeRO-3 parameters (SweepSpace::offload)
+    else if (Status st = on_off(c->offload, "--offload", &space.offload); !st) return report(st);
     if (Status st = on_off(c->flash, "--flash", &space.flash); !st) return report(st);
     std::vector<int> act_offload;
     if (Status st = on_off(c->activation_offload, "--activation-offload", &act_offload); !st) return report(st);

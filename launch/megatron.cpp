@@ -96,8 +96,7 @@ std::string render_group(const ArgGroup& g) {
     }
     if (line.size() < 56) line.resize(56, ' ');
     const int at = argument_line(a.flag);
-    // (Every flag this format writes is in the table; 0 would mean a missing entry.)
-    line += "  # " + a.meaning + (at > 0 ? " (arguments.py L" + n(at) + ")" : "");
+    line += "  # " + a.meaning + " (arguments.py L" + n(at) + ")";
     s += line + "\n";
   }
   for (const std::string& c : g.comments) s += "    # " + c + "\n";

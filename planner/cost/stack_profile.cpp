@@ -1,6 +1,7 @@
 #include "planner/cost/stack_profile.h"
 
 #include <cmath>
+#include <limits>
 #include <tuple>
 
 #include "planner/cost/caching_allocator.h"
@@ -112,6 +113,13 @@ std::vector<std::string> memory_convention_names(const StackProfile& s, int tp, 
 
 namespace {
 
+// The most elements the optimizer step's fp32 gradient copy can hold (step_grad_copy_bytes):
+// none without it, a ZeRO-3 sub-group's when capped, else the whole shard (infinite).
+double step_copy_cap(const MemoryOptions& o) {
+  if (!o.step_fp32_grad_copy) return 0;
+  return o.step_grad_copy_group_elements > 0 ? o.step_grad_copy_group_elements : std::numeric_limits<double>::infinity();
+}
+
 // a <= b in every convention that sets bytes (both with the same selective policy, whose
 // two kinds keep different tensors and so are not ordered).
 bool bounded_by(const MemoryConvention& a, const MemoryConvention& b, bool outside_zero3 = false) {
@@ -130,11 +138,7 @@ bool bounded_by(const MemoryConvention& a, const MemoryConvention& b, bool outsi
          (!a.memory.pp_buffers_per_microbatch || b.memory.pp_buffers_per_microbatch) &&
          (!a.memory.moe_tp_partial_gradients || b.memory.moe_tp_partial_gradients) &&
          (a.memory.moe_probs_in_activation || !b.memory.moe_probs_in_activation) &&
-         // The step's fp32 gradient copy: none, or a sub-group's, is at most the whole shard's.
-         (!a.memory.step_fp32_grad_copy ||
-          (b.memory.step_fp32_grad_copy &&
-           (b.memory.step_grad_copy_group_elements == 0 ||
-            (a.memory.step_grad_copy_group_elements > 0 && a.memory.step_grad_copy_group_elements <= b.memory.step_grad_copy_group_elements)))) &&
+         step_copy_cap(a.memory) <= step_copy_cap(b.memory) &&
          // Quantized saved inputs weigh less than 16-bit ones (the output projection's extra
          // FP8 copy is narrower than the three inputs it saves on); weight copies of two
          // kinds are not ordered.

@@ -367,7 +367,6 @@ void prepare_global_batch(const ReferenceRecord& r, Prepared* p) {
 // framework can (`framework`, when known): the sweep then runs only that framework's plans.
 void sweep_missing_knobs(const ValidationOptions& opt, const FrameworkSpec* framework, Prepared* p) {
   const ParallelPlan& pl = p->plan;
-  auto has = [&](const char* k) { return p->swept(k); };
   SweepSpace space;
   space.tp = {pl.tp};
   space.pp = {pl.pp};
@@ -376,14 +375,14 @@ void sweep_missing_knobs(const ValidationOptions& opt, const FrameworkSpec* fram
   space.tp_across_nodes = true;
   space.flash = {pl.flash_attention ? 1 : 0};
   space.precision = {p->job.precision};
-  if (!has("vpp")) space.vpp = {pl.vpp};
-  if (!has("sp")) space.sp = {pl.sp ? 1 : 0};
-  if (!has("micro_batch")) space.micro_batch = {pl.micro_batch};
-  if (!has("recompute")) space.recompute = {pl.recompute};
-  if (!has("zero")) space.zero = {pl.zero};
-  if (!has("offload")) space.offload = {pl.offload_optimizer ? 1 : 0};
+  if (!p->swept("vpp")) space.vpp = {pl.vpp};
+  if (!p->swept("sp")) space.sp = {pl.sp ? 1 : 0};
+  if (!p->swept("micro_batch")) space.micro_batch = {pl.micro_batch};
+  if (!p->swept("recompute")) space.recompute = {pl.recompute};
+  if (!p->swept("zero")) space.zero = {pl.zero};
+  if (!p->swept("offload")) space.offload = {pl.offload_optimizer ? 1 : 0};
   SweepOptions so;
-  if (has("offload") && framework) space.activation_offload = true, so.framework = framework;
+  if (p->swept("offload") && framework) space.activation_offload = true, so.framework = framework;
   so.threads = opt.sweep_threads;
   so.top_k = 1;
   so.memory = p->memory;
@@ -402,7 +401,7 @@ void sweep_missing_knobs(const ValidationOptions& opt, const FrameworkSpec* fram
     else if (k == "recompute") v = to_string(best.recompute);
     else if (k == "zero") v = str(best.zero);
     else if (k == "offload")
-      v = std::string(best.offload_optimizer ? "true" : "false") +
+      v = std::string(best.offload_optimizer ? "true" : "false") + (best.offload_params ? " (ZeRO-3 parameters too)" : "") +
           (best.activation_offload_layers > 0 ? ", activation offload of " + str(best.activation_offload_layers) + " layers" : "");
     p->assumptions.push_back(k + "=" + v + " (sweep: fastest plan that fits)");
   }
