@@ -12,9 +12,11 @@
 
 #include "launch/launch.h"
 #include "launch/torchtitan_schema.h"
+#include "planner/cost/framework.h"
 #include "planner/search/explain.h"
 #include "tests/launch/format_test_util.h"
 #include "tests/launch/round_trip_plans.h"
+#include "tests/shipped_presets.h"
 
 namespace llmplan {
 namespace {
@@ -234,6 +236,10 @@ std::vector<TitanCase> all_cases() {
 TEST(TorchtitanFormat, RoundTripsEveryPlanItCanRunAndRefusesTheRestNamingTheField) {
   std::set<std::string> refused, expected_refused;
   int round_tripped = 0;
+  // data/frameworks/torchtitan.json: the rules `export --to torchtitan` and the sweep's
+  // "runs on" column apply before the exporter.
+  const Result<FrameworkSpec> fw = testing::shipped_presets().framework("torchtitan");
+  ASSERT_TRUE(fw) << fw.status().message();
   for (const TitanCase& c : all_cases()) {
     SCOPED_TRACE(c.plan.name);
     if (!c.expect.empty()) expected_refused.insert(c.plan.name);
@@ -245,6 +251,8 @@ TEST(TorchtitanFormat, RoundTripsEveryPlanItCanRunAndRefusesTheRestNamingTheFiel
       EXPECT_FALSE(c.expect.empty()) << ex.status().message();
       continue;
     }
+    // What the exporter writes, the framework's rules accept.
+    EXPECT_EQ(framework_refusal_text(*fw, c.plan.file.model, c.plan.file.job, c.plan.file.plan), "");
     // The flavor names the model: no --model needed.
     ASSERT_TRUE(expect_round_trip(c.plan.file, ex->files, LaunchFormat::torchtitan, import_options(c.gpu), "exported", c.plan.name));
     ++round_tripped;
