@@ -112,9 +112,9 @@ void print_config_comparison(const Setup& s, const SweepOptions& opt, const Swee
 // default) tries both.
 constexpr const char* kBothValues = "both";
 
-Status on_off(const std::string& v, const char* flag, std::vector<int>* out) {
+Status on_off(const std::string& v, const char* flag, std::vector<int>* out, const char* choices = "on, off or both") {
   if (v == kBothValues) return Status::ok();
-  Result<bool> on = parse_on_off(v, flag);
+  Result<bool> on = parse_on_off(v, flag, choices);
   if (!on) return on.status();
   *out = {*on ? 1 : 0};
   return Status::ok();
@@ -274,11 +274,12 @@ Runner register_sweep(CLI::App* sub) {
     }
     if (Status st = on_off(c->sp, "--sp", &space.sp); !st) return report(st);
     if (c->offload == "params") space.offload = {2};  // optimizer and ZeRO-3 parameters (SweepSpace::offload)
-    else if (Status st = on_off(c->offload, "--offload", &space.offload); !st) return report(st);
+    else if (Status st = on_off(c->offload, "--offload", &space.offload, "on, params, off or both"); !st) return report(st);
     if (Status st = on_off(c->flash, "--flash", &space.flash); !st) return report(st);
-    std::vector<int> act_offload;
-    if (Status st = on_off(c->activation_offload, "--activation-offload", &act_offload); !st) return report(st);
-    space.activation_offload = !act_offload.empty() && act_offload[0] == 1;
+    // on|off only: "both" would mean nothing more than on (a plan that fits offloads nothing).
+    Result<bool> act_offload = parse_on_off(c->activation_offload, "--activation-offload");
+    if (!act_offload) return report(act_offload.status());
+    space.activation_offload = *act_offload;
     for (const auto& x : c->cp_exchange) {
       CpExchange e;
       if (!parse_enum(x, &e)) return report(Status::bad_input("--cp-exchange: expected ring or all_gather, got '" + x + "'"));
@@ -372,7 +373,11 @@ Runner register_sweep(CLI::App* sub) {
     if (!c->from.empty()) print_config_comparison(s, opt, r);
     if (r.top.empty()) {
       std::printf("\nNo plan fits in %s per GPU", gib(s.file.cluster.gpu.memory_bytes - s.headroom_bytes).c_str());
-      if (r.has_closest) {
+      if (r.has_closest && r.closest.reason == RejectReason::host_does_not_fit) {
+        std::printf(" with what it offloads in the node's %s of host memory; the closest, %s, fits the GPU (%s) but needs %s of host memory per node.\n",
+                    gib(s.file.cluster.host_memory_bytes).c_str(), plan_summary(r.closest.plan).c_str(), gib(r.closest.peak_bytes).c_str(),
+                    gib(r.closest.host_bytes_per_node).c_str());
+      } else if (r.has_closest) {
         std::printf("; the closest, %s, needs %s (short by %s).\n", plan_summary(r.closest.plan).c_str(), gib(r.closest.peak_bytes).c_str(),
                     gib(r.closest.peak_bytes - (s.file.cluster.gpu.memory_bytes - s.headroom_bytes)).c_str());
       } else {

@@ -64,11 +64,12 @@ Status positive_if_given(int64_t v, const char* flag, const char* expected) {
   return Status::ok();
 }
 
-Result<bool> parse_on_off(const std::string& v, const char* flag) {
+Result<bool> parse_on_off(const std::string& v, const char* flag, const char* choices) {
   if (v == "on") return true;
   if (v == "off") return false;
-  if (v.empty()) return Status::bad_input(std::string(flag) + ": expected on or off (a bare " + flag + " is the old spelling: write " + flag + " on)");
-  return Status::bad_input(std::string(flag) + ": expected on or off, got '" + v + "'");
+  if (v.empty())
+    return Status::bad_input(std::string(flag) + ": expected " + choices + " (a bare " + flag + " is the old spelling: write " + flag + " on)");
+  return Status::bad_input(std::string(flag) + ": expected " + choices + ", got '" + v + "'");
 }
 
 void add_plan_flags(CLI::App* app, PlanFlags* f) {
@@ -291,7 +292,7 @@ Status apply_plan_flags(const PlanFlags& pf, Setup* s) {
   }
   // --offload params: the optimizer states and ZeRO-3's parameter shard.
   const bool offload_params = pf.offload == "params";
-  Result<bool> sp = parse_on_off(pf.sp, "--sp"), offload = offload_params ? Result<bool>(true) : parse_on_off(pf.offload, "--offload"),
+  Result<bool> sp = parse_on_off(pf.sp, "--sp"), offload = offload_params ? Result<bool>(true) : parse_on_off(pf.offload, "--offload", "on, params or off"),
                flash = parse_on_off(pf.flash, "--flash");
   if (pf.old_no_flash) return Status::bad_input("--no-flash: this flag is now spelled --flash off");
   if (!sp) return sp.status();

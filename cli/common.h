@@ -70,8 +70,9 @@ struct PlanFlags {
 };
 
 // "on" / "off" for a flag such as --sp; empty (a bare flag) or anything else is bad input
-// naming the flag. The sweep's pins and the single-plan commands share this spelling.
-Result<bool> parse_on_off(const std::string& v, const char* flag);
+// naming the flag and `choices`, the spellings the flag takes (a flag that also takes
+// "params" or "both" says so). The sweep's pins and the single-plan commands share this.
+Result<bool> parse_on_off(const std::string& v, const char* flag, const char* choices = "on or off");
 
 void add_job_flags(CLI::App* app, JobFlags* f);
 void add_plan_flags(CLI::App* app, PlanFlags* f);

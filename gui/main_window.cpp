@@ -326,7 +326,13 @@ void MainWindow::on_sweep_finished(bool cancelled) {
   if (r.top.empty()) {
     const double budget = model_->budget_bytes();
     QString msg = tr("No plan fits in %1 GiB per GPU").arg(budget / kGiB, 0, 'f', 2);
-    if (r.has_closest)
+    if (r.has_closest && r.closest.reason == RejectReason::host_does_not_fit)
+      msg += tr(" with what it offloads in host memory; the closest, %1, fits the GPU (%2 GiB) but needs %3 GiB of host memory per node. "
+                "See its explanation for the cheapest fixes.")
+                 .arg(QString::fromStdString(plan_summary(r.closest.plan)))
+                 .arg(r.closest.peak_bytes / kGiB, 0, 'f', 2)
+                 .arg(r.closest.host_bytes_per_node / kGiB, 0, 'f', 2);
+    else if (r.has_closest)
       msg += tr("; the closest, %1, needs %2 GiB (short by %3 GiB). See its explanation for the cheapest fixes.")
                  .arg(QString::fromStdString(plan_summary(r.closest.plan)))
                  .arg(r.closest.peak_bytes / kGiB, 0, 'f', 2)

@@ -39,7 +39,10 @@ PlanResult evaluate_plan(const PlanFile& f, double headroom_bytes, const MemoryO
   r.tokens_per_s = st.tokens_per_s;
   r.mfu = st.mfu;
   r.gpu_hours_per_1b_tokens = f.gpus * 1e9 / st.tokens_per_s / 3600.0;
-  r.reason = mem.fits(headroom_bytes) ? RejectReason::none : RejectReason::does_not_fit;
+  r.host_bytes_per_node = mem.host_bytes_per_node;
+  r.reason = mem.fits(headroom_bytes)                                 ? RejectReason::none
+             : mem.worst.total + headroom_bytes <= mem.capacity ? RejectReason::host_does_not_fit
+                                                                      : RejectReason::does_not_fit;
   return r;
 }
 

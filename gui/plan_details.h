@@ -41,7 +41,7 @@ struct PlanDetails {
   Timeline timeline;
 };
 
-// REQUIRES: r passed the structural checks (r.reason is none or does_not_fit).
+// REQUIRES: r passed the structural checks (r.reason is none, does_not_fit or host_does_not_fit).
 PlanDetails compute_plan_details(const SweepContext& ctx, const PlanResult& r);
 
 // The PlanResult of a single plan (for a plan opened from a file): costed like the sweep.

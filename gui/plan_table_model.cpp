@@ -56,7 +56,7 @@ void PlanTableModel::set_sweep(const SweepContext& ctx, const SweepResult& r) {
   }
   std::vector<Row> rest;
   for (const PlanResult& x : r.all) {
-    if (x.reason != RejectReason::none && x.reason != RejectReason::does_not_fit) continue;  // not costed
+    if (x.reason != RejectReason::none && x.reason != RejectReason::does_not_fit && x.reason != RejectReason::host_does_not_fit) continue;  // not costed
     if (ranked.count(plan_key(x))) continue;
     rest.push_back({x, 0, front.count(plan_key(x)) > 0});
   }

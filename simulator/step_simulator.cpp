@@ -196,7 +196,8 @@ void StepBuilder::build_stage(int s) {
   const int n = static_cast<int>(sc.layers.size());
   const int last_virtual = pp_ * vpp_ - 1;
   const StageProgram& prog = programs_[s];
-  const bool zero3 = dp_active() && costs_.zero == 3;
+  // ZeRO-3 visits each unit; a one-rank group only when its parameters come from the host.
+  const bool zero3 = (dp_active() || costs_.param_fetch_bandwidth > 0) && costs_.zero == 3;
   const bool bucketed = dp_active() && costs_.zero < 3;
   visits_.clear();
 

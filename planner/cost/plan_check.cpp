@@ -37,6 +37,7 @@ const char* describe(RejectReason r) {
     case RejectReason::frozen_all: return "every layer is frozen";
     case RejectReason::framework_refuses: return "the framework (--framework) cannot run it";
     case RejectReason::does_not_fit: return "does not fit in GPU memory";
+    case RejectReason::host_does_not_fit: return "fits in GPU memory, but what it offloads does not fit in the node's host memory";
     case RejectReason::kCount: break;
   }
   return "?";
@@ -258,10 +259,9 @@ RejectReason check_plan(const ModelSpec& m, const ClusterSpec& c, const Training
   if (p.offload_optimizer && (p.zero == 0 || p.pp > 1)) return RejectReason::zero_offload;
   // Parameter offload fetches each gathered unit's shard from the host (ZeRO-3) and leaves
   // the update on the host beside the optimizer (DeepSpeed offload_param needs stage 3;
-  // FSDP's CPUOffloadPolicy steps the optimizer on the CPU).
-  // (llmplan costs the host copies with the ZeRO-3 gathers, so it needs a group to shard
-  // over: dp * cp >= 2.)
-  if (p.offload_params && (p.zero != 3 || !p.offload_optimizer || p.dp * p.cp < 2)) return RejectReason::zero_offload;
+  // FSDP's CPUOffloadPolicy steps the optimizer on the CPU). One rank is legal: it fetches
+  // each unit whole (ZeRO-Infinity trains on a single GPU).
+  if (p.offload_params && (p.zero != 3 || !p.offload_optimizer)) return RejectReason::zero_offload;
   if (p.recompute == Recompute::full_k &&
       (p.recompute_layers < 1 || p.recompute_layers > pp_stage_layers(m.layers, p, 0) / p.vpp))
     return RejectReason::recompute_layers;

@@ -39,6 +39,7 @@ enum class RejectReason {
   frozen_all,               // every layer frozen: nothing to train
   framework_refuses,        // the framework the sweep is restricted to cannot run it (framework.h)
   does_not_fit,             // set by the memory model, counted by the sweep
+  host_does_not_fit,        // fits the GPU, but its offloaded states exceed the node's host memory (likewise)
   kCount
 };
 

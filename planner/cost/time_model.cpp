@@ -206,7 +206,12 @@ static void with_param_fetch(DpStep* d, const ClusterSpec& c, const Efficiency& 
   // (DeepSpeed's PartitionedParameterCoordinator fetches the offloaded partition to the GPU
   // before its all-gather; FSDP2's CPUOffloadPolicy copies the sharded parameter to the
   // device in its pre-all-gather). In series with the gather, hidden by the same prefetch.
-  d->params.duration += d->params.count * param_fetch_time(d->params.bytes, d->group, c.host_bandwidth, e);
+  // A one-rank group copies the whole unit and gathers nothing (ZeRO-Infinity on one GPU,
+  // Rajbhandari et al. 2021, sec. 5).
+  const double copies = d->params.count * param_fetch_time(d->params.bytes, d->group, c.host_bandwidth, e);
+  d->params.duration += copies;
+  d->params.host_copy += copies;
+  d->host_bandwidth = c.host_bandwidth;
 }
 
 DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable,
@@ -227,7 +232,7 @@ DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p
     d.grad_bucket_bytes = zero1_bucket_params(d.group) * d.grad_bytes_per_param;
     d.gather_bucket_bytes = zero1_bucket_params(d.group) * d.weight_bytes_per_param;
   }
-  if (d.group <= 1 || trainable <= 0) return d;
+  if (trainable <= 0 || (d.group <= 1 && p.zero != 3)) return d;
   const double grad_bytes = trainable * d.grad_bytes_per_param;
   const double weight_bytes = (p.zero == 3 ? all_params : trainable) * d.weight_bytes_per_param;
   const int n = d.group;
@@ -248,7 +253,7 @@ DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p
   d.grads = collective(p.zero == 0 ? DpKind::allreduce : DpKind::reduce_scatter, grad_bytes);
   if (p.zero >= 1) d.params = collective(DpKind::allgather, weight_bytes);
   if (p.zero == 3 && p.offload_params) with_param_fetch(&d, c, e);
-  d.last_bucket = p2p_time(std::min(grad_bytes, kDdpBucketBytes), l, e);
+  if (n > 1) d.last_bucket = p2p_time(std::min(grad_bytes, kDdpBucketBytes), l, e);
   return d;
 }
 
@@ -266,12 +271,16 @@ double dp_exposed_time(const DpStep& d, double microbatches, double fwd, double 
   // The received bytes per second of a collective running at the link's rate, as HBM
   // seconds per second of it hidden.
   const double hbm_share = d.hbm_bandwidth > 0 ? d.link.bandwidth * e.network / (d.hbm_bandwidth * e.memory) : 0;
+  // A copy from host memory writes its bytes once, at the host link's rate.
+  const double host_hbm_share = d.hbm_bandwidth > 0 ? d.host_bandwidth * e.network / (d.hbm_bandwidth * e.memory) : 0;
   // Time a collective of duration `comm` adds to a step when `hide` seconds of compute run
   // beside it (prefetch and bucketed overlap): what does not fit behind the compute, and
-  // the HBM traffic of what does.
+  // the HBM traffic of what does (the hidden time split between the network and the host
+  // copies in proportion).
   auto cost = [&](const DpCollective& x, double hide) {
     const double hidden = std::min(x.duration, std::max(0.0, hide));
-    return x.duration - hidden + hidden * collective_hbm_traffic(x.kind) * hbm_share;
+    const double host_share = x.duration > 0 ? x.host_copy / x.duration : 0;
+    return x.duration - hidden + hidden * ((1 - host_share) * collective_hbm_traffic(x.kind) * hbm_share + host_share * host_hbm_share);
   };
   const double hide_bwd = e.overlap * bwd, gather_fwd = e.gather_overlap * fwd, gather_bwd = e.gather_overlap * bwd;
   if (d.per_microbatch) {

@@ -259,6 +259,7 @@ struct DpCollective {
   double bytes = 0;     // per collective, per rank
   double count = 0;
   double duration = 0;  // s, all `count` of them
+  double host_copy = 0;  // s of `duration`: parameter offload's copies from host memory (with_param_fetch in dp_step)
 };
 struct DpStep {
   int group = 1;                      // dp * cp
@@ -272,9 +273,11 @@ struct DpStep {
   double last_bucket = 0;  // s: the last gradient bucket, produced at the end of backward, never hidden
   bool per_microbatch = false;  // ZeRO-3
   double hbm_bandwidth = 0;     // B/s of the GPU's memory, which hidden collectives share with compute (0: not charged)
+  double host_bandwidth = 0;    // B/s of the host link the parameter copies use (ClusterSpec::host_bandwidth; 0: none)
 };
 // The collectives of a rank holding `trainable` parameters, `all_params` in all, in
-// `layers` layers. group == 1 or trainable == 0: no collectives.
+// `layers` layers. trainable == 0, or group == 1 below ZeRO-3: no collectives. A one-rank
+// ZeRO-3 still visits each unit (free, unless its parameters come from the host).
 DpStep dp_step(const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p, const Efficiency& e, double trainable,
                double all_params, int layers);
 // ZeRO-3 with parameter offload (ParallelPlan::offload_params): the time to copy the rank's

@@ -88,7 +88,7 @@ std::vector<PlanChange> candidate_changes(const TrainingJob& j, const ParallelPl
   }
   // ZeRO-Infinity / FSDP CPU offload: the parameter shard to host memory as well (ZeRO-3
   // with optimizer offload, no pipeline).
-  if (!p.offload_params && p.pp == 1 && p.dp * p.cp >= 2) {
+  if (!p.offload_params && p.pp == 1) {
     ParallelPlan np = p;
     np.zero = 3;
     np.offload_optimizer = np.offload_params = true;

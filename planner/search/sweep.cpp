@@ -38,6 +38,12 @@ Status parse_sweep_schedules(const std::vector<std::string>& names, const std::s
   return Status::ok();
 }
 
+bool closer_miss(const PlanResult& a, const PlanResult& b) {
+  const bool a_host = a.reason == RejectReason::host_does_not_fit, b_host = b.reason == RejectReason::host_does_not_fit;
+  if (a_host != b_host) return a_host;
+  return a_host ? a.host_bytes_per_node < b.host_bytes_per_node : a.peak_bytes < b.peak_bytes;
+}
+
 TrainingJob job_for(const TrainingJob& j, const PlanResult& r) {
   TrainingJob out = j;
   out.precision = r.precision;
@@ -362,6 +368,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                               }
                             }
                             out->peak_bytes = mem.total;
+                            out->host_bytes_per_node = mem.host_bytes_per_node;
                             out->peak_stage = mem.stage;
                             out->peak_phase = mem.phase;
                             out->step_time_s = st.total;
@@ -405,9 +412,9 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             if (k > 0 && cost(q, &trial)) pr = trial, fits = true;
                           }
                           if (!fits) {
-                            pr.reason = RejectReason::does_not_fit;
+                            pr.reason = gpu_fits ? RejectReason::host_does_not_fit : RejectReason::does_not_fit;
                             ++r.rejected[static_cast<int>(pr.reason)];
-                            if (!r.has_closest || pr.peak_bytes < r.closest.peak_bytes) {
+                            if (!r.has_closest || closer_miss(pr, r.closest)) {
                               r.closest = pr;
                               r.has_closest = true;
                             }
@@ -440,7 +447,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
     for (size_t i = 0; i < out.framework_rejected.size(); ++i) out.framework_rejected[i] += r.framework_rejected[i];
     for (const PlanResult& x : r.top) offer_top(out.top, x, opt.top_k, opt.objective);
     for (const PlanResult& x : ts.fitting_front) offer_pareto(out.pareto, x);
-    if (r.has_closest && (!out.has_closest || r.closest.peak_bytes < out.closest.peak_bytes)) {
+    if (r.has_closest && (!out.has_closest || closer_miss(r.closest, out.closest))) {
       out.closest = r.closest;
       out.has_closest = true;
     }

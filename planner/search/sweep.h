@@ -95,9 +95,10 @@ struct PlanResult {
   ParallelPlan plan;
   Precision precision = Precision::bf16;
   AmpLevel amp = AmpLevel::O2;
-  RejectReason reason = RejectReason::none;  // none or does_not_fit for evaluated plans
+  RejectReason reason = RejectReason::none;  // none, does_not_fit or host_does_not_fit for evaluated plans
   double peak_bytes = 0;       // worst stage (with SweepOptions::also_fit: the largest over the conventions)
   double peak_low_bytes = 0;   // the smallest over the conventions (= peak_bytes without also_fit)
+  double host_bytes_per_node = 0;  // offloaded states and activations of the node's GPUs (MemoryReport::host_bytes_per_node)
   int peak_convention = -1;    // which convention sets peak_bytes: -1 the own, else an index into also_fit
   int peak_stage = 0;
   Phase peak_phase = Phase::backward;
@@ -121,10 +122,15 @@ struct SweepResult {
   std::vector<PlanResult> pareto;   // fitting, increasing memory, increasing tokens/s
   std::vector<PlanResult> all;      // every enumerated plan (keep_all only)
   bool has_closest = false;
-  PlanResult closest;               // the non-fitting plan with the smallest shortfall
+  PlanResult closest;               // the non-fitting plan with the smallest shortfall (closer_miss)
   double seconds = 0;
   bool cancelled = false;
 };
+
+// Of two plans that do not fit, whether a is closer to fitting than b: one that fits the GPU
+// and misses only host memory before one that does not fit the GPU; among the former the
+// least host memory, among the latter the smallest peak.
+bool closer_miss(const PlanResult& a, const PlanResult& b);
 
 // The job with a plan's precision applied (the sweep may vary precision).
 TrainingJob job_for(const TrainingJob& j, const PlanResult& r);

@@ -110,7 +110,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"memory --model llama2-7b --zero 1 --offload", "write --offload on"},
                       BadCase{"memory --model llama2-7b --no-flash", "--flash off"},
                       BadCase{"memory --model llama2-7b --flash no", "--flash: expected on or off, got 'no'"},
-                      BadCase{"sweep --model llama2-7b --sp yes", "--sp: expected on or off, got 'yes'"},
+                      BadCase{"sweep --model llama2-7b --sp yes", "--sp: expected on, off or both, got 'yes'"},
+                      BadCase{"sweep --params 7B --offload all", "--offload: expected on, params, off or both, got 'all'"},
+                      BadCase{"memory --model llama2-7b --offload all", "--offload: expected on, params or off, got 'all'"},
+                      BadCase{"sweep --params 7B --activation-offload both", "--activation-offload: expected on or off, got 'both'"},
                       BadCase{"sweep --params 7B --stack /nonexistent/stack.json", "/nonexistent/stack.json"},
                       BadCase{"memory --model llama2-7b --fp8 e5m2", "--fp8: expected one of none, tensorwise"},
                       BadCase{"memory --model llama2-7b --gpu h100-sxm --fp8 mxfp8", "needs MX block-scaling tensor cores"},
@@ -255,12 +258,17 @@ TEST(Cli, VersionIsPrinted) {
 }
 
 // No plan fits: sweep and explain say what change of the job would make one fit.
+// Llama 3.1 405B on one A100 node's GPU: with ZeRO-3 parameter and optimizer offload the GPU
+// holds only the gathered layers, but the host would hold 16 B x 405B = 6.5 TB of states,
+// beyond the node's 2 TiB; the sweep says that it is the host memory that runs out.
 TEST(Cli, NoFitSaysWhatWouldFit) {
-  const CliRun s = run("sweep --model llama2-70b --gpus 1 --json " + temp_path("nofit_" + std::to_string(::getpid()) + ".json"));
+  const CliRun s = run("sweep --model llama3.1-405b --gpus 1 --json " + temp_path("nofit_" + std::to_string(::getpid()) + ".json"));
   EXPECT_EQ(s.exit_code, 1) << s.output;
   EXPECT_NE(s.output.find("What would make a plan fit"), std::string::npos) << s.output;
-  EXPECT_NE(s.output.find(" GPUs (from 1)"), std::string::npos) << s.output;
-  const CliRun e = run("explain --model llama2-70b --gpus 1");
+  EXPECT_NE(s.output.find("; from 1)"), std::string::npos) << s.output;
+  EXPECT_NE(s.output.find("fits in GPU memory, but what it offloads does not fit in the node's host memory"), std::string::npos) << s.output;
+  EXPECT_NE(s.output.find("offload-params, fits the GPU"), std::string::npos) << s.output;
+  const CliRun e = run("explain --model llama3.1-405b --gpus 1");
   EXPECT_EQ(e.exit_code, 0) << e.output;
   EXPECT_NE(e.output.find("What would make a plan fit"), std::string::npos) << e.output;
 }
@@ -441,13 +449,14 @@ TEST(Cli, PlanFileErrorsNameTheField) {
 }
 
 TEST(Cli, NoPlanFitsExitsOneWithReasonsAndShortfall) {
-  const CliRun r = run("sweep --model llama3-405b --gpus 8 --gpu a100-40g --json " + temp_path("none.json"));
+  // Without offload (with it, the host memory runs out first: NoFitSaysWhatWouldFit).
+  const CliRun r = run("sweep --model llama3-405b --gpus 8 --gpu a100-40g --offload off --json " + temp_path("none.json"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("No plan fits"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("short by"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("does not fit in GPU memory"), std::string::npos) << r.output;
   // The failure is said on stderr too, not only in the report on stdout.
-  const std::string cmd = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan sweep --model llama3-405b --gpus 8 --gpu a100-40g --json " +
+  const std::string cmd = std::string(LLMPLAN_BINARY_DIR) + "/cli/llmplan sweep --model llama3-405b --gpus 8 --gpu a100-40g --offload off --json " +
                           temp_path("none2.json") + " 2>&1 >/dev/null";
   const std::string err = run_shell(cmd).output;
   EXPECT_NE(err.find("llmplan: sweep: no plan fits in"), std::string::npos) << err;

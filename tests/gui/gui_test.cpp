@@ -700,18 +700,21 @@ class GuiTest : public QObject {
   }
 
   void no_plan_fits_says_so() {
+    // Llama 3.1 405B on one A100: with ZeRO-3 parameter offload the GPU holds it, but not the
+    // node's host memory (16 B x 405B of states), and the message says which memory ran out.
     SweepInputs in;
-    in.model = "llama2-70b";
+    in.model = "llama3.1-405b";
     in.gpus = 1;
     QVERIFY(run_from_form(in) || w().form()->error_text().contains(QStringLiteral("No plan fits")));
     QVERIFY(w().form()->error_text().contains(QStringLiteral("No plan fits")));
+    QVERIFY2(w().form()->error_text().contains(QStringLiteral("of host memory per node")), qPrintable(w().form()->error_text()));
     QVERIFY(w().selected_details() != nullptr);  // the closest plan, with its explanation
     QVERIFY(!w().selected_details()->explanation.fits);
     // What would make a plan fit: the fewest GPUs first, as a sweep over GPU counts finds it.
     const FitAdvice* a = w().fit_advice();
     QVERIFY(a != nullptr);
     QVERIFY(a->min_gpus > 1);
-    QVERIFY(a->min_gpus <= 8);  // one DGX A100 node holds Llama 2 70B
+    QVERIFY(a->min_gpus <= 64);  // eight DGX A100 nodes hold it and its offloaded states
     for (int g = 2; g < a->min_gpus; ++g) {
       SweepInputs fewer = in;
       fewer.gpus = g;

@@ -37,7 +37,7 @@ OffloadCase llama7b_offloaded() {
   return s;
 }
 
-TEST(ParamOffload, NeedsZero3WithOptimizerOffloadOverADataParallelGroup) {
+TEST(ParamOffload, NeedsZero3WithOptimizerOffload) {
   OffloadCase s = llama7b_offloaded();
   EXPECT_EQ(check_plan(s.m, s.c, s.j, s.p, 8), RejectReason::none);
   ParallelPlan q = s.p;
@@ -46,6 +46,9 @@ TEST(ParamOffload, NeedsZero3WithOptimizerOffloadOverADataParallelGroup) {
   q = s.p;
   q.offload_optimizer = false;  // FSDP's CPUOffloadPolicy steps the optimizer on the host
   EXPECT_EQ(check_plan(s.m, s.c, s.j, q, 8), RejectReason::zero_offload);
+  q = s.p;
+  q.dp = 1;  // ZeRO-Infinity on one GPU
+  EXPECT_EQ(check_plan(s.m, s.c, s.j, q, 1), RejectReason::none);
 }
 
 // What leaves the GPU: the 16-bit parameter shard, 2 B x P / 8, beside the 14 B x P / 8 of
@@ -92,6 +95,69 @@ TEST(ParamOffload, EachGatherFirstCopiesTheShardFromTheHost) {
   ASSERT_TRUE(sw) << sw.status().message();
   ASSERT_TRUE(so) << so.status().message();
   EXPECT_GT(sw->total, so->total - (oo.offload - ow.offload));
+}
+
+// One GPU (ZeRO-Infinity's single-GPU case, Rajbhandari et al. 2021): there is no group to
+// gather over, so each unit comes whole from the host, before its forward and again before
+// its backward: 2 B x P / (host bandwidth x network efficiency) per pass. Hidden behind the
+// compute, the copies cost only their HBM writes: 2 passes x 2 B x P / (HBM bandwidth x
+// memory efficiency), whatever the host link's speed. Without parameter offload a one-rank
+// ZeRO-3 moves nothing.
+TEST(ParamOffload, OneGpuCopiesEachUnitWholeFromTheHost) {
+  OffloadCase s = llama7b_offloaded();
+  s.p.dp = 1;
+  s.j.global_batch = 8;
+  ParallelPlan opt_only = s.p;
+  opt_only.offload_params = false;
+  const Efficiency e;
+  const double P = 6.74e9;
+  const DpStep with = dp_step(s.c, s.j, s.p, e, P, P, s.m.layers);
+  const DpStep without = dp_step(s.c, s.j, opt_only, e, P, P, s.m.layers);
+  EXPECT_NEAR(with.params.duration, 2 * P / (s.c.host_bandwidth * e.network), 1e-9);
+  EXPECT_DOUBLE_EQ(with.params.host_copy, with.params.duration);
+  EXPECT_EQ(with.grads.duration, 0);
+  EXPECT_EQ(with.last_bucket, 0);
+  EXPECT_EQ(dp_exposed_time(without, 8, 1.0, 2.0, e), 0);
+  // Nothing hidden: both passes' copies, every micro-batch.
+  EXPECT_NEAR(dp_exposed_time(with, 8, 0, 0, e), 8 * 2 * with.params.duration, 1e-9);
+  // All hidden: their HBM writes only.
+  EXPECT_NEAR(dp_exposed_time(with, 1, 1e3, 1e3, e), 2 * 2 * P / (s.c.gpu.memory_bandwidth * e.memory), 1e-9);
+  // The step and the simulator: slower by copies the compute cannot hide.
+  const StepTime tw = estimate_time(s.m, s.c, s.j, s.p), to = estimate_time(s.m, s.c, s.j, opt_only);
+  EXPECT_GT(tw.dp_comm, to.dp_comm);
+  Result<SimResult> sw = simulate_step(s.m, s.c, s.j, s.p), so = simulate_step(s.m, s.c, s.j, opt_only);
+  ASSERT_TRUE(sw) << sw.status().message();
+  ASSERT_TRUE(so) << so.status().message();
+  const OptimizerTime ow = optimizer_time(s.c, s.j, s.p, e, P), oo = optimizer_time(s.c, s.j, opt_only, e, P);
+  EXPECT_GT(sw->total, so->total - (oo.offload - ow.offload));
+}
+
+// Llama 2 70B on one 80 GB GPU: its 2 x 69B = 138 GB of 16-bit weights fit only in host
+// memory; the sweep finds parameter offload, and explain offers it for the plan without.
+TEST(ParamOffload, OneGpuSweepFindsItForA70BModel) {
+  const PresetRegistry& reg = testing::shipped_presets();
+  const ModelSpec m = *reg.model("llama2-70b");
+  ClusterSpec c = *reg.cluster_for_gpu("a100-80g");
+  c.host_memory_bytes = 0;  // not checked here
+  TrainingJob j;
+  j.seq_len = 512;
+  j.global_batch = 4;
+  j.grads = GradConvention::deepspeed;
+  SweepOptions opt;
+  opt.threads = 2;
+  const SweepResult r = run_sweep(m, c, j, 1, SweepSpace{}, opt);
+  ASSERT_FALSE(r.top.empty());
+  for (const PlanResult& x : r.top) {
+    EXPECT_TRUE(x.plan.offload_params);
+    EXPECT_EQ(x.plan.dp, 1);
+  }
+  ParallelPlan without = r.top.front().plan;
+  without.offload_params = false;
+  const Explanation ex = explain_plan(m, c, job_for(j, r.top.front()), without, 1, 0);
+  EXPECT_FALSE(ex.memory.fits(0));
+  bool offered = false;
+  for (const PlanChange& ch : ex.changes) offered |= ch.plan.offload_params && ch.fits;
+  EXPECT_TRUE(offered);
 }
 
 // A model whose 16-bit shard alone does not fit: Llama 2 70B over 8 GPUs of 16 GB holds
