@@ -142,7 +142,7 @@ void print_row(int rank, const PlanResult& r, const BudgetColumns& bc, const std
   // Offload: "on" for the optimizer's, "a<k>" for k layers' activations.
   const std::string off = p.activation_offload_layers > 0 ? "a" + std::to_string(p.activation_offload_layers) : p.offload_params ? "prm" : p.offload_optimizer ? "on" : "-";
   std::printf("%4d  %3d %3d %3d %3d %4s %3s %4d %5d %4d %-9s %3s %5s  %s %5s %9.2f %12.0f %6.1f%% %8.3f", rank, p.dp, p.tp, p.pp, p.vpp, cp.c_str(),
-              p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), off.c_str(),
+              p.sp ? "on" : "-", p.micro_batch, p.grad_accum, p.zero, recompute_text(p).c_str(), off.c_str(),
               p.flash_attention ? "on" : "off", to_string(r.precision), to_string(r.amp), r.peak_bytes / kGiB, r.tokens_per_s, 100 * r.mfu,
               r.step_time_s);
   if (bc.schedule) std::printf(" %-11s", p.pp > 1 ? to_string(p.schedule) : "-");
@@ -353,7 +353,7 @@ Runner register_sweep(CLI::App* sub) {
       std::ofstream csv(c->csv_out);
       if (!csv) return report(Status::runtime(c->csv_out + ": cannot write file"));
       csv << "dp,tp,pp,vpp,cp,ep,sp,micro_batch,grad_accum,zero,recompute,offload,flash,precision,amp,status,peak_gib,tokens_per_s,mfu,step_s,cp_exchange,"
-             "peak_low_gib,peak_stack,activation_offload_layers,frameworks\n";
+             "peak_low_gib,peak_stack,activation_offload_layers,frameworks,recompute_layers\n";
       for (const PlanResult& x : r.all) {
         const ParallelPlan& p = x.plan;
         csv << p.dp << ',' << p.tp << ',' << p.pp << ',' << p.vpp << ',' << p.cp << ',' << p.ep << ',' << p.sp << ',' << p.micro_batch << ','
@@ -365,7 +365,7 @@ Runner register_sweep(CLI::App* sub) {
         bool first_fw = true;  // the frameworks that run it, joined by '+'
         for (size_t k = 0; k < opt.mark_frameworks.size(); ++k)
           if (x.frameworks >> k & 1u) csv << (first_fw ? "" : "+") << opt.mark_frameworks[k].name, first_fw = false;
-        csv << '\n';
+        csv << ',' << p.recompute_layers << '\n';
       }
       std::printf("wrote %zu plans to %s\n", r.all.size(), c->csv_out.c_str());
     }

@@ -395,7 +395,7 @@ std::string plan_summary(const ParallelPlan& p) {
   std::snprintf(buf, sizeof buf, "dp%d tp%d pp%d%s%s%s%s%s mb%d ga%d zero%d %s%s%s", p.dp, p.tp, p.pp,
                 p.vpp > 1 ? (" vpp" + std::to_string(p.vpp)).c_str() : "",
                 p.pipeline_split == PipelineSplit::even ? "" : p.pipeline_split == PipelineSplit::custom ? " split-custom" : " split-emb-loss", cp.c_str(),
-                p.ep > 1 ? (" ep" + std::to_string(p.ep)).c_str() : "", p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, to_string(p.recompute), p.offload_params ? " offload-params" : p.offload_optimizer ? " offload" : "",
+                p.ep > 1 ? (" ep" + std::to_string(p.ep)).c_str() : "", p.sp ? " sp" : "", p.micro_batch, p.grad_accum, p.zero, recompute_text(p).c_str(), p.offload_params ? " offload-params" : p.offload_optimizer ? " offload" : "",
                 p.flash_attention ? "" : " no-flash");
   std::string out = buf;
   // A schedule other than the one vpp implies (1F1B, interleaved) is named.

@@ -53,7 +53,7 @@ std::string plan_summary(const ParallelPlan& p) {
   if (p.ep > 1) s += " ep" + std::to_string(p.ep);
   if (p.sp) s += " sp";
   s += " mb" + std::to_string(p.micro_batch) + " ga" + std::to_string(p.grad_accum) + " zero" + std::to_string(p.zero) + " " +
-       to_string(p.recompute);
+       recompute_text(p);
   if (p.offload_optimizer) s += p.offload_params ? " offload (optimizer, parameters)" : " offload";
   if (!p.flash_attention) s += " no-flash";
   return s;

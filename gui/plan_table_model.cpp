@@ -131,7 +131,7 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
     case kMicroBatch: return p.micro_batch;
     case kAccum: return p.grad_accum;
     case kZero: return p.zero;
-    case kRecompute: return QString(to_string(p.recompute));
+    case kRecompute: return QString::fromStdString(recompute_text(p));
     case kOffload:
       return sort ? QVariant(int(p.offload_optimizer) + int(p.offload_params))
                   : QVariant(p.offload_params ? QStringLiteral("params") : on_off(p.offload_optimizer));

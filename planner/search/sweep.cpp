@@ -98,8 +98,8 @@ auto plan_key(const PlanResult& r) {
   // Every knob the sweep varies, so that no two plans tie (--csv's order is then the same
   // every run, whatever order the threads finish in).
   return std::make_tuple(static_cast<int>(r.precision), p.tp, p.pp, p.cp, p.vpp, p.ep, p.sp, !p.flash_attention, -p.micro_batch,
-                         static_cast<int>(p.recompute), p.zero, p.offload_optimizer, p.offload_params,
-                         static_cast<int>(p.cp_exchange));
+                         static_cast<int>(p.recompute), p.recompute_layers, p.zero, p.offload_optimizer, p.offload_params,
+                         static_cast<int>(p.cp_exchange), static_cast<int>(p.schedule), p.activation_offload_layers);
 }
 
 // Better-first order for the objective: tokens/s (throughput), peak memory, or cost
@@ -184,6 +184,9 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
   const std::vector<int> eps = or_default(space.ep, m.moe.enabled() ? divisors_up_to(m.moe.experts, gpus) : std::vector<int>{1});
   const std::vector<int> zeros = or_default(space.zero, {0, 1, 2, 3});
   const std::vector<Recompute> recs = or_default(space.recompute, {Recompute::none, Recompute::selective, Recompute::full});
+  // The sweep chooses the recompute (and may then try full recompute of the first k layers).
+  const bool recompute_free = std::find(recs.begin(), recs.end(), Recompute::none) != recs.end() &&
+                              std::find(recs.begin(), recs.end(), Recompute::full) != recs.end();
   const std::vector<int> sps = or_default(space.sp, {0, 1});
   const std::vector<int> offs = or_default(space.offload, {0, 1, 2});
   const std::vector<int> flashes = or_default(space.flash, {1, 0});
@@ -216,6 +219,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
     ParallelPlan p;
     int64_t local = 0;
     std::vector<ShapeInputs> shapes;  // [ep][sp][flash][exchange][micro-batch] of the current work item and precision
+    std::vector<char> fits_without_recompute;  // [zero][offload] of the current shape
     std::vector<TrainingJob> jobs_also(opt.also_fit.size());  // the job under each SweepOptions::also_fit convention
     for (size_t w = next++; w < work.size(); w = next++) {
       const WorkItem it = work[w];
@@ -276,9 +280,14 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                     const int ep = eps[i_ep], sp = sps[i_sp], flash = flashes[i_flash], mb = mbs[i_mb];
                     ShapeInputs& shape =
                         shapes[(((i_ep * sps.size() + i_sp) * flashes.size() + i_flash) * exchanges.size() + i_x) * mbs.size() + i_mb];
+                    // Per (zero, offload) of this shape: whether the plan fits without recompute
+                    // (and without activation offload), which decides whether full recompute
+                    // of only the first k layers is searched (below).
+                    fits_without_recompute.assign(zeros.size() * offs.size(), 0);
                     for (Recompute rc : recs)
-                      for (int zero : zeros)
-                        for (int off : offs) {
+                      for (size_t i_zo = 0; i_zo < zeros.size() * offs.size(); ++i_zo) {
+                        const int zero = zeros[i_zo / offs.size()], off = offs[i_zo % offs.size()];
+                        {
                           if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) return;
                           if (vpp > 1 && it.pp == 1) continue;  // vpp is meaningless without pp: not a plan
                           if (sp && it.tp == 1) continue;       // likewise: sp == tp1 plan
@@ -347,6 +356,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                           }
                           // Memory (under every convention of the envelope) and time of plan q into pr.
                           bool gpu_fits = false;  // the last cost()'s plan fits the GPU (host memory aside)
+                          double recompute_s = 0;  // the last cost()'s recompute time per step
                           auto cost = [&](const ParallelPlan& q, PlanResult* out) {
                             MemoryPeak mem = estimate_memory_peak(m, c, jj, q, shape.memory, opt.memory);
                             const StepTime st = estimate_time(m, c, jj, q, shape.time, opt.efficiency);
@@ -379,6 +389,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             out->goodput = opt.goodput ? estimate_goodput(checkpoint, c, gpus, st.total, *opt.goodput).fraction : 1;
                             out->gpu_hours_per_1b_tokens = gpus * 1e9 / (st.tokens_per_s * out->goodput) / 3600.0;
                             gpu_fits = mem.total + opt.headroom_bytes <= mem.capacity;
+                            recompute_s = st.recompute;
                             return mem.fits(opt.headroom_bytes);
                           };
                           const int offload_max = space.activation_offload ? pp_stage_layers(m.layers, cost_plan(p), 0) : 0;
@@ -424,7 +435,46 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             offer_pareto(ts.fitting_front, pr);
                           }
                           if (opt.keep_all) r.all.push_back(pr);
+                          if (rc == Recompute::none) fits_without_recompute[i_zo] = fits && pr.plan.activation_offload_layers == 0;
+                          // Full recompute of only the first k layers of each chunk (Megatron's
+                          // --recompute-method block --recompute-num-layers k): where the plan
+                          // fits with full recompute and not without, the fewest k that fits
+                          // (found by bisection: memory falls and time grows with k, so fewer
+                          // is faster and more would be dominated). Only when the sweep may
+                          // choose the recompute (none is among its policies). Such a plan enters
+                          // the ranking (and --csv), not the Pareto front: unless every plan is
+                          // kept, the search is skipped when even recomputing nothing would not
+                          // enter this thread's ranking, which depends on the thread split.
+                          const int max_k = rc == Recompute::full ? pp_stage_layers(m.layers, p, 0) / p.vpp : 0;
+                          if (fits && max_k > 1 && recompute_free && !fits_without_recompute[i_zo] && pr.plan.activation_offload_layers == 0) {
+                            if (!opt.keep_all && static_cast<int>(r.top.size()) == opt.top_k) {
+                              // pr was the last plan costed (it fit at once): at best the plan saves its recompute.
+                              PlanResult bound = pr;
+                              const double faster = pr.step_time_s / std::max(1e-12, pr.step_time_s - recompute_s);
+                              bound.step_time_s /= faster;
+                              bound.tokens_per_s *= faster;
+                              bound.gpu_hours_per_1b_tokens /= faster;
+                              if (!better(bound, r.top.back(), opt.objective)) continue;
+                            }
+                            ParallelPlan q = pr.plan;
+                            q.recompute = Recompute::full_k;
+                            q.recompute_layers = 1;
+                            if (opt.framework && framework_refusal(*opt.framework, m, jj, q) >= 0) continue;
+                            PlanResult trial = pr;
+                            const int k = fewest_offload_layers(0, max_k - 1, [&](int layers) {
+                              q.recompute_layers = layers;
+                              return cost(q, &trial);
+                            });
+                            if (k == 0) continue;
+                            q.recompute_layers = k;
+                            cost(q, &trial);
+                            // Not counted in enumerated/evaluated/fitting: a variant of the full
+                            // plan counted above, searched or not depending on the thread split.
+                            offer_top(r.top, trial, opt.top_k, opt.objective);
+                            if (opt.keep_all) r.all.push_back(trial);
+                          }
                         }
+                      }
                   }
         }
       }

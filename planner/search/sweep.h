@@ -115,7 +115,7 @@ struct PlanResult {
 struct SweepResult {
   int64_t enumerated = 0;    // plans generated
   int64_t evaluated = 0;     // passed structural checks and were costed
-  int64_t fitting = 0;
+  int64_t fitting = 0;       // (these three do not count the full_k variants the sweep searches: sweep.cpp)
   std::array<int64_t, static_cast<int>(RejectReason::kCount)> rejected{};  // by reason
   std::vector<int64_t> framework_rejected;  // framework_refuses by rule of SweepOptions::framework (its rules' order)
   std::vector<PlanResult> top;      // fitting, best first by the objective

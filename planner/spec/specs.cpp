@@ -47,6 +47,11 @@ const char* to_string(GradConvention v) { return kGrads[static_cast<int>(v)].dat
 const char* to_string(MomentsDtype v) { return kMoments[static_cast<int>(v)].data(); }
 const char* to_string(Fp8Recipe v) { return kFp8Recipe[static_cast<int>(v)].data(); }
 const char* to_string(Recompute v) { return kRecompute[static_cast<int>(v)].data(); }
+std::string recompute_text(const ParallelPlan& p) {
+  std::string s = to_string(p.recompute);
+  if (p.recompute == Recompute::full_k) s += std::to_string(p.recompute_layers);
+  return s;
+}
 const char* to_string(Schedule v) { return kSchedule[static_cast<int>(v)].data(); }
 const char* to_string(CpExchange v) { return kCpExchange[static_cast<int>(v)].data(); }
 const char* to_string(PipelineSplit v) { return kPipelineSplit[static_cast<int>(v)].data(); }

@@ -410,6 +410,8 @@ const char* to_string(GradConvention v);
 const char* to_string(MomentsDtype v);
 const char* to_string(Fp8Recipe v);
 const char* to_string(Recompute v);
+// A plan's recompute as tables print it: the policy, and for full_k its k ("full_k3").
+std::string recompute_text(const ParallelPlan& p);
 const char* to_string(Schedule v);
 const char* to_string(CpExchange v);
 const char* to_string(PipelineSplit v);

@@ -546,7 +546,7 @@ TEST(Validate2024To2026, UnstatedMainGradientsTakeTheDtypeTheCompletedRunFitsIn)
 // The main gradients' dtype when a record leaves out both it and the recompute: NeMo 24.07
 // trained Llama 3 8B at sequence 8192 on 8 H100s (cp 2) at 711 TFLOP/s per GPU in FP8, too
 // fast for full recompute. With the megatron-core stack's fp32 main gradients (30 GiB) the
-// fastest plan that fits recomputes every layer; with the 16-bit buffers the stack offers
+// fastest plan that fits recomputes layers (all, or the first k); with the 16-bit buffers the stack offers
 // (NeMo 24.07's distributed_fused_adam with grad_sync_dtype bf16) no recompute fits. The
 // null knobs are filled by the fastest plan that fits, the option included, and the row
 // says so; a record that states fp32, or states its recompute, keeps the stack's default.
@@ -576,7 +576,6 @@ TEST(Validate2024To2026, UnstatedMainGradientsAndRecomputeTakeTheFastestPlanThat
   ASSERT_FALSE(unstated.skipped) << unstated.skip_reason;
   EXPECT_TRUE(said(unstated, "recompute=none"));
   EXPECT_TRUE(said(unstated, "main_grads=bf16"));
-  EXPECT_GT(unstated.predicted, 1.15 * stated_fp32.predicted);  // a third of the forward FLOPs not recomputed
   EXPECT_NEAR(unstated.predicted, row_with("bf16", "none").predicted, 1e-9 * unstated.predicted);
   const ValidationRow stated_recompute = row_with(nullptr, "full");  // fits with fp32: the default stays
   EXPECT_FALSE(said(stated_recompute, "main_grads="));

@@ -22,7 +22,8 @@ TEST(Sweep, Llama7bOnEightA100sBestPlanFitsAndRejectedPlansDoNot) {
   const SweepResult r = run_sweep(m, c, j, 8, SweepSpace{}, opt);
   ASSERT_FALSE(r.top.empty());
   EXPECT_LE(r.top.front().peak_bytes, c.gpu.memory_bytes);
-  EXPECT_EQ(r.fitting + r.rejected[static_cast<int>(RejectReason::does_not_fit)], r.evaluated);
+  EXPECT_EQ(r.fitting + r.rejected[static_cast<int>(RejectReason::does_not_fit)] + r.rejected[static_cast<int>(RejectReason::host_does_not_fit)],
+            r.evaluated);
   int64_t checked = 0;
   for (const PlanResult& x : r.all) {
     if (x.reason != RejectReason::does_not_fit) continue;
@@ -37,6 +38,46 @@ TEST(Sweep, Llama7bOnEightA100sBestPlanFitsAndRejectedPlansDoNot) {
     EXPECT_GT(r.pareto[i].peak_bytes, r.pareto[i - 1].peak_bytes);
     EXPECT_GT(r.pareto[i].tokens_per_s, r.pareto[i - 1].tokens_per_s);
   }
+}
+
+// Llama 2 70B at 4096 tokens on 16 H100s: where a plan fits with full recompute but not
+// without, the sweep also offers full recompute of only the first k layers per chunk, with
+// the fewest k that fits (k - 1 does not, or k = 1), faster than recomputing every layer.
+TEST(Sweep, OffersTheFewestFirstLayersToRecomputeWhereNoRecomputeDoesNotFit) {
+  const PresetRegistry reg = presets();
+  const ModelSpec m = *reg.model("llama2-70b");
+  const ClusterSpec c = *reg.cluster_for_gpu("h100-sxm");
+  TrainingJob j;
+  j.seq_len = 4096;
+  j.global_batch = 128;
+  SweepSpace space;
+  space.offload = {0};
+  SweepOptions opt;
+  opt.keep_all = true;
+  opt.threads = 2;
+  const SweepResult r = run_sweep(m, c, j, 16, space, opt);
+  int checked = 0;
+  for (const PlanResult& x : r.all) {
+    if (x.plan.recompute != Recompute::full_k) continue;
+    ASSERT_EQ(x.reason, RejectReason::none);
+    const TrainingJob jx = job_for(j, x);
+    const int k = x.plan.recompute_layers;
+    ASSERT_GE(k, 1);
+    ASSERT_LT(k, pp_stage_layers(m.layers, x.plan, 0) / x.plan.vpp);
+    EXPECT_TRUE(estimate_memory(m, c, jx, x.plan).fits(0));
+    ParallelPlan fewer = x.plan;
+    if (k == 1) fewer.recompute = Recompute::none;
+    else fewer.recompute_layers = k - 1;
+    EXPECT_FALSE(estimate_memory(m, c, jx, fewer).fits(0)) << k;
+    ParallelPlan all = x.plan;
+    all.recompute = Recompute::full;
+    EXPECT_LT(estimate_time(m, c, jx, x.plan).total, estimate_time(m, c, jx, all).total);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  // Pinned to full recompute, the sweep does not choose k.
+  space.recompute = {Recompute::full};
+  for (const PlanResult& x : run_sweep(m, c, j, 16, space, opt).all) EXPECT_NE(x.plan.recompute, Recompute::full_k);
 }
 
 TEST(Sweep, Gpt3OnThousandGpusUsesTensorInNodeAndPipelineAcross) {
