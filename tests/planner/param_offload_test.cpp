@@ -132,54 +132,22 @@ TEST(ParamOffload, OneGpuCopiesEachUnitWholeFromTheHost) {
   EXPECT_GT(sw->total, so->total - (oo.offload - ow.offload));
 }
 
-// Llama 2 70B on one 80 GB GPU: its 2 x 69B = 138 GB of 16-bit weights fit only in host
-// memory; the sweep finds parameter offload, and explain offers it for the plan without.
-TEST(ParamOffload, OneGpuSweepFindsItForA70BModel) {
+// Llama 2 70B (seq 512, DeepSpeed's gradients) on `gpus` GPUs of `gpu_bytes`, host memory
+// not checked: every plan the sweep ranks offloads the parameters, and explain offers
+// parameter offload for the best plan without it, which does not fit.
+void expect_only_parameter_offload_fits(double gpu_bytes, int gpus, const SweepSpace& space) {
   const PresetRegistry& reg = testing::shipped_presets();
   const ModelSpec m = *reg.model("llama2-70b");
   ClusterSpec c = *reg.cluster_for_gpu("a100-80g");
-  c.host_memory_bytes = 0;  // not checked here
-  TrainingJob j;
-  j.seq_len = 512;
-  j.global_batch = 4;
-  j.grads = GradConvention::deepspeed;
-  SweepOptions opt;
-  opt.threads = 2;
-  const SweepResult r = run_sweep(m, c, j, 1, SweepSpace{}, opt);
-  ASSERT_FALSE(r.top.empty());
-  for (const PlanResult& x : r.top) {
-    EXPECT_TRUE(x.plan.offload_params);
-    EXPECT_EQ(x.plan.dp, 1);
-  }
-  ParallelPlan without = r.top.front().plan;
-  without.offload_params = false;
-  const Explanation ex = explain_plan(m, c, job_for(j, r.top.front()), without, 1, 0);
-  EXPECT_FALSE(ex.memory.fits(0));
-  bool offered = false;
-  for (const PlanChange& ch : ex.changes) offered |= ch.plan.offload_params && ch.fits;
-  EXPECT_TRUE(offered);
-}
-
-// A model whose 16-bit shard alone does not fit: Llama 2 70B over 8 GPUs of 16 GB holds
-// 2 x 69B / 8 = 17.2 GB of parameters under ZeRO-3, so only parameter offload fits, and the
-// sweep finds it; explain offers it for the plan without.
-TEST(ParamOffload, TheSweepFindsItWhereNothingElseFits) {
-  const PresetRegistry& reg = testing::shipped_presets();
-  const ModelSpec m = *reg.model("llama2-70b");
-  ClusterSpec c = *reg.cluster_for_gpu("a100-80g");
-  c.gpu.memory_bytes = 16e9;
-  c.host_memory_bytes = 0;  // not checked here
+  c.gpu.memory_bytes = gpu_bytes;
+  c.host_memory_bytes = 0;
   TrainingJob j;
   j.seq_len = 512;
   j.global_batch = 8;
   j.grads = GradConvention::deepspeed;
-  SweepSpace space;
-  space.tp = {1};
-  space.pp = {1};
-  space.cp = {1};
   SweepOptions opt;
   opt.threads = 2;
-  const SweepResult r = run_sweep(m, c, j, 8, space, opt);
+  const SweepResult r = run_sweep(m, c, j, gpus, space, opt);
   ASSERT_FALSE(r.top.empty());
   for (const PlanResult& x : r.top) {
     EXPECT_TRUE(x.plan.offload_params);
@@ -187,11 +155,24 @@ TEST(ParamOffload, TheSweepFindsItWhereNothingElseFits) {
   }
   ParallelPlan without = r.top.front().plan;
   without.offload_params = false;
-  const Explanation ex = explain_plan(m, c, job_for(j, r.top.front()), without, 8, 0);
+  const Explanation ex = explain_plan(m, c, job_for(j, r.top.front()), without, gpus, 0);
   EXPECT_FALSE(ex.memory.fits(0));
   bool offered = false;
   for (const PlanChange& ch : ex.changes) offered |= ch.plan.offload_params && ch.fits;
   EXPECT_TRUE(offered);
+}
+
+// On one 80 GB GPU its 2 x 69B = 138 GB of 16-bit weights fit only in host memory.
+TEST(ParamOffload, OneGpuSweepFindsItForA70BModel) { expect_only_parameter_offload_fits(80e9, 1, SweepSpace{}); }
+
+// A model whose 16-bit shard alone does not fit: over 8 GPUs of 16 GB, ZeRO-3 still holds
+// 2 x 69B / 8 = 17.2 GB of parameters per GPU.
+TEST(ParamOffload, TheSweepFindsItWhereNothingElseFits) {
+  SweepSpace space;
+  space.tp = {1};
+  space.pp = {1};
+  space.cp = {1};
+  expect_only_parameter_offload_fits(16e9, 8, space);
 }
 
 }  // namespace
