@@ -40,9 +40,9 @@ PlanResult evaluate_plan(const PlanFile& f, double headroom_bytes, const MemoryO
   r.mfu = st.mfu;
   r.gpu_hours_per_1b_tokens = f.gpus * 1e9 / st.tokens_per_s / 3600.0;
   r.host_bytes_per_node = mem.host_bytes_per_node;
-  r.reason = mem.fits(headroom_bytes)                                 ? RejectReason::none
-             : mem.worst.total + headroom_bytes <= mem.capacity ? RejectReason::host_does_not_fit
-                                                                      : RejectReason::does_not_fit;
+  r.reason = mem.fits(headroom_bytes)       ? RejectReason::none
+             : mem.gpu_fits(headroom_bytes) ? RejectReason::host_does_not_fit
+                                            : RejectReason::does_not_fit;
   return r;
 }
 

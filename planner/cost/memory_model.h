@@ -229,7 +229,8 @@ struct MemoryReport {
   double host_bytes_per_node = 0;
   double host_capacity = 0;
   bool host_fits() const { return host_capacity <= 0 || host_bytes_per_node <= host_capacity; }
-  bool fits(double headroom_bytes) const { return worst.total + headroom_bytes <= capacity && host_fits(); }
+  bool gpu_fits(double headroom_bytes) const { return worst.total + headroom_bytes <= capacity; }
+  bool fits(double headroom_bytes) const { return gpu_fits(headroom_bytes) && host_fits(); }
 };
 
 // Bytes of model states for `trainable` and `frozen` parameters held by one rank, before
@@ -563,7 +564,8 @@ struct MemoryPeak {
   double capacity = 0;  // GPU memory, bytes
   double host_bytes_per_node = 0, host_capacity = 0;  // as MemoryReport's
   bool host_fits() const { return host_capacity <= 0 || host_bytes_per_node <= host_capacity; }
-  bool fits(double headroom_bytes) const { return total + headroom_bytes <= capacity && host_fits(); }
+  bool gpu_fits(double headroom_bytes) const { return total + headroom_bytes <= capacity; }
+  bool fits(double headroom_bytes) const { return gpu_fits(headroom_bytes) && host_fits(); }
 };
 MemoryPeak estimate_memory_peak(const ModelSpec& m, const ClusterSpec& c, const TrainingJob& j, const ParallelPlan& p,
                                 const MemoryInputs& in, const MemoryOptions& opt = {});

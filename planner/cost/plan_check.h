@@ -32,7 +32,7 @@ enum class RejectReason {
   batch_divisibility,       // global batch not divisible by micro_batch*dp
   interleave_microbatches,  // interleaved schedule needs micro-batches % pp == 0
   schedule_shape,           // the schedule's stages per rank, split or micro-batches do not hold
-  zero_offload,             // offload without ZeRO (optimizer must be partitioned) or pp; parameter offload without ZeRO-3 over dp*cp >= 2 and optimizer offload
+  zero_offload,             // offload without ZeRO (optimizer must be partitioned) or pp; parameter offload without ZeRO-3 and optimizer offload
   recompute_layers,         // full_k with k outside 1..layers per stage
   lora_zero3,               // ZeRO-3 with LoRA (adapters too small to shard usefully)
   precision_unsupported,    // the GPU has no peak for the precision

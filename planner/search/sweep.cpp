@@ -286,8 +286,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                     fits_without_recompute.assign(zeros.size() * offs.size(), 0);
                     for (Recompute rc : recs)
                       for (size_t i_zo = 0; i_zo < zeros.size() * offs.size(); ++i_zo) {
-                        const int zero = zeros[i_zo / offs.size()], off = offs[i_zo % offs.size()];
-                        {
+                          const int zero = zeros[i_zo / offs.size()], off = offs[i_zo % offs.size()];
                           if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) return;
                           if (vpp > 1 && it.pp == 1) continue;  // vpp is meaningless without pp: not a plan
                           if (sp && it.tp == 1) continue;       // likewise: sp == tp1 plan
@@ -365,7 +364,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             out->peak_convention = -1;
                             // The other stacks' conventions only where the own one fits the GPU: a
                             // plan that does not fit under one convention does not fit the envelope.
-                            if (!opt.also_fit.empty() && mem.total + opt.headroom_bytes <= mem.capacity) {
+                            if (!opt.also_fit.empty() && mem.gpu_fits(opt.headroom_bytes)) {
                               if (shape.also.size() != opt.also_fit.size()) {
                                 shape.also.clear();
                                 for (size_t k = 0; k < opt.also_fit.size(); ++k) shape.also.push_back(memory_inputs(m, c.gpu, jobs_also[k], q, opt.also_fit[k].memory));
@@ -388,7 +387,7 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             out->exposed_comm_s = st.tp_comm + st.pp_comm + st.dp_comm + st.cp_comm + st.ep_comm;
                             out->goodput = opt.goodput ? estimate_goodput(checkpoint, c, gpus, st.total, *opt.goodput).fraction : 1;
                             out->gpu_hours_per_1b_tokens = gpus * 1e9 / (st.tokens_per_s * out->goodput) / 3600.0;
-                            gpu_fits = mem.total + opt.headroom_bytes <= mem.capacity;
+                            gpu_fits = mem.gpu_fits(opt.headroom_bytes);
                             recompute_s = st.recompute;
                             return mem.fits(opt.headroom_bytes);
                           };
@@ -473,7 +472,6 @@ SweepResult run_sweep(const ModelSpec& m, const ClusterSpec& c, const TrainingJo
                             offer_top(r.top, trial, opt.top_k, opt.objective);
                             if (opt.keep_all) r.all.push_back(trial);
                           }
-                        }
                       }
                   }
         }

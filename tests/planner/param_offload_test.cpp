@@ -37,6 +37,18 @@ OffloadCase llama7b_offloaded() {
   return s;
 }
 
+// The whole step with parameter offload (s.p) against optimizer offload only: slower by the
+// copies the compute cannot hide, and faster by the upload of updated parameters it skips;
+// the analytic model and the simulator both charge them.
+void expect_step_and_simulator_charge_the_copies(const OffloadCase& s, const ParallelPlan& opt_only) {
+  const StepTime tw = estimate_time(s.m, s.c, s.j, s.p), to = estimate_time(s.m, s.c, s.j, opt_only);
+  EXPECT_GT(tw.dp_comm, to.dp_comm);
+  Result<SimResult> sw = simulate_step(s.m, s.c, s.j, s.p), so = simulate_step(s.m, s.c, s.j, opt_only);
+  ASSERT_TRUE(sw) << sw.status().message();
+  ASSERT_TRUE(so) << so.status().message();
+  EXPECT_GT(sw->total, so->total - (to.offload - tw.offload));
+}
+
 TEST(ParamOffload, NeedsZero3WithOptimizerOffload) {
   OffloadCase s = llama7b_offloaded();
   EXPECT_EQ(check_plan(s.m, s.c, s.j, s.p, 8), RejectReason::none);
@@ -87,14 +99,7 @@ TEST(ParamOffload, EachGatherFirstCopiesTheShardFromTheHost) {
   EXPECT_DOUBLE_EQ(with.grads.duration, without.grads.duration);
   const OptimizerTime ow = optimizer_time(s.c, s.j, s.p, e, P), oo = optimizer_time(s.c, s.j, opt_only, e, P);
   EXPECT_NEAR(oo.offload - ow.offload, P / 8 * 2 / s.c.host_bandwidth, 1e-9);
-  // The whole step: slower by the copies it cannot hide (and faster by the upload it
-  // skips); the analytic model and the simulator both charge them.
-  const StepTime tw = estimate_time(s.m, s.c, s.j, s.p), to = estimate_time(s.m, s.c, s.j, opt_only);
-  EXPECT_GT(tw.dp_comm, to.dp_comm);
-  Result<SimResult> sw = simulate_step(s.m, s.c, s.j, s.p), so = simulate_step(s.m, s.c, s.j, opt_only);
-  ASSERT_TRUE(sw) << sw.status().message();
-  ASSERT_TRUE(so) << so.status().message();
-  EXPECT_GT(sw->total, so->total - (oo.offload - ow.offload));
+  expect_step_and_simulator_charge_the_copies(s, opt_only);
 }
 
 // One GPU (ZeRO-Infinity's single-GPU case, Rajbhandari et al. 2021): there is no group to
@@ -122,14 +127,7 @@ TEST(ParamOffload, OneGpuCopiesEachUnitWholeFromTheHost) {
   EXPECT_NEAR(dp_exposed_time(with, 8, 0, 0, e), 8 * 2 * with.params.duration, 1e-9);
   // All hidden: their HBM writes only.
   EXPECT_NEAR(dp_exposed_time(with, 1, 1e3, 1e3, e), 2 * 2 * P / (s.c.gpu.memory_bandwidth * e.memory), 1e-9);
-  // The step and the simulator: slower by copies the compute cannot hide.
-  const StepTime tw = estimate_time(s.m, s.c, s.j, s.p), to = estimate_time(s.m, s.c, s.j, opt_only);
-  EXPECT_GT(tw.dp_comm, to.dp_comm);
-  Result<SimResult> sw = simulate_step(s.m, s.c, s.j, s.p), so = simulate_step(s.m, s.c, s.j, opt_only);
-  ASSERT_TRUE(sw) << sw.status().message();
-  ASSERT_TRUE(so) << so.status().message();
-  const OptimizerTime ow = optimizer_time(s.c, s.j, s.p, e, P), oo = optimizer_time(s.c, s.j, opt_only, e, P);
-  EXPECT_GT(sw->total, so->total - (oo.offload - ow.offload));
+  expect_step_and_simulator_charge_the_copies(s, opt_only);
 }
 
 // Llama 2 70B (seq 512, DeepSpeed's gradients) on `gpus` GPUs of `gpu_bytes`, host memory
