@@ -27,6 +27,10 @@ void add_job_flags(CLI::App* app, JobFlags* f) {
   app->add_option("--gpus-per-node", f->gpus_per_node, "GPUs per node (default: the node preset's)");
   app->add_option("--seq", f->seq, "sequence length in tokens")->capture_default_str();
   app->add_option("--global-batch", f->global_batch, "sequences per optimizer step")->capture_default_str();
+  app->add_option("--doc-len", f->doc_len,
+                  "packed documents: tokens per document in each sequence, attention masked per document "
+                  "(variable-length attention, as packed SFT runs it); 0 = none")
+      ->capture_default_str();
   app->add_option("--mode", f->mode, "pretrain, finetune, lora or qlora (LoRA on 4-bit NF4 base weights, Dettmers et al. 2023)")->capture_default_str();
   app->add_option("--lora-rank", f->lora_rank, "LoRA rank r")->capture_default_str();
   app->add_option("--lora-alpha", f->lora_alpha, "LoRA alpha")->capture_default_str();
@@ -228,7 +232,11 @@ Result<Setup> setup_from_flags(const JobFlags& f) {
   if (f.seq < 1 || f.seq > (int64_t{1} << 24)) return Status::bad_input("--seq: expected 1..16777216 tokens, got " + std::to_string(f.seq));
   if (f.global_batch < 1 || f.global_batch > 100000000)
     return Status::bad_input("--global-batch: expected 1..100000000 sequences, got " + std::to_string(f.global_batch));
+  if (f.doc_len < 0 || f.doc_len > f.seq)
+    return Status::bad_input("--doc-len: expected 0 (no packed documents) up to --seq " + std::to_string(f.seq) + " tokens, got " +
+                             std::to_string(f.doc_len));
   j.seq_len = f.seq;
+  j.doc_len = f.doc_len;
   j.global_batch = f.global_batch;
   if (f.lora_rank < 1) return Status::bad_input("--lora-rank: expected a positive rank, got " + std::to_string(f.lora_rank));
   j.lora.rank = f.lora_rank;

@@ -33,6 +33,7 @@ struct JobFlags {
   int gpus = 8;
   int gpus_per_node = kUnsetFlag;  // the preset's
   int64_t seq = 2048;
+  int64_t doc_len = 0;
   int64_t global_batch = 512;
   std::string mode = "pretrain";
   int lora_rank = 8;

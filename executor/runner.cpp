@@ -132,6 +132,12 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   // precision-aware optimizer) runs and is predicted with fp32 ones.
   if (f.job.moments != MomentsDtype::fp32) changes.push_back("optimizer moments in fp32 (the plan's bf16 moments are Transformer Engine's FusedAdam's)");
   e.job.moments = MomentsDtype::fp32;
+  // The executor's attention kernels take one causal sequence, with no per-document mask:
+  // a plan with packed documents runs, and is predicted, with whole-sequence attention.
+  if (f.job.doc_len > 0 && f.job.doc_len < f.job.seq_len)
+    changes.push_back("whole-sequence attention (the plan's packed documents of " + std::to_string(f.job.doc_len) +
+                      " tokens are not masked apart)");
+  e.job.doc_len = 0;
   const int64_t micro_per_step = microbatches_per_step(f.job, p);
   if (comm) {  // distributed data parallel: the plan's dp and ZeRO stay
     changes.push_back(std::string(comm->modelled() ? "rank proxy of" : "rank") + " " + std::to_string(comm->rank(Group::world)) +

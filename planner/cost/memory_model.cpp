@@ -34,11 +34,11 @@ bool parse_enum(const std::string& s, SelectiveRecompute* out) {
 }
 
 const char* to_string(Fp8WeightCopies v) {
-  static const char* kNames[] = {"none", "cached", "per_microbatch"};
+  static const char* kNames[] = {"none", "cached", "per_microbatch", "primary"};
   return kNames[static_cast<int>(v)];
 }
 bool parse_enum(const std::string& s, Fp8WeightCopies* out) {
-  for (Fp8WeightCopies v : {Fp8WeightCopies::none, Fp8WeightCopies::cached, Fp8WeightCopies::per_microbatch})
+  for (Fp8WeightCopies v : {Fp8WeightCopies::none, Fp8WeightCopies::cached, Fp8WeightCopies::per_microbatch, Fp8WeightCopies::primary})
     if (s == to_string(v)) return *out = v, true;
   return false;
 }
@@ -263,6 +263,7 @@ LayerContext layer_context(const ModelSpec& m, const TrainingJob& j, const Paral
   c.b = p.micro_batch;
   c.s = j.seq_len / p.cp;
   c.s_kv = j.seq_len;
+  c.span_kv = j.attention_span();
   c.t = p.tp;
   c.sp = p.sp;
   c.ep = p.ep;
@@ -787,8 +788,16 @@ MemoryInputs memory_inputs(const ModelSpec& m, const GpuSpec& gpu, const Trainin
   const uint32_t lora_mask = j.mode == TrainMode::lora ? lora_target_mask(j.lora, m.family) : 0;
   in.pc = count_params(m, p.tp, p.pp, p.ep, lora_mask, j.lora.rank);
   const bool fp8 = j.fp8_linear();
-  if (fp8 && opt.fp8_weight_copies == Fp8WeightCopies::cached) {
+  if (fp8 && (opt.fp8_weight_copies == Fp8WeightCopies::cached || opt.fp8_weight_copies == Fp8WeightCopies::primary)) {
     in.fp8_cached_bytes_per_param = fp8_weight_copy_bytes(j.fp8, gpu);
+    // FP8 primary weights replace the layers' 16-bit weights (outside ZeRO-3, whose
+    // sharded states keep their 16-bit count): the layers' linear weights drop those bytes.
+    // Blockwise scaling keeps 16-bit weights: Megatron-Bridge's recipe for it
+    // (bf16_with_fp8_subchannel_scaling_mixed, training/mixed_precision.py, v0.3.0) sets
+    // fp8_param_gather False where the tensorwise, delayed and MXFP8 ones set it True.
+    if (opt.fp8_weight_copies == Fp8WeightCopies::primary && j.fp8 != Fp8Recipe::blockwise && plan.zero < 3 &&
+        j.mode != TrainMode::lora && j.frozen_layer_count(m.layers) == 0)
+      in.fp8_primary_saved_bytes_per_param = j.precision == Precision::fp32 ? 4 : 2;
     // FP8 modules of a layer: Transformer Engine fuses q, k, v into one (LayerNormLinear),
     // then the output projection and the MLP's two GEMMs; a routed expert has its own two
     // (GroupedLinear), the router stays 16-bit.
@@ -920,8 +929,9 @@ StageBase stage_base(const ModelSpec& m, const TrainingJob& j, const ParallelPla
     }
     if (in.kinds != 1) cached_params = p.zero == 3 ? cached_layers * largest : all;
   }
-  base[static_cast<int>(MemoryItem::weights)] = states.weights + cached_params * in.fp8_cached_bytes_per_param +
-                                                layers * in.fp8_scaling_bytes_per_layer;
+  base[static_cast<int>(MemoryItem::weights)] =
+      states.weights + cached_params * (in.fp8_cached_bytes_per_param - in.fp8_primary_saved_bytes_per_param) +
+      layers * in.fp8_scaling_bytes_per_layer;
   base[static_cast<int>(MemoryItem::gradients)] = states.gradients + x.unsharded_gradients;
   base[static_cast<int>(MemoryItem::optimizer_states)] = states.optimizer_states;
   base[static_cast<int>(MemoryItem::master_weights)] = states.master_weights;

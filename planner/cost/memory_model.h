@@ -54,6 +54,11 @@ enum class Fp8WeightCopies {
                    // Megatron-Core's TE wrappers pass under gradient accumulation)
   per_microbatch,  // cast at each forward, the dgrad copy saved with the micro-batch's tensors
                    // (TE modules called without is_first_microbatch)
+  primary,         // the weights themselves are FP8: Transformer Engine quantized parameters
+                   // (Megatron-Core's fp8_param / --fp8-param-gather) hold each linear weight
+                   // only in the recipe's orientations, all step, with no 16-bit copy; the
+                   // optimizer's fp32 master weights are the high-precision values. Under
+                   // ZeRO-3 counted as `cached` (the shards' dtype is not modelled).
 };
 
 // Names in stack files ("attention_scores", "torch_op_sac"; "none", "cached",
@@ -507,6 +512,9 @@ struct MemoryInputs {
   // every FP8 module's scaling state (amax histories, scales) per layer.
   double fp8_cached_bytes_per_param = 0;
   double fp8_scaling_bytes_per_layer = 0;
+  // Fp8WeightCopies::primary: the 16-bit bytes per cached layer parameter that the FP8
+  // weights replace (0 otherwise).
+  double fp8_primary_saved_bytes_per_param = 0;
   LayerBackwardMoments backward_moments;        // activation_gradient_bytes of the plan's shape (the main MLP kind)
   LayerBackwardMoments dense_backward_moments;  // the same for a MoE model's dense layers
   // Multi-token prediction: what its modules keep per micro-batch on the last stage, per

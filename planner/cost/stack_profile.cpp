@@ -108,6 +108,7 @@ std::vector<std::string> memory_convention_names(const StackProfile& s, int tp, 
   if (s.fp8_quantized_inputs) out.push_back("FP8: linear inputs saved quantized for the weight gradients");
   if (s.fp8_weight_copies == Fp8WeightCopies::cached) out.push_back("FP8: every layer's quantized weight copies cached all step");
   if (s.fp8_weight_copies == Fp8WeightCopies::per_microbatch) out.push_back("FP8: quantized weights saved with each micro-batch");
+  if (s.fp8_weight_copies == Fp8WeightCopies::primary) out.push_back("FP8: the linear weights kept only as FP8 (no 16-bit copy)");
   return out;
 }
 
@@ -143,7 +144,11 @@ bool bounded_by(const MemoryConvention& a, const MemoryConvention& b, bool outsi
          // FP8 copy is narrower than the three inputs it saves on); weight copies of two
          // kinds are not ordered.
          (a.memory.fp8_quantized_inputs || !b.memory.fp8_quantized_inputs) &&
-         (a.memory.fp8_weight_copies == Fp8WeightCopies::none || a.memory.fp8_weight_copies == b.memory.fp8_weight_copies);
+         // FP8 primary weights (1-2 B) and the 16-bit weight alone (2 B) are not ordered
+         // either; both are at most the 16-bit weight plus cached copies.
+         (a.memory.fp8_weight_copies == b.memory.fp8_weight_copies ||
+          (a.memory.fp8_weight_copies == Fp8WeightCopies::none && b.memory.fp8_weight_copies != Fp8WeightCopies::primary) ||
+          (a.memory.fp8_weight_copies == Fp8WeightCopies::primary && b.memory.fp8_weight_copies == Fp8WeightCopies::cached));
 }
 
 }  // namespace
@@ -261,7 +266,7 @@ Result<StackProfile> stack_from_json(const json& j, const std::string& origin) {
   m.get("moe_tp_partial_gradients", &s.moe_tp_partial_gradients, false);
   m.get("moe_probs_in_activation", &s.moe_probs_in_activation, false);
   m.get("fp8_quantized_inputs", &s.fp8_quantized_inputs, false);
-  m.get_enum("fp8_weight_copies", &s.fp8_weight_copies, "none, cached, per_microbatch", false);
+  m.get_enum("fp8_weight_copies", &s.fp8_weight_copies, "none, cached, per_microbatch, primary", false);
   m.get("step_fp32_grad_copy", &s.step_fp32_grad_copy, false);
   m.get("step_grad_copy_group_elements", &s.step_grad_copy_group_elements, 0, 1e15, false);
   if (Status st = m.finish(); !st) return st;

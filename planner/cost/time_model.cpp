@@ -377,13 +377,14 @@ LayerTimes layer_times(const ModelSpec& m, const ClusterSpec& c, const TrainingJ
 
   // ---- attention core
   const double a_local = m.heads / t;
-  const double core_full = 2 * 2 * tokens * static_cast<double>(lc.s_kv) * qw / t;
+  // Packed documents (LayerContext::span_kv): a fused kernel runs each document alone.
+  const double core_full = 2 * 2 * tokens * lc.fused_keys() * qw / t;
   double attn_fwd = 0, attn_bwd = 0;
   if (lc.flash) {
     // Fused kernels skip the masked half; backward does 2.5x the forward's matmuls
     // (recomputed QK^T, dV, dP, dQ, dK). Narrow heads and short sequences use the tensor
     // cores less well (Dao 2023, FlashAttention-2, Fig. 5-6).
-    const double d = static_cast<double>(m.head_width()), skv = static_cast<double>(lc.s_kv);
+    const double d = static_cast<double>(m.head_width()), skv = lc.fused_keys();
     // A windowed layer's kernel visits only the window's key blocks (FlashAttention-2's
     // window_size, which skips the blocks outside it): its causal FLOPs are the recipe's and
     // its efficiency that of w keys. Latent attention: QK^T over d_h + d_h^R, PV over v.
@@ -606,7 +607,7 @@ StepTimeInputs step_time_inputs(const ModelSpec& m, const ClusterSpec& c, const 
   in.step_tokens = static_cast<double>(j.global_batch) * j.seq_len;
   // Model FLOPs: 6N + attention per token for full training; LoRA and frozen layers skip
   // weight gradients of frozen weights (2N + 2N + small instead of 6N).
-  double per_token = model_flops_per_token(m, j.seq_len);
+  double per_token = model_flops_per_token(m, j.attention_span());  // packed documents: attention within each
   if (j.mode == TrainMode::lora) per_token *= 2.0 / 3.0;
   else if (in.frozen > 0) per_token *= 1.0 - (static_cast<double>(in.frozen) / m.layers) / 3.0;
   in.model_flops = per_token * in.step_tokens;

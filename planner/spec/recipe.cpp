@@ -575,13 +575,15 @@ LayerFlops forward_flops_per_layer(const ModelSpec& m, const LayerContext& c, do
   // for QK^T, v_head_dim for PV). A window of w keys bounds both (the literature's
   // non-causal count over min(s_kv, w) keys) and the causal share runs over
   // causal_keys_per_query of them.
+  // Packed documents bound the keys to each query's own document (LayerContext::span_kv):
+  // the counts run over documents of fused_keys() tokens, not the whole sequence.
   if (!m.mla.enabled() && c.window <= 0) {
-    const double core = 2 * 2 * tokens * static_cast<double>(c.s_kv) * qw / t;
+    const double core = 2 * 2 * tokens * c.fused_keys() * qw / t;
     fl.attention = core;
     // Causal: each query sees on average half of the keys (s_kv = s without CP).
     fl.attention_causal = core * 0.5;
   } else {
-    const double skv = static_cast<double>(c.s_kv);
+    const double skv = c.fused_keys();
     const double keys = c.window > 0 ? std::min(skv, static_cast<double>(c.window)) : skv;
     const double per_key = 2 * tokens * (qw + static_cast<double>(m.v_width())) / t;
     fl.attention = per_key * keys;

@@ -68,6 +68,11 @@ struct LayerContext {
   int64_t b = 1;                  // micro-batch, sequences
   int64_t s = 2048;               // tokens per sequence on this rank (seq_len / cp)
   int64_t s_kv = 2048;            // keys each query attends to (seq_len)
+  // Packed documents (TrainingJob::doc_len): a fused kernel visits only each query's own
+  // document, span_kv <= s_kv keys; materialised scores still span s_kv (the mask is
+  // applied to whole-sequence scores). 0: s_kv.
+  int64_t span_kv = 0;
+  double fused_keys() const { return static_cast<double>(span_kv > 0 && span_kv < s_kv ? span_kv : s_kv); }
   int t = 1;                      // tensor-parallel size
   bool sp = false;                // sequence parallel
   int ep = 1;                     // expert parallel (MoE)

@@ -669,6 +669,7 @@ Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
   r.get("frozen_layers", &t.frozen_layers, 0, kMaxLayers, false);
   r.get("frozen_fraction", &t.frozen_fraction, 0, 1, false);
   r.get("seq_len", &t.seq_len, 1, kMaxSeq);
+  r.get("doc_len", &t.doc_len, 0, kMaxSeq, false);
   r.get("global_batch", &t.global_batch, 1, kMaxBatch);
   r.get_enum("precision", &t.precision, "fp32, fp16, bf16");
   t.amp = t.precision == Precision::fp32 ? AmpLevel::O0 : AmpLevel::O2;
@@ -684,6 +685,9 @@ Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
   if (legacy_fp8 && r.has("fp8") && t.fp8 == Fp8Recipe::none)
     r.fail("fp8_linear", "expected no fp8_linear (the old spelling of 'fp8') beside 'fp8': \"none\"");
   if (Status s = r.finish(); !s) return s;
+  if (t.doc_len > t.seq_len)
+    return Status::bad_input(origin + ": field 'job.doc_len': expected 0 (no packed documents) up to seq_len " +
+                             std::to_string(t.seq_len) + " tokens, got " + std::to_string(t.doc_len));
   if (t.precision == Precision::fp32) t.amp = AmpLevel::O0;
   else if (t.amp == AmpLevel::O0) return Status::bad_input(origin + ": field 'job.amp': expected O1, O2 or O3 with " +
                                                            to_string(t.precision) + " precision, got O0");
@@ -695,6 +699,7 @@ json to_json(const TrainingJob& t) {
             {"frozen_layers", t.frozen_layers},
             {"frozen_fraction", t.frozen_fraction},
             {"seq_len", t.seq_len},
+            {"doc_len", t.doc_len},
             {"global_batch", t.global_batch},
             {"precision", to_string(t.precision)},
             {"amp", to_string(t.amp)},

@@ -283,6 +283,13 @@ struct TrainingJob {
   int frozen_layers = 0;             // bottom transformer layers with no trainable weights
   double frozen_fraction = 0;        // alternative to frozen_layers, 0..1 (rounded down)
   int64_t seq_len = 2048;            // tokens per sequence
+  // Packed documents (0: none): each sequence holds documents of doc_len tokens, and
+  // attention is masked per document (variable-length / THD attention with cu_seqlens,
+  // as NeMo's packed SFT and document-masked pre-training run it), so a query sees only
+  // its own document's earlier keys. For documents of varying length, the token-weighted
+  // span E[d^2] / E[d]. At most seq_len (= one document per sequence).
+  int64_t doc_len = 0;
+  int64_t attention_span() const { return doc_len > 0 && doc_len < seq_len ? doc_len : seq_len; }
   int64_t global_batch = 512;        // sequences per optimizer step, all DP replicas
   Precision precision = Precision::bf16;
   AmpLevel amp = AmpLevel::O2;       // ignored (O0) for fp32

@@ -74,6 +74,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"memory --model llama2-7b --gpus 8 --tp 2 --dp 8", "expected equal"},
                       BadCase{"memory --model llama2-7b --seq 1099511627776", "--seq"},
                       BadCase{"memory --model llama2-7b --seq 0", "--seq"},
+                      BadCase{"memory --model llama2-7b --seq 4096 --doc-len 5000", "--doc-len"},
+                      BadCase{"sweep --model llama2-7b --gpus 8 --doc-len -1", "--doc-len"},
                       BadCase{"memory --params 1e15", "--params"},
                       BadCase{"memory --params -7B", "--params"},
                       BadCase{"memory --params 7Q", "--params"},
