@@ -405,7 +405,7 @@ Runner register_validate(CLI::App* sub) {
   auto c = std::make_shared<ValidateCommand>();
   sub->add_option("--data", c->data,
                   "reference runs file(s) (schema llmplan-reference-runs/1; repeatable; default: data/reference/published_runs.json, "
-                  "published_runs_2024_2026.json and published_runs_mbridge_2602_moe.json)");
+                  "published_runs_2024_2026.json, published_runs_mbridge_2602_moe.json and published_runs_mbridge_2511_2602_dense.json)");
   sub->add_option("--write-stacks", c->write_stacks, "with --fit: write the fitted stack profiles (data/stacks format) into this folder");
   sub->add_option("--data-root", c->data_root, "folder with models/ and data/ for the GPU presets");
   sub->add_option("--json", c->json_out, "write rows and summaries as JSON to this file ('-' = stdout, JSON only)");

@@ -289,6 +289,10 @@ void prepare_job(const ReferenceRecord& r, Prepared* p) {
   j.precision = prec == "fp32" ? Precision::fp32 : (prec == "fp16" ? Precision::fp16 : Precision::bf16);
   j.amp = j.precision == Precision::fp32 ? AmpLevel::O0 : AmpLevel::O2;
   if (r.job.optimizer_moments) parse_enum(*r.job.optimizer_moments, &j.moments);
+  if (r.job.doc_len) j.doc_len = std::min(*r.job.doc_len, j.seq_len);
+  // No FP4 training recipe is modelled (TE's NVFP4BlockScaling keeps 4-bit copies with
+  // 16-element E4M3 scales and runs its GEMMs at the FP4 peak): listed, not compared.
+  if (prec == "fp4") p->skip = "FP4 training (" + r.job.fp4_recipe.value_or("fp4") + ") is not modelled";
 }
 
 void prepare_plan(const ReferenceRecord& r, Prepared* p) {
@@ -758,7 +762,7 @@ std::vector<ValidationRow> validate_records(const ReferenceSet& set, const Prese
     if (wants_throughput) {
       ValidationRow row = throughput_row(r, p);
       row.index_in_group = index;
-      if (!row.skipped && !row.assumed) row.fitting_subset = in_fitting_subset(specified_in_group[r.group]++) && !p.model.moe.enabled();
+      if (!row.skipped && !row.assumed) row.fitting_subset = in_fitting_subset(specified_in_group[r.group]++) && !p.model.moe.enabled() && !r.evaluation_only;
       if (!opt.fully_specified_throughput_only || (!row.skipped && !row.assumed)) rows.push_back(std::move(row));
     }
     if (wants_memory && !opt.fully_specified_throughput_only) {

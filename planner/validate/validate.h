@@ -69,6 +69,10 @@ struct RefJob {
   std::optional<std::string> main_grads; // bf16 fp32 (2024-26 schema; absent or null: the stack's convention)
   std::optional<std::string> fp8_recipe; // tensorwise delayed blockwise mxfp8 (precision fp8; absent or null: tensorwise)
   std::optional<std::string> optimizer_moments;  // fp32 bf16 (2024-26 schema; absent or null: fp32)
+  std::optional<std::string> fp4_recipe;  // nvfp4 (precision fp4; read so that the record is listed as skipped)
+  // Packed documents: tokens per document in each sequence, attention masked per document
+  // (TrainingJob::doc_len; absent or null: one document per sequence).
+  std::optional<int64_t> doc_len;
 };
 
 struct RefPlan {
@@ -103,11 +107,15 @@ struct ReferenceRecord {
   RefJob job;
   RefPlan plan;
   RefMeasured measured;
+  bool evaluation_only = false;  // its file's (ReferenceSet::evaluation_only), kept through merges
 };
 
 struct ReferenceSet {
   std::string origin;       // the file it was read from
   std::string description;
+  // Records added after the shipped constants were fitted, to measure them: never in a
+  // fit's fitting half (top-level "evaluation_only": true; absent: false).
+  bool evaluation_only = false;
   std::vector<ReferenceRecord> records;
 };
 
@@ -120,8 +128,8 @@ Result<ReferenceSet> load_reference_runs(const std::string& path);
 // <default_data_root()>/data/reference/published_runs.json
 std::string default_reference_path();
 // The shipped files `llmplan validate` reads by default: published_runs.json,
-// published_runs_2024_2026.json and published_runs_mbridge_2602_moe.json (each reported
-// as its own groups).
+// published_runs_2024_2026.json, published_runs_mbridge_2602_moe.json and
+// published_runs_mbridge_2511_2602_dense.json (each reported as its own groups).
 std::vector<std::string> default_reference_paths();
 // Several files read as one set; a record id or group in two files is bad_input naming both.
 Result<ReferenceSet> load_reference_files(const std::vector<std::string>& paths);

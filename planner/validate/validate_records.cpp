@@ -146,12 +146,14 @@ Status read_cluster(RecordReader r, RefCluster* c) {
 }
 
 Status read_job(RecordReader r, RefJob* j) {
-  r.opt_enum("precision", &j->precision, {"fp32", "fp16", "bf16", "fp8"});
+  r.opt_enum("precision", &j->precision, {"fp32", "fp16", "bf16", "fp8", "fp4"});
   r.opt("global_batch", &j->global_batch, 1, kBig);
   r.req_enum("mode", &j->mode, {"pretrain", "finetune", "lora"});
   if (r.has("main_grads")) r.opt_enum("main_grads", &j->main_grads, {"bf16", "fp32"});
   if (r.has("fp8_recipe")) r.opt_enum("fp8_recipe", &j->fp8_recipe, {"tensorwise", "delayed", "blockwise", "mxfp8"});
   if (r.has("optimizer_moments")) r.opt_enum("optimizer_moments", &j->optimizer_moments, {"fp32", "bf16"});
+  if (r.has("fp4_recipe")) r.opt_enum("fp4_recipe", &j->fp4_recipe, {"nvfp4"});
+  if (r.has("doc_len")) r.opt("doc_len", &j->doc_len, 1, kBig);
   return r.finish();
 }
 
@@ -220,6 +222,7 @@ Result<ReferenceSet> parse_reference_runs(const json& doc, const std::string& or
   if (top.status().is_ok() && schema != kSchema)
     top.fail("schema", std::string("expected \"") + kSchema + "\", got \"" + schema + "\"");
   top.get("description", &set.description);
+  top.get("evaluation_only", &set.evaluation_only, false);
   const json* records = top.raw("records");
   if (top.status().is_ok() && (!records || !records->is_array())) top.fail("records", "expected an array of records");
   if (Status s = top.finish(); !s) return s;
@@ -228,6 +231,7 @@ Result<ReferenceSet> parse_reference_runs(const json& doc, const std::string& or
     ReferenceRecord rec;
     const std::string at = "records[" + std::to_string(i) + "]";
     if (Status s = read_record((*records)[i], origin, at, &rec); !s) return s;
+    rec.evaluation_only = set.evaluation_only;
     if (auto [it, fresh] = seen.emplace(rec.id, i); !fresh)
       return Status::bad_input(origin + ": field '" + at + ".id': '" + rec.id + "' is also records[" + std::to_string(it->second) +
                                "]'s (expected ids unique in a file)");
@@ -272,7 +276,8 @@ std::string default_reference_path() { return default_data_root() + "/data/refer
 
 std::vector<std::string> default_reference_paths() {
   return {default_reference_path(), default_data_root() + "/data/reference/published_runs_2024_2026.json",
-          default_data_root() + "/data/reference/published_runs_mbridge_2602_moe.json"};
+          default_data_root() + "/data/reference/published_runs_mbridge_2602_moe.json",
+          default_data_root() + "/data/reference/published_runs_mbridge_2511_2602_dense.json"};
 }
 
 Result<ReferenceSet> load_reference_files(const std::vector<std::string>& paths) {

@@ -360,6 +360,36 @@ TEST(ValidateFit, HalvesAreDeterministicAndDisjoint) {
   EXPECT_FALSE(in_fitting_subset(1));
 }
 
+// A file marked evaluation_only (records added after the constants were fitted, to measure
+// them) keeps every record out of the fitting half, also when read with other files; the
+// shipped Megatron-Bridge 25.11/26.02 dense file is one, and the other shipped files are not.
+TEST(ValidateFit, EvaluationOnlyFilesNeverEnterTheFittingHalf) {
+  const std::string dense = default_data_root() + "/data/reference/published_runs_mbridge_2511_2602_dense.json";
+  Result<ReferenceSet> one = load_reference_runs(dense);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_TRUE(one->evaluation_only);
+  Result<ReferenceSet> both = load_reference_files({default_reference_path(), dense});
+  ASSERT_TRUE(both.ok()) << both.status().message();
+  const Result<PresetRegistry> presets = PresetRegistry::load(default_data_root());
+  ASSERT_TRUE(presets.ok());
+  int eval_compared = 0, fitted_elsewhere = 0;
+  for (const ValidationRow& r : validate_records(*both, *presets, ValidationOptions{})) {
+    if (!r.throughput || r.skipped || r.assumed) continue;
+    if (r.group.rfind("mbridge2511", 0) == 0 || r.group.rfind("mbridge2602_perf", 0) == 0) {
+      ++eval_compared;
+      EXPECT_FALSE(r.fitting_subset) << r.id;
+    } else if (r.fitting_subset) {
+      ++fitted_elsewhere;
+    }
+  }
+  EXPECT_GE(eval_compared, 20);
+  EXPECT_GT(fitted_elsewhere, 50);
+  nlohmann::json doc = {{"schema", "llmplan-reference-runs/1"}, {"description", ""}, {"evaluation_only", "yes"}, {"records", nlohmann::json::array()}};
+  Result<ReferenceSet> bad = parse_reference_runs(doc, "x.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("evaluation_only"), std::string::npos) << bad.status().message();
+}
+
 // The shipped Efficiency defaults are the fit's output: re-fitting from the prior cannot
 // do better than them (stale defaults after a model change fail here: run
 // `llmplan validate --fit` and paste the printed constants into planner/cost/time_model.h).
