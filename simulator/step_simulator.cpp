@@ -305,6 +305,15 @@ void StepBuilder::build_stage(int s) {
         if (zero3) visits_.push_back(t);
         prev = add_layer_comm(s, L, Pass::forward, t, mb, c, hidden);
       }
+      if (chunk_layers(s, c) == 0) {
+        // A chunk of no layer (the embedding's or the loss's alone, plan_check.h
+        // pipeline_split_ok): an instant pass, so that the chunk's pass has a first task
+        // and its hand-over its place in the order.
+        const int t = add_compute(s, EventKind::forward, 0, mb, c, -1);
+        first_compute(t);
+        engine_.depend(prev, t);
+        prev = t;
+      }
       if (k == last_virtual) {
         const int t = add_compute(s, EventKind::head_forward, sc.head_forward, mb, c, -1);
         engine_.depend(prev, t);
@@ -369,6 +378,8 @@ void StepBuilder::build_stage(int s) {
         if (weights_only) producing_pass(EventKind::weight_grad, 0, head_grads, -1);  // the head's gradients, made by its B
         else producing_pass(EventKind::head_backward, sc.head_backward, head_grads, -1);
       }
+      if (chunk_layers(s, c) == 0 && k != last_virtual)
+        producing_pass(weights_only ? EventKind::weight_grad : EventKind::backward, 0, 0, -1);  // the embedding's chunk alone
       for (int jl = chunk_layers(s, c) - 1; jl >= 0; --jl) {
         const int li = chunk_first(s, c) + jl;
         const LayerCost& L = sc.layers[li];

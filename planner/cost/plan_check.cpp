@@ -149,7 +149,12 @@ bool pipeline_split_ok(int layers, const ParallelPlan& p) {
     }
     return sum == layers;
   }
-  return (layers + 2) % nv == 0 && (layers + 2) / nv >= (nv == 1 ? 3 : 2);
+  // One slot per virtual stage leaves the first chunk only the embedding and the last only
+  // the loss (Megatron-Core's account_for_embedding/loss_in_pipeline_split with
+  // layers + 2 = pp * vpp: NVIDIA's Llama 3.1 405B MXFP8 recipe on GB200, 126 + 2 = 16 x 8):
+  // allowed with interleaving, where those stages keep their other chunks' layers.
+  const int slots = (layers + 2) / nv;
+  return (layers + 2) % nv == 0 && (slots >= (nv == 1 ? 3 : 2) || (slots == 1 && p.vpp >= 2));
 }
 
 PipelineSplit default_pipeline_split(int layers, int pp, int vpp) {

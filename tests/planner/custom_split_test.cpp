@@ -13,6 +13,7 @@
 #include "planner/cost/time_model.h"
 #include "planner/search/sweep.h"
 #include "planner/spec/spec_json.h"
+#include "simulator/step_simulator.h"
 #include "tests/shipped_presets.h"
 
 namespace llmplan {
@@ -162,6 +163,47 @@ TEST(CustomSplit, TheSlowestStageSetsThePace) {
   ParallelPlan same = custom(2, 1, {4, 4}), plain;
   same.dp = plain.dp = 4, plain.pp = 2;
   EXPECT_DOUBLE_EQ(estimate_memory(m, c, j, same).worst.total, estimate_memory(m, c, j, plain).worst.total);
+}
+
+// Megatron-Core's embedding/loss split with one slot per virtual stage (NVIDIA's Llama 3.1
+// 405B MXFP8 recipe on 256 GB200s: tp 4, pp 16 x vpp 8, 126 + 2 = 128 slots): the first
+// chunk holds the embedding alone and the last the loss alone, so stage 0 and stage 15
+// keep 8 - 1 = 7 layers and the other stages 8. Without interleaving one slot per stage
+// leaves a stage nothing, which stays refused. The simulator plays the empty chunks as
+// instant passes and lands within 5% of the analytic step.
+TEST(CustomSplit, EmbeddingAndLossChunksWithoutLayers) {
+  const PresetRegistry& reg = shipped_presets();
+  const ModelSpec m = *reg.model("llama3.1-405b");
+  ParallelPlan p;
+  p.pp = 16, p.vpp = 8, p.tp = 4, p.sp = true, p.dp = 4, p.micro_batch = 1;
+  p.schedule = Schedule::interleaved;
+  p.pipeline_split = PipelineSplit::account_embedding_loss;
+  ASSERT_TRUE(pipeline_split_ok(126, p));
+  EXPECT_EQ(virtual_stage_layers(126, p, 0), 0);
+  EXPECT_EQ(virtual_stage_layers(126, p, 127), 0);
+  for (int v = 1; v < 127; ++v) EXPECT_EQ(virtual_stage_layers(126, p, v), 1) << v;
+  EXPECT_EQ(first_layer_of_virtual_stage(126, p, 1), 0);
+  EXPECT_EQ(first_layer_of_virtual_stage(126, p, 126), 125);
+  EXPECT_EQ(pp_stage_layers(126, p, 0), 7);
+  EXPECT_EQ(pp_stage_layers(126, p, 15), 7);
+  EXPECT_EQ(pp_stage_layers(126, p, 7), 8);
+  ParallelPlan flat = p;
+  flat.pp = 128, flat.vpp = 1;
+  EXPECT_FALSE(pipeline_split_ok(126, flat));
+
+  const ClusterSpec c = cluster_with_gpus(*reg.cluster_for_gpu("gb200"), 256);
+  TrainingJob j;
+  j.seq_len = 8192;
+  j.global_batch = 1536;
+  j.fp8 = Fp8Recipe::mxfp8;
+  p.grad_accum = 384;
+  ASSERT_EQ(check_plan(m, c, j, p, 256), RejectReason::none);
+  const double analytic = estimate_time(m, c, j, p, Efficiency{}).total;
+  SimOptions o;
+  o.record_events = o.record_memory = false;
+  const Result<SimResult> sim = simulate_step(m, c, j, p, o);
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  EXPECT_NEAR(sim->total / analytic, 1.0, 0.05);
 }
 
 // DeepSeek-V3's 61 layers on pp 8 x vpp 2: neither 61 nor 63 divides by 16. The balanced split
