@@ -134,7 +134,7 @@ PlanFile single_rank(const PlanFile& f, const RunOptions& o, std::string* label,
   e.job.moments = MomentsDtype::fp32;
   // The executor's attention kernels take one causal sequence, with no per-document mask:
   // a plan with packed documents runs, and is predicted, with whole-sequence attention.
-  if (f.job.doc_len > 0 && f.job.doc_len < f.job.seq_len)
+  if (f.job.packed_documents())
     changes.push_back("whole-sequence attention (the plan's packed documents of " + std::to_string(f.job.doc_len) +
                       " tokens are not masked apart)");
   e.job.doc_len = 0;

@@ -67,7 +67,7 @@ Result<ExportResult> export_plan(const PlanFile& f, LaunchFormat to, const Expor
   // Packed documents are a data-pipeline setting (NeMo's packed_sequence_specs with THD
   // attention, torchtitan's block-causal flex attention), which the formats' pre-training
   // launches over whole sequences do not write: exporting it would launch another run.
-  if (f.job.doc_len > 0 && f.job.doc_len < f.job.seq_len)
+  if (f.job.packed_documents())
     return Status::bad_input("--to " + std::string(to_string(to)) + ": job.doc_len " + std::to_string(f.job.doc_len) +
                              ": packed documents with per-document attention are not written by llmplan's launch formats "
                              "(expected doc_len 0; set up packing in the framework's data pipeline)");

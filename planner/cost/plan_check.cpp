@@ -5,6 +5,7 @@
 
 #include "planner/spec/fp8_recipe.h"
 #include "planner/spec/recipe.h"
+#include "planner/spec/spec_json.h"
 
 namespace llmplan {
 
@@ -350,9 +351,7 @@ Status check_inputs(const ModelSpec& m, const TrainingJob& j, const std::string&
                              " parameters (expected fewer than 1e14; check hidden/layers/vocab)");
   if (j.seq_len > (int64_t{1} << 24))
     return Status::bad_input(origin + ": field 'job.seq_len': expected at most 16777216 tokens, got " + std::to_string(j.seq_len));
-  if (j.doc_len < 0 || j.doc_len > j.seq_len)
-    return Status::bad_input(origin + ": field 'job.doc_len': expected 0 (no packed documents) up to seq_len " +
-                             std::to_string(j.seq_len) + " tokens, got " + std::to_string(j.doc_len));
+  if (Status s = check_doc_len(j, origin); !s) return s;
   // LoRA's q, k, v targets are the projections of h to the heads; latent attention has
   // down and up projections instead, whose adapters are not modelled.
   if (j.mode == TrainMode::lora && m.mla.enabled() &&

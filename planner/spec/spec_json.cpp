@@ -685,13 +685,17 @@ Result<TrainingJob> job_from_json(const json& j, const std::string& origin) {
   if (legacy_fp8 && r.has("fp8") && t.fp8 == Fp8Recipe::none)
     r.fail("fp8_linear", "expected no fp8_linear (the old spelling of 'fp8') beside 'fp8': \"none\"");
   if (Status s = r.finish(); !s) return s;
-  if (t.doc_len > t.seq_len)
-    return Status::bad_input(origin + ": field 'job.doc_len': expected 0 (no packed documents) up to seq_len " +
-                             std::to_string(t.seq_len) + " tokens, got " + std::to_string(t.doc_len));
+  if (Status s = check_doc_len(t, origin); !s) return s;
   if (t.precision == Precision::fp32) t.amp = AmpLevel::O0;
   else if (t.amp == AmpLevel::O0) return Status::bad_input(origin + ": field 'job.amp': expected O1, O2 or O3 with " +
                                                            to_string(t.precision) + " precision, got O0");
   return t;
+}
+
+Status check_doc_len(const TrainingJob& j, const std::string& origin) {
+  if (j.doc_len >= 0 && j.doc_len <= j.seq_len) return Status::ok();
+  return Status::bad_input(origin + ": field 'job.doc_len': expected 0 (no packed documents) up to seq_len " + std::to_string(j.seq_len) +
+                           " tokens, got " + std::to_string(j.doc_len));
 }
 
 json to_json(const TrainingJob& t) {

@@ -31,6 +31,8 @@ Result<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::string
 nlohmann::json to_json(const ClusterSpec& c);
 
 Result<TrainingJob> job_from_json(const nlohmann::json& j, const std::string& origin);
+// job.doc_len within 0..seq_len, else bad_input naming the field under `origin`.
+Status check_doc_len(const TrainingJob& j, const std::string& origin);
 nlohmann::json to_json(const TrainingJob& t);
 
 Result<ParallelPlan> plan_from_json(const nlohmann::json& j, const std::string& origin);

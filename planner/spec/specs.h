@@ -289,7 +289,8 @@ struct TrainingJob {
   // its own document's earlier keys. For documents of varying length, the token-weighted
   // span E[d^2] / E[d]. At most seq_len (= one document per sequence).
   int64_t doc_len = 0;
-  int64_t attention_span() const { return doc_len > 0 && doc_len < seq_len ? doc_len : seq_len; }
+  bool packed_documents() const { return doc_len > 0 && doc_len < seq_len; }
+  int64_t attention_span() const { return packed_documents() ? doc_len : seq_len; }
   int64_t global_batch = 512;        // sequences per optimizer step, all DP replicas
   Precision precision = Precision::bf16;
   AmpLevel amp = AmpLevel::O2;       // ignored (O0) for fp32

@@ -1,6 +1,8 @@
 // Parameter offload (ParallelPlan::offload_params: DeepSpeed ZeRO-Infinity's offload_param,
 // FSDP2's CPUOffloadPolicy) in the plan check, the memory model, the time model, the
 // simulator and the sweep, each against a hand computation.
+#include <utility>
+
 #include <gtest/gtest.h>
 
 #include "planner/cost/memory_model.h"
@@ -37,6 +39,18 @@ OffloadCase llama7b_offloaded() {
   return s;
 }
 
+// The same plan with only the optimizer offloaded.
+ParallelPlan without_parameter_offload(ParallelPlan p) {
+  p.offload_params = false;
+  return p;
+}
+
+// The DP collectives of the case's plan for P trainable parameters, with and without
+// parameter offload.
+std::pair<DpStep, DpStep> dp_steps_with_and_without_parameter_offload(const OffloadCase& s, const Efficiency& e, double P) {
+  return {dp_step(s.c, s.j, s.p, e, P, P, s.m.layers), dp_step(s.c, s.j, without_parameter_offload(s.p), e, P, P, s.m.layers)};
+}
+
 // The whole step with parameter offload (s.p) against optimizer offload only: slower by the
 // copies the compute cannot hide, and faster by the upload of updated parameters it skips;
 // the analytic model and the simulator both charge them.
@@ -68,8 +82,7 @@ TEST(ParamOffload, NeedsZero3WithOptimizerOffload) {
 // the units gathered for compute.
 TEST(ParamOffload, MovesTheParameterShardToTheHost) {
   const OffloadCase s = llama7b_offloaded();
-  ParallelPlan opt_only = s.p;
-  opt_only.offload_params = false;
+  const ParallelPlan opt_only = without_parameter_offload(s.p);
   const MemoryReport with = estimate_memory(s.m, s.c, s.j, s.p);
   const MemoryReport without = estimate_memory(s.m, s.c, s.j, opt_only);
   const double P = count_params(s.m, 1, 1, 1, 0, 0).total;
@@ -89,12 +102,10 @@ TEST(ParamOffload, MovesTheParameterShardToTheHost) {
 // uploads the updated parameters.
 TEST(ParamOffload, EachGatherFirstCopiesTheShardFromTheHost) {
   const OffloadCase s = llama7b_offloaded();
-  ParallelPlan opt_only = s.p;
-  opt_only.offload_params = false;
+  const ParallelPlan opt_only = without_parameter_offload(s.p);
   const Efficiency e;
   const double P = 6.74e9;
-  const DpStep with = dp_step(s.c, s.j, s.p, e, P, P, s.m.layers);
-  const DpStep without = dp_step(s.c, s.j, opt_only, e, P, P, s.m.layers);
+  const auto [with, without] = dp_steps_with_and_without_parameter_offload(s, e, P);
   EXPECT_NEAR(with.params.duration - without.params.duration, 2 * P / 8 / (s.c.host_bandwidth * e.network), 1e-9);
   EXPECT_DOUBLE_EQ(with.grads.duration, without.grads.duration);
   const OptimizerTime ow = optimizer_time(s.c, s.j, s.p, e, P), oo = optimizer_time(s.c, s.j, opt_only, e, P);
@@ -112,12 +123,10 @@ TEST(ParamOffload, OneGpuCopiesEachUnitWholeFromTheHost) {
   OffloadCase s = llama7b_offloaded();
   s.p.dp = 1;
   s.j.global_batch = 8;
-  ParallelPlan opt_only = s.p;
-  opt_only.offload_params = false;
+  const ParallelPlan opt_only = without_parameter_offload(s.p);
   const Efficiency e;
   const double P = 6.74e9;
-  const DpStep with = dp_step(s.c, s.j, s.p, e, P, P, s.m.layers);
-  const DpStep without = dp_step(s.c, s.j, opt_only, e, P, P, s.m.layers);
+  const auto [with, without] = dp_steps_with_and_without_parameter_offload(s, e, P);
   EXPECT_NEAR(with.params.duration, 2 * P / (s.c.host_bandwidth * e.network), 1e-9);
   EXPECT_DOUBLE_EQ(with.params.host_copy, with.params.duration);
   EXPECT_EQ(with.grads.duration, 0);
@@ -151,8 +160,7 @@ void expect_only_parameter_offload_fits(double gpu_bytes, int gpus, const SweepS
     EXPECT_TRUE(x.plan.offload_params);
     EXPECT_EQ(x.plan.zero, 3);
   }
-  ParallelPlan without = r.top.front().plan;
-  without.offload_params = false;
+  const ParallelPlan without = without_parameter_offload(r.top.front().plan);
   const Explanation ex = explain_plan(m, c, job_for(j, r.top.front()), without, gpus, 0);
   EXPECT_FALSE(ex.memory.fits(0));
   bool offered = false;
